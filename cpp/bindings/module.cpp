@@ -1,0 +1,73 @@
+// edgellm._core: the pybind11 module. Each subsystem binds itself in its own bind_*.cpp;
+// this file maps the C++ error types to Python exceptions and calls them in order.
+#include <pybind11/pybind11.h>
+
+#include "bindings.h"
+#include "common/cpu_features.h"
+#include "common/errors.h"
+#include "kernels/kernels.h"
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "edgellm C++ engine";
+
+  // Exception hierarchy (Python side re-exports these from edgellm):
+  //   EdgeLLMError(Exception)
+  //   ModelFormatError(EdgeLLMError, ValueError)
+  //   InvalidRequestError(EdgeLLMError, ValueError) > ContextLengthError
+  //   RequestCancelled(EdgeLLMError)
+  static py::exception<edgellm::Error> base(m, "EdgeLLMError", PyExc_Exception);
+  py::handle bases_value = py::make_tuple(base, py::handle(PyExc_ValueError)).release();
+  static py::object model_format = py::reinterpret_steal<py::object>(
+      PyErr_NewException("edgellm._core.ModelFormatError", bases_value.ptr(), nullptr));
+  static py::object invalid_request = py::reinterpret_steal<py::object>(
+      PyErr_NewException("edgellm._core.InvalidRequestError", bases_value.ptr(), nullptr));
+  bases_value.dec_ref();
+  static py::object context_length = py::reinterpret_steal<py::object>(
+      PyErr_NewException("edgellm._core.ContextLengthError", invalid_request.ptr(), nullptr));
+  static py::object cancelled = py::reinterpret_steal<py::object>(
+      PyErr_NewException("edgellm._core.RequestCancelled", base.ptr(), nullptr));
+  m.attr("ModelFormatError") = model_format;
+  m.attr("InvalidRequestError") = invalid_request;
+  m.attr("ContextLengthError") = context_length;
+  m.attr("RequestCancelled") = cancelled;
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const edgellm::ModelFormatError& e) {
+      PyErr_SetString(model_format.ptr(), e.what());
+    } catch (const edgellm::ContextLengthError& e) {
+      PyErr_SetString(context_length.ptr(), e.what());
+    } catch (const edgellm::InvalidRequestError& e) {
+      PyErr_SetString(invalid_request.ptr(), e.what());
+    } catch (const edgellm::RequestCancelled& e) {
+      PyErr_SetString(cancelled.ptr(), e.what());
+    } catch (const edgellm::Error& e) {
+      PyErr_SetString(base.ptr(), e.what());
+    }
+  });
+
+  // ---- machine facts ----
+  m.def("isa", [] { return std::string(edgellm::kernels::isa_name(edgellm::kernels::active().isa)); },
+        "The instruction-set level of the kernel table in use.");
+  m.def("set_isa", [](py::object name) {
+    if (name.is_none()) edgellm::kernels::set_active(nullptr);
+    else edgellm::kernels::set_active(name.cast<std::string>().c_str());
+  }, py::arg("name"), "Force a kernel table ('scalar', 'avx2', ...); None restores the default.");
+  m.def("available_isas", [] {
+    py::list out;
+    using edgellm::kernels::Isa;
+    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDotprod})
+      if (edgellm::kernels::table_for(isa)) out.append(edgellm::kernels::isa_name(isa));
+    return out;
+  });
+  m.def("physical_cores", [] { return edgellm::cpu_features().physical_cores; });
+
+  edgellm::bindings::bind_gguf(m);
+  edgellm::bindings::bind_quant(m);
+  edgellm::bindings::bind_tokenizer(m);
+  edgellm::bindings::bind_model(m);
+  edgellm::bindings::bind_engine(m);
+}

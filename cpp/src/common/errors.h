@@ -1,0 +1,36 @@
+// Typed errors of the engine. The bindings map each to an edgellm Python exception,
+// so every message must name the file, tensor, key or parameter at fault.
+#pragma once
+#include <stdexcept>
+#include <string>
+
+namespace edgellm {
+
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A GGUF file that is malformed, truncated, or uses something we do not support.
+// Python: edgellm.ModelFormatError (subclass of ValueError).
+struct ModelFormatError : Error {
+  using Error::Error;
+};
+
+// A request the engine cannot serve as asked (bad parameter, unknown token id, ...).
+// Python: edgellm.InvalidRequestError (subclass of ValueError).
+struct InvalidRequestError : Error {
+  using Error::Error;
+};
+
+// Prompt (+ max_tokens) does not fit the context or the KV memory.
+// Python: edgellm.ContextLengthError (subclass of InvalidRequestError).
+struct ContextLengthError : InvalidRequestError {
+  using InvalidRequestError::InvalidRequestError;
+};
+
+// The request was cancelled while in flight. Python: edgellm.RequestCancelled.
+struct RequestCancelled : Error {
+  using Error::Error;
+};
+
+}  // namespace edgellm

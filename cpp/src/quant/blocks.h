@@ -1,0 +1,45 @@
+// GGUF block layouts, byte for byte as llama.cpp writes them (see
+// shared/research/llamacpp-internals.md §2). Every field is little-endian; `d`, `m`, `dmin` are
+// IEEE half unless noted. These structs are the contract between the reference code in quant/
+// and every SIMD kernel.
+#pragma once
+#include <cstdint>
+
+namespace edgellm {
+
+constexpr int QK4_0 = 32, QK4_1 = 32, QK5_0 = 32, QK5_1 = 32, QK8_0 = 32, QK8_1 = 32;
+constexpr int QK_K = 256;
+constexpr int K_SCALE_SIZE = 12;
+
+#pragma pack(push, 1)
+struct block_q4_0 { uint16_t d; uint8_t qs[QK4_0 / 2]; };
+struct block_q4_1 { uint16_t d; uint16_t m; uint8_t qs[QK4_1 / 2]; };
+struct block_q5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; };
+struct block_q5_1 { uint16_t d; uint16_t m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; };
+struct block_q8_0 { uint16_t d; int8_t qs[QK8_0]; };
+// s = d * sum(qs), used for the min term of Q4_1 / Q5_1 dot products.
+struct block_q8_1 { uint16_t d; uint16_t s; int8_t qs[QK8_1]; };
+
+struct block_q2_K { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4]; uint16_t d; uint16_t dmin; };
+struct block_q3_K { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4]; uint8_t scales[12]; uint16_t d; };
+struct block_q4_K { uint16_t d; uint16_t dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qs[QK_K / 2]; };
+struct block_q5_K { uint16_t d; uint16_t dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; };
+struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; };
+// Activations only: f32 d (may be negative), bsums = sums of 16 consecutive qs.
+struct block_q8_K { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; };
+#pragma pack(pop)
+
+static_assert(sizeof(block_q4_0) == 18, "q4_0");
+static_assert(sizeof(block_q4_1) == 20, "q4_1");
+static_assert(sizeof(block_q5_0) == 22, "q5_0");
+static_assert(sizeof(block_q5_1) == 24, "q5_1");
+static_assert(sizeof(block_q8_0) == 34, "q8_0");
+static_assert(sizeof(block_q8_1) == 36, "q8_1");
+static_assert(sizeof(block_q2_K) == 84, "q2_K");
+static_assert(sizeof(block_q3_K) == 110, "q3_K");
+static_assert(sizeof(block_q4_K) == 144, "q4_K");
+static_assert(sizeof(block_q5_K) == 176, "q5_K");
+static_assert(sizeof(block_q6_K) == 210, "q6_K");
+static_assert(sizeof(block_q8_K) == 292, "q8_K");
+
+}  // namespace edgellm

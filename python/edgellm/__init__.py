@@ -1,0 +1,26 @@
+"""edgellm: a CPU/edge-first runtime for quantized GGUF language models."""
+import os as _os
+
+# Development builds (scripts/dev-build.sh) leave _core in a build folder; EDGELLM_BUILD_DIR
+# points the package at it. Installed packages carry _core beside this file.
+_build_dir = _os.environ.get("EDGELLM_BUILD_DIR")
+if _build_dir:
+    __path__.insert(0, _os.path.abspath(_build_dir))
+
+from ._core import (  # noqa: E402
+    ContextLengthError,
+    EdgeLLMError,
+    InvalidRequestError,
+    ModelFormatError,
+    RequestCancelled,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "EdgeLLMError",
+    "ModelFormatError",
+    "InvalidRequestError",
+    "ContextLengthError",
+    "RequestCancelled",
+]
