@@ -7,4 +7,5 @@ void bind_quant(pybind11::module_& m);      // bind_quant.cpp: block formats (te
 void bind_tokenizer(pybind11::module_& m);  // bind_tokenizer.cpp
 void bind_model(pybind11::module_& m);      // bind_model.cpp
 void bind_engine(pybind11::module_& m);     // bind_engine.cpp: LLM engine, sampling
+void bind_kernels(pybind11::module_& m);    // bind_kernels.cpp: kernel tables (tests)
 }  // namespace edgellm::bindings

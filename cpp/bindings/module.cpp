@@ -70,4 +70,5 @@ PYBIND11_MODULE(_core, m) {
   edgellm::bindings::bind_tokenizer(m);
   edgellm::bindings::bind_model(m);
   edgellm::bindings::bind_engine(m);
+  edgellm::bindings::bind_kernels(m);
 }

@@ -1,0 +1,3 @@
+from edgellm.cli import main
+
+main()

@@ -1,0 +1,44 @@
+"""The `edgellm` command line. Each subcommand lives in edgellm/commands/<name>.py and is
+imported only when used, so `edgellm --help` stays fast."""
+import importlib
+
+import click
+
+# name -> module under edgellm.commands that defines `command` (a click.Command)
+_COMMANDS = {
+    "info": "info",
+    "models": "models",
+    "generate": "generate",
+    "run": "run",
+    "serve": "serve",
+    "bench": "bench",
+    "perplexity": "perplexity",
+    "quantize": "quantize",
+}
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return sorted(_COMMANDS)
+
+    def get_command(self, ctx, name):
+        module = _COMMANDS.get(name)
+        if module is None:
+            return None
+        try:
+            mod = importlib.import_module(f"edgellm.commands.{module}")
+        except ModuleNotFoundError as e:
+            if e.name == f"edgellm.commands.{module}":
+                return None  # not built yet
+            raise
+        return mod.command
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="edgellm")
+def main():
+    """edgellm: run quantized GGUF language models on the CPU."""
+
+
+if __name__ == "__main__":
+    main()
