@@ -1,0 +1,112 @@
+// Paged KV cache. Keys and values live in fixed-size pages (page_size tokens) drawn from pools;
+// each sequence slot has a page table per layer group mapping position / page_size to a page.
+//
+// Layers are grouped by attention span: full-attention layers share one pool and page table,
+// sliding-window layers (Gemma 3's local layers) another, so pages that fall out of the window
+// can be returned without touching the global layers' history.
+//
+// Storage of one page for one layer: K as [n_kv_heads][page_size][head_dim_k] elements of
+// `dtype` (F32, F16 or Q8_0 — Q8_0 blocks run along head_dim), V likewise with head_dim_v.
+// A token at position p of a sequence sits in page table[p / page_size], slot p % page_size.
+//
+// Pages are reference counted so several sequences can share a prefix (prefix caching, n > 1
+// completions); a page is written only while its refcount is 1.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/dtype.h"
+
+namespace edgellm {
+
+struct KVCacheConfig {
+  int n_layers = 0;
+  int n_kv_heads = 0;
+  int head_dim_k = 0;
+  int head_dim_v = 0;
+  std::vector<int32_t> layer_window;  // per layer: 0 = full attention, w > 0 = sliding window of w tokens
+  int page_size = 32;
+  DType dtype = DType::F16;           // F32, F16 or Q8_0
+  int max_seqs = 1;                   // sequence slots
+  int64_t pages_full = 0;             // pages in the full-attention pool
+  int64_t pages_window = 0;           // pages in the sliding-window pool (0 if no such layers)
+};
+
+class KVCache {
+ public:
+  explicit KVCache(const KVCacheConfig& cfg);
+  ~KVCache();
+  KVCache(const KVCache&) = delete;
+  KVCache& operator=(const KVCache&) = delete;
+
+  // Pages needed to hold n tokens per pool for a config, and the bytes of one page (all layers
+  // of its group, K and V): the engine sizes pools from a memory budget with these.
+  static size_t page_bytes(const KVCacheConfig& cfg, bool window_group);
+
+  const KVCacheConfig& config() const { return cfg_; }
+  int page_size() const { return cfg_.page_size; }
+  DType dtype() const { return cfg_.dtype; }
+  int window(int layer) const { return cfg_.layer_window[layer]; }
+  int group_of(int layer) const { return cfg_.layer_window[layer] > 0 ? 1 : 0; }
+  size_t k_row_bytes() const { return row_bytes(cfg_.dtype, cfg_.head_dim_k); }
+  size_t v_row_bytes() const { return row_bytes(cfg_.dtype, cfg_.head_dim_v); }
+
+  // ---- model side ----
+  uint8_t* k_page(int layer, int32_t page);
+  uint8_t* v_page(int layer, int32_t page);
+  // K/V of one head inside a page: page_size rows, row stride k_row_bytes()/v_row_bytes().
+  uint8_t* k_head(int layer, int32_t page, int head) { return k_page(layer, page) + head * cfg_.page_size * k_row_bytes(); }
+  uint8_t* v_head(int layer, int32_t page, int head) { return v_page(layer, page) + head * cfg_.page_size * v_row_bytes(); }
+  // Page table of `seq` for `layer`'s group: entry i holds positions [i*P, (i+1)*P), -1 where the
+  // page was dropped (outside the sliding window).
+  const std::vector<int32_t>& page_table(int layer, int seq) const { return tables_[group_of(layer)][seq]; }
+  int32_t n_positions(int seq) const { return n_pos_[seq]; }
+
+  // ---- engine side ----
+  // Make room for positions [0, n) of `seq` in every group: allocates missing pages, and copies
+  // the page that the next write lands in if it is shared (copy on write). Returns false,
+  // allocating nothing, when a pool has too few free pages.
+  bool reserve(int seq, int32_t n);
+  // Pages reserve() would allocate in `group` for `seq` to reach n positions.
+  int64_t pages_needed(int seq, int32_t n, int group) const;
+  // After the tokens up to position `pos` (exclusive) were computed: return window-group pages of
+  // `seq` that no future query can see (wholly before pos - window).
+  void trim_window(int seq, int32_t pos);
+  // Drop every page of `seq` (refcounts decremented) and reset it to empty.
+  void release(int seq);
+  // Shrink `seq` to its first n positions (pages past them released).
+  void truncate(int seq, int32_t n);
+  // Share `src`'s first n positions with `dst` (dst must be empty): full pages are shared by
+  // reference; a partially filled last page is copied so dst can write into it.
+  bool fork(int src, int dst, int32_t n);
+
+  // Page-level access for prefix caching (group 0 = full, 1 = window).
+  int32_t alloc_page(int group);   // -1 when the pool is empty
+  void ref_page(int group, int32_t page);
+  void unref_page(int group, int32_t page);  // returns the page to the free list at refcount 0
+  int32_t refcount(int group, int32_t page) const { return refs_[group][page]; }
+  // Put page `page` (already referenced by the caller) at table index `index` of `seq`.
+  void attach_page(int seq, int group, int32_t index, int32_t page);
+  void set_n_positions(int seq, int32_t n) { n_pos_[seq] = n; }
+  void copy_page(int group, int32_t src, int32_t dst);
+
+  int64_t pages_total(int group) const { return static_cast<int64_t>(refs_[group].size()); }
+  int64_t pages_free(int group) const { return static_cast<int64_t>(free_[group].size()); }
+  int64_t pages_used() const { return pages_total(0) - pages_free(0) + pages_total(1) - pages_free(1); }
+  bool has_window_group() const { return !refs_[1].empty(); }
+
+ private:
+  size_t layer_page_bytes() const;
+  KVCacheConfig cfg_;
+  std::vector<int> layer_index_;          // index of a layer within its group
+  int n_layers_in_group_[2] = {0, 0};
+  std::vector<uint8_t*> storage_;         // per group: [layer in group][page][K then V]
+  std::vector<std::vector<int32_t>> refs_;           // per group: refcount per page
+  std::vector<std::vector<int32_t>> free_;           // per group: free page ids (stack)
+  std::vector<std::vector<std::vector<int32_t>>> tables_;  // [group][seq] -> pages
+  std::vector<int32_t> n_pos_;            // positions held per seq
+};
+
+}  // namespace edgellm

@@ -1,0 +1,38 @@
+// The one batch layout the engine uses everywhere: a flat list of tokens, each with its
+// position and sequence slot. Single-stream decode is a batch of one; prefill is many tokens of
+// one sequence; serving mixes both. Positions of a sequence within a batch are consecutive and
+// continue where that sequence's KV cache ends.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace edgellm {
+
+struct Batch {
+  std::vector<int32_t> token;
+  std::vector<int32_t> pos;
+  std::vector<int32_t> seq;            // KV cache sequence slot
+  std::vector<uint8_t> want_logits;    // 1: produce a logits row for this token
+
+  int32_t size() const { return static_cast<int32_t>(token.size()); }
+  bool empty() const { return token.empty(); }
+  void clear() {
+    token.clear();
+    pos.clear();
+    seq.clear();
+    want_logits.clear();
+  }
+  void add(int32_t tok, int32_t position, int32_t seq_slot, bool logits) {
+    token.push_back(tok);
+    pos.push_back(position);
+    seq.push_back(seq_slot);
+    want_logits.push_back(logits ? 1 : 0);
+  }
+  int32_t n_outputs() const {
+    int32_t n = 0;
+    for (uint8_t w : want_logits) n += w;
+    return n;
+  }
+};
+
+}  // namespace edgellm

@@ -1,0 +1,51 @@
+// A loaded model: configuration from GGUF metadata, weight views into the mapping, and the
+// forward pass of its architecture. Architectures register themselves (one file each under
+// model/) and are looked up by `general.architecture`.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "gguf/gguf_file.h"
+#include "kv/kv_cache.h"
+#include "model/batch.h"
+#include "model/model_config.h"
+
+namespace edgellm {
+
+class ThreadPool;
+
+struct LoadOptions {
+  int n_threads = 0;        // 0 = physical cores
+  int max_batch_tokens = 512;  // largest batch forward() accepts (scratch is sized for it)
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  // Opens `path`, reads the config and binds the weights. Throws ModelFormatError.
+  static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& opts = {});
+  static std::unique_ptr<Model> load(std::shared_ptr<GgufFile> file, const LoadOptions& opts = {});
+
+  const ModelConfig& config() const { return config_; }
+  const GgufFile& file() const { return *file_; }
+  ThreadPool& threads() { return *threads_; }
+
+  // The KV geometry this model needs (layer windows, heads, dims); the caller chooses pages,
+  // page size, dtype and sequence slots.
+  KVCacheConfig kv_config() const;
+
+  // Runs `batch` (at most max_batch_tokens tokens). For every token its K/V are stored at
+  // (seq, pos) — the caller has reserved the pages — and it attends to positions of its own
+  // sequence up to itself (within the window on sliding-window layers). Writes one row of
+  // n_vocab logits per token with want_logits, in batch order, to `logits`.
+  virtual void forward(const Batch& batch, KVCache& kv, float* logits) = 0;
+
+ protected:
+  std::shared_ptr<GgufFile> file_;
+  ModelConfig config_;
+  std::unique_ptr<ThreadPool> threads_;
+};
+
+}  // namespace edgellm
