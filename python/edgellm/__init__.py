@@ -14,6 +14,7 @@ from ._core import (  # noqa: E402
     ModelFormatError,
     RequestCancelled,
 )
+from .model_file import ModelFile  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -23,4 +24,5 @@ __all__ = [
     "InvalidRequestError",
     "ContextLengthError",
     "RequestCancelled",
+    "ModelFile",
 ]

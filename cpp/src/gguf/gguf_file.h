@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "common/dtype.h"
@@ -102,6 +103,8 @@ class GgufFile {
   uint64_t data_offset_ = 0;
   std::vector<GgufKV> kv_;
   std::vector<TensorInfo> tensors_;
+  std::unordered_map<std::string, size_t> kv_index_;      // key -> index in kv_
+  std::unordered_map<std::string, size_t> tensor_index_;  // name -> index in tensors_
 };
 
 }  // namespace edgellm
