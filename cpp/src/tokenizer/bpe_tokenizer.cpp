@@ -1,0 +1,93 @@
+// Byte-level BPE (tokenizer.ggml.model = "gpt2"): pre-tokenize, map bytes to GPT-2's printable
+// codepoints, then merge adjacent symbols by merge rank (lowest first, ties leftmost).
+#include <queue>
+
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
+
+namespace edgellm {
+namespace {
+
+class BpeTokenizer final : public Tokenizer {
+ public:
+  explicit BpeTokenizer(Vocab v) : Tokenizer(std::move(v)) {}
+
+ protected:
+  void encode_fragment(std::string_view text, bool, std::vector<int32_t>& out) const override {
+    for (const std::string& word : pretokenize(text, vocab_.pre_resolved)) {
+      std::string encoded;
+      encoded.reserve(word.size() * 2);
+      for (unsigned char b : word) encoded += unicode::byte_to_unicode(b);
+      encode_word(encoded, out);
+    }
+  }
+
+ private:
+  struct Symbol {
+    int32_t prev, next;
+    size_t start, n;
+  };
+  struct Bigram {
+    int32_t rank;
+    int32_t left, right;
+    size_t n_left, n_right;
+    bool operator<(const Bigram& o) const {  // priority_queue top = lowest rank, then leftmost
+      return rank > o.rank || (rank == o.rank && left > o.left);
+    }
+  };
+
+  void encode_word(const std::string& w, std::vector<int32_t>& out) const {
+    if (vocab_.ignore_merges) {
+      int32_t id = vocab_.find(w);
+      if (id != kNoToken) { out.push_back(id); return; }
+    }
+    std::vector<Symbol> sym;
+    for (size_t off = 0; off < w.size();) {
+      size_t len = std::min(unicode::utf8_len(uint8_t(w[off])), w.size() - off);
+      int32_t idx = int32_t(sym.size());
+      sym.push_back({idx - 1, off + len == w.size() ? -1 : idx + 1, off, len});
+      off += len;
+    }
+    std::priority_queue<Bigram> queue;
+    auto try_add = [&](int32_t l, int32_t r) {
+      if (l < 0 || r < 0) return;
+      std::string_view sv(w);
+      int32_t rank = vocab_.find_merge(sv.substr(sym[l].start, sym[l].n), sv.substr(sym[r].start, sym[r].n));
+      if (rank < 0) return;
+      queue.push({rank, l, r, sym[l].n, sym[r].n});
+    };
+    for (int32_t i = 1; i < int32_t(sym.size()); ++i) try_add(i - 1, i);
+    while (!queue.empty()) {
+      Bigram b = queue.top();
+      queue.pop();
+      Symbol& l = sym[b.left];
+      Symbol& r = sym[b.right];
+      if (l.n == 0 || r.n == 0 || l.n != b.n_left || r.n != b.n_right) continue;  // outdated
+      l.n += r.n;
+      r.n = 0;
+      l.next = r.next;
+      if (r.next >= 0) sym[r.next].prev = b.left;
+      try_add(l.prev, b.left);
+      try_add(b.left, l.next);
+    }
+    for (int32_t i = sym.empty() ? -1 : 0; i != -1; i = sym[i].next) {
+      std::string_view piece = std::string_view(w).substr(sym[i].start, sym[i].n);
+      int32_t id = vocab_.find(piece);
+      if (id != kNoToken) { out.push_back(id); continue; }
+      // Not in the vocabulary: one token per byte of the (byte-encoded) text, where one exists.
+      for (char c : piece) {
+        int32_t bid = vocab_.find(std::string_view(&c, 1));
+        if (bid != kNoToken) out.push_back(bid);
+      }
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> make_bpe_tokenizer(Vocab vocab) {
+  return std::unique_ptr<Tokenizer>(new BpeTokenizer(std::move(vocab)));
+}
+
+}  // namespace edgellm

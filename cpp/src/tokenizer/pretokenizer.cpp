@@ -1,0 +1,232 @@
+#include "tokenizer/pretokenizer.h"
+
+#include "common/errors.h"
+#include "tokenizer/unicode.h"
+
+namespace edgellm {
+namespace {
+
+using unicode::kLetter;
+using unicode::kNumber;
+using unicode::kPunct;
+using unicode::kWhitespace;
+
+constexpr uint32_t kOutOfRange = 0xFFFFFFFF;
+
+// One fragment [begin, end) of the codepoint array; helpers return 0 flags / kOutOfRange
+// outside it, exactly like llama.cpp's _get_flags/_get_cpt.
+struct Span {
+  const std::vector<uint32_t>& cps;
+  const std::vector<uint16_t>& fl;
+  size_t begin, end;
+  uint32_t cp(size_t i) const { return i >= begin && i < end ? cps[i] : kOutOfRange; }
+  uint16_t f(size_t i) const { return i >= begin && i < end ? fl[i] : 0; }
+};
+
+inline bool is_ws(uint16_t f) { return f & kWhitespace; }
+inline bool is_l(uint16_t f) { return f & kLetter; }
+inline bool is_n(uint16_t f) { return f & kNumber; }
+inline uint32_t ascii_lower(uint32_t c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
+
+// 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+void split_gpt2(const Span& s, std::vector<size_t>& out) {
+  size_t pos = s.begin, prev = s.begin;
+  auto add = [&](size_t end) { if (end > prev) out.push_back(end - prev); prev = end; };
+  while (pos < s.end) {
+    const uint32_t c = s.cp(pos);
+    const uint16_t fc = s.f(pos);
+    if (c == '\'' && pos + 1 < s.end) {
+      uint32_t n1 = s.cp(pos + 1);
+      if (n1 == 's' || n1 == 't' || n1 == 'm' || n1 == 'd') { pos += 2; add(pos); continue; }
+      if (pos + 2 < s.end) {
+        uint32_t n2 = s.cp(pos + 2);
+        if ((n1 == 'r' && n2 == 'e') || (n1 == 'v' && n2 == 'e') || (n1 == 'l' && n2 == 'l')) {
+          pos += 3; add(pos); continue;
+        }
+      }
+    }
+    uint16_t f2 = c == ' ' ? s.f(pos + 1) : fc;
+    if (is_l(f2)) {
+      pos += (c == ' ');
+      while (is_l(s.f(pos))) ++pos;
+      add(pos);
+      continue;
+    }
+    if (is_n(f2)) {
+      pos += (c == ' ');
+      while (is_n(s.f(pos))) ++pos;
+      add(pos);
+      continue;
+    }
+    if (!(is_ws(f2) || is_l(f2) || is_n(f2)) && f2) {
+      pos += (c == ' ');
+      while (true) {
+        uint16_t g = s.f(pos);
+        if ((is_ws(g) || is_l(g) || is_n(g)) || !g) break;
+        ++pos;
+      }
+      add(pos);
+      continue;
+    }
+    size_t nws = 0;
+    while (is_ws(s.f(pos + nws))) ++nws;
+    if (nws > 1 && s.cp(pos + nws) != kOutOfRange) { pos += nws - 1; add(pos); continue; }
+    if (nws > 0) { pos += nws; add(pos); continue; }
+    add(++pos);
+  }
+}
+
+// (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,max_digits}|
+//   ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+void split_llama3(const Span& s, size_t max_digits, std::vector<size_t>& out) {
+  size_t pos = s.begin, prev = s.begin;
+  auto add = [&](size_t end) { if (end > prev) out.push_back(end - prev); prev = end; };
+  while (pos < s.end) {
+    const uint32_t c = s.cp(pos);
+    const uint16_t fc = s.f(pos);
+    if (c == '\'' && pos + 1 < s.end) {
+      uint32_t n1 = ascii_lower(s.cp(pos + 1));
+      if (n1 == 's' || n1 == 't' || n1 == 'm' || n1 == 'd') { pos += 2; add(pos); continue; }
+      if (pos + 2 < s.end) {
+        uint32_t n2 = ascii_lower(s.cp(pos + 2));
+        if ((n1 == 'r' && n2 == 'e') || (n1 == 'v' && n2 == 'e') || (n1 == 'l' && n2 == 'l')) {
+          pos += 3; add(pos); continue;
+        }
+      }
+    }
+    if (!(c == '\r' || c == '\n' || is_n(fc))) {
+      if (is_l(fc) || is_l(s.f(pos + 1))) {
+        ++pos;
+        while (is_l(s.f(pos))) ++pos;
+        add(pos);
+        continue;
+      }
+    }
+    if (is_n(fc)) {
+      size_t ini = pos;
+      while (is_n(s.f(pos))) {
+        if (++pos - ini >= max_digits) { add(pos); ini = pos; }
+      }
+      add(pos);
+      continue;
+    }
+    uint16_t f2 = c == ' ' ? s.f(pos + 1) : fc;
+    if (!(is_ws(f2) || is_l(f2) || is_n(f2)) && fc) {
+      pos += (c == ' ');
+      while (true) {
+        uint16_t g = s.f(pos);
+        if ((is_ws(g) || is_l(g) || is_n(g)) || !g) break;
+        ++pos;
+      }
+      uint32_t c2 = s.cp(pos);
+      while (c2 == '\r' || c2 == '\n') c2 = s.cp(++pos);
+      add(pos);
+      continue;
+    }
+    size_t nws = 0, last_rn = 0;
+    while (is_ws(s.f(pos + nws))) {
+      uint32_t c2 = s.cp(pos + nws);
+      if (c2 == '\r' || c2 == '\n') last_rn = pos + nws + 1;
+      ++nws;
+    }
+    if (last_rn > 0) { pos = last_rn; add(pos); continue; }
+    if (nws > 1 && s.cp(pos + nws) != kOutOfRange) { pos += nws - 1; add(pos); continue; }
+    if (nws > 0) { pos += nws; add(pos); continue; }
+    add(++pos);
+  }
+}
+
+// Character classes as llama.cpp's std::regex path sees them: ASCII characters keep ASCII
+// semantics (every printable non-alphanumeric ASCII character counts as \p{P}), others use
+// their Unicode category.
+inline bool collapsed_number(uint32_t c, uint16_t f) {
+  if (c < 128) return c >= '0' && c <= '9';
+  return !(f & kWhitespace) && (f & kNumber);
+}
+inline bool collapsed_punct(uint32_t c, uint16_t f) {
+  if (c < 128) return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) ||
+                      (c >= 0x7B && c <= 0x7E);
+  return !(f & kWhitespace) && (f & kPunct);
+}
+
+// A regex that matches maximal-or-bounded runs of one class: `\p{N}` (run 1), `\p{N}+`,
+// `[\p{P}$+<=>^~|]+`, `[0-9][0-9][0-9]` (exactly 3). Unmatched gaps are kept as words.
+template <class Pred>
+void split_runs(const Span& s, Pred in_class, size_t min_len, size_t max_len, std::vector<size_t>& out) {
+  size_t prev = s.begin, pos = s.begin;
+  while (pos < s.end) {
+    if (!in_class(s.cps[pos], s.fl[pos])) { ++pos; continue; }
+    size_t run = 0;
+    while (pos + run < s.end && run < max_len && in_class(s.cps[pos + run], s.fl[pos + run])) ++run;
+    if (run < min_len) { ++pos; continue; }
+    if (pos > prev) out.push_back(pos - prev);
+    out.push_back(run);
+    pos += run;
+    prev = pos;
+  }
+  if (s.end > prev) out.push_back(s.end - prev);
+}
+
+enum class Rx { Gpt2, Llama3, Qwen2, NumberEach, NumberRun, PunctRun, Digits3 };
+
+void apply(Rx rx, const std::vector<uint32_t>& cps, const std::vector<uint16_t>& fl,
+           std::vector<size_t>& offsets) {
+  std::vector<size_t> out;
+  out.reserve(offsets.size() * 2);
+  size_t start = 0;
+  for (size_t len : offsets) {
+    Span s{cps, fl, start, start + len};
+    switch (rx) {
+      case Rx::Gpt2: split_gpt2(s, out); break;
+      case Rx::Llama3: split_llama3(s, 3, out); break;
+      case Rx::Qwen2: split_llama3(s, 1, out); break;
+      case Rx::NumberEach: split_runs(s, collapsed_number, 1, 1, out); break;
+      case Rx::NumberRun: split_runs(s, collapsed_number, 1, SIZE_MAX, out); break;
+      case Rx::PunctRun: split_runs(s, collapsed_punct, 1, SIZE_MAX, out); break;
+      case Rx::Digits3:
+        split_runs(s, [](uint32_t c, uint16_t) { return c >= '0' && c <= '9'; }, 3, 3, out);
+        break;
+    }
+    start += len;
+  }
+  offsets.swap(out);
+}
+
+}  // namespace
+
+std::vector<std::string> pretokenize(std::string_view text, const std::string& pre) {
+  std::vector<uint32_t> cps = unicode::decode_utf8(text);
+  std::vector<uint16_t> fl(cps.size());
+  for (size_t i = 0; i < cps.size(); ++i) fl[i] = unicode::flags(cps[i]);
+  std::vector<size_t> offsets;
+  if (!cps.empty()) offsets.push_back(cps.size());
+
+  if (pre == "smollm") {
+    apply(Rx::NumberEach, cps, fl, offsets);
+    apply(Rx::Gpt2, cps, fl, offsets);
+  } else if (pre == "llama3") {
+    apply(Rx::Llama3, cps, fl, offsets);
+  } else if (pre == "qwen2") {
+    apply(Rx::Qwen2, cps, fl, offsets);
+  } else if (pre == "gpt2") {
+    apply(Rx::Gpt2, cps, fl, offsets);
+  } else if (pre == "default") {
+    apply(Rx::PunctRun, cps, fl, offsets);
+    apply(Rx::Gpt2, cps, fl, offsets);
+    apply(Rx::NumberRun, cps, fl, offsets);
+    apply(Rx::Digits3, cps, fl, offsets);
+  } else {
+    throw InvalidRequestError("pre-tokenizer '" + pre + "' is not implemented");
+  }
+
+  std::vector<std::string> words;
+  words.reserve(offsets.size());
+  size_t start = 0;
+  for (size_t len : offsets) {
+    words.push_back(unicode::encode_utf8(cps, start, start + len));
+    start += len;
+  }
+  return words;
+}
+
+}  // namespace edgellm

@@ -1,0 +1,246 @@
+#include "tokenizer/tokenizer.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "common/errors.h"
+#include "gguf/gguf_file.h"
+#include "tokenizer/unicode.h"
+
+namespace edgellm {
+
+Tokenizer::Tokenizer(Vocab vocab) : vocab_(std::move(vocab)) { build_special_trie(); }
+
+std::unique_ptr<Tokenizer> Tokenizer::create(Vocab vocab) {
+  if (vocab.type == VocabType::Spm) return make_spm_tokenizer(std::move(vocab));
+  return make_bpe_tokenizer(std::move(vocab));
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const std::string& path) {
+  auto file = GgufFile::open(path);
+  return create(load_vocab(*file));
+}
+
+void Tokenizer::check_id(int32_t id) const {
+  if (id < 0 || id >= n_vocab())
+    throw InvalidRequestError("token id " + std::to_string(id) + " is out of range (vocabulary has " +
+                              std::to_string(n_vocab()) + " tokens)");
+}
+
+const std::string& Tokenizer::token_text(int32_t id) const {
+  check_id(id);
+  return vocab_.tokens[id];
+}
+
+void Tokenizer::build_special_trie() {
+  trie_.next.assign(1, {});
+  trie_.rank.assign(1, -1);
+  const auto& cands = vocab_.special_candidates;
+  for (size_t c = 0; c < cands.size(); ++c) {
+    const std::string& t = vocab_.tokens[cands[c]];
+    int32_t node = 0;
+    for (unsigned char ch : t) {
+      auto& kids = trie_.next[node];
+      auto it = std::lower_bound(kids.begin(), kids.end(), std::make_pair(ch, int32_t(-1)));
+      if (it != kids.end() && it->first == ch) {
+        node = it->second;
+      } else {
+        int32_t fresh = int32_t(trie_.next.size());
+        kids.insert(it, {ch, fresh});
+        trie_.next.emplace_back();
+        trie_.rank.push_back(-1);
+        node = fresh;
+      }
+    }
+    if (trie_.rank[node] < 0) trie_.rank[node] = int32_t(c);
+  }
+}
+
+// Candidates (in partition order) that occur anywhere in `text`. A candidate absent from the
+// whole text cannot occur in any fragment of it, so skipping it leaves the result unchanged.
+std::vector<int32_t> Tokenizer::present_specials(std::string_view text, bool parse_special) const {
+  std::vector<uint8_t> seen(vocab_.special_candidates.size(), 0);
+  for (size_t i = 0; i < text.size(); ++i) {
+    int32_t node = 0;
+    for (size_t j = i; j < text.size(); ++j) {
+      const auto& kids = trie_.next[node];
+      unsigned char ch = uint8_t(text[j]);
+      auto it = std::lower_bound(kids.begin(), kids.end(), std::make_pair(ch, int32_t(-1)));
+      if (it == kids.end() || it->first != ch) break;
+      node = it->second;
+      if (trie_.rank[node] >= 0) seen[trie_.rank[node]] = 1;
+    }
+  }
+  std::vector<int32_t> out;
+  for (size_t c = 0; c < seen.size(); ++c) {
+    if (!seen[c]) continue;
+    int32_t id = vocab_.special_candidates[c];
+    if (!parse_special && (vocab_.attrs[id] & (kAttrControl | kAttrUnknown))) continue;
+    out.push_back(id);
+  }
+  return out;
+}
+
+namespace {
+struct Fragment {
+  int32_t token;  // kNoToken for raw text
+  size_t offset, length;
+};
+}  // namespace
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
+  std::vector<Fragment> frags;
+  if (!text.empty()) frags.push_back({kNoToken, 0, text.size()});
+
+  // llama.cpp's tokenizer_st_partition: for each candidate, longest first, split every raw
+  // fragment at each occurrence (left to right), honouring LSTRIP/RSTRIP.
+  for (int32_t id : present_specials(text, parse_special)) {
+    const std::string& st = vocab_.tokens[id];
+    const uint32_t attr = vocab_.attrs[id];
+    std::vector<Fragment> next;
+    next.reserve(frags.size() + 4);
+    for (const Fragment& f : frags) {
+      if (f.token != kNoToken) { next.push_back(f); continue; }
+      size_t base = f.offset, len = f.length;
+      while (true) {
+        size_t match = text.substr(0, base + len).find(st, base);
+        if (match == std::string_view::npos) {
+          if (len > 0) next.push_back({kNoToken, base, len});
+          break;
+        }
+        size_t left_len = match - base;
+        if (attr & kAttrLstrip)
+          while (left_len > 0 && std::isspace(uint8_t(text[base + left_len - 1]))) --left_len;
+        if (left_len > 0) next.push_back({kNoToken, base, left_len});
+        next.push_back({id, 0, 0});
+        size_t r_off = match + st.size();
+        size_t r_len = base + len - r_off;
+        if (attr & kAttrRstrip)
+          while (r_len > 0 && std::isspace(uint8_t(text[r_off]))) { ++r_off; --r_len; }
+        base = r_off;
+        len = r_len;
+        if (len == 0) break;
+      }
+    }
+    frags.swap(next);
+  }
+
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 4);
+  if (add_special && vocab_.add_bos && vocab_.bos != kNoToken) out.push_back(vocab_.bos);
+  bool after_special = true;
+  for (const Fragment& f : frags) {
+    if (f.token != kNoToken) {
+      out.push_back(f.token);
+      after_special = true;
+    } else {
+      encode_fragment(text.substr(f.offset, f.length), after_special, out);
+      after_special = false;
+    }
+  }
+  if (add_special && vocab_.add_eos && vocab_.eos != kNoToken) out.push_back(vocab_.eos);
+  return out;
+}
+
+std::string Tokenizer::token_to_piece(int32_t id, bool render_special) const {
+  check_id(id);
+  const std::string& t = vocab_.tokens[id];
+  const uint32_t attr = vocab_.attrs[id];
+  const uint32_t shown = (render_special ? (kAttrControl | kAttrUnknown) : 0u) | kAttrUserDefined;
+  if (attr & shown) return t;
+  if (vocab_.type == VocabType::Spm) {
+    if (attr & kAttrNormal) {
+      // "▁" (U+2581, e2 96 81) stands for a space.
+      std::string out;
+      out.reserve(t.size());
+      for (size_t i = 0; i < t.size();) {
+        if (i + 2 < t.size() && uint8_t(t[i]) == 0xE2 && uint8_t(t[i + 1]) == 0x96 && uint8_t(t[i + 2]) == 0x81) {
+          out += ' ';
+          i += 3;
+        } else {
+          out += t[i++];
+        }
+      }
+      return out;
+    }
+    if (attr & kAttrByte) {
+      // "<0xXX>"
+      if (t.size() == 6 && t[0] == '<' && t[1] == '0' && t[2] == 'x' && t[5] == '>')
+        return std::string(1, char(std::stoi(t.substr(3, 2), nullptr, 16)));
+      return t.size() == 1 ? t : std::string();
+    }
+    return std::string();
+  }
+  if (attr & kAttrNormal) {
+    std::string out;
+    out.reserve(t.size());
+    for (uint32_t cp : unicode::decode_utf8(t)) {
+      int b = unicode::unicode_to_byte(cp);
+      if (b >= 0) out += char(b);
+      else unicode::append_utf8(out, cp);  // not byte-level text: keep as is
+    }
+    return out;
+  }
+  return std::string();
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special) const {
+  std::string out;
+  bool remove_space = vocab_.add_space_prefix;
+  for (int32_t id : ids) {
+    std::string piece = token_to_piece(id, !skip_special);
+    if (remove_space && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);
+    remove_space = false;
+    out += piece;
+  }
+  return out;
+}
+
+std::string sanitize_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    uint8_t b0 = uint8_t(s[i]);
+    size_t len = b0 < 0x80 ? 1 : unicode::utf8_len(b0);
+    bool ok = (b0 < 0x80) || (len > 1 && i + len <= s.size());
+    uint32_t cp = b0;
+    if (ok && len > 1) {
+      cp = b0 & (0xFF >> (len + 1));
+      for (size_t k = 1; k < len && ok; ++k) {
+        uint8_t b = uint8_t(s[i + k]);
+        if ((b & 0xC0) != 0x80) ok = false;
+        cp = (cp << 6) | (b & 0x3F);
+      }
+      // Overlong forms, surrogates and values above U+10FFFF are invalid too.
+      static const uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+      if (ok && (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))) ok = false;
+    }
+    if (ok) {
+      out.append(s.substr(i, len));
+      i += len;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
+}
+
+std::string StreamDecoder::push(int32_t id) {
+  std::string piece = tok_.token_to_piece(id, !skip_special_);
+  if (first_ && tok_.vocab().add_space_prefix && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);
+  first_ = false;
+  pending_ += piece;
+  size_t n = unicode::complete_utf8_prefix(pending_);
+  std::string ready = sanitize_utf8(std::string_view(pending_).substr(0, n));
+  pending_.erase(0, n);
+  return ready;
+}
+
+std::string StreamDecoder::flush() {
+  std::string rest = sanitize_utf8(pending_);
+  pending_.clear();
+  return rest;
+}
+
+}  // namespace edgellm
