@@ -1,0 +1,150 @@
+"""`edgellm serve MODEL`: the OpenAI-compatible server (see edgellm.server)."""
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import click
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _resolve_model(model: str) -> str:
+    from edgellm import models
+
+    try:
+        return str(models.resolve(model))
+    except models.UnknownModelError as e:
+        raise click.BadParameter(str(e), param_hint="MODEL") from None
+    except Exception as e:  # a known model that is not fetched, an unreadable path, ...
+        raise click.BadParameter(str(e), param_hint="MODEL") from None
+
+
+def _read_key(api_key, api_key_file):
+    if api_key and api_key_file:
+        raise click.UsageError("give --api-key or --api-key-file, not both")
+    if api_key_file:
+        try:
+            key = Path(api_key_file).read_text(encoding="utf-8").strip()
+        except OSError as e:
+            raise click.BadParameter(f"cannot read {api_key_file}: {e.strerror}",
+                                     param_hint="--api-key-file") from None
+        if not key:
+            raise click.BadParameter(f"{api_key_file} is empty", param_hint="--api-key-file")
+        return key
+    return api_key or None
+
+
+def _size(ctx, param, value):
+    if value is None:
+        return None
+    from edgellm.server.config import parse_size
+
+    try:
+        return parse_size(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+@click.command("serve")
+@click.argument("model")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (loopback by default; 0.0.0.0 exposes it).")
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--api-key", default=None, help="Require 'Authorization: Bearer KEY' (not /health).")
+@click.option("--api-key-file", default=None, type=click.Path(dir_okay=False),
+              help="Read the API key from a file (keeps it out of the process list).")
+@click.option("--parallel", "-np", default=16, show_default=True, type=click.IntRange(1, 1024),
+              help="Sequences running at once in the engine; the rest wait in its queue.")
+@click.option("--max-queue", default=256, show_default=True, type=click.IntRange(0, 100000),
+              help="Sequences allowed to wait beyond --parallel; more get 429 + Retry-After.")
+@click.option("--ctx-size", "-c", default=None, type=click.IntRange(1),
+              help="Context length per sequence [default: the model's].")
+@click.option("--kv-memory", default=None, callback=_size,
+              help="Memory for the paged KV cache shared by all sequences, e.g. 512M, 2G.")
+@click.option("--threads", "-t", default=None, type=click.IntRange(1),
+              help="Compute threads [default: the engine's choice].")
+@click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(0),
+              help="Seconds a request may take before it is aborted with 504; 0 = no limit.")
+@click.option("--chat-template", default=None,
+              help="Chat template: a known name or a Jinja file [default: the model's].")
+@click.option("--alias", default=None, help="Model id shown to clients [default: MODEL's name].")
+@click.option("--max-batch-tokens", default=512, show_default=True, type=click.IntRange(1),
+              help="Tokens per engine step (prefill chunks + decode tokens).")
+@click.option("--shutdown-grace", default=5.0, show_default=True, type=click.FloatRange(0),
+              help="Seconds in-flight requests get to finish after SIGTERM before being aborted.")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_size, kv_memory,
+            threads, timeout, chat_template, alias, max_batch_tokens, shutdown_grace, log_level):
+    """Serve MODEL (a .gguf path or a known model name) over an OpenAI-compatible HTTP API.
+
+    Sampling parameters a request leaves out take edgellm's (llama.cpp's) defaults, as
+    llama-server does, and an absent max_tokens means "until the end of generation or the
+    context is full".
+    """
+    import uvicorn
+
+    from edgellm.server import ServerConfig, create_app
+
+    config = ServerConfig(
+        model=model, model_path=_resolve_model(model), alias=alias, host=host, port=port,
+        api_key=_read_key(api_key, api_key_file), parallel=parallel, max_queue=max_queue,
+        ctx_size=ctx_size, kv_memory=kv_memory, threads=threads, timeout=timeout or None,
+        chat_template=chat_template, max_batch_tokens=max_batch_tokens,
+        shutdown_grace=shutdown_grace)
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    failure = []
+
+    def on_load_failure(e: BaseException):
+        failure.append(e)
+        server.should_exit = True
+
+    app = create_app(config, on_load_failure=on_load_failure)
+    server = _Server(uvicorn.Config(
+        app, host=host, port=port, log_level=log_level, access_log=log_level == "debug",
+        timeout_graceful_shutdown=max(1, int(round(shutdown_grace))) if shutdown_grace else None,
+        lifespan="on"))
+    click.echo(f"edgellm: serving {config.model_id} on http://{host}:{port}/v1 "
+               f"(loading {config.model_path})", err=True)
+    server.run()
+    if failure:
+        click.echo(f"edgellm: could not load {config.model_path}: {failure[0]}", err=True)
+        sys.exit(1)
+    if not server.started:
+        sys.exit(1)  # e.g. the port was taken; uvicorn has said why
+
+
+try:
+    import uvicorn as _uvicorn
+
+    class _Server(_uvicorn.Server):
+        """uvicorn's server, except that a SIGTERM/SIGINT ends with a graceful shutdown and exit
+        status 0 instead of the signal being raised again once shutdown is done."""
+
+        def capture_signals(self):
+            return _captured_signals(self)
+except ImportError:  # pragma: no cover - uvicorn is a dependency
+    _Server = None
+
+
+class _captured_signals:
+    def __init__(self, server):
+        self.server = server
+        self.saved = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self.saved = {sig: signal.signal(sig, self._handle) for sig in _SIGNALS}
+
+    def _handle(self, sig, frame):
+        if self.server.should_exit:
+            self.server.force_exit = True  # a second signal: stop waiting for requests
+        self.server.should_exit = True
+
+    def __exit__(self, *exc):
+        for sig, handler in self.saved.items():
+            signal.signal(sig, handler)
+        return False

@@ -1,0 +1,70 @@
+"""The ASGI application: routes, error envelopes, auth, and the model loading in the background
+once the server is up."""
+import asyncio
+import contextlib
+from typing import Any, Callable, Optional
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.routing import Route
+
+from .auth import BearerAuth
+from .config import ServerConfig
+from .engine import EngineHost, default_loader, default_params_factory
+from .errors import APIError
+from .routes import Routes
+
+OPEN_PATHS = ("/health", "/v1/health")
+
+
+def create_app(config: ServerConfig, loader: Callable[[ServerConfig], Any] = default_loader,
+               params_factory: Callable[..., Any] = default_params_factory,
+               on_load_failure: Optional[Callable[[BaseException], None]] = None) -> Starlette:
+    """An OpenAI-compatible app over one AsyncLLM that `loader(config)` builds in a thread.
+
+    `loader` and `params_factory` default to edgellm's AsyncLLM and SamplingParams; tests pass
+    stand-ins. `on_load_failure` is told when loading fails (the CLI then exits non-zero).
+    """
+    host = EngineHost(config, loader, params_factory, on_load_failure=on_load_failure)
+    routes = Routes(host)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        loading = asyncio.ensure_future(host.load())
+        try:
+            yield
+        finally:
+            if not loading.done():
+                host.state = "closed"  # load() closes the engine itself when it finishes
+            else:
+                host.close()
+
+    async def http_error(request: Request, exc: HTTPException):
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        message = {404: f"no route {request.url.path}",
+                   405: f"method {request.method} is not allowed on {request.url.path}"}.get(
+            exc.status_code, str(exc.detail))
+        return APIError(exc.status_code, message, kind, None, None, exc.headers).response()
+
+    app = Starlette(
+        routes=[
+            Route("/v1/chat/completions", routes.chat_completions, methods=["POST"]),
+            Route("/chat/completions", routes.chat_completions, methods=["POST"]),
+            Route("/v1/completions", routes.completions, methods=["POST"]),
+            Route("/completions", routes.completions, methods=["POST"]),
+            Route("/v1/models", routes.models, methods=["GET"]),
+            Route("/models", routes.models, methods=["GET"]),
+            Route("/health", routes.health, methods=["GET"]),
+            Route("/v1/health", routes.health, methods=["GET"]),
+            Route("/metrics", routes.metrics_text, methods=["GET"]),
+            Route("/tokenize", routes.tokenize, methods=["POST"]),
+            Route("/detokenize", routes.detokenize, methods=["POST"]),
+        ],
+        exception_handlers={HTTPException: http_error},
+        lifespan=lifespan,
+    )
+    app.state.host = host
+    app.add_middleware(BearerAuth, api_key=config.api_key, open_paths=OPEN_PATHS,
+                       metrics=host.metrics)
+    return app

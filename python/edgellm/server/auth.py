@@ -1,0 +1,42 @@
+"""Bearer-token check for every route but the open ones (GET /health, so load balancers and
+orchestrators can probe without the key), as llama-server's --api-key does."""
+import hmac
+from typing import Iterable, Optional
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .errors import APIError
+from .metrics import ServerMetrics
+
+
+class BearerAuth:
+    def __init__(self, app: ASGIApp, api_key: Optional[str], open_paths: Iterable[str],
+                 metrics: Optional[ServerMetrics] = None):
+        self.app = app
+        self.key = api_key.encode() if api_key else None
+        self.open_paths = frozenset(open_paths)
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.key is None or scope["type"] != "http" or scope["path"] in self.open_paths:
+            await self.app(scope, receive, send)
+            return
+        header = b""
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                header = value
+                break
+        scheme, _, token = header.partition(b" ")
+        if not header:
+            err = APIError(401, "missing API key: send the header 'Authorization: Bearer <key>'",
+                           "authentication_error", None, "missing_api_key")
+        elif scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self.key):
+            err = APIError(401, "invalid API key", "authentication_error", None,
+                           "invalid_api_key")
+        else:
+            await self.app(scope, receive, send)
+            return
+        err.headers["WWW-Authenticate"] = "Bearer"
+        if self.metrics is not None:
+            self.metrics.request_done("auth", 401)
+        await err.response()(scope, receive, send)

@@ -1,0 +1,43 @@
+"""What `edgellm serve` was asked for: the model, the engine's sizes and the server's limits."""
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)?\s*$", re.IGNORECASE)
+_SCALE = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """'512M', '2G', '1.5GiB', '1048576' -> bytes (binary multiples, as memory is sized)."""
+    m = _SIZE.match(str(text))
+    if not m:
+        raise ValueError(f"cannot read {text!r} as a memory size (examples: 512M, 2G, 1073741824)")
+    value = float(m.group(1)) * _SCALE[m.group(2).lower()]
+    if value < 1:
+        raise ValueError(f"memory size {text!r} is zero")
+    return int(value)
+
+
+@dataclass
+class ServerConfig:
+    model: str                         # path or known name, as given on the command line
+    model_path: Optional[str] = None   # resolved file (set by the loader)
+    alias: Optional[str] = None        # the id clients see in /v1/models and responses
+    host: str = "127.0.0.1"
+    port: int = 8080
+    api_key: Optional[str] = None
+    parallel: int = 16                 # sequences the engine runs at once (LLM max_seqs)
+    max_queue: int = 256               # sequences allowed to wait beyond `parallel`; then 429
+    ctx_size: Optional[int] = None     # None = the model's
+    kv_memory: Optional[int] = None    # bytes for the paged KV cache; None = the engine's default
+    threads: Optional[int] = None
+    timeout: Optional[float] = 600.0   # seconds a request may take in all; None/0 = no limit
+    chat_template: Optional[str] = None
+    max_batch_tokens: int = 512
+    shutdown_grace: float = 5.0        # seconds in-flight requests get after SIGTERM
+
+    @property
+    def model_id(self) -> str:
+        if self.alias:
+            return self.alias
+        return self.model.replace("\\", "/").rsplit("/", 1)[-1]

@@ -1,0 +1,447 @@
+"""OpenAI request bodies: check every field's type and range, and map them to SamplingParams.
+
+Parameters follow llama-server: a field the client leaves out is not sent to SamplingParams, so
+its defaults (llama.cpp's: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, ...) apply, not
+OpenAI's (temperature 1.0). One exception: an absent `max_tokens` means "until end of generation
+or the context is full", as in both llama-server and OpenAI, not SamplingParams' 128.
+
+Unknown fields are rejected (400) rather than ignored, so a misspelt `temprature` never silently
+falls back to a default. Accepted-but-inert OpenAI fields (`user`, `store`, `metadata`, ...) are
+listed as such.
+"""
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Union
+
+from .errors import invalid
+
+JSON = Dict[str, Any]
+
+MAX_N = 64            # choices per request
+MAX_STOP = 16         # stop strings per request
+MAX_TOP_LOGPROBS = 20  # as OpenAI
+
+
+# --- field checks -------------------------------------------------------------------------
+# Each takes (value, param name) and returns the value to use or raises a 400 naming the field.
+
+def _type_name(v: Any) -> str:
+    if v is None:
+        return "null"
+    return {bool: "boolean", int: "integer", float: "number", str: "string",
+            list: "array", dict: "object"}.get(type(v), type(v).__name__)
+
+
+def _bad_type(name: str, v: Any, want: str):
+    return invalid(f"'{name}' must be {want}, got {_type_name(v)} {_short(v)}", name,
+                   "invalid_type")
+
+
+def _short(v: Any) -> str:
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def integer(lo: Optional[int] = None, hi: Optional[int] = None) -> Callable:
+    def check(v, name):
+        # JSON has one number type: 3.0 is accepted as 3, but true is not 1.
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise _bad_type(name, v, "an integer")
+        _range(name, v, lo, hi)
+        return v
+    return check
+
+
+def number(lo: Optional[float] = None, hi: Optional[float] = None, lo_open: bool = False) -> Callable:
+    def check(v, name):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise _bad_type(name, v, "a number")
+        v = float(v)
+        if not math.isfinite(v):
+            raise invalid(f"'{name}' must be finite, got {v}", name, "invalid_value")
+        if lo_open and lo is not None and v <= lo:
+            raise invalid(f"'{name}' must be > {lo:g}, got {v:g}", name, "invalid_value")
+        _range(name, v, None if lo_open else lo, hi)
+        return v
+    return check
+
+
+def _range(name, v, lo, hi):
+    if lo is not None and v < lo:
+        raise invalid(f"'{name}' must be >= {lo:g}, got {v:g}", name, "invalid_value")
+    if hi is not None and v > hi:
+        raise invalid(f"'{name}' must be <= {hi:g}, got {v:g}", name, "invalid_value")
+
+
+def boolean(v, name):
+    if not isinstance(v, bool):
+        raise _bad_type(name, v, "a boolean")
+    return v
+
+
+def string(v, name):
+    if not isinstance(v, str):
+        raise _bad_type(name, v, "a string")
+    return v
+
+
+def obj(v, name):
+    if not isinstance(v, dict):
+        raise _bad_type(name, v, "an object")
+    return v
+
+
+def anything(v, name):
+    return v
+
+
+def stop_strings(v, name):
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
+        raise _bad_type(name, v, "a string or an array of strings")
+    if len(v) > MAX_STOP:
+        raise invalid(f"'{name}' has {len(v)} strings, at most {MAX_STOP} are allowed", name,
+                      "invalid_value")
+    if any(s == "" for s in v):
+        raise invalid(f"'{name}' contains an empty string", name, "invalid_value")
+    return v or None
+
+
+def logit_bias(v, name):
+    obj(v, name)
+    out: Dict[int, float] = {}
+    for key, bias in v.items():
+        try:
+            tid = int(key)
+        except (TypeError, ValueError):
+            raise invalid(f"'{name}' keys must be token ids written as strings, got {key!r}",
+                          name, "invalid_value") from None
+        if tid < 0:
+            raise invalid(f"'{name}' has negative token id {tid}", name, "invalid_value")
+        out[tid] = number(-100.0, 100.0)(bias, f"{name}[{key}]")
+    return out
+
+
+def max_tokens(v, name):
+    v = integer(-1)(v, name)
+    if v == 0:
+        raise invalid(f"'{name}' must be >= 1 (or -1 for no limit), got 0", name, "invalid_value")
+    return None if v == -1 else v
+
+
+def response_format(v, name):
+    obj(v, name)
+    kind = v.get("type")
+    if kind not in ("text", "json_object", "json_schema"):
+        raise invalid(f"'{name}.type' must be 'text', 'json_object' or 'json_schema', got "
+                      f"{_short(kind)}", f"{name}.type", "invalid_value")
+    if kind == "json_schema":
+        js = v.get("json_schema")
+        if not isinstance(js, dict) or not isinstance(js.get("schema", {}), (dict, bool)):
+            raise invalid(f"'{name}.json_schema' must be an object with a 'schema' object",
+                          f"{name}.json_schema", "invalid_value")
+    if kind == "json_object" and "schema" in v and not isinstance(v["schema"], (dict, bool)):
+        raise _bad_type(f"{name}.schema", v["schema"], "an object")
+    return None if kind == "text" else v
+
+
+def json_schema(v, name):
+    if not isinstance(v, (dict, str, bool)):
+        raise _bad_type(name, v, "an object or a string")
+    return v
+
+
+def stream_options(v, name):
+    obj(v, name)
+    for key, val in v.items():
+        if key in ("include_usage", "continuous_usage_stats"):
+            boolean(val, f"{name}.{key}")
+        else:
+            raise invalid(f"unknown field '{name}.{key}'", f"{name}.{key}", "unknown_field")
+    return v
+
+
+def tools(v, name):
+    if not isinstance(v, list):
+        raise _bad_type(name, v, "an array")
+    for i, tool in enumerate(v):
+        where = f"{name}[{i}]"
+        obj(tool, where)
+        if tool.get("type", "function") != "function":
+            raise invalid(f"'{where}.type' must be 'function'", f"{where}.type", "invalid_value")
+        fn = tool.get("function")
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise invalid(f"'{where}.function' must be an object with a 'name' string",
+                          f"{where}.function", "invalid_value")
+    return v or None
+
+
+def tool_choice(v, name):
+    if isinstance(v, str):
+        if v not in ("none", "auto", "required"):
+            raise invalid(f"'{name}' must be 'none', 'auto', 'required' or an object naming a "
+                          f"function, got {v!r}", name, "invalid_value")
+        return v
+    return obj(v, name)
+
+
+# --- the fields of each endpoint ------------------------------------------------------------
+
+# name in the request -> (check, SamplingParams field or None when the server itself uses it)
+_SAMPLING: Dict[str, tuple] = {
+    "max_tokens": (max_tokens, "max_tokens"),
+    "temperature": (number(0.0), "temperature"),
+    "top_p": (number(0.0, 1.0, lo_open=True), "top_p"),
+    "n": (integer(1, MAX_N), "n"),
+    "stop": (stop_strings, "stop"),
+    "seed": (integer(), "seed"),
+    "presence_penalty": (number(-2.0, 2.0), "presence_penalty"),
+    "frequency_penalty": (number(-2.0, 2.0), "frequency_penalty"),
+    "logit_bias": (logit_bias, "logit_bias"),
+    "response_format": (response_format, "response_format"),
+    # llama-server extras
+    "top_k": (integer(), "top_k"),
+    "min_p": (number(0.0, 1.0), "min_p"),
+    "typical_p": (number(0.0, 1.0, lo_open=True), "typical_p"),
+    "repeat_penalty": (number(0.0), "repetition_penalty"),
+    "repetition_penalty": (number(0.0), "repetition_penalty"),
+    "repeat_last_n": (integer(-1), "repeat_last_n"),
+    "ignore_eos": (boolean, "ignore_eos"),
+    "min_tokens": (integer(0), "min_tokens"),
+    "json_schema": (json_schema, "json_schema"),
+    "grammar": (string, "grammar"),
+}
+
+# Accepted and used by the server, not by the sampler.
+_COMMON: Dict[str, Callable] = {
+    "model": string,
+    "stream": boolean,
+    "stream_options": stream_options,
+    "cache_prompt": boolean,   # the engine's prefix cache is always on; accepted for llama-server clients
+}
+
+# OpenAI fields with no effect here; accepted so stock clients never get a 400 for them.
+_INERT: Dict[str, Callable] = {
+    "user": string,
+    "store": boolean,
+    "metadata": anything,
+    "service_tier": anything,
+}
+
+_CHAT_ONLY: Dict[str, Callable] = {
+    "messages": anything,  # checked by _messages
+    "max_completion_tokens": max_tokens,
+    "logprobs": boolean,
+    "top_logprobs": integer(0, MAX_TOP_LOGPROBS),
+    "tools": tools,
+    "tool_choice": tool_choice,
+    "parallel_tool_calls": boolean,
+}
+
+_COMPLETION_ONLY: Dict[str, Callable] = {
+    "prompt": anything,  # checked by _prompts
+    "logprobs": integer(0, MAX_TOP_LOGPROBS),
+    "echo": boolean,
+    "best_of": integer(1, MAX_N),
+    "suffix": anything,
+}
+
+
+@dataclass
+class GenerationRequest:
+    """A checked request: what to run, how to sample, how to answer."""
+    sampling: JSON                        # SamplingParams keyword arguments
+    stream: bool = False
+    include_usage: bool = False
+    n: int = 1
+    # chat
+    messages: Optional[List[JSON]] = None
+    tools: Optional[list] = None
+    logprobs: bool = False                # chat: return logprobs.content
+    # completions
+    prompts: Optional[List[Union[str, List[int]]]] = None
+    echo: bool = False
+    extra: JSON = field(default_factory=dict)
+
+
+def _check_fields(body: JSON, allowed: Dict[str, Callable]) -> JSON:
+    if not isinstance(body, dict):
+        raise invalid(f"the request body must be a JSON object, got {_type_name(body)}", None,
+                      "invalid_type")
+    out = {}
+    for key, value in body.items():
+        check = allowed.get(key)
+        if check is None:
+            raise invalid(f"unknown field '{key}'", key, "unknown_field")
+        if value is None:
+            continue  # null = absent, as OpenAI's SDKs send it
+        out[key] = check(value, key)
+    return out
+
+
+def _sampling(fields: JSON) -> JSON:
+    kw: JSON = {}
+    for key, (_, target) in _SAMPLING.items():
+        if key in fields:
+            kw[target] = fields[key]
+    if "max_tokens" not in fields:
+        kw["max_tokens"] = None
+    if "repeat_penalty" in fields and "repetition_penalty" in fields \
+            and fields["repeat_penalty"] != fields["repetition_penalty"]:
+        raise invalid("'repeat_penalty' and 'repetition_penalty' disagree; send one",
+                      "repetition_penalty", "invalid_value")
+    return kw
+
+
+def _stream_flags(fields: JSON):
+    stream = fields.get("stream", False)
+    opts = fields.get("stream_options")
+    if opts is not None and not stream:
+        raise invalid("'stream_options' is only allowed when 'stream' is true",
+                      "stream_options", "invalid_value")
+    return stream, bool(opts and opts.get("include_usage"))
+
+
+_ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def _messages(v: Any) -> List[JSON]:
+    if not isinstance(v, list):
+        raise _bad_type("messages", v, "an array of message objects")
+    if not v:
+        raise invalid("'messages' must not be empty", "messages", "invalid_value")
+    out = []
+    for i, msg in enumerate(v):
+        where = f"messages[{i}]"
+        obj(msg, where)
+        role = msg.get("role")
+        if role not in _ROLES:
+            raise invalid(f"'{where}.role' must be one of {', '.join(_ROLES)}, got {_short(role)}",
+                          f"{where}.role", "invalid_value")
+        content = msg.get("content")
+        if isinstance(content, list):
+            content = _text_parts(content, f"{where}.content")
+        elif content is None:
+            if role != "assistant" or not msg.get("tool_calls"):
+                raise invalid(f"'{where}.content' is missing", f"{where}.content", "invalid_value")
+        elif not isinstance(content, str):
+            raise _bad_type(f"{where}.content", content, "a string or an array of content parts")
+        for key in msg:
+            if key not in ("role", "content", "name", "tool_calls", "tool_call_id",
+                           "reasoning_content", "refusal"):
+                raise invalid(f"unknown field '{where}.{key}'", f"{where}.{key}", "unknown_field")
+        clean = dict(msg)
+        clean["content"] = content
+        out.append(clean)
+    return out
+
+
+def _text_parts(parts: list, where: str) -> str:
+    texts = []
+    for j, part in enumerate(parts):
+        w = f"{where}[{j}]"
+        if not isinstance(part, dict):
+            raise _bad_type(w, part, "a content part object")
+        kind = part.get("type")
+        if kind != "text":
+            raise invalid(f"'{w}.type' is {_short(kind)}: only text content parts are supported "
+                          f"(this model takes no images or audio)", f"{w}.type", "invalid_value")
+        if not isinstance(part.get("text"), str):
+            raise _bad_type(f"{w}.text", part.get("text"), "a string")
+        texts.append(part["text"])
+    return "\n".join(texts)
+
+
+def _prompts(v: Any) -> List[Union[str, List[int]]]:
+    """OpenAI's prompt shapes: "text", ["text", ...], [id, ...], [[id, ...], ...]."""
+    bad = _bad_type("prompt", v, "a string, an array of strings, an array of token ids or an "
+                                 "array of token id arrays")
+    if isinstance(v, str):
+        return [v]
+    if not isinstance(v, list) or not v:
+        raise bad
+
+    def ids(xs) -> bool:
+        return all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in xs)
+
+    if ids(v):
+        return [list(v)]
+    if all(isinstance(p, str) for p in v):
+        return list(v)
+    if all(isinstance(p, list) and p and ids(p) for p in v):
+        return [list(p) for p in v]
+    raise bad
+
+
+def parse_chat(body: Any) -> GenerationRequest:
+    fields = _check_fields(body, {**{k: c for k, (c, _) in _SAMPLING.items()},
+                                  **_COMMON, **_INERT, **_CHAT_ONLY})
+    if "messages" not in fields:
+        raise invalid("'messages' is required", "messages", "missing_field")
+    messages = _messages(fields["messages"])
+    if "max_completion_tokens" in fields:
+        if "max_tokens" in fields and fields["max_tokens"] != fields["max_completion_tokens"]:
+            raise invalid("'max_tokens' and 'max_completion_tokens' disagree; send one",
+                          "max_completion_tokens", "invalid_value")
+        fields["max_tokens"] = fields["max_completion_tokens"]
+    sampling = _sampling(fields)
+    want_logprobs = fields.get("logprobs", False)
+    if "top_logprobs" in fields and not want_logprobs:
+        raise invalid("'top_logprobs' needs 'logprobs': true", "top_logprobs", "invalid_value")
+    if want_logprobs:
+        sampling["logprobs"] = fields.get("top_logprobs", 0)
+    stream, include_usage = _stream_flags(fields)
+    tool_list = fields.get("tools")
+    if fields.get("tool_choice") == "none":
+        tool_list = None  # the template then renders no tool block, so none can be called
+    return GenerationRequest(sampling=sampling, stream=stream, include_usage=include_usage,
+                             n=sampling.get("n", 1), messages=messages, tools=tool_list,
+                             logprobs=want_logprobs)
+
+
+def parse_completion(body: Any) -> GenerationRequest:
+    fields = _check_fields(body, {**{k: c for k, (c, _) in _SAMPLING.items()},
+                                  **_COMMON, **_INERT, **_COMPLETION_ONLY})
+    if "prompt" not in fields:
+        raise invalid("'prompt' is required", "prompt", "missing_field")
+    prompts = _prompts(fields["prompt"])
+    if fields.get("suffix"):
+        raise invalid("'suffix' (fill-in-the-middle) is not supported", "suffix", "unsupported")
+    sampling = _sampling(fields)
+    n = sampling.get("n", 1)
+    if "best_of" in fields and fields["best_of"] != n:
+        raise invalid(f"'best_of' ({fields['best_of']}) must equal 'n' ({n}): ranking candidates "
+                      "is not supported", "best_of", "unsupported")
+    if "logprobs" in fields:
+        sampling["logprobs"] = fields["logprobs"]
+    stream, include_usage = _stream_flags(fields)
+    echo = fields.get("echo", False)
+    if echo and not all(isinstance(p, str) for p in prompts):
+        raise invalid("'echo' needs text prompts", "echo", "unsupported")
+    return GenerationRequest(sampling=sampling, stream=stream, include_usage=include_usage,
+                             n=n, prompts=prompts, echo=echo)
+
+
+def parse_tokenize(body: Any) -> JSON:
+    fields = _check_fields(body, {"content": string, "add_special": boolean,
+                                  "parse_special": boolean, "with_pieces": boolean,
+                                  "model": string})
+    if "content" not in fields:
+        raise invalid("'content' is required", "content", "missing_field")
+    # llama-server's defaults: no BOS unless asked, special tokens written as text are parsed
+    fields.setdefault("add_special", False)
+    fields.setdefault("parse_special", True)
+    fields.setdefault("with_pieces", False)
+    return fields
+
+
+def parse_detokenize(body: Any) -> List[int]:
+    fields = _check_fields(body, {"tokens": anything, "model": string})
+    toks = fields.get("tokens", [])
+    if not isinstance(toks, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in toks):
+        raise _bad_type("tokens", toks, "an array of token ids (non-negative integers)")
+    return toks

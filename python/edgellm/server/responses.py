@@ -1,0 +1,178 @@
+"""OpenAI response shapes (chat, legacy completions, their stream chunks) built from the engine's
+CompletionChunks, plus llama-server's `timings` object."""
+import time
+import uuid
+from typing import Any, Dict, List, Optional
+
+JSON = Dict[str, Any]
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def timings(t: Optional[dict]) -> Optional[JSON]:
+    """llama-server's timings, filling the per-token figures the engine may leave out."""
+    if not t:
+        return None
+    out = dict(t)
+    for kind in ("prompt", "predicted"):
+        n, ms = out.get(f"{kind}_n"), out.get(f"{kind}_ms")
+        if n is not None and ms is not None:
+            out.setdefault(f"{kind}_per_token_ms", ms / n if n else 0.0)
+            out.setdefault(f"{kind}_per_second", 1e3 * n / ms if ms else 0.0)
+    return out
+
+
+def _top(tl) -> JSON:
+    return {"token": tl.token, "logprob": tl.logprob, "bytes": list(tl.bytes)}
+
+
+def chat_logprobs(items) -> List[JSON]:
+    """`logprobs.content` entries: token, logprob, bytes and the top alternatives."""
+    return [{**_top(t), "top_logprobs": [_top(x) for x in (t.top_logprobs or [])]}
+            for t in items]
+
+
+def legacy_logprobs(items, offset: int) -> JSON:
+    """The completions API's parallel arrays; `offset` is where the first token's text starts."""
+    out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+    for t in items:
+        out["tokens"].append(t.token)
+        out["token_logprobs"].append(t.logprob)
+        out["top_logprobs"].append({x.token: x.logprob for x in (t.top_logprobs or [])})
+        out["text_offset"].append(offset)
+        offset += len(t.token)
+    return out
+
+
+class Choice:
+    """One completion being assembled from its chunks."""
+
+    def __init__(self, index: int, prefix: str = ""):
+        self.index = index
+        self.prefix = prefix         # the echoed prompt (completions with echo)
+        self.parts: List[str] = [prefix] if prefix else []
+        self.logprobs: list = []
+        self.finish_reason: Optional[str] = None
+        self.usage = None
+        self.timings: Optional[dict] = None
+        self.streamed_len = 0        # characters sent so far (legacy text_offset)
+        self.started = False         # the first event of this choice has been sent
+
+    def add(self, chunk) -> None:
+        if chunk.text:
+            self.parts.append(chunk.text)
+        if chunk.logprobs:
+            self.logprobs.extend(chunk.logprobs)
+        if chunk.finish_reason is not None:
+            self.finish_reason = chunk.finish_reason
+        if chunk.usage is not None:
+            self.usage = chunk.usage
+        if chunk.timings:
+            self.timings = chunk.timings
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+def usage(choices: List[Choice], prompts: int = 1) -> Optional[JSON]:
+    """Prompt tokens once per prompt (the n completions of one prompt share it), completion
+    tokens summed over every choice."""
+    done = [c for c in choices if c.usage is not None]
+    if not done:
+        return None
+    per_prompt: Dict[int, int] = {}
+    cached: Dict[int, int] = {}
+    n = max(1, len(choices) // max(1, prompts))
+    for c in done:
+        per_prompt[c.index // n] = c.usage.prompt_tokens
+        cached[c.index // n] = getattr(c.usage, "cached_tokens", 0) or 0
+    prompt = sum(per_prompt.values())
+    completion = sum(c.usage.completion_tokens for c in done)
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": sum(cached.values())}}
+
+
+class Formatter:
+    """The envelope shared by every response and chunk of one request."""
+
+    def __init__(self, kind: str, model: str, fingerprint: str):
+        self.kind = kind  # "chat" | "completion"
+        self.id = new_id("chatcmpl" if kind == "chat" else "cmpl")
+        self.created = int(time.time())
+        self.model = model
+        self.fingerprint = fingerprint
+
+    def _head(self, obj: str) -> JSON:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
+                "system_fingerprint": self.fingerprint}
+
+    # --- whole responses -----------------------------------------------------------------
+    def response(self, choices: List[Choice], want_logprobs: bool, prompts: int = 1) -> JSON:
+        if self.kind == "chat":
+            out = self._head("chat.completion")
+            out["choices"] = [{
+                "index": c.index,
+                "message": {"role": "assistant", "content": c.text},
+                "logprobs": ({"content": chat_logprobs(c.logprobs), "refusal": None}
+                             if want_logprobs else None),
+                "finish_reason": c.finish_reason,
+            } for c in choices]
+        else:
+            out = self._head("text_completion")
+            out["choices"] = [{
+                "index": c.index,
+                "text": c.text,
+                "logprobs": (legacy_logprobs(c.logprobs, len(c.prefix))
+                             if want_logprobs else None),
+                "finish_reason": c.finish_reason,
+            } for c in choices]
+        out["usage"] = usage(choices, prompts)
+        first = next((c.timings for c in choices if c.timings), None)
+        if first:
+            out["timings"] = timings(first)
+        return out
+
+    # --- stream chunks -----------------------------------------------------------------------
+    def chunk(self, choice: Choice, chunk, want_logprobs: bool, include_usage: bool) -> JSON:
+        """The SSE event for one engine chunk of `choice` (already added to it)."""
+        if self.kind == "chat":
+            delta: JSON = {}
+            if not choice.started:
+                choice.started = True
+                delta["role"] = "assistant"
+            if chunk.text or "role" in delta:
+                delta["content"] = chunk.text
+            body = {"index": choice.index, "delta": delta,
+                    "logprobs": ({"content": chat_logprobs(chunk.logprobs or []), "refusal": None}
+                                 if want_logprobs else None),
+                    "finish_reason": chunk.finish_reason}
+            out = self._head("chat.completion.chunk")
+        else:
+            text = chunk.text
+            if not choice.started:
+                choice.started = True
+                text = choice.prefix + text
+            start = choice.streamed_len + len(text) - len(chunk.text)
+            body = {"index": choice.index, "text": text,
+                    "logprobs": (legacy_logprobs(chunk.logprobs or [], start)
+                                 if want_logprobs else None),
+                    "finish_reason": chunk.finish_reason}
+            choice.streamed_len += len(text)
+            out = self._head("text_completion")
+        out["choices"] = [body]
+        if include_usage:
+            out["usage"] = None  # OpenAI: null on every chunk but the final usage chunk
+        if chunk.finish_reason is not None and chunk.timings:
+            out["timings"] = timings(chunk.timings)
+        return out
+
+    def usage_chunk(self, choices: List[Choice], prompts: int = 1) -> JSON:
+        obj = "chat.completion.chunk" if self.kind == "chat" else "text_completion"
+        out = self._head(obj)
+        out["choices"] = []
+        out["usage"] = usage(choices, prompts)
+        return out

@@ -1,0 +1,304 @@
+"""The HTTP endpoints. Generation requests share one life cycle (`_generate`):
+
+    parse + check -> SamplingParams -> admit (429) -> open engine streams -> wait for the first
+    chunk while watching for disconnect and the deadline -> stream SSE events, or collect the
+    rest (still watching) and answer one JSON body -> close the streams, release the slots.
+
+Waiting for the first chunk before answering means a request the engine rejects (context
+overflow, bad template input) gets a proper 400 even when it asked to stream.
+"""
+import asyncio
+import inspect
+import json
+import logging
+import time
+from typing import Any, Callable, List, Optional
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+
+import edgellm
+
+from . import protocol
+from .engine import ChunkStream, EngineHost
+from .errors import APIError, invalid, timed_out
+from .responses import Choice, Formatter
+from .sse import DONE, EventStreamResponse, sse, wait_disconnect
+
+log = logging.getLogger("edgellm.server")
+
+CLIENT_CLOSED = 499  # nginx's code for "the client went away first", used in metrics only
+
+
+class ClientGone(Exception):
+    """The client disconnected before the answer was ready."""
+
+
+async def _maybe_await(x):
+    return await x if inspect.isawaitable(x) else x
+
+
+def engine_error(e: BaseException, param: Optional[str] = None) -> APIError:
+    """Map what the engine raises to the status a client should see."""
+    if isinstance(e, APIError):
+        return e
+    if isinstance(e, edgellm.ContextLengthError):
+        return APIError(400, f"the request does not fit the context: {e}",
+                        "invalid_request_error", param, "context_length_exceeded")
+    if isinstance(e, (edgellm.InvalidRequestError, ValueError)):
+        return invalid(str(e), param)
+    if isinstance(e, edgellm.RequestCancelled):
+        return APIError(503, f"the request was cancelled by the server: {e}",
+                        "unavailable_error", None, "cancelled")
+    log.exception("request failed", exc_info=e)
+    return APIError(500, f"internal error: {type(e).__name__}: {e}", "server_error", None,
+                    "internal_error")
+
+
+async def read_json(request: Request) -> Any:
+    raw = await request.body()
+    if not raw.strip():
+        raise invalid("the request body is empty; send a JSON object", None, "invalid_json")
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise invalid(f"the request body is not valid JSON: {e}", None, "invalid_json") from None
+
+
+class Routes:
+    def __init__(self, host: EngineHost):
+        self.host = host
+        self.config = host.config
+        self.metrics = host.metrics
+
+    # --- helpers ---------------------------------------------------------------------------
+    def _fail(self, endpoint: str, e: APIError) -> Response:
+        self.metrics.request_done(endpoint, e.status)
+        return e.response()
+
+    def _deadline(self, t0: float) -> Optional[float]:
+        return t0 + self.config.timeout if self.config.timeout else None
+
+    async def _race(self, awaitable, request: Request, deadline: Optional[float]):
+        """Await `awaitable`, but give up (cancelling it) when the client disconnects or the
+        deadline passes."""
+        task = asyncio.ensure_future(awaitable)
+        watcher = asyncio.ensure_future(wait_disconnect(request.receive))
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            done, _ = await asyncio.wait({task, watcher}, timeout=timeout,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            watcher.cancel()
+            raise
+        if task in done:
+            watcher.cancel()
+            return task.result()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        if watcher in done:
+            raise ClientGone()
+        watcher.cancel()
+        raise timed_out(self.config.timeout)
+
+    def _fingerprint(self) -> str:
+        isa = getattr(self.host.llm, "isa", None) or getattr(
+            getattr(self.host.llm, "llm", None), "isa", "cpu")
+        return f"edgellm-{edgellm.__version__}-{isa}"
+
+    # --- generation ----------------------------------------------------------------------------
+    async def chat_completions(self, request: Request) -> Response:
+        def open_streams(llm, req, params):
+            return [llm.chat_stream_chunks(req.messages, params, tools=req.tools)]
+        return await self._generate(request, "chat", protocol.parse_chat, open_streams, "messages")
+
+    async def completions(self, request: Request) -> Response:
+        def open_streams(llm, req, params):
+            return [llm.stream_chunks(p, params) for p in req.prompts]
+        return await self._generate(request, "completions", protocol.parse_completion,
+                                    open_streams, "prompt")
+
+    async def _generate(self, request: Request, endpoint: str, parse: Callable,
+                        open_streams: Callable, prompt_param: str) -> Response:
+        t0 = time.monotonic()
+        try:
+            llm = self.host.require_ready()
+            req = parse(await read_json(request))
+            params = self.host.sampling_params(req.sampling)
+            prompts = len(req.prompts) if req.prompts is not None else 1
+            admission = self.host.admit(prompts * req.n)
+        except APIError as e:
+            return self._fail(endpoint, e)
+
+        deadline = self._deadline(t0)
+        stream: Optional[ChunkStream] = None
+        try:
+            stream = ChunkStream(open_streams(llm, req, params), req.n, self.metrics, t0)
+            first = await self._race(stream.next(), request, deadline)
+        except ClientGone:
+            await self._close(stream, admission)
+            self.metrics.request_done(endpoint, CLIENT_CLOSED)
+            log.info("client disconnected before the first token; request aborted")
+            return Response(status_code=CLIENT_CLOSED)
+        except BaseException as e:  # noqa: BLE001 - every failure becomes an answer
+            await asyncio.shield(self._close(stream, admission))
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            return self._fail(endpoint, engine_error(e, prompt_param))
+
+        kind = "chat" if endpoint == "chat" else "completion"
+        fmt = Formatter(kind, self.config.model_id, self._fingerprint())
+        prefix = {}
+        if req.echo:
+            for p_i, p in enumerate(req.prompts):
+                for j in range(req.n):
+                    prefix[p_i * req.n + j] = p
+        choices = {i: Choice(i, prefix.get(i, "")) for i in range(prompts * req.n)}
+        want_logprobs = req.logprobs if kind == "chat" else "logprobs" in req.sampling
+
+        if req.stream:
+            return self._stream(endpoint, fmt, stream, admission, first, choices, req,
+                                want_logprobs, deadline, prompts)
+
+        async def collect():
+            item = first
+            while item is not None:
+                index, chunk = item
+                choices[index].add(chunk)
+                item = await stream.next()
+
+        try:
+            await self._race(collect(), request, deadline)
+        except ClientGone:
+            self.metrics.request_done(endpoint, CLIENT_CLOSED)
+            log.info("client disconnected while waiting; request aborted")
+            return Response(status_code=CLIENT_CLOSED)
+        except BaseException as e:  # noqa: BLE001
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            return self._fail(endpoint, engine_error(e, prompt_param))
+        finally:
+            await asyncio.shield(self._close(stream, admission))
+        self.metrics.request_done(endpoint, 200)
+        ordered = [choices[i] for i in sorted(choices)]
+        return JSONResponse(fmt.response(ordered, want_logprobs, prompts))
+
+    def _stream(self, endpoint, fmt: Formatter, stream: ChunkStream, admission, first,
+                choices, req, want_logprobs, deadline, prompts) -> Response:
+        async def events():
+            item = first
+            while item is not None:
+                index, chunk = item
+                choice = choices[index]
+                choice.add(chunk)
+                if chunk.text or chunk.finish_reason is not None or chunk.logprobs \
+                        or not choice.started:
+                    yield sse(fmt.chunk(choice, chunk, want_logprobs, req.include_usage))
+                try:
+                    timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    item = await asyncio.wait_for(stream.next(), timeout)
+                except asyncio.TimeoutError:
+                    err = timed_out(self.config.timeout)
+                    outcome["status"] = err.status
+                    yield sse(err.body())
+                    return
+                except Exception as e:  # noqa: BLE001 - headers are sent: report in-band
+                    err = engine_error(e)
+                    outcome["status"] = err.status
+                    yield sse(err.body())
+                    return
+            if req.include_usage:
+                yield sse(fmt.usage_chunk([choices[i] for i in sorted(choices)], prompts))
+            yield DONE
+
+        outcome = {"status": 200}
+
+        async def on_close(disconnected: bool):
+            await self._close(stream, admission)
+            self.metrics.request_done(endpoint, CLIENT_CLOSED if disconnected else outcome["status"])
+
+        return EventStreamResponse(events(), on_close)
+
+    @staticmethod
+    async def _close(stream: Optional[ChunkStream], admission) -> None:
+        try:
+            if stream is not None:
+                await stream.aclose()
+        finally:
+            admission.release()
+
+    # --- the rest -------------------------------------------------------------------------------
+    async def models(self, request: Request) -> Response:
+        try:
+            llm = self.host.require_ready()
+        except APIError as e:
+            return self._fail("models", e)
+        inner = getattr(llm, "llm", llm)
+        meta = {"n_ctx": getattr(inner, "n_ctx", None), "n_vocab": getattr(inner, "n_vocab", None),
+                "isa": getattr(inner, "isa", None), "path": getattr(inner, "model_path", None)}
+        md = getattr(inner, "metadata", None) or {}
+        if isinstance(md, dict):
+            meta["architecture"] = md.get("general.architecture")
+            meta["n_ctx_train"] = md.get(f"{md.get('general.architecture')}.context_length")
+        self.metrics.request_done("models", 200)
+        return JSONResponse({"object": "list", "data": [{
+            "id": self.config.model_id, "object": "model",
+            "created": int(self.host.loaded_at or time.time()), "owned_by": "edgellm",
+            "meta": meta}]})
+
+    async def health(self, request: Request) -> Response:
+        state = self.host.state
+        if state == "ready":
+            return JSONResponse({"status": "ok"})
+        if state == "failed":
+            return JSONResponse({"status": "error", "message": str(self.host.error)}, 500)
+        return JSONResponse({"status": state}, 503, headers={"Retry-After": "1"})
+
+    async def metrics_text(self, request: Request) -> Response:
+        text = self.metrics.render(self.host.stats(), self.config.model_id,
+                                   self.host.state == "ready")
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def tokenize(self, request: Request) -> Response:
+        try:
+            llm = self.host.require_ready()
+            f = protocol.parse_tokenize(await read_json(request))
+            ids = await _maybe_await(llm.tokenize(f["content"], add_special=f["add_special"],
+                                                  parse_special=f["parse_special"]))
+            ids = [int(t) for t in ids]
+            if f["with_pieces"]:
+                to_piece = getattr(llm, "token_to_piece", None) or llm.llm.token_to_piece
+                tokens: List[Any] = []
+                for t in ids:
+                    piece = bytes(to_piece(t))
+                    try:
+                        tokens.append({"id": t, "piece": piece.decode("utf-8")})
+                    except UnicodeDecodeError:  # part of a multi-byte character: raw bytes
+                        tokens.append({"id": t, "piece": list(piece)})
+            else:
+                tokens = ids
+        except APIError as e:
+            return self._fail("tokenize", e)
+        except Exception as e:  # noqa: BLE001
+            return self._fail("tokenize", engine_error(e, "content"))
+        self.metrics.request_done("tokenize", 200)
+        return JSONResponse({"tokens": tokens})
+
+    async def detokenize(self, request: Request) -> Response:
+        try:
+            llm = self.host.require_ready()
+            ids = protocol.parse_detokenize(await read_json(request))
+            n_vocab = getattr(getattr(llm, "llm", llm), "n_vocab", None)
+            if n_vocab is not None:
+                bad = [t for t in ids if t >= n_vocab]
+                if bad:
+                    raise invalid(f"token id {bad[0]} is out of range: the vocabulary has "
+                                  f"{n_vocab} tokens", "tokens", "invalid_value")
+            text = await _maybe_await(llm.detokenize(ids))
+        except APIError as e:
+            return self._fail("detokenize", e)
+        except Exception as e:  # noqa: BLE001
+            return self._fail("detokenize", engine_error(e, "tokens"))
+        self.metrics.request_done("detokenize", 200)
+        return JSONResponse({"content": text})

@@ -1,0 +1,80 @@
+"""Server-sent events, with the client's disconnect watched the whole time.
+
+Starlette's StreamingResponse only notices a vanished client when a write fails, i.e. at the
+next token; during a long prefill nothing is written. Here a second task waits on the ASGI
+`receive` channel for `http.disconnect` and cancels the producer at once, and `on_close` runs
+whatever happened (finished, disconnected, failed), so the engine request is always aborted and
+its pages freed.
+"""
+import asyncio
+import json
+import logging
+from typing import AsyncIterator, Awaitable, Callable, Optional
+
+from starlette.types import Receive, Scope, Send
+
+log = logging.getLogger("edgellm.server")
+
+
+async def wait_disconnect(receive: Receive) -> None:
+    """Return when the client goes away. Call only after the request body has been read."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def sse(obj) -> bytes:
+    return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+class EventStreamResponse:
+    """An ASGI response sending the byte strings `events` yields as one text/event-stream."""
+
+    def __init__(self, events: AsyncIterator[bytes], on_close: Callable[[bool], Awaitable[None]],
+                 headers: Optional[dict] = None):
+        self.events = events
+        self.on_close = on_close  # called with True when the client disconnected
+        self.headers = headers or {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        disconnected = False
+        try:
+            headers = [(b"content-type", b"text/event-stream; charset=utf-8"),
+                       (b"cache-control", b"no-cache"),
+                       (b"x-accel-buffering", b"no")]  # proxies must not hold events back
+            headers += [(k.lower().encode(), v.encode()) for k, v in self.headers.items()]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            producer = asyncio.ensure_future(self._pump(send))
+            watcher = asyncio.ensure_future(wait_disconnect(receive))
+            try:
+                done, _ = await asyncio.wait({producer, watcher},
+                                             return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:  # server shutting down
+                producer.cancel()
+                watcher.cancel()
+                raise
+            if producer in done:
+                watcher.cancel()
+                exc = producer.exception()
+                if isinstance(exc, OSError):  # the write failed: the client is gone
+                    disconnected = True
+                elif exc is not None:
+                    raise exc
+            else:
+                disconnected = True
+                producer.cancel()
+                await asyncio.gather(producer, return_exceptions=True)
+        finally:
+            # Shielded: on cancellation (shutdown) the engine request must still be aborted.
+            await asyncio.shield(self.on_close(disconnected))
+        if disconnected:
+            log.info("client disconnected mid-stream; request aborted")
+
+    async def _pump(self, send: Send) -> None:
+        async for data in self.events:
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
