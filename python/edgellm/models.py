@@ -335,7 +335,10 @@ def fetch_all(quiet: bool = False, verify: bool = False) -> List[Path]:
     return [fetch(name, quiet=quiet, verify=verify) for name in KNOWN_MODELS]  # type: ignore[misc]
 
 
-def resolve(name_or_path: Union[str, Path], fetch: bool = True) -> Path:  # noqa: A002
+_fetch_model = fetch  # resolve() takes a `fetch` flag that shadows the function
+
+
+def resolve(name_or_path: Union[str, Path], fetch: bool = True) -> Path:
     """A path to an existing file is returned as is; a known model name is fetched on first
     use (or, with fetch=False, must already be cached); anything else is an error that lists
     the known names."""
@@ -353,7 +356,7 @@ def resolve(name_or_path: Union[str, Path], fetch: bool = True) -> Path:  # noqa
             f"known models: {_known_names()}"
         ) from None
     if fetch:
-        return globals()["fetch"](name)  # the module function, shadowed by the argument
+        return _fetch_model(name)
     path = model_path(name)
     if not is_cached(name):
         raise FileNotFoundError(
