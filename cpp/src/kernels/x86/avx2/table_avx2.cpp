@@ -1,0 +1,22 @@
+// The avx2 kernel table: AVX2 + FMA + F16C (maddubs/madd int8 dots).
+// Tile shapes (rows per tile for decode / for 4-column prefill tiles) are chosen per level:
+// decode 4 rows, prefill 2 rows × 4 columns.
+#include "kernels/kernels.h"
+
+namespace edgellm::kernels {
+
+void fill_avx2_quantize(KernelTable& t);
+void fill_avx2_matmul_legacy(KernelTable& t);
+void fill_avx2_matmul_kquant(KernelTable& t);
+void fill_avx2_matmul_float(KernelTable& t);
+void fill_avx2_float_ops(KernelTable& t);
+
+void fill_avx2_table(KernelTable& t) {
+  fill_avx2_quantize(t);
+  fill_avx2_matmul_legacy(t);
+  fill_avx2_matmul_kquant(t);
+  fill_avx2_matmul_float(t);
+  fill_avx2_float_ops(t);
+}
+
+}  // namespace edgellm::kernels

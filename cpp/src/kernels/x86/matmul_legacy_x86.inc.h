@@ -1,0 +1,130 @@
+// Matmul for the 32-element "legacy" weight blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) against Q8_0 /
+// Q8_1 activations. Per block: an exact int32 dot of the quants, converted once and FMA'd with
+// d_w·d_x in f32 (plus m_w·s_x for the types with a min), as quant::vec_dot does.
+//
+// A weight block is unpacked into 32 bytes once per tile (see matmul_tiling_x86.inc.h):
+//  - signed types (Q4_0, Q5_0, Q8_0): q = nib − 8 (or (nib|h) − 16, or the int8 itself); the dot
+//    uses |q| as the unsigned operand and moves q's sign onto x (_mm256_sign_epi8);
+//  - types with a min (Q4_1, Q5_1): q is already unsigned (0..15 / 0..31).
+#pragma once
+#include "kernels/x86/matmul_tiling_x86.inc.h"
+#include "kernels/x86/simd_x86.h"
+#include "quant/blocks.h"
+
+namespace edgellm::kernels {
+namespace {
+
+struct UnpackedLegacy {
+  __m256i u;  // unsigned operand: |q| (signed types) or q (types with a min)
+  __m256i q;  // signed q (signed types only; sign source for x)
+  float d;
+  float m;    // min (types with a min)
+};
+
+struct LegacyQ4_0 {
+  using Block = block_q4_0;
+  using Act = block_q8_0;
+  static constexpr bool kSigned = true;
+  static UnpackedLegacy unpack(const Block& b) {
+    const __m256i q = _mm256_sub_epi8(unpack_nibbles_16(b.qs), _mm256_set1_epi8(8));
+    return {_mm256_sign_epi8(q, q), q, half_to_float(b.d), 0.0f};
+  }
+};
+
+struct LegacyQ5_0 {
+  using Block = block_q5_0;
+  using Act = block_q8_0;
+  static constexpr bool kSigned = true;
+  static UnpackedLegacy unpack(const Block& b) {
+    const __m256i v = _mm256_or_si256(unpack_nibbles_16(b.qs), expand_q5_high_bits(b.qh));
+    const __m256i q = _mm256_sub_epi8(v, _mm256_set1_epi8(16));
+    return {_mm256_sign_epi8(q, q), q, half_to_float(b.d), 0.0f};
+  }
+};
+
+struct LegacyQ8_0 {
+  using Block = block_q8_0;
+  using Act = block_q8_0;
+  static constexpr bool kSigned = true;
+  static UnpackedLegacy unpack(const Block& b) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+    // |−128| = 128 read as unsigned is still right, and 128·127·2 fits the int16 pair sum.
+    return {_mm256_abs_epi8(q), q, half_to_float(b.d), 0.0f};
+  }
+};
+
+struct LegacyQ4_1 {
+  using Block = block_q4_1;
+  using Act = block_q8_1;
+  static constexpr bool kSigned = false;
+  static UnpackedLegacy unpack(const Block& b) {
+    return {unpack_nibbles_16(b.qs), _mm256_setzero_si256(), half_to_float(b.d), half_to_float(b.m)};
+  }
+};
+
+struct LegacyQ5_1 {
+  using Block = block_q5_1;
+  using Act = block_q8_1;
+  static constexpr bool kSigned = false;
+  static UnpackedLegacy unpack(const Block& b) {
+    const __m256i v = _mm256_or_si256(unpack_nibbles_16(b.qs), expand_q5_high_bits(b.qh));
+    return {v, _mm256_setzero_si256(), half_to_float(b.d), half_to_float(b.m)};
+  }
+};
+
+template <class T>
+struct LegacyTile {
+  template <int R, int C>
+  struct Fn {
+    static void run(const MatmulArgs& a, int64_t r, int64_t c) {
+      using Block = typename T::Block;
+      using Act = typename T::Act;
+      const int64_t nb = a.K / 32;
+      const Block* w[R];
+      const Act* x[C];
+      for (int i = 0; i < R; ++i) w[i] = static_cast<const Block*>(a.w) + (r + i) * nb;
+      for (int j = 0; j < C; ++j)
+        x[j] = reinterpret_cast<const Act*>(static_cast<const uint8_t*>(a.x) + (c + j) * a.x_stride);
+
+      __m256 acc[R][C];
+      float acc_min[R][C];
+      for (int i = 0; i < R; ++i)
+        for (int j = 0; j < C; ++j) acc[i][j] = _mm256_setzero_ps(), acc_min[i][j] = 0.0f;
+
+      for (int64_t b = 0; b < nb; ++b) {
+        UnpackedLegacy u[R];
+        for (int i = 0; i < R; ++i) u[i] = T::unpack(w[i][b]);
+        for (int j = 0; j < C; ++j) {
+          const Act& xb = x[j][b];
+          const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
+          const float dx = half_to_float(xb.d);
+          for (int i = 0; i < R; ++i) {
+            const __m256i zero = _mm256_setzero_si256();
+            const __m256i s = T::kSigned ? dot_s8s8_acc(zero, u[i].u, u[i].q, xq) : dot_u8s8_acc(zero, u[i].u, xq);
+            acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(u[i].d * dx), acc[i][j]);
+            if constexpr (!T::kSigned) acc_min[i][j] += u[i].m * half_to_float(xb.s);
+          }
+        }
+      }
+      for (int i = 0; i < R; ++i)
+        for (int j = 0; j < C; ++j) a.y[(c + j) * a.ldy + r + i] = hsum(acc[i][j]) + acc_min[i][j];
+    }
+  };
+};
+
+template <class T, int kDecodeRows, int kTileRows>
+void matmul_legacy(const MatmulArgs& a) {
+  run_tiles<LegacyTile<T>::template Fn, kDecodeRows, kTileRows>(a);
+}
+
+template <int kDecodeRows, int kTileRows>
+void fill_matmul_legacy_x86(KernelTable& t) {
+  t.matmul[static_cast<int>(DType::Q4_0)] = matmul_legacy<LegacyQ4_0, kDecodeRows, kTileRows>;
+  t.matmul[static_cast<int>(DType::Q4_1)] = matmul_legacy<LegacyQ4_1, kDecodeRows, kTileRows>;
+  t.matmul[static_cast<int>(DType::Q5_0)] = matmul_legacy<LegacyQ5_0, kDecodeRows, kTileRows>;
+  t.matmul[static_cast<int>(DType::Q5_1)] = matmul_legacy<LegacyQ5_1, kDecodeRows, kTileRows>;
+  t.matmul[static_cast<int>(DType::Q8_0)] = matmul_legacy<LegacyQ8_0, kDecodeRows, kTileRows>;
+}
+
+}  // namespace
+}  // namespace edgellm::kernels
