@@ -647,3 +647,90 @@ def test_metrics_exposition(server):
     assert metric(text, "edgellm_inter_token_latency_seconds_count") == 4  # 5 tokens, 4 gaps
     assert 'edgellm_time_to_first_token_seconds_bucket{le="+Inf"} 1' in text
     assert metric(text, 'edgellm_requests_finished_total{finish_reason="length"}') == 1
+
+
+# --- the `edgellm serve` process ------------------------------------------------------------------
+
+def cli_fake_engine(config):
+    """--engine-factory target for the CLI tests; behaviour from FAKE_* environment variables."""
+    import os
+
+    time.sleep(float(os.environ.get("FAKE_LOAD_DELAY", "0")))
+    if os.environ.get("FAKE_LOAD_FAIL"):
+        raise edgellm.ModelFormatError(f"{config.model}: not a GGUF file (bad magic)")
+    return FakeAsyncLLM(token_delay=float(os.environ.get("FAKE_TOKEN_DELAY", "0.002")))
+
+
+def _serve(*args, **env_vars):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, **env_vars)
+    env["PYTHONPATH"] = os.pathsep.join([str(root / "python"), str(root / "tests"),
+                                         env.get("PYTHONPATH", "")])
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edgellm", "serve", "fake.gguf", "--port", str(port),
+         "--engine-factory", "test_server_unit:cli_fake_engine", "--log-level", "warning", *args],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def _first_health(proc, url, timeout=30):
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, proc.stdout.read()
+        try:
+            return httpx.get(url + "/health", timeout=2)
+        except httpx.TransportError:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+
+def test_cli_loads_in_background_and_exits_0_on_sigterm():
+    import signal
+
+    proc, url = _serve("--shutdown-grace", "1", FAKE_LOAD_DELAY="1.5", FAKE_TOKEN_DELAY="0.05")
+    try:
+        r = _first_health(proc, url)
+        assert r.status_code == 503 and r.json() == {"status": "loading"}
+        deadline = time.monotonic() + 10
+        while httpx.get(url + "/health").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        body = {**CHAT, "max_tokens": 200, "stream": True}
+        with httpx.Client(timeout=10) as c, c.stream("POST", url + "/v1/chat/completions",
+                                                     json=body) as r:
+            lines = r.iter_lines()
+            assert next(lines).startswith("data: ")
+            t0 = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            try:
+                for _ in lines:
+                    pass
+            except httpx.HTTPError:
+                pass
+        assert proc.wait(15) == 0
+        assert time.monotonic() - t0 < 8  # the 1 s grace period, not the 10 s the stream needs
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def test_cli_exits_1_when_the_model_fails_to_load():
+    proc, url = _serve(FAKE_LOAD_FAIL="1")
+    try:
+        assert proc.wait(30) == 1
+        assert "bad magic" in proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_cli_rejects_bad_options():
+    proc, _ = _serve("--kv-memory", "lots")
+    assert proc.wait(30) == 2 and "memory size" in proc.stdout.read()

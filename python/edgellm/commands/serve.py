@@ -76,8 +76,12 @@ def _size(ctx, param, value):
               help="Seconds in-flight requests get to finish after SIGTERM before being aborted.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@click.option("--engine-factory", default=None, hidden=True, metavar="MODULE:CALLABLE",
+              help="Build the engine with CALLABLE(ServerConfig) instead of edgellm.AsyncLLM; "
+                   "MODULE.SamplingParams, if any, replaces edgellm's (tests, other engines).")
 def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_size, kv_memory,
-            threads, timeout, chat_template, alias, max_batch_tokens, shutdown_grace, log_level):
+            threads, timeout, chat_template, alias, max_batch_tokens, shutdown_grace, log_level,
+            engine_factory):
     """Serve MODEL (a .gguf path or a known model name) over an OpenAI-compatible HTTP API.
 
     Sampling parameters a request leaves out take edgellm's (llama.cpp's) defaults, as
@@ -88,8 +92,10 @@ def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_s
 
     from edgellm.server import ServerConfig, create_app
 
+    factories = _engine_factory(engine_factory) if engine_factory else {}
     config = ServerConfig(
-        model=model, model_path=_resolve_model(model), alias=alias, host=host, port=port,
+        model=model, model_path=model if factories else _resolve_model(model), alias=alias,
+        host=host, port=port,
         api_key=_read_key(api_key, api_key_file), parallel=parallel, max_queue=max_queue,
         ctx_size=ctx_size, kv_memory=kv_memory, threads=threads, timeout=timeout or None,
         chat_template=chat_template, max_batch_tokens=max_batch_tokens,
@@ -102,7 +108,7 @@ def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_s
         failure.append(e)
         server.should_exit = True
 
-    app = create_app(config, on_load_failure=on_load_failure)
+    app = create_app(config, on_load_failure=on_load_failure, **factories)
     server = _Server(uvicorn.Config(
         app, host=host, port=port, log_level=log_level, access_log=log_level == "debug",
         timeout_graceful_shutdown=max(1, int(round(shutdown_grace))) if shutdown_grace else None,
@@ -115,6 +121,20 @@ def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_s
         sys.exit(1)
     if not server.started:
         sys.exit(1)  # e.g. the port was taken; uvicorn has said why
+
+
+def _engine_factory(spec: str) -> dict:
+    import importlib
+
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+        out = {"loader": getattr(module, attr)}
+    except (ImportError, AttributeError, ValueError) as e:
+        raise click.BadParameter(f"cannot load {spec}: {e}", param_hint="--engine-factory") from None
+    if hasattr(module, "SamplingParams"):
+        out["params_factory"] = module.SamplingParams
+    return out
 
 
 try:

@@ -23,7 +23,7 @@ from . import protocol
 from .engine import ChunkStream, EngineHost
 from .errors import APIError, invalid, timed_out
 from .responses import Choice, Formatter
-from .sse import DONE, EventStreamResponse, sse, wait_disconnect
+from .sse import DONE, EventStreamResponse, cancel_and_wait, sse, wait_disconnect
 
 log = logging.getLogger("edgellm.server")
 
@@ -89,14 +89,12 @@ class Routes:
             done, _ = await asyncio.wait({task, watcher}, timeout=timeout,
                                          return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
-            task.cancel()
-            watcher.cancel()
+            await asyncio.shield(cancel_and_wait(task, watcher))
             raise
         if task in done:
             watcher.cancel()
             return task.result()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_wait(task)
         if watcher in done:
             raise ClientGone()
         watcher.cancel()

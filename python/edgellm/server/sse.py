@@ -24,6 +24,14 @@ async def wait_disconnect(receive: Receive) -> None:
             return
 
 
+async def cancel_and_wait(*tasks: asyncio.Future) -> None:
+    """Cancel the tasks and wait until they have unwound, so that nothing else touches an
+    engine stream while one of them is still inside it."""
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 def sse(obj) -> bytes:
     return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
 
@@ -54,8 +62,7 @@ class EventStreamResponse:
                 done, _ = await asyncio.wait({producer, watcher},
                                              return_when=asyncio.FIRST_COMPLETED)
             except asyncio.CancelledError:  # server shutting down
-                producer.cancel()
-                watcher.cancel()
+                await asyncio.shield(cancel_and_wait(producer, watcher))
                 raise
             if producer in done:
                 watcher.cancel()
@@ -66,8 +73,7 @@ class EventStreamResponse:
                     raise exc
             else:
                 disconnected = True
-                producer.cancel()
-                await asyncio.gather(producer, return_exceptions=True)
+                await cancel_and_wait(producer)
         finally:
             # Shielded: on cancellation (shutdown) the engine request must still be aborted.
             await asyncio.shield(self.on_close(disconnected))
