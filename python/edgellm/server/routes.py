@@ -47,6 +47,8 @@ def engine_error(e: BaseException, param: Optional[str] = None) -> APIError:
                         "invalid_request_error", param, "context_length_exceeded")
     if isinstance(e, (edgellm.InvalidRequestError, ValueError)):
         return invalid(str(e), param)
+    if isinstance(e, NotImplementedError):  # e.g. a parameter this engine build cannot honour
+        return invalid(f"not supported: {e}", param, "unsupported")
     if isinstance(e, edgellm.RequestCancelled):
         return APIError(503, f"the request was cancelled by the server: {e}",
                         "unavailable_error", None, "cancelled")
