@@ -139,8 +139,8 @@ class FakeAsyncLLM:
 
     def stats(self):
         used = sum(self.active.values())
-        return {"running": len(self.active), "waiting": 0, "pages_used": used + 2,
-                "pages_cached": 2, "pages_total": 64, "prefix_cache_hits": 1,
+        return {"running": len(self.active), "waiting": 0, "pages_used": used,
+                "pages_cached": 2, "pages_allocated": used + 2, "pages_total": 64, "prefix_cache_hits": 1,
                 "prefix_cache_queries": 4, "prompt_tokens_total": 0,
                 "generated_tokens_total": 0, "tokens_per_second": 12.5}
 

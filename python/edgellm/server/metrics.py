@@ -115,14 +115,21 @@ class ServerMetrics:
             metric("edgellm_generation_tokens_total", "counter", "Tokens generated",
                    [("", e.get("generated_tokens_total", self.generation_tokens))])
             metric("edgellm_kv_pages_used", "gauge",
-                   "KV pages in use (running requests and the prefix cache)",
-                   [("", e.get("pages_used", 0))])
+                   "KV pages out of the free lists (held by requests or kept by the prefix cache)",
+                   [("", used_pages(e))])
             metric("edgellm_kv_pages_total", "gauge", "KV pages in the pool",
                    [("", e.get("pages_total", 0))])
             metric("edgellm_kv_pages_in_use_requests", "gauge",
-                   "KV pages referenced by running or waiting requests (not only by the prefix "
-                   "cache); 0 when idle",
+                   "KV pages held by requests (excluding pages only the prefix cache keeps); "
+                   "0 when idle",
                    [("", requests_pages(e))])
+            metric("edgellm_kv_pages_cached", "gauge",
+                   "KV pages only the prefix cache keeps (reclaimable)",
+                   [("", e.get("pages_cached", 0))])
+            if "preemptions" in e:
+                metric("edgellm_preemptions_total", "counter",
+                       "Sequences preempted (pages reclaimed, recomputed later) for lack of KV pages",
+                       [("", e["preemptions"])])
             queries = e.get("prefix_cache_queries", 0)
             metric("edgellm_prefix_cache_hit_ratio", "gauge",
                    "Prefix cache hits / lookups since start",
@@ -149,12 +156,14 @@ class ServerMetrics:
 
 
 def requests_pages(stats: dict) -> int:
-    """KV pages held by requests, as opposed to pages kept only for the prefix cache.
+    """KV pages held by requests, as opposed to pages kept only for the prefix cache (the
+    engine's `pages_used`; `pages_in_use_requests` if a build names it so)."""
+    return int(stats.get("pages_in_use_requests", stats.get("pages_used", 0)))
 
-    The engine reports it as `pages_in_use_requests`; older stats give `pages_used` and the
-    prefix cache's own `pages_cached` (pages no request references), and the difference is the
-    same number.
-    """
-    if "pages_in_use_requests" in stats:
-        return int(stats["pages_in_use_requests"])
-    return max(0, int(stats.get("pages_used", 0)) - int(stats.get("pages_cached", 0)))
+
+def used_pages(stats: dict) -> int:
+    """Every page out of the free lists: the engine's `pages_allocated`, else requests' pages
+    plus the prefix cache's."""
+    if "pages_allocated" in stats:
+        return int(stats["pages_allocated"])
+    return requests_pages(stats) + int(stats.get("pages_cached", 0))
