@@ -6,11 +6,11 @@
 
 #include "common/fp16.h"
 #include "quant/reference.h"
+#include "quant/rounding.h"
 
 namespace edgellm::quant {
 namespace {
 
-int nearest_int(float v) { return static_cast<int>(std::nearbyint(v)); }  // ties to even
 int clamp(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
 // ---------------------------------------------------------------------------------------------
@@ -34,36 +34,34 @@ ScaleMin fit_scale_min(const float* x, int n, int nmax) {
     hi = x[i] > hi ? x[i] : hi;
   }
   if (!(hi > lo)) return {0.0f, -lo};  // constant block (or NaN): represent it by the min alone
-  double sum_x = 0;
-  for (int i = 0; i < n; ++i) sum_x += x[i];
+  double sum_x = 0, sum_xx = 0;
+  for (int i = 0; i < n; ++i) {
+    sum_x += x[i];
+    sum_xx += double(x[i]) * x[i];
+  }
   ScaleMin best{(hi - lo) / nmax, -lo};
   double best_err = INFINITY;
   for (int k = -kSearchSteps; k <= kSearchSteps; ++k) {
     const float iscale = (nmax + kSearchDelta * k) / (hi - lo);
     double sq = 0, sqq = 0, sqx = 0;
-    int q[32];
     for (int i = 0; i < n; ++i) {
-      q[i] = clamp(nearest_int((x[i] - lo) * iscale), 0, nmax);
-      sq += q[i];
-      sqq += double(q[i]) * q[i];
-      sqx += q[i] * double(x[i]);
+      const int q = clamp(nearest_int((x[i] - lo) * iscale), 0, nmax);
+      sq += q;
+      sqq += double(q) * q;
+      sqx += q * double(x[i]);
     }
     // Least squares for x ≈ a·q + b; b must stay ≤ 0.
-    double a, b;
     const double det = n * sqq - sq * sq;
     if (det <= 0) continue;
-    a = (n * sqx - sq * sum_x) / det;
-    b = (sqq * sum_x - sq * sqx) / det;
+    double a = (n * sqx - sq * sum_x) / det;
+    double b = (sqq * sum_x - sq * sqx) / det;
     if (b > 0) {
       b = 0;
       a = sqx / sqq;
     }
     if (!(a > 0)) continue;
-    double err = 0;
-    for (int i = 0; i < n; ++i) {
-      const double e = a * q[i] + b - x[i];
-      err += e * e;
-    }
+    // Σ(a·q + b − x)² expanded, so no second pass over the elements.
+    const double err = a * a * sqq + 2 * a * b * sq + n * b * b - 2 * a * sqx - 2 * b * sum_x + sum_xx;
     if (err < best_err) {
       best_err = err;
       best = {static_cast<float>(a), static_cast<float>(-b)};

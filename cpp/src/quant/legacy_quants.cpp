@@ -6,6 +6,7 @@
 
 #include "common/fp16.h"
 #include "quant/reference.h"
+#include "quant/rounding.h"
 
 namespace edgellm::quant {
 namespace {
@@ -74,12 +75,15 @@ uint32_t fifth_bits(const uint8_t* q) {
 // Activation rule shared by Q8_0 and Q8_1 (see reference.h): returns d in f32 and Σq.
 float quantize_q8_block(const float* x, int8_t* qs, int* sum) {
   float amax = 0.0f;
-  for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+  for (int j = 0; j < 32; ++j) {
+    const float a = std::fabs(x[j]);
+    amax = a > amax ? a : amax;
+  }
   const float d = amax / 127.0f;
   const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
   int s = 0;
   for (int j = 0; j < 32; ++j) {
-    qs[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));  // default mode: ties to even
+    qs[j] = static_cast<int8_t>(nearest_int(x[j] * id));  // ties to even
     s += qs[j];
   }
   *sum = s;
