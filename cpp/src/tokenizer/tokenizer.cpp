@@ -199,29 +199,28 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
 std::string sanitize_utf8(std::string_view s) {
   std::string out;
   out.reserve(s.size());
+  static const uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
   for (size_t i = 0; i < s.size();) {
-    uint8_t b0 = uint8_t(s[i]);
-    size_t len = b0 < 0x80 ? 1 : unicode::utf8_len(b0);
-    bool ok = (b0 < 0x80) || (len > 1 && i + len <= s.size());
-    uint32_t cp = b0;
-    if (ok && len > 1) {
-      cp = b0 & (0xFF >> (len + 1));
-      for (size_t k = 1; k < len && ok; ++k) {
-        uint8_t b = uint8_t(s[i + k]);
-        if ((b & 0xC0) != 0x80) ok = false;
-        cp = (cp << 6) | (b & 0x3F);
-      }
-      // Overlong forms, surrogates and values above U+10FFFF are invalid too.
-      static const uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
-      if (ok && (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))) ok = false;
+    const uint8_t b0 = uint8_t(s[i]);
+    if (b0 < 0x80) { out += char(b0); ++i; continue; }
+    const size_t len = (b0 >= 0xC2 && b0 < 0xF5) ? unicode::utf8_len(b0) : 1;
+    if (len == 1) { out += "\xEF\xBF\xBD"; ++i; continue; }
+    // A sequence cut short (by the end or a non-continuation byte) is one U+FFFD, as Python's
+    // decode(errors="replace") does; the byte that cut it starts the next character.
+    size_t k = 1;
+    uint32_t cp = b0 & (0xFF >> (len + 1));
+    while (k < len && i + k < s.size() && (uint8_t(s[i + k]) & 0xC0) == 0x80) {
+      cp = (cp << 6) | (uint8_t(s[i + k]) & 0x3F);
+      ++k;
     }
-    if (ok) {
-      out.append(s.substr(i, len));
-      i += len;
-    } else {
-      out += "\xEF\xBF\xBD";
+    if (k < len) { out += "\xEF\xBF\xBD"; i += k; continue; }
+    if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+      out += "\xEF\xBF\xBD";  // overlong, surrogate or beyond U+10FFFF
       ++i;
+      continue;
     }
+    out.append(s.substr(i, len));
+    i += len;
   }
   return out;
 }
