@@ -1,0 +1,40 @@
+// Constrained decoding hook. The grammar engineer's code (JSON schema, GBNF, regex) plugs in by
+// registering a factory at start-up; the engine itself knows only this interface. Per sequence
+// the engine calls apply() on the raw logits before the sampler chain, and accept() with every
+// token it chose, so the constraint tracks the text generated so far.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace edgellm {
+
+// What a request asked for; at most one field is normally set (empty = absent).
+struct ConstraintSpec {
+  std::string json_schema;  // JSON schema text ("{}" or any-object for json_object mode)
+  std::string grammar;      // GBNF-like grammar text
+  std::string regex;        // regular expression the whole output must match
+  bool empty() const { return json_schema.empty() && grammar.empty() && regex.empty(); }
+};
+
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint();
+  // Sets the logits of tokens that cannot continue a valid output to -inf.
+  virtual void apply(float* logits, int n_vocab) = 0;
+  // Advances the constraint by the token the sampler chose.
+  virtual void accept(int32_t token) = 0;
+  // True when the output so far is complete, i.e. end-of-generation is allowed.
+  virtual bool is_complete() const = 0;
+};
+
+using ConstraintFactory = std::function<std::unique_ptr<TokenConstraint>(const ConstraintSpec&)>;
+
+// Installs the process-wide factory (replacing any earlier one); an empty function removes it.
+void register_constraint_factory(ConstraintFactory factory);
+bool has_constraint_factory();
+// Builds the constraint for `spec`; throws InvalidRequestError when no factory is registered.
+std::unique_ptr<TokenConstraint> make_constraint(const ConstraintSpec& spec);
+
+}  // namespace edgellm

@@ -1,0 +1,486 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "common/errors.h"
+
+namespace edgellm {
+namespace {
+constexpr int32_t kDefaultMaxContext = 4096;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+}  // namespace
+
+Engine::Engine(std::shared_ptr<EngineModel> model, std::shared_ptr<const EngineVocab> vocab, EngineConfig cfg)
+    : model_(std::move(model)), vocab_(std::move(vocab)), cfg_(cfg) {
+  if (cfg_.page_size < 16 || cfg_.page_size > 64)
+    throw InvalidRequestError("page_size must be between 16 and 64, got " + std::to_string(cfg_.page_size));
+  if (cfg_.max_seqs < 1 || cfg_.max_seqs > 256)
+    throw InvalidRequestError("max_seqs must be between 1 and 256, got " + std::to_string(cfg_.max_seqs));
+  if (cfg_.max_batch_tokens < 1)
+    throw InvalidRequestError("max_batch_tokens must be >= 1, got " + std::to_string(cfg_.max_batch_tokens));
+  if (cfg_.n_ctx < 0) throw InvalidRequestError("n_ctx must be >= 0, got " + std::to_string(cfg_.n_ctx));
+  if (cfg_.kv_memory < 0) throw InvalidRequestError("kv_memory must be >= 0");
+  n_vocab_ = model_->n_vocab();
+  const int32_t trained = model_->context_length();
+  n_ctx_ = cfg_.n_ctx > 0 ? cfg_.n_ctx : std::min(trained > 0 ? trained : kDefaultMaxContext, kDefaultMaxContext);
+
+  KVCacheConfig kc = model_->kv_geometry();
+  kc.page_size = cfg_.page_size;
+  kc.dtype = cfg_.kv_type;
+  kc.max_seqs = cfg_.max_seqs + 1;  // the last slot is eval_logits'
+  eval_slot_ = cfg_.max_seqs;
+
+  // Pool sizing. A "sequence unit" is one full context in the full-attention pool plus what a
+  // sliding-window sequence can hold at once (window + one batch of new tokens) in the window pool.
+  int32_t window = 0;
+  for (int32_t w : kc.layer_window) window = std::max(window, w);
+  const int64_t ctx_pages = ceil_div(n_ctx_, kc.page_size);
+  const int64_t window_pages =
+      window > 0 ? std::min<int64_t>(ctx_pages, ceil_div(window + cfg_.max_batch_tokens, kc.page_size) + 1) : 0;
+  const double unit_bytes = static_cast<double>(KVCache::page_bytes(kc, false)) * ctx_pages +
+                            static_cast<double>(KVCache::page_bytes(kc, true)) * window_pages;
+  const double units = cfg_.kv_memory > 0 ? static_cast<double>(cfg_.kv_memory) / unit_bytes : 2.0;
+  kc.pages_full = static_cast<int64_t>(std::floor(units * ctx_pages));
+  kc.pages_window = window > 0 ? std::max<int64_t>(window_pages, static_cast<int64_t>(std::floor(units * window_pages))) : 0;
+  if (kc.pages_full < 1)
+    throw InvalidRequestError("kv_memory " + std::to_string(cfg_.kv_memory) + " bytes is too small for one KV page (" +
+                              std::to_string(KVCache::page_bytes(kc, false)) + " bytes)");
+  kv_ = std::make_unique<KVCache>(kc);
+  if (cfg_.prefix_cache) cache_ = std::make_unique<PrefixCache>(*kv_);
+  sched_ = std::make_unique<Scheduler>(*kv_, cache_.get(), cfg_.max_seqs, cfg_.max_batch_tokens);
+  eog_ = vocab_->eog_tokens();
+  publish_stats();
+  if (cfg_.start_thread) thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  // Wake every waiter: queued work is cancelled, pending tasks are run (they hold promises).
+  drain_inbox();
+  std::vector<int64_t> ids;
+  for (const auto& s : sched_->running()) ids.push_back(s->request_id);
+  for (const auto& s : sched_->waiting()) ids.push_back(s->request_id);
+  for (int64_t id : ids) do_abort(id);
+  if (cache_) cache_->clear();
+}
+
+int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params, std::shared_ptr<OutputChannel> out,
+                       SubmitOptions opts) {
+  if (prompt.empty()) throw InvalidRequestError("prompt is empty: at least one token is needed");
+  for (size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] < 0 || prompt[i] >= n_vocab_)
+      throw InvalidRequestError("prompt token id " + std::to_string(prompt[i]) + " at position " + std::to_string(i) +
+                                " is outside the vocabulary [0, " + std::to_string(n_vocab_) + ")");
+  params.validate(n_vocab_);
+  if (params.n > cfg_.max_seqs)
+    throw InvalidRequestError("n = " + std::to_string(params.n) + " exceeds max_seqs " + std::to_string(cfg_.max_seqs));
+  const int64_t np = static_cast<int64_t>(prompt.size());
+  if (params.max_tokens >= 0) {
+    const int64_t total = np + params.max_tokens;
+    if (total > n_ctx_)
+      throw ContextLengthError("prompt has " + std::to_string(np) + " tokens, max_tokens " +
+                               std::to_string(params.max_tokens) + ": " + std::to_string(total) + " > n_ctx " +
+                               std::to_string(n_ctx_) + " by " + std::to_string(total - n_ctx_));
+  } else if (np >= n_ctx_) {
+    throw ContextLengthError("prompt has " + std::to_string(np) + " tokens: no room to generate within n_ctx " +
+                             std::to_string(n_ctx_));
+  }
+  const int64_t span = params.max_tokens >= 0 ? np + params.max_tokens : n_ctx_;
+  const int64_t pages = ceil_div(span, kv_->page_size());
+  if (kv_->pages_total(0) > 0 && pages > kv_->pages_total(0))
+    throw ContextLengthError("request needs up to " + std::to_string(span) + " tokens = " + std::to_string(pages) +
+                             " KV pages, but the KV pool holds only " + std::to_string(kv_->pages_total(0)) +
+                             " pages (" + std::to_string(kv_->pages_total(0) * kv_->page_size()) +
+                             " tokens); raise kv_memory or lower max_tokens");
+  std::vector<std::unique_ptr<TokenConstraint>> constraints(params.n);
+  if (!params.constraint.empty())
+    for (auto& c : constraints) c = make_constraint(params.constraint);
+  uint64_t seed = params.seed;
+  if (!params.has_seed) {
+    std::random_device rd;
+    seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }
+
+  Pending p;
+  for (int32_t i = 0; i < params.n; ++i) {
+    auto s = std::make_shared<Sequence>();
+    s->index = i;
+    s->out = out;
+    s->stream = opts.stream;
+    s->tokens = prompt;
+    s->n_prompt = static_cast<int32_t>(np);
+    s->max_tokens = params.max_tokens;
+    // Completion i draws from seed + i: n completions of a seeded request differ, yet repeat.
+    s->sampler = std::make_unique<Sampler>(params, eog_, seed + static_cast<uint64_t>(i));
+    s->constraint = std::move(constraints[i]);
+    s->stop = StopMatcher(params.stop);
+    if (i == 0 && params.prompt_logprobs >= 0) {
+      s->want_prompt_logprobs = true;
+      s->use_prefix_cache = false;  // every prompt row is needed
+    }
+    if (i > 0) {
+      s->parent = p.seqs[0].get();
+      s->blocked = true;
+      p.seqs[0]->siblings.push_back(s.get());
+    }
+    p.seqs.push_back(std::move(s));
+  }
+  out->expect(params.n);
+  int64_t id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    id = next_id_++;
+    for (auto& s : p.seqs) {
+      s->request_id = id;
+      s->arrival = arrival_++;
+    }
+    inbox_.push_back(std::move(p));
+    has_work_ = true;
+  }
+  cv_.notify_all();
+  return id;
+}
+
+void Engine::abort(int64_t request_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborts_.push_back(request_id);
+  }
+  cv_.notify_all();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+bool Engine::idle() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !has_work_ && inbox_.empty() && aborts_.empty() && tasks_.empty();
+}
+
+void Engine::eval_logits(const std::vector<int32_t>& ids, float* out) {
+  if (ids.empty()) return;
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= n_vocab_)
+      throw InvalidRequestError("token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
+                                " is outside the vocabulary [0, " + std::to_string(n_vocab_) + ")");
+  if (static_cast<int64_t>(ids.size()) > n_ctx_)
+    throw ContextLengthError("eval_logits: " + std::to_string(ids.size()) + " tokens > n_ctx " + std::to_string(n_ctx_));
+  if (!thread_.joinable()) {
+    drain_inbox();
+    do_eval(ids, out);
+    return;
+  }
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> f = done->get_future();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) throw RequestCancelled("the engine is shutting down");
+    tasks_.push_back([this, &ids, out, done] {
+      try {
+        do_eval(ids, out);
+        done->set_value();
+      } catch (...) {
+        done->set_exception(std::current_exception());
+      }
+    });
+  }
+  cv_.notify_all();
+  f.get();
+}
+
+void Engine::do_eval(const std::vector<int32_t>& ids, float* out) {
+  const int32_t n = static_cast<int32_t>(ids.size());
+  kv_->release(eval_slot_);
+  try {
+    Batch b;
+    for (int32_t start = 0; start < n; start += cfg_.max_batch_tokens) {
+      const int32_t end = std::min(n, start + cfg_.max_batch_tokens);
+      if (!sched_->reserve_outside(eval_slot_, end))
+        throw ContextLengthError("eval_logits: " + std::to_string(n) + " tokens do not fit the KV pool (" +
+                                 std::to_string(kv_->pages_total(0) * kv_->page_size()) + " tokens)");
+      b.clear();
+      for (int32_t p = start; p < end; ++p) b.add(ids[p], p, eval_slot_, true);
+      model_->forward(b, *kv_, out + static_cast<size_t>(start) * n_vocab_);
+      kv_->set_n_positions(eval_slot_, end);
+      kv_->trim_window(eval_slot_, end);
+    }
+  } catch (...) {
+    kv_->release(eval_slot_);
+    throw;
+  }
+  kv_->release(eval_slot_);
+  publish_stats();
+}
+
+void Engine::loop() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !inbox_.empty() || !aborts_.empty() || !tasks_.empty() || has_work_; });
+      if (stop_) return;
+    }
+    if (!step()) {
+      // Work is queued but nothing could be scheduled (should not happen): do not spin.
+      std::unique_lock<std::mutex> lock(mu_);
+      if (has_work_) cv_.wait_for(lock, std::chrono::milliseconds(2));
+    }
+  }
+}
+
+void Engine::drain_inbox() {
+  std::vector<Pending> inbox;
+  std::vector<int64_t> aborts;
+  std::vector<std::function<void()>> tasks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inbox.swap(inbox_);
+    aborts.swap(aborts_);
+    tasks.swap(tasks_);
+  }
+  for (auto& p : inbox)
+    for (auto& s : p.seqs) sched_->enqueue(std::move(s));
+  for (int64_t id : aborts) do_abort(id);
+  for (auto& t : tasks) t();
+}
+
+bool Engine::step() {
+  drain_inbox();
+  sched_->schedule(batch_, plan_);
+  if (batch_.empty()) {
+    publish_stats();
+    return false;
+  }
+  const auto t0 = Clock::now();
+  logits_.resize(static_cast<size_t>(batch_.n_outputs()) * n_vocab_);
+  try {
+    model_->forward(batch_, *kv_, logits_.data());
+  } catch (const std::exception& e) {
+    std::vector<std::shared_ptr<Sequence>> hold;
+    for (const auto& c : plan_) hold.push_back(sched_->find(c.seq));
+    for (const auto& s : hold)
+      if (s) fail(s.get(), std::string("model forward failed: ") + e.what());
+    publish_stats();
+    return true;
+  }
+  sched_->complete(plan_);
+  processed_total_ += batch_.size();
+  sample_and_postprocess(plan_);
+  busy_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+  ++steps_;
+  publish_stats();
+  return true;
+}
+
+void Engine::sample_and_postprocess(const std::vector<ScheduledChunk>& plan) {
+  // Hold every sequence of the step: finishing one drops the scheduler's reference.
+  std::vector<std::shared_ptr<Sequence>> hold;
+  for (const auto& c : plan) hold.push_back(sched_->find(c.seq));
+  for (size_t ci = 0; ci < plan.size(); ++ci) {
+    const ScheduledChunk& c = plan[ci];
+    Sequence* s = hold[ci].get();
+    if (!s) continue;
+    if (s->want_prompt_logprobs) {
+      const int32_t n_top = s->sampler->params().prompt_logprobs;
+      const int32_t end = std::min(c.start + c.n_tokens, s->n_prompt);
+      for (int32_t p = c.start; p < end; ++p) {
+        if (p + 1 >= s->n_prompt) continue;
+        const float* row = logits_.data() + static_cast<size_t>(c.first_row + (p - c.start)) * n_vocab_;
+        s->prompt_logprobs.push_back(Sampler::logprobs_of(row, n_vocab_, s->tokens[p + 1], n_top));
+      }
+      if (s->n_computed >= s->n_prompt) s->want_prompt_logprobs = false;
+    }
+    if (!c.samples) continue;
+    const float* row = logits_.data() + static_cast<size_t>(c.first_row + c.n_rows - 1) * n_vocab_;
+
+    std::vector<std::shared_ptr<Sequence>> group{hold[ci]};
+    if (!s->siblings.empty()) {
+      // n > 1: the prompt is in the cache now; siblings share its pages and this logits row.
+      for (Sequence* sib : s->siblings) {
+        std::shared_ptr<Sequence> sp = sched_->find(sib);
+        if (!sp) continue;
+        sp->blocked = false;
+        if (sched_->fork_into(s, sp)) group.push_back(sp);
+        // else: admitted later like any waiting sequence (prefix cache shares the full pages)
+      }
+      s->siblings.clear();
+    }
+    for (const auto& x : group) {
+      work_.assign(row, row + n_vocab_);
+      int32_t token;
+      TokenLogprob lp;
+      try {
+        if (x->constraint) {
+          x->constraint->apply(work_.data(), n_vocab_);
+          if (!x->constraint->is_complete())
+            for (int32_t t : eog_) work_[t] = -INFINITY;
+        }
+        token = x->sampler->sample(work_.data(), n_vocab_, x->tokens, x->n_generated(), &lp);
+        if (x->constraint) x->constraint->accept(token);
+      } catch (const std::exception& e) {
+        fail(x.get(), e.what());
+        continue;
+      }
+      postprocess_token(x.get(), token, x->sampler->params().logprobs >= 0 ? &lp : nullptr);
+    }
+  }
+}
+
+void Engine::postprocess_token(Sequence* s, int32_t token, TokenLogprob* lp) {
+  s->tokens.push_back(token);
+  const auto now = Clock::now();
+  if (!s->first_token) {
+    s->first_token = true;
+    s->t_first = now;
+  }
+  s->t_last = now;
+  ++generated_total_;
+
+  OutputEvent ev;
+  ev.index = s->index;
+  ev.token_ids.push_back(token);
+  if (lp) ev.logprobs.push_back(*lp);
+  std::string reason;
+  const auto& params = s->sampler->params();
+  if (std::find(eog_.begin(), eog_.end(), token) != eog_.end()) {
+    reason = "stop";
+  } else if (std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), token) !=
+             params.stop_token_ids.end()) {
+    reason = "stop";
+    ev.stop_token = token;
+  } else {
+    StopMatcher::Step st = s->stop.push(vocab_->piece(token));
+    ev.text = std::move(st.text);
+    if (st.stop_index >= 0) {
+      reason = "stop";
+      ev.stop_string = params.stop[st.stop_index];
+      ev.has_stop_string = true;
+    }
+  }
+  if (reason.empty()) {
+    if (s->max_tokens >= 0 && s->n_generated() >= s->max_tokens) reason = "length";
+    else if (static_cast<int32_t>(s->tokens.size()) >= n_ctx_) reason = "length";
+  }
+  if (!reason.empty() && !ev.has_stop_string) ev.text += s->stop.flush();
+  if (s->index == 0 && !s->prompt_logprobs_sent && params.prompt_logprobs >= 0 && !s->want_prompt_logprobs) {
+    ev.prompt_logprobs = s->prompt_logprobs;
+    ev.has_prompt_logprobs = true;
+    s->prompt_logprobs_sent = true;
+  }
+  if (!s->stream) {
+    s->text += ev.text;
+    s->out_tokens.push_back(token);
+    if (lp) s->out_logprobs.push_back(*lp);
+    if (reason.empty()) {
+      if (ev.has_prompt_logprobs) s->prompt_logprobs = std::move(ev.prompt_logprobs);
+      return;
+    }
+    ev.text = std::move(s->text);
+    ev.token_ids = std::move(s->out_tokens);
+    ev.logprobs = std::move(s->out_logprobs);
+    if (s->index == 0 && params.prompt_logprobs >= 0) {
+      ev.prompt_logprobs = std::move(s->prompt_logprobs);
+      ev.has_prompt_logprobs = true;
+    }
+  }
+  if (reason.empty()) {
+    s->out->push(std::move(ev));
+    return;
+  }
+  finish(s, reason, std::move(ev));
+}
+
+void Engine::finish(Sequence* s, const std::string& reason, OutputEvent ev) {
+  ev.index = s->index;
+  ev.finished = true;
+  ev.finish_reason = reason;
+  ev.prompt_tokens = s->n_prompt;
+  ev.completion_tokens = std::max(0, s->n_generated());
+  ev.cached_tokens = s->cached_tokens;
+  ev.timings.prompt_n = s->index == 0 ? s->n_prompt - s->cached_tokens : 0;
+  ev.timings.predicted_n = ev.completion_tokens;
+  if (s->first_token) {
+    ev.timings.prompt_ms = ms_between(s->t_start, s->t_first);
+    ev.timings.predicted_ms = ms_between(s->t_first, s->t_last);
+  }
+  if (s->index == 0) prompt_total_ += s->prompt_computed;
+  // Siblings still waiting for this sequence's prompt compute it themselves now.
+  for (Sequence* sib : s->siblings) sib->blocked = false;
+  s->siblings.clear();
+  std::shared_ptr<OutputChannel> out = s->out;
+  sched_->finish(s);
+  ++finished_;
+  out->push(std::move(ev));
+}
+
+void Engine::fail(Sequence* s, const std::string& message) {
+  OutputEvent ev;
+  ev.error = message;
+  finish(s, "error", std::move(ev));
+}
+
+void Engine::do_abort(int64_t id) {
+  std::vector<std::shared_ptr<Sequence>> seqs = sched_->remove_request(id);
+  for (const auto& s : seqs) {
+    OutputEvent ev;
+    ev.index = s->index;
+    ev.finished = true;
+    ev.finish_reason = "cancelled";
+    ev.prompt_tokens = s->n_prompt;
+    ev.completion_tokens = std::max(0, s->n_generated());
+    ev.cached_tokens = s->cached_tokens;
+    if (!s->stream) {
+      ev.text = s->text;
+      ev.token_ids = s->out_tokens;
+      ev.logprobs = s->out_logprobs;
+    }
+    if (s->index == 0) prompt_total_ += s->prompt_computed;
+    s->siblings.clear();
+    ++finished_;
+    s->out->push(std::move(ev));
+  }
+}
+
+void Engine::publish_stats() {
+  EngineStats st;
+  st.pages_allocated = kv_->pages_used();
+  if (cache_) st.pages_cached = cache_->reclaimable_pages(0) + cache_->reclaimable_pages(1);
+  st.pages_used = st.pages_allocated - st.pages_cached;
+  st.pages_full_total = kv_->pages_total(0);
+  st.pages_window_total = kv_->pages_total(1);
+  st.pages_total = st.pages_full_total + st.pages_window_total;
+  st.running = static_cast<int64_t>(sched_->n_running());
+  st.waiting = static_cast<int64_t>(sched_->n_waiting());
+  if (cache_) {
+    st.prefix_cache_hits = cache_->hits();
+    st.prefix_cache_queries = cache_->queries();
+    st.prefix_cache_hit_tokens = cache_->hit_tokens();
+  }
+  st.prompt_tokens_total = prompt_total_;
+  st.generated_tokens_total = generated_total_;
+  st.tokens_processed = processed_total_;
+  st.steps = steps_;
+  st.preemptions = sched_->preemptions();
+  st.requests_finished = finished_;
+  st.busy_seconds = busy_s_;
+  st.tokens_per_second = busy_s_ > 0 ? generated_total_ / busy_s_ : 0.0;
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_ = st;
+  has_work_ = st.running > 0 || st.waiting > 0;
+}
+
+}  // namespace edgellm

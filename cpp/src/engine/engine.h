@@ -1,0 +1,133 @@
+// The serving engine: one thread that owns the model, the KV cache and the scheduler and runs
+//
+//   step():  scheduler.schedule()  →  model.forward(batch)  →  sample per sequence  →  postprocess
+//
+// until no work is left. Other threads only submit requests, abort them, read stats and wait
+// on their request's OutputChannel; everything else happens on the engine thread, so the
+// scheduler, KV cache and sequences need no locks.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/dtype.h"
+#include "engine/engine_model.h"
+#include "engine/output_channel.h"
+#include "engine/sampling_params.h"
+#include "engine/scheduler.h"
+#include "kv/kv_cache.h"
+#include "kv/prefix_cache.h"
+
+namespace edgellm {
+
+struct EngineConfig {
+  int32_t n_ctx = 0;             // max tokens per sequence; 0 = min(model context, 4096)
+  int64_t kv_memory = 0;         // KV bytes; 0 = two full-context sequences' worth
+  DType kv_type = DType::F16;    // F16, F32 or Q8_0
+  int32_t max_seqs = 16;         // sequences decoded together
+  int32_t max_batch_tokens = 512;
+  int32_t page_size = 32;        // 16..64
+  bool prefix_cache = true;
+  bool start_thread = true;      // false: the caller drives step() (tests)
+};
+
+struct EngineStats {
+  int64_t pages_used = 0;       // pages held by sequences (prefix-cache-only pages excluded)
+  int64_t pages_total = 0;
+  int64_t pages_full_total = 0, pages_window_total = 0;
+  int64_t pages_cached = 0;     // pages only the prefix cache holds (reclaimable)
+  int64_t pages_allocated = 0;  // all pages out of the free lists
+  int64_t running = 0, waiting = 0;
+  int64_t prefix_cache_hits = 0, prefix_cache_queries = 0, prefix_cache_hit_tokens = 0;
+  int64_t prompt_tokens_total = 0, generated_tokens_total = 0, tokens_processed = 0;
+  int64_t steps = 0, preemptions = 0, requests_finished = 0;
+  double busy_seconds = 0.0;     // time spent in steps
+  double tokens_per_second = 0.0;  // generated tokens per busy second (since start)
+};
+
+struct SubmitOptions {
+  bool stream = true;            // false: a single final event per completion
+};
+
+class Engine {
+ public:
+  Engine(std::shared_ptr<EngineModel> model, std::shared_ptr<const EngineVocab> vocab, EngineConfig cfg);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Validates and queues a request; returns its id. Throws InvalidRequestError /
+  // ContextLengthError (prompt + max_tokens > n_ctx, or more pages than the whole pool).
+  int64_t submit(std::vector<int32_t> prompt, const SamplingParams& params, std::shared_ptr<OutputChannel> out,
+                 SubmitOptions opts = {});
+  // Cancels a request at any point; its completions finish with "cancelled" and free their pages.
+  void abort(int64_t request_id);
+  EngineStats stats() const;
+
+  // Logits of every position of `ids` in a fresh context, written to out[len(ids) * n_vocab].
+  // Runs on the engine thread between steps, in a slot of its own.
+  void eval_logits(const std::vector<int32_t>& ids, float* out);
+
+  // Runs one step on the calling thread (only when start_thread is false). False when idle.
+  bool step();
+  bool idle() const;
+
+  int32_t n_ctx() const { return n_ctx_; }
+  int32_t n_vocab() const { return n_vocab_; }
+  const KVCache& kv() const { return *kv_; }
+  const EngineConfig& config() const { return cfg_; }
+
+ private:
+  struct Pending {
+    std::vector<std::shared_ptr<Sequence>> seqs;
+  };
+  void loop();
+  void drain_inbox();
+  void run_task(const std::function<void()>& task);
+  void sample_and_postprocess(const std::vector<ScheduledChunk>& plan);
+  void postprocess_token(Sequence* s, int32_t token, TokenLogprob* lp);
+  void finish(Sequence* s, const std::string& reason, OutputEvent ev);
+  void fail(Sequence* s, const std::string& message);
+  void do_abort(int64_t id);
+  void do_eval(const std::vector<int32_t>& ids, float* out);
+  void publish_stats();
+
+  std::shared_ptr<EngineModel> model_;
+  std::shared_ptr<const EngineVocab> vocab_;
+  EngineConfig cfg_;
+  int32_t n_ctx_ = 0, n_vocab_ = 0, eval_slot_ = 0;
+  std::vector<int32_t> eog_;
+  std::unique_ptr<KVCache> kv_;
+  std::unique_ptr<PrefixCache> cache_;
+  std::unique_ptr<Scheduler> sched_;
+
+  Batch batch_;
+  std::vector<ScheduledChunk> plan_;
+  std::vector<float> logits_, work_;
+
+  // Shared with other threads, guarded by mu_.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Pending> inbox_;
+  std::vector<int64_t> aborts_;
+  std::vector<std::function<void()>> tasks_;
+  bool stop_ = false;
+  bool has_work_ = false;
+  EngineStats stats_;
+  int64_t next_id_ = 1;
+  int64_t arrival_ = 0;
+
+  // Counters owned by the engine thread.
+  int64_t prompt_total_ = 0, generated_total_ = 0, processed_total_ = 0, steps_ = 0, finished_ = 0;
+  double busy_s_ = 0.0;
+  std::thread thread_;
+};
+
+}  // namespace edgellm

@@ -1,0 +1,34 @@
+// What the engine needs from a model and from a vocabulary. The real implementations wrap
+// Model and Tokenizer (engine/model_backend.cpp); tests plug in a fake model whose logits are
+// a hash of the tokens it finds in the KV cache, which makes any paging mistake visible.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kv/kv_cache.h"
+#include "model/batch.h"
+
+namespace edgellm {
+
+class EngineModel {
+ public:
+  virtual ~EngineModel() = default;
+  virtual int32_t n_vocab() const = 0;
+  virtual int32_t context_length() const = 0;  // the model's trained context
+  // KV geometry (layers, heads, head dims, per-layer windows); the engine fills in pages,
+  // page size, dtype and sequence slots.
+  virtual KVCacheConfig kv_geometry() const = 0;
+  // Batch.pos of each sequence continues where its KV ends; pages are reserved by the caller.
+  virtual void forward(const Batch& batch, KVCache& kv, float* logits) = 0;
+};
+
+class EngineVocab {
+ public:
+  virtual ~EngineVocab() = default;
+  virtual std::vector<int32_t> eog_tokens() const = 0;
+  // The bytes a generated token adds to the output text.
+  virtual std::string piece(int32_t token) const = 0;
+};
+
+}  // namespace edgellm

@@ -1,0 +1,43 @@
+#include "engine/output_channel.h"
+
+#include <unistd.h>
+
+namespace edgellm {
+
+void OutputChannel::push(OutputEvent ev) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ev.finished) ++finished_pushed_;
+    events_.push_back(std::move(ev));
+  }
+  cv_.notify_all();
+  if (notify_fd_ >= 0) {
+    const char b = 1;
+    // Non-blocking pipe: a full pipe already wakes the reader, so a failed write loses nothing.
+    ssize_t r = ::write(notify_fd_, &b, 1);
+    (void)r;
+  }
+}
+
+bool OutputChannel::pop(OutputEvent& ev, int64_t timeout_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return !events_.empty(); })) return false;
+  ev = std::move(events_.front());
+  events_.pop_front();
+  return true;
+}
+
+bool OutputChannel::try_pop(OutputEvent& ev) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (events_.empty()) return false;
+  ev = std::move(events_.front());
+  events_.pop_front();
+  return true;
+}
+
+bool OutputChannel::done() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return finished_pushed_ >= remaining_ && events_.empty();
+}
+
+}  // namespace edgellm

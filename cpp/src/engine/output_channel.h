@@ -1,0 +1,63 @@
+// Results of one request travel from the engine thread to its caller through an OutputChannel:
+// a mutex-protected queue of events the caller waits on (with the GIL released in Python).
+// An optional file descriptor gets a byte per event so an asyncio loop can wait on it.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+
+namespace edgellm {
+
+struct Timings {
+  int32_t prompt_n = 0;        // prompt tokens computed (cache hits excluded)
+  double prompt_ms = 0.0;      // first scheduled -> first token
+  int32_t predicted_n = 0;     // tokens generated
+  double predicted_ms = 0.0;   // first token -> last token
+};
+
+struct OutputEvent {
+  int32_t index = 0;                     // completion index (n > 1)
+  std::string text;                      // new text (whole UTF-8 characters; all text when not streaming)
+  std::vector<int32_t> token_ids;        // new tokens (all tokens when not streaming)
+  std::vector<TokenLogprob> logprobs;    // per new token when logprobs were asked for
+  std::vector<TokenLogprob> prompt_logprobs;  // once, on the first event of completion 0
+  bool has_prompt_logprobs = false;
+  bool finished = false;
+  std::string finish_reason;             // "stop" | "length" | "cancelled" | "error"
+  int32_t stop_token = -1;               // stop_token_ids entry that ended it
+  std::string stop_string;               // stop string that ended it
+  bool has_stop_string = false;
+  std::string error;                     // finish_reason "error": what went wrong
+  int32_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  Timings timings;
+};
+
+class OutputChannel {
+ public:
+  OutputChannel() = default;
+  explicit OutputChannel(int notify_fd) : notify_fd_(notify_fd) {}
+
+  void push(OutputEvent ev);
+  // Waits up to `timeout_ms` for an event; false on timeout.
+  bool pop(OutputEvent& ev, int64_t timeout_ms);
+  bool try_pop(OutputEvent& ev);
+  // Completions still expected to finish (set by the engine at submit).
+  void expect(int32_t n_completions) { remaining_ = n_completions; }
+  bool done() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<OutputEvent> events_;
+  int notify_fd_ = -1;
+  int32_t remaining_ = 1;
+  int32_t finished_pushed_ = 0;
+};
+
+}  // namespace edgellm

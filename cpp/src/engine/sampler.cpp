@@ -1,0 +1,205 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <unordered_map>
+
+#include "common/errors.h"
+
+namespace edgellm {
+namespace {
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+bool by_logit_desc(const Candidate& a, const Candidate& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+
+// Softmax probabilities of the candidates (f32 exponentials, double sum).
+std::vector<float> softmax(const std::vector<Candidate>& c) {
+  float mx = kNegInf;
+  for (const auto& x : c) mx = std::max(mx, x.logit);
+  std::vector<float> p(c.size());
+  double sum = 0.0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    p[i] = c[i].logit == kNegInf ? 0.0f : std::exp(c[i].logit - mx);
+    sum += p[i];
+  }
+  for (auto& v : p) v = static_cast<float>(v / sum);
+  return p;
+}
+
+void sort_desc(std::vector<Candidate>& c) {
+  // Large vocabularies: the mass sits in few tokens, so sort the head first and fall back to a
+  // full sort only when a step needs more of the tail (top_p / typical scan in order).
+  std::sort(c.begin(), c.end(), by_logit_desc);
+}
+}  // namespace
+
+Sampler::Sampler(const SamplingParams& params, std::vector<int32_t> eog, uint64_t seed)
+    : params_(params), eog_(std::move(eog)), rng_(static_cast<std::mt19937::result_type>(seed)) {}
+
+void Sampler::apply_penalties(float* logits, int32_t n_vocab, const std::vector<int32_t>& history, int32_t last_n,
+                              float repeat, float frequency, float presence) {
+  if (last_n == 0) return;
+  if (repeat == 1.0f && frequency == 0.0f && presence == 0.0f) return;
+  const size_t n = last_n < 0 ? history.size() : std::min(history.size(), static_cast<size_t>(last_n));
+  std::unordered_map<int32_t, int32_t> count;
+  for (size_t i = history.size() - n; i < history.size(); ++i) ++count[history[i]];
+  for (const auto& kv : count) {
+    const int32_t t = kv.first;
+    if (t < 0 || t >= n_vocab) continue;
+    float& l = logits[t];
+    if (l == kNegInf) continue;
+    // Sign-aware, as llama.cpp: dividing a negative logit would raise its probability.
+    if (l > 0.0f) l /= repeat;
+    else l *= repeat;
+    l -= static_cast<float>(kv.second) * frequency + (kv.second > 0 ? presence : 0.0f);
+  }
+}
+
+void Sampler::top_k(std::vector<Candidate>& c, int32_t k) {
+  if (k <= 0 || static_cast<size_t>(k) >= c.size()) return;
+  std::partial_sort(c.begin(), c.begin() + k, c.end(), by_logit_desc);
+  c.resize(k);
+}
+
+void Sampler::typical(std::vector<Candidate>& c, float p) {
+  if (p >= 1.0f || c.size() <= 1) return;
+  const std::vector<float> prob = softmax(c);
+  double entropy = 0.0;
+  for (float q : prob)
+    if (q > 0.0f) entropy -= q * std::log(q);
+  std::vector<size_t> order(c.size());
+  std::vector<double> shifted(c.size());
+  for (size_t i = 0; i < c.size(); ++i) {
+    order[i] = i;
+    shifted[i] = prob[i] > 0.0f ? std::fabs(-std::log(prob[i]) - entropy) : std::numeric_limits<double>::infinity();
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return shifted[a] < shifted[b]; });
+  double cum = 0.0;
+  size_t keep = order.size();
+  for (size_t i = 0; i < order.size(); ++i) {
+    cum += prob[order[i]];
+    if (cum > p) {  // keep the smallest set of most "typical" tokens whose mass exceeds p
+      keep = i + 1;
+      break;
+    }
+  }
+  std::vector<Candidate> out;
+  out.reserve(keep);
+  for (size_t i = 0; i < keep; ++i) out.push_back(c[order[i]]);
+  c.swap(out);
+}
+
+void Sampler::top_p(std::vector<Candidate>& c, float p) {
+  if (p >= 1.0f || c.size() <= 1) return;
+  sort_desc(c);
+  const std::vector<float> prob = softmax(c);
+  double cum = 0.0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    cum += prob[i];
+    if (cum >= p) {  // the smallest prefix whose mass reaches p
+      c.resize(i + 1);
+      return;
+    }
+  }
+}
+
+void Sampler::min_p(std::vector<Candidate>& c, float p) {
+  if (p <= 0.0f || c.size() <= 1) return;
+  float mx = kNegInf;
+  for (const auto& x : c) mx = std::max(mx, x.logit);
+  const float threshold = mx + std::log(p);  // p_i >= p * p_max  <=>  l_i >= l_max + ln p
+  std::vector<Candidate> out;
+  for (const auto& x : c)
+    if (x.logit >= threshold) out.push_back(x);
+  if (!out.empty()) c.swap(out);
+}
+
+int32_t Sampler::argmax(const float* logits, int32_t n_vocab) {
+  int32_t best = -1;
+  float bv = kNegInf;
+  for (int32_t i = 0; i < n_vocab; ++i)
+    if (logits[i] > bv) {
+      bv = logits[i];
+      best = i;
+    }
+  return best;
+}
+
+TokenLogprob Sampler::logprobs_of(const float* logits, int32_t n_vocab, int32_t token, int32_t n_top) {
+  float mx = kNegInf;
+  for (int32_t i = 0; i < n_vocab; ++i) mx = std::max(mx, logits[i]);
+  double sum = 0.0;
+  for (int32_t i = 0; i < n_vocab; ++i)
+    if (logits[i] != kNegInf) sum += std::exp(static_cast<double>(logits[i]) - mx);
+  const float log_z = mx + static_cast<float>(std::log(sum));
+  TokenLogprob out;
+  out.token = token;
+  out.logprob = token >= 0 ? logits[token] - log_z : 0.0f;
+  if (n_top > 0) {
+    std::vector<Candidate> c;
+    c.reserve(n_vocab);
+    for (int32_t i = 0; i < n_vocab; ++i) c.push_back({i, logits[i]});
+    const int32_t k = std::min(n_top, n_vocab);
+    std::partial_sort(c.begin(), c.begin() + k, c.end(), by_logit_desc);
+    for (int32_t i = 0; i < k; ++i) out.top.emplace_back(c[i].id, c[i].logit - log_z);
+  }
+  return out;
+}
+
+int32_t Sampler::draw(std::vector<Candidate>& c) {
+  const std::vector<float> prob = softmax(c);
+  double total = 0.0;
+  for (float q : prob) total += q;
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  const double u = uniform(rng_) * total;
+  double cum = 0.0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    cum += prob[i];
+    if (cum > u && prob[i] > 0.0f) return c[i].id;
+  }
+  // Rounding left u past the last sum: the last token with mass.
+  for (size_t i = c.size(); i-- > 0;)
+    if (prob[i] > 0.0f) return c[i].id;
+  return c.front().id;
+}
+
+int32_t Sampler::sample(float* logits, int32_t n_vocab, const std::vector<int32_t>& history, int32_t n_generated,
+                        TokenLogprob* lp) {
+  for (const auto& b : params_.logit_bias) logits[b.first] += b.second;
+  if (params_.ignore_eos || n_generated < params_.min_tokens)
+    for (int32_t t : eog_)
+      if (t >= 0 && t < n_vocab) logits[t] = kNegInf;
+  if (n_generated < params_.min_tokens)
+    for (int32_t t : params_.stop_token_ids) logits[t] = kNegInf;
+  apply_penalties(logits, n_vocab, history, params_.repeat_last_n, params_.repetition_penalty,
+                  params_.frequency_penalty, params_.presence_penalty);
+
+  int32_t token;
+  if (params_.temperature <= 0.0f) {
+    token = argmax(logits, n_vocab);
+  } else {
+    std::vector<Candidate> c;
+    c.reserve(n_vocab);
+    for (int32_t i = 0; i < n_vocab; ++i)
+      if (logits[i] != kNegInf) c.push_back({i, logits[i]});
+    if (c.empty()) token = -1;
+    else {
+      top_k(c, params_.top_k);
+      typical(c, params_.typical_p);
+      top_p(c, params_.top_p);
+      min_p(c, params_.min_p);
+      const float inv_t = 1.0f / params_.temperature;
+      for (auto& x : c) x.logit *= inv_t;
+      token = draw(c);
+    }
+  }
+  if (token < 0 || logits[token] == kNegInf)
+    throw InvalidRequestError("no token can be sampled: every token is disallowed (logit_bias / constraint / masks)");
+  if (lp && params_.logprobs >= 0) *lp = logprobs_of(logits, n_vocab, token, params_.logprobs);
+  return token;
+}
+
+}  // namespace edgellm

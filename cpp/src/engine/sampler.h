@@ -1,0 +1,65 @@
+// Per-sequence token sampler. The chain runs in a fixed order (llama.cpp's, research §6.2):
+//
+//   logit_bias → masks (EOG before min_tokens / with ignore_eos, stop tokens before min_tokens)
+//   → penalties (repetition, frequency, presence over the last repeat_last_n tokens, prompt included)
+//   → [log-probs are read here] → top_k → typical_p → top_p → min_p → temperature → draw
+//
+// temperature <= 0 takes the argmax right after the penalties. Truncation sees untempered logits.
+// The draw uses a std::mt19937 owned by the sequence, so a seeded request produces the same tokens
+// whatever else shares its batch. Log-probs describe the model's distribution after bias and
+// penalties, before truncation and temperature (llama.cpp's n_probs, OpenAI's logprobs).
+#pragma once
+#include <cstdint>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "engine/sampling_params.h"
+
+namespace edgellm {
+
+struct TokenLogprob {
+  int32_t token = -1;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // best first
+};
+
+// A token with its logit; the working set of the truncation steps.
+struct Candidate {
+  int32_t id;
+  float logit;
+};
+
+class Sampler {
+ public:
+  // `eog` lists the model's end-of-generation tokens (masked under min_tokens / ignore_eos).
+  Sampler(const SamplingParams& params, std::vector<int32_t> eog, uint64_t seed);
+
+  // Chooses the next token from one row of logits (modified in place: bias, masks, penalties).
+  // `history` is prompt + generated tokens so far, `n_generated` how many of them were generated.
+  // When `lp` is given and params.logprobs >= 0 it receives the chosen token's log-prob and the top.
+  // Throws InvalidRequestError when every token is masked.
+  int32_t sample(float* logits, int32_t n_vocab, const std::vector<int32_t>& history, int32_t n_generated,
+                 TokenLogprob* lp = nullptr);
+
+  const SamplingParams& params() const { return params_; }
+
+  // ---- the chain's steps, public for tests ----
+  static void apply_penalties(float* logits, int32_t n_vocab, const std::vector<int32_t>& history, int32_t last_n,
+                              float repeat, float frequency, float presence);
+  static void top_k(std::vector<Candidate>& c, int32_t k);
+  static void typical(std::vector<Candidate>& c, float p);
+  static void top_p(std::vector<Candidate>& c, float p);
+  static void min_p(std::vector<Candidate>& c, float p);
+  static int32_t argmax(const float* logits, int32_t n_vocab);
+  // log-softmax of a full row: the token's log-prob and the top n.
+  static TokenLogprob logprobs_of(const float* logits, int32_t n_vocab, int32_t token, int32_t n_top);
+
+ private:
+  int32_t draw(std::vector<Candidate>& c);
+  SamplingParams params_;
+  std::vector<int32_t> eog_;
+  std::mt19937 rng_;
+};
+
+}  // namespace edgellm

@@ -1,0 +1,197 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+namespace edgellm {
+
+Scheduler::Scheduler(KVCache& kv, PrefixCache* cache, int32_t n_slots, int32_t max_batch_tokens)
+    : kv_(kv), cache_(cache), max_batch_tokens_(max_batch_tokens) {
+  for (int s = n_slots - 1; s >= 0; --s) free_slots_.push_back(s);
+}
+
+void Scheduler::enqueue(std::shared_ptr<Sequence> s) { waiting_.push_back(std::move(s)); }
+
+int Scheduler::acquire_slot() {
+  const int s = free_slots_.back();
+  free_slots_.pop_back();
+  return s;
+}
+
+void Scheduler::release_slot(int slot) { free_slots_.push_back(slot); }
+
+bool Scheduler::reserve_evicting(int slot, int32_t n) {
+  while (!kv_.reserve(slot, n)) {
+    bool evicted = false;
+    for (int g = 0; g < 2 && !evicted; ++g)
+      if (kv_.pages_needed(slot, n, g) > kv_.pages_free(g) && cache_) evicted = cache_->evict_one(g);
+    if (!evicted) return false;
+  }
+  return true;
+}
+
+void Scheduler::preempt(size_t i) {
+  std::shared_ptr<Sequence> s = running_[i];
+  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+  kv_.release(s->slot);
+  release_slot(s->slot);
+  s->slot = -1;
+  s->n_computed = 0;
+  s->cache_cursor = {};
+  if (s->want_prompt_logprobs) s->prompt_logprobs.clear();
+  ++s->preemptions;
+  ++preemptions_;
+  waiting_.push_front(std::move(s));
+}
+
+void Scheduler::add_chunk(Sequence* s, int32_t n, Batch& batch, std::vector<ScheduledChunk>& plan) {
+  ScheduledChunk c;
+  c.seq = s;
+  c.start = s->n_computed;
+  c.n_tokens = n;
+  const int32_t end = s->n_computed + n;
+  c.samples = end == static_cast<int32_t>(s->tokens.size());
+  int32_t row = batch.n_outputs();
+  for (int32_t p = c.start; p < end; ++p) {
+    const bool logits = (s->want_prompt_logprobs && p < s->n_prompt) || (c.samples && p == end - 1);
+    if (logits) {
+      if (c.first_row < 0) c.first_row = row;
+      ++row;
+      ++c.n_rows;
+    }
+    batch.add(s->tokens[p], p, s->slot, logits);
+  }
+  if (!s->started) {
+    s->started = true;
+    s->t_start = Clock::now();
+  }
+  plan.push_back(c);
+}
+
+void Scheduler::schedule(Batch& batch, std::vector<ScheduledChunk>& plan) {
+  batch.clear();
+  plan.clear();
+  int32_t budget = max_batch_tokens_;
+
+  // Running sequences, oldest first; the newest are preempted when pages run out.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Sequence* s = running_[i].get();
+    int32_t k = std::min(s->remaining(), budget);
+    if (s->want_prompt_logprobs) k = std::min(k, kPromptLogprobChunk);
+    bool preempted_self = false;
+    while (!reserve_evicting(s->slot, s->n_computed + k)) {
+      const size_t victim = running_.size() - 1;
+      preempted_self = victim == i;
+      preempt(victim);
+      if (preempted_self) break;
+    }
+    if (preempted_self) break;  // everything after it is gone too
+    add_chunk(s, k, batch, plan);
+    budget -= k;
+    ++i;
+  }
+
+  // Waiting sequences, first come first served; siblings blocked on their parent are skipped.
+  while (budget > 0 && !free_slots_.empty()) {
+    auto it = std::find_if(waiting_.begin(), waiting_.end(), [](const auto& s) { return !s->blocked; });
+    if (it == waiting_.end()) break;
+    std::shared_ptr<Sequence> s = *it;
+    const int slot = acquire_slot();
+    s->slot = slot;
+    s->n_computed = 0;
+    if (cache_ && s->use_prefix_cache) {
+      // At least the last token is recomputed: its logits choose the next token.
+      const int32_t hit = cache_->attach_prefix(slot, s->tokens.data(), static_cast<int32_t>(s->tokens.size()) - 1);
+      s->n_computed = hit;
+      s->cache_cursor = {};
+      if (!s->started) s->cached_tokens = hit;
+    }
+    int32_t k = std::min(s->remaining(), budget);
+    if (s->want_prompt_logprobs) k = std::min(k, kPromptLogprobChunk);
+    if (!reserve_evicting(slot, s->n_computed + k)) {
+      kv_.release(slot);
+      release_slot(slot);
+      s->slot = -1;
+      s->n_computed = 0;
+      break;  // FCFS: nobody overtakes the head of the queue
+    }
+    waiting_.erase(it);
+    running_.push_back(s);
+    add_chunk(s.get(), k, batch, plan);
+    budget -= k;
+  }
+}
+
+void Scheduler::complete(const std::vector<ScheduledChunk>& plan) {
+  for (const auto& c : plan) {
+    Sequence* s = c.seq;
+    s->n_computed = c.start + c.n_tokens;
+    if (c.start < s->n_prompt) s->prompt_computed += std::min(s->n_computed, s->n_prompt) - c.start;
+    kv_.set_n_positions(s->slot, s->n_computed);
+    // Register before trimming so cached prefixes keep the window pages they need.
+    if (cache_) cache_->register_pages(s->slot, s->tokens.data(), s->n_computed, s->cache_cursor);
+    kv_.trim_window(s->slot, s->n_computed);
+  }
+}
+
+void Scheduler::finish(Sequence* s) {
+  auto r = std::find_if(running_.begin(), running_.end(), [&](const auto& p) { return p.get() == s; });
+  if (r != running_.end()) running_.erase(r);
+  auto w = std::find_if(waiting_.begin(), waiting_.end(), [&](const auto& p) { return p.get() == s; });
+  if (w != waiting_.end()) waiting_.erase(w);
+  if (s->slot >= 0) {
+    kv_.release(s->slot);
+    release_slot(s->slot);
+    s->slot = -1;
+  }
+}
+
+bool Scheduler::fork_into(Sequence* parent, const std::shared_ptr<Sequence>& child) {
+  if (free_slots_.empty() || parent->slot < 0) return false;
+  const int slot = acquire_slot();
+  while (!kv_.fork(parent->slot, slot, parent->n_computed)) {
+    bool evicted = false;
+    for (int g = 0; g < 2 && !evicted; ++g)
+      if (cache_ && kv_.pages_free(g) < 1) evicted = cache_->evict_one(g);
+    if (!evicted) {
+      release_slot(slot);
+      return false;
+    }
+  }
+  child->slot = slot;
+  child->n_computed = parent->n_computed;
+  child->cache_cursor = parent->cache_cursor;
+  child->started = true;
+  child->t_start = parent->t_start;
+  auto w = std::find(waiting_.begin(), waiting_.end(), child);
+  if (w != waiting_.end()) waiting_.erase(w);
+  running_.push_back(child);
+  return true;
+}
+
+std::vector<std::shared_ptr<Sequence>> Scheduler::remove_request(int64_t request_id) {
+  std::vector<std::shared_ptr<Sequence>> out;
+  for (const auto& s : running_)
+    if (s->request_id == request_id) out.push_back(s);
+  for (const auto& s : waiting_)
+    if (s->request_id == request_id) out.push_back(s);
+  for (const auto& s : out) finish(s.get());
+  return out;
+}
+
+std::shared_ptr<Sequence> Scheduler::find(Sequence* s) const {
+  for (const auto& p : running_)
+    if (p.get() == s) return p;
+  for (const auto& p : waiting_)
+    if (p.get() == s) return p;
+  return nullptr;
+}
+
+bool Scheduler::reserve_outside(int slot, int32_t n) {
+  while (!reserve_evicting(slot, n)) {
+    if (running_.empty()) return false;
+    preempt(running_.size() - 1);
+  }
+  return true;
+}
+
+}  // namespace edgellm

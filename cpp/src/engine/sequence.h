@@ -1,0 +1,64 @@
+// One completion in flight: its tokens (prompt + generated), how much of them the KV cache
+// holds, its sampler, stop-string state and output channel. A request with n > 1 is n
+// sequences; the first computes the prompt and the others fork its pages.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/constraint.h"
+#include "engine/output_channel.h"
+#include "engine/sampler.h"
+#include "engine/stop_matcher.h"
+#include "kv/prefix_cache.h"
+
+namespace edgellm {
+
+using Clock = std::chrono::steady_clock;
+
+struct Sequence {
+  int64_t request_id = 0;
+  int32_t index = 0;                   // completion index within the request
+  int64_t arrival = 0;                 // FCFS order
+  std::shared_ptr<OutputChannel> out;
+  bool stream = true;                  // false: one final event with everything
+
+  std::vector<int32_t> tokens;         // prompt followed by generated tokens
+  int32_t n_prompt = 0;
+  int32_t n_computed = 0;              // positions [0, n_computed) are in the KV cache
+  int slot = -1;                       // KV sequence slot while admitted
+  PrefixCache::Cursor cache_cursor;    // pages registered with the prefix cache
+  bool use_prefix_cache = true;
+
+  int32_t max_tokens = -1;             // < 0: until EOG or n_ctx
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<TokenConstraint> constraint;
+  StopMatcher stop;
+
+  // n > 1: completions 1.. wait for completion 0 to compute the prompt, then fork its pages.
+  Sequence* parent = nullptr;
+  std::vector<Sequence*> siblings;     // on completion 0: those still waiting to fork
+  bool blocked = false;
+
+  bool want_prompt_logprobs = false;   // rows for every prompt token still to be produced
+  std::vector<TokenLogprob> prompt_logprobs;
+  bool prompt_logprobs_sent = false;
+
+  // Accumulated output when not streaming.
+  std::string text;
+  std::vector<int32_t> out_tokens;
+  std::vector<TokenLogprob> out_logprobs;
+
+  int32_t cached_tokens = 0;           // prefix-cache hit at first admission
+  int32_t prompt_computed = 0;         // prompt tokens computed by this sequence
+  bool started = false, first_token = false;
+  Clock::time_point t_start, t_first, t_last;
+  int32_t preemptions = 0;
+
+  int32_t n_generated() const { return static_cast<int32_t>(tokens.size()) - n_prompt; }
+  int32_t remaining() const { return static_cast<int32_t>(tokens.size()) - n_computed; }
+};
+
+}  // namespace edgellm

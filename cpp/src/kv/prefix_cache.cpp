@@ -1,0 +1,175 @@
+#include "kv/prefix_cache.h"
+
+#include <algorithm>
+
+namespace edgellm {
+namespace {
+uint64_t mix(uint64_t x) {  // splitmix64 finalizer
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+PrefixCache::PrefixCache(KVCache& kv) : kv_(kv) {
+  for (int32_t w : kv.config().layer_window) max_window_ = std::max(max_window_, w);
+}
+
+PrefixCache::~PrefixCache() = default;
+
+uint64_t PrefixCache::chain_hash(uint64_t parent, const int32_t* tokens, int32_t n) {
+  uint64_t h = mix(parent ^ 0x243F6A8885A308D3ull);
+  for (int32_t i = 0; i < n; ++i) h = mix(h ^ static_cast<uint32_t>(tokens[i]));
+  return h;
+}
+
+const PrefixCache::Entry* PrefixCache::find(uint64_t hash, uint64_t parent, const int32_t* tokens) const {
+  auto it = entries_.find(hash);
+  if (it == entries_.end()) return nullptr;
+  const Entry& e = it->second;
+  if (e.parent != parent || !std::equal(e.tokens.begin(), e.tokens.end(), tokens)) return nullptr;
+  return &e;
+}
+
+int32_t PrefixCache::attach_prefix(int seq, const int32_t* tokens, int32_t n) {
+  ++queries_;
+  const int32_t P = kv_.page_size();
+  std::vector<uint64_t> hashes;
+  uint64_t h = 0;
+  for (int32_t i = 0; (i + 1) * P <= n; ++i) {
+    const uint64_t next = chain_hash(h, tokens + i * P, P);
+    if (!find(next, h, tokens + i * P)) break;
+    hashes.push_back(next);
+    h = next;
+  }
+  int32_t k = static_cast<int32_t>(hashes.size());
+  if (kv_.has_window_group()) {
+    // Shorten until the window pages that later queries can see are all present.
+    for (; k > 0; --k) {
+      bool ok = true;
+      for (int32_t i = k; i-- > 0;) {
+        if (static_cast<int64_t>(i + 1) * P <= static_cast<int64_t>(k) * P - max_window_) break;
+        if (entries_.at(hashes[i]).page_window < 0) {
+          ok = false;
+          break;
+        }
+      }
+      if (ok) break;
+    }
+  }
+  if (k == 0) return 0;
+  ++tick_;
+  for (int32_t i = 0; i < k; ++i) {
+    Entry& e = entries_.at(hashes[i]);
+    e.last_used = tick_;
+    kv_.ref_page(0, e.page_full);
+    kv_.attach_page(seq, 0, i, e.page_full);
+    if (kv_.has_window_group()) {
+      const bool visible = static_cast<int64_t>(i + 1) * P > static_cast<int64_t>(k) * P - max_window_;
+      if (visible) {
+        kv_.ref_page(1, e.page_window);
+        kv_.attach_page(seq, 1, i, e.page_window);
+      } else {
+        kv_.attach_page(seq, 1, i, -1);
+      }
+    }
+  }
+  kv_.set_n_positions(seq, k * P);
+  ++hits_;
+  hit_tokens_ += static_cast<int64_t>(k) * P;
+  return k * P;
+}
+
+void PrefixCache::register_pages(int seq, const int32_t* tokens, int32_t n_computed, Cursor& cursor) {
+  const int32_t P = kv_.page_size();
+  const std::vector<int32_t>* window = nullptr;
+  if (kv_.has_window_group()) {
+    for (int l = 0; l < kv_.config().n_layers; ++l)
+      if (kv_.group_of(l) == 1) {
+        window = &kv_.page_table(l, seq);
+        break;
+      }
+  }
+  int layer0 = 0;
+  while (layer0 < kv_.config().n_layers && kv_.group_of(layer0) != 0) ++layer0;
+  if (layer0 == kv_.config().n_layers) return;  // no full-attention layers: nothing to share
+  const auto& table = kv_.page_table(layer0, seq);
+  for (; (cursor.pages + 1) * P <= n_computed; ++cursor.pages) {
+    const int32_t i = cursor.pages;
+    const int32_t* t = tokens + i * P;
+    const uint64_t h = chain_hash(cursor.hash, t, P);
+    auto it = entries_.find(h);
+    if (it == entries_.end()) {
+      Entry e;
+      e.parent = cursor.hash;
+      e.tokens.assign(t, t + P);
+      e.page_full = table[i];
+      kv_.ref_page(0, e.page_full);
+      if (window && i < static_cast<int32_t>(window->size()) && (*window)[i] >= 0) {
+        e.page_window = (*window)[i];
+        kv_.ref_page(1, e.page_window);
+      }
+      e.depth = i;
+      e.last_used = ++tick_;
+      if (i > 0) {
+        auto parent = entries_.find(cursor.hash);
+        if (parent != entries_.end()) ++parent->second.children;
+      }
+      entries_.emplace(h, std::move(e));
+    } else {
+      it->second.last_used = ++tick_;
+    }
+    cursor.hash = h;
+  }
+}
+
+bool PrefixCache::evict_one(int group) {
+  auto victim = entries_.end();
+  auto better = [&](const Entry& e, const Entry& v) {
+    const bool e_leaf = e.children == 0, v_leaf = v.children == 0;
+    if (e_leaf != v_leaf) return e_leaf;
+    if (e.last_used != v.last_used) return e.last_used < v.last_used;
+    return e.depth > v.depth;
+  };
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    const Entry& e = it->second;
+    const int32_t page = group == 0 ? e.page_full : e.page_window;
+    if (page < 0 || kv_.refcount(group, page) != 1) continue;
+    if (victim == entries_.end() || better(e, victim->second)) victim = it;
+  }
+  if (victim == entries_.end()) return false;
+  Entry& e = victim->second;
+  if (group == 1) {
+    kv_.unref_page(1, e.page_window);
+    e.page_window = -1;
+    return true;
+  }
+  kv_.unref_page(0, e.page_full);
+  if (e.page_window >= 0) kv_.unref_page(1, e.page_window);
+  if (e.depth > 0) {
+    auto parent = entries_.find(e.parent);
+    if (parent != entries_.end() && parent->second.children > 0) --parent->second.children;
+  }
+  entries_.erase(victim);
+  return true;
+}
+
+void PrefixCache::clear() {
+  for (auto& kv : entries_) {
+    kv_.unref_page(0, kv.second.page_full);
+    if (kv.second.page_window >= 0) kv_.unref_page(1, kv.second.page_window);
+  }
+  entries_.clear();
+}
+
+int64_t PrefixCache::reclaimable_pages(int group) const {
+  int64_t n = 0;
+  for (const auto& kv : entries_) {
+    const int32_t page = group == 0 ? kv.second.page_full : kv.second.page_window;
+    if (page >= 0 && kv_.refcount(group, page) == 1) ++n;
+  }
+  return n;
+}
+
+}  // namespace edgellm

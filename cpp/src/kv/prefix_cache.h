@@ -1,0 +1,76 @@
+// Prefix cache over full KV pages. A full page of a sequence is identified by a hash chain over
+// token ids: hash(page i) = H(hash(page i-1), tokens of page i), so equal hashes mean equal
+// prefixes (the tokens are also stored and compared, so a hash collision cannot alias pages).
+// The cache holds one reference on each page it knows; a new sequence attaches the longest
+// cached prefix (refcount++) and computes only the rest. Pages referenced by nobody but the
+// cache are evicted least-recently-used when a pool runs short.
+//
+// Sliding-window models (Gemma 3): each entry also keeps the window-group page of the same
+// positions while it exists. A prefix of k pages is reused only if every window-group page a
+// later query can still see (those not wholly before k*P - window) is present; otherwise the
+// match is shortened until it is. Window pages trimmed from a sequence before it registered
+// them are simply absent, which shortens matches — never wrong, at worst recomputed.
+#pragma once
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/kv_cache.h"
+
+namespace edgellm {
+
+class PrefixCache {
+ public:
+  explicit PrefixCache(KVCache& kv);
+  ~PrefixCache();
+
+  // Attaches the longest usable cached prefix of tokens[0, n) (whole pages only) to the empty
+  // sequence `seq` and returns its length in tokens (0 on a miss). Counts a query, and a hit
+  // when the result is > 0.
+  int32_t attach_prefix(int seq, const int32_t* tokens, int32_t n);
+
+  // Per-sequence registration state: pages of the sequence already registered and the hash of
+  // the last one, so each step hashes only new pages.
+  struct Cursor {
+    int32_t pages = 0;
+    uint64_t hash = 0;
+  };
+  // Registers the full pages among the first n_computed positions of `seq`.
+  void register_pages(int seq, const int32_t* tokens, int32_t n_computed, Cursor& cursor);
+
+  // Frees one page of `group` held only by the cache: least recently used, leaves of the chain
+  // before the pages they extend (so cached chains stay reachable).
+  // Returns false when there is none.
+  bool evict_one(int group);
+  // Drops every entry (pages still used by sequences stay with them).
+  void clear();
+
+  int64_t queries() const { return queries_; }
+  int64_t hits() const { return hits_; }
+  int64_t hit_tokens() const { return hit_tokens_; }
+  int64_t entries() const { return static_cast<int64_t>(entries_.size()); }
+  // Pages of `group` that only the cache holds (reclaimable on demand).
+  int64_t reclaimable_pages(int group) const;
+
+  static uint64_t chain_hash(uint64_t parent, const int32_t* tokens, int32_t n);
+
+ private:
+  struct Entry {
+    uint64_t parent = 0;
+    std::vector<int32_t> tokens;
+    int32_t page_full = -1;
+    int32_t page_window = -1;
+    int32_t depth = 0;
+    int32_t children = 0;  // cached pages that extend this one
+    uint64_t last_used = 0;
+  };
+  const Entry* find(uint64_t hash, uint64_t parent, const int32_t* tokens) const;
+
+  KVCache& kv_;
+  int32_t max_window_ = 0;
+  std::unordered_map<uint64_t, Entry> entries_;
+  uint64_t tick_ = 0;
+  int64_t queries_ = 0, hits_ = 0, hit_tokens_ = 0;
+};
+
+}  // namespace edgellm
