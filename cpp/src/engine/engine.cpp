@@ -424,6 +424,7 @@ void Engine::finish(Sequence* s, const std::string& reason, OutputEvent ev) {
   std::shared_ptr<OutputChannel> out = s->out;
   sched_->finish(s);
   ++finished_;
+  publish_stats();  // a caller that sees the last event also sees its pages returned
   out->push(std::move(ev));
 }
 
@@ -435,6 +436,7 @@ void Engine::fail(Sequence* s, const std::string& message) {
 
 void Engine::do_abort(int64_t id) {
   std::vector<std::shared_ptr<Sequence>> seqs = sched_->remove_request(id);
+  if (!seqs.empty()) publish_stats();
   for (const auto& s : seqs) {
     OutputEvent ev;
     ev.index = s->index;
@@ -451,6 +453,7 @@ void Engine::do_abort(int64_t id) {
     if (s->index == 0) prompt_total_ += s->prompt_computed;
     s->siblings.clear();
     ++finished_;
+    publish_stats();
     s->out->push(std::move(ev));
   }
 }
