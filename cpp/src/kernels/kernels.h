@@ -33,6 +33,8 @@ using MatmulFn = void (*)(const MatmulArgs&);
 // Quantize n floats (n a multiple of the block size) into an activation format.
 using QuantizeFn = void (*)(const float* x, void* y, int64_t n);
 
+struct PagedAttentionArgs;  // kernels/attention.h
+
 struct KernelTable {
   Isa isa = Isa::Scalar;
 
@@ -53,6 +55,10 @@ struct KernelTable {
   void (*gelu_mul)(const float* gate, const float* up, float* out, int64_t n) = nullptr;
   // y += x
   void (*add_f32)(const float* x, float* y, int64_t n) = nullptr;
+
+  // Attention of the query heads sharing one KV head over that head's paged cache
+  // (kernels/attention.h; reference in generic/attention_ref.cpp).
+  void (*paged_attention)(const PagedAttentionArgs& a) = nullptr;
 };
 
 // The generic (scalar) table: always present, the reference for all others.

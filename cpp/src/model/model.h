@@ -22,7 +22,7 @@ struct LoadOptions {
 
 class Model {
  public:
-  virtual ~Model() = default;
+  virtual ~Model();  // out of line: ThreadPool is incomplete here
 
   // Opens `path`, reads the config and binds the weights. Throws ModelFormatError.
   static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& opts = {});
@@ -31,6 +31,7 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const GgufFile& file() const { return *file_; }
   ThreadPool& threads() { return *threads_; }
+  int max_batch_tokens() const { return max_batch_tokens_; }
 
   // The KV geometry this model needs (layer windows, heads, dims); the caller chooses pages,
   // page size, dtype and sequence slots.
@@ -46,6 +47,7 @@ class Model {
   std::shared_ptr<GgufFile> file_;
   ModelConfig config_;
   std::unique_ptr<ThreadPool> threads_;
+  int max_batch_tokens_ = 0;
 };
 
 }  // namespace edgellm

@@ -83,6 +83,8 @@ void set_quantize(KernelTable& t) {
 
 }  // namespace
 
+void fill_generic_attention(KernelTable& t);  // generic/attention_ref.cpp
+
 void fill_generic_table(KernelTable& t) {
   set_matmul<DType::F32>(t);
   set_matmul<DType::F16>(t);
@@ -110,6 +112,7 @@ void fill_generic_table(KernelTable& t) {
   t.silu_mul = silu_mul_ref;
   t.gelu_mul = gelu_mul_ref;
   t.add_f32 = add_f32_ref;
+  fill_generic_attention(t);
 }
 
 }  // namespace edgellm::kernels

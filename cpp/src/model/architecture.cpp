@@ -1,0 +1,57 @@
+#include "model/architecture.h"
+
+#include <string>
+
+namespace edgellm {
+
+// One accessor per architecture file. Listed explicitly (not self-registered from static
+// initializers): the core is a static library, and the linker drops object files nothing
+// refers to.
+const Architecture& llama_architecture();
+const Architecture& gemma3_architecture();
+const Architecture& qwen2_architecture();
+const Architecture& qwen3_architecture();
+
+namespace {
+const Architecture* const* all_architectures() {
+  static const Architecture* const list[] = {&gemma3_architecture(), &llama_architecture(), &qwen2_architecture(),
+                                             &qwen3_architecture(), nullptr};
+  return list;
+}
+}  // namespace
+
+const Architecture* find_architecture(const std::string& name) {
+  for (const Architecture* const* a = all_architectures(); *a; ++a)
+    if (name == (*a)->name) return *a;
+  return nullptr;
+}
+
+std::string supported_architectures() {
+  std::string s;
+  for (const Architecture* const* a = all_architectures(); *a; ++a) s += (s.empty() ? "" : ", ") + std::string((*a)->name);
+  return s;
+}
+
+std::string layer_tensor(int il, const char* name) { return "blk." + std::to_string(il) + "." + name; }
+
+void bind_llama_style_layer(WeightLoader& ld, const ModelConfig& c, int il, LayerWeights& w) {
+  auto t = [&](const char* n) { return layer_tensor(il, n); };
+  w.attn_norm = ld.vector(t("attn_norm.weight"), c.n_embd);
+  w.wq = ld.matrix(t("attn_q.weight"), c.n_embd, c.n_embd_q());
+  w.wk = ld.matrix(t("attn_k.weight"), c.n_embd, c.n_embd_k());
+  w.wv = ld.matrix(t("attn_v.weight"), c.n_embd, c.n_embd_v());
+  w.wo = ld.matrix(t("attn_output.weight"), c.n_embd_attn(), c.n_embd);
+  w.bq = ld.vector(t("attn_q.bias"), c.n_embd_q(), true);
+  w.bk = ld.vector(t("attn_k.bias"), c.n_embd_k(), true);
+  w.bv = ld.vector(t("attn_v.bias"), c.n_embd_v(), true);
+  w.bo = ld.vector(t("attn_output.bias"), c.n_embd, true);
+  w.ffn_norm = ld.vector(t("ffn_norm.weight"), c.n_embd);
+  w.gate = ld.matrix(t("ffn_gate.weight"), c.n_embd, c.n_ff);
+  w.up = ld.matrix(t("ffn_up.weight"), c.n_embd, c.n_ff);
+  w.down = ld.matrix(t("ffn_down.weight"), c.n_ff, c.n_embd);
+  w.b_gate = ld.vector(t("ffn_gate.bias"), c.n_ff, true);
+  w.b_up = ld.vector(t("ffn_up.bias"), c.n_ff, true);
+  w.b_down = ld.vector(t("ffn_down.bias"), c.n_embd, true);
+}
+
+}  // namespace edgellm

@@ -1,0 +1,144 @@
+// The attention sub-layer (research/llamacpp-internals.md §4): projections, Q/K head norms,
+// RoPE, Q scaling, the KV cache write and paged attention, output projection.
+#include <cstring>
+
+#include "common/fp16.h"
+#include "engine/thread_pool.h"
+#include "kernels/attention.h"
+#include "kernels/kernels.h"
+#include "model/forward_pass.h"
+#include "quant/quant.h"
+
+namespace edgellm {
+namespace {
+
+void add_bias(float* y, const Vector& b) {
+  if (!b) return;
+  for (int64_t i = 0; i < b.n; ++i) y[i] += b.data[i];
+}
+
+// Converts one head's K or V row into the cache's element type.
+void store_row(DType type, const float* src, uint8_t* dst, int n) {
+  switch (type) {
+    case DType::F32: std::memcpy(dst, src, sizeof(float) * n); return;
+    case DType::F16: {
+      uint16_t* h = reinterpret_cast<uint16_t*>(dst);
+      for (int i = 0; i < n; ++i) h[i] = fp32_to_fp16(src[i]);
+      return;
+    }
+    default: kernels::active().quantize[static_cast<int>(type)](src, dst, n); return;
+  }
+}
+
+}  // namespace
+
+void ForwardPass::self_attention(const LayerWeights& w, int il) {
+  project_qkv(w, il);
+  prepare_qk_and_store_kv(w, il);
+  attend(il);
+  project(w.wo, (*s_.plans)[il].wo, sc_.attn.data(), c_.n_embd_attn(), out, w.bo);
+}
+
+void ForwardPass::project_qkv(const LayerWeights& w, int il) {
+  sc_.act.reset(h, n_tokens_, c_.n_embd, c_.n_embd);
+  MatmulOperand ops[3];
+  const Matrix* m[3] = {&w.wq, &w.wk, &w.wv};
+  float* y[3] = {sc_.q.data(), sc_.k.data(), sc_.v.data()};
+  const int64_t ld[3] = {c_.n_embd_q(), c_.n_embd_k(), c_.n_embd_v()};
+  for (int i = 0; i < 3; ++i) {
+    ops[i].w = m[i];
+    ops[i].x = sc_.act.get(pool_, quant::vec_dot_type(m[i]->type), &ops[i].x_stride);
+    ops[i].y = y[i];
+    ops[i].ldy = ld[i];
+  }
+  run_matmul(pool_, (*s_.plans)[il].qkv, ops, n_tokens_);
+}
+
+void ForwardPass::prepare_qk_and_store_kv(const LayerWeights& w, int il) {
+  const int hd_k = c_.head_dim_k, hd_v = c_.head_dim_v;
+  const int variant = c_.is_swa(il) ? 1 : 0;
+  const Rope& rope = *s_.rope[variant];
+  const float* table = sc_.rope_table[variant].data();
+  const auto norm = kernels::active().rmsnorm;
+  const DType kv_type = kv_.dtype();
+  const int P = kv_.page_size();
+  const size_t k_row = kv_.k_row_bytes(), v_row = kv_.v_row_bytes();
+  pool_.parallel_for(0, n_tokens_, [&](int64_t t, int) {
+    float* q = sc_.q.data() + t * c_.n_embd_q();
+    float* k = sc_.k.data() + t * c_.n_embd_k();
+    float* v = sc_.v.data() + t * c_.n_embd_v();
+    add_bias(q, w.bq);
+    add_bias(k, w.bk);
+    add_bias(v, w.bv);
+    const float* cs = table + t * rope.table_stride();
+    for (int hq = 0; hq < c_.n_head; ++hq) {
+      float* qh = q + hq * hd_k;
+      if (w.q_norm) norm(qh, w.q_norm.data, qh, hd_k, c_.rms_eps);
+      rope.apply(cs, qh);
+      if (c_.attn_scale != 1.0f)
+        for (int i = 0; i < hd_k; ++i) qh[i] *= c_.attn_scale;
+    }
+    const int32_t pos = batch_.pos[t];
+    const int32_t page = kv_.page_table(il, batch_.seq[t])[pos / P];
+    const size_t slot = static_cast<size_t>(pos % P);
+    for (int hk = 0; hk < c_.n_head_kv; ++hk) {
+      float* kh = k + hk * hd_k;
+      if (w.k_norm) norm(kh, w.k_norm.data, kh, hd_k, c_.rms_eps);
+      rope.apply(cs, kh);
+      store_row(kv_type, kh, kv_.k_head(il, page, hk) + slot * k_row, hd_k);
+      store_row(kv_type, v + hk * hd_v, kv_.v_head(il, page, hk) + slot * v_row, hd_v);
+    }
+  });
+}
+
+void ForwardPass::attend(int il) {
+  const int n_kv = c_.n_head_kv;
+  const int group = c_.n_head / c_.n_head_kv;
+  const int window = c_.layer_window[il];
+  const auto attention = kernels::active().paged_attention;
+  kernels::PagedAttentionArgs base{};
+  base.q_stride = c_.head_dim_k;
+  base.n_q = group;
+  base.kv_type = kv_.dtype();
+  base.head_dim_k = c_.head_dim_k;
+  base.head_dim_v = c_.head_dim_v;
+  base.page_size = kv_.page_size();
+  base.page_stride = static_cast<size_t>(kv_.config().n_kv_heads) * kv_.page_size() *
+                     (kv_.k_row_bytes() + kv_.v_row_bytes());
+  base.k_row_bytes = kv_.k_row_bytes();
+  base.v_row_bytes = kv_.v_row_bytes();
+  base.out_stride = c_.head_dim_v;
+  pool_.run(static_cast<int64_t>(n_tokens_) * n_kv, [&](int64_t task, int thread) {
+    const int64_t t = task / n_kv;
+    const int hk = static_cast<int>(task % n_kv);
+    const int32_t pos = batch_.pos[t];
+    kernels::PagedAttentionArgs a = base;
+    a.q = sc_.q.data() + t * c_.n_embd_q() + static_cast<int64_t>(hk) * group * c_.head_dim_k;
+    a.pages = kv_.page_table(il, batch_.seq[t]).data();
+    a.k_base = kv_.k_head(il, 0, hk);
+    a.v_base = kv_.v_head(il, 0, hk);
+    // Causal, and on sliding-window layers key p is masked when pos - p >= window.
+    a.pos_begin = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+    a.pos_end = pos + 1;
+    a.out = sc_.attn.data() + t * c_.n_embd_attn() + static_cast<int64_t>(hk) * group * c_.head_dim_v;
+    a.scratch = sc_.attn_thread.data() + static_cast<size_t>(thread) * sc_.attn_thread_floats;
+    attention(a);
+  });
+}
+
+void ForwardPass::project(const Matrix& wmat, const MatmulPlan& plan, const float* src, int64_t src_width, float* dst,
+                          const Vector& bias) {
+  sc_.act.reset(src, n_tokens_, src_width, src_width);
+  MatmulOperand op;
+  op.w = &wmat;
+  op.x = sc_.act.get(pool_, quant::vec_dot_type(wmat.type), &op.x_stride);
+  op.y = dst;
+  op.ldy = wmat.n_out;
+  run_matmul(pool_, plan, &op, n_tokens_);
+  if (bias) {
+    const auto add = kernels::active().add_f32;
+    pool_.parallel_for(0, n_tokens_, [&](int64_t t, int) { add(bias.data, dst + t * wmat.n_out, bias.n); });
+  }
+}
+
+}  // namespace edgellm

@@ -1,0 +1,194 @@
+#include "model/decoder.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "common/errors.h"
+#include "engine/thread_pool.h"
+#include "kernels/attention.h"
+#include "kernels/kernels.h"
+#include "quant/quant.h"
+
+namespace edgellm {
+namespace {
+constexpr int kDefaultPageSizeHint = 64;  // attention scratch is sized for pages up to this; larger regrow once
+}
+
+DecoderModel::DecoderModel(std::shared_ptr<GgufFile> file, const Architecture& arch, ModelConfig config,
+                           const LoadOptions& opts)
+    : arch_(arch) {
+  if (opts.max_batch_tokens <= 0)
+    throw InvalidRequestError("LoadOptions.max_batch_tokens must be positive, got " +
+                              std::to_string(opts.max_batch_tokens));
+  max_batch_tokens_ = opts.max_batch_tokens;
+  file_ = std::move(file);
+  config_ = std::move(config);
+  const ModelConfig& c = config_;
+  threads_ = std::make_unique<ThreadPool>(opts.n_threads);
+
+  WeightLoader ld(*file_);
+  token_embd_ = ld.matrix("token_embd.weight", c.n_embd, c.n_vocab);
+  output_norm_ = ld.vector("output_norm.weight", c.n_embd);
+  output_ = ld.matrix("output.weight", c.n_embd, c.n_vocab, /*optional=*/true);
+  if (!output_) output_ = token_embd_;  // tied output head
+  rope_freqs_ = ld.vector("rope_freqs.weight", c.n_rot / 2, /*optional=*/true);
+  layers_.resize(c.n_layer);
+  for (int il = 0; il < c.n_layer; ++il) arch_.tensors(ld, c, il, layers_[il]);
+  owned_ = std::move(ld.owned());
+
+  const int nt = threads_->size();
+  plans_.resize(c.n_layer);
+  for (int il = 0; il < c.n_layer; ++il) {
+    const LayerWeights& w = layers_[il];
+    plans_[il].qkv = plan_matmul({&w.wq, &w.wk, &w.wv}, nt);
+    plans_[il].wo = plan_matmul({&w.wo}, nt);
+    plans_[il].gate_up = plan_matmul({&w.gate, &w.up}, nt);
+    plans_[il].down = plan_matmul({&w.down}, nt);
+  }
+  output_plan_ = plan_matmul({&output_}, nt);
+
+  const float* factors = rope_freqs_ ? rope_freqs_.data : nullptr;
+  rope_[0] = Rope(c.rope_type, c.n_rot, c.rope_global, factors);
+  rope_[1] = Rope(c.rope_type, c.n_rot, c.rope_local, factors);
+
+  scratch_page_size_ = kDefaultPageSizeHint;
+  scratch_.allocate(c, max_batch_tokens_, nt, scratch_page_size_);
+}
+
+DecoderModel::~DecoderModel() = default;
+
+void DecoderModel::validate(const Batch& b, KVCache& kv, const float* logits) const {
+  const ModelConfig& c = config_;
+  const int T = b.size();
+  if (b.pos.size() != b.token.size() || b.seq.size() != b.token.size() || b.want_logits.size() != b.token.size())
+    throw InvalidRequestError("batch: token, pos, seq and want_logits must have the same length");
+  if (T > max_batch_tokens_)
+    throw InvalidRequestError("batch of " + std::to_string(T) + " tokens exceeds max_batch_tokens = " +
+                              std::to_string(max_batch_tokens_) + " (split it)");
+  if (!logits && b.n_outputs() > 0) throw InvalidRequestError("forward: logits buffer is null but tokens want logits");
+
+  const KVCacheConfig& kc = kv.config();
+  if (kc.n_layers != c.n_layer || kc.n_kv_heads != c.n_head_kv || kc.head_dim_k != c.head_dim_k ||
+      kc.head_dim_v != c.head_dim_v || kc.layer_window != c.layer_window)
+    throw InvalidRequestError("KV cache geometry (layers " + std::to_string(kc.n_layers) + ", kv heads " +
+                              std::to_string(kc.n_kv_heads) + ", head dims " + std::to_string(kc.head_dim_k) + "/" +
+                              std::to_string(kc.head_dim_v) + ") does not match the model; build it from kv_config()");
+
+  // One layer of each group stands for its group's page tables.
+  int group_layer[2] = {-1, -1};
+  for (int il = 0; il < c.n_layer; ++il)
+    if (group_layer[kv.group_of(il)] < 0) group_layer[kv.group_of(il)] = il;
+  const int P = kv.page_size();
+  for (int g = 0; g < 2; ++g) {
+    const int l = group_layer[g];
+    if (l < 0 || kv.pages_total(g) < 2) continue;
+    // attention.h addresses page i of a head as base + i * stride: check the cache agrees.
+    const size_t stride = static_cast<size_t>(kc.n_kv_heads) * P * (kv.k_row_bytes() + kv.v_row_bytes());
+    if (static_cast<size_t>(kv.k_page(l, 1) - kv.k_page(l, 0)) != stride)
+      throw std::logic_error("KV cache page layout differs from what paged attention assumes");
+  }
+
+  for (int t = 0; t < T; ++t) {
+    const int32_t tok = b.token[t], pos = b.pos[t], seq = b.seq[t];
+    if (tok < 0 || tok >= c.n_vocab)
+      throw InvalidRequestError("batch token " + std::to_string(t) + ": id " + std::to_string(tok) +
+                                " is outside the vocabulary [0, " + std::to_string(c.n_vocab) + ")");
+    if (seq < 0 || seq >= kc.max_seqs)
+      throw InvalidRequestError("batch token " + std::to_string(t) + ": sequence slot " + std::to_string(seq) +
+                                " is outside [0, " + std::to_string(kc.max_seqs) + ")");
+    if (pos < 0) throw InvalidRequestError("batch token " + std::to_string(t) + ": negative position");
+    for (int g = 0; g < 2; ++g) {
+      const int l = group_layer[g];
+      if (l < 0) continue;
+      const std::vector<int32_t>& table = kv.page_table(l, seq);
+      const int32_t w = kc.layer_window[l];
+      const int32_t first = (w > 0 && pos - w + 1 > 0 ? pos - w + 1 : 0) / P;
+      const int32_t last = pos / P;
+      if (static_cast<int32_t>(table.size()) <= last)
+        throw InvalidRequestError("KV pages not reserved: sequence " + std::to_string(seq) + " position " +
+                                  std::to_string(pos) + " (call KVCache::reserve first)");
+      for (int32_t i = first; i <= last; ++i)
+        if (table[i] < 0)
+          throw InvalidRequestError("KV page " + std::to_string(i) + " of sequence " + std::to_string(seq) +
+                                    " was released but position " + std::to_string(pos) + " still attends to it");
+    }
+  }
+}
+
+void DecoderModel::embed(const Batch& b, float* x) {
+  const ModelConfig& c = config_;
+  const int64_t n = c.n_embd;
+  threads_->parallel_for(0, b.size(), [&](int64_t t, int) {
+    float* row = x + t * n;
+    quant::dequantize_row(token_embd_.type, token_embd_.row(b.token[t]), row, n);
+    if (c.embed_scale != 1.0f)
+      for (int64_t i = 0; i < n; ++i) row[i] *= c.embed_scale;
+  });
+}
+
+void DecoderModel::output_head(const Batch& b, const float* x, float* logits) {
+  const ModelConfig& c = config_;
+  std::vector<int32_t>& rows = scratch_.out_rows;  // capacity reserved at load
+  rows.clear();
+  for (int t = 0; t < b.size(); ++t)
+    if (b.want_logits[t]) rows.push_back(t);
+  const int64_t n_out = static_cast<int64_t>(rows.size());
+  if (n_out == 0) return;
+  // Only rows that want logits go through the final norm and the (large) output matmul.
+  float* h = scratch_.h.data();
+  const int64_t n = c.n_embd;
+  const auto norm = kernels::active().rmsnorm;
+  threads_->parallel_for(0, n_out, [&](int64_t i, int) {
+    norm(x + static_cast<int64_t>(rows[i]) * n, output_norm_.data, h + i * n, n, c.rms_eps);
+  });
+  scratch_.act.reset(h, n_out, n, n);
+  MatmulOperand op;
+  op.w = &output_;
+  op.x = scratch_.act.get(*threads_, quant::vec_dot_type(output_.type), &op.x_stride);
+  op.y = logits;
+  op.ldy = c.n_vocab;
+  run_matmul(*threads_, output_plan_, &op, n_out);
+  if (c.logit_softcap > 0.0f) {
+    const float cap = c.logit_softcap;
+    threads_->parallel_for(0, n_out, [&](int64_t i, int) {
+      float* l = logits + i * c.n_vocab;
+      for (int64_t j = 0; j < c.n_vocab; ++j) l[j] = cap * std::tanh(l[j] / cap);
+    });
+  }
+}
+
+void DecoderModel::forward(const Batch& batch, KVCache& kv, float* logits) {
+  std::lock_guard<std::mutex> lock(forward_mutex_);
+  validate(batch, kv, logits);
+  if (batch.empty()) return;
+  if (kv.page_size() > scratch_page_size_) {
+    // Rare: a cache with larger pages than the hint; regrow the attention scratch once.
+    const ModelConfig& c = config_;
+    scratch_page_size_ = kv.page_size();
+    scratch_.attn_thread_floats = (kernels::paged_attention_scratch_floats(c.n_head / c.n_head_kv, c.head_dim_k,
+                                                                           c.head_dim_v, scratch_page_size_) + 15) / 16 * 16;
+    scratch_.attn_thread.allocate(scratch_.attn_thread_floats * threads_->size());
+  }
+
+  DecoderState state;
+  state.config = &config_;
+  state.layers = &layers_;
+  state.plans = &plans_;
+  state.rope[0] = &rope_[0];
+  state.rope[1] = &rope_[1];
+  state.pool = threads_.get();
+  state.scratch = &scratch_;
+  ForwardPass f(state, batch, kv);
+
+  embed(batch, f.x);
+  f.prepare_rope();
+  for (int il = 0; il < config_.n_layer; ++il) arch_.layer(f, layers_[il], il);
+  output_head(batch, f.x, logits);
+
+  // The cache now holds these positions.
+  for (int t = 0; t < batch.size(); ++t)
+    if (batch.pos[t] + 1 > kv.n_positions(batch.seq[t])) kv.set_n_positions(batch.seq[t], batch.pos[t] + 1);
+}
+
+}  // namespace edgellm

@@ -1,0 +1,42 @@
+// The decoder-only transformer every supported architecture is: token embeddings, n_layer
+// layers (the architecture's layer function), final norm, output head. Owns the bound weights,
+// the load-time matmul plans, the RoPE variants and the forward scratch.
+#pragma once
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "model/architecture.h"
+#include "model/forward_pass.h"
+#include "model/model.h"
+#include "model/rope.h"
+
+namespace edgellm {
+
+class DecoderModel final : public Model {
+ public:
+  DecoderModel(std::shared_ptr<GgufFile> file, const Architecture& arch, ModelConfig config,
+               const LoadOptions& opts);
+  ~DecoderModel() override;
+
+  void forward(const Batch& batch, KVCache& kv, float* logits) override;
+
+ private:
+  void validate(const Batch& batch, KVCache& kv, const float* logits) const;
+  void embed(const Batch& batch, float* x);
+  void output_head(const Batch& batch, const float* x, float* logits);
+
+  const Architecture& arch_;
+  Matrix token_embd_, output_;
+  Vector output_norm_, rope_freqs_;
+  std::vector<LayerWeights> layers_;
+  std::vector<LayerPlans> plans_;
+  MatmulPlan output_plan_;
+  Rope rope_[2];  // global, local
+  std::vector<std::unique_ptr<float[]>> owned_;  // converted copies of non-F32 vectors
+  ForwardScratch scratch_;
+  int scratch_page_size_ = 0;
+  std::mutex forward_mutex_;  // one forward pass at a time: they share the scratch
+};
+
+}  // namespace edgellm

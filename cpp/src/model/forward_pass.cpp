@@ -1,0 +1,91 @@
+// ForwardPass: scratch, norms, residual adds and the RoPE tables. The attention and FFN
+// sub-layers are in attention_block.cpp and ffn_block.cpp.
+#include "model/forward_pass.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <new>
+
+#include "engine/thread_pool.h"
+#include "kernels/attention.h"
+#include "kernels/kernels.h"
+
+namespace edgellm {
+
+template <class T>
+void AlignedArray<T>::Free::operator()(T* p) const {
+  std::free(p);
+}
+
+template <class T>
+void AlignedArray<T>::allocate(size_t n) {
+  void* p = nullptr;
+  const size_t bytes = std::max<size_t>(64, (n * sizeof(T) + 63) / 64 * 64);
+  if (posix_memalign(&p, 64, bytes) != 0) throw std::bad_alloc();
+  data_.reset(static_cast<T*>(p));
+  n_ = n;
+}
+
+template class AlignedArray<float>;
+template class AlignedArray<uint8_t>;
+
+void ForwardScratch::allocate(const ModelConfig& c, int T, int n_threads, int page_size_hint) {
+  max_tokens = T;
+  const size_t t = static_cast<size_t>(T);
+  x.allocate(t * c.n_embd);
+  h.allocate(t * c.n_embd);
+  out.allocate(t * c.n_embd);
+  q.allocate(t * c.n_embd_q());
+  attn.allocate(t * c.n_embd_attn());
+  k.allocate(t * c.n_embd_k());
+  v.allocate(t * c.n_embd_v());
+  gate.allocate(t * c.n_ff);
+  up.allocate(t * c.n_ff);
+  for (auto& r : rope_table) r.allocate(t * c.n_rot);
+  attn_thread_floats = kernels::paged_attention_scratch_floats(c.n_head / c.n_head_kv, c.head_dim_k, c.head_dim_v,
+                                                               page_size_hint);
+  attn_thread_floats = (attn_thread_floats + 15) / 16 * 16;  // keep each thread's slice on its own lines
+  attn_thread.allocate(attn_thread_floats * n_threads);
+  const int64_t widest = std::max({c.n_embd, c.n_ff, c.n_embd_attn()});
+  act.reserve(T, widest);
+  out_rows.reserve(T);
+}
+
+ForwardPass::ForwardPass(const DecoderState& s, const Batch& batch, KVCache& kv)
+    : x(s.scratch->x.data()),
+      h(s.scratch->h.data()),
+      out(s.scratch->out.data()),
+      s_(s),
+      c_(*s.config),
+      batch_(batch),
+      kv_(kv),
+      pool_(*s.pool),
+      sc_(*s.scratch),
+      n_tokens_(batch.size()) {}
+
+void ForwardPass::rmsnorm(const float* src, const Vector& w, float* dst) {
+  const auto norm = kernels::active().rmsnorm;
+  const int64_t n = c_.n_embd;
+  const float eps = c_.rms_eps;
+  pool_.parallel_for(0, n_tokens_, [&](int64_t t, int) { norm(src + t * n, w.data, dst + t * n, n, eps); });
+}
+
+void ForwardPass::add_residual(const float* src) {
+  const auto add = kernels::active().add_f32;
+  const int64_t n = c_.n_embd;
+  pool_.parallel_for(0, n_tokens_, [&](int64_t t, int) { add(src + t * n, x + t * n, n); });
+}
+
+void ForwardPass::prepare_rope() {
+  bool used[2] = {false, false};
+  for (int il = 0; il < c_.n_layer; ++il) used[c_.is_swa(il) ? 1 : 0] = true;
+  for (int v = 0; v < 2; ++v) {
+    if (!used[v]) continue;
+    const Rope& rope = *s_.rope[v];
+    float* table = sc_.rope_table[v].data();
+    const int stride = rope.table_stride();
+    pool_.parallel_for(0, n_tokens_, [&](int64_t t, int) { rope.fill(batch_.pos[t], table + t * stride); });
+  }
+}
+
+}  // namespace edgellm

@@ -1,0 +1,119 @@
+// The building blocks an architecture's layer function is written with, and the scratch they
+// run in. A ForwardPass lives for one Model::forward call; it holds the residual stream of the
+// batch's tokens and runs every op on the model's thread pool through the kernel table.
+//
+//   f.rmsnorm(f.x, w.attn_norm, f.h);    // h = rmsnorm(x) * attn_norm
+//   f.self_attention(w, il);             // out = Wo · attention(RoPE(Wq h), RoPE(Wk h), Wv h)
+//   f.add_residual(f.out);               // x += out
+//   f.rmsnorm(f.x, w.ffn_norm, f.h);
+//   f.gated_ffn(w, il, FfnActivation::SiLU); // out = Wdown · (act(Wgate h) ⊙ Wup h)
+//   f.add_residual(f.out);
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kv/kv_cache.h"
+#include "model/architecture.h"
+#include "model/batch.h"
+#include "model/model_config.h"
+#include "model/parallel_matmul.h"
+#include "model/rope.h"
+
+namespace edgellm {
+
+class ThreadPool;
+
+enum class FfnActivation { SiLU, GeluTanh };
+
+// 64-byte aligned array, allocated once.
+template <class T>
+class AlignedArray {
+ public:
+  void allocate(size_t n);
+  T* data() { return data_.get(); }
+  const T* data() const { return data_.get(); }
+  size_t size() const { return n_; }
+
+ private:
+  struct Free {
+    void operator()(T* p) const;
+  };
+  std::unique_ptr<T, Free> data_;
+  size_t n_ = 0;
+};
+
+// Matmul chunk lists of one layer, made at load.
+struct LayerPlans {
+  MatmulPlan qkv, wo, gate_up, down;
+};
+
+// Everything a forward pass writes, sized at load for max_batch_tokens (T).
+struct ForwardScratch {
+  int max_tokens = 0;
+  AlignedArray<float> x, h, out;       // [T][n_embd]
+  AlignedArray<float> q, attn;         // [T][n_head * head_dim]
+  AlignedArray<float> k, v;            // [T][n_kv * head_dim]
+  AlignedArray<float> gate, up;        // [T][n_ff]
+  AlignedArray<float> rope_table[2];   // [T][n_rot]: global, local variant
+  AlignedArray<float> attn_thread;     // per thread: paged_attention scratch
+  size_t attn_thread_floats = 0;
+  ActivationQuantizer act;
+  std::vector<int32_t> out_rows;       // tokens that want logits (capacity T)
+
+  void allocate(const ModelConfig& c, int max_tokens, int n_threads, int page_size_hint);
+};
+
+// The model state a forward pass reads (owned by DecoderModel).
+struct DecoderState {
+  const ModelConfig* config = nullptr;
+  const std::vector<LayerWeights>* layers = nullptr;
+  const std::vector<LayerPlans>* plans = nullptr;
+  const Rope* rope[2] = {nullptr, nullptr};  // global, local
+  ThreadPool* pool = nullptr;
+  ForwardScratch* scratch = nullptr;
+};
+
+class ForwardPass {
+ public:
+  ForwardPass(const DecoderState& s, const Batch& batch, KVCache& kv);
+
+  // [n_tokens][n_embd] activations: residual stream, sub-layer input, sub-layer output.
+  float* x;
+  float* h;
+  float* out;
+  int n_tokens() const { return n_tokens_; }
+  const ModelConfig& config() const { return c_; }
+
+  // dst = rmsnorm(src) * w per token (eps from the config); dst may be src.
+  void rmsnorm(const float* src, const Vector& w, float* dst);
+  // x += src
+  void add_residual(const float* src);
+  // out = attention sub-layer of layer il on h: Q/K/V projections (+ biases), per-head Q/K
+  // norms when the layer has them, RoPE, Q scaling, K/V written to the cache, paged attention
+  // over each token's own sequence (within the layer's window), output projection (+ bias).
+  void self_attention(const LayerWeights& w, int il);
+  // out = Wdown · (act(Wgate h + b) ⊙ (Wup h + b)) (+ b)
+  void gated_ffn(const LayerWeights& w, int il, FfnActivation act);
+
+  // Fills the RoPE tables for the batch's positions (once per forward).
+  void prepare_rope();
+
+ private:
+  void project_qkv(const LayerWeights& w, int il);
+  void prepare_qk_and_store_kv(const LayerWeights& w, int il);
+  void attend(int il);
+  void project(const Matrix& wmat, const MatmulPlan& plan, const float* src, int64_t src_width, float* dst,
+               const Vector& bias);
+
+  const DecoderState& s_;
+  const ModelConfig& c_;
+  const Batch& batch_;
+  KVCache& kv_;
+  ThreadPool& pool_;
+  ForwardScratch& sc_;
+  int n_tokens_;
+};
+
+}  // namespace edgellm

@@ -1,0 +1,87 @@
+// arch "gemma3" (Gemma 3 text models). research/llamacpp-internals.md §4.3:
+// - embeddings scaled by sqrt(n_embd); norm weights already carry Gemma's +1 (added by the
+//   converter), so every norm is a plain rmsnorm(x) * w;
+// - per-head RMS norms on Q and K before NEOX RoPE; Q scaled by 1/sqrt(head_dim) (27B, with
+//   62 layers: 1/sqrt(n_embd / n_head)) before attention;
+// - post-attention and post-FFN norms on each sub-layer's output before its residual add;
+// - GeGLU FFN with tanh-approximated GELU;
+// - local (sliding-window) layers, 5 of every 6 by default, with their own RoPE base
+//   (rope.freq_base_swa, default 10000) and no RoPE scaling; global layers use rope.freq_base
+//   and the linear scaling factor.
+#include <cmath>
+
+#include "common/errors.h"
+#include "model/architecture.h"
+#include "model/forward_pass.h"
+
+namespace edgellm {
+namespace {
+
+// Which layers use the sliding window: attention.sliding_window_pattern is an integer N
+// (layer il is local when il % N < N - 1; N = 0: all local) or one bool per layer.
+std::vector<bool> sliding_layers(const GgufFile& file, const ModelConfig& c) {
+  const std::string key = arch_key(c, "attention.sliding_window_pattern");
+  std::vector<bool> swa(c.n_layer, false);
+  const GgufValue* v = file.find(key);
+  if (v && v->is_array()) {
+    if (v->elem_type != GgufType::BOOL)
+      throw ModelFormatError(file.path() + ": key " + key + " is an array of " + gguf_type_name(v->elem_type) +
+                             ", expected BOOL (or a UINT32 period)");
+    if (v->array_len != static_cast<uint64_t>(c.n_layer))
+      throw ModelFormatError(file.path() + ": key " + key + " has " + std::to_string(v->array_len) +
+                             " entries, expected one per layer (" + std::to_string(c.n_layer) + ")");
+    for (int il = 0; il < c.n_layer; ++il) swa[il] = v->array_number(il) != 0;
+    return swa;
+  }
+  const uint32_t n = file.find_u32(key).value_or(6);
+  for (int il = 0; il < c.n_layer; ++il) swa[il] = n == 0 || static_cast<uint32_t>(il) % n < n - 1;
+  return swa;
+}
+
+void gemma3_hparams(const GgufFile& file, ModelConfig& c) {
+  c.rope_type = RopeType::Neox;
+  c.n_swa = static_cast<int>(file.find_u32(arch_key(c, "attention.sliding_window")).value_or(0));
+  if (c.n_swa > 0) {
+    const std::vector<bool> swa = sliding_layers(file, c);
+    for (int il = 0; il < c.n_layer; ++il) c.layer_window[il] = swa[il] ? c.n_swa : 0;
+  }
+  c.rope_local.freq_base = file.find_f32(arch_key(c, "rope.freq_base_swa")).value_or(10000.0f);
+  c.rope_local.freq_scale = 1.0f;
+  if (!(c.rope_local.freq_base > 0.0f))
+    throw ModelFormatError(file.path() + ": key " + arch_key(c, "rope.freq_base_swa") + " must be positive");
+  // query_pre_attn_scalar is not in GGUF; llama.cpp derives it from the model size.
+  c.attn_scale = c.n_layer == 62 ? 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head))
+                                 : 1.0f / std::sqrt(static_cast<float>(c.head_dim_k));
+  c.embed_scale = std::sqrt(static_cast<float>(c.n_embd));
+  c.logit_softcap = file.find_f32(arch_key(c, "final_logit_softcapping")).value_or(0.0f);
+}
+
+void gemma3_tensors(WeightLoader& ld, const ModelConfig& c, int il, LayerWeights& w) {
+  bind_llama_style_layer(ld, c, il, w);
+  auto t = [&](const char* n) { return layer_tensor(il, n); };
+  w.q_norm = ld.vector(t("attn_q_norm.weight"), c.head_dim_k);
+  w.k_norm = ld.vector(t("attn_k_norm.weight"), c.head_dim_k);
+  w.post_attn_norm = ld.vector(t("post_attention_norm.weight"), c.n_embd);
+  w.post_ffn_norm = ld.vector(t("post_ffw_norm.weight"), c.n_embd);
+}
+
+void gemma3_layer(ForwardPass& f, const LayerWeights& w, int il) {
+  f.rmsnorm(f.x, w.attn_norm, f.h);
+  f.self_attention(w, il);  // Q/K head norms, RoPE (local or global), Q scaled
+  f.rmsnorm(f.out, w.post_attn_norm, f.out);
+  f.add_residual(f.out);
+
+  f.rmsnorm(f.x, w.ffn_norm, f.h);
+  f.gated_ffn(w, il, FfnActivation::GeluTanh);
+  f.rmsnorm(f.out, w.post_ffn_norm, f.out);
+  f.add_residual(f.out);
+}
+
+}  // namespace
+
+const Architecture& gemma3_architecture() {
+  static const Architecture arch{"gemma3", gemma3_hparams, gemma3_tensors, gemma3_layer};
+  return arch;
+}
+
+}  // namespace edgellm

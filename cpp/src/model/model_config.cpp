@@ -1,0 +1,117 @@
+#include "model/model_config.h"
+
+#include <cmath>
+#include <optional>
+#include <string>
+
+#include "common/errors.h"
+#include "gguf/gguf_file.h"
+
+namespace edgellm {
+namespace {
+
+[[noreturn]] void bad(const GgufFile& f, const std::string& key, const std::string& why) {
+  throw ModelFormatError(f.path() + ": key " + key + " " + why);
+}
+
+// A count that llama.cpp allows as a scalar or as a per-layer array. We run one shape for all
+// layers, so an array must hold one value throughout.
+std::optional<uint32_t> find_layer_uniform_u32(const GgufFile& f, const std::string& key, int n_layer) {
+  const GgufValue* v = f.find(key);
+  if (!v) return std::nullopt;
+  if (!v->is_array()) return f.find_u32(key);
+  if (v->elem_type != GgufType::UINT32 && v->elem_type != GgufType::INT32)
+    bad(f, key, std::string("is an array of ") + gguf_type_name(v->elem_type) + ", expected UINT32");
+  if (v->array_len != static_cast<uint64_t>(n_layer))
+    bad(f, key, "has " + std::to_string(v->array_len) + " entries, expected one per layer (" +
+                    std::to_string(n_layer) + ")");
+  const double first = v->array_number(0);
+  for (uint64_t i = 1; i < v->array_len; ++i)
+    if (v->array_number(i) != first)
+      bad(f, key, "varies per layer (layer 0: " + std::to_string(static_cast<int64_t>(first)) + ", layer " +
+                      std::to_string(i) + ": " + std::to_string(static_cast<int64_t>(v->array_number(i))) +
+                      "); per-layer shapes are not supported");
+  if (first < 0) bad(f, key, "is negative");
+  return static_cast<uint32_t>(first);
+}
+
+int positive(const GgufFile& f, const std::string& key, uint32_t v) {
+  if (v == 0 || v > (1u << 30)) bad(f, key, "= " + std::to_string(v) + " is out of range");
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+const char* rope_type_name(RopeType t) { return t == RopeType::Norm ? "norm" : "neox"; }
+
+std::string arch_key(const ModelConfig& c, const char* suffix) { return c.arch + "." + suffix; }
+
+ModelConfig read_common_config(const GgufFile& f) {
+  ModelConfig c;
+  c.arch = f.get_string("general.architecture");
+  c.name = f.find_string("general.name").value_or("");
+  auto key = [&](const char* s) { return arch_key(c, s); };
+
+  c.n_layer = positive(f, key("block_count"), f.get_u32(key("block_count")));
+  c.n_ctx_train = positive(f, key("context_length"), f.get_u32(key("context_length")));
+  c.n_embd = positive(f, key("embedding_length"), f.get_u32(key("embedding_length")));
+
+  auto n_ff = find_layer_uniform_u32(f, key("feed_forward_length"), c.n_layer);
+  if (!n_ff) throw ModelFormatError(f.path() + ": required key " + key("feed_forward_length") + " is missing");
+  c.n_ff = positive(f, key("feed_forward_length"), *n_ff);
+
+  auto n_head = find_layer_uniform_u32(f, key("attention.head_count"), c.n_layer);
+  if (!n_head) throw ModelFormatError(f.path() + ": required key " + key("attention.head_count") + " is missing");
+  c.n_head = positive(f, key("attention.head_count"), *n_head);
+  c.n_head_kv = positive(f, key("attention.head_count_kv"),
+                         find_layer_uniform_u32(f, key("attention.head_count_kv"), c.n_layer).value_or(c.n_head));
+  if (c.n_head % c.n_head_kv != 0)
+    bad(f, key("attention.head_count_kv"), "= " + std::to_string(c.n_head_kv) + " does not divide " +
+                                               key("attention.head_count") + " = " + std::to_string(c.n_head));
+
+  const uint32_t default_hd = static_cast<uint32_t>(c.n_embd / c.n_head);
+  c.head_dim_k = positive(f, key("attention.key_length"), f.find_u32(key("attention.key_length")).value_or(default_hd));
+  c.head_dim_v = positive(f, key("attention.value_length"), f.find_u32(key("attention.value_length")).value_or(default_hd));
+
+  c.rms_eps = f.get_f32(key("attention.layer_norm_rms_epsilon"));
+  if (!(c.rms_eps >= 0.0f) || !std::isfinite(c.rms_eps))
+    bad(f, key("attention.layer_norm_rms_epsilon"), "is not a finite non-negative number");
+
+  // Vocabulary: the explicit key, else the tokenizer's token list (token_embd is checked
+  // against it when the weights are bound).
+  if (auto nv = f.find_u32(key("vocab_size"))) {
+    c.n_vocab = positive(f, key("vocab_size"), *nv);
+  } else if (const auto* toks = f.find_string_array("tokenizer.ggml.tokens")) {
+    if (toks->empty()) bad(f, "tokenizer.ggml.tokens", "is empty");
+    c.n_vocab = static_cast<int>(toks->size());
+  } else if (const TensorInfo* emb = f.find_tensor("token_embd.weight")) {
+    c.n_vocab = static_cast<int>(emb->ne[1]);
+  } else {
+    throw ModelFormatError(f.path() + ": cannot tell the vocabulary size: no key " + key("vocab_size") +
+                           ", no tokenizer.ggml.tokens and no tensor token_embd.weight");
+  }
+
+  // RoPE (the arch file picks the flavour; the llama arch insists n_rot == head_dim).
+  c.n_rot = static_cast<int>(f.find_u32(key("rope.dimension_count")).value_or(c.head_dim_k));
+  if (c.n_rot <= 0 || c.n_rot > c.head_dim_k || c.n_rot % 2 != 0)
+    bad(f, key("rope.dimension_count"), "= " + std::to_string(c.n_rot) + " must be even and at most the head dim " +
+                                            std::to_string(c.head_dim_k));
+  c.rope_global.freq_base = f.find_f32(key("rope.freq_base")).value_or(10000.0f);
+  if (!(c.rope_global.freq_base > 0.0f)) bad(f, key("rope.freq_base"), "must be positive");
+  const std::string scaling = f.find_string(key("rope.scaling.type")).value_or("linear");
+  if (scaling != "linear" && scaling != "none")
+    bad(f, key("rope.scaling.type"), "= \"" + scaling + "\" is not supported (supported: none, linear)");
+  std::optional<float> factor = f.find_f32(key("rope.scaling.factor"));
+  if (!factor) factor = f.find_f32(key("rope.scale_linear"));
+  if (scaling == "linear" && factor && *factor != 0.0f) {
+    if (!(*factor > 0.0f) || !std::isfinite(*factor)) bad(f, key("rope.scaling.factor"), "must be positive");
+    c.rope_global.freq_scale = 1.0f / *factor;
+  }
+  c.rope_local = c.rope_global;
+
+  c.layer_window.assign(c.n_layer, 0);
+  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim_k));
+  return c;
+}
+
+}  // namespace edgellm

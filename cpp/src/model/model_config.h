@@ -1,0 +1,69 @@
+// What a model is, read from GGUF metadata (research/llamacpp-internals.md §1.5, §4): sizes,
+// norms, RoPE, attention spans and scales. The common keys are read in model_config.cpp; each
+// architecture's file then fills in what is particular to it (RoPE flavour, sliding windows,
+// scales, soft-capping).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace edgellm {
+
+class GgufFile;
+
+enum class RopeType {
+  Norm,  // rotate adjacent pairs (x[2i], x[2i+1]) — llama-arch GGUFs (Q/K rows pre-permuted)
+  Neox,  // rotate halves (x[i], x[i + n_rot/2]) — gemma3, qwen2, qwen3
+};
+const char* rope_type_name(RopeType t);
+
+// One RoPE variant: theta_i = pos * freq_base^(-2i/n_rot) / freq_factor_i * freq_scale.
+struct RopeParams {
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;  // 1 / rope.scaling.factor for linear scaling
+};
+
+struct ModelConfig {
+  std::string arch;  // general.architecture
+  std::string name;  // general.name (informational)
+
+  int n_vocab = 0;
+  int n_ctx_train = 0;
+  int n_embd = 0;
+  int n_layer = 0;
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim_k = 0;  // attention.key_length, default n_embd / n_head
+  int head_dim_v = 0;  // attention.value_length, default n_embd / n_head
+  int n_ff = 0;
+  float rms_eps = 1e-5f;
+
+  RopeType rope_type = RopeType::Norm;
+  int n_rot = 0;            // rotated dims per head (rope.dimension_count); the rest pass through
+  RopeParams rope_global;   // full-attention layers
+  RopeParams rope_local;    // sliding-window layers (gemma3: rope.freq_base_swa, scale 1)
+
+  int n_swa = 0;                     // sliding window in tokens; 0 = none
+  std::vector<int32_t> layer_window; // per layer: 0 = full attention, else n_swa
+
+  float attn_scale = 1.0f;    // multiplies Q before attention (kq_scale is then 1)
+  float embed_scale = 1.0f;   // multiplies token embeddings (gemma3: sqrt(n_embd))
+  float logit_softcap = 0.0f; // logits = c * tanh(logits / c) when > 0
+
+  bool is_swa(int layer) const { return layer_window[layer] > 0; }
+  const RopeParams& rope_for(int layer) const { return is_swa(layer) ? rope_local : rope_global; }
+  int n_embd_q() const { return n_head * head_dim_k; }
+  int n_embd_k() const { return n_head_kv * head_dim_k; }
+  int n_embd_v() const { return n_head_kv * head_dim_v; }
+  int n_embd_attn() const { return n_head * head_dim_v; }
+};
+
+// Reads the keys every supported architecture shares (prefix "<arch>."), with llama.cpp's
+// types and defaults. Missing required keys and values that make no sense throw
+// ModelFormatError naming the key.
+ModelConfig read_common_config(const GgufFile& file);
+
+// "<arch>.<suffix>", the name of an architecture-scoped key.
+std::string arch_key(const ModelConfig& c, const char* suffix);
+
+}  // namespace edgellm

@@ -1,0 +1,89 @@
+#include "model/parallel_matmul.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "engine/thread_pool.h"
+#include "kernels/kernels.h"
+#include "quant/quant.h"
+
+namespace edgellm {
+namespace {
+// Chunks per thread: enough that dynamic hand-out evens out uneven progress, few enough that a
+// chunk keeps a useful number of rows for SIMD row blocking.
+constexpr int kChunksPerThread = 4;
+// Chunk boundaries fall on multiples of this many rows (kernels may block rows by 4 or 8).
+constexpr int64_t kRowGranule = 8;
+}  // namespace
+
+MatmulPlan plan_matmul(const std::vector<const Matrix*>& parts, int n_threads) {
+  MatmulPlan plan;
+  double total = 0;
+  for (const Matrix* m : parts) total += static_cast<double>(m->row_bytes) * m->n_out;
+  const double target = total / std::max(1, n_threads * kChunksPerThread);
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const Matrix& m = *parts[p];
+    int64_t rows = target > 0 ? static_cast<int64_t>(target / m.row_bytes) : m.n_out;
+    rows = std::max<int64_t>(kRowGranule, (rows + kRowGranule - 1) / kRowGranule * kRowGranule);
+    for (int64_t r0 = 0; r0 < m.n_out; r0 += rows)
+      plan.chunks.push_back({static_cast<int32_t>(p), static_cast<int32_t>(r0),
+                             static_cast<int32_t>(std::min(m.n_out, r0 + rows))});
+  }
+  return plan;
+}
+
+void run_matmul(ThreadPool& pool, const MatmulPlan& plan, const MatmulOperand* parts, int64_t ncols) {
+  const kernels::KernelTable& k = kernels::active();
+  pool.run(static_cast<int64_t>(plan.chunks.size()), [&](int64_t i, int) {
+    const MatmulChunk& c = plan.chunks[i];
+    const MatmulOperand& op = parts[c.part];
+    kernels::MatmulArgs a;
+    a.w = op.w->data;
+    a.K = op.w->n_in;
+    a.r0 = c.r0;
+    a.r1 = c.r1;
+    a.x = op.x;
+    a.x_stride = op.x_stride;
+    a.ncols = ncols;
+    a.y = op.y;
+    a.ldy = op.ldy;
+    k.matmul[static_cast<int>(op.w->type)](a);
+  });
+}
+
+void ActivationQuantizer::reserve(int64_t max_rows, int64_t max_width) {
+  // F32 is the widest activation format (4 bytes an element; Q8_K is 1.14, F16 2).
+  for (Slot& s : slots_) s.data.assign(static_cast<size_t>(max_rows * max_width * 4 + 64), 0);
+}
+
+void ActivationQuantizer::reset(const float* src, int64_t rows, int64_t width, int64_t src_stride) {
+  src_ = src;
+  rows_ = rows;
+  width_ = width;
+  src_stride_ = src_stride;
+  for (Slot& s : slots_) s.valid = false;
+}
+
+const void* ActivationQuantizer::get(ThreadPool& pool, DType type, size_t* stride) {
+  *stride = row_bytes(type, width_);
+  if (type == DType::F32 && src_stride_ == width_) return src_;  // already in the format
+  Slot* slot = nullptr;
+  for (Slot& s : slots_) {
+    if (s.valid && s.type == type) return s.data.data();
+    if (!s.valid && !slot) slot = &s;
+  }
+  if (!slot) throw std::logic_error("ActivationQuantizer: more activation formats in one op than slots");
+  if (static_cast<size_t>(rows_) * *stride > slot->data.size())
+    throw std::logic_error("ActivationQuantizer: input larger than reserved");
+  const kernels::QuantizeFn q = kernels::active().quantize[static_cast<int>(type)];
+  if (!q) throw std::logic_error(std::string("no activation quantizer for ") + dtype_name(type));
+  uint8_t* dst = slot->data.data();
+  const size_t st = *stride;
+  pool.parallel_for(0, rows_, [&](int64_t r, int) { q(src_ + r * src_stride_, dst + r * st, width_); });
+  slot->type = type;
+  slot->valid = true;
+  return dst;
+}
+
+}  // namespace edgellm

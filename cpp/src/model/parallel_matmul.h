@@ -1,0 +1,66 @@
+// Matmuls split across the thread pool by output rows.
+//
+// Several matrices that read the same input (Q, K and V; gate and up) run as one parallel
+// region: their rows are cut into chunks of roughly equal bytes — a chunk costs what its weight
+// bytes cost to stream — and the pool hands chunks out dynamically. The chunk lists are made
+// once at load time, so a forward pass allocates nothing.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/dtype.h"
+#include "model/weights.h"
+
+namespace edgellm {
+
+class ThreadPool;
+
+struct MatmulChunk {
+  int32_t part;    // which matrix of the fused op
+  int32_t r0, r1;  // its output rows [r0, r1)
+};
+
+struct MatmulPlan {
+  std::vector<MatmulChunk> chunks;
+};
+
+// Chunks for the matrices `parts` (all read by one parallel region) on n_threads threads.
+MatmulPlan plan_matmul(const std::vector<const Matrix*>& parts, int n_threads);
+
+// One matrix of a fused op at run time: its input (already in vec_dot_type(w.type)) and output.
+struct MatmulOperand {
+  const Matrix* w = nullptr;
+  const void* x = nullptr;  // ncols rows, stride x_stride bytes
+  size_t x_stride = 0;
+  float* y = nullptr;       // y[c * ldy + r]
+  int64_t ldy = 0;
+};
+
+void run_matmul(ThreadPool& pool, const MatmulPlan& plan, const MatmulOperand* parts, int64_t ncols);
+
+// Activations quantized for matmuls: the same input is quantized once per distinct
+// vec_dot_type, however many matrices read it (Q/K/V share one; gate/up share one).
+class ActivationQuantizer {
+ public:
+  // Room for max_rows rows of up to max_width elements in up to kSlots formats.
+  void reserve(int64_t max_rows, int64_t max_width);
+  // Starts a new input: previous quantizations are forgotten.
+  void reset(const float* src, int64_t rows, int64_t width, int64_t src_stride);
+  // The input in `type` (quantized on first request, in parallel over rows); row stride in
+  // *stride.
+  const void* get(ThreadPool& pool, DType type, size_t* stride);
+
+ private:
+  static constexpr int kSlots = 3;
+  struct Slot {
+    std::vector<uint8_t> data;
+    DType type = DType::F32;
+    bool valid = false;
+  };
+  Slot slots_[kSlots];
+  const float* src_ = nullptr;
+  int64_t rows_ = 0, width_ = 0, src_stride_ = 0;
+};
+
+}  // namespace edgellm

@@ -1,0 +1,69 @@
+#include "model/weights.h"
+
+#include <cstring>
+#include <string>
+
+#include "common/errors.h"
+#include "kernels/kernels.h"
+#include "quant/quant.h"
+
+namespace edgellm {
+
+const TensorInfo* WeightLoader::find(const std::string& name, bool optional) const {
+  const TensorInfo* t = file_.find_tensor(name);
+  if (!t && !optional) throw ModelFormatError(file_.path() + ": required tensor " + name + " is missing");
+  return t;
+}
+
+std::string WeightLoader::shape_of(const TensorInfo& t) const {
+  std::string s = "{";
+  for (uint32_t i = 0; i < t.n_dims; ++i) s += (i ? ", " : "") + std::to_string(t.ne[i]);
+  return s + "}";
+}
+
+Matrix WeightLoader::matrix(const std::string& name, int64_t n_in, int64_t n_out, bool optional) {
+  Matrix m;
+  const TensorInfo* t = find(name, optional);
+  if (!t) return m;
+  if (t->n_dims != 2 || t->ne[0] != n_in || t->ne[1] != n_out)
+    throw ModelFormatError(file_.path() + ": tensor " + name + " has shape " + shape_of(*t) + ", expected {" +
+                           std::to_string(n_in) + ", " + std::to_string(n_out) + "}");
+  const DTypeInfo& info = dtype_info(t->type);
+  if (!kernels::active().matmul[static_cast<int>(t->type)])
+    throw ModelFormatError(file_.path() + ": tensor " + name + " has type " + info.name +
+                           ", which has no matmul kernel");
+  if (n_in % info.block_elems != 0)
+    throw ModelFormatError(file_.path() + ": tensor " + name + " rows of " + std::to_string(n_in) +
+                           " elements are not whole " + info.name + " blocks");
+  m.info = t;
+  m.type = t->type;
+  m.data = t->data;
+  m.n_in = n_in;
+  m.n_out = n_out;
+  m.row_bytes = row_bytes(t->type, n_in);
+  return m;
+}
+
+Vector WeightLoader::vector(const std::string& name, int64_t n, bool optional) {
+  Vector v;
+  const TensorInfo* t = find(name, optional);
+  if (!t) return v;
+  if (t->n_elements() != n || t->ne[0] != n)
+    throw ModelFormatError(file_.path() + ": tensor " + name + " has shape " + shape_of(*t) + ", expected {" +
+                           std::to_string(n) + "}");
+  v.n = n;
+  if (t->type == DType::F32 && reinterpret_cast<uintptr_t>(t->data) % alignof(float) == 0) {
+    v.data = reinterpret_cast<const float*>(t->data);
+    return v;
+  }
+  if (n % dtype_info(t->type).block_elems != 0)
+    throw ModelFormatError(file_.path() + ": tensor " + name + " of " + std::to_string(n) + " elements is not whole " +
+                           dtype_name(t->type) + " blocks");
+  std::unique_ptr<float[]> copy(new float[n]);
+  quant::dequantize_row(t->type, t->data, copy.get(), n);
+  v.data = copy.get();
+  owned_.push_back(std::move(copy));
+  return v;
+}
+
+}  // namespace edgellm

@@ -1,0 +1,55 @@
+// Weight views into the mapped GGUF file, and the loader that binds them by name, checking each
+// tensor's shape and type against the config before any forward pass can trip over it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "gguf/gguf_file.h"
+
+namespace edgellm {
+
+// A 2-D weight used by a matmul: n_out rows of n_in elements (ggml ne = {n_in, n_out}).
+struct Matrix {
+  const TensorInfo* info = nullptr;
+  DType type = DType::F32;
+  const uint8_t* data = nullptr;
+  int64_t n_in = 0, n_out = 0;
+  size_t row_bytes = 0;
+  explicit operator bool() const { return info != nullptr; }
+  const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
+};
+
+// A 1-D f32 vector (norm weights, biases, RoPE frequency factors). Points into the mapping when
+// the file stores it as F32, else into a converted copy the loader owns.
+struct Vector {
+  const float* data = nullptr;
+  int64_t n = 0;
+  explicit operator bool() const { return data != nullptr; }
+};
+
+class WeightLoader {
+ public:
+  explicit WeightLoader(const GgufFile& file) : file_(file) {}
+
+  // Binds `name` as a matrix with n_in columns and n_out rows. A missing tensor throws unless
+  // `optional`; a wrong shape or a type without a matmul kernel throws ModelFormatError naming
+  // the tensor.
+  Matrix matrix(const std::string& name, int64_t n_in, int64_t n_out, bool optional = false);
+  // Binds `name` as a vector of n elements (converted to f32 if stored otherwise).
+  Vector vector(const std::string& name, int64_t n, bool optional = false);
+
+  // Copies made for non-F32 vectors; the model keeps them alive.
+  std::vector<std::unique_ptr<float[]>>& owned() { return owned_; }
+
+ private:
+  const TensorInfo* find(const std::string& name, bool optional) const;
+  std::string shape_of(const TensorInfo& t) const;
+
+  const GgufFile& file_;
+  std::vector<std::unique_ptr<float[]>> owned_;
+};
+
+}  // namespace edgellm

@@ -1,0 +1,132 @@
+"""Tiny random-weight GGUF models of each architecture edgellm runs, written with the `gguf`
+package for the forward-pass tests.
+
+    write_tiny_model(path, "gemma3", weight_type="Q8_0", sliding_window=4)
+
+Dims are small but keep every block format whole (rows of 64/128 elements for Q-types of 32)
+and head_dim 32 so a Q8_0 KV cache works. The weights are seeded, so a file is reproducible.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence, Union
+
+import numpy as np
+
+import gguf
+from gguf import GGMLQuantizationType as QT
+from gguf.quants import quantize
+
+ARCHS = ("llama", "gemma3", "qwen2", "qwen3")
+
+
+def write_tiny_model(
+    path,
+    arch: str,
+    *,
+    n_embd: int = 64,
+    n_layer: int = 3,
+    n_head: int = 4,
+    n_head_kv: int = 2,
+    head_dim: int = 32,
+    n_ff: int = 128,
+    n_vocab: int = 96,
+    weight_type: str = "F32",
+    seed: int = 0,
+    sliding_window: int = 4,
+    sliding_window_pattern: Union[int, Sequence[bool], None] = 3,
+    rope_freqs: bool = False,
+    rope_scaling_factor: Optional[float] = None,
+    tied_output: Optional[bool] = None,
+    softcap: Optional[float] = None,
+    type_of: Optional[Callable[[str], Optional[str]]] = None,
+):
+    """Writes a model; 2-D weights are stored as `weight_type` (F32, F16, Q4_0, Q4_1, Q5_0,
+    Q5_1, Q8_0 or "mixed": a rotation through the legacy quant types), 1-D tensors as F32."""
+    assert arch in ARCHS
+    rng = np.random.Generator(np.random.PCG64(seed))
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"tiny-{arch}")
+    w.add_context_length(512)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_dimension_count(head_dim)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(10000.0 if arch == "llama" else 1000000.0)
+    if rope_scaling_factor:
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(rope_scaling_factor)
+    if arch == "gemma3":
+        if sliding_window:
+            w.add_sliding_window(sliding_window)
+        if sliding_window_pattern is not None:
+            if isinstance(sliding_window_pattern, int):
+                w.add_sliding_window_pattern(sliding_window_pattern)
+            else:
+                w.add_sliding_window_pattern([bool(b) for b in sliding_window_pattern])
+        w.add_rope_freq_base_swa(10000.0)
+        if softcap:
+            w.add_final_logit_softcapping(softcap)
+    w.add_vocab_size(n_vocab)
+    w.add_file_type(0)
+
+    kinds = {"F32": [QT.F32], "F16": [QT.F16], "mixed": [QT.Q8_0, QT.Q4_0, QT.Q5_0, QT.Q4_1, QT.Q5_1]}
+    rotation = kinds[weight_type] if weight_type in kinds else [QT[weight_type]]
+    counter = [0]
+
+    def matrix(name, rows, cols, std=0.15):
+        a = (rng.standard_normal((rows, cols)) * std).astype(np.float32)
+        qt = rotation[counter[0] % len(rotation)]
+        counter[0] += 1
+        if type_of is not None and type_of(name):
+            qt = QT[type_of(name)]
+        if qt == QT.F32:
+            w.add_tensor(name, a)
+        elif qt == QT.F16:
+            w.add_tensor(name, a.astype(np.float16))
+        else:
+            q = quantize(a, qt)
+            w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=qt)
+
+    def vector(name, n, mean=1.0, std=0.1):
+        w.add_tensor(name, (mean + std * rng.standard_normal(n)).astype(np.float32))
+
+    matrix("token_embd.weight", n_vocab, n_embd, std=1.0)
+    for il in range(n_layer):
+        b = f"blk.{il}."
+        vector(b + "attn_norm.weight", n_embd)
+        matrix(b + "attn_q.weight", n_head * head_dim, n_embd)
+        matrix(b + "attn_k.weight", n_head_kv * head_dim, n_embd)
+        matrix(b + "attn_v.weight", n_head_kv * head_dim, n_embd)
+        matrix(b + "attn_output.weight", n_embd, n_head * head_dim)
+        if arch == "qwen2":
+            vector(b + "attn_q.bias", n_head * head_dim, 0.0, 0.2)
+            vector(b + "attn_k.bias", n_head_kv * head_dim, 0.0, 0.2)
+            vector(b + "attn_v.bias", n_head_kv * head_dim, 0.0, 0.2)
+        if arch in ("gemma3", "qwen3"):
+            vector(b + "attn_q_norm.weight", head_dim)
+            vector(b + "attn_k_norm.weight", head_dim)
+        if arch == "gemma3":
+            vector(b + "post_attention_norm.weight", n_embd)
+        vector(b + "ffn_norm.weight", n_embd)
+        matrix(b + "ffn_gate.weight", n_ff, n_embd)
+        matrix(b + "ffn_up.weight", n_ff, n_embd)
+        matrix(b + "ffn_down.weight", n_embd, n_ff)
+        if arch == "gemma3":
+            vector(b + "post_ffw_norm.weight", n_embd)
+    vector("output_norm.weight", n_embd)
+    if rope_freqs:
+        vector("rope_freqs.weight", head_dim // 2, 1.5, 0.4)
+    if tied_output is None:
+        tied_output = arch == "gemma3"
+    if not tied_output:
+        matrix("output.weight", n_vocab, n_embd, std=0.5)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

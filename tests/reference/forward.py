@@ -1,0 +1,251 @@
+"""A straightforward float64 forward pass for the architectures edgellm runs (llama, gemma3,
+qwen2, qwen3), written from the published math and independent of the C++ engine: weights are
+read and dequantized with the `gguf` package, every activation is a float64 numpy array, and
+attention is a dense masked softmax over the whole sequence.
+
+    ref = ReferenceModel(path)            # or ReferenceModel(path, dtype=np.float32) for big models
+    logits = ref.forward([1, 2, 3])       # [n_tokens, n_vocab], positions 0..n-1
+    acts = ref.forward(ids, trace=True)   # also returns per-layer residual streams
+
+It is slow and memory hungry by design (dense weights); use it on tiny fixtures, or on a real
+model for a few tokens when hunting a mismatch.
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+import gguf
+from gguf import GGMLQuantizationType as QT
+from gguf.quants import dequantize
+
+
+def _field(reader: gguf.GGUFReader, key: str, default=None):
+    f = reader.fields.get(key)
+    if f is None:
+        return default
+    return f.contents()
+
+
+class ReferenceModel:
+    def __init__(self, path: str, dtype=np.float64, simulate_activation_quant: bool = False):
+        self.path = str(path)
+        self.dtype = dtype
+        # With simulate_activation_quant, each matmul input is rounded the way the engine
+        # quantizes it for the weight's type (Q8_0 / Q8_1 / Q8_K blocks, or F16), so quantized
+        # kernels can be checked tightly; without it this is the exact reference.
+        self.simulate = simulate_activation_quant
+        r = gguf.GGUFReader(self.path)
+        self.reader = r
+        self.arch = arch = _field(r, "general.architecture")
+        if arch not in ("llama", "gemma3", "qwen2", "qwen3"):
+            raise ValueError(f"reference forward: unsupported arch {arch}")
+        k = lambda s, d=None: _field(r, f"{arch}.{s}", d)  # noqa: E731
+        self.n_embd = int(k("embedding_length"))
+        self.n_layer = int(k("block_count"))
+        self.n_head = int(k("attention.head_count"))
+        self.n_head_kv = int(k("attention.head_count_kv", self.n_head))
+        self.hd_k = int(k("attention.key_length", self.n_embd // self.n_head))
+        self.hd_v = int(k("attention.value_length", self.n_embd // self.n_head))
+        self.eps = float(k("attention.layer_norm_rms_epsilon"))
+        self.n_rot = int(k("rope.dimension_count", self.hd_k))
+        self.freq_base = float(k("rope.freq_base", 10000.0))
+        factor = k("rope.scaling.factor", None)
+        self.freq_scale = 1.0 / float(factor) if factor else 1.0
+        self.neox = arch != "llama"
+        self.window = [0] * self.n_layer
+        self.freq_base_local = self.freq_base
+        self.freq_scale_local = self.freq_scale
+        self.attn_scale = 1.0 / math.sqrt(self.hd_k)
+        self.embed_scale = 1.0
+        self.softcap = 0.0
+        if arch == "gemma3":
+            n_swa = int(k("attention.sliding_window", 0))
+            pattern = k("attention.sliding_window_pattern", 6)
+            if n_swa > 0:
+                for il in range(self.n_layer):
+                    if isinstance(pattern, list):
+                        swa = bool(pattern[il])
+                    else:
+                        n = int(pattern)
+                        swa = n == 0 or il % n < n - 1
+                    self.window[il] = n_swa if swa else 0
+            self.freq_base_local = float(k("rope.freq_base_swa", 10000.0))
+            self.freq_scale_local = 1.0
+            if self.n_layer == 62:
+                self.attn_scale = 1.0 / math.sqrt(self.n_embd // self.n_head)
+            self.embed_scale = math.sqrt(self.n_embd)
+            self.softcap = float(k("final_logit_softcapping", 0.0) or 0.0)
+        self._tensors = {t.name: t for t in r.tensors}
+        self._cache: Dict[str, np.ndarray] = {}
+
+    # ---- weights ----
+    def has(self, name: str) -> bool:
+        return name in self._tensors
+
+    def w(self, name: str) -> np.ndarray:
+        """The tensor as a dense array in numpy order (rows = ggml ne[1])."""
+        if name not in self._cache:
+            t = self._tensors[name]
+            shape = [int(x) for x in reversed(t.shape)]  # numpy order
+            if t.tensor_type in (QT.F32, QT.F16):
+                a = np.asarray(t.data).astype(self.dtype)
+            else:
+                a = dequantize(np.asarray(t.data), t.tensor_type).astype(self.dtype)
+            self._cache[name] = a.reshape(shape)
+        return self._cache[name]
+
+    def opt(self, name: str) -> Optional[np.ndarray]:
+        return self.w(name) if self.has(name) else None
+
+    def mm(self, x: np.ndarray, name: str) -> np.ndarray:
+        """x @ W.T for the weight `name`."""
+        if self.simulate:
+            x = quantize_activations(x, self._tensors[name].tensor_type)
+        return x @ self.w(name).T
+
+    # ---- blocks ----
+    def rmsnorm(self, x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+        ms = np.mean(x * x, axis=-1, keepdims=True)
+        return x / np.sqrt(ms + self.eps) * weight
+
+    def rope(self, x: np.ndarray, pos: np.ndarray, base: float, scale: float) -> np.ndarray:
+        """x: [n, heads, hd]; rotates the first n_rot dims of every head."""
+        half = self.n_rot // 2
+        inv = base ** (-2.0 * np.arange(half) / self.n_rot)
+        if self.has("rope_freqs.weight"):
+            inv = inv / self.w("rope_freqs.weight")
+        theta = pos[:, None].astype(np.float64) * inv[None, :] * scale  # [n, half]
+        cos = np.cos(theta)[:, None, :].astype(self.dtype)
+        sin = np.sin(theta)[:, None, :].astype(self.dtype)
+        out = x.copy()
+        if self.neox:
+            a, b = x[..., :half], x[..., half:self.n_rot]
+            out[..., :half] = a * cos - b * sin
+            out[..., half:self.n_rot] = a * sin + b * cos
+        else:
+            a, b = x[..., 0:self.n_rot:2], x[..., 1:self.n_rot:2]
+            out[..., 0:self.n_rot:2] = a * cos - b * sin
+            out[..., 1:self.n_rot:2] = a * sin + b * cos
+        return out
+
+    def attention(self, q, k, v, pos, window):
+        """q [n, H, hd_k], k [n, Hkv, hd_k], v [n, Hkv, hd_v] -> [n, H * hd_v]; causal, and with a
+        window w the key at p_k is masked for the query at p_q when p_q - p_k >= w."""
+        n = q.shape[0]
+        group = self.n_head // self.n_head_kv
+        diff = pos[:, None] - pos[None, :]
+        mask = diff < 0
+        if window > 0:
+            mask |= diff >= window
+        out = np.zeros((n, self.n_head, self.hd_v), dtype=self.dtype)
+        for h in range(self.n_head):
+            kh = h // group
+            s = q[:, h, :] @ k[:, kh, :].T
+            s = np.where(mask, -np.inf, s)
+            s = s - s.max(axis=1, keepdims=True)
+            p = np.exp(s)
+            p /= p.sum(axis=1, keepdims=True)
+            out[:, h, :] = p @ v[:, kh, :]
+        return out.reshape(n, self.n_head * self.hd_v)
+
+    @staticmethod
+    def gelu_tanh(x):
+        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+    @staticmethod
+    def silu(x):
+        return x / (1.0 + np.exp(-x))
+
+    # ---- forward ----
+    def forward(self, ids: Sequence[int], trace: bool = False):
+        ids = np.asarray(ids, dtype=np.int64)
+        n = len(ids)
+        pos = np.arange(n)
+        x = self.w("token_embd.weight")[ids].astype(self.dtype) * self.embed_scale
+        layers: List[np.ndarray] = []
+        for il in range(self.n_layer):
+            b = f"blk.{il}."
+            h = self.rmsnorm(x, self.w(b + "attn_norm.weight"))
+            q = self.mm(h, b + "attn_q.weight")
+            k = self.mm(h, b + "attn_k.weight")
+            v = self.mm(h, b + "attn_v.weight")
+            for name, arr in (("attn_q.bias", q), ("attn_k.bias", k), ("attn_v.bias", v)):
+                bias = self.opt(b + name)
+                if bias is not None:
+                    arr += bias
+            q = q.reshape(n, self.n_head, self.hd_k)
+            k = k.reshape(n, self.n_head_kv, self.hd_k)
+            v = v.reshape(n, self.n_head_kv, self.hd_v)
+            if self.has(b + "attn_q_norm.weight"):
+                q = self.rmsnorm(q, self.w(b + "attn_q_norm.weight"))
+                k = self.rmsnorm(k, self.w(b + "attn_k_norm.weight"))
+            local = self.window[il] > 0
+            base = self.freq_base_local if local else self.freq_base
+            scale = self.freq_scale_local if local else self.freq_scale
+            q = self.rope(q, pos, base, scale) * self.attn_scale
+            k = self.rope(k, pos, base, scale)
+            a = self.attention(q, k, v, pos, self.window[il])
+            o = self.mm(a, b + "attn_output.weight")
+            bo = self.opt(b + "attn_output.bias")
+            if bo is not None:
+                o += bo
+            if self.has(b + "post_attention_norm.weight"):
+                o = self.rmsnorm(o, self.w(b + "post_attention_norm.weight"))
+            x = x + o
+            h = self.rmsnorm(x, self.w(b + "ffn_norm.weight"))
+            g = self.mm(h, b + "ffn_gate.weight")
+            u = self.mm(h, b + "ffn_up.weight")
+            act = self.gelu_tanh(g) if self.arch == "gemma3" else self.silu(g)
+            d = self.mm(act * u, b + "ffn_down.weight")
+            if self.has(b + "post_ffw_norm.weight"):
+                d = self.rmsnorm(d, self.w(b + "post_ffw_norm.weight"))
+            x = x + d
+            if trace:
+                layers.append(x.copy())
+        x = self.rmsnorm(x, self.w("output_norm.weight"))
+        logits = self.mm(x, "output.weight" if self.has("output.weight") else "token_embd.weight")
+        if self.softcap > 0:
+            logits = self.softcap * np.tanh(logits / self.softcap)
+        return (logits, layers) if trace else logits
+
+
+_Q8_BLOCK_TYPES = {QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0}
+_K_TYPES = {QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K}
+
+
+def quantize_activations(x: np.ndarray, weight_type) -> np.ndarray:
+    """x rounded through the activation format llama.cpp pairs with weight_type (§2.4):
+    Q8_0/Q8_1 (32-blocks, d = amax/127 stored as fp16), Q8_K (256-blocks, f32 d = -max/127),
+    F16; F32 weights take x as is."""
+    shape = x.shape
+    if weight_type in _Q8_BLOCK_TYPES:
+        b = x.reshape(-1, 32).astype(np.float64)
+        d = np.abs(b).max(axis=1, keepdims=True) / 127.0
+        inv = np.where(d > 0, 1.0 / np.where(d > 0, d, 1), 0.0)
+        q = np.sign(b * inv) * np.floor(np.abs(b * inv) + 0.5)  # roundf: ties away from zero
+        d16 = d.astype(np.float16).astype(np.float64)
+        return (q * d16).reshape(shape).astype(x.dtype)
+    if weight_type in _K_TYPES:
+        b = x.reshape(-1, 256).astype(np.float64)
+        idx = np.abs(b).argmax(axis=1)
+        mx = b[np.arange(len(b)), idx][:, None]
+        iscale = np.where(mx != 0, -127.0 / np.where(mx != 0, mx, 1), 0.0)
+        q = np.minimum(127, np.round(iscale * b))
+        d = np.where(iscale != 0, 1.0 / np.where(iscale != 0, iscale, 1), 0.0).astype(np.float32)
+        return (q * d.astype(np.float64)).reshape(shape).astype(x.dtype)
+    if weight_type == QT.F16:
+        return x.astype(np.float16).astype(x.dtype)
+    if weight_type == QT.BF16:
+        u = x.astype(np.float32).view(np.uint32)
+        u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+        return u.astype(np.uint32).view(np.float32).astype(x.dtype)
+    return x
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits.astype(np.float64)
+    z = z - z.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
