@@ -308,43 +308,45 @@ def test_context_overflow_is_400_with_the_numbers(server):
 
 @pytest.fixture(scope="module")
 def tight_server(smollm2_path):
-    s = ServerProcess(smollm2_path, "--parallel", "1", "--max-queue", "1", "--ctx-size", "2048",
-                      "--timeout", "3", "--shutdown-grace", "2")
+    s = ServerProcess(smollm2_path, "--parallel", "1", "--max-queue", "1", "--ctx-size", "4096",
+                      "--timeout", "8")
     try:
         yield s.wait_ready()
     finally:
         s.stop()
 
 
-def test_full_queue_429_then_timeout(tight_server):
+def test_full_queue_429_and_timeouts(tight_server):
     s = tight_server
-    slow = {"prompt": "Once upon a time", "max_tokens": 1500, "ignore_eos": True, "stream": True}
-    with httpx.Client(base_url=s.url, headers=s.headers, timeout=30) as c1, \
-            httpx.Client(base_url=s.url, headers=s.headers, timeout=30) as c2:
-        with c1.stream("POST", "/v1/completions", json=slow) as r1:
+    # far more tokens than any CPU makes in --timeout 8 s
+    slow = {"prompt": "Once upon a time", "max_tokens": 4000, "ignore_eos": True}
+    queued = {}
+    with httpx.Client(base_url=s.url, headers=s.headers, timeout=60) as c1, \
+            httpx.Client(base_url=s.url, headers=s.headers, timeout=60) as c2:
+        with c1.stream("POST", "/v1/completions", json={**slow, "stream": True}) as r1:
             assert r1.status_code == 200
-            next(r1.iter_lines())
-            # r2 waits in the queue; its headers come with its first token, so send it apart
-            t = threading.Thread(target=lambda: c2.post("/v1/completions", json={**slow, "stream": False}))
+            lines = r1.iter_lines()
+            next(lines)
+            # r2 waits in the engine queue behind r1 (--parallel 1)
+            t = threading.Thread(target=lambda: queued.update(
+                r=c2.post("/v1/completions", json=slow)))
             t.start()
             deadline = time.monotonic() + 10
             while s.metrics().get("edgellm_http_requests_active", 0) < 2:
-                assert time.monotonic() < deadline
+                assert time.monotonic() < deadline, "the second request was not admitted"
                 time.sleep(0.05)
             r3 = s.post("/v1/completions", {"prompt": "hi", "max_tokens": 2})
             err = _error(r3, 429)
             assert int(r3.headers["Retry-After"]) >= 1 and "2 request slots" in err["message"]
-            # the stream outlives --timeout 3: the deadline error arrives in-band
-            tail = [line for line in r1.iter_lines() if line.startswith("data: ")]
+            # r1 outlives --timeout: the deadline error arrives in-band, then the stream ends
+            tail = [line for line in lines if line.startswith("data: ")]
             assert json.loads(tail[-1][6:])["error"]["code"] == "timeout"
         t.join(30)
-    r = s.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 1500,
-                                   "ignore_eos": True})
-    err = _error(r, 504)
-    assert err["type"] == "timeout_error" and "3 s" in err["message"]
+    err = _error(queued["r"], 504)  # timed out while queued or running: aborted either way
+    assert err["type"] == "timeout_error" and "8 s" in err["message"]
     deadline = time.monotonic() + 10
-    while s.metrics()["edgellm_requests_running"] != 0:
-        assert time.monotonic() < deadline
+    while (m := s.metrics())["edgellm_requests_running"] or m["edgellm_kv_pages_in_use_requests"]:
+        assert time.monotonic() < deadline, m
         time.sleep(0.1)
 
 
@@ -354,14 +356,17 @@ def test_sigterm_exits_cleanly(smollm2_path):
         body = {"prompt": "Once upon a time", "max_tokens": 800, "ignore_eos": True, "stream": True}
         with httpx.Client(base_url=s.url, headers=s.headers, timeout=30) as c:
             with c.stream("POST", "/v1/completions", json=body) as r:
-                next(r.iter_lines())
+                lines = r.iter_lines()
+                next(lines)
+                t0 = time.monotonic()
                 s.proc.send_signal(signal.SIGTERM)
                 try:
-                    for _ in r.iter_lines():
+                    for _ in lines:
                         pass
                 except httpx.HTTPError:
                     pass  # the server cut the stream after its grace period
         assert s.proc.wait(20) == 0, s.output()
+        assert time.monotonic() - t0 < 10  # the 1 s grace, not the whole 800-token stream
         with pytest.raises(httpx.TransportError):
             httpx.get(s.url + "/health", timeout=2)
     finally:
