@@ -18,12 +18,9 @@ def setup():
     from edgellm import _core
     if "gemma" not in _cache:
         import sentencepiece as spm
-        import gguf
         path = str(require_model("gemma3"))
         tok = _core.Tokenizer.from_gguf(path)
-        r = gguf.GGUFReader(path)
-        f = r.fields
-        scores = [float(x) for x in f["tokenizer.ggml.scores"].contents()]
+        scores = tok.scores
         proto = ref.sentencepiece_model_proto(
             tok.tokens, scores, tok.token_types, add_dummy_prefix=tok.add_space_prefix,
             unk_id=3, bos_id=2, eos_id=1, pad_id=0)

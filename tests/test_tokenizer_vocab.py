@@ -177,15 +177,12 @@ def test_concurrent_encode_is_consistent():
 @pytest.mark.real_model
 @pytest.mark.parametrize("pre", ["llama3", "gpt2", "default"])
 def test_other_pretokenizers_match_reference(pre):
-    import gguf
     from conftest import require_model
     from test_tokenizer_bpe import FIXED, random_text
-    path = str(require_model("qwen2.5-coder-0.5b"))
-    r = gguf.GGUFReader(path)
-    tokens = core().Tokenizer.from_gguf(path).tokens
-    merges = r.fields["tokenizer.ggml.merges"].contents()
+    qwen = core().Tokenizer.from_gguf(str(require_model("qwen2.5-coder-0.5b")))
+    tokens, merges = qwen.tokens, qwen.merges
     tok = core().Tokenizer.from_vocab({"model": "gpt2", "tokens": tokens, "merges": merges, "pre": pre,
-                                       "token_type": [int(x) for x in r.fields["tokenizer.ggml.token_type"].contents()]})
+                                       "token_type": qwen.token_types})
     reference = ref.ReferenceBpe(tokens, merges, pre, ignore_merges=(pre == "llama3"))
     rng = random.Random(5)
     bad = []

@@ -106,7 +106,13 @@ void bind_tokenizer(py::module_& m) {
             for (const auto& s : t.vocab().tokens)
               out.append(py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(s.data(), Py_ssize_t(s.size()), "replace")));
             return out; }, "All token texts (for template detection and tests).")
-      .def_property_readonly("token_types", [](const Tokenizer& t) { return t.vocab().types; });
+      .def_property_readonly("token_types", [](const Tokenizer& t) { return t.vocab().types; })
+      .def_property_readonly("scores", [](const Tokenizer& t) { return t.vocab().scores; })
+      .def_property_readonly("merges", [](const Tokenizer& t) {
+            py::list out;
+            for (const auto& s : t.vocab().merges)
+              out.append(py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(s.data(), Py_ssize_t(s.size()), "replace")));
+            return out; }, "BPE merges as stored (rank = index); empty for SPM.");
 
   py::class_<PyStreamDecoder>(m, "StreamDecoder",
       "Feeds token ids one at a time; returns only complete UTF-8 characters.")
