@@ -10,11 +10,17 @@
 
 namespace edgellm {
 
+class EngineVocab;
+
 // What a request asked for; at most one field is normally set (empty = absent).
 struct ConstraintSpec {
   std::string json_schema;  // JSON schema text ("{}" or any-object for json_object mode)
   std::string grammar;      // GBNF-like grammar text
   std::string regex;        // regular expression the whole output must match
+  // Filled in by the engine before make_constraint: the vocabulary whose tokens the constraint
+  // masks (token bytes, EOG ids) and the logits row length.
+  std::shared_ptr<const EngineVocab> vocab;
+  int32_t n_vocab = 0;
   bool empty() const { return json_schema.empty() && grammar.empty() && regex.empty(); }
 };
 

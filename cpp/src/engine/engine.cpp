@@ -106,8 +106,12 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params
                              " pages (" + std::to_string(kv_->pages_total(0) * kv_->page_size()) +
                              " tokens); raise kv_memory or lower max_tokens");
   std::vector<std::unique_ptr<TokenConstraint>> constraints(params.n);
-  if (!params.constraint.empty())
-    for (auto& c : constraints) c = make_constraint(params.constraint);
+  if (!params.constraint.empty()) {
+    ConstraintSpec spec = params.constraint;
+    spec.vocab = vocab_;
+    spec.n_vocab = n_vocab_;
+    for (auto& c : constraints) c = make_constraint(spec);
+  }
   uint64_t seed = params.seed;
   if (!params.has_seed) {
     std::random_device rd;

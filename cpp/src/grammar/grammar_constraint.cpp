@@ -1,0 +1,232 @@
+#include "grammar/grammar_constraint.h"
+
+#include <cmath>
+#include <list>
+#include <map>
+
+#include "common/errors.h"
+#include "engine/engine_model.h"
+
+namespace edgellm::grammar {
+namespace {
+
+// Masks kept per (grammar, vocabulary) before the cache is emptied and refilled on demand:
+// 64 MiB is ~2000 masks of Gemma 3's 262k-token vocabulary, far more than a schema visits.
+constexpr int64_t kMaxMaskBytes = int64_t{64} << 20;
+// Contexts whose automaton grew past this are not handed to new requests (they keep working
+// for the requests that hold them): a recursive grammar cannot grow one context forever.
+constexpr size_t kRetireStates = 50000;
+constexpr size_t kContextCacheSize = 32;
+
+}  // namespace
+
+// ---- GrammarContext -------------------------------------------------------------------------
+
+GrammarContext::GrammarContext(std::shared_ptr<const CompiledGrammar> grammar)
+    : grammar_(grammar), automaton_(std::move(grammar)), initial_(automaton_.initial_state()) {}
+
+int32_t GrammarContext::advance(int32_t state, std::string_view bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return automaton_.next(state, bytes);
+}
+
+bool GrammarContext::is_accepting(int32_t state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return automaton_.is_accepting(state);
+}
+
+bool GrammarContext::can_continue(int32_t state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return automaton_.can_continue(state);
+}
+
+size_t GrammarContext::n_states() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return automaton_.n_states();
+}
+
+GrammarContextStats GrammarContext::stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  GrammarContextStats s;
+  s.mask_hits = hits_;
+  s.mask_misses = misses_;
+  s.n_states = static_cast<int64_t>(automaton_.n_states());
+  for (const auto& m : masks_) {
+    s.n_masks += static_cast<int64_t>(m.by_state.size());
+    s.mask_bytes += m.bytes;
+  }
+  return s;
+}
+
+void GrammarContext::with_mask(const std::shared_ptr<const TokenTrie>& trie, int32_t state,
+                               const std::function<void(const std::vector<uint64_t>&)>& f) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Masks* m = nullptr;
+  for (auto& x : masks_)
+    if (x.trie == trie) m = &x;
+  if (!m) {
+    masks_.push_back({trie, {}, 0});
+    m = &masks_.back();
+  }
+  auto it = m->by_state.find(state);
+  if (it != m->by_state.end()) {
+    ++hits_;
+    f(it->second);
+    return;
+  }
+  ++misses_;
+  const size_t words = (static_cast<size_t>(trie->n_vocab()) + 63) / 64;
+  if (m->bytes + static_cast<int64_t>(words * 8) > kMaxMaskBytes) {
+    m->by_state.clear();
+    m->bytes = 0;
+  }
+  std::vector<uint64_t> mask(words, 0);
+  trie->walk(state, [this](int32_t s, uint8_t b) { return automaton_.next(s, b); }, mask.data());
+  if (automaton_.is_accepting(state))
+    for (int32_t t : trie->eog()) mask[t >> 6] |= uint64_t{1} << (t & 63);
+  m->bytes += static_cast<int64_t>(words * 8);
+  f(m->by_state.emplace(state, std::move(mask)).first->second);
+}
+
+// ---- caches ---------------------------------------------------------------------------------
+
+std::shared_ptr<GrammarContext> grammar_context(GrammarKind kind, std::string_view text) {
+  static std::mutex mu;
+  static std::list<std::pair<std::string, std::shared_ptr<GrammarContext>>> lru;  // most recent first
+  std::string key(1, static_cast<char>('0' + static_cast<int>(kind)));
+  key.append(text);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto it = lru.begin(); it != lru.end(); ++it) {
+      if (it->first != key) continue;
+      auto ctx = it->second;
+      lru.erase(it);
+      if (ctx->n_states() > kRetireStates) break;  // start afresh below
+      lru.emplace_front(key, ctx);
+      return ctx;
+    }
+  }
+  // Compile outside the lock: a large schema must not stall other requests' lookups.
+  auto ctx = std::make_shared<GrammarContext>(CompiledGrammar::from_text(kind, text));
+  std::lock_guard<std::mutex> lock(mu);
+  lru.emplace_front(key, ctx);
+  while (lru.size() > kContextCacheSize) lru.pop_back();
+  return ctx;
+}
+
+std::shared_ptr<const TokenTrie> token_trie_for(const std::shared_ptr<const void>& owner, int32_t n_vocab,
+                                                const std::function<std::string(int32_t)>& piece,
+                                                const std::vector<int32_t>& eog) {
+  struct Entry {
+    std::weak_ptr<const void> owner;
+    int32_t n_vocab;
+    std::shared_ptr<const TokenTrie> trie;
+  };
+  static std::mutex mu;
+  static std::vector<Entry> entries;
+  std::lock_guard<std::mutex> lock(mu);  // held while building: two requests must not build twice
+  for (auto it = entries.begin(); it != entries.end();) {
+    if (it->owner.expired()) {
+      it = entries.erase(it);
+      continue;
+    }
+    if (!it->owner.owner_before(owner) && !owner.owner_before(it->owner) && it->n_vocab == n_vocab) return it->trie;
+    ++it;
+  }
+  std::vector<std::string> pieces(static_cast<size_t>(n_vocab));
+  for (int32_t t = 0; t < n_vocab; ++t) {
+    try {
+      pieces[t] = piece(t);
+    } catch (const std::exception&) {
+      pieces[t].clear();  // ids past the tokenizer (padded embedding rows) are never allowed
+    }
+  }
+  auto trie = std::make_shared<const TokenTrie>(pieces, eog);
+  entries.push_back({owner, n_vocab, trie});
+  return trie;
+}
+
+// ---- GrammarConstraint ----------------------------------------------------------------------
+
+GrammarConstraint::GrammarConstraint(std::shared_ptr<GrammarContext> ctx, std::shared_ptr<const TokenTrie> trie)
+    : ctx_(std::move(ctx)), trie_(std::move(trie)), state_(ctx_->initial_state()) {}
+
+void GrammarConstraint::apply(float* logits, int n_vocab) {
+  const int n_trie = trie_->n_vocab();
+  ctx_->with_mask(trie_, state_, [&](const std::vector<uint64_t>& mask) {
+    const int n = std::min(n_vocab, n_trie);
+    for (int w = 0; w * 64 < n; ++w) {
+      uint64_t bad = ~mask[w];
+      if (!bad) continue;
+      const int base = w * 64;
+      while (bad) {
+        const int t = base + __builtin_ctzll(bad);
+        if (t >= n) break;
+        logits[t] = -INFINITY;
+        bad &= bad - 1;
+      }
+    }
+  });
+  for (int t = n_trie; t < n_vocab; ++t) logits[t] = -INFINITY;
+}
+
+void GrammarConstraint::accept(int32_t token) {
+  if (token < 0 || token >= trie_->n_vocab())
+    throw InvalidRequestError("constraint: token id " + std::to_string(token) + " is outside the vocabulary");
+  if (trie_->is_eog(token)) {
+    if (!ctx_->is_accepting(state_))
+      throw InvalidRequestError("constraint: end of generation before the output is complete");
+    return;
+  }
+  const std::string& piece = trie_->piece(token);
+  const int32_t next = piece.empty() ? GrammarAutomaton::kDead : ctx_->advance(state_, piece);
+  if (next == GrammarAutomaton::kDead)
+    throw InvalidRequestError("constraint: token " + std::to_string(token) + " is not allowed by the grammar here");
+  state_ = next;
+}
+
+bool GrammarConstraint::is_complete() const { return ctx_->is_accepting(state_); }
+
+bool GrammarConstraint::can_continue() const { return ctx_->can_continue(state_); }
+
+bool GrammarConstraint::accept_bytes(std::string_view bytes) {
+  const int32_t next = ctx_->advance(state_, bytes);
+  if (next == GrammarAutomaton::kDead) return false;
+  state_ = next;
+  return true;
+}
+
+std::vector<int32_t> GrammarConstraint::allowed_tokens() {
+  std::vector<int32_t> out;
+  ctx_->with_mask(trie_, state_, [&](const std::vector<uint64_t>& mask) {
+    for (int32_t t = 0; t < trie_->n_vocab(); ++t)
+      if ((mask[t >> 6] >> (t & 63)) & 1) out.push_back(t);
+  });
+  return out;
+}
+
+std::unique_ptr<GrammarConstraint> make_grammar_constraint(const ConstraintSpec& spec,
+                                                           std::shared_ptr<const TokenTrie> trie) {
+  const int n_set = !spec.json_schema.empty() + !spec.grammar.empty() + !spec.regex.empty();
+  if (n_set > 1)
+    throw InvalidRequestError("constraint: json_schema (or response_format), grammar and regex are exclusive; "
+                              "set only one");
+  std::shared_ptr<GrammarContext> ctx;
+  if (!spec.json_schema.empty()) ctx = grammar_context(GrammarKind::JsonSchema, spec.json_schema);
+  else if (!spec.grammar.empty()) ctx = grammar_context(GrammarKind::Gbnf, spec.grammar);
+  else if (!spec.regex.empty()) ctx = grammar_context(GrammarKind::Regex, spec.regex);
+  else throw InvalidRequestError("constraint: none of json_schema, grammar or regex is set");
+  return std::make_unique<GrammarConstraint>(std::move(ctx), std::move(trie));
+}
+
+void register_grammar_constraints() {
+  register_constraint_factory([](const ConstraintSpec& spec) -> std::unique_ptr<TokenConstraint> {
+    if (!spec.vocab || spec.n_vocab <= 0)
+      throw InvalidRequestError("constraint: the engine passed no vocabulary (ConstraintSpec.vocab)");
+    const EngineVocab* v = spec.vocab.get();
+    auto trie = token_trie_for(spec.vocab, spec.n_vocab, [v](int32_t t) { return v->piece(t); }, v->eog_tokens());
+    return make_grammar_constraint(spec, std::move(trie));
+  });
+}
+
+}  // namespace edgellm::grammar

@@ -1,0 +1,102 @@
+// Token masks for constrained decoding: the TokenConstraint the engine calls per sequence.
+//
+// Cost per generated token: the constraint's parse state is one automaton state id. Its mask
+// (allowed tokens, one bit each) is looked up in a per-(grammar, vocabulary) cache; on a miss
+// one preorder pass over the vocabulary trie computes it, pruning every subtree whose prefix
+// the grammar rejects, with byte transitions memoised in the automaton. Contexts are cached by
+// grammar text, so a schema used again by a later request starts with warm masks.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/constraint.h"
+#include "grammar/grammar.h"
+#include "grammar/token_trie.h"
+
+namespace edgellm::grammar {
+
+struct GrammarContextStats {
+  int64_t mask_hits = 0, mask_misses = 0;
+  int64_t n_states = 0, n_masks = 0;
+  int64_t mask_bytes = 0;
+};
+
+// One compiled grammar, its automaton and its token masks per vocabulary. Thread-safe.
+class GrammarContext {
+ public:
+  explicit GrammarContext(std::shared_ptr<const CompiledGrammar> grammar);
+
+  const CompiledGrammar& grammar() const { return *grammar_; }
+  int32_t initial_state() const { return initial_; }
+  // The state after `bytes`, or GrammarAutomaton::kDead.
+  int32_t advance(int32_t state, std::string_view bytes);
+  bool is_accepting(int32_t state);
+  bool can_continue(int32_t state);
+  // Calls f(mask) with the allowed-token bits of `state` (EOG bits set iff accepting) while the
+  // cache entry is pinned.
+  void with_mask(const std::shared_ptr<const TokenTrie>& trie, int32_t state,
+                 const std::function<void(const std::vector<uint64_t>&)>& f);
+  GrammarContextStats stats();
+  // Automaton states so far; the context cache retires contexts that grew too large.
+  size_t n_states();
+
+ private:
+  struct Masks {
+    std::shared_ptr<const TokenTrie> trie;
+    std::unordered_map<int32_t, std::vector<uint64_t>> by_state;
+    int64_t bytes = 0;
+  };
+  std::shared_ptr<const CompiledGrammar> grammar_;
+  std::mutex mu_;
+  GrammarAutomaton automaton_;
+  int32_t initial_;
+  std::vector<Masks> masks_;  // one entry per vocabulary seen (usually one)
+  int64_t hits_ = 0, misses_ = 0;
+};
+
+// The shared context for a grammar text (compiled on first use; a small LRU keeps recent
+// ones). Throws InvalidRequestError for a grammar that does not parse or compile.
+std::shared_ptr<GrammarContext> grammar_context(GrammarKind kind, std::string_view text);
+
+// The trie of a vocabulary, built once and kept while `owner` (the vocabulary object) lives.
+// piece(t) gives token t's output bytes (an exception counts as an empty piece).
+std::shared_ptr<const TokenTrie> token_trie_for(const std::shared_ptr<const void>& owner, int32_t n_vocab,
+                                                const std::function<std::string(int32_t)>& piece,
+                                                const std::vector<int32_t>& eog);
+
+class GrammarConstraint : public TokenConstraint {
+ public:
+  GrammarConstraint(std::shared_ptr<GrammarContext> ctx, std::shared_ptr<const TokenTrie> trie);
+
+  void apply(float* logits, int n_vocab) override;
+  // Throws InvalidRequestError for a token the grammar does not allow here.
+  void accept(int32_t token) override;
+  bool is_complete() const override;
+
+  // Test surface.
+  std::vector<int32_t> allowed_tokens();
+  bool can_continue() const;
+  // Advances by raw bytes; false (state unchanged) when the grammar rejects them.
+  bool accept_bytes(std::string_view bytes);
+  GrammarContext& context() { return *ctx_; }
+
+ private:
+  std::shared_ptr<GrammarContext> ctx_;
+  std::shared_ptr<const TokenTrie> trie_;
+  int32_t state_;
+};
+
+// The constraint for `spec` (json_schema, grammar or regex; the first one set) over `trie`.
+std::unique_ptr<GrammarConstraint> make_grammar_constraint(const ConstraintSpec& spec,
+                                                           std::shared_ptr<const TokenTrie> trie);
+
+// Installs the engine's constraint factory (engine/constraint.h). Idempotent.
+void register_grammar_constraints();
+
+}  // namespace edgellm::grammar
