@@ -154,6 +154,17 @@ def test_from_vocab_and_stream_decoder_bpe_bytes():
     assert tok.decode([0xE2, 0x82]) == "\ufffd"
 
 
+def test_phi3_special_tokens_strip_following_whitespace():
+    toks = ["<unk>", "<s>", "</s>", "\u2581", "a", "\u2581a", "<|end|>", "<|user|>"]
+    vocab = {"model": "llama", "tokens": toks, "scores": [0.0, 0, 0, -1, -1, -0.5, 0, 0],
+             "token_type": [2, 3, 3, 1, 1, 1, 3, 3], "add_bos": False}
+    plain = core().Tokenizer.from_vocab(vocab)
+    phi3 = core().Tokenizer.from_vocab(dict(vocab, name="Phi-3 mini"))
+    assert plain.encode("<|user|> a", parse_special=True) == [7, 3, 5]
+    # RSTRIP eats the space after <|user|>; the space prefix after a special then gives "▁a".
+    assert phi3.encode("<|user|> a", parse_special=True) == [7, 5]
+
+
 def test_concurrent_encode_is_consistent():
     toks = [ref.BYTE_TO_UNICODE[b] for b in range(256)] + ["ab", "abc"]
     tok = core().Tokenizer.from_vocab({"model": "gpt2", "tokens": toks, "merges": ["a b", "ab c"], "pre": "gpt2"})

@@ -38,6 +38,7 @@ std::shared_ptr<Tokenizer> from_vocab(const py::dict& d) {
   if (d.contains("token_type")) v.types = d["token_type"].cast<std::vector<int32_t>>();
   if (d.contains("merges")) v.merges = d["merges"].cast<std::vector<std::string>>();
   if (d.contains("pre")) v.pre = d["pre"].cast<std::string>();
+  if (d.contains("name")) v.name = d["name"].cast<std::string>();
   bool spm = v.type == VocabType::Spm;
   v.bos = dict_id(d, "bos", spm ? 1 : 11);
   v.eos = dict_id(d, "eos", spm ? 2 : 11);

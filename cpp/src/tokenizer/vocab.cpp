@@ -1,6 +1,7 @@
 #include "tokenizer/vocab.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 
 #include "common/errors.h"
@@ -144,6 +145,20 @@ void finalize_vocab(Vocab& v) {
   for (size_t i = 0; i < n; ++i)
     if (v.is_eog[i]) v.eog_ids.push_back(int32_t(i));
 
+  // Phi-3 GGUFs need their special tokens to swallow the whitespace after them (llama.cpp
+  // sets RSTRIP by model name since the files do not carry the attribute).
+  {
+    std::string lname = v.name;
+    for (char& c : lname) c = char(std::tolower(uint8_t(c)));
+    if (lname.find("phi-3") != std::string::npos || lname.find("phi3") != std::string::npos) {
+      for (size_t i = 0; i < n; ++i)
+        if (v.attrs[i] & (kAttrControl | kAttrUserDefined | kAttrUnknown)) v.attrs[i] |= kAttrRstrip;
+      if (int32_t id = v.find("</s>"); id != kNoToken) v.attrs[id] |= kAttrRstrip;
+      for (const char* t : {"<unk>", "<s>", "<|endoftext|>"})
+        if (int32_t id = v.find(t); id != kNoToken) v.attrs[id] &= ~uint32_t(kAttrRstrip);
+    }
+  }
+
   v.special_candidates.clear();
   for (size_t i = 0; i < n; ++i)
     if (v.attrs[i] & (kAttrControl | kAttrUserDefined | kAttrUnknown)) v.special_candidates.push_back(int32_t(i));
@@ -205,6 +220,7 @@ Vocab load_vocab(const GgufFile& f) {
                            "' is not supported (supported: llama, gpt2)");
   }
   if (auto a = f.find_string("general.architecture")) v.arch = *a;
+  if (auto nm = f.find_string("general.name")) v.name = *nm;
 
   const auto* toks = f.find_string_array("tokenizer.ggml.tokens");
   if (!toks) throw ModelFormatError(f.path() + ": missing key tokenizer.ggml.tokens");

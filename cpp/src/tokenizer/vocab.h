@@ -36,6 +36,7 @@ struct Vocab {
   std::string model;                   // tokenizer.ggml.model
   std::string pre = "default";         // tokenizer.ggml.pre (BPE pre-tokenizer name)
   std::string arch;                    // general.architecture (chat-template choice)
+  std::string name;                    // general.name (llama.cpp keys a few fix-ups on it)
   std::vector<std::string> tokens;
   std::vector<float> scores;           // empty = all 0
   std::vector<int32_t> types;          // empty = all Normal
