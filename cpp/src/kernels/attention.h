@@ -1,10 +1,15 @@
 // Attention over the paged KV cache, as a kernel-table op (KernelTable::paged_attention) so SIMD
 // units can override the scalar reference in kernels/generic/attention_ref.cpp.
 //
-// One call handles one token and one KV head: the n_q query heads that share that KV head under
-// grouped-query attention read each cached key/value row once. The caller has already scaled
-// the queries (kq_scale = 1) and chosen the key range, so causality and sliding windows are just
-// [pos_begin, pos_end).
+// One call handles one KV head and a block of n_tokens query tokens of one sequence at
+// consecutive positions q_pos0, q_pos0 + 1, ...; for each token, the n_q query heads that share
+// this KV head under grouped-query attention. A block lets an implementation read (and
+// convert) each cached key/value row once for all its queries during prefill; decode passes
+// blocks of one token. The caller has already scaled the queries (kq_scale = 1).
+//
+// Token j (position p = q_pos0 + j) attends to the keys at positions [lo, p], where lo = 0 for
+// full attention and lo = max(0, p - window + 1) on a sliding-window layer (key k is masked
+// when p - k >= window).
 //
 // Cache layout (kv/kv_cache.h): a token at position p lives in page pages[p / page_size], slot
 // p % page_size; this head's K row is at k_base + page * page_stride + slot * k_row_bytes, and
@@ -18,29 +23,37 @@
 namespace edgellm::kernels {
 
 struct PagedAttentionArgs {
-  const float* q;      // n_q rows of head_dim_k floats, row stride q_stride floats
-  int64_t q_stride;
-  int n_q;
+  int n_tokens;           // query tokens in the block (>= 1)
+  int32_t q_pos0;         // position of the first
+  int32_t window;         // 0: full causal attention; w > 0: sliding window of w keys
 
-  DType kv_type;       // F32, F16 or Q8_0
+  const float* q;         // token j, head i at q + j * q_token_stride + i * q_head_stride
+  int64_t q_token_stride, q_head_stride;  // in floats
+  int n_q;                // query heads per KV head
+
+  DType kv_type;          // F32, F16 or Q8_0
   int head_dim_k, head_dim_v;
-  const int32_t* pages;  // the sequence's page table for this layer's group
+  const int32_t* pages;   // the sequence's page table for this layer's group
   int page_size;
   const uint8_t* k_base;  // this head's K rows in page 0
   const uint8_t* v_base;  // this head's V rows in page 0
   size_t page_stride;     // bytes from a head's rows in page i to page i + 1
   size_t k_row_bytes, v_row_bytes;
-  int32_t pos_begin, pos_end;  // key positions attended: [pos_begin, pos_end), non-empty
 
-  float* out;          // n_q rows of head_dim_v floats, row stride out_stride floats
-  int64_t out_stride;
-  float* scratch;      // paged_attention_scratch_floats(...) floats, private to the calling thread
+  float* out;             // token j, head i at out + j * out_token_stride + i * out_head_stride
+  int64_t out_token_stride, out_head_stride;  // in floats
+  float* scratch;         // paged_attention_scratch_floats(...) floats, private to the calling thread
 };
 
-// Scratch a call needs, in floats (an upper bound every implementation must live within).
+// Query tokens per call the caller may pass (prefill); the scratch bound below allows for it.
+constexpr int kAttentionMaxBlockTokens = 16;
+
+// Scratch a call needs, in floats: an upper bound every implementation must live within
+// (room for converted K/V rows of one page, scores of a block of queries against one page, and
+// running softmax state per query).
 inline size_t paged_attention_scratch_floats(int n_q, int head_dim_k, int head_dim_v, int page_size) {
-  return static_cast<size_t>(head_dim_k) + head_dim_v + 2 * static_cast<size_t>(n_q) +
-         static_cast<size_t>(n_q) * page_size + 64;
+  const size_t queries = static_cast<size_t>(n_q) * kAttentionMaxBlockTokens;
+  return static_cast<size_t>(page_size) * (head_dim_k + head_dim_v) + queries * (page_size + 2) + 64;
 }
 
 }  // namespace edgellm::kernels

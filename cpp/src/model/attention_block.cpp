@@ -94,10 +94,11 @@ void ForwardPass::prepare_qk_and_store_kv(const LayerWeights& w, int il) {
 void ForwardPass::attend(int il) {
   const int n_kv = c_.n_head_kv;
   const int group = c_.n_head / c_.n_head_kv;
-  const int window = c_.layer_window[il];
   const auto attention = kernels::active().paged_attention;
   kernels::PagedAttentionArgs base{};
-  base.q_stride = c_.head_dim_k;
+  base.window = c_.layer_window[il];
+  base.q_token_stride = c_.n_embd_q();
+  base.q_head_stride = c_.head_dim_k;
   base.n_q = group;
   base.kv_type = kv_.dtype();
   base.head_dim_k = c_.head_dim_k;
@@ -107,20 +108,20 @@ void ForwardPass::attend(int il) {
                      (kv_.k_row_bytes() + kv_.v_row_bytes());
   base.k_row_bytes = kv_.k_row_bytes();
   base.v_row_bytes = kv_.v_row_bytes();
-  base.out_stride = c_.head_dim_v;
-  pool_.run(static_cast<int64_t>(n_tokens_) * n_kv, [&](int64_t task, int thread) {
-    const int64_t t = task / n_kv;
+  base.out_token_stride = c_.n_embd_attn();
+  base.out_head_stride = c_.head_dim_v;
+  const std::vector<QueryBlock>& blocks = sc_.query_blocks;
+  pool_.run(static_cast<int64_t>(blocks.size()) * n_kv, [&](int64_t task, int thread) {
+    const QueryBlock& b = blocks[task / n_kv];
     const int hk = static_cast<int>(task % n_kv);
-    const int32_t pos = batch_.pos[t];
     kernels::PagedAttentionArgs a = base;
-    a.q = sc_.q.data() + t * c_.n_embd_q() + static_cast<int64_t>(hk) * group * c_.head_dim_k;
-    a.pages = kv_.page_table(il, batch_.seq[t]).data();
+    a.n_tokens = b.n_tokens;
+    a.q_pos0 = batch_.pos[b.first];
+    a.q = sc_.q.data() + b.first * c_.n_embd_q() + static_cast<int64_t>(hk) * group * c_.head_dim_k;
+    a.pages = kv_.page_table(il, batch_.seq[b.first]).data();
     a.k_base = kv_.k_head(il, 0, hk);
     a.v_base = kv_.v_head(il, 0, hk);
-    // Causal, and on sliding-window layers key p is masked when pos - p >= window.
-    a.pos_begin = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
-    a.pos_end = pos + 1;
-    a.out = sc_.attn.data() + t * c_.n_embd_attn() + static_cast<int64_t>(hk) * group * c_.head_dim_v;
+    a.out = sc_.attn.data() + b.first * c_.n_embd_attn() + static_cast<int64_t>(hk) * group * c_.head_dim_v;
     a.scratch = sc_.attn_thread.data() + static_cast<size_t>(thread) * sc_.attn_thread_floats;
     attention(a);
   });

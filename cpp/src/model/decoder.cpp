@@ -183,6 +183,7 @@ void DecoderModel::forward(const Batch& batch, KVCache& kv, float* logits) {
 
   embed(batch, f.x);
   f.prepare_rope();
+  f.plan_query_blocks();
   for (int il = 0; il < config_.n_layer; ++il) arch_.layer(f, layers_[il], il);
   output_head(batch, f.x, logits);
 

@@ -49,6 +49,7 @@ void ForwardScratch::allocate(const ModelConfig& c, int T, int n_threads, int pa
   const int64_t widest = std::max({c.n_embd, c.n_ff, c.n_embd_attn()});
   act.reserve(T, widest);
   out_rows.reserve(T);
+  query_blocks.reserve(T);
 }
 
 ForwardPass::ForwardPass(const DecoderState& s, const Batch& batch, KVCache& kv)
@@ -85,6 +86,23 @@ void ForwardPass::prepare_rope() {
     float* table = sc_.rope_table[v].data();
     const int stride = rope.table_stride();
     pool_.parallel_for(0, n_tokens_, [&](int64_t t, int) { rope.fill(batch_.pos[t], table + t * stride); });
+  }
+}
+
+void ForwardPass::plan_query_blocks() {
+  std::vector<QueryBlock>& blocks = sc_.query_blocks;  // capacity reserved at load
+  blocks.clear();
+  for (int t = 0; t < n_tokens_; ++t) {
+    if (!blocks.empty()) {
+      QueryBlock& b = blocks.back();
+      const int last = b.first + b.n_tokens - 1;
+      if (last == t - 1 && b.n_tokens < kernels::kAttentionMaxBlockTokens && batch_.seq[t] == batch_.seq[last] &&
+          batch_.pos[t] == batch_.pos[last] + 1) {
+        ++b.n_tokens;
+        continue;
+      }
+    }
+    blocks.push_back({t, 1});
   }
 }
 

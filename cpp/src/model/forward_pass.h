@@ -49,6 +49,12 @@ struct LayerPlans {
   MatmulPlan qkv, wo, gate_up, down;
 };
 
+// A run of batch tokens of one sequence at consecutive positions, attended in one kernel call.
+struct QueryBlock {
+  int32_t first;     // batch index of the first token
+  int32_t n_tokens;
+};
+
 // Everything a forward pass writes, sized at load for max_batch_tokens (T).
 struct ForwardScratch {
   int max_tokens = 0;
@@ -61,6 +67,7 @@ struct ForwardScratch {
   size_t attn_thread_floats = 0;
   ActivationQuantizer act;
   std::vector<int32_t> out_rows;       // tokens that want logits (capacity T)
+  std::vector<QueryBlock> query_blocks;  // the batch cut into attention blocks (capacity T)
 
   void allocate(const ModelConfig& c, int max_tokens, int n_threads, int page_size_hint);
 };
@@ -97,8 +104,10 @@ class ForwardPass {
   // out = Wdown · (act(Wgate h + b) ⊙ (Wup h + b)) (+ b)
   void gated_ffn(const LayerWeights& w, int il, FfnActivation act);
 
-  // Fills the RoPE tables for the batch's positions (once per forward).
+  // Per-batch preparation, once per forward: the RoPE tables for the batch's positions and the
+  // query blocks for attention.
   void prepare_rope();
+  void plan_query_blocks();
 
  private:
   void project_qkv(const LayerWeights& w, int il);
