@@ -165,6 +165,17 @@ def test_phi3_special_tokens_strip_following_whitespace():
     assert phi3.encode("<|user|> a", parse_special=True) == [7, 5]
 
 
+def test_bad_text_is_a_clear_error():
+    tok = core().Tokenizer.from_vocab({"model": "gpt2", "tokens": [ref.BYTE_TO_UNICODE[b] for b in range(256)],
+                                       "merges": [], "pre": "gpt2"})
+    with pytest.raises(core().InvalidRequestError, match="surrogate"):
+        tok.encode("a\ud800b")
+    with pytest.raises(TypeError):
+        tok.encode(None)
+    assert tok.encode("", add_special=True, parse_special=True) == []
+    assert tok.decode([]) == ""
+
+
 def test_concurrent_encode_is_consistent():
     toks = [ref.BYTE_TO_UNICODE[b] for b in range(256)] + ["ab", "abc"]
     tok = core().Tokenizer.from_vocab({"model": "gpt2", "tokens": toks, "merges": ["a b", "ab c"], "pre": "gpt2"})

@@ -66,9 +66,17 @@ void bind_tokenizer(py::module_& m) {
           }, py::arg("path"), "Load the vocabulary of a GGUF model file.")
       .def_static("from_vocab", &from_vocab, py::arg("vocab"),
           "Test helper: build from a dict (model, tokens, scores, token_type, merges, pre, bos, eos, ...).")
-      .def("encode", [](const Tokenizer& t, const std::string& text, bool add_special, bool parse_special) {
-            py::gil_scoped_release nogil;
-            return t.encode(text, add_special, parse_special);
+      .def("encode", [](const Tokenizer& t, const py::str& text, bool add_special, bool parse_special) {
+            Py_ssize_t size = 0;
+            const char* data = PyUnicode_AsUTF8AndSize(text.ptr(), &size);
+            if (!data) {
+              // Lone surrogates cannot be UTF-8: say so instead of a bare UnicodeEncodeError.
+              PyErr_Clear();
+              throw InvalidRequestError("text to tokenize is not valid Unicode (it contains a lone surrogate)");
+            }
+            std::string_view view(data, size_t(size));
+            py::gil_scoped_release nogil;  // `text` stays referenced by the caller, so `view` is valid
+            return t.encode(view, add_special, parse_special);
           }, py::arg("text"), py::arg("add_special") = true, py::arg("parse_special") = false)
       .def("decode", [](const Tokenizer& t, const std::vector<int32_t>& ids, bool skip_special) {
             std::string s;
