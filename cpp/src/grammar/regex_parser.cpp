@@ -104,13 +104,17 @@ class RegexParser {
   // A '{' that does not start a valid {m}, {m,} or {m,n} is a literal brace, as in most engines.
   bool at_counted_repeat() const {
     size_t p = pos_ + 1;
-    if (p >= s_.size() || !std::isdigit(static_cast<unsigned char>(s_[p]))) return false;
+    const size_t min_start = p;
     while (p < s_.size() && std::isdigit(static_cast<unsigned char>(s_[p]))) ++p;
+    const bool has_min = p > min_start;
+    bool has_max = false;
     if (p < s_.size() && s_[p] == ',') {
       ++p;
+      const size_t max_start = p;
       while (p < s_.size() && std::isdigit(static_cast<unsigned char>(s_[p]))) ++p;
+      has_max = p > max_start;
     }
-    return p < s_.size() && s_[p] == '}';
+    return (has_min || has_max) && p < s_.size() && s_[p] == '}';  // {m}, {m,}, {m,n}, {,n}
   }
 
   GrammarNode parse_quantifiers(GrammarNode atom) {
@@ -128,7 +132,7 @@ class RegexParser {
         ++pos_;
       } else if (c == '{' && at_counted_repeat()) {
         ++pos_;
-        min = parse_int();
+        min = peek() == ',' ? 0 : parse_int();
         max = min;
         if (peek() == ',') {
           ++pos_;

@@ -1,0 +1,197 @@
+// Grammar engine: UTF-8 class expansion against a brute-force decoder, the trie mask walk
+// against a token-by-token check, mask caching, tail calls keeping repetition stacks flat,
+// and error reporting.
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/errors.h"
+#include "grammar/grammar.h"
+#include "grammar/grammar_constraint.h"
+#include "grammar/token_trie.h"
+#include "test_util.h"
+
+using namespace edgellm;
+using namespace edgellm::grammar;
+
+namespace {
+
+bool accepts(GrammarAutomaton& a, const std::string& s) {
+  const int32_t st = a.next(a.initial_state(), s);
+  return st != GrammarAutomaton::kDead && a.is_accepting(st);
+}
+
+bool prefix_ok(GrammarAutomaton& a, const std::string& s) { return a.next(a.initial_state(), s) != GrammarAutomaton::kDead; }
+
+template <class F>
+bool throws_invalid(F f) {
+  try {
+    f();
+  } catch (const InvalidRequestError&) {
+    return true;
+  }
+  return false;
+}
+
+void test_utf8_classes() {
+  // A negated class mixing ASCII and multi-byte ranges: every scalar value is tested via its
+  // encoding (sampled), plus every boundary of the UTF-8 length classes.
+  auto g = CompiledGrammar::from_text(GrammarKind::Gbnf, "root ::= [^a-z\\u00e9\\u4e00-\\u9fff\\U0001F600]");
+  GrammarAutomaton a(g);
+  auto in_class = [](uint32_t cp) {
+    return !((cp >= 'a' && cp <= 'z') || cp == 0xE9 || (cp >= 0x4E00 && cp <= 0x9FFF) || cp == 0x1F600);
+  };
+  std::vector<uint32_t> cps = {0, 0x7F, 0x80, 0x7FF, 0x800, 0xFFFF, 0x10000, 0x10FFFF, 0xD7FF, 0xE000,
+                               0xE8, 0xE9, 0xEA, 0x4DFF, 0x4E00, 0x9FFF, 0xA000, 0x1F5FF, 0x1F600, 0x1F601};
+  std::mt19937 rng(7);
+  for (int i = 0; i < 3000; ++i) {
+    uint32_t cp = rng() % 0x110000;
+    if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+    cps.push_back(cp);
+  }
+  int wrong = 0;
+  for (uint32_t cp : cps) {
+    std::string s;
+    append_utf8(s, cp);
+    if (accepts(a, s) != in_class(cp)) ++wrong;
+  }
+  CHECK(wrong == 0);
+  // Invalid UTF-8 never matches '.', and a lone lead byte is a live prefix only when it can start a character.
+  auto dot = CompiledGrammar::from_text(GrammarKind::Gbnf, "root ::= .");
+  GrammarAutomaton d(dot);
+  CHECK(!prefix_ok(d, "\x80"));
+  CHECK(!prefix_ok(d, "\xC0"));  // overlong lead
+  CHECK(!prefix_ok(d, "\xED\xA0"));  // surrogate
+  CHECK(prefix_ok(d, "\xE4\xB8"));
+  CHECK(!accepts(d, "\xE4\xB8"));
+  CHECK(accepts(d, "\xE4\xB8\x80"));
+  CHECK(!prefix_ok(d, "\xF4\x90"));  // past U+10FFFF
+}
+
+void test_repetition_and_tail_calls() {
+  auto g = CompiledGrammar::from_text(GrammarKind::Gbnf, "root ::= (\"ab\" | \"c\")* \"!\"");
+  GrammarAutomaton a(g);
+  std::string s;
+  for (int i = 0; i < 500; ++i) s += (i % 3 ? "ab" : "c");
+  int32_t st = a.next(a.initial_state(), s);
+  CHECK(st != GrammarAutomaton::kDead);
+  // Repetition without nesting must not create new states per iteration.
+  CHECK(a.n_states() < 20);
+  CHECK(a.is_accepting(a.next(st, std::string("!"))));
+
+  auto b = CompiledGrammar::from_text(GrammarKind::Gbnf, "root ::= [0-9]{2,4}");
+  GrammarAutomaton ba(b);
+  CHECK(!accepts(ba, "1"));
+  CHECK(accepts(ba, "12"));
+  CHECK(accepts(ba, "1234"));
+  CHECK(!accepts(ba, "12345"));
+
+  // Nullable item inside a star: terminates, accepts the empty string.
+  auto n = CompiledGrammar::from_text(GrammarKind::Gbnf, "root ::= (\"a\"?)*");
+  GrammarAutomaton na(n);
+  CHECK(accepts(na, ""));
+  CHECK(accepts(na, "aaaa"));
+}
+
+void test_recursion() {
+  auto g = CompiledGrammar::from_text(GrammarKind::Gbnf, "root ::= \"(\" root \")\" | \"x\"");
+  GrammarAutomaton a(g);
+  CHECK(accepts(a, "x"));
+  CHECK(accepts(a, "(((x)))"));
+  CHECK(!accepts(a, "((x)"));
+  CHECK(!prefix_ok(a, "(x))"));
+  CHECK(throws_invalid([] { CompiledGrammar::from_text(GrammarKind::Gbnf, "root ::= a\na ::= b \"x\"\nb ::= a | \"y\""); }));
+  CHECK(throws_invalid([] { CompiledGrammar::from_text(GrammarKind::Gbnf, "root ::= \"a\" undefined-rule"); }));
+  CHECK(throws_invalid([] { CompiledGrammar::from_text(GrammarKind::Gbnf, "root ::= \"a\"{3,2}"); }));
+  CHECK(throws_invalid([] { CompiledGrammar::from_text(GrammarKind::Regex, "(a"); }));
+  CHECK(throws_invalid([] { CompiledGrammar::from_text(GrammarKind::Regex, "a\\1"); }));
+  CHECK(throws_invalid([] { CompiledGrammar::from_text(GrammarKind::JsonSchema, "{\"type\": \"strin\"}"); }));
+  CHECK(throws_invalid([] { CompiledGrammar::from_text(GrammarKind::JsonSchema, "{\"type\": "); }));
+  try {
+    CompiledGrammar::from_text(GrammarKind::Gbnf, "root ::= \"a\"\n  | \"b\" )");
+    CHECK(false);
+  } catch (const InvalidRequestError& e) {
+    CHECK(std::string(e.what()).find("line 2") != std::string::npos);
+  }
+}
+
+// A random vocabulary over a small alphabet (with multi-byte characters and split UTF-8).
+std::vector<std::string> random_vocab(std::mt19937& rng, int n) {
+  const std::vector<std::string> atoms = {"a", "b", "{", "}", "\"", ":", ",", " ", "1", "0", "-", "\xC3\xA9",
+                                          "\xC3", "\xA9", "\xE2\x82\xAC", "\n", "x", "[", "]"};
+  std::vector<std::string> v(static_cast<size_t>(n));
+  for (auto& p : v) {
+    const int len = 1 + static_cast<int>(rng() % 4);
+    for (int k = 0; k < len; ++k) p += atoms[rng() % atoms.size()];
+  }
+  v[3] = "";       // an empty piece is never allowed
+  v[5] = v[6];     // duplicate pieces share a trie node
+  return v;
+}
+
+void test_trie_masks() {
+  std::mt19937 rng(11);
+  auto vocab = random_vocab(rng, 3000);
+  const std::vector<int32_t> eog = {0};
+  auto trie = std::make_shared<const TokenTrie>(vocab, eog);
+  const char* schema =
+      R"({"type":"object","properties":{"a":{"type":"string","maxLength":3},"b":{"type":"array","items":{"type":"integer","minimum":-5,"maximum":12}}},"required":["a"]})";
+  auto ctx = grammar_context(GrammarKind::JsonSchema, schema);
+  GrammarConstraint c(ctx, trie);
+  // Walk a valid document token by token (chosen from allowed tokens), checking each mask
+  // against a brute-force test of every token.
+  std::string text;
+  int mismatches = 0, steps = 0;
+  for (; steps < 40; ++steps) {
+    const auto allowed = c.allowed_tokens();
+    std::vector<char> is_allowed(vocab.size(), 0);
+    for (int32_t t : allowed) is_allowed[t] = 1;
+    const int32_t state = ctx->advance(ctx->initial_state(), text);
+    for (size_t t = 0; t < vocab.size(); ++t) {
+      bool expect;
+      if (t == 0) expect = ctx->is_accepting(state);
+      else expect = !vocab[t].empty() && ctx->advance(state, vocab[t]) != GrammarAutomaton::kDead;
+      if (expect != static_cast<bool>(is_allowed[t])) ++mismatches;
+    }
+    CHECK(!allowed.empty());
+    if (allowed.empty()) break;
+    if (c.is_complete()) break;
+    // Prefer non-EOG tokens that keep the output short: pick deterministically.
+    int32_t pick = allowed[rng() % allowed.size()];
+    if (pick == 0 && allowed.size() > 1) pick = allowed[1];
+    c.accept(pick);
+    text += vocab[pick];
+  }
+  CHECK(mismatches == 0);
+  // apply() agrees with allowed_tokens().
+  std::vector<float> logits(vocab.size() + 10, 1.0f);
+  c.apply(logits.data(), static_cast<int>(logits.size()));
+  const auto allowed = c.allowed_tokens();
+  size_t finite = 0;
+  for (float x : logits) finite += std::isfinite(x) ? 1 : 0;
+  CHECK(finite == allowed.size());
+  // Masks of a state are cached: asking again is a hit.
+  const auto before = ctx->stats();
+  c.allowed_tokens();
+  const auto after = ctx->stats();
+  CHECK(after.mask_hits == before.mask_hits + 1);
+  CHECK(after.mask_misses == before.mask_misses);
+  // A rejected token leaves the state unchanged and throws.
+  CHECK(throws_invalid([&] {
+    for (size_t t = 1; t < vocab.size(); ++t)
+      if (!vocab[t].empty() && ctx->advance(ctx->initial_state(), text + vocab[t]) == GrammarAutomaton::kDead) {
+        c.accept(static_cast<int32_t>(t));
+        return;
+      }
+  }));
+}
+
+}  // namespace
+
+int main() {
+  test_utf8_classes();
+  test_repetition_and_tail_calls();
+  test_recursion();
+  test_trie_masks();
+  return test_util::report();
+}
