@@ -1,5 +1,309 @@
+// _core.Engine, _core.SamplingParams, _core.OutputChannel and the sampler test surface.
+// Python threads only submit and receive: every wait on an OutputChannel and every engine call
+// that can block releases the GIL; events become Python objects in C++, one dict per event.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "bindings.h"
+#include "common/errors.h"
+#include "engine/engine.h"
+#include "engine/model_backend.h"
+#include "engine/sampler.h"
+#include "engine/thread_pool.h"
+
+namespace py = pybind11;
 
 namespace edgellm::bindings {
-void bind_engine(pybind11::module_& m) {}
+namespace {
+
+DType kv_dtype(const std::string& s) {
+  std::string u = s;
+  std::transform(u.begin(), u.end(), u.begin(), ::toupper);
+  if (u == "F32") return DType::F32;
+  if (u == "F16") return DType::F16;
+  if (u == "Q8_0") return DType::Q8_0;
+  throw InvalidRequestError("kv_type \"" + s + "\" is not supported (use f16, f32 or q8_0)");
+}
+
+py::str utf8(const std::string& s) {
+  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace");
+  if (!o) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(o);
+}
+
+py::list logprobs_list(const std::vector<TokenLogprob>& v) {
+  py::list out;
+  for (const auto& lp : v) {
+    py::list top;
+    for (const auto& t : lp.top) top.append(py::make_tuple(t.first, t.second));
+    out.append(py::make_tuple(lp.token, lp.logprob, top));
+  }
+  return out;
+}
+
+py::dict event_dict(const OutputEvent& ev) {
+  py::dict d;
+  d["index"] = ev.index;
+  d["text"] = utf8(ev.text);
+  d["token_ids"] = ev.token_ids;
+  d["logprobs"] = logprobs_list(ev.logprobs);
+  d["finished"] = ev.finished;
+  if (ev.has_prompt_logprobs) d["prompt_logprobs"] = logprobs_list(ev.prompt_logprobs);
+  if (ev.finished) {
+    d["finish_reason"] = ev.finish_reason;
+    if (ev.has_stop_string) d["stop_reason"] = utf8(ev.stop_string);
+    else if (ev.stop_token >= 0) d["stop_reason"] = ev.stop_token;
+    else d["stop_reason"] = py::none();
+    d["error"] = ev.error;
+    d["prompt_tokens"] = ev.prompt_tokens;
+    d["completion_tokens"] = ev.completion_tokens;
+    d["cached_tokens"] = ev.cached_tokens;
+    py::dict t;
+    t["prompt_n"] = ev.timings.prompt_n;
+    t["prompt_ms"] = ev.timings.prompt_ms;
+    t["prompt_per_second"] = ev.timings.prompt_ms > 0 ? 1e3 * ev.timings.prompt_n / ev.timings.prompt_ms : 0.0;
+    t["predicted_n"] = ev.timings.predicted_n;
+    t["predicted_ms"] = ev.timings.predicted_ms;
+    // The first token comes with the prompt; the rate is over the tokens after it.
+    t["predicted_per_second"] =
+        ev.timings.predicted_ms > 0 ? 1e3 * (ev.timings.predicted_n - 1) / ev.timings.predicted_ms : 0.0;
+    d["timings"] = t;
+  }
+  return d;
+}
+
+py::dict stats_dict(const EngineStats& s) {
+  py::dict d;
+  d["pages_used"] = s.pages_used;
+  d["pages_total"] = s.pages_total;
+  d["pages_full_total"] = s.pages_full_total;
+  d["pages_window_total"] = s.pages_window_total;
+  d["pages_cached"] = s.pages_cached;
+  d["pages_allocated"] = s.pages_allocated;
+  d["page_bytes_full"] = s.page_bytes_full;
+  d["page_bytes_window"] = s.page_bytes_window;
+  d["running"] = s.running;
+  d["waiting"] = s.waiting;
+  d["prefix_cache_hits"] = s.prefix_cache_hits;
+  d["prefix_cache_queries"] = s.prefix_cache_queries;
+  d["prefix_cache_hit_tokens"] = s.prefix_cache_hit_tokens;
+  d["prompt_tokens_total"] = s.prompt_tokens_total;
+  d["generated_tokens_total"] = s.generated_tokens_total;
+  d["tokens_processed"] = s.tokens_processed;
+  d["steps"] = s.steps;
+  d["preemptions"] = s.preemptions;
+  d["requests_finished"] = s.requests_finished;
+  d["busy_seconds"] = s.busy_seconds;
+  d["tokens_per_second"] = s.tokens_per_second;
+  return d;
+}
+
+std::vector<float> row_from(const py::array_t<float, py::array::c_style | py::array::forcecast>& a) {
+  if (a.ndim() != 1) throw InvalidRequestError("logits must be a 1-D float array");
+  return std::vector<float>(a.data(), a.data() + a.size());
+}
+
+// The engine plus what it was built from; the Python Engine object owns all of it.
+struct PyEngine {
+  std::shared_ptr<Model> model;
+  std::shared_ptr<Tokenizer> tok;
+  std::unique_ptr<Engine> engine;
+
+  Engine& get() {
+    if (!engine) throw InvalidRequestError("the engine is closed");
+    return *engine;
+  }
+};
+
+}  // namespace
+
+void bind_engine(py::module_& m) {
+  py::class_<SamplingParams>(m, "SamplingParams", "Per-request sampling parameters (C++ side of edgellm.SamplingParams).")
+      .def(py::init<>())
+      .def_readwrite("max_tokens", &SamplingParams::max_tokens)
+      .def_readwrite("min_tokens", &SamplingParams::min_tokens)
+      .def_readwrite("temperature", &SamplingParams::temperature)
+      .def_readwrite("top_k", &SamplingParams::top_k)
+      .def_readwrite("top_p", &SamplingParams::top_p)
+      .def_readwrite("min_p", &SamplingParams::min_p)
+      .def_readwrite("typical_p", &SamplingParams::typical_p)
+      .def_readwrite("repetition_penalty", &SamplingParams::repetition_penalty)
+      .def_readwrite("repeat_last_n", &SamplingParams::repeat_last_n)
+      .def_readwrite("presence_penalty", &SamplingParams::presence_penalty)
+      .def_readwrite("frequency_penalty", &SamplingParams::frequency_penalty)
+      .def_readwrite("logit_bias", &SamplingParams::logit_bias)
+      .def_readwrite("has_seed", &SamplingParams::has_seed)
+      .def_readwrite("seed", &SamplingParams::seed)
+      .def_readwrite("stop", &SamplingParams::stop)
+      .def_readwrite("stop_token_ids", &SamplingParams::stop_token_ids)
+      .def_readwrite("ignore_eos", &SamplingParams::ignore_eos)
+      .def_readwrite("logprobs", &SamplingParams::logprobs)
+      .def_readwrite("prompt_logprobs", &SamplingParams::prompt_logprobs)
+      .def_readwrite("n", &SamplingParams::n)
+      .def_property("json_schema", [](const SamplingParams& p) { return p.constraint.json_schema; },
+                    [](SamplingParams& p, const std::string& v) { p.constraint.json_schema = v; })
+      .def_property("grammar", [](const SamplingParams& p) { return p.constraint.grammar; },
+                    [](SamplingParams& p, const std::string& v) { p.constraint.grammar = v; })
+      .def_property("regex", [](const SamplingParams& p) { return p.constraint.regex; },
+                    [](SamplingParams& p, const std::string& v) { p.constraint.regex = v; })
+      .def("validate", &SamplingParams::validate, py::arg("n_vocab"));
+
+  py::class_<OutputChannel, std::shared_ptr<OutputChannel>>(m, "OutputChannel",
+      "Events of one request. notify_fd >= 0: a byte is written there per event (asyncio wake-up).")
+      .def(py::init<int>(), py::arg("notify_fd") = -1)
+      .def(
+          "pop",
+          [](OutputChannel& ch, double timeout_s) -> py::object {
+            OutputEvent ev;
+            bool got;
+            {
+              py::gil_scoped_release nogil;
+              got = ch.pop(ev, static_cast<int64_t>(timeout_s * 1000.0));
+            }
+            if (!got) return py::none();
+            return event_dict(ev);
+          },
+          py::arg("timeout_s") = 0.1, "The next event dict, waiting up to timeout_s (GIL released); None on timeout.")
+      .def("try_pop", [](OutputChannel& ch) -> py::object {
+        OutputEvent ev;
+        if (!ch.try_pop(ev)) return py::none();
+        return event_dict(ev);
+      })
+      .def_property_readonly("done", &OutputChannel::done);
+
+  py::class_<PyEngine>(m, "Engine", "The continuous-batching engine over one model (runs its own thread).")
+      .def(py::init([](const std::string& path, int n_ctx, int n_threads, int64_t kv_memory, const std::string& kv_type,
+                       int max_seqs, int max_batch_tokens, int page_size, bool prefix_cache) {
+             EngineConfig c;
+             c.n_ctx = n_ctx;
+             c.kv_memory = kv_memory;
+             c.kv_type = kv_dtype(kv_type);
+             c.max_seqs = max_seqs;
+             c.max_batch_tokens = max_batch_tokens;
+             c.page_size = page_size;
+             c.prefix_cache = prefix_cache;
+             auto e = std::make_unique<PyEngine>();
+             py::gil_scoped_release nogil;
+             LoadOptions o;
+             o.n_threads = n_threads;
+             o.max_batch_tokens = max_batch_tokens;
+             e->model = std::shared_ptr<Model>(Model::load(path, o));
+             e->tok = std::shared_ptr<Tokenizer>(Tokenizer::from_gguf(path));
+             e->engine = std::make_unique<Engine>(std::make_shared<ModelBackend>(e->model),
+                                                  std::make_shared<TokenizerVocab>(e->tok), c);
+             return e;
+           }),
+           py::arg("path"), py::arg("n_ctx") = 0, py::arg("n_threads") = 0, py::arg("kv_memory") = 0,
+           py::arg("kv_type") = "f16", py::arg("max_seqs") = 16, py::arg("max_batch_tokens") = 512,
+           py::arg("page_size") = 32, py::arg("prefix_cache") = true)
+      .def(
+          "submit",
+          [](PyEngine& self, std::vector<int32_t> prompt, const SamplingParams& p, std::shared_ptr<OutputChannel> ch,
+             bool stream) {
+            SubmitOptions o;
+            o.stream = stream;
+            Engine& e = self.get();
+            py::gil_scoped_release nogil;
+            return e.submit(std::move(prompt), p, std::move(ch), o);
+          },
+          py::arg("prompt"), py::arg("params"), py::arg("channel"), py::arg("stream") = true)
+      .def("abort", [](PyEngine& self, int64_t id) { self.get().abort(id); }, py::arg("request_id"))
+      .def("stats", [](PyEngine& self) { return stats_dict(self.get().stats()); })
+      .def(
+          "eval_logits",
+          [](PyEngine& self, std::vector<int32_t> ids) {
+            Engine& e = self.get();
+            py::array_t<float> out({static_cast<py::ssize_t>(ids.size()), static_cast<py::ssize_t>(e.n_vocab())});
+            float* dst = out.mutable_data();
+            {
+              py::gil_scoped_release nogil;
+              e.eval_logits(ids, dst);
+            }
+            return out;
+          },
+          py::arg("ids"), "Logits of every position of ids in a fresh context: float32 [len(ids), n_vocab].")
+      .def("close", [](PyEngine& self) {
+        py::gil_scoped_release nogil;
+        self.engine.reset();  // joins the engine thread; in-flight requests end "cancelled"
+      })
+      .def_property_readonly("closed", [](const PyEngine& self) { return !self.engine; })
+      .def_property_readonly("n_ctx", [](PyEngine& self) { return self.get().n_ctx(); })
+      .def_property_readonly("n_vocab", [](PyEngine& self) { return self.get().n_vocab(); })
+      .def_property_readonly("n_threads", [](PyEngine& self) { return self.model->threads().size(); })
+      .def_property_readonly("page_size", [](PyEngine& self) { return self.get().kv().page_size(); })
+      .def_property_readonly("arch", [](PyEngine& self) { return self.model->config().arch; })
+      .def_property_readonly("tokenizer", [](PyEngine& self) { return self.tok; });
+
+  // ---- sampler test surface ----
+  m.def(
+      "sample_tokens",
+      [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits, const SamplingParams& p,
+         uint64_t seed, int n_draws, std::vector<int32_t> history, int n_generated, std::vector<int32_t> eog) {
+        const std::vector<float> row = row_from(logits);
+        std::vector<int32_t> out;
+        {
+          py::gil_scoped_release nogil;
+          Sampler s(p, eog, seed);
+          std::vector<float> work;
+          for (int i = 0; i < n_draws; ++i) {
+            work = row;
+            out.push_back(s.sample(work.data(), static_cast<int32_t>(work.size()), history, n_generated));
+          }
+        }
+        return out;
+      },
+      py::arg("logits"), py::arg("params"), py::arg("seed"), py::arg("n_draws") = 1, py::arg("history") = std::vector<int32_t>(),
+      py::arg("n_generated") = 0, py::arg("eog") = std::vector<int32_t>(),
+      "Draws n_draws tokens from one row of logits with one sampler (its RNG continues between draws).");
+  m.def(
+      "sample_once",
+      [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits, const SamplingParams& p,
+         uint64_t seed, std::vector<int32_t> history, int n_generated, std::vector<int32_t> eog) {
+        std::vector<float> row = row_from(logits);
+        Sampler s(p, eog, seed);
+        TokenLogprob lp;
+        const int32_t t = s.sample(row.data(), static_cast<int32_t>(row.size()), history, n_generated, &lp);
+        py::list top;
+        for (const auto& x : lp.top) top.append(py::make_tuple(x.first, x.second));
+        return py::make_tuple(t, p.logprobs >= 0 ? py::cast(lp.logprob) : py::none(), top);
+      },
+      py::arg("logits"), py::arg("params"), py::arg("seed"), py::arg("history") = std::vector<int32_t>(),
+      py::arg("n_generated") = 0, py::arg("eog") = std::vector<int32_t>(),
+      "One sampling step: (token, its log-prob or None, [(id, logprob)] top list).");
+  m.def(
+      "apply_penalties",
+      [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits, std::vector<int32_t> history,
+         int last_n, float repeat, float frequency, float presence) {
+        std::vector<float> row = row_from(logits);
+        Sampler::apply_penalties(row.data(), static_cast<int32_t>(row.size()), history, last_n, repeat, frequency, presence);
+        return py::array_t<float>(static_cast<py::ssize_t>(row.size()), row.data());
+      },
+      py::arg("logits"), py::arg("history"), py::arg("last_n"), py::arg("repeat"), py::arg("frequency") = 0.0f,
+      py::arg("presence") = 0.0f);
+  m.def(
+      "truncate_candidates",
+      [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits, const std::string& step, double value) {
+        const std::vector<float> row = row_from(logits);
+        std::vector<Candidate> c;
+        for (int32_t i = 0; i < static_cast<int32_t>(row.size()); ++i) c.push_back({i, row[i]});
+        if (step == "top_k") Sampler::top_k(c, static_cast<int32_t>(value));
+        else if (step == "top_p") Sampler::top_p(c, static_cast<float>(value));
+        else if (step == "min_p") Sampler::min_p(c, static_cast<float>(value));
+        else if (step == "typical_p") Sampler::typical(c, static_cast<float>(value));
+        else throw InvalidRequestError("unknown truncation step '" + step + "' (top_k, top_p, min_p, typical_p)");
+        std::vector<int32_t> ids;
+        for (const auto& x : c) ids.push_back(x.id);
+        std::sort(ids.begin(), ids.end());
+        return ids;
+      },
+      py::arg("logits"), py::arg("step"), py::arg("value"), "Ids kept by one truncation step (sorted).");
+  m.def("has_constraint_factory", &has_constraint_factory);
+}
+
 }  // namespace edgellm::bindings

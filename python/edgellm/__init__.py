@@ -15,6 +15,16 @@ from ._core import (  # noqa: E402
     RequestCancelled,
 )
 from .model_file import ModelFile  # noqa: E402
+from .llm import (  # noqa: E402
+    LLM,
+    AsyncLLM,
+    Completion,
+    CompletionChunk,
+    SamplingParams,
+    TokenLogprob,
+    TopLogprob,
+    Usage,
+)
 
 __version__ = "0.1.0"
 
@@ -25,4 +35,12 @@ __all__ = [
     "ContextLengthError",
     "RequestCancelled",
     "ModelFile",
+    "LLM",
+    "AsyncLLM",
+    "SamplingParams",
+    "Completion",
+    "CompletionChunk",
+    "TokenLogprob",
+    "TopLogprob",
+    "Usage",
 ]

@@ -470,6 +470,8 @@ void Engine::publish_stats() {
   st.pages_full_total = kv_->pages_total(0);
   st.pages_window_total = kv_->pages_total(1);
   st.pages_total = st.pages_full_total + st.pages_window_total;
+  st.page_bytes_full = static_cast<int64_t>(KVCache::page_bytes(kv_->config(), false));
+  st.page_bytes_window = static_cast<int64_t>(KVCache::page_bytes(kv_->config(), true));
   st.running = static_cast<int64_t>(sched_->n_running());
   st.waiting = static_cast<int64_t>(sched_->n_waiting());
   if (cache_) {

@@ -44,6 +44,7 @@ struct EngineStats {
   int64_t pages_full_total = 0, pages_window_total = 0;
   int64_t pages_cached = 0;     // pages only the prefix cache holds (reclaimable)
   int64_t pages_allocated = 0;  // all pages out of the free lists
+  int64_t page_bytes_full = 0, page_bytes_window = 0;  // bytes of one page per pool
   int64_t running = 0, waiting = 0;
   int64_t prefix_cache_hits = 0, prefix_cache_queries = 0, prefix_cache_hit_tokens = 0;
   int64_t prompt_tokens_total = 0, generated_tokens_total = 0, tokens_processed = 0;

@@ -1,0 +1,35 @@
+// The engine's view of a real Model and Tokenizer (EngineModel / EngineVocab adapters).
+#pragma once
+#include <memory>
+
+#include "engine/engine_model.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace edgellm {
+
+class ModelBackend : public EngineModel {
+ public:
+  explicit ModelBackend(std::shared_ptr<Model> model) : model_(std::move(model)) {}
+  int32_t n_vocab() const override { return model_->config().n_vocab; }
+  int32_t context_length() const override { return model_->config().n_ctx_train; }
+  KVCacheConfig kv_geometry() const override { return model_->kv_config(); }
+  void forward(const Batch& batch, KVCache& kv, float* logits) override { model_->forward(batch, kv, logits); }
+  const std::shared_ptr<Model>& model() const { return model_; }
+
+ private:
+  std::shared_ptr<Model> model_;
+};
+
+class TokenizerVocab : public EngineVocab {
+ public:
+  explicit TokenizerVocab(std::shared_ptr<const Tokenizer> tok) : tok_(std::move(tok)) {}
+  std::vector<int32_t> eog_tokens() const override { return tok_->eog_ids(); }
+  // Generated text renders no control tokens (llama-server's default); EOG ends before it.
+  std::string piece(int32_t token) const override { return tok_->token_to_piece(token, false); }
+
+ private:
+  std::shared_ptr<const Tokenizer> tok_;
+};
+
+}  // namespace edgellm

@@ -1,0 +1,61 @@
+"""`edgellm generate MODEL -p PROMPT`: stream one completion to stdout (the prompt is not
+echoed), then one line of timings on stderr:
+
+    prompt: N tokens, X t/s | generated: M tokens, Y t/s
+"""
+import sys
+
+import click
+
+
+@click.command("generate")
+@click.argument("model")
+@click.option("-p", "--prompt", required=True, help="Prompt text (tokenized with BOS as the model asks).")
+@click.option("-n", "--n-predict", "n_predict", default=128, show_default=True, type=int,
+              help="Tokens to generate; -1: until end-of-generation or the context is full.")
+@click.option("--temp", "temperature", default=0.8, show_default=True, type=float, help="Temperature; 0 = greedy.")
+@click.option("--seed", default=None, type=int, help="RNG seed (default: random).")
+@click.option("-t", "--threads", default=None, type=int, help="Threads (default: physical cores).")
+@click.option("--top-k", default=40, show_default=True, type=int)
+@click.option("--top-p", default=0.95, show_default=True, type=float)
+@click.option("--min-p", default=0.05, show_default=True, type=float)
+@click.option("--repeat-penalty", default=1.0, show_default=True, type=float)
+@click.option("--repeat-last-n", default=64, show_default=True, type=int)
+@click.option("-c", "--ctx-size", "ctx_size", default=None, type=int, help="Context size (default: min(trained, 4096)).")
+@click.option("--ignore-eos", is_flag=True, help="Keep generating past end-of-generation tokens.")
+def command(model, prompt, n_predict, temperature, seed, threads, top_k, top_p, min_p, repeat_penalty,
+            repeat_last_n, ctx_size, ignore_eos):
+    """Generate text from MODEL (a GGUF path or a known model name)."""
+    from edgellm import EdgeLLMError, LLM, SamplingParams
+    from edgellm.models import UnknownModelError
+
+    params = SamplingParams(
+        max_tokens=None if n_predict < 0 else n_predict, temperature=temperature, seed=seed,
+        top_k=top_k, top_p=top_p, min_p=min_p, repetition_penalty=repeat_penalty,
+        repeat_last_n=repeat_last_n, ignore_eos=ignore_eos)
+    try:
+        llm = LLM(model, n_ctx=ctx_size, n_threads=threads, max_seqs=1)
+    except (EdgeLLMError, UnknownModelError, FileNotFoundError, OSError) as e:
+        raise click.ClickException(str(e))
+    last = None
+    try:
+        with llm:
+            for chunk in llm.stream_chunks(prompt, params):
+                if chunk.text:
+                    sys.stdout.write(chunk.text)
+                    sys.stdout.flush()
+                if chunk.finish_reason is not None:
+                    last = chunk
+    except EdgeLLMError as e:
+        raise click.ClickException(str(e))
+    except KeyboardInterrupt:
+        sys.stdout.write("\n")
+        sys.exit(130)
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    if last is not None:
+        t = last.timings or {}
+        click.echo(
+            f"prompt: {t.get('prompt_n', 0)} tokens, {t.get('prompt_per_second', 0.0):.2f} t/s | "
+            f"generated: {t.get('predicted_n', 0)} tokens, {t.get('predicted_per_second', 0.0):.2f} t/s",
+            err=True)

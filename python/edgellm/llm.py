@@ -1,0 +1,659 @@
+"""The Python API: `LLM` (blocking) and `AsyncLLM` (asyncio) over the C++ engine.
+
+    from edgellm import LLM, SamplingParams
+    llm = LLM("smollm2")                       # a path or a known model name
+    print(llm.generate("The capital of France is", SamplingParams(temperature=0)).text)
+    for piece in llm.stream("Once upon a time"):
+        print(piece, end="", flush=True)
+
+The engine runs on its own C++ thread and batches every request in flight (continuous
+batching). Python threads only submit requests and receive their output: every wait releases
+the GIL, so many threads (or one asyncio loop) can drive the same LLM at once. Breaking out of
+a stream, closing its iterator or cancelling the asyncio task aborts the request in the engine,
+which frees its KV pages at its next step.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import (Any, AsyncIterator, Dict, Iterator, List, Mapping, Optional, Sequence,
+                    Union)
+
+from . import _core
+from ._core import InvalidRequestError, RequestCancelled
+
+__all__ = [
+    "SamplingParams", "TopLogprob", "TokenLogprob", "Usage", "Completion", "CompletionChunk",
+    "LLM", "AsyncLLM",
+]
+
+_POLL_S = 0.1  # a blocking wait wakes this often to let KeyboardInterrupt through
+
+
+# ---- request and result types ---------------------------------------------------------------
+
+@dataclass
+class SamplingParams:
+    """How to sample. Defaults are llama.cpp's (common_params_sampling):
+
+    max_tokens 128 (None: until end-of-generation or the context is full), min_tokens 0
+    (end-of-generation and stop_token_ids are masked until that many tokens exist),
+    temperature 0.8 (0: greedy), top_k 40 (<= 0 off), top_p 0.95, min_p 0.05, typical_p 1.0
+    (off), repetition_penalty 1.0 (off) over the last repeat_last_n = 64 tokens of prompt +
+    output (-1: all, 0: off), presence/frequency penalties 0, seed None (random).
+
+    The chain runs in llama.cpp's order: logit_bias -> penalties (repetition: divide a positive
+    logit, multiply a negative one; then frequency * count and presence) -> top_k -> typical_p
+    -> top_p -> min_p -> temperature -> draw. Truncation sees untempered logits.
+
+    logprobs=k returns, per generated token, its log-prob and the k most likely tokens under
+    the model's distribution after logit_bias and penalties, before truncation and temperature
+    (llama.cpp's n_probs, OpenAI's logprobs). prompt_logprobs=k does the same for every prompt
+    token after the first (raw model distribution). With n > 1, completion i uses seed + i.
+    json_schema / grammar / regex / response_format need a registered constraint factory
+    (edgellm's grammar module); otherwise the request is rejected with InvalidRequestError.
+    """
+    max_tokens: Optional[int] = 128
+    min_tokens: int = 0
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    typical_p: float = 1.0
+    repetition_penalty: float = 1.0
+    repeat_last_n: int = 64
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: Optional[Dict[int, float]] = None
+    seed: Optional[int] = None
+    stop: Union[None, str, List[str]] = None
+    stop_token_ids: Optional[List[int]] = None
+    ignore_eos: bool = False
+    logprobs: Optional[int] = None
+    prompt_logprobs: Optional[int] = None
+    n: int = 1
+    json_schema: Union[None, dict, str] = None
+    grammar: Optional[str] = None
+    regex: Optional[str] = None
+    response_format: Optional[dict] = None
+
+    def stop_list(self) -> List[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    def _schema_text(self) -> str:
+        schema = self.json_schema
+        rf = self.response_format
+        if rf is not None:
+            if not isinstance(rf, Mapping) or "type" not in rf:
+                raise InvalidRequestError("response_format must be a dict with a 'type'")
+            kind = rf["type"]
+            if kind == "json_object":
+                schema = schema if schema is not None else {"type": "object"}
+            elif kind == "json_schema":
+                inner = rf.get("json_schema")
+                if not isinstance(inner, Mapping) or "schema" not in inner:
+                    raise InvalidRequestError(
+                        "response_format {'type': 'json_schema'} needs json_schema.schema")
+                schema = inner["schema"]
+            elif kind != "text":
+                raise InvalidRequestError(f"response_format type {kind!r} is not supported "
+                                          "(text, json_object, json_schema)")
+        if schema is None:
+            return ""
+        return schema if isinstance(schema, str) else json.dumps(schema)
+
+    def to_core(self) -> "_core.SamplingParams":
+        p = _core.SamplingParams()
+        try:
+            p.max_tokens = -1 if self.max_tokens is None else int(self.max_tokens)
+            if self.max_tokens is not None and self.max_tokens < 1:
+                raise InvalidRequestError(f"max_tokens must be >= 1 or None, got {self.max_tokens}")
+            p.min_tokens = int(self.min_tokens)
+            p.temperature = float(self.temperature)
+            p.top_k = int(self.top_k)
+            p.top_p = float(self.top_p)
+            p.min_p = float(self.min_p)
+            p.typical_p = float(self.typical_p)
+            p.repetition_penalty = float(self.repetition_penalty)
+            p.repeat_last_n = int(self.repeat_last_n)
+            p.presence_penalty = float(self.presence_penalty)
+            p.frequency_penalty = float(self.frequency_penalty)
+            if self.logit_bias:
+                p.logit_bias = [(int(k), float(v)) for k, v in self.logit_bias.items()]
+            if self.seed is not None:
+                p.has_seed = True
+                p.seed = int(self.seed) & 0xFFFFFFFFFFFFFFFF
+            p.stop = self.stop_list()
+            p.stop_token_ids = [int(t) for t in (self.stop_token_ids or [])]
+            p.ignore_eos = bool(self.ignore_eos)
+            p.logprobs = -1 if self.logprobs is None else int(self.logprobs)
+            p.prompt_logprobs = -1 if self.prompt_logprobs is None else int(self.prompt_logprobs)
+            p.n = int(self.n)
+        except (TypeError, ValueError) as e:
+            if isinstance(e, InvalidRequestError):
+                raise
+            raise InvalidRequestError(f"bad sampling parameter: {e}") from None
+        if (self.logprobs is not None and self.logprobs < 0) or \
+                (self.prompt_logprobs is not None and self.prompt_logprobs < 0):
+            raise InvalidRequestError("logprobs / prompt_logprobs must be >= 0 or None")
+        p.json_schema = self._schema_text()
+        p.grammar = self.grammar or ""
+        p.regex = self.regex or ""
+        return p
+
+
+@dataclass
+class TopLogprob:
+    token_id: int
+    token: str
+    logprob: float
+    bytes: List[int]
+
+
+@dataclass
+class TokenLogprob:
+    token_id: int
+    token: str
+    logprob: float
+    bytes: List[int]
+    top_logprobs: List[TopLogprob]
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    cached_tokens: int = 0
+
+
+@dataclass
+class Completion:
+    text: str
+    token_ids: List[int]
+    finish_reason: str                      # "stop" | "length" | "cancelled"
+    usage: Usage
+    logprobs: Optional[List[TokenLogprob]] = None
+    prompt_logprobs: Optional[list] = None  # [None, TokenLogprob, ...]: one per prompt token
+    index: int = 0
+    stop_reason: Union[None, int, str] = None
+    timings: Dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class CompletionChunk:
+    text: str
+    token_ids: List[int]
+    index: int = 0
+    logprobs: Optional[List[TokenLogprob]] = None
+    finish_reason: Optional[str] = None
+    usage: Optional[Usage] = None
+    timings: Optional[Dict[str, float]] = None
+    stop_reason: Union[None, int, str] = None
+    prompt_logprobs: Optional[list] = None
+
+
+# ---- helpers --------------------------------------------------------------------------------
+
+def _timings(t: Dict[str, float]) -> Dict[str, float]:
+    out = dict(t)
+    out["prompt_per_token_ms"] = t["prompt_ms"] / t["prompt_n"] if t.get("prompt_n") else 0.0
+    out["predicted_per_token_ms"] = (t["predicted_ms"] / (t["predicted_n"] - 1)
+                                     if t.get("predicted_n", 0) > 1 else 0.0)
+    return out
+
+
+def _usage(ev: dict) -> Usage:
+    return Usage(ev["prompt_tokens"], ev["completion_tokens"],
+                 ev["prompt_tokens"] + ev["completion_tokens"], ev["cached_tokens"])
+
+
+def _raise_if_error(ev: dict) -> None:
+    if ev.get("finished") and ev.get("finish_reason") == "error":
+        raise _core.EdgeLLMError(ev.get("error") or "request failed in the engine")
+
+
+class _MarkerSet:
+    """`marker in vocab` without listing the whole vocabulary: one special-token lookup."""
+
+    def __init__(self, tok):
+        self._tok = tok
+
+    def __contains__(self, text) -> bool:
+        ids = self._tok.encode(text, False, True)
+        return len(ids) == 1 and self._tok.token_text(ids[0]) == text
+
+
+def _is_batch(prompt) -> bool:
+    """A list of prompts (strings or id lists), as opposed to one prompt given as ids."""
+    return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and \
+        all(isinstance(p, (str, list, tuple)) for p in prompt)
+
+
+# ---- LLM ------------------------------------------------------------------------------------
+
+class LLM:
+    """A model loaded into a continuous-batching engine.
+
+    n_ctx: max tokens per sequence (default min(trained context, 4096)). kv_memory: bytes for
+    the paged KV cache (default: two full-context sequences' worth, which short requests share
+    many at a time; when pages run out the newest sequence is preempted and recomputed later).
+    kv_type: "f16" (default), "q8_0" or "f32". max_seqs: sequences decoded together.
+    max_batch_tokens: tokens per forward pass (prompt chunks + one per decoding sequence).
+    page_size: KV page size in tokens (16..64).
+    """
+
+    def __init__(self, model_path, n_ctx: Optional[int] = None, n_threads: Optional[int] = None, *,
+                 kv_memory: Optional[int] = None, kv_type: str = "f16", max_seqs: int = 16,
+                 max_batch_tokens: int = 512, page_size: int = 32,
+                 chat_template: Optional[str] = None, n_gpu_layers: int = 0,
+                 prefix_cache: bool = True):
+        from .models import resolve
+
+        t0 = time.perf_counter()
+        path = resolve(model_path)
+        self.model_path = str(path)
+        self._engine = _core.Engine(self.model_path, int(n_ctx or 0), int(n_threads or 0),
+                                    int(kv_memory or 0), kv_type, int(max_seqs),
+                                    int(max_batch_tokens), int(page_size), bool(prefix_cache))
+        self._tok = self._engine.tokenizer
+        self.n_ctx: int = self._engine.n_ctx
+        self.n_vocab: int = self._engine.n_vocab
+        self.n_threads: int = self._engine.n_threads
+        self.isa: str = _core.isa()
+        self.n_gpu_layers = n_gpu_layers  # CPU engine: accepted for API compatibility, unused
+        self._chat_template_override = chat_template
+        self._template = None
+        self._metadata = None
+        self.load_time: float = time.perf_counter() - t0
+
+    # ---- model facts ----
+    @property
+    def metadata(self) -> dict:
+        """GGUF metadata key -> value (scalars; long arrays such as the vocabulary left out)."""
+        if self._metadata is None:
+            from .model_file import ModelFile
+            with ModelFile(self.model_path) as f:
+                self._metadata = {k: v for k, v in f.metadata.items()
+                                  if not (isinstance(v, list) and len(v) > 64)}
+        return self._metadata
+
+    @property
+    def tokenizer(self):
+        return self._tok
+
+    # ---- tokens ----
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> List[int]:
+        return list(self._tok.encode(text, add_special, parse_special))
+
+    def detokenize(self, ids) -> str:
+        return self._tok.decode(list(ids))
+
+    def token_to_piece(self, id: int) -> bytes:  # noqa: A002 - the contract's name
+        return self._tok.token_to_piece(int(id), True)
+
+    def _prompt_ids(self, prompt) -> List[int]:
+        if isinstance(prompt, str):
+            return self.tokenize(prompt, add_special=True, parse_special=False)
+        return [int(t) for t in prompt]
+
+    # ---- requests ----
+    def _submit(self, ids: List[int], params: "_core.SamplingParams", channel, stream: bool) -> int:
+        return self._engine.submit(ids, params, channel, stream)
+
+    def _events(self, prompt, params: Optional[SamplingParams], stream: bool) -> Iterator[dict]:
+        """Events of one request; leaving early (break, close, exception) aborts it."""
+        params = params or SamplingParams()
+        core = params.to_core()
+        ids = self._prompt_ids(prompt)
+        channel = _core.OutputChannel()
+        rid = self._submit(ids, core, channel, stream)
+        remaining = core.n
+        try:
+            while remaining:
+                ev = channel.pop(_POLL_S)
+                if ev is None:
+                    continue
+                if ev["finished"]:
+                    remaining -= 1
+                _raise_if_error(ev)
+                yield ev
+        finally:
+            if remaining:
+                self._engine.abort(rid)
+
+    def _piece(self, tid: int):
+        b = self._tok.token_to_piece(tid, True)
+        return b.decode("utf-8", errors="replace"), list(b)
+
+    def _token_logprob(self, tid: int, lp: float, top) -> TokenLogprob:
+        text, raw = self._piece(tid)
+        tops = []
+        for t, l in top:
+            tt, tb = self._piece(t)
+            tops.append(TopLogprob(t, tt, l, tb))
+        return TokenLogprob(tid, text, lp, raw, tops)
+
+    def _completion(self, ev: dict, want_logprobs: bool, want_prompt: bool) -> Completion:
+        c = Completion(text=ev["text"], token_ids=list(ev["token_ids"]),
+                       finish_reason=ev["finish_reason"], usage=_usage(ev), index=ev["index"],
+                       stop_reason=ev["stop_reason"], timings=_timings(ev["timings"]) if "timings" in ev else {})
+        if want_logprobs:
+            c.logprobs = [self._token_logprob(*x) for x in ev["logprobs"]]
+        if want_prompt and "prompt_logprobs" in ev:
+            c.prompt_logprobs = [None] + [self._token_logprob(*x) for x in ev["prompt_logprobs"]]
+        return c
+
+    def _chunk(self, ev: dict, want_logprobs: bool, want_prompt: bool) -> CompletionChunk:
+        ch = CompletionChunk(text=ev["text"], token_ids=list(ev["token_ids"]), index=ev["index"])
+        if want_logprobs:
+            ch.logprobs = [self._token_logprob(*x) for x in ev["logprobs"]]
+        if want_prompt and "prompt_logprobs" in ev:
+            ch.prompt_logprobs = [None] + [self._token_logprob(*x) for x in ev["prompt_logprobs"]]
+        if ev["finished"]:
+            ch.finish_reason = ev["finish_reason"]
+            ch.usage = _usage(ev)
+            ch.timings = _timings(ev["timings"])
+            ch.stop_reason = ev["stop_reason"]
+        return ch
+
+    def _collect(self, prompt, params: SamplingParams) -> List[Completion]:
+        want_lp = params.logprobs is not None
+        want_prompt = params.prompt_logprobs is not None
+        done = [self._completion(ev, want_lp, want_prompt)
+                for ev in self._events(prompt, params, stream=False)]
+        done.sort(key=lambda c: c.index)
+        if want_prompt and done and done[0].prompt_logprobs is not None:
+            for c in done[1:]:
+                c.prompt_logprobs = done[0].prompt_logprobs
+        return done
+
+    def generate(self, prompt, params: Optional[SamplingParams] = None):
+        """One prompt (str or ids) -> Completion (a list of n when params.n > 1); a list of
+        prompts -> a list of results, all submitted at once and batched by the engine."""
+        params = params or SamplingParams()
+        if _is_batch(prompt):
+            return self._generate_many(list(prompt), params)
+        done = self._collect(prompt, params)
+        return done if params.n > 1 else done[0]
+
+    def _generate_many(self, prompts: list, params: SamplingParams):
+        core = params.to_core()
+        want_lp = params.logprobs is not None
+        want_prompt = params.prompt_logprobs is not None
+        channels, ids = [], []
+        try:
+            for p in prompts:
+                ch = _core.OutputChannel()
+                ids.append(self._submit(self._prompt_ids(p), core, ch, False))
+                channels.append(ch)
+            results = []
+            for i, ch in enumerate(channels):
+                got = []
+                while len(got) < core.n:
+                    ev = ch.pop(_POLL_S)
+                    if ev is None:
+                        continue
+                    _raise_if_error(ev)
+                    got.append(self._completion(ev, want_lp, want_prompt))
+                got.sort(key=lambda c: c.index)
+                results.append(got if params.n > 1 else got[0])
+            return results
+        except BaseException:
+            for rid, ch in zip(ids, channels):
+                if not ch.done:
+                    self._engine.abort(rid)
+            raise
+
+    def stream_chunks(self, prompt, params: Optional[SamplingParams] = None) -> Iterator[CompletionChunk]:
+        params = params or SamplingParams()
+        want_lp = params.logprobs is not None
+        want_prompt = params.prompt_logprobs is not None
+        for ev in self._events(prompt, params, stream=True):
+            yield self._chunk(ev, want_lp, want_prompt)
+
+    def stream(self, prompt, params: Optional[SamplingParams] = None) -> Iterator[str]:
+        """Text pieces as they are produced (whole UTF-8 characters; stop strings never
+        appear). With n > 1 the pieces of all completions interleave: use stream_chunks."""
+        for ev in self._events(prompt, params, stream=True):
+            if ev["text"]:
+                yield ev["text"]
+
+    # ---- chat ----
+    def _chat_template(self) -> str:
+        if self._template is None:
+            from .chat_template import choose_template
+            self._template = choose_template(self._tok.chat_template, self._engine.arch,
+                                             _MarkerSet(self._tok), self._chat_template_override)
+        return self._template
+
+    def apply_chat_template(self, messages, add_generation_prompt: bool = True, tools=None) -> str:
+        from .chat_template import render_chat
+
+        tok = self._tok
+        bos = tok.token_text(tok.bos_id) if tok.bos_id is not None else ""
+        eos = tok.token_text(tok.eos_id) if tok.eos_id is not None else ""
+        return render_chat(messages, self._chat_template(), bos_token=bos, eos_token=eos,
+                           add_generation_prompt=add_generation_prompt, tools=tools)
+
+    def chat_prompt_ids(self, messages, tools=None) -> List[int]:
+        """Token ids of the rendered conversation: special tokens parsed, BOS exactly once."""
+        text = self.apply_chat_template(messages, add_generation_prompt=True, tools=tools)
+        ids = self.tokenize(text, add_special=True, parse_special=True)
+        bos = self._tok.bos_id
+        if len(ids) >= 2 and bos is not None and ids[0] == bos and ids[1] == bos:
+            ids = ids[1:]  # the template wrote BOS itself
+        return ids
+
+    def chat(self, messages, params: Optional[SamplingParams] = None, tools=None) -> Completion:
+        params = params or SamplingParams()
+        done = self._collect(self.chat_prompt_ids(messages, tools), params)
+        return done if params.n > 1 else done[0]
+
+    def chat_stream(self, messages, params: Optional[SamplingParams] = None, tools=None) -> Iterator[str]:
+        return self.stream(self.chat_prompt_ids(messages, tools), params)
+
+    def chat_stream_chunks(self, messages, params: Optional[SamplingParams] = None,
+                           tools=None) -> Iterator[CompletionChunk]:
+        return self.stream_chunks(self.chat_prompt_ids(messages, tools), params)
+
+    # ---- evaluation and state ----
+    def eval_logits(self, ids):
+        """float32 [len(ids), n_vocab]: the logits at every position of ids in a fresh context
+        (computed between engine steps; running requests are not disturbed)."""
+        return self._engine.eval_logits([int(t) for t in ids])
+
+    def stats(self) -> dict:
+        return dict(self._engine.stats())
+
+    def close(self) -> None:
+        eng = getattr(self, "_engine", None)
+        if eng is not None and not eng.closed:
+            eng.close()
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+# ---- AsyncLLM -------------------------------------------------------------------------------
+
+class _AsyncChannel:
+    """An OutputChannel whose events wake an asyncio loop through a pipe. The pipe stays open
+    until the engine has sent the request's last event, so no write can hit a reused fd."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self._loop = loop
+        self._rfd, self._wfd = os.pipe()
+        os.set_blocking(self._rfd, False)
+        os.set_blocking(self._wfd, False)
+        self.channel = _core.OutputChannel(self._wfd)
+        self._ready = asyncio.Event()
+        self._closing = False
+        self._closed = False
+        loop.add_reader(self._rfd, self._on_readable)
+
+    def _on_readable(self) -> None:
+        try:
+            while os.read(self._rfd, 4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+        self._ready.set()
+        if self._closing and self.channel.done:
+            self._close_now()
+
+    def _close_now(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._loop.remove_reader(self._rfd)
+            os.close(self._rfd)
+            os.close(self._wfd)
+
+    async def get(self) -> dict:
+        while True:
+            ev = self.channel.try_pop()
+            if ev is not None:
+                return ev
+            await self._ready.wait()
+            self._ready.clear()
+
+    def close(self) -> None:
+        """Release the pipe now if the engine is done with it, else after its last event."""
+        self._closing = True
+        if self.channel.done:
+            self._close_now()
+
+
+class AsyncLLM:
+    """LLM for asyncio: the same constructor; awaitable generate/chat and async iterators.
+    Cancelling the awaiting task or leaving an async iterator early aborts the request."""
+
+    def __init__(self, *args, **kwargs):
+        self.llm = LLM(*args, **kwargs)
+
+    def __getattr__(self, name):  # n_ctx, n_vocab, metadata, isa, ...
+        if name == "llm":
+            raise AttributeError(name)
+        return getattr(self.llm, name)
+
+    async def _events(self, ids: List[int], params: SamplingParams, stream: bool):
+        core = params.to_core()
+        ach = _AsyncChannel(asyncio.get_running_loop())
+        remaining = core.n
+        rid = None
+        try:
+            rid = self.llm._submit(ids, core, ach.channel, stream)
+            while remaining:
+                ev = await ach.get()
+                if ev["finished"]:
+                    remaining -= 1
+                _raise_if_error(ev)
+                yield ev
+        finally:
+            if remaining and rid is not None:
+                self.llm._engine.abort(rid)
+            ach.close()
+
+    async def _collect(self, ids: List[int], params: SamplingParams):
+        want_lp = params.logprobs is not None
+        want_prompt = params.prompt_logprobs is not None
+        done = []
+        agen = self._events(ids, params, stream=False)
+        try:
+            async for ev in agen:
+                done.append(self.llm._completion(ev, want_lp, want_prompt))
+        finally:
+            await agen.aclose()
+        done.sort(key=lambda c: c.index)
+        return done if params.n > 1 else done[0]
+
+    async def generate(self, prompt, params: Optional[SamplingParams] = None):
+        params = params or SamplingParams()
+        if _is_batch(prompt):
+            return list(await asyncio.gather(*(self.generate(p, params) for p in prompt)))
+        return await self._collect(self.llm._prompt_ids(prompt), params)
+
+    async def chat(self, messages, params: Optional[SamplingParams] = None, tools=None):
+        params = params or SamplingParams()
+        return await self._collect(self.llm.chat_prompt_ids(messages, tools), params)
+
+    async def _chunks(self, ids: List[int], params: Optional[SamplingParams]) -> AsyncIterator[CompletionChunk]:
+        params = params or SamplingParams()
+        want_lp = params.logprobs is not None
+        want_prompt = params.prompt_logprobs is not None
+        agen = self._events(ids, params, stream=True)
+        try:
+            async for ev in agen:
+                yield self.llm._chunk(ev, want_lp, want_prompt)
+        finally:
+            await agen.aclose()
+
+    def stream_chunks(self, prompt, params: Optional[SamplingParams] = None) -> AsyncIterator[CompletionChunk]:
+        return self._chunks(self.llm._prompt_ids(prompt), params)
+
+    async def stream(self, prompt, params: Optional[SamplingParams] = None) -> AsyncIterator[str]:
+        agen = self._chunks(self.llm._prompt_ids(prompt), params)
+        try:
+            async for ch in agen:
+                if ch.text:
+                    yield ch.text
+        finally:
+            await agen.aclose()
+
+    def chat_stream_chunks(self, messages, params: Optional[SamplingParams] = None,
+                           tools=None) -> AsyncIterator[CompletionChunk]:
+        return self._chunks(self.llm.chat_prompt_ids(messages, tools), params)
+
+    async def chat_stream(self, messages, params: Optional[SamplingParams] = None,
+                          tools=None) -> AsyncIterator[str]:
+        agen = self._chunks(self.llm.chat_prompt_ids(messages, tools), params)
+        try:
+            async for ch in agen:
+                if ch.text:
+                    yield ch.text
+        finally:
+            await agen.aclose()
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> List[int]:
+        return self.llm.tokenize(text, add_special, parse_special)
+
+    def detokenize(self, ids) -> str:
+        return self.llm.detokenize(ids)
+
+    def apply_chat_template(self, messages, add_generation_prompt: bool = True, tools=None) -> str:
+        return self.llm.apply_chat_template(messages, add_generation_prompt, tools)
+
+    def stats(self) -> dict:
+        return self.llm.stats()
+
+    async def eval_logits(self, ids):
+        return await asyncio.get_running_loop().run_in_executor(None, self.llm.eval_logits, ids)
+
+    def close(self) -> None:
+        self.llm.close()
+
+    async def __aenter__(self) -> "AsyncLLM":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.close()
+
+    def __enter__(self) -> "AsyncLLM":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

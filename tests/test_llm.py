@@ -1,0 +1,315 @@
+"""edgellm.LLM / AsyncLLM on the real models: continuous batching gives the same greedy tokens
+as one sequence alone (also with chunked prefill and under preemption), the prefix cache is
+hit and changes nothing, cancelled and finished requests give their KV pages back, seeded
+sampling does not depend on the batch, stop strings never leak, and many threads can stream
+at once."""
+import asyncio
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from edgellm import LLM, AsyncLLM, ContextLengthError, SamplingParams, _core
+
+pytestmark = pytest.mark.real_model
+
+N_THREADS = 2
+
+# 16 prompts of mixed lengths (a few tokens to ~150).
+_BASE = [
+    "The capital of France is",
+    "Once upon a time, in a small village by the sea,",
+    "def fibonacci(n):",
+    "List three colors:",
+    "The quick brown fox jumps over the lazy dog. " * 6,
+    "Water boils at",
+    "In 1492, Columbus",
+    "Q: What is 2 + 2?\nA:",
+    "A haiku about autumn leaves:\n",
+    "The mitochondria is the powerhouse of the cell. It produces energy by " * 4,
+    "import numpy as np\n\narr = np.array([1, 2, 3])\nprint(",
+    "Dear hiring manager, I am writing to apply for",
+    "Step 1: preheat the oven. Step 2:",
+    "The three laws of motion were formulated by " + "Isaac Newton, who lived in England. " * 8,
+    "Hello",
+    "Translate to French: good morning ->",
+]
+
+GREEDY_TOKENS = {"smollm2": 12, "gemma3": 8}
+
+
+def greedy(n):
+    return SamplingParams(temperature=0.0, max_tokens=n)
+
+
+def wait_for(pred, timeout=10.0):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if pred():
+            return True
+        time.sleep(0.01)
+    return pred()
+
+
+def pages_back_to_zero(llm):
+    return wait_for(lambda: llm.stats()["pages_used"] == 0 and llm.stats()["running"] == 0)
+
+
+@pytest.fixture(scope="module", params=["smollm2", "gemma3"])
+def model(request):
+    """(name, path, prompt ids, single-stream greedy reference token lists)."""
+    name = request.param
+    path = str(request.getfixturevalue(f"{name}_path"))
+    tok = _core.Tokenizer.from_gguf(path)
+    prompts = [tok.encode(p, True, False) for p in _BASE]
+    n = GREEDY_TOKENS[name]
+    runner = _core.ModelRunner(_core.Model(path, N_THREADS))
+    ref = []
+    for ids in prompts:
+        runner.reset()
+        ref.append(list(runner.greedy(ids, n, tok.eog_ids)))
+    return name, path, prompts, ref
+
+
+@pytest.fixture(scope="module")
+def smollm(smollm2_path):
+    llm = LLM(str(smollm2_path), n_threads=N_THREADS)
+    yield llm
+    llm.close()
+
+
+def test_batched_greedy_equals_single_stream(model):
+    name, path, prompts, ref = model
+    with LLM(path, n_threads=N_THREADS) as llm:
+        outs = llm.generate(prompts, greedy(GREEDY_TOKENS[name]))
+        assert [o.token_ids for o in outs] == ref
+        assert all(o.finish_reason in ("length", "stop") for o in outs)
+        assert pages_back_to_zero(llm)
+
+
+def test_chunked_prefill_and_preemption_keep_outputs(model):
+    name, path, prompts, ref = model
+    probe = LLM(path, n_threads=N_THREADS, n_ctx=256)
+    st = probe.stats()
+    probe.close()
+    # A pool exactly as large as the longest request needs: the 16 requests need far more at
+    # once, so the engine must preempt; 16-token batches split every prompt into chunks.
+    need = max(-(-(len(p) + GREEDY_TOKENS[name]) // 32) for p in prompts)
+    units = need / 8  # n_ctx 256 = 8 pages per sequence unit
+    window_pages = 8 if st["page_bytes_window"] else 0
+    kv_memory = int(units * (8 * st["page_bytes_full"] + window_pages * st["page_bytes_window"])) + 1
+    with LLM(path, n_threads=N_THREADS, n_ctx=256, kv_memory=kv_memory, max_batch_tokens=16) as llm:
+        assert llm.stats()["pages_full_total"] == need
+        outs = llm.generate(prompts, greedy(GREEDY_TOKENS[name]))
+        assert [o.token_ids for o in outs] == ref
+        st = llm.stats()
+        assert st["preemptions"] > 0
+        assert pages_back_to_zero(llm)
+
+
+def test_prefix_cache_hit_gives_identical_output(smollm):
+    prompt = _BASE[13]
+    first = smollm.generate(prompt, greedy(10))
+    before = smollm.stats()
+    second = smollm.generate(prompt, greedy(10))
+    after = smollm.stats()
+    assert second.token_ids == first.token_ids and second.text == first.text
+    assert after["prefix_cache_hits"] == before["prefix_cache_hits"] + 1
+    n_prompt = len(smollm.tokenize(prompt))
+    assert second.usage.cached_tokens == (n_prompt - 1) // 32 * 32 > 0
+    assert second.timings["prompt_n"] == n_prompt - second.usage.cached_tokens
+    assert pages_back_to_zero(smollm)
+
+
+def test_stream_break_mid_decode_frees_pages(smollm):
+    pieces = []
+    for piece in smollm.stream(_BASE[1], SamplingParams(max_tokens=400, ignore_eos=True, seed=1)):
+        pieces.append(piece)
+        if len(pieces) == 3:
+            break
+    assert pages_back_to_zero(smollm)
+    assert smollm.stats()["waiting"] == 0
+
+
+def _slow_prefill_llm(path):
+    # 8-token batches: a long prompt takes many steps, so cancellation lands mid-prefill.
+    return AsyncLLM(path, n_threads=N_THREADS, max_batch_tokens=8, prefix_cache=False)
+
+
+def test_async_cancel_mid_prefill_and_mid_decode(smollm2_path):
+    async def main():
+        llm = _slow_prefill_llm(str(smollm2_path))
+        long_prompt = _BASE[9] * 3
+        try:
+            # mid-prefill: cancel while the prompt is still being computed
+            async def consume():
+                return await llm.generate(long_prompt, greedy(50))
+            task = asyncio.create_task(consume())
+            while llm.stats()["pages_used"] == 0:
+                await asyncio.sleep(0.005)
+            assert llm.stats()["generated_tokens_total"] == 0
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert await asyncio.to_thread(pages_back_to_zero, llm.llm)
+            assert llm.stats()["generated_tokens_total"] == 0
+
+            # mid-decode: cancel a task iterating a stream after a few pieces
+            got = []
+            async def reader():
+                async for piece in llm.stream("Hello", SamplingParams(max_tokens=300, ignore_eos=True, seed=3)):
+                    got.append(piece)
+            task = asyncio.create_task(reader())
+            while len(got) < 3:
+                await asyncio.sleep(0.005)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert await asyncio.to_thread(pages_back_to_zero, llm.llm)
+
+            # breaking out of an async iterator
+            n = 0
+            agen = llm.stream_chunks("Hello", SamplingParams(max_tokens=300, ignore_eos=True, seed=4))
+            async for chunk in agen:
+                n += 1
+                if n == 3:
+                    break
+            await agen.aclose()
+            assert await asyncio.to_thread(pages_back_to_zero, llm.llm)
+
+            # a normal async request still completes afterwards
+            out = await llm.generate("The capital of France is", greedy(4))
+            assert out.finish_reason == "length" and len(out.token_ids) == 4
+            assert await asyncio.to_thread(pages_back_to_zero, llm.llm)
+        finally:
+            llm.close()
+
+    asyncio.run(main())
+
+
+def test_seeded_sampling_same_alone_and_in_batch(smollm):
+    params = SamplingParams(temperature=0.9, seed=1234, max_tokens=16, top_k=0, top_p=1.0, min_p=0.0)
+    alone = smollm.generate(_BASE[1], params)
+    again = smollm.generate(_BASE[1], params)
+    batch = smollm.generate([_BASE[1]] + _BASE[2:10], params)
+    assert again.token_ids == alone.token_ids
+    assert batch[0].token_ids == alone.token_ids
+    other_seed = smollm.generate(_BASE[1], SamplingParams(temperature=0.9, seed=99, max_tokens=16,
+                                                          top_k=0, top_p=1.0, min_p=0.0))
+    assert other_seed.token_ids != alone.token_ids
+
+
+def test_batched_logprobs_equal_single_stream(smollm):
+    params = SamplingParams(temperature=0.0, max_tokens=6, logprobs=5)
+    alone = smollm.generate(_BASE[0], params)
+    batch = smollm.generate([_BASE[0]] + _BASE[4:12], params)[0]
+    assert batch.token_ids == alone.token_ids
+    for a, b in zip(alone.logprobs, batch.logprobs):
+        assert [t.token_id for t in a.top_logprobs] == [t.token_id for t in b.top_logprobs]
+        assert a.logprob == pytest.approx(b.logprob, abs=1e-4)
+    # the chosen token's log-prob is the top one under greedy, and matches eval_logits
+    ids = smollm.tokenize(_BASE[0])
+    rows = smollm.eval_logits(ids + alone.token_ids[:-1])
+    for i, lp in enumerate(alone.logprobs):
+        row = rows[len(ids) - 1 + i].astype(np.float64)
+        ref = row - row.max() - np.log(np.exp(row - row.max()).sum())
+        assert int(np.argmax(row)) == alone.token_ids[i]
+        assert lp.logprob == pytest.approx(ref[alone.token_ids[i]], abs=2e-3)
+        assert lp.top_logprobs[0].token_id == alone.token_ids[i]
+
+
+def test_stop_strings_across_token_boundaries_never_leak(smollm):
+    prompt = _BASE[1]
+    full = smollm.generate(prompt, greedy(40))
+    pieces = [smollm.token_to_piece(t).decode("utf-8", "replace") for t in full.token_ids]
+    # a stop string made of the end of one token and the start of the next
+    k = next(i for i in range(3, len(pieces) - 1) if len(pieces[i]) >= 2 and len(pieces[i + 1]) >= 2)
+    stop = pieces[k][-2:] + pieces[k + 1][:2]
+    at = full.text.find(stop)
+    assert at >= 0
+    params = SamplingParams(temperature=0.0, max_tokens=40, stop=["never-appears-xyz", stop])
+    out = smollm.generate(prompt, params)
+    assert out.text == full.text[:at]
+    assert out.finish_reason == "stop" and out.stop_reason == stop
+    streamed = list(smollm.stream(prompt, params))
+    assert "".join(streamed) == full.text[:at]
+    assert all(stop not in p for p in streamed)
+    chunks = list(smollm.stream_chunks(prompt, params))
+    assert chunks[-1].finish_reason == "stop" and chunks[-1].stop_reason == stop
+    # a stop token id ends generation with that id as the reason
+    tid = full.token_ids[5]
+    out = smollm.generate(prompt, SamplingParams(temperature=0.0, max_tokens=40, stop_token_ids=[tid]))
+    assert out.stop_reason == tid and out.token_ids[-1] == tid
+    assert pages_back_to_zero(smollm)
+
+
+def test_many_threads_stream_at_once(smollm):
+    prompts = _BASE[:8]
+    want = [c.text for c in smollm.generate(prompts, greedy(12))]
+    got = [None] * 8
+    errors = []
+
+    def run(i):
+        try:
+            got[i] = "".join(smollm.stream(prompts[i], greedy(12)))
+        except Exception as e:  # surfaced below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors
+    assert got == want
+    assert pages_back_to_zero(smollm)
+
+
+def test_n_completions_share_the_prompt(smollm):
+    outs = smollm.generate(_BASE[13], SamplingParams(temperature=0.0, max_tokens=8, n=3))
+    single = smollm.generate(_BASE[13], greedy(8))
+    assert [o.index for o in outs] == [0, 1, 2]
+    assert all(o.token_ids == single.token_ids for o in outs)
+    sampled = smollm.generate(_BASE[0], SamplingParams(temperature=1.0, max_tokens=12, n=2, seed=5,
+                                                       top_k=0, top_p=1.0, min_p=0.0))
+    assert sampled[0].token_ids != sampled[1].token_ids
+    assert pages_back_to_zero(smollm)
+
+
+def test_context_length_error_names_the_numbers(smollm2_path):
+    with LLM(str(smollm2_path), n_ctx=64, n_threads=N_THREADS) as llm:
+        ids = llm.tokenize("hello " * 60)
+        with pytest.raises(ContextLengthError, match=rf"prompt has {len(ids)} tokens, max_tokens 128: "
+                                                     rf"{len(ids) + 128} > n_ctx 64 by {len(ids) + 64}"):
+            llm.generate(ids)
+
+
+def test_prompt_logprobs_and_chat(smollm):
+    out = smollm.generate("The capital of France is", SamplingParams(temperature=0, max_tokens=2, prompt_logprobs=2))
+    ids = smollm.tokenize("The capital of France is")
+    assert out.prompt_logprobs[0] is None and len(out.prompt_logprobs) == len(ids)
+    assert [p.token_id for p in out.prompt_logprobs[1:]] == ids[1:]
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    text = smollm.apply_chat_template(messages)
+    assert text.endswith("<|im_start|>assistant\n") and "What is the capital of France?" in text
+    ids = smollm.chat_prompt_ids(messages)
+    assert ids == smollm.tokenize(text, add_special=True, parse_special=True)
+    chat = smollm.chat(messages, SamplingParams(temperature=0, max_tokens=24))
+    assert chat.text and chat.usage.prompt_tokens == len(ids)
+    assert chat.token_ids == smollm.generate(ids, SamplingParams(temperature=0, max_tokens=24)).token_ids
+    assert "".join(smollm.chat_stream(messages, SamplingParams(temperature=0, max_tokens=24))) == chat.text
+
+
+def test_generate_cli_prints_paris_and_timings(smollm2_path):
+    import os
+    env = dict(os.environ)
+    r = subprocess.run([sys.executable, "-m", "edgellm", "generate", str(smollm2_path), "-p",
+                        "The capital of France is", "-n", "16", "--temp", "0", "-t", str(N_THREADS)],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(" Paris.")
+    assert re.search(r"prompt: 5 tokens, [0-9.]+ t/s \| generated: 16 tokens, [0-9.]+ t/s", r.stderr)
