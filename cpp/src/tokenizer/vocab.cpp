@@ -132,6 +132,29 @@ void finalize_vocab(Vocab& v) {
       if (!(v.attrs[id] & kAttrControl)) v.attrs[id] = kAttrControl;
     }
   }
+  // Fill-in-the-middle markers, when the file does not name them.
+  struct FimRole {
+    int32_t* id;
+    std::initializer_list<const char*> texts;
+  };
+  const FimRole fim_roles[] = {
+      {&v.fim_pre, {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>"}},
+      {&v.fim_suf, {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>"}},
+      {&v.fim_mid, {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>"}},
+      {&v.fim_pad, {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>"}},
+      {&v.fim_rep, {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}},
+      {&v.fim_sep, {"<|file_sep|>", "<file_sep>"}},
+  };
+  for (const FimRole& role : fim_roles) {
+    check_id(*role.id, "fim");
+    if (*role.id != kNoToken) continue;
+    for (const char* t : role.texts) {
+      int32_t id = v.find(t);
+      if (id != kNoToken && (*role.id == kNoToken || id < *role.id)) *role.id = id;
+    }
+    if (*role.id != kNoToken && !(v.attrs[*role.id] & kAttrControl)) v.attrs[*role.id] = kAttrControl;
+  }
+
   v.is_eog.assign(n, 0);
   for (const char* t : kEogTexts) {
     int32_t id = v.find(t);
