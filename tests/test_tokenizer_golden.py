@@ -53,6 +53,8 @@ def test_vocab_metadata():
     assert "<|im_start|>" in smol.chat_template
     assert "tools" in qwen.chat_template
     assert gemma.arch == "gemma3"
+    assert qwen.special_ids["fim_pre"] == 151659 and qwen.special_ids["eos"] == 151645
+    assert gemma.special_ids["eot"] == 106 and smol.special_ids["eot"] in (0, 2)
 
 
 def test_special_tokens_only_with_parse_special():

@@ -101,6 +101,17 @@ void bind_tokenizer(py::module_& m) {
       .def_property_readonly("eos_id", [](const Tokenizer& t) -> py::object {
             return t.eos_id() == kNoToken ? py::object(py::none()) : py::object(py::int_(t.eos_id())); })
       .def_property_readonly("eog_ids", [](const Tokenizer& t) { return t.eog_ids(); })
+      .def_property_readonly("special_ids", [](const Tokenizer& t) {
+            const Vocab& v = t.vocab();
+            py::dict d;
+            const std::pair<const char*, int32_t> ids[] = {
+                {"bos", v.bos}, {"eos", v.eos}, {"unk", v.unk}, {"pad", v.pad}, {"sep", v.sep},
+                {"cls", v.cls}, {"mask", v.mask}, {"eot", v.eot}, {"eom", v.eom},
+                {"fim_pre", v.fim_pre}, {"fim_suf", v.fim_suf}, {"fim_mid", v.fim_mid},
+                {"fim_pad", v.fim_pad}, {"fim_rep", v.fim_rep}, {"fim_sep", v.fim_sep}};
+            for (const auto& [name, id] : ids)
+              if (id != kNoToken) d[name] = id;
+            return d; }, "Named special ids present in this vocabulary.")
       .def_property_readonly("add_bos", [](const Tokenizer& t) { return t.vocab().add_bos; })
       .def_property_readonly("add_eos", [](const Tokenizer& t) { return t.vocab().add_eos; })
       .def_property_readonly("add_space_prefix", [](const Tokenizer& t) { return t.vocab().add_space_prefix; })
