@@ -313,3 +313,26 @@ def test_generate_cli_prints_paris_and_timings(smollm2_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(" Paris.")
     assert re.search(r"prompt: 5 tokens, [0-9.]+ t/s \| generated: 16 tokens, [0-9.]+ t/s", r.stderr)
+
+
+def test_prefix_cache_on_sliding_window_model(gemma3_path):
+    # Gemma 3's local layers see 512 tokens; a 700-token prompt has window pages trimmed while it
+    # runs, yet a cached prefix keeps the window pages a later query needs, so reuse is exact.
+    with LLM(str(gemma3_path), n_threads=N_THREADS) as llm:
+        ids = llm.tokenize("The history of the city begins in ancient times. " * 70)
+        assert len(ids) > 600
+        first = llm.generate(ids, greedy(6))
+        second = llm.generate(ids, greedy(6))
+        assert second.token_ids == first.token_ids
+        assert second.usage.cached_tokens == (len(ids) - 1) // 32 * 32
+        assert llm.stats()["prefix_cache_hits"] == 1
+        assert pages_back_to_zero(llm)
+        # with a shared first half only, the match stops where the prompts diverge
+        other = ids[:320] + llm.tokenize(" A different story follows here.", add_special=False) * 20
+        third = llm.generate(other, greedy(6))
+        assert third.usage.cached_tokens == 320
+        fresh = LLM(str(gemma3_path), n_threads=N_THREADS, prefix_cache=False)
+        try:
+            assert fresh.generate(other, greedy(6)).token_ids == third.token_ids
+        finally:
+            fresh.close()

@@ -172,3 +172,16 @@ def test_bad_parameters_are_rejected_with_their_names():
             SamplingParams(**kw).to_core().validate(1000)
     with pytest.raises(InvalidRequestError, match="response_format"):
         SamplingParams(response_format={"type": "xml"}).to_core()
+
+
+@pytest.mark.parametrize("top_p", [0.1, 0.9, 0.999])
+def test_top_p_on_a_large_flat_vocabulary(top_p):
+    # Many similar logits: the kept set runs past the first sorted head of candidates.
+    logits = np.random.default_rng(1).normal(scale=0.3, size=5000).astype(np.float32)
+    p = softmax(logits.astype(np.float64))
+    order = np.argsort(-logits, kind="stable")
+    cum = np.cumsum(p[order])
+    k = int(np.searchsorted(cum, top_p) + 1)
+    kept = _core.truncate_candidates(logits, "top_p", top_p)
+    assert abs(len(kept) - k) <= 1  # float32 vs float64 sums may move the cut by one
+    assert set(kept) <= set(order[:k + 1].tolist())

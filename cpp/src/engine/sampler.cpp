@@ -29,11 +29,6 @@ std::vector<float> softmax(const std::vector<Candidate>& c) {
   return p;
 }
 
-void sort_desc(std::vector<Candidate>& c) {
-  // Large vocabularies: the mass sits in few tokens, so sort the head first and fall back to a
-  // full sort only when a step needs more of the tail (top_p / typical scan in order).
-  std::sort(c.begin(), c.end(), by_logit_desc);
-}
 }  // namespace
 
 Sampler::Sampler(const SamplingParams& params, std::vector<int32_t> eog, uint64_t seed)
@@ -94,15 +89,25 @@ void Sampler::typical(std::vector<Candidate>& c, float p) {
 
 void Sampler::top_p(std::vector<Candidate>& c, float p) {
   if (p >= 1.0f || c.size() <= 1) return;
-  sort_desc(c);
-  const std::vector<float> prob = softmax(c);
-  double cum = 0.0;
-  for (size_t i = 0; i < c.size(); ++i) {
-    cum += prob[i];
-    if (cum >= p) {  // the smallest prefix whose mass reaches p
-      c.resize(i + 1);
-      return;
+  // Probabilities need the whole set's normalizer, but the kept prefix is usually short: sort
+  // only a head of the candidates and widen it when its mass falls short of p.
+  float mx = -std::numeric_limits<float>::infinity();
+  for (const auto& x : c) mx = std::max(mx, x.logit);
+  double total = 0.0;
+  for (const auto& x : c) total += std::exp(static_cast<double>(x.logit) - mx);
+  size_t head = std::min<size_t>(c.size(), 256);
+  while (true) {
+    std::partial_sort(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(head), c.end(), by_logit_desc);
+    double cum = 0.0;
+    for (size_t i = 0; i < head; ++i) {
+      cum += std::exp(static_cast<double>(c[i].logit) - mx) / total;
+      if (cum >= p) {  // the smallest prefix whose mass reaches p
+        c.resize(i + 1);
+        return;
+      }
     }
+    if (head == c.size()) return;  // rounding: p not reached, keep everything
+    head = std::min(c.size(), head * 4);
   }
 }
 
