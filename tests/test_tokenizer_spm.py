@@ -52,6 +52,30 @@ def test_matches_sentencepiece():
     assert not bad, bad[:3]
 
 
+def test_space_prefix_matches_sentencepiece_dummy_prefix():
+    """The same vocabulary with add_space_prefix (Llama-2 style) against add_dummy_prefix."""
+    import sentencepiece as spm
+    from edgellm import _core
+    tok, _ = setup()
+    # Gemma's USER_DEFINED whitespace tokens would split the text into fragments, and llama.cpp
+    # prefixes a space after each (sentencepiece does not): make them NORMAL on both sides.
+    types = [1 if t == 4 else t for t in tok.token_types]
+    vocab = {"model": "llama", "tokens": tok.tokens, "scores": tok.scores, "token_type": types,
+             "bos": 2, "eos": 1, "unk": 3, "add_space_prefix": True}
+    prefixed = _core.Tokenizer.from_vocab(vocab)
+    sp = spm.SentencePieceProcessor(model_proto=ref.sentencepiece_model_proto(
+        tok.tokens, tok.scores, types, add_dummy_prefix=True, unk_id=3, bos_id=2, eos_id=1, pad_id=0))
+    bad = []
+    for s in varied_strings()[:150]:
+        got = prefixed.encode(s, add_special=False)
+        if got != sp.encode(s):
+            bad.append((s, got, sp.encode(s)))
+        # Decoding removes the prefix space again.
+        assert prefixed.decode(got) == s, repr(s)
+    assert not bad, bad[:3]
+    assert prefixed.encode("Hi", add_special=False)[0] == tok.encode(" Hi", add_special=False)[0]
+
+
 def test_round_trip():
     tok, _ = setup()
     for s in varied_strings():
