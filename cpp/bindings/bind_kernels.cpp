@@ -54,8 +54,16 @@ py::array_t<float> kernel_matmul(const std::string& isa, const std::string& wtyp
   const kernels::KernelTable& tq = table_named(quantize_isa.value_or(isa));
   const DType wt = dtype_named(wtype, "wtype");
   const DType at = quant::vec_dot_type(wt);
-  check_multiple(wt, K, "K");
-  check_multiple(at, K, "K");
+  if (!t.matmul[static_cast<int>(wt)] || !tq.quantize[static_cast<int>(at)])
+    throw InvalidRequestError("wtype " + wtype + ": no matmul/quantizer in table " + isa);
+  if (K <= 0 || K % dtype_info(wt).block_elems != 0 || K % dtype_info(at).block_elems != 0) {
+    // The SIMD kernels reject such a K themselves (an empty call still checks it); the scalar
+    // reference's empty loop does not, so the binding's own check follows.
+    kernels::MatmulArgs probe{nullptr, K, 0, 0, nullptr, 0, 0, nullptr, 0};
+    t.matmul[static_cast<int>(wt)](probe);
+    check_multiple(wt, K, "K");
+    check_multiple(at, K, "K");
+  }
   const int64_t r1 = r1_opt.value_or(rows);
   if (rows <= 0 || r0 < 0 || r1 > rows || r0 > r1)
     throw InvalidRequestError("rows/r0/r1 = " + std::to_string(rows) + "/" + std::to_string(r0) + "/" +
@@ -67,8 +75,6 @@ py::array_t<float> kernel_matmul(const std::string& isa, const std::string& wtyp
                               std::to_string(w_stride * rows));
   if (x.ndim() != 2 || x.shape(1) != K) throw InvalidRequestError("x: expected a float32 array of shape [ncols, K]");
   const int64_t ncols = x.shape(0);
-  if (!t.matmul[static_cast<int>(wt)] || !tq.quantize[static_cast<int>(at)])
-    throw InvalidRequestError("wtype " + wtype + ": no matmul/quantizer in table " + isa);
 
   const size_t x_stride = row_bytes(at, K);
   std::vector<uint8_t> xq(x_stride * ncols + 64);
@@ -88,8 +94,7 @@ py::bytes kernel_quantize(const std::string& isa, const std::string& act_type, F
   const kernels::KernelTable& t = table_named(isa);
   const DType at = dtype_named(act_type, "act_type");
   if (x.ndim() != 1) throw InvalidRequestError("x: expected a 1-D float32 array");
-  const int64_t n = x.shape(0);
-  check_multiple(at, n, "len(x)");
+  const int64_t n = x.shape(0);  // a length that is not a multiple of the block: the quantizer raises
   if (!t.quantize[static_cast<int>(at)]) throw InvalidRequestError("act_type " + act_type + ": no quantizer in " + isa);
   std::string out(row_bytes(at, n), '\0');
   t.quantize[static_cast<int>(at)](x.data(), out.data(), n);

@@ -9,6 +9,7 @@
 // unpacking; the tile skeleton (scales decoded and quants unpacked once per tile, reused for C
 // columns) is shared.
 #pragma once
+#include "kernels/kernel_errors.h"
 #include "kernels/x86/matmul_tiling_x86.inc.h"
 #include "kernels/x86/simd_x86.h"
 #include "quant/blocks.h"
@@ -64,6 +65,7 @@ inline __m256i mins_pairs16(const uint8_t* m8) {
 }
 
 struct KQ4 {
+  static constexpr DType kType = DType::Q4_K;
   using Block = block_q4_K;
   static KRow row(const Block& b) {
     KRow k;
@@ -92,6 +94,7 @@ struct KQ4 {
 };
 
 struct KQ5 {
+  static constexpr DType kType = DType::Q5_K;
   using Block = block_q5_K;
   static KRow row(const Block& b) {
     KRow k;
@@ -126,6 +129,7 @@ struct KQ5 {
 };
 
 struct KQ6 {
+  static constexpr DType kType = DType::Q6_K;
   using Block = block_q6_K;
   static KRow row(const Block& b) {
     KRow k;
@@ -166,6 +170,7 @@ struct KQ6 {
 };
 
 struct KQ2 {
+  static constexpr DType kType = DType::Q2_K;
   using Block = block_q2_K;
   static KRow row(const Block& b) {
     KRow k;
@@ -192,18 +197,25 @@ struct KQ2 {
 };
 
 struct KQ3 {
+  static constexpr DType kType = DType::Q3_K;
   using Block = block_q3_K;
   static KRow row(const Block& b) {
     KRow k;
-    const uint8_t* s = b.scales;
-    for (int i = 0; i < 16; ++i) {
-      const int low = i < 8 ? (s[i] & 0xF) : (s[i - 8] >> 4);
-      const int high = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
-      k.scales[i] = static_cast<int16_t>((low | (high << 4)) - 32);
-    }
+    // 16 six-bit scales (llamacpp-internals §2.3): scale i has low 4 bits from nibble i of
+    // bytes 0..7 (low nibbles first) and high 2 bits from bits 2·(i/4) of byte 8 + i%4; minus 32.
+    uint64_t lo8;
+    uint32_t hi4;
+    std::memcpy(&lo8, b.scales, 8);
+    std::memcpy(&hi4, b.scales + 8, 4);
+    const __m128i nib = _mm_and_si128(_mm_set_epi64x(static_cast<long long>(lo8 >> 4), static_cast<long long>(lo8)),
+                                      _mm_set1_epi8(0x0F));
+    const __m128i high = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(hi4)), _mm_setr_epi32(0, 2, 4, 6)),
+                                       _mm_set1_epi8(0x03));
+    const __m128i sc8 = _mm_sub_epi8(_mm_or_si128(nib, _mm_slli_epi16(high, 4)), _mm_set1_epi8(32));
+    const __m256i sc = _mm256_cvtepi8_epi16(sc8);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(k.scales), sc);
     k.d = half_to_float(b.d);
     k.dmin = k.d;  // q = u − 4: min'_k = 4·scale_k, same d
-    const __m256i sc = _mm256_load_si256(reinterpret_cast<const __m256i*>(k.scales));
     k.mins16 = _mm256_slli_epi16(sc, 2);
     return k;
   }
@@ -267,6 +279,7 @@ struct KQuantTile {
 
 template <class T, int kDecodeRows, int kTileRows>
 void matmul_kquant(const MatmulArgs& a) {
+  if (a.K % QK_K != 0) throw_bad_row_length("matmul", T::kType, a.K);
   run_tiles<KQuantTile<T>::template Fn, kDecodeRows, kTileRows>(a);
 }
 

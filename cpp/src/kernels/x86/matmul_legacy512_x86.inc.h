@@ -150,6 +150,7 @@ struct LegacyPairTile {
 
 template <class T, int kDecodeRows, int kTileRows>
 void matmul_legacy_pairs(const MatmulArgs& a) {
+  if (a.K % 32 != 0) throw_bad_row_length("matmul", T::kType, a.K);
   run_tiles<LegacyPairTile<T>::template Fn, kDecodeRows, kTileRows>(a);
 }
 

@@ -5,6 +5,7 @@
 // A weight block is unpacked into 32 unsigned bytes once per tile (see matmul_tiling_x86.inc.h);
 // the traits below say how its sign or offset is handled.
 #pragma once
+#include "kernels/kernel_errors.h"
 #include "kernels/x86/matmul_tiling_x86.inc.h"
 #include "kernels/x86/simd_x86.h"
 #include "quant/blocks.h"
@@ -26,6 +27,7 @@ struct UnpackedLegacy {
 // kMin: the block has a min m (Q4_1, Q5_1): y += m·s_x with s_x = d_x·Σx from the Q8_1 block.
 
 struct LegacyQ4_0 {
+  static constexpr DType kType = DType::Q4_0;
   using Block = block_q4_0;
   using Act = block_q8_0;
   static constexpr int kOffset = 8;
@@ -36,6 +38,7 @@ struct LegacyQ4_0 {
 };
 
 struct LegacyQ5_0 {
+  static constexpr DType kType = DType::Q5_0;
   using Block = block_q5_0;
   using Act = block_q8_0;
   static constexpr int kOffset = 16;
@@ -47,6 +50,7 @@ struct LegacyQ5_0 {
 };
 
 struct LegacyQ8_0 {
+  static constexpr DType kType = DType::Q8_0;
   using Block = block_q8_0;
   using Act = block_q8_0;
   static constexpr int kOffset = 0;
@@ -59,6 +63,7 @@ struct LegacyQ8_0 {
 };
 
 struct LegacyQ4_1 {
+  static constexpr DType kType = DType::Q4_1;
   using Block = block_q4_1;
   using Act = block_q8_1;
   static constexpr int kOffset = 0;
@@ -69,6 +74,7 @@ struct LegacyQ4_1 {
 };
 
 struct LegacyQ5_1 {
+  static constexpr DType kType = DType::Q5_1;
   using Block = block_q5_1;
   using Act = block_q8_1;
   static constexpr int kOffset = 0;
@@ -132,6 +138,7 @@ struct LegacyTile {
 
 template <class T, int kDecodeRows, int kTileRows>
 void matmul_legacy(const MatmulArgs& a) {
+  if (a.K % 32 != 0) throw_bad_row_length("matmul", T::kType, a.K);
   run_tiles<LegacyTile<T>::template Fn, kDecodeRows, kTileRows>(a);
 }
 

@@ -3,6 +3,7 @@
 // round-half-even, same choice of the signed maximum for Q8_K. See simd_x86.h for why this is
 // all in an anonymous namespace.
 #pragma once
+#include "kernels/kernel_errors.h"
 #include "kernels/kernels.h"
 #include "kernels/x86/simd_x86.h"
 #include "quant/blocks.h"
@@ -50,6 +51,7 @@ inline int32_t quantize_q8_block32(const float* x, int8_t* qs, float* d_out) {
 }
 
 void quantize_q8_0_x86(const float* x, void* y, int64_t n) {
+  if (n % QK8_0 != 0) throw_bad_row_length("quantize", DType::Q8_0, n);
   auto* out = static_cast<block_q8_0*>(y);
   for (int64_t b = 0; b < n / QK8_0; ++b) {
     float d;
@@ -59,6 +61,7 @@ void quantize_q8_0_x86(const float* x, void* y, int64_t n) {
 }
 
 void quantize_q8_1_x86(const float* x, void* y, int64_t n) {
+  if (n % QK8_1 != 0) throw_bad_row_length("quantize", DType::Q8_1, n);
   auto* out = static_cast<block_q8_1*>(y);
   for (int64_t b = 0; b < n / QK8_1; ++b) {
     float d;
@@ -69,6 +72,7 @@ void quantize_q8_1_x86(const float* x, void* y, int64_t n) {
 }
 
 void quantize_q8_K_x86(const float* x, void* y, int64_t n) {
+  if (n % QK_K != 0) throw_bad_row_length("quantize", DType::Q8_K, n);
   auto* out = static_cast<block_q8_K*>(y);
   for (int64_t b = 0; b < n / QK_K; ++b, x += QK_K) {
     block_q8_K& blk = out[b];
