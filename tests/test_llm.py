@@ -4,6 +4,7 @@ hit and changes nothing, cancelled and finished requests give their KV pages bac
 sampling does not depend on the batch, stop strings never leak, and many threads can stream
 at once."""
 import asyncio
+import os
 import re
 import subprocess
 import sys
@@ -141,9 +142,13 @@ def _slow_prefill_llm(path):
 
 
 def test_async_cancel_mid_prefill_and_mid_decode(smollm2_path):
+    def open_fds():
+        return len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else 0
+
     async def main():
         llm = _slow_prefill_llm(str(smollm2_path))
         long_prompt = _BASE[9] * 3
+        fds_before = open_fds()
         try:
             # mid-prefill: cancel while the prompt is still being computed
             async def consume():
@@ -185,6 +190,12 @@ def test_async_cancel_mid_prefill_and_mid_decode(smollm2_path):
             out = await llm.generate("The capital of France is", greedy(4))
             assert out.finish_reason == "length" and len(out.token_ids) == 4
             assert await asyncio.to_thread(pages_back_to_zero, llm.llm)
+            # every request's wake-up pipe is closed once the engine sent its last event
+            for _ in range(100):
+                if open_fds() <= fds_before:
+                    break
+                await asyncio.sleep(0.01)
+            assert open_fds() <= fds_before
         finally:
             llm.close()
 

@@ -175,7 +175,9 @@ void bind_engine(py::module_& m) {
         if (!ch.try_pop(ev)) return py::none();
         return event_dict(ev);
       })
-      .def_property_readonly("done", &OutputChannel::done);
+      .def_property_readonly("done", &OutputChannel::done, "Every last event sent and consumed.")
+      .def_property_readonly("all_sent", &OutputChannel::all_sent,
+                             "Every completion's last event was sent: the engine is done with the channel.");
 
   py::class_<PyEngine>(m, "Engine", "The continuous-batching engine over one model (runs its own thread).")
       .def(py::init([](const std::string& path, int n_ctx, int n_threads, int64_t kv_memory, const std::string& kv_type,

@@ -406,7 +406,7 @@ class LLM:
             return results
         except BaseException:
             for rid, ch in zip(ids, channels):
-                if not ch.done:
+                if not ch.all_sent:
                     self._engine.abort(rid)
             raise
 
@@ -513,7 +513,7 @@ class _AsyncChannel:
         except (BlockingIOError, InterruptedError):
             pass
         self._ready.set()
-        if self._closing and self.channel.done:
+        if self._closing and self.channel.all_sent:
             self._close_now()
 
     def _close_now(self) -> None:
@@ -534,7 +534,7 @@ class _AsyncChannel:
     def close(self) -> None:
         """Release the pipe now if the engine is done with it, else after its last event."""
         self._closing = True
-        if self.channel.done:
+        if self.channel.all_sent:
             self._close_now()
 
 

@@ -9,14 +9,15 @@ void OutputChannel::push(OutputEvent ev) {
     std::lock_guard<std::mutex> lock(mu_);
     if (ev.finished) ++finished_pushed_;
     events_.push_back(std::move(ev));
+    if (notify_fd_ >= 0) {
+      // Under the lock: once all_sent() is true the fd is never written again, so its owner may
+      // close it. Non-blocking pipe: a full pipe already wakes the reader, nothing is lost.
+      const char b = 1;
+      ssize_t r = ::write(notify_fd_, &b, 1);
+      (void)r;
+    }
   }
   cv_.notify_all();
-  if (notify_fd_ >= 0) {
-    const char b = 1;
-    // Non-blocking pipe: a full pipe already wakes the reader, so a failed write loses nothing.
-    ssize_t r = ::write(notify_fd_, &b, 1);
-    (void)r;
-  }
 }
 
 bool OutputChannel::pop(OutputEvent& ev, int64_t timeout_ms) {
@@ -33,6 +34,11 @@ bool OutputChannel::try_pop(OutputEvent& ev) {
   ev = std::move(events_.front());
   events_.pop_front();
   return true;
+}
+
+bool OutputChannel::all_sent() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return finished_pushed_ >= remaining_;
 }
 
 bool OutputChannel::done() const {

@@ -49,6 +49,9 @@ class OutputChannel {
   bool try_pop(OutputEvent& ev);
   // Completions still expected to finish (set by the engine at submit).
   void expect(int32_t n_completions) { remaining_ = n_completions; }
+  // Every completion's last event was pushed (the engine will not touch the channel again).
+  bool all_sent() const;
+  // all_sent() and every event consumed.
   bool done() const;
 
  private:
