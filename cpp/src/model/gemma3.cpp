@@ -40,7 +40,11 @@ std::vector<bool> sliding_layers(const GgufFile& file, const ModelConfig& c) {
 
 void gemma3_hparams(const GgufFile& file, ModelConfig& c) {
   c.rope_type = RopeType::Neox;
-  c.n_swa = static_cast<int>(file.find_u32(arch_key(c, "attention.sliding_window")).value_or(0));
+  const uint32_t n_swa = file.find_u32(arch_key(c, "attention.sliding_window")).value_or(0);
+  if (n_swa > (1u << 30))
+    throw ModelFormatError(file.path() + ": key " + arch_key(c, "attention.sliding_window") + " = " +
+                           std::to_string(n_swa) + " is out of range");
+  c.n_swa = static_cast<int>(n_swa);
   if (c.n_swa > 0) {
     const std::vector<bool> swa = sliding_layers(file, c);
     for (int il = 0; il < c.n_layer; ++il) c.layer_window[il] = swa[il] ? c.n_swa : 0;

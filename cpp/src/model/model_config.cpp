@@ -1,6 +1,7 @@
 #include "model/model_config.h"
 
 #include <cmath>
+#include <algorithm>
 #include <optional>
 #include <string>
 
@@ -73,6 +74,18 @@ ModelConfig read_common_config(const GgufFile& f) {
   c.head_dim_k = positive(f, key("attention.key_length"), f.find_u32(key("attention.key_length")).value_or(default_hd));
   c.head_dim_v = positive(f, key("attention.value_length"), f.find_u32(key("attention.value_length")).value_or(default_hd));
 
+  // Shapes beyond these are not models this engine can run; keeping products of them within
+  // int range keeps every size computation below exact.
+  constexpr int64_t kMaxWidth = 1 << 24;
+  auto width_ok = [&](int64_t w, const std::string& what) {
+    if (w > kMaxWidth) bad(f, what, "gives a width of " + std::to_string(w) + " (more than " + std::to_string(kMaxWidth) + ")");
+  };
+  width_ok(c.n_embd, key("embedding_length"));
+  width_ok(c.n_ff, key("feed_forward_length"));
+  width_ok(static_cast<int64_t>(c.n_head) * c.head_dim_k, key("attention.key_length"));
+  width_ok(static_cast<int64_t>(c.n_head) * c.head_dim_v, key("attention.value_length"));
+  if (c.n_layer > 4096) bad(f, key("block_count"), "= " + std::to_string(c.n_layer) + " is out of range");
+
   c.rms_eps = f.get_f32(key("attention.layer_norm_rms_epsilon"));
   if (!(c.rms_eps >= 0.0f) || !std::isfinite(c.rms_eps))
     bad(f, key("attention.layer_norm_rms_epsilon"), "is not a finite non-negative number");
@@ -83,8 +96,10 @@ ModelConfig read_common_config(const GgufFile& f) {
     c.n_vocab = positive(f, key("vocab_size"), *nv);
   } else if (const auto* toks = f.find_string_array("tokenizer.ggml.tokens")) {
     if (toks->empty()) bad(f, "tokenizer.ggml.tokens", "is empty");
-    c.n_vocab = static_cast<int>(toks->size());
+    c.n_vocab = static_cast<int>(std::min<size_t>(toks->size(), 1u << 30));
   } else if (const TensorInfo* emb = f.find_tensor("token_embd.weight")) {
+    if (emb->ne[1] <= 0 || emb->ne[1] > (1 << 24))
+      throw ModelFormatError(f.path() + ": tensor token_embd.weight has an implausible vocabulary size");
     c.n_vocab = static_cast<int>(emb->ne[1]);
   } else {
     throw ModelFormatError(f.path() + ": cannot tell the vocabulary size: no key " + key("vocab_size") +
