@@ -96,7 +96,7 @@ def percentile(xs: List[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-async def run(args) -> dict:
+async def run(args, keep_samples: bool = False) -> dict:
     rng = random.Random(args.seed)
     prompts = [make_prompt(rng, args.prompt_words) for _ in range(args.requests + args.warmup)]
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
@@ -129,10 +129,11 @@ async def run(args) -> dict:
              and r.tokens > 1] or [float("nan")]),
         "mean_tokens_per_request": tokens / len(ok) if ok else 0,
         "errors": sorted({r.error for r in results if not r.ok})[:5],
+        **({"ttft_samples": ttfts} if keep_samples else {}),
     }
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--base-url", default="http://127.0.0.1:8080/v1")
     ap.add_argument("--api-key", default=None)
@@ -151,7 +152,11 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     res = asyncio.run(run(args))
     if args.json:
         print(json.dumps(res, indent=2))
