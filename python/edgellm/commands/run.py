@@ -1,0 +1,91 @@
+"""`edgellm run MODEL [PROMPT]`: chat with a model in the terminal, as `ollama run` does.
+
+With PROMPT, or with stdin not a terminal (`echo question | edgellm run MODEL`), the answer
+alone is printed and the command exits; otherwise an interactive session starts (see
+edgellm/repl). Banner, colours and timing lines appear only when stdout is a terminal.
+"""
+import sys
+
+import click
+
+
+def _stdin_text() -> str:
+    data = sys.stdin.buffer.read()
+    # The newline `echo` adds is not part of the question.
+    return data.decode("utf-8", errors="replace").strip()
+
+
+@click.command("run")
+@click.argument("model")
+@click.argument("prompt", nargs=-1)
+@click.option("--system", default=None, help="System message for the conversation.")
+@click.option("--temp", "temperature", default=None, type=float,
+              help="Temperature; 0 = greedy.  [default: 0.8]")
+@click.option("-c", "--ctx-size", "ctx_size", default=None, type=int,
+              help="Context size in tokens (default: min(trained, 4096)).")
+@click.option("-t", "--threads", default=None, type=int, help="Threads (default: physical cores).")
+@click.option("--chat-template", default=None, metavar="NAME|FILE",
+              help="Chat template: a built-in name (chatml, gemma, llama3, llama2, zephyr) or a .jinja file.")
+@click.option("--verbose", is_flag=True, help="Print Ollama's timing block after each answer.")
+@click.option("--seed", default=None, type=int, help="RNG seed (default: random).")
+@click.option("-n", "--num-predict", "num_predict", default=-1, show_default=True, type=int,
+              help="Most tokens per answer; -1: until the model stops or the context is full.")
+def command(model, prompt, system, temperature, ctx_size, threads, chat_template, verbose, seed,
+            num_predict):
+    """Chat with MODEL (a GGUF path or a known model name) in the terminal, or answer PROMPT."""
+    from edgellm import EdgeLLMError, LLM, SamplingParams
+    from edgellm.models import ModelFetchError, UnknownModelError
+    from edgellm.repl import Renderer, ReplApp, answer_once
+    from edgellm.repl.input import PlainReader, PromptToolkitReader, history_path
+    from edgellm.repl.model_facts import model_name, quantization
+
+    if num_predict == 0 or num_predict < -1:
+        raise click.BadParameter("must be >= 1, or -1 for no limit", param_hint="-n/--num-predict")
+    if ctx_size is not None and ctx_size < 16:
+        raise click.BadParameter("must be >= 16", param_hint="--ctx-size")
+    base = SamplingParams(max_tokens=None if num_predict < 0 else num_predict, seed=seed)
+    if temperature is not None:
+        if temperature < 0:
+            raise click.BadParameter("must be >= 0", param_hint="--temp")
+        base.temperature = temperature
+
+    question = " ".join(prompt) if prompt else None
+    if not sys.stdin.isatty():
+        piped = _stdin_text()
+        question = f"{question}\n\n{piped}" if question and piped.strip() else (question or piped)
+        if not (question or "").strip():
+            raise click.UsageError("stdin was empty and no PROMPT was given")
+
+    def load(n_ctx):
+        return LLM(model, n_ctx=n_ctx, n_threads=threads, chat_template=chat_template, max_seqs=1)
+
+    try:
+        llm = load(ctx_size)
+        # A bad --chat-template only shows when something is rendered: find out now.
+        llm.apply_chat_template([{"role": "user", "content": "hi"}])
+    except (EdgeLLMError, UnknownModelError, ModelFetchError, OSError) as e:
+        raise click.ClickException(str(e))
+
+    with llm:
+        if question is not None:
+            render = Renderer(decorate=False)
+            sys.exit(answer_once(llm, question, render, base_params=base, system=system,
+                                 verbose=verbose))
+
+        render = Renderer()
+        interactive_out = sys.stdout.isatty()
+        try:
+            reader = PromptToolkitReader(history_path()) if interactive_out else PlainReader(history_path())
+        except ImportError:
+            reader = PlainReader(history_path())
+        render.banner([("quant", quantization(llm)), ("context", str(llm.n_ctx)),
+                       ("threads", str(llm.n_threads)), ("ISA", llm.isa),
+                       ("loaded in", f"{llm.load_time:.2f} s")],
+                      title=f"edgellm · {model_name(llm)}")
+        app = ReplApp(llm, reader, render, base_params=base, system=system, verbose=verbose,
+                      load_llm=load)
+        code = app.run()
+        # A reload (/set parameter num_ctx) replaced the model: close the current one too.
+        if app.llm is not llm:
+            app.llm.close()
+    sys.exit(code)
