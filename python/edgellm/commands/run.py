@@ -65,6 +65,8 @@ def command(model, prompt, system, temperature, ctx_size, threads, chat_template
         llm.apply_chat_template([{"role": "user", "content": "hi"}])
     except (EdgeLLMError, UnknownModelError, ModelFetchError, OSError) as e:
         raise click.ClickException(str(e))
+    except KeyboardInterrupt:
+        sys.exit(130)
 
     with llm:
         if question is not None:

@@ -107,11 +107,16 @@ class ReplApp:
                     return 0
                 if not text.strip():
                     continue
-                if is_command(text):
-                    if not execute(self, text):
-                        return 0
-                    continue
-                self.send(text)
+                try:
+                    if is_command(text):
+                        if not execute(self, text):
+                            return 0
+                        continue
+                    self.send(text)
+                except KeyboardInterrupt:
+                    # Ctrl+C outside the streaming loop (rendering the prompt, reading a file,
+                    # printing timings): drop what was being done, keep the session.
+                    self.render.end_line()
         finally:
             self.reader.close()
 
