@@ -185,3 +185,13 @@ def test_top_p_on_a_large_flat_vocabulary(top_p):
     kept = _core.truncate_candidates(logits, "top_p", top_p)
     assert abs(len(kept) - k) <= 1  # float32 vs float64 sums may move the cut by one
     assert set(kept) <= set(order[:k + 1].tolist())
+
+
+def test_top_k_draws_follow_renormalized_softmax_of_the_k_best():
+    n = 10000
+    draws = _core.sample_tokens(LOGITS, core(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0), 11, n)
+    counts = np.bincount(draws, minlength=len(LOGITS)).astype(np.float64)
+    best = [0, 6, 1]
+    assert counts.sum() == counts[best].sum()
+    # chi-square, 2 degrees of freedom, 99.9% quantile 13.82
+    assert chi_square(counts[best], softmax(LOGITS[best]), n) < 13.82

@@ -187,9 +187,29 @@ int32_t Sampler::sample(float* logits, int32_t n_vocab, const std::vector<int32_
     token = argmax(logits, n_vocab);
   } else {
     std::vector<Candidate> c;
-    c.reserve(n_vocab);
-    for (int32_t i = 0; i < n_vocab; ++i)
-      if (logits[i] != kNegInf) c.push_back({i, logits[i]});
+    const int32_t k = params_.top_k;
+    if (k > 0 && k < n_vocab) {
+      // top_k first anyway: keep the k best in a bounded heap instead of listing the vocabulary
+      // (Gemma's 262k entries per token per sequence would dominate a small model's step).
+      c.reserve(k + 1);
+      auto worse_on_top = [](const Candidate& a, const Candidate& b) { return by_logit_desc(a, b); };
+      for (int32_t i = 0; i < n_vocab; ++i) {
+        const float l = logits[i];
+        if (l == kNegInf) continue;
+        if (static_cast<int32_t>(c.size()) < k) {
+          c.push_back({i, l});
+          std::push_heap(c.begin(), c.end(), worse_on_top);
+        } else if (l > c.front().logit) {  // equal logits: the lower id, seen first, stays
+          std::pop_heap(c.begin(), c.end(), worse_on_top);
+          c.back() = {i, l};
+          std::push_heap(c.begin(), c.end(), worse_on_top);
+        }
+      }
+    } else {
+      c.reserve(n_vocab);
+      for (int32_t i = 0; i < n_vocab; ++i)
+        if (logits[i] != kNegInf) c.push_back({i, logits[i]});
+    }
     if (c.empty()) token = -1;
     else {
       top_k(c, params_.top_k);
