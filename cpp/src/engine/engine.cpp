@@ -238,7 +238,17 @@ void Engine::loop() {
       cv_.wait(lock, [&] { return stop_ || !inbox_.empty() || !aborts_.empty() || !tasks_.empty() || has_work_; });
       if (stop_) return;
     }
-    if (!step()) {
+    bool progressed = true;
+    try {
+      progressed = step();
+    } catch (const std::exception& e) {
+      // Nothing may escape the engine thread: fail what is in flight and keep serving.
+      std::vector<std::shared_ptr<Sequence>> all(sched_->running().begin(), sched_->running().end());
+      all.insert(all.end(), sched_->waiting().begin(), sched_->waiting().end());
+      for (const auto& s : all) fail(s.get(), std::string("engine step failed: ") + e.what());
+      publish_stats();
+    }
+    if (!progressed) {
       // Work is queued but nothing could be scheduled (should not happen): do not spin.
       std::unique_lock<std::mutex> lock(mu_);
       if (has_work_) cv_.wait_for(lock, std::chrono::milliseconds(2));
