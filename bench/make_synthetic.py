@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Random-weight GGUF models of realistic shapes, for speed measurements on sizes the test
+models do not cover. Speed does not depend on weight values, only on shapes and types.
+
+Default: SmolLM2-1.7B's shape (arch llama, dim 2048, 24 layers, FFN 8192, 32 heads, 32 KV
+heads, vocab 49152, tied embeddings) with SmolLM2's tokenizer metadata copied from the real
+SmolLM2-135M file (same vocabulary), in Q4_0, Q4_K_M and Q8_0:
+
+    python bench/make_synthetic.py                      # -> ~/.cache/edgellm/synthetic/
+    python bench/make_synthetic.py --type Q8_0 --layers 4 --out-dir /tmp/syn
+
+Tensor types follow llama-quantize's mix (python/edgellm/bench/quantize.py: plan_types), e.g.
+Q4_K_M puts Q6_K on the tied embedding/output and on half the attn_v/ffn_down.
+
+Weights are generated directly in quantized form, not by quantizing float weights: the
+quant bytes (4/6/8-bit values, K-quant 6-bit sub-block scales) are uniform random bytes and the
+fp16 block scales are drawn from a range that gives weights of standard deviation ~0.02. Every
+block is valid and the value statistics are realistic enough for timing; K-quant quantization of
+1.7B floats would take minutes, this takes seconds (bounded by disk writes).
+"""
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+
+# fp16 block-scale ranges (lo, hi) giving weight std ~0.02 with uniform random quants:
+#   Q4_0: w = d·(q-8), std(q-8) ≈ 4.6      Q8_0: w = d·q, std(q) ≈ 74
+#   Q4_K: w = d·sc·q - dmin·m, sc,m < 64   Q6_K: w = d·sc·(q-32), sc int8, std ≈ 74·18.5
+#   Q5_0/Q5_1/Q4_1 appear only as fallbacks for odd shapes.
+SCALE = {"Q4_0": (0.003, 0.006), "Q4_1": (0.001, 0.003), "Q5_0": (0.0015, 0.003), "Q5_1": (0.0006, 0.0015),
+         "Q8_0": (0.0002, 0.0004), "Q4_K": (1e-4, 2e-4), "Q5_K": (5e-5, 1e-4), "Q6_K": (1e-5, 2e-5)}
+# Byte offsets of the fp16 fields inside each block (research brief §2.2-2.3).
+FP16_AT = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q4_K": [0, 2], "Q5_K": [0, 2],
+           "Q6_K": [208]}
+BLOCK = {"Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24), "Q8_0": (32, 34),
+         "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210)}
+
+
+def random_blocks(rng, qtype, n_rows, ne0):
+    be, bb = BLOCK[qtype]
+    nblk = n_rows * (ne0 // be)
+    raw = np.frombuffer(rng.bytes(nblk * bb), dtype=np.uint8).reshape(nblk, bb).copy()
+    lo, hi = SCALE[qtype]
+    for off in FP16_AT[qtype]:
+        d = rng.uniform(lo, hi, size=nblk).astype(np.float16)
+        raw[:, off:off + 2] = d.view(np.uint8).reshape(nblk, 2)
+    return raw.reshape(n_rows, (ne0 // be) * bb)
+
+
+def shapes(a):
+    """(name, ne in ggml order) of a llama model, file order; tied output (no output.weight)."""
+    hd = a.dim // a.heads
+    out = [("token_embd.weight", (a.dim, a.vocab))]
+    for i in range(a.layers):
+        b = f"blk.{i}."
+        out += [(b + "attn_norm.weight", (a.dim,)), (b + "attn_q.weight", (a.dim, a.heads * hd)),
+                (b + "attn_k.weight", (a.dim, a.kv_heads * hd)), (b + "attn_v.weight", (a.dim, a.kv_heads * hd)),
+                (b + "attn_output.weight", (a.heads * hd, a.dim)), (b + "ffn_norm.weight", (a.dim,)),
+                (b + "ffn_gate.weight", (a.dim, a.ffn)), (b + "ffn_up.weight", (a.dim, a.ffn)),
+                (b + "ffn_down.weight", (a.ffn, a.dim))]
+    out.append(("output_norm.weight", (a.dim,)))
+    return out
+
+
+def write_model(a, ftype, out_path, tokenizer_fields):
+    sys.path.insert(0, str(HERE.parent / "python"))
+    import gguf
+    from edgellm.bench.model_info import FTYPE_IDS
+    from edgellm.bench.quantize import plan_types
+
+    rng = np.random.default_rng(a.seed)
+    tensors = [SimpleNamespace(name=n, shape=ne, tensor_type=gguf.GGMLQuantizationType.F32) for n, ne in shapes(a)]
+    plans = plan_types(tensors, ftype, a.layers)
+    w = gguf.GGUFWriter(str(out_path), "llama")
+    w.add_name(f"synthetic-llama-{a.dim}x{a.layers}-{ftype}")
+    w.add_context_length(a.ctx)
+    w.add_embedding_length(a.dim)
+    w.add_block_count(a.layers)
+    w.add_feed_forward_length(a.ffn)
+    w.add_head_count(a.heads)
+    w.add_head_count_kv(a.kv_heads)
+    w.add_rope_dimension_count(a.dim // a.heads)
+    w.add_rope_freq_base(130000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(a.vocab)
+    w.add_file_type(FTYPE_IDS[ftype])
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    for f in tokenizer_fields:
+        w.add_key_value(f.name, f.contents(), f.types[0], sub_type=f.types[-1] if len(f.types) > 1 else None)
+    for p in plans:
+        ne = p.ne
+        np_shape = tuple(reversed(ne))
+        t = p.dst_type or "F32"
+        if t == "F32":
+            w.add_tensor_info(p.name, np_shape, np.dtype(np.float32), int(np.prod(ne)) * 4)
+        else:
+            be, bb = BLOCK[t]
+            rb = ne[0] // be * bb
+            n_rows = int(np.prod(ne[1:]))
+            w.add_tensor_info(p.name, np_shape[:-1] + (rb,), np.dtype(np.uint8), n_rows * rb,
+                              raw_dtype=gguf.GGMLQuantizationType[t])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for p in plans:
+        ne = p.ne
+        t = p.dst_type or "F32"
+        if t == "F32":
+            data = (1.0 + 0.1 * rng.standard_normal(int(np.prod(ne)))).astype(np.float32)
+        else:
+            data = random_blocks(rng, t, int(np.prod(ne[1:])), ne[0])
+        w.write_tensor_data(data)
+    w.close()
+    return {p.name: p.dst_type or "F32" for p in plans}
+
+
+def tokenizer_fields_from(path, vocab):
+    import gguf
+
+    r = gguf.GGUFReader(str(path), "r")
+    fields = [f for k, f in r.fields.items() if k.startswith("tokenizer.")]
+    toks = r.fields.get("tokenizer.ggml.tokens")
+    if toks is None:
+        raise SystemExit(f"{path} has no tokenizer.ggml.tokens")
+    n = len(toks.data)
+    if n != vocab:
+        raise SystemExit(f"--vocab {vocab} differs from the {n} tokens of {path}")
+    return fields
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--type", dest="types", action="append", choices=["Q4_0", "Q4_K_M", "Q8_0", "Q4_1", "Q5_0",
+                                                                      "Q5_1", "Q4_K_S", "Q5_K_M", "Q6_K"],
+                   help="repeatable; default Q4_0, Q4_K_M and Q8_0")
+    p.add_argument("--out-dir", default=os.path.expanduser("~/.cache/edgellm/synthetic"))
+    p.add_argument("--dim", type=int, default=2048)
+    p.add_argument("--layers", type=int, default=24)
+    p.add_argument("--ffn", type=int, default=8192)
+    p.add_argument("--heads", type=int, default=32)
+    p.add_argument("--kv-heads", type=int, default=32)
+    p.add_argument("--vocab", type=int, default=49152)
+    p.add_argument("--ctx", type=int, default=8192)
+    p.add_argument("--tokenizer-from", default=None,
+                   help="GGUF whose tokenizer.* keys are copied (default: the cached SmolLM2-135M)")
+    p.add_argument("--name", default="smollm2-1.7b-shape")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+    if a.tokenizer_from is None:
+        sys.path.insert(0, str(HERE.parent / "python"))
+        from edgellm.models import model_path
+        a.tokenizer_from = str(model_path("smollm2"))
+    fields = tokenizer_fields_from(a.tokenizer_from, a.vocab)
+    out_dir = Path(a.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for ftype in a.types or ["Q4_0", "Q4_K_M", "Q8_0"]:
+        out = out_dir / f"{a.name}-{ftype}.gguf"
+        tmp = out.with_suffix(".gguf.part")
+        t0 = time.perf_counter()
+        types = write_model(a, ftype, tmp, fields)
+        os.replace(tmp, out)
+        mix = {}
+        for t in types.values():
+            mix[t] = mix.get(t, 0) + 1
+        print(f"{out}: {out.stat().st_size / 2**30:.2f} GiB, {mix}, {time.perf_counter() - t0:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
