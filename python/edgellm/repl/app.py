@@ -150,7 +150,12 @@ class ReplApp:
         from .. import EdgeLLMError
 
         params = self.sampling_params()
-        if not self._fit(params):
+        try:
+            if not self._fit(params):
+                return
+        except EdgeLLMError as e:  # e.g. a chat template that rejects this conversation
+            self.render.error(str(e))
+            self.conversation.messages.pop()
             return
         t0 = time.perf_counter()
         parts = []
