@@ -179,7 +179,7 @@ def test_ctrl_c_stops_the_answer_and_the_chat_goes_on(term):
 
 
 @pytest.mark.parametrize("term_type", ["xterm", "dumb"])
-def test_multiline_blocks_and_bracketed_paste(term, term_type):
+def test_multiline_blocks_and_bracketed_paste(term, term_type, tmp_path):
     t = term("-n", "4", term_type=term_type)
     t.prompt()
     t.child.send('"""\r')
@@ -201,7 +201,15 @@ def test_multiline_blocks_and_bracketed_paste(term, term_type):
     t.command("/show parameters", r"num_predict\s+4")
     out = t.command("/nonsense", r"Type /\? for help")
     assert "Unknown command '/nonsense'" in out
+    if term_type == "xterm":  # a dumb terminal gets no line editing, hence no recall
+        t.child.send("\x1b[A")  # Up: the last entry comes back
+        again = t.command("", r"Type /\? for help")
+        assert "Unknown command '/nonsense'" in again
     assert t.ctrl_d() == 0
+    if term_type == "xterm":
+        history = (tmp_path / "history").read_text(encoding="utf-8")
+        assert "+first line\n+second line\n" in history      # the block, as one entry
+        assert "+pasted one\n+pasted two\n" in history
 
 
 def test_a_long_chat_drops_its_oldest_turns_to_fit_the_context(term):
