@@ -1,0 +1,132 @@
+"""`edgellm quantize`: llama-quantize's type mix, metadata copied, outputs that load and run
+close to the source model."""
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+core = pytest.importorskip("edgellm._core")
+
+import gguf  # noqa: E402
+from edgellm.bench.quantize import QuantizeError, plan_types, use_more_bits  # noqa: E402
+from edgellm.cli import main  # noqa: E402
+from tiny_vocab_model import TEXT, write_tiny_vocab_model  # noqa: E402
+
+PROMPT = [259, 87, 257, 110, 32, 105, 110, 258, 32, 99, 111, 117]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return str(write_tiny_vocab_model(tmp_path_factory.mktemp("quant") / "tiny-f32.gguf"))
+
+
+def quantize(src, dst, t):
+    return CliRunner().invoke(main, ["quantize", "-q", str(src), str(dst), t])
+
+
+def logits(path):
+    m = core.Model(str(path), n_threads=1)
+    return core.ModelRunner(m, n_ctx=64, kv_type="F32").eval(PROMPT, all_logits=True)
+
+
+def types_of(path):
+    r = gguf.GGUFReader(str(path), "r")
+    return {t.name: t.tensor_type.name for t in r.tensors}, r
+
+
+@pytest.mark.parametrize("ftype,matrix,output,file_type,tol", [
+    ("Q8_0", "Q8_0", "Q8_0", 7, 0.08),
+    ("Q4_0", "Q4_0", "Q8_0", 2, 0.8),  # output: Q6_K, which falls back to Q8_0 on 64-wide rows
+    ("Q5_1", "Q5_1", "Q8_0", 9, 0.4),
+    ("Q4_K_M", "Q5_0", "Q8_0", 15, 0.5),  # 64-wide rows: Q4_K -> Q5_0
+    ("F16", "F16", "F16", 1, 0.005),
+    ("BF16", "BF16", "BF16", 32, 0.03),
+])
+def test_quantized_model_loads_with_expected_types(tiny, tmp_path, ftype, matrix, output, file_type, tol):
+    out = tmp_path / f"tiny-{ftype}.gguf"
+    r = quantize(tiny, out, ftype)
+    assert r.exit_code == 0, r.output
+    assert f"wrote {out}" in r.output
+    types, reader = types_of(out)
+    assert types["output.weight"] == output
+    assert types["blk.0.attn_q.weight"] == matrix and types["blk.1.ffn_up.weight"] == matrix
+    assert types["token_embd.weight"] == matrix
+    assert all(types[n] == "F32" for n in types if n.endswith("norm.weight"))
+    fields = reader.fields
+    assert fields["general.file_type"].contents() == file_type
+    assert fields["tokenizer.ggml.tokens"].contents() == gguf.GGUFReader(tiny, "r").fields[
+        "tokenizer.ggml.tokens"].contents()
+    assert fields["llama.block_count"].contents() == 2
+    # the copy runs, tokenizes and stays close to the F32 model (relative RMS of the logits;
+    # a random 2-layer model amplifies weight rounding, so the bounds are loose: exactness of
+    # the bytes is test_requantizing_matches_the_core_quantizer's job)
+    want, got = logits(tiny), logits(out)
+    assert np.sqrt(((got - want) ** 2).mean() / (want ** 2).mean()) <= tol
+    assert np.array_equal(core.Tokenizer.from_gguf(str(out)).encode(TEXT, True, False),
+                          core.Tokenizer.from_gguf(tiny).encode(TEXT, True, False))
+
+
+def test_same_type_is_copied_byte_for_byte(tiny, tmp_path):
+    a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    assert quantize(tiny, a, "Q8_0").exit_code == 0
+    assert quantize(a, b, "Q8_0").exit_code == 0
+    ra, rb = gguf.GGUFReader(str(a), "r"), gguf.GGUFReader(str(b), "r")
+    for ta, tb in zip(ra.tensors, rb.tensors):
+        assert ta.name == tb.name and np.array_equal(ta.data, tb.data)
+
+
+def test_requantizing_matches_the_core_quantizer(tiny, tmp_path):
+    out = tmp_path / "q4_1.gguf"
+    assert quantize(tiny, out, "Q4_1").exit_code == 0
+    src = gguf.GGUFReader(tiny, "r")
+    w = next(t for t in src.tensors if t.name == "blk.1.ffn_down.weight").data
+    got = next(t for t in gguf.GGUFReader(str(out), "r").tensors if t.name == "blk.1.ffn_down.weight").data
+    assert np.array_equal(np.asarray(got).reshape(-1), core.quant_quantize("Q4_1", np.asarray(w).reshape(-1)))
+
+
+def test_errors(tiny, tmp_path):
+    r = quantize(tiny, tmp_path / "x.gguf", "Q3_K")
+    assert r.exit_code == 2  # not a supported TYPE
+    r = quantize(tiny, tiny, "Q8_0")
+    assert r.exit_code == 1 and "is the input file" in r.output
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF\x03\x00\x00\x00garbage")
+    r = quantize(bad, tmp_path / "y.gguf", "Q8_0")
+    assert r.exit_code != 0 and not (tmp_path / "y.gguf").exists()
+
+
+def fake_tensors(n_layer, n_embd, n_ff, tied):
+    T = gguf.GGMLQuantizationType.F16
+    t = [SimpleNamespace(name="token_embd.weight", shape=(n_embd, 1000), tensor_type=T)]
+    for i in range(n_layer):
+        b = f"blk.{i}."
+        t += [SimpleNamespace(name=b + "attn_norm.weight", shape=(n_embd,), tensor_type=T),
+              SimpleNamespace(name=b + "attn_q.weight", shape=(n_embd, n_embd), tensor_type=T),
+              SimpleNamespace(name=b + "attn_v.weight", shape=(n_embd, n_embd), tensor_type=T),
+              SimpleNamespace(name=b + "ffn_down.weight", shape=(n_ff, n_embd), tensor_type=T)]
+    if not tied:
+        t.append(SimpleNamespace(name="output.weight", shape=(n_embd, 1000), tensor_type=T))
+    return t
+
+
+def test_k_mixes_follow_llama_quantize():
+    assert [i for i in range(32) if use_more_bits(i, 32)] == [0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29,
+                                                              30, 31]
+    plan = {p.name: p.dst_type for p in plan_types(fake_tensors(32, 256, 512, tied=True), "Q4_K_M", 32)}
+    assert plan["token_embd.weight"] == "Q6_K"  # tied: the output treatment
+    assert plan["blk.0.attn_norm.weight"] is None
+    assert [i for i in range(32) if plan[f"blk.{i}.ffn_down.weight"] == "Q6_K"] == \
+        [i for i in range(32) if use_more_bits(i, 32)]
+    assert sum(plan[f"blk.{i}.attn_v.weight"] == "Q6_K" for i in range(32)) == 16
+    assert plan["blk.5.attn_q.weight"] == "Q4_K"
+    s = {p.name: p.dst_type for p in plan_types(fake_tensors(32, 256, 512, tied=False), "Q4_K_S", 32)}
+    assert s["token_embd.weight"] == "Q4_K" and s["output.weight"] == "Q6_K"
+    assert [i for i in range(32) if s[f"blk.{i}.attn_v.weight"] == "Q5_K"] == [0, 1, 2, 3]
+    assert [i for i in range(32) if s[f"blk.{i}.ffn_down.weight"] == "Q5_K"] == [0, 1, 2, 3]
+    # rows not a multiple of 256 fall back; not a multiple of 32 either: F16
+    odd = {p.name: p.dst_type for p in plan_types(fake_tensors(2, 96, 80, tied=False), "Q5_K_M", 2)}
+    assert odd["blk.1.attn_q.weight"] == "Q5_1" and odd["output.weight"] == "Q8_0"
+    assert odd["blk.0.ffn_down.weight"] == "F16"  # 80 elements per row
+    with pytest.raises(QuantizeError, match="unsupported type"):
+        plan_types(fake_tensors(1, 256, 256, tied=True), "Q2_K", 1)

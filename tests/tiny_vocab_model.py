@@ -1,0 +1,103 @@
+"""A tiny llama model with a real (byte-level BPE) tokenizer, for the tests of the measuring
+commands (bench, perplexity, quantize), which need text in and tokens out.
+
+Vocabulary: the 256 byte-level symbols of GPT-2's byte map, three merged tokens and
+<|endoftext|> as BOS/EOS (add_bos on), so 260 ids. Weights are seeded random F32 (or Q8_0).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+N_EMBD, N_LAYER, N_HEAD, N_HEAD_KV, HEAD_DIM, N_FF = 64, 2, 2, 1, 32, 128
+
+
+def byte_symbols():
+    """GPT-2's byte -> printable character map, in byte order."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    out, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + extra)
+            extra += 1
+    return [out[b] for b in range(256)]
+
+
+def vocab():
+    tokens = byte_symbols() + ["Ġt", "he", "Ġthe", "<|endoftext|>"]
+    types = [1] * (len(tokens) - 1) + [3]
+    merges = ["Ġ t", "h e", "Ġt he"]
+    return tokens, types, merges
+
+
+def write_tiny_vocab_model(path, weight_type: str = "F32", seed: int = 0, tied: bool = False):
+    import gguf
+    from gguf import GGMLQuantizationType as QT
+    from gguf.quants import quantize
+
+    tokens, types, merges = vocab()
+    n_vocab = len(tokens)
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name("tiny-vocab-llama")
+    w.add_context_length(1024)
+    w.add_embedding_length(N_EMBD)
+    w.add_block_count(N_LAYER)
+    w.add_feed_forward_length(N_FF)
+    w.add_head_count(N_HEAD)
+    w.add_head_count_kv(N_HEAD_KV)
+    w.add_key_length(HEAD_DIM)
+    w.add_value_length(HEAD_DIM)
+    w.add_rope_dimension_count(HEAD_DIM)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(10000.0)
+    w.add_vocab_size(n_vocab)
+    w.add_file_type(0 if weight_type == "F32" else 7)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(n_vocab - 1)
+    w.add_eos_token_id(n_vocab - 1)
+    w.add_add_bos_token(True)
+
+    def matrix(name, rows, cols, std=0.2):
+        a = (rng.standard_normal((rows, cols)) * std).astype(np.float32)
+        if weight_type == "F32":
+            w.add_tensor(name, a)
+        else:
+            q = quantize(a, QT[weight_type])
+            w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=QT[weight_type])
+
+    def vector(name, n):
+        w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
+
+    matrix("token_embd.weight", n_vocab, N_EMBD, std=1.0)
+    for il in range(N_LAYER):
+        b = f"blk.{il}."
+        vector(b + "attn_norm.weight", N_EMBD)
+        matrix(b + "attn_q.weight", N_HEAD * HEAD_DIM, N_EMBD)
+        matrix(b + "attn_k.weight", N_HEAD_KV * HEAD_DIM, N_EMBD)
+        matrix(b + "attn_v.weight", N_HEAD_KV * HEAD_DIM, N_EMBD)
+        matrix(b + "attn_output.weight", N_EMBD, N_HEAD * HEAD_DIM)
+        vector(b + "ffn_norm.weight", N_EMBD)
+        matrix(b + "ffn_gate.weight", N_FF, N_EMBD)
+        matrix(b + "ffn_up.weight", N_FF, N_EMBD)
+        matrix(b + "ffn_down.weight", N_EMBD, N_FF)
+    vector("output_norm.weight", N_EMBD)
+    if not tied:
+        matrix("output.weight", n_vocab, N_EMBD, std=0.5)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+TEXT = ("When in the course of human events, it becomes necessary for one people to dissolve the political "
+        "bands which have connected them with another, and to assume among the powers of the earth the "
+        "separate and equal station to which the laws of nature entitle them, a decent respect to the "
+        "opinions of mankind requires that they should declare the causes which impel them to the separation. ")
