@@ -11,12 +11,14 @@ namespace edgellm::grammar {
 namespace {
 
 // Masks kept per (grammar, vocabulary) before the cache is emptied and refilled on demand:
-// 64 MiB is ~2000 masks of Gemma 3's 262k-token vocabulary, far more than a schema visits.
-constexpr int64_t kMaxMaskBytes = int64_t{64} << 20;
+// 16 MiB is ~500 masks of Gemma 3's 262k-token vocabulary (~2700 of SmolLM2's). With at most
+// kContextCacheSize idle contexts that bounds the cache at 128 MiB; a refill costs well under a
+// millisecond per token (bench/README.md), so a small budget is cheap.
+constexpr int64_t kMaxMaskBytes = int64_t{16} << 20;
 // Contexts whose automaton grew past this are not handed to new requests (they keep working
 // for the requests that hold them): a recursive grammar cannot grow one context forever.
-constexpr size_t kRetireStates = 50000;
-constexpr size_t kContextCacheSize = 32;
+constexpr size_t kRetireStates = 20000;
+constexpr size_t kContextCacheSize = 8;
 
 }  // namespace
 
