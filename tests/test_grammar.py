@@ -212,3 +212,26 @@ def test_mask_cache_hits_for_repeated_states():
     after = g.stats()
     assert after["mask_misses"] - before["mask_misses"] <= 1
     assert after["mask_hits"] - before["mask_hits"] >= 4
+
+
+@pytest.mark.real_model
+def test_concurrent_constraints_share_the_vocabulary_trie():
+    from concurrent.futures import ThreadPoolExecutor
+    tok = tokenizer("smollm2")
+    patterns = [r"[a-z]+ [0-9]{2}", r"(red|green|blue)!", r'\{"k": [0-9]+\}', r"[A-Z][a-z]*\."]
+    prefixes = ["ab", "gr", '{"k": 1', "Ab"]
+
+    def masks(i):
+        g = Grammar.from_regex(patterns[i] + "x" * (i + 1))  # fresh grammars: every mask is computed
+        c = g.constraint(tok)
+        assert c.accept_bytes(prefixes[i])
+        return [sorted(c.allowed_tokens()) for _ in range(3)]
+
+    with ThreadPoolExecutor(4) as ex:
+        parallel = list(ex.map(masks, range(4)))
+    for i in range(4):
+        g = Grammar.from_regex(patterns[i] + "x" * (i + 1))
+        c = g.constraint(tok)
+        c.accept_bytes(prefixes[i])
+        expected = sorted(c.allowed_tokens())
+        assert expected and all(m == expected for m in parallel[i])

@@ -51,7 +51,7 @@ TokenTrie::TokenTrie(const std::vector<std::string>& pieces, std::vector<int32_t
   }
   // Sentinel: the subtrees popped last skip to its index; its tok_begin closes the last range.
   nodes_.push_back({0, static_cast<int32_t>(tokens_.size()), 0, 0});
-  depth_states_.assign(max_depth + 1, 0);
+  max_depth_ = max_depth;
 }
 
 }  // namespace edgellm::grammar

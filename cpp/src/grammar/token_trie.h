@@ -1,6 +1,7 @@
 // The vocabulary as a byte trie, laid out in preorder so a token mask is one linear pass:
 // each node stores its depth and where its subtree ends, and a node the grammar rejects skips
-// its whole subtree. Built once per vocabulary and shared by every constrained request.
+// its whole subtree. Built once per vocabulary and shared by every constrained request;
+// immutable after construction, so walks may run concurrently.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -25,7 +26,7 @@ class TokenTrie {
   // next(state, byte) returns the following state or a negative value for "rejected".
   template <class Next>
   void walk(int32_t state, Next&& next, uint64_t* mask) const {
-    std::vector<int32_t>& at = depth_states_;
+    std::vector<int32_t> at(max_depth_ + 1);  // state after each depth of the current path
     at[0] = state;
     const size_t n = nodes_.size() - 1;  // the last node is a sentinel
     for (size_t i = 1; i < n;) {
@@ -57,7 +58,7 @@ class TokenTrie {
   std::vector<uint8_t> is_eog_;
   std::vector<Node> nodes_;
   std::vector<int32_t> tokens_;
-  mutable std::vector<int32_t> depth_states_;  // walk() scratch; callers serialise walks
+  size_t max_depth_ = 0;
 };
 
 }  // namespace edgellm::grammar
