@@ -235,3 +235,27 @@ def test_concurrent_constraints_share_the_vocabulary_trie():
         c.accept_bytes(prefixes[i])
         expected = sorted(c.allowed_tokens())
         assert expected and all(m == expected for m in parallel[i])
+
+
+def test_multiline_json_style_grammar():
+    # The layout llama.cpp-style grammar files use: bodies over several lines, an empty first
+    # alternative, trailing comments, dashed rule names.
+    text = r'''
+# a small JSON grammar
+root ::= obj
+val ::= obj | arr | str | num | ("true" | "false" | "null") sp
+obj ::=
+  "{" sp (
+      str ":" sp val
+      ("," sp str ":" sp val)*
+  )? "}" sp
+arr ::= "[" sp ( val ("," sp val)* )? "]" sp
+str ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}) )* "\"" sp   # strings
+num ::= "-"? ([0-9] | [1-9] [0-9]{0,15}) ("." [0-9]+)? ([eE] [-+]? [0-9]+)? sp
+sp ::= | " " | "\n" [ \t]{0,20}
+'''
+    g = Grammar.from_gbnf(text)
+    for s in ['{"a": [1, 2.5e3, "x\\n", true, null], "b": {}}', '{}', '{"k":"\\u00e9"}\n']:
+        assert g.accepts(s), s
+    for s in ['{"a" 1}', '[1]', '{"a": 01}', '{"a": "\x01"}']:
+        assert not g.accepts(s), s
