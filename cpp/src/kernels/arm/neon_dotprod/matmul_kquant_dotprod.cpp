@@ -1,0 +1,11 @@
+// NEON + dot product (armv8.2-a+dotprod, sdot): Q2_K .. Q6_K matmul. The same kernel bodies as the neon
+// unit; simd_neon.h's dot_s8 compiles to vdotq_s32 here.
+#include "kernels/arm/matmul_kquant_neon.inc.h"
+
+#if !EDGELLM_NEON_DOTPROD
+#error "this unit must be compiled with -march=armv8.2-a+dotprod"
+#endif
+
+namespace edgellm::kernels {
+void fill_neon_dotprod_matmul_kquant(KernelTable& t) { fill_matmul_kquant_neon<4, 2>(t); }
+}  // namespace edgellm::kernels
