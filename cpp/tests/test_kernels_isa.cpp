@@ -17,11 +17,13 @@
 //
 // Sizes stay modest so the whole run takes seconds under emulation; EDGELLM_TEST_SEED varies the
 // random draw.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <set>
 #include <sstream>
