@@ -42,7 +42,11 @@ if [ ! -f "$build/build.ninja" ]; then
     -DEDGELLM_BUILD_PYTHON=OFF -DEDGELLM_BUILD_TESTS=ON >/dev/null
 fi
 say "build ($jobs jobs)"
-cmake --build "$build" -- -j"$jobs" | grep -vE '^\[[0-9]+/[0-9]+\] (Building|Linking)' || true
+set +e
+cmake --build "$build" -- -j"$jobs" 2>&1 | grep -vE '^\[[0-9]+/[0-9]+\] (Building|Linking)|Re-checking globbed'
+build_rc=${PIPESTATUS[0]}
+set -e
+[ "$build_rc" -eq 0 ] || { echo "[aarch64] FAIL: cross build failed (exit $build_rc)" >&2; exit 1; }
 test -x "$build/test_kernels_isa" || { echo "[aarch64] FAIL: build did not produce test_kernels_isa" >&2; exit 1; }
 aarch64-linux-gnu-readelf -h "$build/test_kernels_isa" | grep -q AArch64 ||
   { echo "[aarch64] FAIL: $build/test_kernels_isa is not an AArch64 executable" >&2; exit 1; }
@@ -61,7 +65,7 @@ run() {  # run CPU NAME ENV... -- BINARY ARGS...: one test binary under qemu wit
   rc=$?
   set -e
   if [ "$rc" -eq 0 ]; then
-    say "PASS $name on $cpu ($(( $(date +%s) - start )) s): $(grep -E '^(active ISA|kernel table|greedy|SKIP|neon|[0-9]+ passed)' "$log" | tr '\n' ';' | sed 's/;$//; s/;/; /g')"
+    say "PASS $name on $cpu ($(( $(date +%s) - start )) s): $(grep -E '^(active ISA|kernel table|greedy|SKIP|neon|[0-9]+ passed)' "$log" | tr '\n' '|' | sed 's/|$//; s/|/ | /g')"
   else
     say "FAIL $name on $cpu (exit $rc):"
     tail -40 "$log" | sed 's/^/    /'
