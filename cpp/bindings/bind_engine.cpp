@@ -181,7 +181,7 @@ void bind_engine(py::module_& m) {
 
   py::class_<PyEngine>(m, "Engine", "The continuous-batching engine over one model (runs its own thread).")
       .def(py::init([](const std::string& path, int n_ctx, int n_threads, int64_t kv_memory, const std::string& kv_type,
-                       int max_seqs, int max_batch_tokens, int page_size, bool prefix_cache) {
+                       int max_seqs, int max_batch_tokens, int page_size, bool prefix_cache, int n_gpu_layers) {
              EngineConfig c;
              c.n_ctx = n_ctx;
              c.kv_memory = kv_memory;
@@ -195,6 +195,7 @@ void bind_engine(py::module_& m) {
              LoadOptions o;
              o.n_threads = n_threads;
              o.max_batch_tokens = max_batch_tokens;
+             o.n_gpu_layers = n_gpu_layers;
              e->model = std::shared_ptr<Model>(Model::load(path, o));
              e->tok = std::shared_ptr<Tokenizer>(Tokenizer::from_gguf(path));
              e->engine = std::make_unique<Engine>(std::make_shared<ModelBackend>(e->model),
@@ -203,7 +204,7 @@ void bind_engine(py::module_& m) {
            }),
            py::arg("path"), py::arg("n_ctx") = 0, py::arg("n_threads") = 0, py::arg("kv_memory") = 0,
            py::arg("kv_type") = "f16", py::arg("max_seqs") = 16, py::arg("max_batch_tokens") = 512,
-           py::arg("page_size") = 32, py::arg("prefix_cache") = true)
+           py::arg("page_size") = 32, py::arg("prefix_cache") = true, py::arg("n_gpu_layers") = 0)
       .def(
           "submit",
           [](PyEngine& self, std::vector<int32_t> prompt, const SamplingParams& p, std::shared_ptr<OutputChannel> ch,
@@ -238,6 +239,8 @@ void bind_engine(py::module_& m) {
       .def_property_readonly("n_ctx", [](PyEngine& self) { return self.get().n_ctx(); })
       .def_property_readonly("n_vocab", [](PyEngine& self) { return self.get().n_vocab(); })
       .def_property_readonly("n_threads", [](PyEngine& self) { return self.model->threads().size(); })
+      .def_property_readonly("n_gpu_layers", [](PyEngine& self) { return self.model->gpu_layers(); },
+                             "Layers running on the GPU (0: all on the CPU).")
       .def_property_readonly("page_size", [](PyEngine& self) { return self.get().kv().page_size(); })
       .def_property_readonly("arch", [](PyEngine& self) { return self.model->config().arch; })
       .def_property_readonly("tokenizer", [](PyEngine& self) { return self.tok; });

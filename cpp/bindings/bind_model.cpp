@@ -110,20 +110,23 @@ class BatchRunner {
 
 void bind_model(py::module_& m) {
   py::class_<Model, std::shared_ptr<Model>>(m, "Model", "A GGUF model loaded for inference.")
-      .def(py::init([](const std::string& path, int n_threads, int max_batch_tokens) {
+      .def(py::init([](const std::string& path, int n_threads, int max_batch_tokens, int n_gpu_layers) {
              LoadOptions o;
              o.n_threads = n_threads;
              o.max_batch_tokens = max_batch_tokens;
+             o.n_gpu_layers = n_gpu_layers;
              py::gil_scoped_release nogil;
              return std::shared_ptr<Model>(Model::load(path, o));
            }),
-           py::arg("path"), py::arg("n_threads") = 0, py::arg("max_batch_tokens") = 512,
-           "Loads `path`. n_threads = 0: physical cores. Raises ModelFormatError.")
+           py::arg("path"), py::arg("n_threads") = 0, py::arg("max_batch_tokens") = 512, py::arg("n_gpu_layers") = 0,
+           "Loads `path`. n_threads = 0: physical cores. n_gpu_layers: last layers on the GPU (-1 = all; "
+           "a warning and the CPU when none can take them). Raises ModelFormatError.")
       .def_property_readonly("config", [](const Model& self) { return config_dict(self.config()); })
       .def_property_readonly("n_vocab", [](const Model& self) { return self.config().n_vocab; })
       .def_property_readonly("arch", [](const Model& self) { return self.config().arch; })
       .def_property_readonly("n_threads", [](Model& self) { return self.threads().size(); })
       .def_property_readonly("max_batch_tokens", &Model::max_batch_tokens)
+      .def_property_readonly("n_gpu_layers", &Model::gpu_layers, "Layers running on the GPU (0: all on the CPU).")
       .def_property_readonly("path", [](const Model& self) { return self.file().path(); });
 
   py::class_<ModelRunner>(m, "ModelRunner",

@@ -8,5 +8,6 @@ void bind_tokenizer(pybind11::module_& m);  // bind_tokenizer.cpp
 void bind_model(pybind11::module_& m);      // bind_model.cpp
 void bind_engine(pybind11::module_& m);     // bind_engine.cpp: LLM engine, sampling
 void bind_kernels(pybind11::module_& m);    // bind_kernels.cpp: kernel tables (tests)
-void bind_grammar(pybind11::module_& m);    // bind_grammar.cpp: constrained decoding (factory + test surface)
+void bind_grammar(pybind11::module_& m);
+void bind_cuda(pybind11::module_& m);      // bind_cuda.cpp: CUDA status, GPU kernel test surface    // bind_grammar.cpp: constrained decoding (factory + test surface)
 }  // namespace edgellm::bindings

@@ -72,4 +72,5 @@ PYBIND11_MODULE(_core, m) {
   edgellm::bindings::bind_engine(m);
   edgellm::bindings::bind_kernels(m);
   edgellm::bindings::bind_grammar(m);
+  edgellm::bindings::bind_cuda(m);
 }

@@ -246,6 +246,9 @@ class LLM:
     kv_type: "f16" (default), "q8_0" or "f32". max_seqs: sequences decoded together.
     max_batch_tokens: tokens per forward pass (prompt chunks + one per decoding sequence).
     page_size: KV page size in tokens (16..64).
+    n_gpu_layers: the last N layers run on a CUDA GPU (-1 = all; CUDA builds only). Without CUDA
+    or a usable GPU, a warning says why and the model runs on the CPU; `self.n_gpu_layers` holds
+    the layers actually offloaded.
     """
 
     def __init__(self, model_path, n_ctx: Optional[int] = None, n_threads: Optional[int] = None, *,
@@ -260,13 +263,16 @@ class LLM:
         self.model_path = str(path)
         self._engine = _core.Engine(self.model_path, int(n_ctx or 0), int(n_threads or 0),
                                     int(kv_memory or 0), kv_type, int(max_seqs),
-                                    int(max_batch_tokens), int(page_size), bool(prefix_cache))
+                                    int(max_batch_tokens), int(page_size), bool(prefix_cache),
+                                    n_gpu_layers=int(n_gpu_layers))
         self._tok = self._engine.tokenizer
         self.n_ctx: int = self._engine.n_ctx
         self.n_vocab: int = self._engine.n_vocab
         self.n_threads: int = self._engine.n_threads
         self.isa: str = _core.isa()
-        self.n_gpu_layers = n_gpu_layers  # CPU engine: accepted for API compatibility, unused
+        # Layers actually on the GPU: 0 when built without CUDA or no GPU could take them (the
+        # engine printed a warning saying why and runs on the CPU).
+        self.n_gpu_layers: int = self._engine.n_gpu_layers
         self._chat_template_override = chat_template
         self._template = None
         self._metadata = None

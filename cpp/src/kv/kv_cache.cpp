@@ -181,6 +181,7 @@ void KVCache::copy_page(int group, int32_t src, int32_t dst) {
     if (group_of(l) != group) continue;
     std::memcpy(k_page(l, dst), k_page(l, src), layer_page_bytes());
   }
+  if (copy_page_hook) copy_page_hook(group, src, dst);
 }
 
 }  // namespace edgellm

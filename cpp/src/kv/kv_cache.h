@@ -14,6 +14,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -91,6 +92,8 @@ class KVCache {
   void attach_page(int seq, int group, int32_t index, int32_t page);
   void set_n_positions(int seq, int32_t n) { n_pos_[seq] = n; }
   void copy_page(int group, int32_t src, int32_t dst);
+  // Called after every copy_page: a GPU layer executor mirrors the copy in device memory.
+  std::function<void(int group, int32_t src, int32_t dst)> copy_page_hook;
 
   int64_t pages_total(int group) const { return static_cast<int64_t>(refs_[group].size()); }
   int64_t pages_free(int group) const { return static_cast<int64_t>(free_[group].size()); }

@@ -54,6 +54,21 @@ DecoderModel::DecoderModel(std::shared_ptr<GgufFile> file, const Architecture& a
 
   scratch_page_size_ = kDefaultPageSizeHint;
   scratch_.allocate(c, max_batch_tokens_, nt, scratch_page_size_);
+
+  if (opts.n_gpu_layers != 0) {
+    OffloadRequest r;
+    r.config = &config_;
+    r.layers = &layers_;
+    r.rope_freq_factors = factors;
+    r.gelu_ffn = config_.arch == "gemma3";  // the one GeGLU architecture (model/gemma3.cpp)
+    r.n_gpu_layers = opts.n_gpu_layers;
+    r.max_batch_tokens = max_batch_tokens_;
+    gpu_ = make_gpu_executor(r);  // nullptr (with a warning) when no GPU can take them
+    if (gpu_) {
+      gpu_layers_ = c.n_layer - gpu_->first_layer();
+      gpu_description_ = gpu_->describe();
+    }
+  }
 }
 
 DecoderModel::~DecoderModel() = default;
@@ -184,7 +199,9 @@ void DecoderModel::forward(const Batch& batch, KVCache& kv, float* logits) {
   embed(batch, f.x);
   f.prepare_rope();
   f.plan_query_blocks();
-  for (int il = 0; il < config_.n_layer; ++il) arch_.layer(f, layers_[il], il);
+  const int n_cpu_layers = gpu_ ? gpu_->first_layer() : config_.n_layer;
+  for (int il = 0; il < n_cpu_layers; ++il) arch_.layer(f, layers_[il], il);
+  if (gpu_) gpu_->run(batch, kv, f.x);  // the rest, with their KV pages in device memory
   output_head(batch, f.x, logits);
 
   // The cache now holds these positions.

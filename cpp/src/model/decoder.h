@@ -6,6 +6,7 @@
 #include <mutex>
 #include <vector>
 
+#include "backend/layer_executor.h"
 #include "model/architecture.h"
 #include "model/forward_pass.h"
 #include "model/model.h"
@@ -36,6 +37,7 @@ class DecoderModel final : public Model {
   std::vector<std::unique_ptr<float[]>> owned_;  // converted copies of non-F32 vectors
   ForwardScratch scratch_;
   int scratch_page_size_ = 0;
+  std::unique_ptr<LayerExecutor> gpu_;  // the last layers, when offloaded
   std::mutex forward_mutex_;  // one forward pass at a time: they share the scratch
 };
 

@@ -18,6 +18,7 @@ class ThreadPool;
 struct LoadOptions {
   int n_threads = 0;        // 0 = physical cores
   int max_batch_tokens = 512;  // largest batch forward() accepts (scratch is sized for it)
+  int n_gpu_layers = 0;     // last layers to run on the GPU (-1 = all); backend/layer_executor.h
 };
 
 class Model {
@@ -32,6 +33,9 @@ class Model {
   const GgufFile& file() const { return *file_; }
   ThreadPool& threads() { return *threads_; }
   int max_batch_tokens() const { return max_batch_tokens_; }
+  // Layers actually running on the GPU (0 when none could be offloaded), and where.
+  int gpu_layers() const { return gpu_layers_; }
+  const std::string& gpu_description() const { return gpu_description_; }
 
   // The KV geometry this model needs (layer windows, heads, dims); the caller chooses pages,
   // page size, dtype and sequence slots.
@@ -48,6 +52,8 @@ class Model {
   ModelConfig config_;
   std::unique_ptr<ThreadPool> threads_;
   int max_batch_tokens_ = 0;
+  int gpu_layers_ = 0;
+  std::string gpu_description_;
 };
 
 }  // namespace edgellm

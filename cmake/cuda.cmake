@@ -1,0 +1,43 @@
+# Optional CUDA backend (-DEDGELLM_CUDA=ON; `CMAKE_ARGS="-DEDGELLM_CUDA=ON" pip install .`).
+# Included by CMakeLists.txt only when the option is on, so the default build needs no toolkit.
+#
+# EDGELLM_CUDA_ARCHS: the GPU architectures compiled to SASS, plus PTX of the last one so newer
+# GPUs can JIT it. The release default covers Turing (sm_75) through Hopper (sm_90); CI passes a
+# shorter list ("75;90") to keep the compile check quick.
+set(EDGELLM_CUDA_ARCHS "75;80;86;89;90" CACHE STRING "CUDA architectures (SASS for each, PTX for the last)")
+
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+  # <arch>-real = SASS only; the last one also gets PTX (<arch>-virtual).
+  set(_archs "")
+  foreach(_a ${EDGELLM_CUDA_ARCHS})
+    list(APPEND _archs "${_a}-real")
+  endforeach()
+  list(GET EDGELLM_CUDA_ARCHS -1 _last)
+  list(APPEND _archs "${_last}-virtual")
+  set(CMAKE_CUDA_ARCHITECTURES "${_archs}")
+endif()
+
+enable_language(CUDA)
+find_package(CUDAToolkit REQUIRED)
+set(CMAKE_CUDA_STANDARD 17)
+set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+
+file(GLOB_RECURSE EDGELLM_CUDA_SOURCES CONFIGURE_DEPENDS ${EDGELLM_SRC}/cuda/*.cu ${EDGELLM_SRC}/cuda/*.cpp)
+list(FILTER EDGELLM_CUDA_SOURCES EXCLUDE REGEX "/cuda/selftest/")
+add_library(edgellm_cuda OBJECT ${EDGELLM_CUDA_SOURCES})
+target_include_directories(edgellm_cuda PRIVATE ${EDGELLM_SRC})
+target_compile_options(edgellm_cuda PRIVATE
+  $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall -Xcompiler=-Wno-unused-parameter --Werror=all-warnings>
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
+set_target_properties(edgellm_cuda PROPERTIES POSITION_INDEPENDENT_CODE ON CUDA_RUNTIME_LIBRARY Static)
+
+target_sources(edgellm_core PRIVATE $<TARGET_OBJECTS:edgellm_cuda>)
+# PUBLIC: the bindings (bind_cuda.cpp) and backend/gpu_offload.cpp see it too.
+target_compile_definitions(edgellm_core PUBLIC EDGELLM_HAVE_CUDA=1)
+target_link_libraries(edgellm_core PUBLIC CUDA::cudart_static)
+message(STATUS "edgellm: CUDA backend on, architectures ${CMAKE_CUDA_ARCHITECTURES}")
+
+# GPU-free self-check (run by .ci/run): the kernels' dequantizers against the CPU reference.
+add_executable(edgellm_cuda_selftest ${EDGELLM_SRC}/cuda/selftest/dequant_selftest.cu)
+target_link_libraries(edgellm_cuda_selftest PRIVATE edgellm_core)
+target_include_directories(edgellm_cuda_selftest PRIVATE ${EDGELLM_SRC})

@@ -1,0 +1,58 @@
+// make_gpu_executor / gpu_status for every build: the CUDA build forwards to cuda/, the default
+// build answers "built without CUDA" (layer_executor.h).
+#include <cstdio>
+#include <string>
+
+#include "backend/layer_executor.h"
+#include "common/errors.h"
+
+#ifdef EDGELLM_HAVE_CUDA
+#include "cuda/cuda_backend.h"
+#endif
+
+namespace edgellm {
+namespace {
+
+void warn(const std::string& msg) { std::fprintf(stderr, "edgellm: warning: %s\n", msg.c_str()); }
+
+}  // namespace
+
+int resolve_gpu_layers(int n_gpu_layers, int n_layer) {
+  if (n_gpu_layers < -1)
+    throw InvalidRequestError("n_gpu_layers = " + std::to_string(n_gpu_layers) +
+                              ": expected -1 (all layers), 0 (CPU only) or a layer count");
+  if (n_gpu_layers == -1 || n_gpu_layers > n_layer) return n_layer;
+  return n_gpu_layers;
+}
+
+GpuStatus gpu_status() {
+#ifdef EDGELLM_HAVE_CUDA
+  return cuda::probe();
+#else
+  GpuStatus s;
+  s.reason = "built without CUDA";
+  return s;
+#endif
+}
+
+std::unique_ptr<LayerExecutor> make_gpu_executor(const OffloadRequest& r) {
+  const int n = resolve_gpu_layers(r.n_gpu_layers, r.config->n_layer);
+  if (n == 0) return nullptr;
+  const std::string asked = "n_gpu_layers = " + std::to_string(r.n_gpu_layers);
+#ifdef EDGELLM_HAVE_CUDA
+  const GpuStatus s = cuda::probe();
+  if (!s.available) {
+    warn(asked + ": " + s.reason + "; running on the CPU");
+    return nullptr;
+  }
+  std::string why;
+  std::unique_ptr<LayerExecutor> ex = cuda::make_layer_executor(r, n, &why);
+  if (!ex) warn(asked + ": " + why + "; running on the CPU");
+  return ex;
+#else
+  warn(asked + ": built without CUDA; running on the CPU");
+  return nullptr;
+#endif
+}
+
+}  // namespace edgellm

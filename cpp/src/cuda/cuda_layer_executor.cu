@@ -1,0 +1,385 @@
+// The CUDA LayerExecutor (backend/layer_executor.h): the last n layers of a decoder on the GPU.
+//
+// One generic layer covers every supported architecture, driven by which weights the layer has
+// (as the CPU layer functions of model/llama.cpp, qwen2.cpp, qwen3.cpp, gemma3.cpp do):
+//   h = rmsnorm(x) * attn_norm
+//   q, k, v = Wq h (+bq), Wk h (+bk), Wv h (+bv); per-head q/k norms if present;
+//   RoPE (NORM or NEOX, local or global table), q *= attn_scale; K/V stored in device pages;
+//   out = Wo · paged_attention (+bo); out = rmsnorm(out) * post_attn_norm if present; x += out
+//   h = rmsnorm(x) * ffn_norm; out = Wdown (act(Wgate h + b) ⊙ (Wup h + b)) (+b);
+//   out = rmsnorm(out) * post_ffn_norm if present; x += out
+//
+// Device KV pages mirror the host KVCache page ids for the offloaded layers: the host page
+// tables are copied up every forward, and KVCache::copy_page_hook mirrors copy-on-write.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_kernels.cuh"
+#include "cuda/device_buffer.cuh"
+#include "model/rope.h"
+
+namespace edgellm::cuda {
+namespace {
+
+struct DevMatrix {
+  DType type = DType::F32;
+  const uint8_t* data = nullptr;
+  size_t row_bytes = 0;
+  int64_t n_in = 0, n_out = 0;
+};
+
+struct DevLayer {
+  DevMatrix wq, wk, wv, wo, gate, up, down;
+  const float *attn_norm = nullptr, *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;
+  const float *q_norm = nullptr, *k_norm = nullptr, *post_attn_norm = nullptr, *ffn_norm = nullptr;
+  const float *b_gate = nullptr, *b_up = nullptr, *b_down = nullptr, *post_ffn_norm = nullptr;
+};
+
+// Device pages of the offloaded layers for one host KVCache. Shared with the cache's copy hook,
+// so whichever of executor and cache goes last frees it.
+struct DeviceKv {
+  std::vector<DeviceBuffer> layer;  // by offloaded layer index (il - first)
+  std::vector<int> group;           // group of each offloaded layer
+  size_t page_stride = 0;
+  int64_t pages[2] = {0, 0};
+  DType type = DType::F16;
+  int page_size = 0;
+
+  void copy_page(int g, int32_t src, int32_t dst) const {
+    for (size_t i = 0; i < layer.size(); ++i) {
+      if (group[i] != g) continue;
+      uint8_t* base = layer[i].get<uint8_t>();
+      check(cudaMemcpy(base + dst * page_stride, base + src * page_stride, page_stride, cudaMemcpyDeviceToDevice),
+            "KV page copy");
+    }
+  }
+};
+
+class CudaLayerExecutor final : public LayerExecutor {
+ public:
+  CudaLayerExecutor(const OffloadRequest& r, int n, const std::string& device);
+  ~CudaLayerExecutor() override {
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  int first_layer() const override { return first_; }
+  std::string describe() const override {
+    return "CUDA " + device_ + ": layers " + std::to_string(first_) + ".." + std::to_string(c_.n_layer - 1);
+  }
+  void run(const Batch& batch, KVCache& kv, float* x) override;
+
+ private:
+  const float* upload_vector(const Vector& v);
+  DevMatrix upload_matrix(const Matrix& m);
+  DeviceKv& device_kv(KVCache& kv);
+  void layer(int il, int T, const DeviceKv& dkv, const KVCache& kv);
+  void mm(const DevMatrix& w, const float* x, int T, float* y);
+
+  ModelConfig c_;
+  int first_;
+  bool gelu_;
+  std::string device_;
+  cudaStream_t stream_ = nullptr;
+  std::vector<DeviceBuffer> weights_;
+  std::vector<DevLayer> layers_;  // by il - first_
+  Rope rope_[2];
+  int max_tokens_;
+  // Scratch, sized for max_tokens_.
+  DeviceBuffer x_, h_, out_, q_, k_, v_, attn_, gate_, up_, rope_table_[2], pos_, table_off_[2], tables_;
+  std::vector<float> host_rope_[2];
+  std::vector<int32_t> host_tables_, host_off_[2];
+  // Device pages per host cache (one cache is the common case; a few are kept).
+  std::map<const KVCache*, std::shared_ptr<DeviceKv>> kvs_;
+  std::vector<const KVCache*> kv_order_;
+};
+
+CudaLayerExecutor::CudaLayerExecutor(const OffloadRequest& r, int n, const std::string& device)
+    : c_(*r.config), first_(r.config->n_layer - n), gelu_(r.gelu_ffn), device_(device),
+      max_tokens_(r.max_batch_tokens) {
+  check(cudaSetDevice(0), "set device");
+  check(cudaStreamCreate(&stream_), "stream create");
+  rope_[0] = Rope(c_.rope_type, c_.n_rot, c_.rope_global, r.rope_freq_factors);
+  rope_[1] = Rope(c_.rope_type, c_.n_rot, c_.rope_local, r.rope_freq_factors);
+  layers_.resize(n);
+  for (int i = 0; i < n; ++i) {
+    const LayerWeights& w = (*r.layers)[first_ + i];
+    DevLayer& d = layers_[i];
+    d.wq = upload_matrix(w.wq);
+    d.wk = upload_matrix(w.wk);
+    d.wv = upload_matrix(w.wv);
+    d.wo = upload_matrix(w.wo);
+    d.gate = upload_matrix(w.gate);
+    d.up = upload_matrix(w.up);
+    d.down = upload_matrix(w.down);
+    d.attn_norm = upload_vector(w.attn_norm);
+    d.bq = upload_vector(w.bq);
+    d.bk = upload_vector(w.bk);
+    d.bv = upload_vector(w.bv);
+    d.bo = upload_vector(w.bo);
+    d.q_norm = upload_vector(w.q_norm);
+    d.k_norm = upload_vector(w.k_norm);
+    d.post_attn_norm = upload_vector(w.post_attn_norm);
+    d.ffn_norm = upload_vector(w.ffn_norm);
+    d.b_gate = upload_vector(w.b_gate);
+    d.b_up = upload_vector(w.b_up);
+    d.b_down = upload_vector(w.b_down);
+    d.post_ffn_norm = upload_vector(w.post_ffn_norm);
+  }
+  const size_t T = static_cast<size_t>(max_tokens_), f = sizeof(float);
+  x_ = DeviceBuffer(T * c_.n_embd * f, "activations");
+  h_ = DeviceBuffer(T * c_.n_embd * f, "activations");
+  out_ = DeviceBuffer(T * c_.n_embd * f, "activations");
+  q_ = DeviceBuffer(T * c_.n_embd_q() * f, "queries");
+  k_ = DeviceBuffer(T * c_.n_embd_k() * f, "keys");
+  v_ = DeviceBuffer(T * c_.n_embd_v() * f, "values");
+  attn_ = DeviceBuffer(T * c_.n_embd_attn() * f, "attention output");
+  gate_ = DeviceBuffer(T * c_.n_ff * f, "FFN activations");
+  up_ = DeviceBuffer(T * c_.n_ff * f, "FFN activations");
+  for (int g = 0; g < 2; ++g) {
+    rope_table_[g] = DeviceBuffer(T * std::max(c_.n_rot, 2) * f, "RoPE table");
+    table_off_[g] = DeviceBuffer(T * sizeof(int32_t), "page table offsets");
+  }
+  pos_ = DeviceBuffer(T * sizeof(int32_t), "positions");
+  check(cudaDeviceSynchronize(), "weight upload");
+}
+
+const float* CudaLayerExecutor::upload_vector(const Vector& v) {
+  if (!v) return nullptr;
+  weights_.emplace_back(sizeof(float) * v.n, "a weight vector");
+  check(cudaMemcpy(weights_.back().get(), v.data, sizeof(float) * v.n, cudaMemcpyHostToDevice), "weight upload");
+  return weights_.back().get<float>();
+}
+
+DevMatrix CudaLayerExecutor::upload_matrix(const Matrix& m) {
+  DevMatrix d;
+  d.type = m.type;
+  d.row_bytes = m.row_bytes;
+  d.n_in = m.n_in;
+  d.n_out = m.n_out;
+  const size_t bytes = m.row_bytes * static_cast<size_t>(m.n_out);
+  weights_.emplace_back(bytes, m.info ? m.info->name.c_str() : "a weight matrix");
+  check(cudaMemcpy(weights_.back().get(), m.data, bytes, cudaMemcpyHostToDevice), "weight upload");
+  d.data = weights_.back().get<uint8_t>();
+  return d;
+}
+
+DeviceKv& CudaLayerExecutor::device_kv(KVCache& kv) {
+  const KVCacheConfig& kc = kv.config();
+  const size_t stride = static_cast<size_t>(kc.n_kv_heads) * kc.page_size * (kv.k_row_bytes() + kv.v_row_bytes());
+  auto it = kvs_.find(&kv);
+  if (it != kvs_.end()) {
+    const DeviceKv& d = *it->second;
+    if (d.page_stride == stride && d.pages[0] == kv.pages_total(0) && d.pages[1] == kv.pages_total(1) &&
+        d.type == kv.dtype() && d.page_size == kv.page_size())
+      return *it->second;
+    kvs_.erase(it);  // a different cache at a reused address
+    kv_order_.erase(std::find(kv_order_.begin(), kv_order_.end(), &kv));
+  }
+  if (!kv_type_supported(kv.dtype()))
+    throw InvalidRequestError(std::string("CUDA: KV cache type ") + dtype_name(kv.dtype()) + " is not supported on the GPU");
+  if (kv_order_.size() >= 2) {  // keep the two most recent caches' pages
+    kvs_.erase(kv_order_.front());
+    kv_order_.erase(kv_order_.begin());
+  }
+  auto d = std::make_shared<DeviceKv>();
+  d->page_stride = stride;
+  d->pages[0] = kv.pages_total(0);
+  d->pages[1] = kv.pages_total(1);
+  d->type = kv.dtype();
+  d->page_size = kv.page_size();
+  for (int il = first_; il < c_.n_layer; ++il) {
+    const int g = kv.group_of(il);
+    d->group.push_back(g);
+    d->layer.emplace_back(stride * static_cast<size_t>(d->pages[g]),
+                          "the KV cache of the GPU layers (load with a smaller n_gpu_layers or kv_memory)");
+  }
+  std::weak_ptr<DeviceKv> weak = d;
+  kv.copy_page_hook = [weak](int g, int32_t src, int32_t dst) {
+    if (auto p = weak.lock()) p->copy_page(g, src, dst);
+  };
+  kv_order_.push_back(&kv);
+  return *(kvs_[&kv] = std::move(d));
+}
+
+void CudaLayerExecutor::mm(const DevMatrix& w, const float* x, int T, float* y) {
+  matmul(w.type, w.data, w.row_bytes, w.n_in, w.n_out, x, w.n_in, T, y, w.n_out, stream_);
+}
+
+void CudaLayerExecutor::run(const Batch& batch, KVCache& kv, float* x) {
+  const int T = batch.size();
+  if (T == 0) return;
+  if (T > max_tokens_)
+    throw InvalidRequestError("CUDA: batch of " + std::to_string(T) + " tokens exceeds max_batch_tokens = " +
+                              std::to_string(max_tokens_));
+  DeviceKv& dkv = device_kv(kv);
+
+  // Page tables of the batch's sequences, per group, flattened; each token points at its own.
+  host_tables_.clear();
+  for (int g = 0; g < 2; ++g) {
+    host_off_[g].assign(T, 0);
+    int rep = -1;  // an offloaded layer of this group stands for its page tables
+    for (int il = first_; il < c_.n_layer && rep < 0; ++il)
+      if (kv.group_of(il) == g) rep = il;
+    if (rep < 0) continue;
+    std::map<int32_t, int32_t> seen;
+    for (int t = 0; t < T; ++t) {
+      const int32_t s = batch.seq[t];
+      auto it = seen.find(s);
+      if (it == seen.end()) {
+        const std::vector<int32_t>& table = kv.page_table(rep, s);
+        it = seen.emplace(s, static_cast<int32_t>(host_tables_.size())).first;
+        host_tables_.insert(host_tables_.end(), table.begin(), table.end());
+      }
+      host_off_[g][t] = it->second;
+    }
+  }
+  if (host_tables_.empty()) host_tables_.push_back(0);
+  if (tables_.bytes() < host_tables_.size() * sizeof(int32_t))
+    tables_ = DeviceBuffer(std::max<size_t>(host_tables_.size() * 2, 1024) * sizeof(int32_t), "page tables");
+
+  for (int v = 0; v < 2; ++v) {
+    const int stride = rope_[v].table_stride();
+    host_rope_[v].resize(static_cast<size_t>(T) * std::max(stride, 1));
+    for (int t = 0; t < T; ++t) rope_[v].fill(batch.pos[t], host_rope_[v].data() + static_cast<size_t>(t) * stride);
+    check(cudaMemcpyAsync(rope_table_[v].get(), host_rope_[v].data(), host_rope_[v].size() * sizeof(float),
+                          cudaMemcpyHostToDevice, stream_), "upload");
+    check(cudaMemcpyAsync(table_off_[v].get(), host_off_[v].data(), T * sizeof(int32_t), cudaMemcpyHostToDevice,
+                          stream_), "upload");
+  }
+  check(cudaMemcpyAsync(tables_.get(), host_tables_.data(), host_tables_.size() * sizeof(int32_t),
+                        cudaMemcpyHostToDevice, stream_), "upload");
+  check(cudaMemcpyAsync(pos_.get(), batch.pos.data(), T * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "upload");
+  const size_t x_bytes = static_cast<size_t>(T) * c_.n_embd * sizeof(float);
+  check(cudaMemcpyAsync(x_.get(), x, x_bytes, cudaMemcpyHostToDevice, stream_), "activation upload");
+
+  for (int il = first_; il < c_.n_layer; ++il) layer(il, T, dkv, kv);
+
+  check(cudaGetLastError(), "kernel launch");
+  check(cudaMemcpyAsync(x, x_.get(), x_bytes, cudaMemcpyDeviceToHost, stream_), "activation download");
+  check(cudaStreamSynchronize(stream_), "forward");
+}
+
+void CudaLayerExecutor::layer(int il, int T, const DeviceKv& dkv, const KVCache& kv) {
+  const DevLayer& w = layers_[il - first_];
+  const int64_t E = c_.n_embd;
+  float* x = x_.get<float>();
+  float* h = h_.get<float>();
+  float* out = out_.get<float>();
+  float* q = q_.get<float>();
+  float* k = k_.get<float>();
+  float* v = v_.get<float>();
+  const float eps = c_.rms_eps;
+  cudaStream_t s = stream_;
+
+  // ---- attention ----
+  rmsnorm(x, w.attn_norm, h, T, E, eps, s);
+  mm(w.wq, h, T, q);
+  mm(w.wk, h, T, k);
+  mm(w.wv, h, T, v);
+  if (w.bq) add_bias(w.bq, q, T, c_.n_embd_q(), s);
+  if (w.bk) add_bias(w.bk, k, T, c_.n_embd_k(), s);
+  if (w.bv) add_bias(w.bv, v, T, c_.n_embd_v(), s);
+  if (w.q_norm) rmsnorm(q, w.q_norm, q, static_cast<int64_t>(T) * c_.n_head, c_.head_dim_k, eps, s);
+  if (w.k_norm) rmsnorm(k, w.k_norm, k, static_cast<int64_t>(T) * c_.n_head_kv, c_.head_dim_k, eps, s);
+  const int variant = c_.is_swa(il) ? 1 : 0;
+  const bool neox = c_.rope_type == RopeType::Neox;
+  const float* table = rope_table_[variant].get<float>();
+  rope(neox, table, c_.n_rot, q, T, c_.n_head, c_.head_dim_k, c_.attn_scale, s);
+  rope(neox, table, c_.n_rot, k, T, c_.n_head_kv, c_.head_dim_k, 1.0f, s);
+
+  const int g = kv.group_of(il);
+  KvLayerView view{};
+  view.base = dkv.layer[il - first_].get<uint8_t>();
+  view.page_stride = dkv.page_stride;
+  view.k_row = kv.k_row_bytes();
+  view.v_row = kv.v_row_bytes();
+  view.page_size = kv.page_size();
+  view.n_kv = c_.n_head_kv;
+  view.head_dim_k = c_.head_dim_k;
+  view.head_dim_v = c_.head_dim_v;
+  view.type = kv.dtype();
+  const int32_t* pos = pos_.get<int32_t>();
+  const int32_t* off = table_off_[g].get<int32_t>();
+  const int32_t* tables = tables_.get<int32_t>();
+  store_kv(view, k, v, pos, off, tables, T, s);
+  paged_attention(view, q, c_.n_embd_q(), c_.n_head, pos, off, tables, c_.layer_window[il], T, attn_.get<float>(),
+                  c_.n_embd_attn(), s);
+  mm(w.wo, attn_.get<float>(), T, out);
+  if (w.bo) add_bias(w.bo, out, T, E, s);
+  if (w.post_attn_norm) rmsnorm(out, w.post_attn_norm, out, T, E, eps, s);
+  add(out, x, T * E, s);
+
+  // ---- feed-forward ----
+  rmsnorm(x, w.ffn_norm, h, T, E, eps, s);
+  float* gate = gate_.get<float>();
+  float* up = up_.get<float>();
+  mm(w.gate, h, T, gate);
+  mm(w.up, h, T, up);
+  if (w.b_gate) add_bias(w.b_gate, gate, T, c_.n_ff, s);
+  if (w.b_up) add_bias(w.b_up, up, T, c_.n_ff, s);
+  gated(gelu_, gate, up, gate, static_cast<int64_t>(T) * c_.n_ff, s);
+  mm(w.down, gate, T, out);
+  if (w.b_down) add_bias(w.b_down, out, T, E, s);
+  if (w.post_ffn_norm) rmsnorm(out, w.post_ffn_norm, out, T, E, eps, s);
+  add(out, x, T * E, s);
+}
+
+// Bytes the executor will allocate for n layers (weights + scratch), before any allocation.
+size_t bytes_needed(const OffloadRequest& r, int n) {
+  const ModelConfig& c = *r.config;
+  size_t total = 0;
+  for (int il = c.n_layer - n; il < c.n_layer; ++il) {
+    const LayerWeights& w = (*r.layers)[il];
+    for (const Matrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down})
+      total += m->row_bytes * static_cast<size_t>(m->n_out);
+    for (const Vector* v : {&w.attn_norm, &w.bq, &w.bk, &w.bv, &w.bo, &w.q_norm, &w.k_norm, &w.post_attn_norm,
+                            &w.ffn_norm, &w.b_gate, &w.b_up, &w.b_down, &w.post_ffn_norm})
+      total += sizeof(float) * v->n;
+  }
+  const size_t T = static_cast<size_t>(r.max_batch_tokens);
+  total += sizeof(float) * T * (3 * c.n_embd + c.n_embd_q() + c.n_embd_k() + c.n_embd_v() + c.n_embd_attn() +
+                                2 * c.n_ff + 2 * c.n_rot);
+  return total;
+}
+
+}  // namespace
+
+std::unique_ptr<LayerExecutor> make_layer_executor(const OffloadRequest& r, int n, std::string* why_not) {
+  const ModelConfig& c = *r.config;
+  if (c.head_dim_k > kMaxHeadDim || c.head_dim_v > kMaxHeadDim) {
+    *why_not = "head size " + std::to_string(std::max(c.head_dim_k, c.head_dim_v)) +
+               " exceeds the CUDA attention kernel's " + std::to_string(kMaxHeadDim);
+    return nullptr;
+  }
+  for (int il = c.n_layer - n; il < c.n_layer; ++il) {
+    const LayerWeights& w = (*r.layers)[il];
+    for (const Matrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down})
+      if (!matmul_supports(m->type)) {
+        *why_not = "tensor " + (m->info ? m->info->name : std::string("of layer ") + std::to_string(il)) +
+                   " has type " + dtype_name(m->type) + ", which the CUDA matmul does not handle";
+        return nullptr;
+      }
+  }
+  const GpuStatus s = probe();
+  const size_t need = bytes_needed(r, n);
+  // Leave room for the KV cache pages and the CUDA context's own use.
+  if (need + (need >> 3) + (size_t(256) << 20) > s.free_bytes) {
+    *why_not = "too little GPU memory on " + s.device + ": " + std::to_string(n) + " layers need " +
+               std::to_string(need >> 20) + " MiB, " + std::to_string(s.free_bytes >> 20) + " MiB free";
+    return nullptr;
+  }
+  try {
+    auto ex = std::make_unique<CudaLayerExecutor>(r, n, s.device);
+    std::fprintf(stderr, "edgellm: %s\n", ex->describe().c_str());
+    return ex;
+  } catch (const Error& e) {
+    *why_not = e.what();
+    return nullptr;
+  }
+}
+
+}  // namespace edgellm::cuda
