@@ -72,19 +72,23 @@ def bos_rule(path: str):
 class ThroughputBench:
     """One loaded model; run() measures the requested tests."""
 
-    def __init__(self, path: str, n_threads: int = 0, max_batch_tokens: int = 512, seed: int = 1234):
+    def __init__(self, path: str, n_threads: int = 0, max_batch_tokens: int = 512, seed: int = 1234,
+                 n_gpu_layers: int = 0):
         from edgellm import _core
 
         self._core = _core
         self.path = str(path)
         self.info: ModelInfo = read_model_info(self.path)
-        self.model = _core.Model(self.path, n_threads=n_threads, max_batch_tokens=max_batch_tokens)
+        self.model = _core.Model(self.path, n_threads=n_threads, max_batch_tokens=max_batch_tokens,
+                                 n_gpu_layers=n_gpu_layers)
         self.n_threads = int(self.model.n_threads)
         self.n_vocab = int(self.model.n_vocab)
         self.max_batch_tokens = int(self.model.max_batch_tokens)
         self.add_bos, self.bos_id = bos_rule(self.path)
         self.rng = random.Random(seed)
         self.backend = f"CPU {_core.isa()}"
+        if self.model.n_gpu_layers:  # llama-bench style: the accelerator and how many layers it holds
+            self.backend = f"CUDA ngl={self.model.n_gpu_layers} + CPU {_core.isa()}"
 
     def _tokens(self, n: int) -> List[int]:
         ids = [self.rng.randrange(self.n_vocab) for _ in range(n)]

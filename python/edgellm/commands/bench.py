@@ -35,7 +35,9 @@ def _int_list(ctx, param, value):
               help="Concurrent streams for aggregate decode t/s, e.g. 1,4,8,16.")
 @click.option("-o", "--output", "fmt", type=click.Choice(["md", "json"]), default="md", show_default=True)
 @click.option("--seed", default=1234, show_default=True, type=int, help="Seed of the random token ids.")
-def command(model, n_prompt, n_gen, threads, reps, max_batch_tokens, batches, fmt, seed):
+@click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", default=0, show_default=True, type=click.IntRange(-1, None),
+              help="Last layers to run on a CUDA GPU (-1 = all); without one, a warning and the CPU.")
+def command(model, n_prompt, n_gen, threads, reps, max_batch_tokens, batches, fmt, seed, n_gpu_layers):
     """Measure prompt processing (pp) and generation (tg) tokens/s of MODEL."""
     from edgellm import EdgeLLMError
     from edgellm.bench.progress import Progress
@@ -44,7 +46,8 @@ def command(model, n_prompt, n_gen, threads, reps, max_batch_tokens, batches, fm
 
     try:
         path = resolve(model)
-        bench = ThroughputBench(str(path), n_threads=threads, max_batch_tokens=max_batch_tokens, seed=seed)
+        bench = ThroughputBench(str(path), n_threads=threads, max_batch_tokens=max_batch_tokens, seed=seed,
+                                n_gpu_layers=n_gpu_layers)
     except (EdgeLLMError, UnknownModelError, FileNotFoundError, OSError) as e:
         raise click.ClickException(str(e))
     total = ThroughputBench.work(n_prompt, n_gen, reps, batches)

@@ -23,8 +23,10 @@ import click
 @click.option("--repeat-last-n", default=64, show_default=True, type=int)
 @click.option("-c", "--ctx-size", "ctx_size", default=None, type=int, help="Context size (default: min(trained, 4096)).")
 @click.option("--ignore-eos", is_flag=True, help="Keep generating past end-of-generation tokens.")
+@click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", default=0, show_default=True, type=click.IntRange(-1, None),
+              help="Last layers to run on a CUDA GPU (-1 = all); without one, a warning and the CPU.")
 def command(model, prompt, n_predict, temperature, seed, threads, top_k, top_p, min_p, repeat_penalty,
-            repeat_last_n, ctx_size, ignore_eos):
+            repeat_last_n, ctx_size, ignore_eos, n_gpu_layers):
     """Generate text from MODEL (a GGUF path or a known model name)."""
     from edgellm import EdgeLLMError, LLM, SamplingParams
     from edgellm.models import UnknownModelError
@@ -34,7 +36,7 @@ def command(model, prompt, n_predict, temperature, seed, threads, top_k, top_p, 
         top_k=top_k, top_p=top_p, min_p=min_p, repetition_penalty=repeat_penalty,
         repeat_last_n=repeat_last_n, ignore_eos=ignore_eos)
     try:
-        llm = LLM(model, n_ctx=ctx_size, n_threads=threads, max_seqs=1)
+        llm = LLM(model, n_ctx=ctx_size, n_threads=threads, max_seqs=1, n_gpu_layers=n_gpu_layers)
     except (EdgeLLMError, UnknownModelError, FileNotFoundError, OSError) as e:
         raise click.ClickException(str(e))
     last = None

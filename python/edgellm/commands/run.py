@@ -30,8 +30,10 @@ def _stdin_text() -> str:
 @click.option("--seed", default=None, type=int, help="RNG seed (default: random).")
 @click.option("-n", "--num-predict", "num_predict", default=-1, show_default=True, type=int,
               help="Most tokens per answer; -1: until the model stops or the context is full.")
+@click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", default=0, show_default=True, type=click.IntRange(-1, None),
+              help="Last layers to run on a CUDA GPU (-1 = all); without one, a warning and the CPU.")
 def command(model, prompt, system, temperature, ctx_size, threads, chat_template, verbose, seed,
-            num_predict):
+            num_predict, n_gpu_layers):
     """Chat with MODEL (a GGUF path or a known model name) in the terminal, or answer PROMPT."""
     from edgellm import EdgeLLMError, LLM, SamplingParams
     from edgellm.models import ModelFetchError, UnknownModelError
@@ -57,7 +59,8 @@ def command(model, prompt, system, temperature, ctx_size, threads, chat_template
             raise click.UsageError("stdin was empty and no PROMPT was given")
 
     def load(n_ctx):
-        return LLM(model, n_ctx=n_ctx, n_threads=threads, chat_template=chat_template, max_seqs=1)
+        return LLM(model, n_ctx=n_ctx, n_threads=threads, chat_template=chat_template, max_seqs=1,
+                   n_gpu_layers=n_gpu_layers)
 
     try:
         llm = load(ctx_size)
