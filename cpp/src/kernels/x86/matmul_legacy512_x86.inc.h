@@ -120,6 +120,8 @@ struct LegacyPairTile {
             xinit[j] = _mm512_setzero_si512();
         }
         for (int i = 0; i < R; ++i) {
+          // Prefetch the same blocks of the next row group, one tile ahead (see matmul_kquant_x86.inc.h).
+          _mm_prefetch(reinterpret_cast<const char*>(&w[i][b]) + R * nb * sizeof(Block) + 64, _MM_HINT_T0);
           const UnpackedLegacyPair u = T::unpack2(w[i][b], w[i][b + 1]);
           __mmask64 neg = 0;
           if constexpr (T::kSignTrick) neg = _mm512_movepi8_mask(u.q);

@@ -121,6 +121,8 @@ struct LegacyTile {
             xinit[j] = _mm256_setzero_si256();
         }
         for (int i = 0; i < R; ++i) {
+          // Prefetch the same block of the next row group, one tile ahead (see matmul_kquant_x86.inc.h).
+          _mm_prefetch(reinterpret_cast<const char*>(&w[i][b]) + R * nb * sizeof(Block) + 64, _MM_HINT_T0);
           const UnpackedLegacy u = T::unpack(w[i][b]);
           const __m256 dw = _mm256_set1_ps(u.d);
           for (int j = 0; j < C; ++j) {
