@@ -49,7 +49,10 @@ struct FloatTile {
       for (int i = 0; i < R; ++i)
         for (int j = 0; j < C; ++j) acc[i][j] = _mm256_setzero_ps();
       int64_t k = 0;
+      constexpr int64_t kLine = 64 / sizeof(E);  // elements per cache line
       for (; k + 8 <= a.K; k += 8) {
+        if (k % kLine == 0)  // the next row group's line, one tile ahead (see matmul_kquant_x86.inc.h)
+          for (int i = 0; i < R; ++i) _mm_prefetch(reinterpret_cast<const char*>(w[i] + k + R * a.K), _MM_HINT_T0);
         __m256 wv[R];
         for (int i = 0; i < R; ++i) wv[i] = T::load8(w[i] + k);
         for (int j = 0; j < C; ++j) {
