@@ -40,15 +40,12 @@ struct DevLayer {
   const float *b_gate = nullptr, *b_up = nullptr, *b_down = nullptr, *post_ffn_norm = nullptr;
 };
 
-// Device pages of the offloaded layers for one host KVCache. Shared with the cache's copy hook,
-// so whichever of executor and cache goes last frees it.
+// Device pages of the offloaded layers for one host KVCache (owned by that cache's copy hook).
 struct DeviceKv {
   std::vector<DeviceBuffer> layer;  // by offloaded layer index (il - first)
   std::vector<int> group;           // group of each offloaded layer
   size_t page_stride = 0;
   int64_t pages[2] = {0, 0};
-  DType type = DType::F16;
-  int page_size = 0;
 
   void copy_page(int g, int32_t src, int32_t dst) const {
     for (size_t i = 0; i < layer.size(); ++i) {
@@ -59,6 +56,13 @@ struct DeviceKv {
     }
   }
 };
+
+// Copy-on-write and fork copy pages in the host cache; the hook repeats each copy on the device.
+// The hook owns the device pages, so they live exactly as long as the host cache (the executor
+// only holds them weakly, by cache address).
+void install_copy_hook(KVCache& kv, std::shared_ptr<DeviceKv> d) {
+  kv.copy_page_hook = [d = std::move(d)](int g, int32_t src, int32_t dst) { d->copy_page(g, src, dst); };
+}
 
 class CudaLayerExecutor final : public LayerExecutor {
  public:
@@ -75,7 +79,7 @@ class CudaLayerExecutor final : public LayerExecutor {
  private:
   const float* upload_vector(const Vector& v);
   DevMatrix upload_matrix(const Matrix& m);
-  DeviceKv& device_kv(KVCache& kv);
+  std::shared_ptr<DeviceKv> device_kv(KVCache& kv);
   void layer(int il, int T, const DeviceKv& dkv, const KVCache& kv);
   void mm(const DevMatrix& w, const float* x, int T, float* y);
 
@@ -92,9 +96,8 @@ class CudaLayerExecutor final : public LayerExecutor {
   DeviceBuffer x_, h_, out_, q_, k_, v_, attn_, gate_, up_, rope_table_[2], pos_, table_off_[2], tables_;
   std::vector<float> host_rope_[2];
   std::vector<int32_t> host_tables_, host_off_[2];
-  // Device pages per host cache (one cache is the common case; a few are kept).
-  std::map<const KVCache*, std::shared_ptr<DeviceKv>> kvs_;
-  std::vector<const KVCache*> kv_order_;
+  // Device pages per live host cache.
+  std::map<const KVCache*, std::weak_ptr<DeviceKv>> kvs_;
 };
 
 CudaLayerExecutor::CudaLayerExecutor(const OffloadRequest& r, int n, const std::string& device)
@@ -167,42 +170,31 @@ DevMatrix CudaLayerExecutor::upload_matrix(const Matrix& m) {
   return d;
 }
 
-DeviceKv& CudaLayerExecutor::device_kv(KVCache& kv) {
+std::shared_ptr<DeviceKv> CudaLayerExecutor::device_kv(KVCache& kv) {
   const KVCacheConfig& kc = kv.config();
   const size_t stride = static_cast<size_t>(kc.n_kv_heads) * kc.page_size * (kv.k_row_bytes() + kv.v_row_bytes());
   auto it = kvs_.find(&kv);
   if (it != kvs_.end()) {
-    const DeviceKv& d = *it->second;
-    if (d.page_stride == stride && d.pages[0] == kv.pages_total(0) && d.pages[1] == kv.pages_total(1) &&
-        d.type == kv.dtype() && d.page_size == kv.page_size())
-      return *it->second;
-    kvs_.erase(it);  // a different cache at a reused address
-    kv_order_.erase(std::find(kv_order_.begin(), kv_order_.end(), &kv));
+    // Alive means this very cache: its hook is the pages' owner and dies with it.
+    if (std::shared_ptr<DeviceKv> d = it->second.lock()) return d;
+    kvs_.erase(it);
   }
+  for (auto e = kvs_.begin(); e != kvs_.end();) e = e->second.expired() ? kvs_.erase(e) : std::next(e);
   if (!kv_type_supported(kv.dtype()))
     throw InvalidRequestError(std::string("CUDA: KV cache type ") + dtype_name(kv.dtype()) + " is not supported on the GPU");
-  if (kv_order_.size() >= 2) {  // keep the two most recent caches' pages
-    kvs_.erase(kv_order_.front());
-    kv_order_.erase(kv_order_.begin());
-  }
   auto d = std::make_shared<DeviceKv>();
   d->page_stride = stride;
   d->pages[0] = kv.pages_total(0);
   d->pages[1] = kv.pages_total(1);
-  d->type = kv.dtype();
-  d->page_size = kv.page_size();
   for (int il = first_; il < c_.n_layer; ++il) {
     const int g = kv.group_of(il);
     d->group.push_back(g);
     d->layer.emplace_back(stride * static_cast<size_t>(d->pages[g]),
                           "the KV cache of the GPU layers (load with a smaller n_gpu_layers or kv_memory)");
   }
-  std::weak_ptr<DeviceKv> weak = d;
-  kv.copy_page_hook = [weak](int g, int32_t src, int32_t dst) {
-    if (auto p = weak.lock()) p->copy_page(g, src, dst);
-  };
-  kv_order_.push_back(&kv);
-  return *(kvs_[&kv] = std::move(d));
+  install_copy_hook(kv, d);
+  kvs_[&kv] = d;
+  return d;
 }
 
 void CudaLayerExecutor::mm(const DevMatrix& w, const float* x, int T, float* y) {
@@ -215,7 +207,8 @@ void CudaLayerExecutor::run(const Batch& batch, KVCache& kv, float* x) {
   if (T > max_tokens_)
     throw InvalidRequestError("CUDA: batch of " + std::to_string(T) + " tokens exceeds max_batch_tokens = " +
                               std::to_string(max_tokens_));
-  DeviceKv& dkv = device_kv(kv);
+  const std::shared_ptr<DeviceKv> dkv_owner = device_kv(kv);
+  const DeviceKv& dkv = *dkv_owner;
 
   // Page tables of the batch's sequences, per group, flattened; each token points at its own.
   host_tables_.clear();
