@@ -79,9 +79,11 @@ def _size(ctx, param, value):
 @click.option("--engine-factory", default=None, hidden=True, metavar="MODULE:CALLABLE",
               help="Build the engine with CALLABLE(ServerConfig) instead of edgellm.AsyncLLM; "
                    "MODULE.SamplingParams, if any, replaces edgellm's (tests, other engines).")
+@click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", default=0, show_default=True, type=click.IntRange(-1, None),
+              help="Last layers to run on a CUDA GPU (-1 = all); without one, a warning and the CPU.")
 def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_size, kv_memory,
             threads, timeout, chat_template, alias, max_batch_tokens, shutdown_grace, log_level,
-            engine_factory):
+            engine_factory, n_gpu_layers):
     """Serve MODEL (a .gguf path or a known model name) over an OpenAI-compatible HTTP API.
 
     Sampling parameters a request leaves out take edgellm's (llama.cpp's) defaults, as
@@ -99,7 +101,7 @@ def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_s
         api_key=_read_key(api_key, api_key_file), parallel=parallel, max_queue=max_queue,
         ctx_size=ctx_size, kv_memory=kv_memory, threads=threads, timeout=timeout or None,
         chat_template=chat_template, max_batch_tokens=max_batch_tokens,
-        shutdown_grace=shutdown_grace)
+        shutdown_grace=shutdown_grace, n_gpu_layers=n_gpu_layers)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     failure = []

@@ -35,6 +35,7 @@ class ServerConfig:
     chat_template: Optional[str] = None
     max_batch_tokens: int = 512
     shutdown_grace: float = 5.0        # seconds in-flight requests get after SIGTERM
+    n_gpu_layers: int = 0              # last layers on a CUDA GPU (-1 = all); README "CUDA"
 
     @property
     def model_id(self) -> str:

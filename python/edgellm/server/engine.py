@@ -36,6 +36,7 @@ def default_loader(config: ServerConfig):
         max_seqs=config.parallel,
         max_batch_tokens=config.max_batch_tokens,
         chat_template=config.chat_template,
+        n_gpu_layers=config.n_gpu_layers,
     )
 
 
