@@ -259,3 +259,22 @@ sp ::= | " " | "\n" [ \t]{0,20}
         assert g.accepts(s), s
     for s in ['{"a" 1}', '[1]', '{"a": 01}', '{"a": "\x01"}']:
         assert not g.accepts(s), s
+
+
+@pytest.mark.parametrize("make,text", [
+    (Grammar.from_gbnf, "root ::= " + "(" * 100000 + '"a"' + ")" * 100000),
+    (Grammar.from_gbnf, 'root ::= "a"' + "*" * 100000),
+    (Grammar.from_regex, "(" * 100000 + "a" + ")" * 100000),
+    (Grammar.from_regex, "a" + "?" * 100000),
+    (Grammar.from_json_schema, '{"items":' * 100000 + "{}" + "}" * 100000),
+])
+def test_pathological_nesting_is_an_error_not_a_crash(make, text):
+    with pytest.raises(core.InvalidRequestError, match="deeper|in a row"):
+        make(text)
+
+
+def test_long_rule_chains_compile():
+    n = 20000  # deep chain of rules: checked without native recursion
+    text = "root ::= r0\n" + "".join(f'r{i} ::= r{i + 1} | "x"\n' for i in range(n)) + f'r{n} ::= "y"\n'
+    g = Grammar.from_gbnf(text)
+    assert g.accepts("x") and g.accepts("y") and not g.accepts("z")

@@ -11,6 +11,8 @@
 namespace edgellm::grammar {
 namespace {
 
+constexpr int kMaxNesting = 256;  // parentheses; deeper input is refused, not a stack overflow
+
 class GbnfParser {
  public:
   explicit GbnfParser(std::string_view text) : s_(text) {}
@@ -96,6 +98,7 @@ class GbnfParser {
   }
 
   GrammarNode parse_alternation(int depth) {
+    if (depth > kMaxNesting) fail("groups nested deeper than " + std::to_string(kMaxNesting));
     std::vector<GrammarNode> alts;
     alts.push_back(parse_sequence(depth));
     while (peek() == '|') {
@@ -122,7 +125,8 @@ class GbnfParser {
   }
 
   GrammarNode parse_postfix(GrammarNode item) {
-    for (;;) {
+    for (int stacked = 0;; ++stacked) {
+      if (stacked > kMaxNesting) fail("more than " + std::to_string(kMaxNesting) + " repetition operators in a row");
       const char c = peek();
       int32_t min, max;
       if (c == '*') {

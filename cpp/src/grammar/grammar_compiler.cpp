@@ -3,7 +3,6 @@
 // checked for undefined rules and left recursion (which would make the automaton's closure
 // push frames forever).
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <unordered_map>
 
@@ -286,13 +285,18 @@ class GrammarCompiler {
           edges[r].emplace_back(el[p].value, el[p + 1].kind == GrammarElement::kEnd);
           if (!nullable[el[p].value]) break;
         }
-    std::vector<int32_t> seen(n, -1);
-    std::function<bool(int32_t, int32_t, int32_t)> reaches = [&](int32_t from, int32_t target, int32_t mark) {
-      if (from == target) return true;
-      if (seen[from] == mark) return false;
-      seen[from] = mark;
-      for (const auto& [to, tail] : edges[from])
-        if (reaches(to, target, mark)) return true;
+    // Iterative search: a long chain of rules must not exhaust the native stack.
+    std::vector<int32_t> seen(n, -1), todo;
+    auto reaches = [&](int32_t from, int32_t target, int32_t mark) {
+      todo.assign(1, from);
+      while (!todo.empty()) {
+        const int32_t r = todo.back();
+        todo.pop_back();
+        if (r == target) return true;
+        if (seen[r] == mark) continue;
+        seen[r] = mark;
+        for (const auto& e : edges[r]) todo.push_back(e.first);
+      }
       return false;
     };
     int32_t mark = 0;

@@ -45,8 +45,10 @@ class RegexParser {
   }
 
  private:
+  static constexpr int kMaxNesting = 256;  // groups; deeper input is refused, not a stack overflow
   std::string_view s_;
   size_t pos_ = 0;
+  int depth_ = 0;
 
   char peek(size_t ahead = 0) const { return pos_ + ahead < s_.size() ? s_[pos_ + ahead] : '\0'; }
   bool at_end() const { return pos_ >= s_.size(); }
@@ -118,7 +120,8 @@ class RegexParser {
   }
 
   GrammarNode parse_quantifiers(GrammarNode atom) {
-    for (;;) {
+    for (int stacked = 0;; ++stacked) {
+      if (stacked > kMaxNesting) fail("more than " + std::to_string(kMaxNesting) + " quantifiers in a row");
       int32_t min, max;
       const char c = peek();
       if (c == '*') {
@@ -232,7 +235,9 @@ class RegexParser {
           fail("lookaround and inline flags are not supported");
         }
       }
+      if (++depth_ > kMaxNesting) fail("groups nested deeper than " + std::to_string(kMaxNesting));
       GrammarNode inner = parse_alternation();
+      --depth_;
       if (peek() != ')') fail("missing ')'");
       ++pos_;
       return inner;
