@@ -10,6 +10,7 @@ void fill_avx2_matmul_legacy(KernelTable& t);
 void fill_avx2_matmul_kquant(KernelTable& t);
 void fill_avx2_matmul_float(KernelTable& t);
 void fill_avx2_float_ops(KernelTable& t);
+void fill_avx2_attention(KernelTable& t);
 
 void fill_avx2_table(KernelTable& t) {
   fill_avx2_quantize(t);
@@ -17,6 +18,7 @@ void fill_avx2_table(KernelTable& t) {
   fill_avx2_matmul_kquant(t);
   fill_avx2_matmul_float(t);
   fill_avx2_float_ops(t);
+  fill_avx2_attention(t);
 }
 
 }  // namespace edgellm::kernels

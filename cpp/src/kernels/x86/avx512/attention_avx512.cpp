@@ -1,0 +1,6 @@
+// Paged attention for the avx512 table (body in kernels/x86/attention_x86.inc.h).
+#include "kernels/x86/attention_x86.inc.h"
+
+namespace edgellm::kernels {
+void fill_avx512_attention(KernelTable& t) { t.paged_attention = paged_attention_x86; }
+}  // namespace edgellm::kernels
