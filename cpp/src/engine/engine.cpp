@@ -209,6 +209,28 @@ void Engine::eval_logits(const std::vector<int32_t>& ids, float* out) {
 
 void Engine::do_eval(const std::vector<int32_t>& ids, float* out) {
   const int32_t n = static_cast<int32_t>(ids.size());
+  if (!model_->kv_tied_to_serving_cache()) {
+    // eval_logits is the scoring API (perplexity, log-prob research): it runs at full KV precision
+    // in a private F32 cache sized for this call, so its results depend neither on kv_type nor on
+    // what the serving pool holds. GPU layers keep their KV in device pages that mirror the
+    // serving cache's page ids, so with offload the serving pool's eval slot is used instead.
+    KVCacheConfig kc = kv_->config();
+    kc.dtype = DType::F32;
+    kc.max_seqs = 1;
+    kc.pages_full = ceil_div(n, kc.page_size);
+    kc.pages_window = kv_->has_window_group() ? kc.pages_full : 0;
+    KVCache kv(kc);
+    Batch b;
+    for (int32_t start = 0; start < n; start += cfg_.max_batch_tokens) {
+      const int32_t end = std::min(n, start + cfg_.max_batch_tokens);
+      kv.reserve(0, end);
+      b.clear();
+      for (int32_t p = start; p < end; ++p) b.add(ids[p], p, 0, true);
+      model_->forward(b, kv, out + static_cast<size_t>(start) * n_vocab_);
+      kv.set_n_positions(0, end);
+    }
+    return;
+  }
   kv_->release(eval_slot_);
   try {
     Batch b;

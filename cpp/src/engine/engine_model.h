@@ -21,6 +21,9 @@ class EngineModel {
   virtual KVCacheConfig kv_geometry() const = 0;
   // Batch.pos of each sequence continues where its KV ends; pages are reserved by the caller.
   virtual void forward(const Batch& batch, KVCache& kv, float* logits) = 0;
+  // True when some layers keep their KV in device pages mirroring the serving cache's page ids:
+  // forward() may then only be given the serving cache.
+  virtual bool kv_tied_to_serving_cache() const { return false; }
 };
 
 class EngineVocab {

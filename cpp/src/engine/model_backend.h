@@ -15,6 +15,7 @@ class ModelBackend : public EngineModel {
   int32_t context_length() const override { return model_->config().n_ctx_train; }
   KVCacheConfig kv_geometry() const override { return model_->kv_config(); }
   void forward(const Batch& batch, KVCache& kv, float* logits) override { model_->forward(batch, kv, logits); }
+  bool kv_tied_to_serving_cache() const override { return model_->gpu_layers() != 0; }
   const std::shared_ptr<Model>& model() const { return model_; }
 
  private:
