@@ -2,6 +2,8 @@
 
 #include "common/cpu_features.h"
 
+#include <chrono>
+
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #define EDGELLM_CPU_RELAX() _mm_pause()
@@ -14,10 +16,18 @@
 namespace edgellm {
 namespace {
 
-// How long a waiting worker polls before it sleeps. Ops of one forward pass follow each other
-// within microseconds, so a short spin saves a futex round trip per op; spinning much longer
-// would steal cores from other processes while the engine is idle.
-constexpr int kSpinRounds = 2048;
+// How a waiting worker passes the time until the next job. Ops of one forward pass follow each
+// other within microseconds, so it first polls with `pause` (no futex round trip per op); then
+// it keeps polling but yields the core between polls, because on a machine with more runnable
+// threads than cores a pure spin would take the core from the very thread that is about to
+// publish the next job (or from a worker still inside one); after that it sleeps, so an idle
+// engine burns no CPU.
+constexpr int kSpinRounds = 256;
+constexpr auto kYieldFor = std::chrono::microseconds(300);
+
+// How long the caller polls with `pause` for the last tasks of a job before it yields between
+// polls (a worker holding the last task may be waiting for this very core).
+constexpr int kCallerSpinRounds = 1024;
 
 // Set while a thread executes a task of some pool: a nested run() then runs inline.
 thread_local bool t_in_task = false;
@@ -71,6 +81,10 @@ void ThreadPool::worker_loop(int thread) {
       gen = generation_.load();
     }
     if (!fresh(gen)) {
+      const auto until = std::chrono::steady_clock::now() + kYieldFor;
+      while (!fresh(gen = generation_.load()) && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    }
+    if (!fresh(gen)) {
       std::unique_lock<std::mutex> lock(wake_mutex_);
       sleepers_.fetch_add(1);
       wake_.wait(lock, [&] { return fresh(generation_.load()) || stop_.load(); });
@@ -119,7 +133,7 @@ void ThreadPool::run_job(int64_t n_tasks, TaskFn fn, void* ctx) {
   }
   work(0);
   for (int i = 0; tasks_done_.load(std::memory_order_acquire) < n_tasks; ++i) {
-    if (i < (1 << 16)) EDGELLM_CPU_RELAX();
+    if (i < kCallerSpinRounds) EDGELLM_CPU_RELAX();
     else std::this_thread::yield();
   }
   if (error_) {

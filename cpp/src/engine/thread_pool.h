@@ -1,7 +1,8 @@
 // A persistent pool of worker threads for the forward pass. The caller is thread 0 and works
 // too; workers 1..n-1 wait for the next job by spinning briefly (the next op of a forward pass
-// usually follows within microseconds) and then sleeping on a condition variable (so an idle
-// engine burns no CPU). One job runs at a time; `run` returns when every task is done.
+// usually follows within microseconds), then polling with a yield between polls (so on a loaded
+// machine they hand the core to whoever has work) and then sleeping on a condition variable (so
+// an idle engine burns no CPU). One job runs at a time; `run` returns when every task is done.
 //
 // Completion counts tasks, not threads: a worker that is late (asleep, or preempted on a busy
 // machine) is simply not waited for — whoever is present takes the tasks, so n threads are
