@@ -27,8 +27,8 @@ N_PREDICT = "32"
 
 def _env(tmp_path, term_type="xterm"):
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "python"), env.get("PYTHONPATH")]))
-    if env.get("EDGELLM_BUILD_DIR"):
+    if env.get("EDGELLM_BUILD_DIR"):  # a development build: the package comes from the checkout
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "python"), env.get("PYTHONPATH")]))
         env["EDGELLM_BUILD_DIR"] = os.path.abspath(env["EDGELLM_BUILD_DIR"])
     env["EDGELLM_HISTORY"] = str(tmp_path / "history")
     env["TERM"] = term_type

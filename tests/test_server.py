@@ -43,8 +43,10 @@ class ServerProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.headers = {"Authorization": f"Bearer {api_key}"}
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "python"),
-                                                          env.get("PYTHONPATH")]))
+        if env.get("EDGELLM_BUILD_DIR"):  # a development build: the package comes from the checkout
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "python"),
+                                                              env.get("PYTHONPATH")]))
+            env["EDGELLM_BUILD_DIR"] = os.path.abspath(env["EDGELLM_BUILD_DIR"])
         self.log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"edgellm-serve-{self.port}.log",
                         "w+")
         self.proc = subprocess.Popen(

@@ -669,8 +669,12 @@ def _serve(*args, **env_vars):
 
     root = Path(__file__).resolve().parent.parent
     env = dict(os.environ, **env_vars)
-    env["PYTHONPATH"] = os.pathsep.join([str(root / "python"), str(root / "tests"),
-                                         env.get("PYTHONPATH", "")])
+    # tests/ for the stand-in engine; python/ only for a development build (an installed package
+    # carries its compiled _core, the checkout does not)
+    paths = [str(root / "python")] if env.get("EDGELLM_BUILD_DIR") else []
+    env["PYTHONPATH"] = os.pathsep.join(paths + [str(root / "tests"), env.get("PYTHONPATH", "")])
+    if env.get("EDGELLM_BUILD_DIR"):
+        env["EDGELLM_BUILD_DIR"] = os.path.abspath(env["EDGELLM_BUILD_DIR"])
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "edgellm", "serve", "fake.gguf", "--port", str(port),
