@@ -222,9 +222,12 @@ def test_batched_logprobs_equal_single_stream(smollm):
     for a, b in zip(alone.logprobs, batch.logprobs):
         assert [t.token_id for t in a.top_logprobs] == [t.token_id for t in b.top_logprobs]
         assert a.logprob == pytest.approx(b.logprob, abs=1e-4)
-    # the chosen token's log-prob is the top one under greedy, and matches eval_logits
-    ids = smollm.tokenize(_BASE[0])
-    rows = smollm.eval_logits(ids + alone.token_ids[:-1])
+    # the chosen token's log-prob is the top one under greedy, and matches eval_logits (which
+    # scores with an F32 KV cache: compare generation on an F32 serving cache)
+    with LLM(smollm.model_path, n_threads=N_THREADS, kv_type="f32") as f32:
+        alone = f32.generate(_BASE[0], params)
+        ids = f32.tokenize(_BASE[0])
+        rows = f32.eval_logits(ids + alone.token_ids[:-1])
     for i, lp in enumerate(alone.logprobs):
         row = rows[len(ids) - 1 + i].astype(np.float64)
         ref = row - row.max() - np.log(np.exp(row - row.max()).sum())
