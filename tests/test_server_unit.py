@@ -11,7 +11,7 @@ import json
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Union
 
 import httpx
@@ -26,75 +26,19 @@ from edgellm.server import ServerConfig, create_app  # noqa: E402
 from edgellm.server import protocol  # noqa: E402
 from edgellm.server.errors import APIError  # noqa: E402
 from edgellm.server.metrics import Histogram  # noqa: E402
+from edgellm.llm import CompletionChunk, TokenLogprob, TopLogprob, Usage  # noqa: E402
+import edgellm.llm  # noqa: E402
 
 
 # --- a stand-in engine -------------------------------------------------------------------------
 
 @dataclass
-class SamplingParams:
-    max_tokens: Optional[int] = 128
-    min_tokens: int = 0
-    temperature: float = 0.8
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    typical_p: float = 1.0
-    repetition_penalty: float = 1.0
-    repeat_last_n: int = 64
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    logit_bias: Optional[Dict[int, float]] = None
-    seed: Optional[int] = None
-    stop: Union[None, str, List[str]] = None
-    stop_token_ids: Optional[List[int]] = None
-    ignore_eos: bool = False
-    logprobs: Optional[int] = None
-    prompt_logprobs: Optional[int] = None
-    n: int = 1
-    json_schema: Union[None, dict, str] = None
-    grammar: Optional[str] = None
-    regex: Optional[str] = None
-    response_format: Optional[dict] = None
+class SamplingParams(edgellm.llm.SamplingParams):
+    """The real parameters, checked against the stand-in's 1000-token vocabulary."""
 
     def __post_init__(self):
         if self.top_k > 1000:
             raise edgellm.InvalidRequestError(f"top_k {self.top_k} exceeds n_vocab 1000")
-
-
-@dataclass
-class TopLogprob:
-    token_id: int
-    token: str
-    logprob: float
-    bytes: List[int]
-
-
-@dataclass
-class TokenLogprob:
-    token_id: int
-    token: str
-    logprob: float
-    bytes: List[int]
-    top_logprobs: List[TopLogprob]
-
-
-@dataclass
-class Usage:
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-    cached_tokens: int = 0
-
-
-@dataclass
-class CompletionChunk:
-    text: str
-    token_ids: List[int]
-    index: int = 0
-    logprobs: Optional[List[TokenLogprob]] = None
-    finish_reason: Optional[str] = None
-    usage: Optional[Usage] = None
-    timings: Optional[Dict[str, float]] = None
 
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
