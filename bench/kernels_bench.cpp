@@ -9,13 +9,16 @@
 //
 // Build (after scripts/dev-build.sh build/<dir>):
 //   g++ -O2 -std=c++17 -Icpp/src bench/kernels_bench.cpp build/<dir>/libedgellm_core.a -lpthread -o /tmp/kb
-//   /tmp/kb [table ...]   tables: avx512, avx512-vl256, avx2, scalar (default: all this CPU runs;
-//                         scalar is measured for decode only)
+//   /tmp/kb [table ...] [type ...]   tables: avx512, avx512-vl256, avx512-kq256, avx2, scalar (default:
+//                         all this CPU runs; scalar is measured for decode only); types: Q4_0 .. F16
+//                         (default: all). avx512-vl256 / avx512-kq256 are the AVX-512 table with the
+//                         256-bit legacy / K-quant matmul, kept to re-measure the 512-bit forms.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
 #include <thread>
@@ -32,6 +35,7 @@ using Clock = std::chrono::steady_clock;
 #if defined(__x86_64__)
 namespace edgellm::kernels {
 void fill_avx512_matmul_legacy_vl256(KernelTable& t);  // x86/avx512/matmul_legacy_avx512.cpp
+void fill_avx512_matmul_kquant_vl256(KernelTable& t);  // x86/avx512/matmul_kquant_avx512.cpp
 }
 #endif
 
@@ -146,7 +150,7 @@ Timing time_matmul(const kernels::KernelTable& t, DType wt, int64_t K, int64_t r
 int main(int argc, char** argv) {
   // Tables to compare; "avx512-vl256" is the AVX-512 table with the 256-bit legacy-block matmul,
   // kept to re-measure the choice of the 512-bit block-pair form.
-  static kernels::KernelTable vl256;
+  static kernels::KernelTable vl256, kq256;
   std::vector<Variant> all;
   for (kernels::Isa isa : {kernels::Isa::Avx512, kernels::Isa::Avx2, kernels::Isa::Scalar})
     if (const kernels::KernelTable* t = kernels::table_for(isa)) {
@@ -156,17 +160,23 @@ int main(int argc, char** argv) {
         vl256 = *t;
         kernels::fill_avx512_matmul_legacy_vl256(vl256);
         all.push_back({"avx512-vl256", &vl256});
+        kq256 = *t;
+        kernels::fill_avx512_matmul_kquant_vl256(kq256);
+        all.push_back({"avx512-kq256", &kq256});
       }
 #endif
     }
+  const DType all_types[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F16};
   std::vector<Variant> variants;
-  for (const Variant& v : all) {
-    bool wanted = argc == 1;
-    for (int i = 1; i < argc; ++i) wanted |= v.name == argv[i];
-    if (wanted) variants.push_back(v);
-  }
-
-  const DType types[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F16};
+  std::vector<DType> types;
+  for (const Variant& v : all)
+    for (int i = 1; i < argc; ++i)
+      if (v.name == argv[i]) variants.push_back(v);
+  for (DType wt : all_types)
+    for (int i = 1; i < argc; ++i)
+      if (std::string(dtype_name(wt)) == argv[i]) types.push_back(wt);
+  if (variants.empty()) variants = all;
+  if (types.empty()) types.assign(std::begin(all_types), std::end(all_types));
   const int64_t shapes[][2] = {{576, 1536}, {2048, 2048}, {896, 4864}, {2048, 8192}};
   const size_t kPoolBytes = 256u << 20;  // well above the L3 the weights would otherwise sit in
   std::mt19937 rng(1);

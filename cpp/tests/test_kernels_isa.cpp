@@ -2,7 +2,7 @@
 // aarch64 or under qemu-aarch64), entry by entry, against the generic scalar table:
 //
 // - matmul for every weight type: random valid blocks (random levels, fp16 scales of both signs),
-//   odd row counts and row sub-ranges [r0, r1), ncols 1..8 (decode and prefill tiles):
+//   odd row counts and row sub-ranges [r0, r1), ncols 1..8 (1..9 and several K for K-quants):
 //   |y_simd − y_scalar| ≤ 1e-5 · Σ|w·x| over the dequantized operands, rows and padding outside
 //   [r0, r1) untouched; then all-extreme levels (no int16 saturation) and the production path
 //   with the table's own activation quantizer;
@@ -187,6 +187,12 @@ void test_matmul(const KernelTable& t, std::mt19937& rng) {
   // Float weights have no block size: K that is not a multiple of the vector width.
   for (DType wt : kFloatWeights)
     for (int64_t K : {1, 7, 13, 37}) check_matmul(t, wt, K, 9, 5, 1, 8, rng);
+  // K-quants: the AVX-512 table has its own tile runner with column groups wider than 4 (up to
+  // 8) and per-super-block state, so sweep every column count 1..9 (full groups plus each
+  // remainder width), several super-block counts, and row ranges that leave row remainders.
+  for (DType wt : kKWeights)
+    for (int64_t nsb : {1, 3, 4})
+      for (int ncols = 1; ncols <= 9; ++ncols) check_matmul(t, wt, nsb * QK_K, 13, ncols, 2, 13, rng);
   // The production path: activations quantized by the same table.
   for (DType wt : {DType::Q4_0, DType::Q4_1, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F16})
     check_matmul(t, wt, 512, 7, 3, 0, 7, rng, &t);
