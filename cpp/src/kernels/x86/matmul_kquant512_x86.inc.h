@@ -2,26 +2,33 @@
 // Only the AVX-512 unit includes this file; Q2_K / Q3_K stay on the 256-bit body of
 // matmul_kquant_x86.inc.h (rare formats, not worth a second body).
 //
-// Same arithmetic as the 256-bit form — per super-block and (row, column) an exact int32
-//   isum = Σ_sub scale_sub · Σ_{i∈sub} u_i · x_i
-// then y += d_w·d_x·isum − dmin'·d_x·Σ_k min'_k·bsum_k in f32 — with three changes that cut the
-// vector instructions per (row, column, super-block) from ~24 to ~12:
+// Same result as the 256-bit form — per super-block and (row, column) exact int32 dots of
+// 16-element groups, then y += d_x·Σ_m (d·scale_m·dot_m − dmin'·min'_m·bsum_m) in f32 — with
+// the int8 work in one vpdpbusd per 64 products instead of vpmaddubsw + vpdpwssd per 32:
 //
-// 1. One zmm holds 64 consecutive quants ("group" g = elements 64g..64g+63, two 32-element
-//    sub-blocks of Q4_K/Q5_K or four 16-element ones of Q6_K), unpacked once per row and reused
-//    for every column of the tile: one vpmaddubsw (u8 × s8 → int16 pairs) plus one vpdpwssd
-//    with a per-128-bit-lane scale vector accumulates 64 products, 4 pairs per super-block.
-// 2. The scale vectors come from one permute of a per-row int32 table (each sub-block scale
-//    duplicated into both int16 halves of a dword) instead of per-sub-block broadcasts.
-// 3. The min term needs no integer work per (row, column): per row, fmin_k = −dmin'·min'_k
-//    (16 floats, one per 16-element activation sum); per column, fb_k = d_x·bsum_k; their
-//    product goes into the same 16-lane float accumulator as the main term with one FMA (only
-//    the accumulator's horizontal sum is the result, so both terms can share its lanes).
+// * Lane-major order. vpdpbusd sums 4 adjacent byte products into a dword, so one accumulator
+//   can serve a whole super-block only if every dword lane m always sees elements of the same
+//   scale. Both operands are therefore loaded in a permuted order: register g (0..3), dword m
+//   (0..15) holds elements 16m+4g .. 16m+4g+3. Lane m then accumulates exactly the 16 elements
+//   16m..16m+15 — activation sum bsum_m, and one scale in every K-quant (Q6_K: scale m; Q4_K /
+//   Q5_K: sub-block m/2). The activation side is a fixed transpose, done once per call for all
+//   columns into a per-thread scratch buffer (prepare_columns); the weight side is one dword
+//   permute of the packed quants per register, then the usual nibble / high-bit unpacking,
+//   reused for the C columns of a tile.
+// * Scales in f32 per lane. dsc_m = d·scale_m and fmin_m = −dmin'·min'_m are 16-lane vectors
+//   per row, so a (row, column) pair costs 4 vpdpbusd + cvt + mul + 2 FMA per super-block. The
+//   min term shares the main term's accumulator lanes (only their horizontal sum is the result).
+//   Q6_K's min is 32·scale with the same d: it is folded into the integer accumulator instead
+//   (initialised to −32·bsum_m per column), one FMA fewer.
 //
 // Tiles are R rows × C columns with C up to kCols (its own runner: run_tiles' 4-column
-// grouping is shared with the other matmuls); decode (one column) keeps R-row tiles and the
-// one-tile-ahead prefetch of the next row group.
+// grouping is shared with the other matmuls; wider column groups amortize the per-row unpacking,
+// which costs about as much as the dots of 4 columns); decode (one column) keeps R-row tiles and
+// the one-tile-ahead prefetch of the next row group.
 #pragma once
+#include <cstddef>
+#include <vector>
+
 #include "kernels/x86/matmul_kquant_x86.inc.h"
 
 // GCC 12's AVX-512 insert/convert intrinsics start from _mm512_undefined_*() and trip its own
@@ -32,108 +39,171 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
+// The tile body must become straight-line code over registers: GCC otherwise keeps a call to the
+// row unpacking and leaves the R×C accumulator array in memory, rolled over i (measured: ~25%
+// slower). `flatten` inlines every call in the tile, the pragmas fully unroll its loops.
+#define EDGELLM_K512_FLATTEN __attribute__((flatten))
+#define EDGELLM_K512_UNROLL _Pragma("GCC unroll 16")
+
 namespace edgellm::kernels {
 namespace {
 
-// One super-block's per-row constants.
-struct KRow512 {
-  __m512i sc32;  // dword k (0..15): the scale of activation elements 16k..16k+15, in both int16 halves
-  __m512 fmin;   // lane k: −dmin'·min'_k, the weight of bsum k
-  float d;
+// Dword-lane constant vector, lane m = f(m).
+template <class F>
+inline __m512i lanes32(F f) {
+  alignas(64) int32_t v[16];
+  EDGELLM_K512_UNROLL
+  for (int m = 0; m < 16; ++m) v[m] = f(m);
+  return _mm512_load_si512(v);
+}
+
+// One column's activations for one super-block, prepared once per matmul call (see prepare_columns).
+struct alignas(64) KCol512 {
+  int8_t q[4][64];  // register g, dword m: activation elements 16m+4g .. +3
+  union {
+    float fb[16];       // Q4_K / Q5_K: d_x·bsum_m (min term)
+    int32_t init[16];   // Q6_K: −32·bsum_m, the integer accumulator's start
+  };
+  float dx;
 };
 
-// The scale vector of group g: 128-bit lane L covers elements 64g+16L .. +15, i.e. dword 4g+L.
-inline __m512i group_scales(const KRow512& k, int g) {
-  return _mm512_permutexvar_epi32(_mm512_add_epi32(_mm512_set1_epi32(4 * g), _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0)),
-                                  k.sc32);
+// 64 activation dwords X (element order) → register g dword m = X[4m+g]. Two-source dword
+// permutes gather lanes 0..7 of two outputs from each half of the input, then 256-bit halves pair up.
+inline void transpose_act(const int8_t* qs, int8_t out[4][64]) {
+  const __m512i x0 = _mm512_loadu_si512(qs), x1 = _mm512_loadu_si512(qs + 64);
+  const __m512i x2 = _mm512_loadu_si512(qs + 128), x3 = _mm512_loadu_si512(qs + 192);
+  const __m512i ia = _mm512_set_epi32(29, 25, 21, 17, 13, 9, 5, 1, 28, 24, 20, 16, 12, 8, 4, 0);
+  const __m512i ib = _mm512_set_epi32(31, 27, 23, 19, 15, 11, 7, 3, 30, 26, 22, 18, 14, 10, 6, 2);
+  const __m512i ta = _mm512_permutex2var_epi32(x0, ia, x1), tb = _mm512_permutex2var_epi32(x0, ib, x1);
+  const __m512i tc = _mm512_permutex2var_epi32(x2, ia, x3), td = _mm512_permutex2var_epi32(x2, ib, x3);
+  _mm512_store_si512(out[0], _mm512_shuffle_i64x2(ta, tc, _MM_SHUFFLE(1, 0, 1, 0)));
+  _mm512_store_si512(out[1], _mm512_shuffle_i64x2(ta, tc, _MM_SHUFFLE(3, 2, 3, 2)));
+  _mm512_store_si512(out[2], _mm512_shuffle_i64x2(tb, td, _MM_SHUFFLE(1, 0, 1, 0)));
+  _mm512_store_si512(out[3], _mm512_shuffle_i64x2(tb, td, _MM_SHUFFLE(3, 2, 3, 2)));
 }
 
-// int32 lanes holding values in int16 range → the same value in both int16 halves.
-inline __m512i dup_low16(__m512i v) {
-  return _mm512_or_si512(_mm512_and_si512(v, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(v, 16));
+// Every column's super-blocks in KCol512 form, in this thread's scratch buffer (column-major:
+// column j, super-block b at [j·nb + b]). Done once per call instead of once per row group: the
+// transpose costs as much as the int8 dots of a few rows, and each thread of a parallel matmul
+// reads every column (it repeats the cheap preparation rather than waiting for the others).
+template <bool kMinTerm>
+const KCol512* prepare_columns(const MatmulArgs& a) {
+  static thread_local std::vector<KCol512> scratch;
+  const int64_t nb = a.K / QK_K;
+  const size_t n = static_cast<size_t>(nb * a.ncols);
+  if (scratch.size() < n) scratch.resize(n);
+  KCol512* out = scratch.data();
+  for (int64_t j = 0; j < a.ncols; ++j) {
+    const block_q8_K* x = act_row_k(a, j);
+    for (int64_t b = 0; b < nb; ++b) {
+      KCol512& col = out[j * nb + b];
+      transpose_act(x[b].qs, col.q);
+      col.dx = x[b].d;
+      const __m512i bs = _mm512_cvtepi16_epi32(load256(x[b].bsums));
+      if constexpr (kMinTerm)
+        _mm512_store_ps(col.fb, _mm512_mul_ps(_mm512_cvtepi32_ps(bs), _mm512_set1_ps(x[b].d)));
+      else
+        _mm512_store_si512(col.init, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(bs, 5)));
+    }
+  }
+  return out;
 }
 
-// 32 bytes at p in both 256-bit halves.
-inline __m512i bcast256(const uint8_t* p) {
-  return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+// One super-block of one weight row: quants in lane-major order plus per-lane f32 scales.
+struct KRow512 {
+  __m512i u[4];  // unsigned quants, same order as KCol512::q
+  __m512 dsc;    // d·scale_m
+  __m512 fmin;   // dmin'·min'_m, subtracted (unused by Q6_K)
+};
+
+// Q4_K / Q5_K: the 12 bytes of 6-bit scales and mins (same layout as unpack_scales_mins_k4, in
+// vector form: no scalar round trip) → per-lane f32, lane m: sub-block m/2. `s` points at the
+// scales; 16 bytes are read (the 4 after them are the block's quants). `dh`: the block, which
+// starts with the fp16 d and dmin.
+inline void scales_k4_512(const uint8_t* s, const void* dh, KRow512& k) {
+  static_assert(offsetof(block_q4_K, dmin) == 2 && offsetof(block_q5_K, dmin) == 2, "d, dmin first");
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));  // dwords s0-3, s4-7, s8-11
+  // dword 0: s0-3 & 63 (scales 0-3); 1: s8-11 & 15 | (s0-3 >> 6) << 4 (scales 4-7);
+  // dword 2: s4-7 & 63 (mins 0-3);   3: s8-11 >> 4 | (s4-7 >> 6) << 4 (mins 4-7).
+  const __m128i lo = _mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)), _mm_setr_epi32(0, 0, 0, 4));
+  const __m128i hi = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0)), 2),
+                                   _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+  const __m128i m = _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f);
+  const __m128i sm = _mm_ternarylogic_epi32(lo, m, hi, 0xEA);  // (lo & m) | hi
+  const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(sm, sm)));
+  const __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(sm, sm)));
+  uint32_t dd;
+  std::memcpy(&dd, dh, 4);
+  const __m512 d2 = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd))));  // d, dmin
+  k.dsc = _mm512_mul_ps(sc, _mm512_permutexvar_ps(_mm512_setzero_si512(), d2));
+  k.fmin = _mm512_mul_ps(mn, _mm512_permutexvar_ps(_mm512_set1_epi32(1), d2));
 }
 
-// Q4_K / Q5_K: 8 six-bit scales and mins (unpacked by unpack_scales_mins_k4, 16 bytes) → row constants.
-inline KRow512 row_k4_512(const uint8_t* scales, uint16_t d, uint16_t dmin) {
-  alignas(16) uint8_t sm[16];
-  unpack_scales_mins_k4(scales, sm);
-  const __m128i v = _mm_load_si128(reinterpret_cast<const __m128i*>(sm));
-  // Sub-block s covers two 16-element activation sums (2s, 2s+1): duplicate each byte.
-  const __m512i sc = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(v, v));
-  const __m512i mn = _mm512_cvtepu8_epi32(_mm_unpackhi_epi8(v, v));
-  KRow512 k;
-  k.sc32 = dup_low16(sc);
-  k.fmin = _mm512_mul_ps(_mm512_cvtepi32_ps(mn), _mm512_set1_ps(-half_to_float(dmin)));
-  k.d = half_to_float(d);
-  return k;
-}
-
-// Q4_K group g: the 32 bytes qs[32g..32g+31] hold elements 64g+l (low nibble) and 64g+32+l (high).
-inline __m512i nibbles_group(const uint8_t* qs, int g) {
-  const __m512i q = bcast256(qs + 32 * g);
-  const __m512i hi = _mm512_mask_srli_epi16(q, 0xFFFF0000u, q, 4);  // upper 256 bits: high nibbles
-  return _mm512_and_si512(hi, _mm512_set1_epi8(0x0F));
+// Q4_K / Q5_K nibbles: element 64c + 32h + l is nibble h of qs[32c + l]. Dword m = 4c + 2h + p of
+// register g holds elements 16m+4g.. = 64c + 32h + (16p + 4g).., i.e. nibble h of qs dword 8c + 4p + g.
+inline void nibbles_k4_512(const uint8_t* qs, __m512i u[4]) {
+  const __m512i q0 = _mm512_loadu_si512(qs), q1 = _mm512_loadu_si512(qs + 64);
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  EDGELLM_K512_UNROLL
+  for (int g = 0; g < 4; ++g) {
+    const __m512i idx = lanes32([g](int m) { return 8 * (m / 4) + 4 * (m % 2) + g; });
+    const __m512i q = _mm512_permutex2var_epi32(q0, idx, q1);
+    u[g] = _mm512_and_si512(_mm512_mask_srli_epi32(q, 0xCCCC, q, 4), low4);  // h = 1 lanes: high nibble
+  }
 }
 
 struct K4x512 {
   static constexpr DType kType = DType::Q4_K;
+  static constexpr bool kMinTerm = true;
   using Block = block_q4_K;
-  static KRow512 row(const Block& b) { return row_k4_512(b.scales, b.d, b.dmin); }
-  static __m512i group(const Block& b, int g) { return nibbles_group(b.qs, g); }
+  static void row(const Block& b, KRow512& k) {
+    scales_k4_512(b.scales, &b, k);
+    nibbles_k4_512(b.qs, k.u);
+  }
 };
 
 struct K5x512 {
   static constexpr DType kType = DType::Q5_K;
+  static constexpr bool kMinTerm = true;
   using Block = block_q5_K;
-  static KRow512 row(const Block& b) { return row_k4_512(b.scales, b.d, b.dmin); }
-  static __m512i group(const Block& b, int g) {
-    // 5th bit of element 64g+l is bit 2g of qh[l], of element 64g+32+l bit 2g+1.
-    const __m512i bits = _mm512_broadcast_i64x4(_mm256_set1_epi8(static_cast<char>(1 << (2 * g))));
-    const __m512i sel = _mm512_mask_slli_epi16(bits, 0xFFFF0000u, bits, 1);
-    const __mmask64 h = _mm512_test_epi8_mask(bcast256(b.qh), sel);
-    const __m512i u = nibbles_group(b.qs, g);
-    return _mm512_mask_add_epi8(u, h, u, _mm512_set1_epi8(16));
+  static void row(const Block& b, KRow512& k) {
+    scales_k4_512(b.scales, &b, k);
+    nibbles_k4_512(b.qs, k.u);
+    // 5th bit of element 64c + 32h + l: bit 2c + h of qh[l]; l = 16p + 4g + t → qh dword 4p + g.
+    const __m512i qh = _mm512_zextsi256_si512(load256(b.qh));
+    const __m512i bit = lanes32([](int m) { return 0x01010101 << (2 * (m / 4) + (m / 2) % 2); });
+    EDGELLM_K512_UNROLL
+    for (int g = 0; g < 4; ++g) {
+      const __m512i h = _mm512_permutexvar_epi32(lanes32([g](int m) { return 4 * (m % 2) + g; }), qh);
+      k.u[g] = _mm512_mask_add_epi8(k.u[g], _mm512_test_epi8_mask(h, bit), k.u[g], _mm512_set1_epi8(16));
+    }
   }
 };
 
 struct K6x512 {
   static constexpr DType kType = DType::Q6_K;
+  static constexpr bool kMinTerm = false;  // folded into KCol512::init
   using Block = block_q6_K;
-  static KRow512 row(const Block& b) {
-    const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
-    KRow512 k;
-    k.d = half_to_float(b.d);
-    k.sc32 = dup_low16(sc);
-    // u = q + 32: min'_k = 32·scale_k with dmin' = d.
-    k.fmin = _mm512_mul_ps(_mm512_cvtepi32_ps(sc), _mm512_set1_ps(-32.0f * k.d));
-    return k;
-  }
-  static __m512i group(const Block& b, int g) {
-    // Half h = g/2 (128 elements: ql[64h..], qh[32h..]); within it, for l < 32:
-    //   g even: elements l, 32+l   = low nibbles of ql[l], ql[32+l]  | qh[l] bits 0-1, 2-3
-    //   g odd:  elements 64+l, 96+l = high nibbles of ql[l], ql[32+l] | qh[l] bits 4-5, 6-7
-    // (llamacpp-internals §2.3). The two high bits go to bits 4-5 of each byte.
-    const int h = g / 2;
-    const __m512i ql = _mm512_loadu_si512(b.ql + 64 * h);
-    const __m512i qh = bcast256(b.qh + 32 * h);
-    const __m512i m30 = _mm512_set1_epi8(0x30);
-    __m512i lo, hb;
-    if (g % 2 == 0) {
-      lo = ql;
-      // bits 0-1 → 4-5 (shift left 4); bits 2-3 → 4-5 (shift left 2) for the upper 256 bits.
-      hb = _mm512_mask_slli_epi16(_mm512_slli_epi16(qh, 4), 0xFFFF0000u, qh, 2);
-    } else {
-      lo = _mm512_srli_epi16(ql, 4);
-      // bits 4-5 stay; bits 6-7 → 4-5 (shift right 2) for the upper 256 bits.
-      hb = _mm512_mask_srli_epi16(qh, 0xFFFF0000u, qh, 2);
+  static void row(const Block& b, KRow512& k) {
+    const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales))));
+    k.dsc = _mm512_mul_ps(sc, _mm512_set1_ps(half_to_float(b.d)));
+    k.fmin = _mm512_setzero_ps();
+    // Half H = m/8 holds elements 128H + e', e' = 32q + l (q = (m%8)/2, l = 16(m%2) + 4g + t):
+    // low 4 bits = nibble q/2 of ql[64H + 32(q%2) + l] (dword 16H + 8(q%2) + 4(m%2) + g),
+    // high 2 bits = bits 2q..2q+1 of qh[32H + l] (dword 8H + 4(m%2) + g), rotated to bits 4..5.
+    const __m512i l0 = _mm512_loadu_si512(b.ql), l1 = _mm512_loadu_si512(b.ql + 64);
+    const __m512i qh = _mm512_loadu_si512(b.qh);
+    const __m512i rot = lanes32([](int m) { return (4 - 2 * ((m % 8) / 2)) & 31; });
+    const __m512i low4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    EDGELLM_K512_UNROLL
+    for (int g = 0; g < 4; ++g) {
+      const __m512i il = lanes32([g](int m) { return 16 * (m / 8) + 8 * ((m % 8) / 2 % 2) + 4 * (m % 2) + g; });
+      const __m512i ih = lanes32([g](int m) { return 8 * (m / 8) + 4 * (m % 2) + g; });
+      const __m512i l = _mm512_permutex2var_epi32(l0, il, l1);
+      const __m512i lo = _mm512_mask_srli_epi32(l, 0xF0F0, l, 4);  // q/2 = 1 lanes: high nibble
+      const __m512i hi = _mm512_and_si512(_mm512_rolv_epi32(_mm512_permutexvar_epi32(ih, qh), rot), m30);
+      k.u[g] = _mm512_ternarylogic_epi32(lo, low4, hi, 0xEA);  // (lo & low4) | hi
     }
-    // (lo & 0x0F) | (hb & 0x30): ternary logic with C = 0x0F selects A's low nibble, B's bits 4-5.
-    return _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi8(0x0F)), _mm512_and_si512(hb, m30));
   }
 };
 
@@ -141,54 +211,50 @@ template <class T>
 struct KQuant512Tile {
   template <int R, int C>
   struct Fn {
-    static void run(const MatmulArgs& a, int64_t r, int64_t c) {
+    // Rows [r, r+R) × columns [c, c+C); cols = prepare_columns' buffer.
+    EDGELLM_K512_FLATTEN static void run(const MatmulArgs& a, const KCol512* cols, int64_t r, int64_t c) {
       using Block = typename T::Block;
       const int64_t nb = a.K / QK_K;
       const Block* w[R];
-      const block_q8_K* x[C];
+      const KCol512* x[C];
+      EDGELLM_K512_UNROLL
       for (int i = 0; i < R; ++i) w[i] = static_cast<const Block*>(a.w) + (r + i) * nb;
-      for (int j = 0; j < C; ++j) x[j] = act_row_k(a, c + j);
+      EDGELLM_K512_UNROLL
+      for (int j = 0; j < C; ++j) x[j] = cols + (c + j) * nb;
 
       __m512 acc[R][C];
+      EDGELLM_K512_UNROLL
       for (int i = 0; i < R; ++i)
+        EDGELLM_K512_UNROLL
         for (int j = 0; j < C; ++j) acc[i][j] = _mm512_setzero_ps();
 
       for (int64_t b = 0; b < nb; ++b) {
-        // Per column: d_x and fb_k = d_x·bsum_k, shared by the R rows.
-        const block_q8_K* xb[C];
-        float dx[C];
-        __m512 fb[C];
-        for (int j = 0; j < C; ++j) {
-          xb[j] = x[j] + b;
-          dx[j] = xb[j]->d;
-          const __m512 bs = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(load256(xb[j]->bsums)));
-          fb[j] = _mm512_mul_ps(bs, _mm512_set1_ps(dx[j]));
-        }
+        EDGELLM_K512_UNROLL
         for (int i = 0; i < R; ++i) {
+          // Reload the activations per row (memory operands of vpdpbusd) rather than letting GCC
+          // hoist all C columns into registers across rows, which spills the accumulators instead.
+          asm volatile("" ::: "memory");
           const Block& wb = w[i][b];
           // Prefetch the same block of the next row group one tile ahead (see matmul_kquant_x86.inc.h).
           const char* next = reinterpret_cast<const char*>(&wb) + R * nb * sizeof(Block);
           for (size_t off = 0; off < sizeof(Block); off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
-          const KRow512 k = T::row(wb);
-          __m512i isum[C];
-          for (int j = 0; j < C; ++j) isum[j] = _mm512_setzero_si512();
-          for (int g = 0; g < 4; ++g) {
-            const __m512i u = T::group(wb, g);
-            const __m512i s = group_scales(k, g);
-            for (int j = 0; j < C; ++j) {
-              const __m512i xq = _mm512_loadu_si512(xb[j]->qs + 64 * g);
-              isum[j] = _mm512_dpwssd_epi32(isum[j], _mm512_maddubs_epi16(u, xq), s);
-            }
-          }
-          const __m512 vd = _mm512_set1_ps(k.d);
+          KRow512 k;
+          T::row(wb, k);
+          EDGELLM_K512_UNROLL
           for (int j = 0; j < C; ++j) {
-            const __m512 main = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[j]), vd);
-            acc[i][j] = _mm512_fmadd_ps(main, _mm512_set1_ps(dx[j]), acc[i][j]);
-            acc[i][j] = _mm512_fmadd_ps(k.fmin, fb[j], acc[i][j]);
+            const KCol512& xb = x[j][b];
+            __m512i s = T::kMinTerm ? _mm512_setzero_si512() : _mm512_load_si512(xb.init);
+            EDGELLM_K512_UNROLL
+            for (int g = 0; g < 4; ++g) s = _mm512_dpbusd_epi32(s, k.u[g], _mm512_load_si512(xb.q[g]));
+            const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(s), k.dsc);
+            acc[i][j] = _mm512_fmadd_ps(v, _mm512_set1_ps(xb.dx), acc[i][j]);
+            if constexpr (T::kMinTerm) acc[i][j] = _mm512_fnmadd_ps(k.fmin, _mm512_load_ps(xb.fb), acc[i][j]);
           }
         }
       }
+      EDGELLM_K512_UNROLL
       for (int i = 0; i < R; ++i)
+        EDGELLM_K512_UNROLL
         for (int j = 0; j < C; ++j) a.y[(c + j) * a.ldy + r + i] = _mm512_reduce_add_ps(acc[i][j]);
     }
   };
@@ -196,39 +262,40 @@ struct KQuant512Tile {
 
 // Columns [c, ncols) with fewer than kCols left: one tile of exactly that width.
 template <template <int, int> class TileFn, int R, int N>
-inline void run_column_tail512(const MatmulArgs& a, int64_t r, int64_t c) {
+inline void run_column_tail512(const MatmulArgs& a, const KCol512* cols, int64_t r, int64_t c) {
   if constexpr (N > 0) {
     if (a.ncols - c == N)
-      TileFn<R, N>::run(a, r, c);
+      TileFn<R, N>::run(a, cols, r, c);
     else
-      run_column_tail512<TileFn, R, N - 1>(a, r, c);
+      run_column_tail512<TileFn, R, N - 1>(a, cols, r, c);
   }
 }
 
 template <template <int, int> class TileFn, int R, int kCols>
-inline void run_column_groups512(const MatmulArgs& a, int64_t r) {
+inline void run_column_groups512(const MatmulArgs& a, const KCol512* cols, int64_t r) {
   int64_t c = 0;
-  for (; c + kCols <= a.ncols; c += kCols) TileFn<R, kCols>::run(a, r, c);
-  run_column_tail512<TileFn, R, kCols - 1>(a, r, c);
+  for (; c + kCols <= a.ncols; c += kCols) TileFn<R, kCols>::run(a, cols, r, c);
+  run_column_tail512<TileFn, R, kCols - 1>(a, cols, r, c);
 }
 
 // Like run_tiles (row groups outside, column groups inside) with kCols-wide column groups.
 template <template <int, int> class TileFn, int kDecodeRows, int kTileRows, int kCols>
-void run_tiles512(const MatmulArgs& a) {
+void run_tiles512(const MatmulArgs& a, const KCol512* cols) {
   int64_t r = a.r0;
   if (a.ncols == 1) {
-    for (; r + kDecodeRows <= a.r1; r += kDecodeRows) TileFn<kDecodeRows, 1>::run(a, r, 0);
-    for (; r < a.r1; ++r) TileFn<1, 1>::run(a, r, 0);
+    for (; r + kDecodeRows <= a.r1; r += kDecodeRows) TileFn<kDecodeRows, 1>::run(a, cols, r, 0);
+    for (; r < a.r1; ++r) TileFn<1, 1>::run(a, cols, r, 0);
     return;
   }
-  for (; r + kTileRows <= a.r1; r += kTileRows) run_column_groups512<TileFn, kTileRows, kCols>(a, r);
-  for (; r < a.r1; ++r) run_column_groups512<TileFn, 1, kCols>(a, r);
+  for (; r + kTileRows <= a.r1; r += kTileRows) run_column_groups512<TileFn, kTileRows, kCols>(a, cols, r);
+  for (; r < a.r1; ++r) run_column_groups512<TileFn, 1, kCols>(a, cols, r);
 }
 
 template <class T, int kDecodeRows, int kTileRows, int kCols>
 void matmul_kquant512(const MatmulArgs& a) {
   if (a.K % QK_K != 0) throw_bad_row_length("matmul", T::kType, a.K);
-  run_tiles512<KQuant512Tile<T>::template Fn, kDecodeRows, kTileRows, kCols>(a);
+  if (a.r0 >= a.r1 || a.ncols <= 0) return;
+  run_tiles512<KQuant512Tile<T>::template Fn, kDecodeRows, kTileRows, kCols>(a, prepare_columns<T::kMinTerm>(a));
 }
 
 // Q4_K / Q5_K / Q6_K on the 512-bit tiles; Q2_K / Q3_K keep the 256-bit ones (fill that first).
