@@ -11,6 +11,10 @@ constexpr DTypeInfo kInfos[] = {
     {DType::Q3_K, "Q3_K", 256, 110}, {DType::Q4_K, "Q4_K", 256, 144}, {DType::Q5_K, "Q5_K", 256, 176},
     {DType::Q6_K, "Q6_K", 256, 210}, {DType::Q8_K, "Q8_K", 256, 292}, {DType::BF16, "BF16", 1, 2},
 };
+// Formats the engine makes for itself; a file naming their ids is rejected like any unknown id.
+constexpr DTypeInfo kInternal[] = {
+    {DType::Q8_R, "Q8_R", 32, 40},
+};
 }  // namespace
 
 const DTypeInfo* dtype_info(uint32_t id) {
@@ -20,6 +24,8 @@ const DTypeInfo* dtype_info(uint32_t id) {
 }
 
 const DTypeInfo& dtype_info(DType t) {
+  for (const auto& i : kInternal)
+    if (i.type == t) return i;
   const DTypeInfo* i = dtype_info(static_cast<uint32_t>(t));
   if (!i) throw std::logic_error("dtype_info: unknown type id " + std::to_string(static_cast<uint32_t>(t)));
   return *i;

@@ -22,6 +22,9 @@ enum class DType : uint32_t {
   Q6_K = 14,
   Q8_K = 15,
   BF16 = 30,
+  // Internal formats (never in files; dtype_info(uint32_t) does not know them):
+  // Q8_R: activations for the row-interleaved ("packed") weight kernels, kernels/packed.h.
+  Q8_R = 63,
 };
 
 constexpr int kDTypeIdLimit = 64;  // ids in files are checked against this before any lookup
@@ -33,7 +36,7 @@ struct DTypeInfo {
   int64_t block_bytes;  // bytes per block
 };
 
-// nullptr when `id` is not a type this engine reads.
+// nullptr when `id` is not a type this engine reads from files (internal formats included).
 const DTypeInfo* dtype_info(uint32_t id);
 const DTypeInfo& dtype_info(DType t);
 inline const char* dtype_name(DType t) { return dtype_info(t).name; }

@@ -50,6 +50,15 @@ bool cpu_runs(Isa isa) {
   return false;
 }
 
+// SIMD tables start from the generic one but not from its packed matmuls (scalar references):
+// a level packs weights only where it has its own packed kernels, and keeps its GGUF-layout
+// kernels for the rest.
+KernelTable without_packed(const KernelTable& t) {
+  KernelTable c = t;
+  for (auto& f : c.packed_matmul) f = nullptr;
+  return c;
+}
+
 struct Tables {
   KernelTable generic, avx2, avx512, neon, neon_dotprod;
   bool has_avx2 = false, has_avx512 = false, has_neon = false, has_neon_dotprod = false;
@@ -57,25 +66,25 @@ struct Tables {
     fill_generic_table(generic);
     generic.isa = Isa::Scalar;
 #ifdef EDGELLM_HAVE_AVX2
-    avx2 = generic;
+    avx2 = without_packed(generic);
     fill_avx2_table(avx2);
     avx2.isa = Isa::Avx2;
     has_avx2 = true;
 #endif
 #ifdef EDGELLM_HAVE_AVX512
-    avx512 = has_avx2 ? avx2 : generic;
+    avx512 = has_avx2 ? avx2 : without_packed(generic);
     fill_avx512_table(avx512);
     avx512.isa = Isa::Avx512;
     has_avx512 = true;
 #endif
 #ifdef EDGELLM_HAVE_NEON
-    neon = generic;
+    neon = without_packed(generic);
     fill_neon_table(neon);
     neon.isa = Isa::Neon;
     has_neon = true;
 #endif
 #ifdef EDGELLM_HAVE_NEON_DOTPROD
-    neon_dotprod = has_neon ? neon : generic;
+    neon_dotprod = has_neon ? neon : without_packed(generic);
     fill_neon_dotprod_table(neon_dotprod);
     neon_dotprod.isa = Isa::NeonDotprod;
     has_neon_dotprod = true;

@@ -39,7 +39,11 @@ struct KernelTable {
   Isa isa = Isa::Scalar;
 
   MatmulFn matmul[kDTypeIdLimit] = {};      // by weight type id; nullptr = not supported
-  QuantizeFn quantize[kDTypeIdLimit] = {};  // by activation type id (Q8_0, Q8_1, Q8_K, F16, BF16, F32)
+  QuantizeFn quantize[kDTypeIdLimit] = {};  // by activation type id (Q8_0, Q8_1, Q8_K, Q8_R, F16, BF16, F32)
+  // Row-interleaved weights (kernels/packed.h), by the original weight type: MatmulArgs with
+  // w = the packed matrix, x in Q8_R, r0/r1 multiples of kPackRows. nullptr = this level keeps
+  // the GGUF layout for that type (the loader then does not pack it).
+  MatmulFn packed_matmul[kDTypeIdLimit] = {};
 
   // ---- float ops (all f32) ----
   // y = x / rms(x) * w  (w may be null: plain RMS normalisation); y may alias x.

@@ -6,6 +6,7 @@
 #include "engine/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
+#include "model/weight_packing.h"
 #include "model/forward_pass.h"
 #include "quant/quant.h"
 
@@ -47,7 +48,7 @@ void ForwardPass::project_qkv(const LayerWeights& w, int il) {
   const int64_t ld[3] = {c_.n_embd_q(), c_.n_embd_k(), c_.n_embd_v()};
   for (int i = 0; i < 3; ++i) {
     ops[i].w = m[i];
-    ops[i].x = sc_.act.get(pool_, quant::vec_dot_type(m[i]->type), &ops[i].x_stride);
+    ops[i].x = sc_.act.get(pool_, matmul_input_type(*m[i]), &ops[i].x_stride);
     ops[i].y = y[i];
     ops[i].ldy = ld[i];
   }
@@ -132,7 +133,7 @@ void ForwardPass::project(const Matrix& wmat, const MatmulPlan& plan, const floa
   sc_.act.reset(src, n_tokens_, src_width, src_width);
   MatmulOperand op;
   op.w = &wmat;
-  op.x = sc_.act.get(pool_, quant::vec_dot_type(wmat.type), &op.x_stride);
+  op.x = sc_.act.get(pool_, matmul_input_type(wmat), &op.x_stride);
   op.y = dst;
   op.ldy = wmat.n_out;
   run_matmul(pool_, plan, &op, n_tokens_);

@@ -8,6 +8,7 @@
 #include "engine/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
+#include "model/weight_packing.h"
 #include "quant/quant.h"
 
 namespace edgellm {
@@ -69,6 +70,15 @@ DecoderModel::DecoderModel(std::shared_ptr<GgufFile> file, const Architecture& a
       gpu_description_ = gpu_->describe();
     }
   }
+
+  // Repack what the CPU multiplies (layers on the GPU read the GGUF blocks as they are).
+  std::vector<Matrix*> mats{&output_};
+  const int cpu_layers = c.n_layer - gpu_layers_;
+  for (int il = 0; il < cpu_layers; ++il) {
+    LayerWeights& w = layers_[il];
+    for (Matrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down}) mats.push_back(m);
+  }
+  packed_ = pack_weights(mats, *threads_);
 }
 
 DecoderModel::~DecoderModel() = default;
@@ -160,7 +170,7 @@ void DecoderModel::output_head(const Batch& b, const float* x, float* logits) {
   scratch_.act.reset(h, n_out, n, n);
   MatmulOperand op;
   op.w = &output_;
-  op.x = scratch_.act.get(*threads_, quant::vec_dot_type(output_.type), &op.x_stride);
+  op.x = scratch_.act.get(*threads_, matmul_input_type(output_), &op.x_stride);
   op.y = logits;
   op.ldy = c.n_vocab;
   run_matmul(*threads_, output_plan_, &op, n_out);

@@ -11,6 +11,7 @@
 #include "model/forward_pass.h"
 #include "model/model.h"
 #include "model/rope.h"
+#include "model/weight_packing.h"
 
 namespace edgellm {
 
@@ -35,6 +36,7 @@ class DecoderModel final : public Model {
   MatmulPlan output_plan_;
   Rope rope_[2];  // global, local
   std::vector<std::unique_ptr<float[]>> owned_;  // converted copies of non-F32 vectors
+  PackedWeights packed_;  // row-interleaved copies of the CPU layers' matrices
   ForwardScratch scratch_;
   int scratch_page_size_ = 0;
   std::unique_ptr<LayerExecutor> gpu_;  // the last layers, when offloaded

@@ -2,6 +2,7 @@
 // Gate and up read the same input, so it is quantized once and both run in one region.
 #include "engine/thread_pool.h"
 #include "kernels/kernels.h"
+#include "model/weight_packing.h"
 #include "model/forward_pass.h"
 #include "quant/quant.h"
 
@@ -15,7 +16,7 @@ void ForwardPass::gated_ffn(const LayerWeights& w, int il, FfnActivation act) {
   float* y[2] = {sc_.gate.data(), sc_.up.data()};
   for (int i = 0; i < 2; ++i) {
     ops[i].w = m[i];
-    ops[i].x = sc_.act.get(pool_, quant::vec_dot_type(m[i]->type), &ops[i].x_stride);
+    ops[i].x = sc_.act.get(pool_, matmul_input_type(*m[i]), &ops[i].x_stride);
     ops[i].y = y[i];
     ops[i].ldy = c_.n_ff;
   }

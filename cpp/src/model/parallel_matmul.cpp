@@ -6,6 +6,8 @@
 
 #include "engine/thread_pool.h"
 #include "kernels/kernels.h"
+#include "kernels/packed.h"
+#include "model/weight_packing.h"
 #include "quant/quant.h"
 
 namespace edgellm {
@@ -13,8 +15,9 @@ namespace {
 // Chunks per thread: enough that dynamic hand-out evens out uneven progress, few enough that a
 // chunk keeps a useful number of rows for SIMD row blocking.
 constexpr int kChunksPerThread = 4;
-// Chunk boundaries fall on multiples of this many rows (kernels may block rows by 4 or 8).
-constexpr int64_t kRowGranule = 8;
+// Chunk boundaries fall on multiples of this many rows (kernels block rows by 4, 8 or — packed
+// weights — 16).
+constexpr int64_t kRowGranule = kernels::kPackRows;
 }  // namespace
 
 MatmulPlan plan_matmul(const std::vector<const Matrix*>& parts, int n_threads) {
@@ -38,8 +41,9 @@ void run_matmul(ThreadPool& pool, const MatmulPlan& plan, const MatmulOperand* p
   pool.run(static_cast<int64_t>(plan.chunks.size()), [&](int64_t i, int) {
     const MatmulChunk& c = plan.chunks[i];
     const MatmulOperand& op = parts[c.part];
+    const bool packed = use_packed(*op.w);
     kernels::MatmulArgs a;
-    a.w = op.w->data;
+    a.w = packed ? op.w->packed : op.w->data;
     a.K = op.w->n_in;
     a.r0 = c.r0;
     a.r1 = c.r1;
@@ -48,7 +52,7 @@ void run_matmul(ThreadPool& pool, const MatmulPlan& plan, const MatmulOperand* p
     a.ncols = ncols;
     a.y = op.y;
     a.ldy = op.ldy;
-    k.matmul[static_cast<int>(op.w->type)](a);
+    (packed ? k.packed_matmul : k.matmul)[static_cast<int>(op.w->type)](a);
   });
 }
 

@@ -18,6 +18,8 @@ struct Matrix {
   const uint8_t* data = nullptr;
   int64_t n_in = 0, n_out = 0;
   size_t row_bytes = 0;
+  // The same rows repacked for the active kernel table (model/weight_packing.h), or null.
+  const uint8_t* packed = nullptr;
   explicit operator bool() const { return info != nullptr; }
   const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
 };

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "kernels/kernels.h"
+#include "kernels/packed.h"
 #include "quant/quant.h"
 
 namespace edgellm::kernels {
@@ -73,6 +74,11 @@ void add_f32_ref(const float* x, float* y, int64_t n) {
 }
 
 template <DType W>
+void packed_ref(const MatmulArgs& a) {
+  packed_matmul_ref(W, a);
+}
+
+template <DType W>
 void set_matmul(KernelTable& t) {
   t.matmul[static_cast<int>(W)] = matmul_ref<W>;
 }
@@ -105,6 +111,17 @@ void fill_generic_table(KernelTable& t) {
   set_quantize<DType::Q8_0>(t);
   set_quantize<DType::Q8_1>(t);
   set_quantize<DType::Q8_K>(t);
+  t.quantize[static_cast<int>(DType::Q8_R)] = quantize_q8_r_ref;  // packed-weight activations (kernels/packed.h)
+  // The scalar level packs too, so it computes what the packed SIMD kernels compute (Q8_R
+  // activations for every packable type) and is their reference at model level.
+  t.packed_matmul[static_cast<int>(DType::Q4_0)] = packed_ref<DType::Q4_0>;
+  t.packed_matmul[static_cast<int>(DType::Q4_1)] = packed_ref<DType::Q4_1>;
+  t.packed_matmul[static_cast<int>(DType::Q5_0)] = packed_ref<DType::Q5_0>;
+  t.packed_matmul[static_cast<int>(DType::Q5_1)] = packed_ref<DType::Q5_1>;
+  t.packed_matmul[static_cast<int>(DType::Q8_0)] = packed_ref<DType::Q8_0>;
+  t.packed_matmul[static_cast<int>(DType::Q4_K)] = packed_ref<DType::Q4_K>;
+  t.packed_matmul[static_cast<int>(DType::Q5_K)] = packed_ref<DType::Q5_K>;
+  t.packed_matmul[static_cast<int>(DType::Q6_K)] = packed_ref<DType::Q6_K>;
   t.rmsnorm = rmsnorm_ref;
   t.softmax = softmax_ref;
   t.dot_f32 = dot_f32_ref;

@@ -5,6 +5,7 @@
 #pragma once
 #include "kernels/kernel_errors.h"
 #include "kernels/kernels.h"
+#include "kernels/packed.h"
 #include "kernels/x86/simd_x86.h"
 #include "quant/blocks.h"
 
@@ -68,6 +69,29 @@ void quantize_q8_1_x86(const float* x, void* y, int64_t n) {
     const int32_t sum = quantize_q8_block32(x + b * QK8_1, out[b].qs, &d);
     out[b].d = float_to_half(d);
     out[b].s = float_to_half(d * static_cast<float>(sum));
+  }
+}
+
+// Q8_R (kernels/packed.h): Q8_0's quants, its fp16-rounded scale as f32, and the quant sums of
+// the two 16-element halves.
+void quantize_q8_r_x86(const float* x, void* y, int64_t n) {
+  if (n % 32 != 0) throw_bad_row_length("quantize", DType::Q8_R, n);
+  auto* out = static_cast<block_q8_r*>(y);
+  const __m256i ones8 = _mm256_set1_epi8(1);
+  for (int64_t b = 0; b < n / 32; ++b) {
+    float d;
+    quantize_q8_block32(x + b * 32, out[b].qs, &d);
+    out[b].d = half_to_float(float_to_half(d));
+    // Σ of each 16-byte half: pairs (maddubs with ones), then quads, then within each 128-bit lane.
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(out[b].qs));
+    const __m256i q4 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), _mm256_set1_epi16(1));
+    __m128i lo = _mm256_castsi256_si128(q4), hi = _mm256_extracti128_si256(q4, 1);
+    lo = _mm_add_epi32(lo, _mm_shuffle_epi32(lo, _MM_SHUFFLE(1, 0, 3, 2)));
+    hi = _mm_add_epi32(hi, _mm_shuffle_epi32(hi, _MM_SHUFFLE(1, 0, 3, 2)));
+    lo = _mm_add_epi32(lo, _mm_shuffle_epi32(lo, _MM_SHUFFLE(2, 3, 0, 1)));
+    hi = _mm_add_epi32(hi, _mm_shuffle_epi32(hi, _MM_SHUFFLE(2, 3, 0, 1)));
+    out[b].s[0] = static_cast<int16_t>(_mm_cvtsi128_si32(lo));
+    out[b].s[1] = static_cast<int16_t>(_mm_cvtsi128_si32(hi));
   }
 }
 
@@ -150,6 +174,7 @@ void quantize_bf16_x86(const float* x, void* y, int64_t n) {
 void fill_quantizers_x86(KernelTable& t) {
   t.quantize[static_cast<int>(DType::Q8_0)] = quantize_q8_0_x86;
   t.quantize[static_cast<int>(DType::Q8_1)] = quantize_q8_1_x86;
+  t.quantize[static_cast<int>(DType::Q8_R)] = quantize_q8_r_x86;
   t.quantize[static_cast<int>(DType::Q8_K)] = quantize_q8_K_x86;
   t.quantize[static_cast<int>(DType::F16)] = quantize_f16_x86;
   t.quantize[static_cast<int>(DType::BF16)] = quantize_bf16_x86;

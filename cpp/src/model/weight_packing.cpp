@@ -1,0 +1,100 @@
+#include "model/weight_packing.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "engine/thread_pool.h"
+#include "kernels/kernels.h"
+#include "kernels/packed.h"
+#include "quant/quant.h"
+
+namespace edgellm {
+namespace {
+
+bool packing_enabled() {
+  const char* e = std::getenv("EDGELLM_REPACK");
+  return !(e && std::strcmp(e, "0") == 0);
+}
+
+bool can_pack(const Matrix& m, const kernels::KernelTable& k) {
+  return m && kernels::packable(m.type) && k.packed_matmul[static_cast<int>(m.type)] &&
+         m.n_out % kernels::kPackRows == 0 && m.n_in % kernels::packed_unit_elems(m.type) == 0;
+}
+
+// Drops the mapped pages of [p, p + n) from this process (whole pages inside the range only).
+void release_pages(const uint8_t* p, size_t n) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+}  // namespace
+
+void PackedWeights::Free::operator()(uint8_t* p) const { std::free(p); }
+
+PackedWeights pack_weights(const std::vector<Matrix*>& mats, ThreadPool& pool) {
+  PackedWeights out;
+  if (!packing_enabled()) return out;
+  const auto t0 = std::chrono::steady_clock::now();
+  const kernels::KernelTable& k = kernels::active();
+
+  struct Job {
+    Matrix* m;
+    size_t offset;
+  };
+  std::vector<Job> jobs;
+  size_t total = 0;
+  for (Matrix* m : mats) {
+    if (!can_pack(*m, k)) continue;
+    jobs.push_back({m, total});
+    const size_t bytes = kernels::packed_group_bytes(m->type, m->n_in) * static_cast<size_t>(m->n_out / kernels::kPackRows);
+    total += (bytes + 63) / 64 * 64;  // K-quant units are a little larger than the GGUF blocks
+  }
+  if (jobs.empty()) return out;
+  void* mem = nullptr;
+  if (posix_memalign(&mem, 4096, total) != 0) throw std::bad_alloc();
+  out.buffer.reset(static_cast<uint8_t*>(mem));
+#ifdef MADV_HUGEPAGE
+  madvise(mem, total, MADV_HUGEPAGE);  // decode streams every weight: fewer TLB misses
+#endif
+  out.bytes = total;
+  out.matrices = static_cast<int>(jobs.size());
+
+  // Work items of up to 64 row groups, so big matrices spread over the threads.
+  struct Item {
+    const Job* job;
+    int64_t g0, g1;
+  };
+  std::vector<Item> items;
+  constexpr int64_t kGroupsPerItem = 64;
+  for (const Job& j : jobs) {
+    const int64_t groups = j.m->n_out / kernels::kPackRows;
+    for (int64_t g = 0; g < groups; g += kGroupsPerItem) items.push_back({&j, g, std::min(groups, g + kGroupsPerItem)});
+  }
+  uint8_t* base = out.buffer.get();
+  pool.run(static_cast<int64_t>(items.size()), [&](int64_t i, int) {
+    const Item& it = items[i];
+    const Matrix& m = *it.job->m;
+    kernels::pack_rows(m.type, m.data, base + it.job->offset, m.n_in, it.g0, it.g1);
+  });
+  for (const Job& j : jobs) {
+    j.m->packed = base + j.offset;
+    release_pages(j.m->data, j.m->row_bytes * static_cast<size_t>(j.m->n_out));
+  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+bool use_packed(const Matrix& m) {
+  return m.packed && kernels::active().packed_matmul[static_cast<int>(m.type)] != nullptr;
+}
+
+DType matmul_input_type(const Matrix& m) { return use_packed(m) ? DType::Q8_R : quant::vec_dot_type(m.type); }
+
+}  // namespace edgellm
