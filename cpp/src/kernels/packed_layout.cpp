@@ -169,32 +169,43 @@ void encode_gguf_legacy(DType t, const RowUnit& o, uint8_t* p) {
   }
 }
 
-// Writes row r's decoded unit into a unit of the packed layout (which starts zeroed).
+// Writes row r's decoded unit into a unit of the packed layout. Each byte of row r's lanes is
+// written whole (no read-modify-write), the 5th-bit planes are OR-ed in as 4-bit groups.
 void write_unit(DType t, const Layout& L, const RowUnit& o, int r, uint8_t* unit) {
+  const bool kmin = t == DType::Q4_K || t == DType::Q5_K;
   std::memcpy(unit + 2 * r, &o.d, 2);
-  if (has_min(t) || t == DType::Q4_K || t == DType::Q5_K) std::memcpy(unit + 32 + 2 * r, &o.m, 2);
-  if (t == DType::Q4_K || t == DType::Q5_K)
+  if (has_min(t) || kmin) std::memcpy(unit + 32 + 2 * r, &o.m, 2);
+  if (kmin)
     for (int j = 0; j < 8; ++j) unit[64 + 16 * j + r] = o.sc[j], unit[192 + 16 * j + r] = o.mn[j];
   if (t == DType::Q6_K)
     for (int k = 0; k < 16; ++k) unit[32 + 16 * k + r] = o.sc[k];
+  const bool q8 = t == DType::Q8_0, high = has_high_bit(t), six = t == DType::Q6_K;
   for (int j = 0; j < L.subs; ++j) {
     uint8_t* sub = unit + L.header + static_cast<size_t>(j) * L.sub;
-    for (int e = 0; e < 32; ++e) {
-      const uint8_t u = o.u[32 * j + e];
-      const int s = e / 4, q = 4 * r + e % 4;
-      if (t == DType::Q8_0) {
-        sub[64 * s + q] = u;
-        continue;
-      }
-      sub[64 * (s % 4) + q] |= static_cast<uint8_t>((u & 0x0F) << (s < 4 ? 0 : 4));
-      if (has_high_bit(t) && (u & 0x10)) {
+    const uint8_t* u = o.u + 32 * j;
+    if (q8) {
+      for (int s = 0; s < 8; ++s) std::memcpy(sub + 64 * s + 4 * r, u + 4 * s, 4);
+      continue;
+    }
+    for (int p = 0; p < 4; ++p)
+      for (int q = 0; q < 4; ++q)
+        sub[64 * p + 4 * r + q] = static_cast<uint8_t>((u[4 * p + q] & 0x0F) | (u[16 + 4 * p + q] & 0x0F) << 4);
+    if (high)
+      for (int s = 0; s < 8; ++s) {
+        uint64_t bits = 0;
+        for (int q = 0; q < 4; ++q) bits |= static_cast<uint64_t>((u[4 * s + q] >> 4) & 1) << q;
         uint64_t h;
         std::memcpy(&h, sub + L.qh + 8 * s, 8);
-        h |= uint64_t{1} << q;
+        h |= bits << (4 * r);
         std::memcpy(sub + L.qh + 8 * s, &h, 8);
       }
-      if (t == DType::Q6_K) sub[L.qh + 64 * (s / 4) + q] |= static_cast<uint8_t>(((u >> 4) & 3) << (2 * (s % 4)));
-    }
+    if (six)
+      for (int hh = 0; hh < 2; ++hh)
+        for (int q = 0; q < 4; ++q) {
+          uint8_t b = 0;
+          for (int k = 0; k < 4; ++k) b |= static_cast<uint8_t>(((u[4 * (4 * hh + k) + q] >> 4) & 3) << (2 * k));
+          sub[L.qh + 64 * hh + 4 * r + q] = b;
+        }
   }
 }
 

@@ -82,10 +82,13 @@ PackedWeights pack_weights(const std::vector<Matrix*>& mats, ThreadPool& pool) {
     const Item& it = items[i];
     const Matrix& m = *it.job->m;
     kernels::pack_rows(m.type, m.data, base + it.job->offset, m.n_in, it.g0, it.g1);
+    // Release the source rows as soon as they are packed, so peak RSS stays near one copy.
+    const size_t rows_bytes = m.row_bytes * kernels::kPackRows;
+    release_pages(m.data + static_cast<size_t>(it.g0) * rows_bytes, static_cast<size_t>(it.g1 - it.g0) * rows_bytes);
   });
   for (const Job& j : jobs) {
     j.m->packed = base + j.offset;
-    release_pages(j.m->data, j.m->row_bytes * static_cast<size_t>(j.m->n_out));
+    release_pages(j.m->data, j.m->row_bytes * static_cast<size_t>(j.m->n_out));  // the item boundaries' pages
   }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
