@@ -193,6 +193,12 @@ void test_matmul(const KernelTable& t, std::mt19937& rng) {
   for (DType wt : kKWeights)
     for (int64_t nsb : {1, 3, 4})
       for (int ncols = 1; ncols <= 9; ++ncols) check_matmul(t, wt, nsb * QK_K, 13, ncols, 2, 13, rng);
+  // Many columns × long rows: the AVX-512 K-quant kernel prepares columns in blocks of ~256 KB
+  // (40 columns at K = 4096, 8 at K = 22016), so these cross block boundaries with partial blocks.
+  for (DType wt : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    check_matmul(t, wt, 16 * QK_K, 7, 45, 1, 7, rng);
+    check_matmul(t, wt, 86 * QK_K, 5, 17, 0, 5, rng);
+  }
   // The production path: activations quantized by the same table.
   for (DType wt : {DType::Q4_0, DType::Q4_1, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F16})
     check_matmul(t, wt, 512, 7, 3, 0, 7, rng, &t);

@@ -26,6 +26,7 @@
 // which costs about as much as the dots of 4 columns); decode (one column) keeps R-row tiles and
 // the one-tile-ahead prefetch of the next row group.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <vector>
 
@@ -82,21 +83,21 @@ inline void transpose_act(const int8_t* qs, int8_t out[4][64]) {
   _mm512_store_si512(out[3], _mm512_shuffle_i64x2(tb, td, _MM_SHUFFLE(3, 2, 3, 2)));
 }
 
-// Every column's super-blocks in KCol512 form, in this thread's scratch buffer (column-major:
-// column j, super-block b at [j·nb + b]). Done once per call instead of once per row group: the
-// transpose costs as much as the int8 dots of a few rows, and each thread of a parallel matmul
-// reads every column (it repeats the cheap preparation rather than waiting for the others).
+// Columns [c0, c1) in KCol512 form, in this thread's scratch buffer (column-major: column c,
+// super-block b at [(c − c0)·nb + b]). Done once per column block instead of once per row group:
+// the transpose costs as much as the int8 dots of a few rows. Each thread of a parallel matmul
+// prepares the columns it reads itself (cheap next to its rows' dots; no synchronisation).
 template <bool kMinTerm>
-const KCol512* prepare_columns(const MatmulArgs& a) {
+const KCol512* prepare_columns(const MatmulArgs& a, int64_t c0, int64_t c1) {
   static thread_local std::vector<KCol512> scratch;
   const int64_t nb = a.K / QK_K;
-  const size_t n = static_cast<size_t>(nb * a.ncols);
+  const size_t n = static_cast<size_t>(nb * (c1 - c0));
   if (scratch.size() < n) scratch.resize(n);
   KCol512* out = scratch.data();
-  for (int64_t j = 0; j < a.ncols; ++j) {
+  for (int64_t j = c0; j < c1; ++j) {
     const block_q8_K* x = act_row_k(a, j);
     for (int64_t b = 0; b < nb; ++b) {
-      KCol512& col = out[j * nb + b];
+      KCol512& col = out[(j - c0) * nb + b];
       transpose_act(x[b].qs, col.q);
       col.dx = x[b].d;
       const __m512i bs = _mm512_cvtepi16_epi32(load256(x[b].bsums));
@@ -211,7 +212,7 @@ template <class T>
 struct KQuant512Tile {
   template <int R, int C>
   struct Fn {
-    // Rows [r, r+R) × columns [c, c+C); cols = prepare_columns' buffer.
+    // Rows [r, r+R) × columns [c, c+C); cols: column c's prepared super-blocks (c+j's at j·nb).
     EDGELLM_K512_FLATTEN static void run(const MatmulArgs& a, const KCol512* cols, int64_t r, int64_t c) {
       using Block = typename T::Block;
       const int64_t nb = a.K / QK_K;
@@ -220,7 +221,7 @@ struct KQuant512Tile {
       EDGELLM_K512_UNROLL
       for (int i = 0; i < R; ++i) w[i] = static_cast<const Block*>(a.w) + (r + i) * nb;
       EDGELLM_K512_UNROLL
-      for (int j = 0; j < C; ++j) x[j] = cols + (c + j) * nb;
+      for (int j = 0; j < C; ++j) x[j] = cols + j * nb;
 
       __m512 acc[R][C];
       EDGELLM_K512_UNROLL
@@ -260,42 +261,56 @@ struct KQuant512Tile {
   };
 };
 
-// Columns [c, ncols) with fewer than kCols left: one tile of exactly that width.
+// The last `left` (< kCols) columns of a block: one tile of exactly that width.
 template <template <int, int> class TileFn, int R, int N>
-inline void run_column_tail512(const MatmulArgs& a, const KCol512* cols, int64_t r, int64_t c) {
+inline void run_column_tail512(const MatmulArgs& a, const KCol512* cols, int64_t r, int64_t c, int64_t left) {
   if constexpr (N > 0) {
-    if (a.ncols - c == N)
+    if (left == N)
       TileFn<R, N>::run(a, cols, r, c);
     else
-      run_column_tail512<TileFn, R, N - 1>(a, cols, r, c);
+      run_column_tail512<TileFn, R, N - 1>(a, cols, r, c, left);
   }
 }
 
+// Rows [r, r+R) × columns [c0, c1) in kCols-wide groups; `cols` holds the block's prepared columns.
 template <template <int, int> class TileFn, int R, int kCols>
-inline void run_column_groups512(const MatmulArgs& a, const KCol512* cols, int64_t r) {
-  int64_t c = 0;
-  for (; c + kCols <= a.ncols; c += kCols) TileFn<R, kCols>::run(a, cols, r, c);
-  run_column_tail512<TileFn, R, kCols - 1>(a, cols, r, c);
+inline void run_column_groups512(const MatmulArgs& a, const KCol512* cols, int64_t r, int64_t c0, int64_t c1) {
+  const int64_t nb = a.K / QK_K;
+  int64_t c = c0;
+  for (; c + kCols <= c1; c += kCols) TileFn<R, kCols>::run(a, cols + (c - c0) * nb, r, c);
+  run_column_tail512<TileFn, R, kCols - 1>(a, cols + (c - c0) * nb, r, c, c1 - c);
 }
 
-// Like run_tiles (row groups outside, column groups inside) with kCols-wide column groups.
-template <template <int, int> class TileFn, int kDecodeRows, int kTileRows, int kCols>
-void run_tiles512(const MatmulArgs& a, const KCol512* cols) {
-  int64_t r = a.r0;
-  if (a.ncols == 1) {
-    for (; r + kDecodeRows <= a.r1; r += kDecodeRows) TileFn<kDecodeRows, 1>::run(a, cols, r, 0);
-    for (; r < a.r1; ++r) TileFn<1, 1>::run(a, cols, r, 0);
-    return;
-  }
-  for (; r + kTileRows <= a.r1; r += kTileRows) run_column_groups512<TileFn, kTileRows, kCols>(a, cols, r);
-  for (; r < a.r1; ++r) run_column_groups512<TileFn, 1, kCols>(a, cols, r);
-}
+// Prepared columns per block: small enough to stay in L2 (1 MB+ on AVX-512 cores) together with
+// the weight rows swept across them; the weights are read again once per block (from L2 when the
+// caller's row chunk fits there, as the parallel matmul's chunks do).
+constexpr size_t kK512ColumnBlockBytes = 256u << 10;
 
+// Column blocks outside (prepare, then sweep); inside, like run_tiles: row groups outside, column
+// groups inside (a group of R weight rows stays in L1 across the block's columns).
 template <class T, int kDecodeRows, int kTileRows, int kCols>
 void matmul_kquant512(const MatmulArgs& a) {
   if (a.K % QK_K != 0) throw_bad_row_length("matmul", T::kType, a.K);
   if (a.r0 >= a.r1 || a.ncols <= 0) return;
-  run_tiles512<KQuant512Tile<T>::template Fn, kDecodeRows, kTileRows, kCols>(a, prepare_columns<T::kMinTerm>(a));
+  using Tile = KQuant512Tile<T>;
+  const int64_t nb = a.K / QK_K;
+  if (a.ncols == 1) {
+    const KCol512* cols = prepare_columns<T::kMinTerm>(a, 0, 1);
+    int64_t r = a.r0;
+    for (; r + kDecodeRows <= a.r1; r += kDecodeRows) Tile::template Fn<kDecodeRows, 1>::run(a, cols, r, 0);
+    for (; r < a.r1; ++r) Tile::template Fn<1, 1>::run(a, cols, r, 0);
+    return;
+  }
+  const int64_t fit = static_cast<int64_t>(kK512ColumnBlockBytes / (nb * sizeof(KCol512)));
+  const int64_t block = std::max<int64_t>(kCols, fit / kCols * kCols);
+  for (int64_t c0 = 0; c0 < a.ncols; c0 += block) {
+    const int64_t c1 = std::min(a.ncols, c0 + block);
+    const KCol512* cols = prepare_columns<T::kMinTerm>(a, c0, c1);
+    int64_t r = a.r0;
+    for (; r + kTileRows <= a.r1; r += kTileRows)
+      run_column_groups512<Tile::template Fn, kTileRows, kCols>(a, cols, r, c0, c1);
+    for (; r < a.r1; ++r) run_column_groups512<Tile::template Fn, 1, kCols>(a, cols, r, c0, c1);
+  }
 }
 
 // Q4_K / Q5_K / Q6_K on the 512-bit tiles; Q2_K / Q3_K keep the 256-bit ones (fill that first).
