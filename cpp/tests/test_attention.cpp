@@ -19,6 +19,11 @@ using kernels::PagedAttentionArgs;
 
 namespace {
 
+// Attention geometry: query heads per KV head, head dims, page size.
+struct Shape {
+  int n_q = 3, hd_k = 64, hd_v = 32, page_size = 8;
+};
+
 struct PagedKV {
   int n_kv = 2, page_size = 8, hd_k = 64, hd_v = 32, n_pages = 0;
   DType type = DType::F32;
@@ -27,7 +32,8 @@ struct PagedKV {
   std::vector<int32_t> table;               // position / page_size -> page
   std::vector<float> k_dense, v_dense;      // [pos][head][dim], as stored (after rounding)
 
-  PagedKV(DType t, int n_positions, std::mt19937& rng) : type(t) {
+  PagedKV(DType t, int n_positions, std::mt19937& rng, const Shape& shape)
+      : page_size(shape.page_size), hd_k(shape.hd_k), hd_v(shape.hd_v), type(t) {
     k_row = row_bytes(t, hd_k);
     v_row = row_bytes(t, hd_v);
     page_stride = static_cast<size_t>(n_kv) * page_size * (k_row + v_row);
@@ -89,15 +95,20 @@ struct Case {
   int32_t window;
 };
 
+const std::vector<Case> kBasicCases = {Case{1, 0, 0},   Case{1, 69, 0},  Case{16, 0, 0}, Case{16, 40, 0}, Case{5, 33, 0},
+                                       Case{1, 69, 5},  Case{16, 20, 5}, Case{7, 2, 5},  Case{3, 60, 1}};
+
+// Max |difference| of `table` over `cases` against the dense float64 attention (against_naive)
+// or against the table `other`, on a cache of n_positions random keys and values.
 float max_error(const kernels::KernelTable& table, DType type, uint32_t seed, bool against_naive,
-                const kernels::KernelTable* other = nullptr) {
+                const kernels::KernelTable* other = nullptr, const Shape& shape = Shape{},
+                const std::vector<Case>& cases = kBasicCases, int n_positions = 70) {
   std::mt19937 rng(seed);
-  const int n_q = 3;
-  PagedKV kv(type, 70, rng);
+  const int n_q = shape.n_q;
+  PagedKV kv(type, n_positions, rng, shape);
   std::normal_distribution<float> g;
   float worst = 0;
-  for (Case c : {Case{1, 0, 0}, Case{1, 69, 0}, Case{16, 0, 0}, Case{16, 40, 0}, Case{5, 33, 0}, Case{1, 69, 5},
-                 Case{16, 20, 5}, Case{7, 2, 5}, Case{3, 60, 1}}) {
+  for (Case c : cases) {
     const int64_t q_token_stride = kv.n_kv * n_q * kv.hd_k + 5;  // padded strides are allowed
     std::vector<float> q(c.n_tokens * q_token_stride);
     for (float& x : q) x = g(rng) * 0.3f;
@@ -168,6 +179,32 @@ int main() {
       if (!(e < 1e-4f)) std::fprintf(stderr, "%s %s: max error %g vs generic\n", kernels::isa_name(isa), dtype_name(dt), e);
       CHECK(e < 1e-4f);
     }
+  }
+  // The SIMD tables pick their code path by the block's query count (tokens × GQA group) and tile
+  // keys and queries: sweep every block size 1..16 at varied positions, windows that end inside
+  // page runs (and a one-key window), page sizes that are not multiples of the key tile, the
+  // models' group sizes (1, 3 SmolLM2, 4 Gemma 3, 7 Qwen2.5) and head dims (64, 128, 256), and
+  // head dims that are not a multiple of any vector width (F32/F16 only: Q8_0 blocks are 32 wide).
+  std::vector<Case> sweep;
+  for (int nt = 1; nt <= kernels::kAttentionMaxBlockTokens; ++nt) {
+    const int32_t windows[] = {0, 13, 40, 1};
+    sweep.push_back(Case{nt, static_cast<int32_t>((nt * 37) % (100 - nt)), windows[nt % 4]});
+    sweep.push_back(Case{nt, static_cast<int32_t>(100 - nt), windows[(nt + 1) % 4]});
+  }
+  const Shape shapes[] = {{1, 64, 64, 16}, {3, 64, 64, 32}, {4, 256, 256, 32}, {7, 64, 64, 8},
+                          {4, 128, 128, 64}, {2, 40, 20, 13}, {5, 24, 8, 7}};
+  for (Isa isa : {Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDotprod}) {
+    const kernels::KernelTable* t = kernels::table_for(isa);
+    if (!t) continue;
+    for (const Shape& sh : shapes)
+      for (DType dt : {DType::F32, DType::F16, DType::Q8_0}) {
+        if (dt == DType::Q8_0 && (sh.hd_k % 32 || sh.hd_v % 32)) continue;
+        const float e = max_error(*t, dt, 7 * sh.n_q + sh.hd_k + static_cast<int>(dt), false, &ref, sh, sweep, 100);
+        if (!(e < 1e-4f))
+          std::fprintf(stderr, "%s %s n_q %d hd %d/%d page %d: max error %g vs generic\n", kernels::isa_name(isa),
+                       dtype_name(dt), sh.n_q, sh.hd_k, sh.hd_v, sh.page_size, e);
+        CHECK(e < 1e-4f);
+      }
   }
   return test_util::report();
 }

@@ -49,11 +49,12 @@ struct PagedAttentionArgs {
 constexpr int kAttentionMaxBlockTokens = 16;
 
 // Scratch a call needs, in floats: an upper bound every implementation must live within
-// (room for converted K/V rows of one page, scores of a block of queries against one page, and
-// running softmax state per query).
+// (room for converted K/V rows of one page, and per query of a full block: its scores against one
+// page, a transposed copy of the query (head_dim_k), and five floats of running softmax state and
+// mask bounds).
 inline size_t paged_attention_scratch_floats(int n_q, int head_dim_k, int head_dim_v, int page_size) {
   const size_t queries = static_cast<size_t>(n_q) * kAttentionMaxBlockTokens;
-  return static_cast<size_t>(page_size) * (head_dim_k + head_dim_v) + queries * (page_size + 2) + 64;
+  return static_cast<size_t>(page_size) * (head_dim_k + head_dim_v) + queries * (page_size + head_dim_k + 5) + 64;
 }
 
 }  // namespace edgellm::kernels

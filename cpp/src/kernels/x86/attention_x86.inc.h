@@ -2,12 +2,13 @@
 // generic/attention_ref.cpp).
 //
 // Keys are walked one page run at a time: the run's K and V rows are converted to f32 once into
-// scratch (F16 via F16C, Q8_0 via sign-extended bytes × scale), then every query of the block
-// (up to 16 tokens × the GQA group) that sees any of those positions uses them while they are in
-// L1. Per query and run: the scores (8-wide dots), the run's maximum, one rescale of the running
-// output if the maximum grew, vectorized exp of the weights, and Σ w·v with the output slice held
-// in registers. The softmax is online across runs, exactly like the reference, so only the
-// rounding differs.
+// scratch (F16 via F16C, Q8_0 via sign-extended bytes × scale) and used by every query of the
+// block (up to 16 tokens × the GQA group) that sees any of those positions while they are in L1.
+// Two paths share that walk: blocks of at least a vector of queries (prefill) run the tiled path
+// (scores and P·V as small register-blocked GEMMs with the queries on the vector lanes, see
+// below); smaller ones (decode) the row-wise path (per query: 8-wide dots, the run's max, one
+// rescale, vectorized exp, Σ w·v with the output slice in registers). The softmax is online
+// across runs, exactly like the reference, so only the rounding differs.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -106,7 +107,9 @@ inline void attention_accumulate(float* o, const float* w, const float* v, int n
   }
 }
 
-void paged_attention_x86(const PagedAttentionArgs& a) {
+// Row-wise path: one query at a time, each score an 8-wide dot + horizontal sum. Kept for blocks
+// with fewer queries than a vector (decode), where the tiled path below would leave most lanes idle.
+inline void paged_attention_rowwise(const PagedAttentionArgs& a) {
   const int hd_k = a.head_dim_k, hd_v = a.head_dim_v, P = a.page_size;
   const int nq = a.n_tokens * a.n_q;
   // Scratch: K run, V run, scores of one query against the run (rounded up to whole vectors),
@@ -177,6 +180,259 @@ void paged_attention_x86(const PagedAttentionArgs& a) {
       const float lq = l[j * a.n_q + h];
       attention_scale(out_row(j, h), lq > 0.0f ? 1.0f / lq : 0.0f, hd_v);
     }
+}
+
+// ---- Tiled path (prefill blocks) -----------------------------------------------------------
+//
+// The block's queries (token j, head h → query index qi = j·n_q + h) are transposed once into
+// qt[d][qi], so that scores become a small GEMM with the queries along the vector lanes:
+// S[r][qi] = Σ_d K[r][d] · qt[d][qi], a tile of kKeyTile keys (broadcast scalars) × kQVecs query
+// vectors held in registers. No horizontal sums, and nothing is transposed per page run (the
+// alternative, K transposed to head_dim × run per run, costs ~3 shuffles per converted vector on
+// one port, about as much as the decode-sized score work itself). With the queries on the lanes,
+// the online softmax is vectorized across queries too: per lane a masked max over the run's keys,
+// one rescale factor, exp of the weights, their sum. Then P·V is a second GEMM: a tile of
+// kPvQueries queries × kPvVecs output vectors in registers, each V row load feeding all the
+// tile's queries, and the running output's rescale folded into loading the accumulators.
+// Queries are processed in groups of kQVecs vectors, so a group's scores stay in L1 between the
+// three steps. The arithmetic is the reference's (online softmax across page runs, f32
+// accumulation), only the summation order differs.
+
+// 8-lane traits (both x86 units; the AVX-512 unit may add a 16-lane one).
+struct AttnVec8 {
+  using V = __m256;
+  static constexpr int W = 8;
+  static constexpr int kKeyTile = 6;    // scores: keys per tile (6 × 2 vectors = 12 accumulators)
+  static constexpr int kQVecs = 2;      // scores: query vectors per tile = per group
+  static constexpr int kPvQueries = 4;  // P·V: queries per tile
+  static constexpr int kPvVecs = 2;     // P·V: output vectors per tile (4 × 2 = 8 accumulators)
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V bcast(const float* p) { return _mm256_broadcast_ss(p); }
+  static V zero() { return _mm256_setzero_ps(); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  // s where lo <= p <= hi (the key at position p is visible to the lane's query), else -inf.
+  static V visible(V s, V p, V lo, V hi) {
+    const V hidden = _mm256_or_ps(_mm256_cmp_ps(p, hi, _CMP_GT_OQ), _mm256_cmp_ps(lo, p, _CMP_GT_OQ));
+    return _mm256_blendv_ps(s, _mm256_set1_ps(-INFINITY), hidden);
+  }
+  // exp(s - m), exactly 0 where s = -inf (a masked key; exp_ps alone would give a denormal, or
+  // NaN when m is -inf too).
+  static V weight(V s, V m) {
+    const V masked = _mm256_cmp_ps(s, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ);
+    return _mm256_andnot_ps(masked, exp_ps(_mm256_sub_ps(s, m)));
+  }
+  // The running output's factor when the max moves from m_old to m_new: exp(m_old - m_new) where
+  // it grew, exactly 1 elsewhere (also where both are still -inf).
+  static V rescale(V m_old, V m_new) {
+    return _mm256_blendv_ps(_mm256_set1_ps(1.0f), exp_ps(_mm256_sub_ps(m_old, m_new)),
+                            _mm256_cmp_ps(m_new, m_old, _CMP_GT_OQ));
+  }
+};
+
+// s[r][·] = scores of keys r < MR (rows ldk apart) against NV query vectors of qt (rows ldq
+// apart), masked to -inf where the key at position p + r is invisible to the lane's query.
+template <class T, int MR, int NV>
+inline void attention_scores_tile(const float* k, int ldk, int hd, const float* qt, int ldq, float* s, int ls,
+                                  float p, const float* lo, const float* hi) {
+  using V = typename T::V;
+  V acc[MR][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = T::zero();
+  for (int d = 0; d < hd; ++d, qt += ldq) {
+    V qv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) qv[v] = T::load(qt + v * T::W);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const V kr = T::bcast(k + r * ldk + d);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] = T::fma(kr, qv[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) {
+    const V lov = T::load(lo + v * T::W), hiv = T::load(hi + v * T::W);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) T::store(s + r * ls + v * T::W, T::visible(acc[r][v], T::set1(p + r), lov, hiv));
+  }
+}
+
+template <class T, int NV>
+inline void attention_scores(int mr, const float* k, int ldk, int hd, const float* qt, int ldq, float* s, int ls,
+                             float p, const float* lo, const float* hi) {
+  static_assert(T::kKeyTile <= 8, "extend the switch");
+  switch (mr) {
+    case 1: attention_scores_tile<T, 1, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi); break;
+    case 2: attention_scores_tile<T, 2, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi); break;
+    case 3: attention_scores_tile<T, 3, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi); break;
+    case 4: attention_scores_tile<T, 4, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi); break;
+    case 5: attention_scores_tile<T, 5, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi); break;
+    case 6: attention_scores_tile<T, 6, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi); break;
+    case 7: attention_scores_tile<T, 7, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi); break;
+    default: attention_scores_tile<T, 8, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi); break;
+  }
+}
+
+// o[q][i .. i + NC·W) = c[q] · o[q][..] + Σ_r w[r][q] · v[r][..] for MQ queries; weights of row r
+// at w + r·ls, V rows ld apart.
+template <class T, int MQ, int NC>
+inline void attention_pv_block(float* const* o, int i, const float* c, const float* w, int ls, const float* v, int ld,
+                               int rows) {
+  using V = typename T::V;
+  V acc[MQ][NC];
+#pragma GCC unroll 8
+  for (int q = 0; q < MQ; ++q) {
+    const V cq = T::bcast(c + q);
+#pragma GCC unroll 4
+    for (int n = 0; n < NC; ++n) acc[q][n] = T::mul(T::load(o[q] + i + n * T::W), cq);
+  }
+  const float* vr = v + i;
+  for (int r = 0; r < rows; ++r, vr += ld, w += ls) {
+    V vv[NC];
+#pragma GCC unroll 4
+    for (int n = 0; n < NC; ++n) vv[n] = T::load(vr + n * T::W);
+#pragma GCC unroll 8
+    for (int q = 0; q < MQ; ++q) {
+      const V wq = T::bcast(w + q);
+#pragma GCC unroll 4
+      for (int n = 0; n < NC; ++n) acc[q][n] = T::fma(wq, vv[n], acc[q][n]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int q = 0; q < MQ; ++q)
+#pragma GCC unroll 4
+    for (int n = 0; n < NC; ++n) T::store(o[q] + i + n * T::W, acc[q][n]);
+}
+
+template <class T, int MQ>
+inline void attention_pv_tile(float* const* o, const float* c, const float* w, int ls, const float* v, int hd_v,
+                              int rows) {
+  constexpr int NC = T::kPvVecs, W = T::W;
+  int i = 0;
+  for (; i + NC * W <= hd_v; i += NC * W) attention_pv_block<T, MQ, NC>(o, i, c, w, ls, v, hd_v, rows);
+  for (; i + W <= hd_v; i += W) attention_pv_block<T, MQ, 1>(o, i, c, w, ls, v, hd_v, rows);
+  for (; i < hd_v; ++i)  // head dims that are not a multiple of the vector width
+    for (int q = 0; q < MQ; ++q) {
+      float acc = o[q][i] * c[q];
+      for (int r = 0; r < rows; ++r) acc += w[r * ls + q] * v[static_cast<size_t>(r) * hd_v + i];
+      o[q][i] = acc;
+    }
+}
+
+template <class T>
+inline void attention_pv(int mq, float* const* o, const float* c, const float* w, int ls, const float* v, int hd_v,
+                         int rows) {
+  static_assert(T::kPvQueries <= 6, "extend the switch");
+  switch (mq) {
+    case 1: attention_pv_tile<T, 1>(o, c, w, ls, v, hd_v, rows); break;
+    case 2: attention_pv_tile<T, 2>(o, c, w, ls, v, hd_v, rows); break;
+    case 3: attention_pv_tile<T, 3>(o, c, w, ls, v, hd_v, rows); break;
+    case 4: attention_pv_tile<T, 4>(o, c, w, ls, v, hd_v, rows); break;
+    case 5: attention_pv_tile<T, 5>(o, c, w, ls, v, hd_v, rows); break;
+    default: attention_pv_tile<T, 6>(o, c, w, ls, v, hd_v, rows); break;
+  }
+}
+
+template <class T>
+void paged_attention_tiled(const PagedAttentionArgs& a) {
+  using V = typename T::V;
+  constexpr int W = T::W;
+  const int hd_k = a.head_dim_k, hd_v = a.head_dim_v, P = a.page_size, n_q = a.n_q;
+  const int nq = a.n_tokens * n_q;
+  const int ldq = (nq + W - 1) / W * W;  // ≤ n_q · kAttentionMaxBlockTokens (a multiple of 16)
+  // Scratch (paged_attention_scratch_floats): qt, the run's K and V rows, a group's scores, and
+  // per query lane the running max m, sum l, last rescale factor c, and its visible key range.
+  float* qt = a.scratch;
+  float* kbuf = qt + static_cast<size_t>(hd_k) * ldq;
+  float* vbuf = kbuf + static_cast<size_t>(P) * hd_k;
+  float* sbuf = vbuf + static_cast<size_t>(P) * hd_v;
+  float* m = sbuf + static_cast<size_t>(P) * ldq;
+  float* l = m + ldq;
+  float* c = l + ldq;
+  float* lo = c + ldq;  // positions as floats: exact far beyond any context length
+  float* hi = lo + ldq;
+  auto out_row = [&](int qi) { return a.out + (qi / n_q) * a.out_token_stride + (qi % n_q) * a.out_head_stride; };
+  for (int qi = 0; qi < ldq; ++qi) {
+    m[qi] = -INFINITY;
+    l[qi] = 0.0f;
+    if (qi < nq) {
+      const int32_t pos = a.q_pos0 + qi / n_q;
+      hi[qi] = static_cast<float>(pos);
+      lo[qi] = a.window > 0 ? static_cast<float>(pos - a.window + 1) : -1.0f;
+      const float* q = a.q + (qi / n_q) * a.q_token_stride + (qi % n_q) * a.q_head_stride;
+      for (int d = 0; d < hd_k; ++d) qt[static_cast<size_t>(d) * ldq + qi] = q[d];
+      std::memset(out_row(qi), 0, sizeof(float) * hd_v);
+    } else {  // padding lanes see no key
+      hi[qi] = -1.0f;
+      lo[qi] = 1e30f;
+      for (int d = 0; d < hd_k; ++d) qt[static_cast<size_t>(d) * ldq + qi] = 0.0f;
+    }
+  }
+  const int32_t last = a.q_pos0 + a.n_tokens - 1;
+  const int32_t first = a.window > 0 && a.q_pos0 - a.window + 1 > 0 ? a.q_pos0 - a.window + 1 : 0;
+  for (int32_t p0 = first; p0 <= last;) {
+    const int32_t p1 = std::min<int32_t>(last, (p0 / P + 1) * P - 1);  // run ends with its page
+    const size_t page = static_cast<size_t>(a.pages[p0 / P]);
+    const size_t slot = static_cast<size_t>(p0 % P);
+    const int rows = p1 - p0 + 1;
+    attention_load_rows(a.kv_type, a.k_base + page * a.page_stride + slot * a.k_row_bytes, a.k_row_bytes, rows, hd_k,
+                        kbuf);
+    attention_load_rows(a.kv_type, a.v_base + page * a.page_stride + slot * a.v_row_bytes, a.v_row_bytes, rows, hd_v,
+                        vbuf);
+    for (int g0 = 0; g0 < nq; g0 += W * T::kQVecs) {
+      const int nv = std::min(T::kQVecs, (ldq - g0) / W);
+      const int ls = nv * W, g1 = std::min(nq, g0 + ls);
+      // Skip the group when the run is outside every one of its queries' [lo, pos] (their union
+      // is one interval: consecutive positions, window ≥ 1).
+      const int32_t pos_first = a.q_pos0 + g0 / n_q, pos_last = a.q_pos0 + (g1 - 1) / n_q;
+      if (pos_last < p0 || (a.window > 0 && pos_first - a.window + 1 > p1)) continue;
+      for (int r0 = 0; r0 < rows; r0 += T::kKeyTile) {
+        const int mr = std::min(T::kKeyTile, rows - r0);
+        const float* k = kbuf + static_cast<size_t>(r0) * hd_k;
+        float* s = sbuf + static_cast<size_t>(r0) * ls;
+        const float p = static_cast<float>(p0 + r0);
+        if (nv == 2) attention_scores<T, 2>(mr, k, hd_k, hd_k, qt + g0, ldq, s, ls, p, lo + g0, hi + g0);
+        else attention_scores<T, 1>(mr, k, hd_k, hd_k, qt + g0, ldq, s, ls, p, lo + g0, hi + g0);
+      }
+      for (int v = 0; v < nv; ++v) {  // online softmax, one lane per query
+        const int lane = g0 + v * W;
+        V mx = T::set1(-INFINITY);
+        for (int r = 0; r < rows; ++r) mx = T::max(mx, T::load(sbuf + r * ls + v * W));
+        const V mo = T::load(m + lane), mn = T::max(mo, mx), cv = T::rescale(mo, mn);
+        V sum = T::zero();
+        for (int r = 0; r < rows; ++r) {
+          const V w = T::weight(T::load(sbuf + r * ls + v * W), mn);
+          T::store(sbuf + r * ls + v * W, w);
+          sum = T::add(sum, w);
+        }
+        T::store(l + lane, T::fma(T::load(l + lane), cv, sum));
+        T::store(m + lane, mn);
+        T::store(c + lane, cv);
+      }
+      for (int q0 = g0; q0 < g1; q0 += T::kPvQueries) {
+        const int mq = std::min(T::kPvQueries, g1 - q0);
+        float* o[T::kPvQueries];
+        for (int q = 0; q < mq; ++q) o[q] = out_row(q0 + q);
+        attention_pv<T>(mq, o, c + q0, sbuf + (q0 - g0), ls, vbuf, hd_v, rows);
+      }
+    }
+    p0 = p1 + 1;
+  }
+  for (int qi = 0; qi < nq; ++qi) attention_scale(out_row(qi), l[qi] > 0.0f ? 1.0f / l[qi] : 0.0f, hd_v);
+}
+
+// Blocks with at least a vector of queries (prefill) take the tiled path; smaller ones (decode
+// with a small GQA group) the row-wise one, whose work per query does not depend on the lanes.
+void paged_attention_x86(const PagedAttentionArgs& a) {
+  if (a.n_tokens * a.n_q >= AttnVec8::W) paged_attention_tiled<AttnVec8>(a);
+  else paged_attention_rowwise(a);
 }
 
 }  // namespace
