@@ -3,20 +3,22 @@
 //   decode (ncols = 1): GB/s of weight bytes streamed. The weights cycle through a pool larger
 //                       than the last-level cache, so every call reads them from DRAM, as decode
 //                       does (each weight is read once per token).
-//   prefill (ncols = 64): GFLOP/s-equivalent (2·K·rows·ncols per call), weights from cache.
+//   prefill (ncols = 64, or cols=N): GFLOP/s-equivalent (2·K·rows·ncols per call), weights from cache.
 // 1 and 2 threads; threads split the rows of each matmul ([r0, r1) per thread, as the model's
 // parallel matmul does) and meet at a spin barrier after every call.
 //
 // Build (after scripts/dev-build.sh build/<dir>):
 //   g++ -O2 -std=c++17 -Icpp/src bench/kernels_bench.cpp build/<dir>/libedgellm_core.a -lpthread -o /tmp/kb
-//   /tmp/kb [table ...] [type ...]   tables: avx512, avx512-vl256, avx512-kq256, avx2, scalar (default:
-//                         all this CPU runs; scalar is measured for decode only); types: Q4_0 .. F16
-//                         (default: all). avx512-vl256 / avx512-kq256 are the AVX-512 table with the
-//                         256-bit legacy / K-quant matmul, kept to re-measure the 512-bit forms.
+//   /tmp/kb [table ...] [type ...] [cols=N]
+//     tables: avx512, avx512-vl256, avx512-kq256, avx2, scalar (default: all this CPU runs; scalar
+//     is measured for decode only); avx512-vl256 / avx512-kq256 are the AVX-512 table with the
+//     256-bit legacy / K-quant matmul, kept to re-measure the 512-bit forms.
+//     types: Q4_0 .. F16 (default: all). cols=N: prefill columns (default 64).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <random>
@@ -177,11 +179,17 @@ int main(int argc, char** argv) {
       if (std::string(dtype_name(wt)) == argv[i]) types.push_back(wt);
   if (variants.empty()) variants = all;
   if (types.empty()) types.assign(std::begin(all_types), std::end(all_types));
-  const int64_t shapes[][2] = {{576, 1536}, {2048, 2048}, {896, 4864}, {2048, 8192}};
+  int64_t pcols = 64;  // prefill columns; "cols=N" overrides (model prefill runs 128..512)
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], "cols=", 5) == 0) pcols = std::max(2, std::atoi(argv[i] + 5));
+  // (K, rows): SmolLM2-135M, 1.7B-shape attention/FFN, Qwen2.5-0.5B FFN up and down (the
+  // down projection is its K-quant matrix), 1.7B-shape FFN up and down.
+  const int64_t shapes[][2] = {{576, 1536}, {2048, 2048}, {896, 4864}, {4864, 896}, {2048, 8192}, {8192, 2048}};
   const size_t kPoolBytes = 256u << 20;  // well above the L3 the weights would otherwise sit in
   std::mt19937 rng(1);
 
-  std::printf("decode: GB/s of weights from DRAM, median (best) per call; prefill: GFLOP/s, 64 columns, median (best)\n");
+  std::printf("decode: GB/s of weights from DRAM, median (best) per call; prefill: GFLOP/s, %lld columns, median (best)\n",
+              static_cast<long long>(pcols));
   std::printf("%-13s %-5s %5s %5s | %-15s %-15s | %-15s %-15s\n", "isa", "type", "K", "rows", "decode 1T", "decode 2T",
               "prefill 1T", "prefill 2T");
   for (DType wt : types)
@@ -201,8 +209,8 @@ int main(int argc, char** argv) {
           const Timing d = time_matmul(*v.table, wt, K, rows, 1, pool, nt, calls);
           std::snprintf(cells[nt - 1], 32, "%6.1f (%5.1f)", mbytes / d.median / 1e9, mbytes / d.best / 1e9);
           if (!scalar) {
-            const Timing p = time_matmul(*v.table, wt, K, rows, 64, one, nt, 12);
-            const double flop = 2.0 * K * rows * 64;
+            const Timing p = time_matmul(*v.table, wt, K, rows, pcols, one, nt, 12);
+            const double flop = 2.0 * K * rows * pcols;
             std::snprintf(cells[nt + 1], 32, "%6.1f (%5.1f)", flop / p.median / 1e9, flop / p.best / 1e9);
           }
         }
