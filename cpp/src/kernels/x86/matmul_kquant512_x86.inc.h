@@ -11,11 +11,11 @@
 //   scale. Both operands are therefore loaded in a permuted order: register g (0..3), dword m
 //   (0..15) holds elements 16m+4g .. 16m+4g+3. Lane m then accumulates exactly the 16 elements
 //   16m..16m+15 — activation sum bsum_m, and one scale in every K-quant (Q6_K: scale m; Q4_K /
-//   Q5_K: sub-block m/2). The activation side is a fixed transpose, done once per call for all
-//   columns into a per-thread scratch buffer (prepare_columns); the weight side is one dword
+//   Q5_K: sub-block m/2). The activation side is a fixed transpose, done once per column block
+//   (~256 KB, L2-sized) into a per-thread scratch buffer (prepare_columns); the weight side is one dword
 //   permute of the packed quants per register, then the usual nibble / high-bit unpacking,
 //   reused for the C columns of a tile.
-// * Scales in f32 per lane. dsc_m = d·scale_m and fmin_m = −dmin'·min'_m are 16-lane vectors
+// * Scales in f32 per lane. dsc_m = d·scale_m and fmin_m = dmin'·min'_m are 16-lane vectors
 //   per row, so a (row, column) pair costs 4 vpdpbusd + cvt + mul + 2 FMA per super-block. The
 //   min term shares the main term's accumulator lanes (only their horizontal sum is the result).
 //   Q6_K's min is 32·scale with the same d: it is folded into the integer accumulator instead
@@ -41,8 +41,9 @@
 #endif
 
 // The tile body must become straight-line code over registers: GCC otherwise keeps a call to the
-// row unpacking and leaves the R×C accumulator array in memory, rolled over i (measured: ~25%
-// slower). `flatten` inlines every call in the tile, the pragmas fully unroll its loops.
+// row unpacking and leaves the R×C accumulator array in memory, rolled over i (measured: a third
+// slower). `flatten` inlines every call in the tile, the pragmas fully unroll its loops (which
+// also folds lanes32's tables into constants).
 #define EDGELLM_K512_FLATTEN __attribute__((flatten))
 #define EDGELLM_K512_UNROLL _Pragma("GCC unroll 16")
 
