@@ -1,0 +1,79 @@
+// 16-lane (AVX-512) traits for the tiled paged-attention path of attention_x86.inc.h; included
+// only by the avx512 unit. Same algorithm, twice the queries per vector: the scores tile is
+// 8 keys × 2 vectors (32 queries, 16 accumulators, key scalars as embedded broadcasts), the P·V
+// tile 4 queries × 4 vectors (64 outputs, 16 accumulators: 4 V loads + 4 broadcasts feed 16 FMAs).
+// On cores with two full-width FMA pipes this doubles the peak of the 8-lane tiles, which the
+// prefill blocks already run close to.
+#pragma once
+#include "kernels/x86/attention_x86.inc.h"
+
+namespace edgellm::kernels {
+namespace {
+
+// exp_ps of float_ops_x86.inc.h on 16 lanes: the same Cody–Waite reduction, degree-7 polynomial
+// and two-step 2^n scaling, so both widths round identically.
+inline __m512 exp_ps512(__m512 x) {
+  const __mmask16 nan_mask = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(89.0f));
+  const __m512 fn = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(fn, _mm512_set1_ps(0.693145751953125f), xc);
+  r = _mm512_fnmadd_ps(fn, _mm512_set1_ps(1.428606765330187045e-06f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  const __m512i n = _mm512_cvtps_epi32(fn);
+  const __m512i n1 = _mm512_srai_epi32(n, 1);
+  const __m512i n2 = _mm512_sub_epi32(n, n1);
+  const __m512i bias = _mm512_set1_epi32(127);
+  const __m512 s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, bias), 23));
+  const __m512 s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, bias), 23));
+  const __m512 res = _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
+  return _mm512_mask_blend_ps(nan_mask, res, x);
+}
+
+struct AttnVec16 {
+  using V = __m512;
+  static constexpr int W = 16;
+  static constexpr int kKeyTile = 8;
+  static constexpr int kQVecs = 2;
+  static constexpr int kPvQueries = 4;
+  static constexpr int kPvVecs = 4;
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static V set1(float x) { return _mm512_set1_ps(x); }
+  static V bcast(const float* p) { return _mm512_set1_ps(*p); }
+  static V zero() { return _mm512_setzero_ps(); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  static V visible(V s, V p, V lo, V hi) {
+    const __mmask16 hidden = _mm512_cmp_ps_mask(p, hi, _CMP_GT_OQ) | _mm512_cmp_ps_mask(lo, p, _CMP_GT_OQ);
+    return _mm512_mask_blend_ps(hidden, s, _mm512_set1_ps(-INFINITY));
+  }
+  static V weight(V s, V m) {
+    const __mmask16 kept = _mm512_cmp_ps_mask(s, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+    return _mm512_maskz_mov_ps(kept, exp_ps512(_mm512_sub_ps(s, m)));
+  }
+  static V rescale(V m_old, V m_new) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(m_new, m_old, _CMP_GT_OQ), _mm512_set1_ps(1.0f),
+                                exp_ps512(_mm512_sub_ps(m_old, m_new)));
+  }
+};
+
+// Blocks of at least 16 queries take the 16-lane tiles, 8..15 the 8-lane ones (half the padding),
+// fewer the row-wise path.
+void paged_attention_x86_512(const PagedAttentionArgs& a) {
+  const int nq = a.n_tokens * a.n_q;
+  if (nq >= AttnVec16::W) paged_attention_tiled<AttnVec16>(a);
+  else paged_attention_x86(a);
+}
+
+}  // namespace
+}  // namespace edgellm::kernels
