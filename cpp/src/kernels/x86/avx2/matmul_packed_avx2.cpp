@@ -17,7 +17,8 @@
 // (at most 2·128·127 = 32512), which also needs no −128·Σx correction.
 //
 // A tile is one half of a 16-row group (8 rows) × C columns (C ≤ kCols of the type), so each
-// sub-block's slices are decoded once and reused by all C columns.
+// sub-block's slices are decoded once and reused by all C columns; a single column takes both
+// halves in one pass (see tile).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -187,67 +188,78 @@ inline __m256 half8_to_ps(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// Rows 8h..8h+7 of one group × C columns, all K. y points at (column c, row 8h); columns are ldy
-// apart. The two halves of a group are separate tiles (the second pass finds the group's lines
-// in L1/L2): with both in one pass the 16 unpacked slices alone fill the 16 ymm registers, and
-// the compiler spills the shared activation broadcasts instead.
-template <DType T, int C>
-void tile(const uint8_t* group, int h, int64_t nu, const uint8_t* x, size_t x_stride, float* y, int64_t ldy) {
-  __m256 acc[C];
-  for (int j = 0; j < C; ++j) acc[j] = _mm256_setzero_ps();
+// Rows 8·h0 .. 8·(h0 + NH) of one group (NH halves of 8 rows) × C columns, all K. y points at
+// (column 0, row 8·h0); columns are ldy apart.
+//
+// Two shapes are used. Prefill (NH = 1): the halves are separate tiles, the second pass finding
+// the group's lines in L1/L2, because with both halves in one pass the 16 unpacked slices alone
+// fill the 16 ymm registers and the compiler spills the shared activation broadcasts instead
+// (measured ~30% slower at 64 columns). Single-column decode (NH = 2, C = 1): there is no column
+// to reuse slices for, so nothing needs to stay in registers, and one pass that consumes each
+// 64-byte line whole keeps a DRAM-bound matrix (an LM head) streaming at full rate, where two
+// passes halve the work done per line fetched on the first.
+template <DType T, int C, int NH>
+void tile(const uint8_t* group, int h0, int64_t nu, const uint8_t* x, size_t x_stride, float* y, int64_t ldy) {
+  __m256 acc[NH][C];
+  for (int hh = 0; hh < NH; ++hh)
+    for (int j = 0; j < C; ++j) acc[hh][j] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nu; ++b) {
     const uint8_t* unit = group + b * unit_bytes<T>();
-    const __m256 d = half8_to_ps(unit + 16 * h);
-    __m256 dmin = _mm256_setzero_ps();
-    if constexpr (P<T>::kMin) dmin = half8_to_ps(unit + 32 + 16 * h);  // Q4_1/Q5_1: m itself; K: dmin
     for (int sb = 0; sb < subs<T>(); ++sb) {
-      // Per-row constants of this sub-block (packed.h): da, db (Q6_K only differs), mn.
-      __m256 da = d, db = d, mn = dmin;
-      if constexpr (P<T>::kK && P<T>::kMin) {
-        da = db = _mm256_mul_ps(u8x8_to_ps(unit + 64 + 16 * sb + 8 * h), d);
-        mn = _mm256_mul_ps(u8x8_to_ps(unit + 192 + 16 * sb + 8 * h), dmin);  // subtracted below
-      }
-      if constexpr (P<T>::kSix) {
-        da = _mm256_mul_ps(i8x8_to_ps(unit + 32 + 16 * (2 * sb) + 8 * h), d);
-        db = _mm256_mul_ps(i8x8_to_ps(unit + 32 + 16 * (2 * sb + 1) + 8 * h), d);
-      }
-      __m256i u[8], sg[8];
-      unpack_half<T>(unit + P<T>::kHeader + sb * sub_bytes<T>(), h, u, sg);
       const int64_t xi = b * subs<T>() + sb;
-      for (int j = 0; j < C; ++j) {
-        const block_q8_r& xb = reinterpret_cast<const block_q8_r*>(x + j * x_stride)[xi];
-        const __m256 dx = _mm256_set1_ps(xb.d);
-        if constexpr (P<T>::kSix) {
-          // Elements 0..15 and 16..31 have their own scales.
-          const __m256i sa = dot_slices<T>(u, sg, xb.qs, 0, 4, _mm256_set1_epi32(-P<T>::kOffset * xb.s[0]));
-          const __m256i sbv = dot_slices<T>(u, sg, xb.qs, 4, 4, _mm256_set1_epi32(-P<T>::kOffset * xb.s[1]));
-          acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sa), _mm256_mul_ps(da, dx), acc[j]);
-          acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sbv), _mm256_mul_ps(db, dx), acc[j]);
-        } else {
-          const __m256i init =
-              P<T>::kOffset ? _mm256_set1_epi32(-P<T>::kOffset * (xb.s[0] + xb.s[1])) : _mm256_setzero_si256();
-          const __m256i s = dot_slices<T>(u, sg, xb.qs, 0, 8, init);
-          acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(da, dx), acc[j]);
+      for (int hh = 0; hh < NH; ++hh) {
+        const int h = h0 + hh;
+        // Per-row constants of this sub-block and half (packed.h): da, db (Q6_K only differs), mn.
+        const __m256 d = half8_to_ps(unit + 16 * h);
+        __m256 da = d, db = d, mn = _mm256_setzero_ps();
+        if constexpr (P<T>::kMin) mn = half8_to_ps(unit + 32 + 16 * h);  // Q4_1/Q5_1: m itself; K: dmin
+        if constexpr (P<T>::kK && P<T>::kMin) {
+          da = db = _mm256_mul_ps(u8x8_to_ps(unit + 64 + 16 * sb + 8 * h), d);
+          mn = _mm256_mul_ps(u8x8_to_ps(unit + 192 + 16 * sb + 8 * h), mn);  // subtracted below
         }
-        if constexpr (P<T>::kMin) {
-          const __m256 sx = _mm256_set1_ps(xb.d * static_cast<float>(xb.s[0] + xb.s[1]));
-          if constexpr (P<T>::kK)
-            acc[j] = _mm256_fnmadd_ps(mn, sx, acc[j]);
-          else
-            acc[j] = _mm256_fmadd_ps(mn, sx, acc[j]);
+        if constexpr (P<T>::kSix) {
+          da = _mm256_mul_ps(i8x8_to_ps(unit + 32 + 16 * (2 * sb) + 8 * h), d);
+          db = _mm256_mul_ps(i8x8_to_ps(unit + 32 + 16 * (2 * sb + 1) + 8 * h), d);
+        }
+        __m256i u[8], sg[8];
+        unpack_half<T>(unit + P<T>::kHeader + sb * sub_bytes<T>(), h, u, sg);
+        for (int j = 0; j < C; ++j) {
+          const block_q8_r& xb = reinterpret_cast<const block_q8_r*>(x + j * x_stride)[xi];
+          const __m256 dx = _mm256_set1_ps(xb.d);
+          __m256& a = acc[hh][j];
+          if constexpr (P<T>::kSix) {
+            // Elements 0..15 and 16..31 have their own scales.
+            const __m256i sa = dot_slices<T>(u, sg, xb.qs, 0, 4, _mm256_set1_epi32(-P<T>::kOffset * xb.s[0]));
+            const __m256i sbv = dot_slices<T>(u, sg, xb.qs, 4, 4, _mm256_set1_epi32(-P<T>::kOffset * xb.s[1]));
+            a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sa), _mm256_mul_ps(da, dx), a);
+            a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sbv), _mm256_mul_ps(db, dx), a);
+          } else {
+            const __m256i init =
+                P<T>::kOffset ? _mm256_set1_epi32(-P<T>::kOffset * (xb.s[0] + xb.s[1])) : _mm256_setzero_si256();
+            const __m256i s = dot_slices<T>(u, sg, xb.qs, 0, 8, init);
+            a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(da, dx), a);
+          }
+          if constexpr (P<T>::kMin) {
+            const __m256 sx = _mm256_set1_ps(xb.d * static_cast<float>(xb.s[0] + xb.s[1]));
+            if constexpr (P<T>::kK)
+              a = _mm256_fnmadd_ps(mn, sx, a);
+            else
+              a = _mm256_fmadd_ps(mn, sx, a);
+          }
         }
       }
     }
   }
-  for (int j = 0; j < C; ++j) _mm256_storeu_ps(y + j * ldy, acc[j]);
+  for (int hh = 0; hh < NH; ++hh)
+    for (int j = 0; j < C; ++j) _mm256_storeu_ps(y + j * ldy + 8 * hh, acc[hh][j]);
 }
 
-// Runs tile<T, n> for 1 ≤ n ≤ C.
+// Runs tile<T, n, 1> (one half) for 1 ≤ n ≤ C.
 template <DType T, int C>
 void tile_n(int n, const uint8_t* group, int h, int64_t nu, const uint8_t* x, size_t xs, float* y, int64_t ldy) {
   if constexpr (C > 1)
     if (n < C) return tile_n<T, C - 1>(n, group, h, nu, x, xs, y, ldy);
-  tile<T, C>(group, h, nu, x, xs, y, ldy);
+  tile<T, C, 1>(group, h, nu, x, xs, y, ldy);
 }
 
 // Columns are taken in blocks of kColBlock so that a block's activations (kColBlock · K · 1.25
@@ -269,6 +281,10 @@ void packed_matmul(const MatmulArgs& a) {
     const int64_t ce = std::min(a.ncols, cb + kColBlock);
     for (int64_t r = a.r0; r < a.r1; r += kPackRows) {
       const uint8_t* group = w + static_cast<size_t>(r / kPackRows) * group_bytes;
+      if (ce - cb == 1) {  // one column: both halves in one pass (see tile)
+        tile<T, 1, 2>(group, 0, nu, x + cb * a.x_stride, a.x_stride, a.y + cb * a.ldy + r, a.ldy);
+        continue;
+      }
       for (int h = 0; h < 2; ++h)
         for (int64_t c = cb; c < ce; c += P<T>::kCols) {
           const int n = static_cast<int>(std::min<int64_t>(P<T>::kCols, ce - c));
