@@ -67,12 +67,13 @@ struct AttnVec16 {
   }
 };
 
-// Blocks of at least 16 queries take the 16-lane tiles, 8..15 the 8-lane ones (half the padding),
-// fewer the row-wise path.
+// Blocks that take tiles (attention_use_tiles) use the 16-lane ones from 8 queries, or at head dim
+// 256 (measured on Zen 5: 16 lanes beat 8 from 8 queries even with 7 or 8 padding lanes, e.g. -25%
+// at 3-4 tokens × 3 heads; below that the 8-lane tiles win by 3-8% at head dim 64).
 void paged_attention_x86_512(const PagedAttentionArgs& a) {
-  const int nq = a.n_tokens * a.n_q;
-  if (nq >= AttnVec16::W) paged_attention_tiled<AttnVec16>(a);
-  else paged_attention_x86(a);
+  if (!attention_use_tiles(a)) paged_attention_rowwise(a);
+  else if (a.n_tokens * a.n_q >= 8 || a.head_dim_k >= 256) paged_attention_tiled<AttnVec16>(a);
+  else paged_attention_tiled<AttnVec8>(a);
 }
 
 }  // namespace
