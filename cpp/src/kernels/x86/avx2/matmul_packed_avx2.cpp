@@ -14,7 +14,8 @@
 // Q8_0 is the exception to "unsigned weights × signed activations": its unsigned quants
 // u = q + 128 reach 255 and maddubs' pair sums (2·255·127) would saturate at 32767. So Q8_0 goes
 // back to the signed q = u ^ 0x80 and uses the sign trick maddubs(|q|, sign(x, q)) = q·x pairs
-// (at most 2·128·127 = 32512), which also needs no −128·Σx correction.
+// (at most 2·128·127 = 32512), which also needs no −128·Σx correction. It relies on Q8_R quants
+// lying in [−127, 127] (Q8_0's d = amax/127), as −(−128) does not exist in int8.
 //
 // A tile is one half of a 16-row group (8 rows) × C columns (C ≤ kCols of the type), so each
 // sub-block's slices are decoded once and reused by all C columns; a single column takes both
