@@ -1,6 +1,6 @@
 // 16-lane (AVX-512) traits for the tiled paged-attention path of attention_x86.inc.h; included
 // only by the avx512 unit. Same algorithm, twice the queries per vector: the scores tile is
-// 8 keys × 2 vectors (32 queries, 16 accumulators, key scalars as embedded broadcasts), the P·V
+// 8 keys × up to 3 vectors (48 queries, 24 accumulators, key scalars as embedded broadcasts), the P·V
 // tile 4 queries × 4 vectors (64 outputs, 16 accumulators: 4 V loads + 4 broadcasts feed 16 FMAs).
 // On cores with two full-width FMA pipes this doubles the peak of the 8-lane tiles, which the
 // prefill blocks already run close to.
@@ -41,9 +41,10 @@ struct AttnVec16 {
   using V = __m512;
   static constexpr int W = 16;
   static constexpr int kKeyTile = 8;
-  static constexpr int kQVecs = 2;
+  static constexpr int kQVecs = 3;
   static constexpr int kPvQueries = 4;
   static constexpr int kPvVecs = 4;
+  static constexpr bool kOutlineScores = false;
   static V load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
   static V set1(float x) { return _mm512_set1_ps(x); }

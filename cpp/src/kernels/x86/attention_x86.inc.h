@@ -204,9 +204,10 @@ struct AttnVec8 {
   using V = __m256;
   static constexpr int W = 8;
   static constexpr int kKeyTile = 6;    // scores: keys per tile (6 × 2 vectors = 12 accumulators)
-  static constexpr int kQVecs = 2;      // scores: query vectors per tile = per group
+  static constexpr int kQVecs = 2;      // scores: query vectors per tile = per group (1..3)
   static constexpr int kPvQueries = 4;  // P·V: queries per tile
   static constexpr int kPvVecs = 2;     // P·V: output vectors per tile (4 × 2 = 8 accumulators)
+  static constexpr bool kOutlineScores = true;  // see attention_scores_tile_outlined
   static V load(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
   static V set1(float x) { return _mm256_set1_ps(x); }
@@ -265,19 +266,38 @@ inline void attention_scores_tile(const float* k, int ldk, int hd, const float* 
   }
 }
 
+// An out-of-line copy of the tile, for traits whose tile needs (nearly) all vector registers:
+// inlined into paged_attention_tiled, GCC keeps the caller's vector constants live across the d
+// loop and spills three of AttnVec8's twelve accumulators to the stack (the loop then runs at the
+// store-forwarding latency: 1.25-1.4x slower prefill attention in the avx2 unit). With AVX-512's
+// 32 registers there is no such pressure and the tiles stay inlined.
+template <class T, int MR, int NV>
+__attribute__((noinline)) void attention_scores_tile_outlined(const float* k, int ldk, int hd, const float* qt,
+                                                              int ldq, float* s, int ls, float p, const float* lo,
+                                                              const float* hi) {
+  attention_scores_tile<T, MR, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi);
+}
+
+template <class T, int MR, int NV>
+inline void attention_scores_mr(const float* k, int ldk, int hd, const float* qt, int ldq, float* s, int ls, float p,
+                                const float* lo, const float* hi) {
+  if constexpr (T::kOutlineScores) attention_scores_tile_outlined<T, MR, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi);
+  else attention_scores_tile<T, MR, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi);
+}
+
 template <class T, int NV>
 inline void attention_scores(int mr, const float* k, int ldk, int hd, const float* qt, int ldq, float* s, int ls,
                              float p, const float* lo, const float* hi) {
   static_assert(T::kKeyTile <= 8, "extend the switch");
   switch (mr) {
-    case 1: attention_scores_tile<T, 1, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi); break;
-    case 2: attention_scores_tile<T, 2, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi); break;
-    case 3: attention_scores_tile<T, 3, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi); break;
-    case 4: attention_scores_tile<T, 4, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi); break;
-    case 5: attention_scores_tile<T, 5, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi); break;
-    case 6: attention_scores_tile<T, 6, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi); break;
-    case 7: attention_scores_tile<T, 7, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi); break;
-    default: attention_scores_tile<T, 8, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi); break;
+    case 1: attention_scores_mr<T, 1, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi); break;
+    case 2: attention_scores_mr<T, 2, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi); break;
+    case 3: attention_scores_mr<T, 3, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi); break;
+    case 4: attention_scores_mr<T, 4, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi); break;
+    case 5: attention_scores_mr<T, 5, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi); break;
+    case 6: attention_scores_mr<T, 6, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi); break;
+    case 7: attention_scores_mr<T, 7, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi); break;
+    default: attention_scores_mr<T, 8, NV>(k, ldk, hd, qt, ldq, s, ls, p, lo, hi); break;
   }
 }
 
@@ -389,9 +409,12 @@ void paged_attention_tiled(const PagedAttentionArgs& a) {
                         kbuf);
     attention_load_rows(a.kv_type, a.v_base + page * a.page_stride + slot * a.v_row_bytes, a.v_row_bytes, rows, hd_v,
                         vbuf);
-    for (int g0 = 0; g0 < nq; g0 += W * T::kQVecs) {
-      const int nv = std::min(T::kQVecs, (ldq - g0) / W);
-      const int ls = nv * W, g1 = std::min(nq, g0 + ls);
+    // Groups of at most kQVecs vectors, balanced (7 vectors → 3 + 2 + 2, not 3 + 3 + 1): a group of
+    // one vector loads a key scalar per FMA, its score tile runs well below the FMA peak.
+    const int nvec = ldq / W, n_groups = (nvec + T::kQVecs - 1) / T::kQVecs;
+    for (int gi = 0, v0 = 0, nv = 0; gi < n_groups; ++gi, v0 += nv) {
+      nv = (nvec - v0 + (n_groups - gi) - 1) / (n_groups - gi);
+      const int g0 = v0 * W, ls = nv * W, g1 = std::min(nq, g0 + ls);
       // Skip the group when the run is outside every one of its queries' [lo, pos] (their union
       // is one interval: consecutive positions, window ≥ 1).
       const int32_t pos_first = a.q_pos0 + g0 / n_q, pos_last = a.q_pos0 + (g1 - 1) / n_q;
@@ -401,6 +424,12 @@ void paged_attention_tiled(const PagedAttentionArgs& a) {
         const float* k = kbuf + static_cast<size_t>(r0) * hd_k;
         float* s = sbuf + static_cast<size_t>(r0) * ls;
         const float p = static_cast<float>(p0 + r0);
+        if constexpr (T::kQVecs >= 3) {
+          if (nv == 3) {
+            attention_scores<T, 3>(mr, k, hd_k, hd_k, qt + g0, ldq, s, ls, p, lo + g0, hi + g0);
+            continue;
+          }
+        }
         if (nv == 2) attention_scores<T, 2>(mr, k, hd_k, hd_k, qt + g0, ldq, s, ls, p, lo + g0, hi + g0);
         else attention_scores<T, 1>(mr, k, hd_k, hd_k, qt + g0, ldq, s, ls, p, lo + g0, hi + g0);
       }
