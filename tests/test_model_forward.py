@@ -163,7 +163,9 @@ def test_chunked_and_incremental_eval_equal_one_batch(tiny):
     assert runner.n_past == 0
     rows = [runner.eval([t]) for t in PROMPT]
     assert runner.n_past == len(PROMPT)
-    np.testing.assert_allclose(np.stack(rows), whole, rtol=0, atol=1e-5)
+    # one token at a time takes the row-wise attention path, the whole prompt the tiled one:
+    # equal to float rounding (relative 1e-6 of logits up to ~70)
+    np.testing.assert_allclose(np.stack(rows), whole, rtol=1e-6, atol=1e-5)
 
 
 def test_thread_count_does_not_change_results(tiny):
