@@ -195,11 +195,11 @@ inline void paged_attention_rowwise(const PagedAttentionArgs& a) {
 // one rescale factor, exp of the weights, their sum. Then P·V is a second GEMM: a tile of
 // kPvQueries queries × kPvVecs output vectors in registers, each V row load feeding all the
 // tile's queries, and the running output's rescale folded into loading the accumulators.
-// Queries are processed in groups of kQVecs vectors, so a group's scores stay in L1 between the
-// three steps. The arithmetic is the reference's (online softmax across page runs, f32
+// Queries are processed in groups of up to kQVecs vectors, so a group's scores stay in L1 between
+// the three steps. The arithmetic is the reference's (online softmax across page runs, f32
 // accumulation), only the summation order differs.
 
-// 8-lane traits (both x86 units; the AVX-512 unit may add a 16-lane one).
+// 8-lane traits (both x86 units; the avx512 unit adds 16-lane ones, attention512_x86.inc.h).
 struct AttnVec8 {
   using V = __m256;
   static constexpr int W = 8;
