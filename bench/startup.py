@@ -38,7 +38,15 @@ def run_once(cmd, env=None):
 
 
 def kv_bytes(path, n_ctx):
-    """F16 K and V of one n_ctx sequence (sliding-window layers hold only their window)."""
+    """F16 K and V of one n_ctx sequence, computed in a child process: reading the GGUF here would
+    grow this process, and Linux reports a child's peak RSS as at least its parent's RSS at the
+    fork/exec (the old mm's high-water mark is kept across exec), which would inflate both columns."""
+    out = subprocess.run([sys.executable, __file__, "--kv-bytes", path, str(n_ctx)], check=True,
+                         capture_output=True, text=True).stdout
+    return int(out.strip())
+
+
+def _kv_bytes_here(path, n_ctx):
     import gguf
 
     r = gguf.GGUFReader(path, "r")
@@ -56,6 +64,9 @@ def kv_bytes(path, n_ctx):
 
 
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--kv-bytes":
+        print(_kv_bytes_here(sys.argv[2], int(sys.argv[3])))
+        return
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("models", nargs="+")
     p.add_argument("-t", "--threads", type=int, default=2)
