@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import numpy as np
+import zlib
 import pytest
 
 core = pytest.importorskip("edgellm._core")
@@ -66,7 +67,8 @@ def dequantized_abs_bound(wtype, w, K, rows, x):
 
 @pytest.fixture
 def rng(request):
-    return np.random.default_rng(abs(hash(request.node.name)) % (2**32))
+    # crc32, not hash(): str hashes are salted per process, which made the draw differ per run
+    return np.random.default_rng(zlib.crc32(request.node.name.encode()))
 
 
 def check_matmul(isa, wtype, K, rows, ncols, r0, r1, rng, quantize_isa="scalar"):
@@ -185,7 +187,15 @@ def test_float_ops_match_scalar(isa, n, rng):
         got = core.kernel_op(isa, name, a, **kw)
         ref = core.kernel_op("scalar", name, a, **kw)
         scale = np.abs(ref).max() + 1e-30
-        np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol * 1e-2 * scale, err_msg=f"{isa} {name} n={n}")
+        atol = rtol * 1e-2 * scale
+        if name in ("silu_mul", "gelu_mul"):
+            # their tails are a difference near 1 (1 + tanh, or 1 + e^-x in a quotient): float32
+            # cancellation leaves an absolute error of a few ulps of |gate·up| per element
+            atol = atol + 4 * np.finfo(np.float32).eps * np.abs(a.astype(np.float64) * b)
+        err = np.abs(got.astype(np.float64) - ref)
+        bound = rtol * np.abs(ref.astype(np.float64)) + atol
+        assert (err <= bound).all(), (f"{isa} {name} n={n}: {int((err > bound).sum())} elements off, worst "
+                                      f"{float((err - bound).max()):.3g} over the bound")
     got = core.kernel_op(isa, "dot", a, b)
     ref = core.kernel_op("scalar", "dot", a, b)
     assert abs(got - ref) <= 1e-5 * float(np.abs(a.astype(np.float64) * b).sum())

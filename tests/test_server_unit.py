@@ -150,11 +150,12 @@ class FakeAsyncLLM:
                 await asyncio.sleep(self.token_delay)
             done = 1
         finally:
-            del self.active[rid]
+            # count before leaving `active`: tests poll `active` from another thread
             if done:
                 self.finished += 1
             else:
                 self.aborted += 1
+            del self.active[rid]
 
 
 # --- running the app on a real socket -----------------------------------------------------------

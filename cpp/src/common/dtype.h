@@ -36,7 +36,8 @@ struct DTypeInfo {
   int64_t block_bytes;  // bytes per block
 };
 
-// nullptr when `id` is not a type this engine reads from files (internal formats included).
+// nullptr when `id` is not a type this engine reads from files (internal formats such as Q8_R
+// give nullptr too: a file naming their ids is rejected).
 const DTypeInfo* dtype_info(uint32_t id);
 const DTypeInfo& dtype_info(DType t);
 inline const char* dtype_name(DType t) { return dtype_info(t).name; }
