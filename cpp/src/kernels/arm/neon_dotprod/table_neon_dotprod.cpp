@@ -8,10 +8,12 @@ namespace edgellm::kernels {
 
 void fill_neon_dotprod_matmul_legacy(KernelTable& t);
 void fill_neon_dotprod_matmul_kquant(KernelTable& t);
+void fill_neon_dotprod_matmul_packed(KernelTable& t);
 
 void fill_neon_dotprod_table(KernelTable& t) {
   fill_neon_dotprod_matmul_legacy(t);
   fill_neon_dotprod_matmul_kquant(t);
+  fill_neon_dotprod_matmul_packed(t);  // row-interleaved weights: the loader repacks these types
 }
 
 }  // namespace edgellm::kernels
