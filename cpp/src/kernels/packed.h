@@ -58,6 +58,26 @@ struct block_q8_r {
 #pragma pack(pop)
 static_assert(sizeof(block_q8_r) == 40, "q8_r");
 
+// The layout above as compile-time constants of a packable type T: the one definition every
+// packed kernel (x86/avx512, x86/avx2, arm/neon_dotprod) and packed_layout.cpp build on.
+template <DType T>
+struct PackedFormat {
+  static constexpr bool kK = T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K;  // 256-element units
+  static constexpr bool kNib = T != DType::Q8_0;                                        // 4-bit packed quants
+  static constexpr bool kHigh = T == DType::Q5_0 || T == DType::Q5_1 || T == DType::Q5_K;  // 5th-bit plane
+  static constexpr bool kSix = T == DType::Q6_K;                                         // 2-bit high plane
+  static constexpr bool kMin = T == DType::Q4_1 || T == DType::Q5_1 || T == DType::Q4_K || T == DType::Q5_K;
+  // w = da·(u − kOffset)
+  static constexpr int kOffset = T == DType::Q4_0 ? 8 : T == DType::Q5_0 ? 16 : T == DType::Q8_0 ? 128
+                               : T == DType::Q6_K ? 32 : 0;
+  // d[16] (+ m[16] or dmin[16]) (+ K-quant scales)
+  static constexpr int kHeader = kK ? (kSix ? 32 + 256 : 64 + 128 + 128) : (kMin ? 64 : 32);
+  static constexpr int kSubs = kK ? 8 : 1;  // 32-element sub-blocks per unit
+  static constexpr size_t kSubBytes = (kNib ? 256 : 512) + (kHigh ? 64 : 0) + (kSix ? 128 : 0);
+  static constexpr size_t kUnitBytes = kHeader + kSubs * kSubBytes;
+  static constexpr int64_t kUnitElems = 32 * kSubs;
+};
+
 // Whether `t` has a packed layout (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K).
 bool packable(DType t);
 // Elements of one unit (32 or 256) and bytes of one unit of a 16-row group.

@@ -17,24 +17,32 @@
 namespace edgellm::kernels {
 namespace {
 
-bool is_k(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
-bool has_min(DType t) { return t == DType::Q4_1 || t == DType::Q5_1; }
-bool has_high_bit(DType t) { return t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q5_K; }
-int offset_of(DType t) {
-  switch (t) {
-    case DType::Q4_0: return 8;
-    case DType::Q5_0: return 16;
-    case DType::Q8_0: return 128;
-    case DType::Q6_K: return 32;
-    default: return 0;
-  }
-}
-
 void need(DType t) {
   if (!packable(t)) throw std::invalid_argument(std::string("packed layout: type ") + dtype_name(t) + " is not packable");
 }
 
-size_t gguf_block_bytes(DType t) { return row_bytes(t, t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K ? 256 : 32); }
+// PackedFormat<T> of a run-time type: f(PackedFormat<T>{}).
+template <class F>
+auto with_format(DType t, F f) {
+  switch (t) {
+    case DType::Q4_0: return f(PackedFormat<DType::Q4_0>{});
+    case DType::Q4_1: return f(PackedFormat<DType::Q4_1>{});
+    case DType::Q5_0: return f(PackedFormat<DType::Q5_0>{});
+    case DType::Q5_1: return f(PackedFormat<DType::Q5_1>{});
+    case DType::Q8_0: return f(PackedFormat<DType::Q8_0>{});
+    case DType::Q4_K: return f(PackedFormat<DType::Q4_K>{});
+    case DType::Q5_K: return f(PackedFormat<DType::Q5_K>{});
+    case DType::Q6_K: return f(PackedFormat<DType::Q6_K>{});
+    default: need(t); return f(PackedFormat<DType::Q4_0>{});  // not reached: need() throws
+  }
+}
+
+bool is_k(DType t) { return with_format(t, [](auto f) { return f.kK; }); }
+bool has_min(DType t) { return with_format(t, [](auto f) { return f.kMin; }); }
+bool has_high_bit(DType t) { return with_format(t, [](auto f) { return f.kHigh; }); }
+int offset_of(DType t) { return with_format(t, [](auto f) { return f.kOffset; }); }
+
+size_t gguf_block_bytes(DType t) { return row_bytes(t, is_k(t) ? 256 : 32); }
 
 // Byte layout of one unit.
 struct Layout {
@@ -45,18 +53,9 @@ struct Layout {
 };
 
 Layout layout_of(DType t) {
-  Layout l{};
-  switch (t) {
-    case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: l.header = 32; break;
-    case DType::Q4_1: case DType::Q5_1: l.header = 64; break;
-    case DType::Q4_K: case DType::Q5_K: l.header = 64 + 128 + 128; break;
-    case DType::Q6_K: l.header = 32 + 256; break;
-    default: need(t);
-  }
-  l.subs = is_k(t) ? 8 : 1;
-  l.qh = t == DType::Q8_0 ? 512 : 256;
-  l.sub = l.qh + (has_high_bit(t) ? 64 : 0) + (t == DType::Q6_K ? 128 : 0);
-  return l;
+  return with_format(t, [](auto f) {
+    return Layout{static_cast<size_t>(f.kHeader), f.kSubBytes, static_cast<size_t>(f.kNib ? 256 : 512), f.kSubs};
+  });
 }
 
 // One unit of one row, decoded.
@@ -263,15 +262,9 @@ bool packable(DType t) {
   }
 }
 
-int64_t packed_unit_elems(DType t) {
-  need(t);
-  return is_k(t) ? 256 : 32;
-}
+int64_t packed_unit_elems(DType t) { return with_format(t, [](auto f) { return f.kUnitElems; }); }
 
-size_t packed_unit_bytes(DType t) {
-  const Layout L = layout_of(t);
-  return L.header + static_cast<size_t>(L.subs) * L.sub;
-}
+size_t packed_unit_bytes(DType t) { return with_format(t, [](auto f) { return f.kUnitBytes; }); }
 
 void pack_rows(DType t, const void* src, void* dst, int64_t K, int64_t g0, int64_t g1) {
   need(t);

@@ -50,6 +50,7 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     case DType::Q5_K: return dequantize_row_q5_k(as<block_q5_K>(src), dst, n);
     case DType::Q6_K: return dequantize_row_q6_k(as<block_q6_K>(src), dst, n);
     case DType::Q8_K: return dequantize_row_q8_k(as<block_q8_K>(src), dst, n);
+    case DType::Q8_R: break;  // the packed kernels' own format (kernels/packed.h)
   }
   unsupported("dequantize_row", t);
 }
@@ -72,6 +73,7 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
     case DType::Q5_K: return quantize_row_q5_k(src, as<block_q5_K>(dst), n);
     case DType::Q6_K: return quantize_row_q6_k(src, as<block_q6_K>(dst), n);
     case DType::Q8_K: return quantize_row_q8_k(src, as<block_q8_K>(dst), n);
+    case DType::Q8_R: break;  // the packed kernels' own format (kernels/packed.h)
   }
   unsupported("quantize_row", t);
 }
@@ -92,7 +94,8 @@ DType vec_dot_type(DType weight) {
     case DType::Q5_K:
     case DType::Q6_K: return DType::Q8_K;
     case DType::Q8_1:
-    case DType::Q8_K: break;  // activation-only formats: never a weight
+    case DType::Q8_K:
+    case DType::Q8_R: break;  // activation-only formats: never a weight
   }
   throw InvalidRequestError(std::string("vec_dot_type: ") + dtype_name(weight) +
                             " is an activation format, not a weight type");
@@ -115,7 +118,8 @@ float vec_dot(DType weight, int64_t n, const void* w, const void* act) {
     case DType::Q5_K: return vec_dot_q5_K_q8_K(n, as<block_q5_K>(w), as<block_q8_K>(act));
     case DType::Q6_K: return vec_dot_q6_K_q8_K(n, as<block_q6_K>(w), as<block_q8_K>(act));
     case DType::Q8_1:
-    case DType::Q8_K: break;
+    case DType::Q8_K:
+    case DType::Q8_R: break;
   }
   unsupported("vec_dot (activation formats are not weights)", weight);
 }

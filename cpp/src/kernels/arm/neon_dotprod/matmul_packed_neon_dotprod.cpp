@@ -39,59 +39,18 @@
 namespace edgellm::kernels {
 namespace {
 
-// Per type: 4-bit packed nibbles (else Q8_0's bytes), a 5th-bit plane (Q5), Q6_K's 2-bit plane,
-// a min term, the integer offset, K-quant units of 8 sub-blocks, and the unit header size.
+// The layout's per-type constants (kernels/packed.h); Q8_0 is dotted as signed q here.
 template <DType T>
-struct P;
-template <>
-struct P<DType::Q4_0> {
-  static constexpr bool kNib = true, kHigh = false, kSix = false, kMin = false, kK = false;
-  static constexpr int kOffset = 8, kHeader = 32;
-};
-template <>
-struct P<DType::Q4_1> {
-  static constexpr bool kNib = true, kHigh = false, kSix = false, kMin = true, kK = false;
-  static constexpr int kOffset = 0, kHeader = 64;
-};
-template <>
-struct P<DType::Q5_0> {
-  static constexpr bool kNib = true, kHigh = true, kSix = false, kMin = false, kK = false;
-  static constexpr int kOffset = 16, kHeader = 32;
-};
-template <>
-struct P<DType::Q5_1> {
-  static constexpr bool kNib = true, kHigh = true, kSix = false, kMin = true, kK = false;
-  static constexpr int kOffset = 0, kHeader = 64;
-};
-template <>
-struct P<DType::Q8_0> {
-  static constexpr bool kNib = false, kHigh = false, kSix = false, kMin = false, kK = false;
-  static constexpr int kOffset = 0, kHeader = 32;  // signed q: no offset (see top)
-};
-template <>
-struct P<DType::Q4_K> {
-  static constexpr bool kNib = true, kHigh = false, kSix = false, kMin = true, kK = true;
-  static constexpr int kOffset = 0, kHeader = 320;
-};
-template <>
-struct P<DType::Q5_K> {
-  static constexpr bool kNib = true, kHigh = true, kSix = false, kMin = true, kK = true;
-  static constexpr int kOffset = 0, kHeader = 320;
-};
-template <>
-struct P<DType::Q6_K> {
-  static constexpr bool kNib = true, kHigh = false, kSix = true, kMin = false, kK = true;
-  static constexpr int kOffset = 32, kHeader = 288;
+struct P : PackedFormat<T> {
+  static constexpr int kOffset = T == DType::Q8_0 ? 0 : PackedFormat<T>::kOffset;  // signed q: no offset (see top)
 };
 
 template <DType T>
-constexpr size_t sub_bytes() {
-  return (P<T>::kNib ? 256 : 512) + (P<T>::kHigh ? 64 : 0) + (P<T>::kSix ? 128 : 0);
-}
+constexpr size_t sub_bytes() { return P<T>::kSubBytes; }
 template <DType T>
-constexpr int subs() { return P<T>::kK ? 8 : 1; }
+constexpr int subs() { return P<T>::kSubs; }
 template <DType T>
-constexpr size_t unit_bytes() { return P<T>::kHeader + subs<T>() * sub_bytes<T>(); }
+constexpr size_t unit_bytes() { return P<T>::kUnitBytes; }
 
 // The 8 slices of quad q (rows 4q..4q+3) of one sub-block as signed bytes.
 template <DType T>

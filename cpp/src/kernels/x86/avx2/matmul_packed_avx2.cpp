@@ -33,8 +33,7 @@
 namespace edgellm::kernels {
 namespace {
 
-// Per type: 4-bit packed nibbles (else Q8_0's bytes), a 5th-bit plane (Q5), Q6_K's 2-bit plane,
-// a min term, the integer offset, K-quant units of 8 sub-blocks, the unit header size,
+// The layout's per-type constants (kernels/packed.h; Q8_0 is dotted as signed q here), plus
 // kGroup: how many maddubs results may be added in int16 before widening. A pair sum is at most
 // 2·umax·128 in magnitude (|x| ≤ 128): 4-bit 3840 (8 fit under 32767), 5-bit 7936 (4 fit),
 // 6-bit 16128 (2 fit), Q8_0 with the sign trick 32512 (1);
@@ -45,56 +44,19 @@ namespace {
 // Q4_K 220/249/201/202, Q8_0 177/180/163/157, Q5_0 192/212/226/237, Q5_K 170/186/198/209,
 // Q6_K 185/193/204/208.
 template <DType T>
-struct P;
-template <>
-struct P<DType::Q4_0> {
-  static constexpr bool kNib = true, kHigh = false, kSix = false, kMin = false, kK = false;
-  static constexpr int kOffset = 8, kHeader = 32, kGroup = 8, kCols = 5;
-};
-template <>
-struct P<DType::Q4_1> {
-  static constexpr bool kNib = true, kHigh = false, kSix = false, kMin = true, kK = false;
-  static constexpr int kOffset = 0, kHeader = 64, kGroup = 8, kCols = 5;
-};
-template <>
-struct P<DType::Q5_0> {
-  static constexpr bool kNib = true, kHigh = true, kSix = false, kMin = false, kK = false;
-  static constexpr int kOffset = 16, kHeader = 32, kGroup = 4, kCols = 8;
-};
-template <>
-struct P<DType::Q5_1> {
-  static constexpr bool kNib = true, kHigh = true, kSix = false, kMin = true, kK = false;
-  static constexpr int kOffset = 0, kHeader = 64, kGroup = 4, kCols = 8;
-};
-template <>
-struct P<DType::Q8_0> {
-  static constexpr bool kNib = false, kHigh = false, kSix = false, kMin = false, kK = false;
-  static constexpr int kOffset = 0, kHeader = 32, kGroup = 1, kCols = 5;  // signed q: no offset (see top)
-};
-template <>
-struct P<DType::Q4_K> {
-  static constexpr bool kNib = true, kHigh = false, kSix = false, kMin = true, kK = true;
-  static constexpr int kOffset = 0, kHeader = 320, kGroup = 8, kCols = 5;
-};
-template <>
-struct P<DType::Q5_K> {
-  static constexpr bool kNib = true, kHigh = true, kSix = false, kMin = true, kK = true;
-  static constexpr int kOffset = 0, kHeader = 320, kGroup = 4, kCols = 8;
-};
-template <>
-struct P<DType::Q6_K> {
-  static constexpr bool kNib = true, kHigh = false, kSix = true, kMin = false, kK = true;
-  static constexpr int kOffset = 32, kHeader = 288, kGroup = 2, kCols = 8;
+struct P : PackedFormat<T> {
+  using F = PackedFormat<T>;
+  static constexpr int kOffset = T == DType::Q8_0 ? 0 : F::kOffset;  // signed q: no offset (see top)
+  static constexpr int kGroup = F::kSix ? 2 : F::kHigh ? 4 : F::kNib ? 8 : 1;
+  static constexpr int kCols = F::kHigh || F::kSix ? 8 : 5;
 };
 
 template <DType T>
-constexpr size_t sub_bytes() {
-  return (P<T>::kNib ? 256 : 512) + (P<T>::kHigh ? 64 : 0) + (P<T>::kSix ? 128 : 0);
-}
+constexpr size_t sub_bytes() { return P<T>::kSubBytes; }
 template <DType T>
-constexpr int subs() { return P<T>::kK ? 8 : 1; }
+constexpr int subs() { return P<T>::kSubs; }
 template <DType T>
-constexpr size_t unit_bytes() { return P<T>::kHeader + subs<T>() * sub_bytes<T>(); }
+constexpr size_t unit_bytes() { return P<T>::kUnitBytes; }
 
 inline int32_t load_i32(const void* p) {
   int32_t v;

@@ -22,62 +22,26 @@
 #include "kernels/kernels.h"
 #include "kernels/packed.h"
 
+// GCC 12's AVX-512 convert intrinsics start from _mm512_undefined_*() and trip its own
+// -W(maybe-)uninitialized inside <avx512fintrin.h> (a false positive, as in matmul_legacy512_x86.inc.h).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
 namespace edgellm::kernels {
 namespace {
 
-// Per type: 4-bit packed nibbles (else Q8_0's bytes), a 5th-bit plane (Q5), Q6_K's 2-bit plane,
-// a min term, the integer offset, K-quant units of 8 sub-blocks, and the unit header size.
+// The layout's per-type constants (kernels/packed.h).
 template <DType T>
-struct P;
-template <>
-struct P<DType::Q4_0> {
-  static constexpr bool kNib = true, kHigh = false, kSix = false, kMin = false, kK = false;
-  static constexpr int kOffset = 8, kHeader = 32;
-};
-template <>
-struct P<DType::Q4_1> {
-  static constexpr bool kNib = true, kHigh = false, kSix = false, kMin = true, kK = false;
-  static constexpr int kOffset = 0, kHeader = 64;
-};
-template <>
-struct P<DType::Q5_0> {
-  static constexpr bool kNib = true, kHigh = true, kSix = false, kMin = false, kK = false;
-  static constexpr int kOffset = 16, kHeader = 32;
-};
-template <>
-struct P<DType::Q5_1> {
-  static constexpr bool kNib = true, kHigh = true, kSix = false, kMin = true, kK = false;
-  static constexpr int kOffset = 0, kHeader = 64;
-};
-template <>
-struct P<DType::Q8_0> {
-  static constexpr bool kNib = false, kHigh = false, kSix = false, kMin = false, kK = false;
-  static constexpr int kOffset = 128, kHeader = 32;
-};
-template <>
-struct P<DType::Q4_K> {
-  static constexpr bool kNib = true, kHigh = false, kSix = false, kMin = true, kK = true;
-  static constexpr int kOffset = 0, kHeader = 320;
-};
-template <>
-struct P<DType::Q5_K> {
-  static constexpr bool kNib = true, kHigh = true, kSix = false, kMin = true, kK = true;
-  static constexpr int kOffset = 0, kHeader = 320;
-};
-template <>
-struct P<DType::Q6_K> {
-  static constexpr bool kNib = true, kHigh = false, kSix = true, kMin = false, kK = true;
-  static constexpr int kOffset = 32, kHeader = 288;
-};
+struct P : PackedFormat<T> {};
 
 template <DType T>
-constexpr size_t sub_bytes() {
-  return (P<T>::kNib ? 256 : 512) + (P<T>::kHigh ? 64 : 0) + (P<T>::kSix ? 128 : 0);
-}
+constexpr size_t sub_bytes() { return P<T>::kSubBytes; }
 template <DType T>
-constexpr int subs() { return P<T>::kK ? 8 : 1; }
+constexpr int subs() { return P<T>::kSubs; }
 template <DType T>
-constexpr size_t unit_bytes() { return P<T>::kHeader + subs<T>() * sub_bytes<T>(); }
+constexpr size_t unit_bytes() { return P<T>::kUnitBytes; }
 
 inline int32_t load_i32(const void* p) {
   int32_t v;
