@@ -152,6 +152,9 @@ void bind_engine(py::module_& m) {
                     [](SamplingParams& p, const std::string& v) { p.constraint.grammar = v; })
       .def_property("regex", [](const SamplingParams& p) { return p.constraint.regex; },
                     [](SamplingParams& p, const std::string& v) { p.constraint.regex = v; })
+      .def_property("grammar_triggers", [](const SamplingParams& p) { return p.constraint.triggers; },
+                    [](SamplingParams& p, const std::vector<std::string>& v) { p.constraint.triggers = v; },
+                    "Lazy constraint: free text until one of these strings appears, then the grammar.")
       .def("validate", &SamplingParams::validate, py::arg("n_vocab"));
 
   py::class_<OutputChannel, std::shared_ptr<OutputChannel>>(m, "OutputChannel",

@@ -186,6 +186,65 @@ void test_trie_masks() {
   }));
 }
 
+
+// Lazy grammar: free text until the trigger; then the grammar from the trigger's first byte,
+// also when the trigger is split across tokens or shares a token with text before it.
+void test_lazy_trigger() {
+  const std::vector<std::string> vocab = {"<eos>", "hi", " <", "tool", ">", "{", "}", "\"a\"", ":", "1", "x", "<tool>"};
+  const std::vector<int32_t> eog = {0};
+  auto trie = std::make_shared<const TokenTrie>(vocab, eog);
+  auto ctx = grammar_context(GrammarKind::Gbnf, "root ::= \"<tool>\" \"{\" \"\\\"a\\\"\" \":\" [0-9]+ \"}\"");
+  auto finite = [&](LazyGrammarConstraint& c) {
+    std::vector<float> logits(vocab.size(), 0.0f);
+    c.apply(logits.data(), static_cast<int>(logits.size()));
+    std::vector<int32_t> out;
+    for (size_t t = 0; t < logits.size(); ++t)
+      if (std::isfinite(logits[t])) out.push_back(static_cast<int32_t>(t));
+    return out;
+  };
+  {  // split trigger: " <" + "tool" + ">"
+    LazyGrammarConstraint c(ctx, trie, {"<tool>"});
+    c.accept(1);  // "hi": free text, nothing masked, EOG allowed
+    CHECK(!c.active() && c.is_complete() && finite(c).size() == vocab.size());
+    c.accept(2);
+    c.accept(3);
+    CHECK(!c.active());
+    c.accept(4);  // completes "<tool>"
+    CHECK(c.active() && !c.is_complete());
+    CHECK(finite(c) == std::vector<int32_t>{5});  // only "{" may follow
+    c.accept(5);
+    c.accept(7);
+    c.accept(8);
+    c.accept(9);
+    CHECK(!c.is_complete());
+    c.accept(6);
+    CHECK(c.is_complete());
+    CHECK(finite(c) == std::vector<int32_t>{0});  // only end of generation is left
+    CHECK(throws_invalid([&] { c.accept(10); }));
+  }
+  {  // the trigger as one token; text that breaks the grammar afterwards is refused
+    LazyGrammarConstraint c(ctx, trie, {"<tool>"});
+    c.accept(10);
+    c.accept(11);
+    CHECK(c.active());
+    CHECK(throws_invalid([&] { c.accept(10); }));
+  }
+  {  // bytes after the trigger in the same piece are fed to the grammar
+    LazyGrammarConstraint c(ctx, trie, {"<tool>", "@@"});
+    c.accept_text("so <tool>{\"a\":");
+    CHECK(c.active() && finite(c) == std::vector<int32_t>{9});
+  }
+  {  // a trigger that would start inside earlier text but was never completed does not fire
+    LazyGrammarConstraint c(ctx, trie, {"<tool>"});
+    c.accept_text("<too");
+    c.accept_text("l!> <tool");
+    CHECK(!c.active());
+    c.accept_text(">{");
+    CHECK(c.active());
+  }
+  CHECK(throws_invalid([&] { LazyGrammarConstraint c(ctx, trie, {""}); }));
+}
+
 }  // namespace
 
 int main() {
@@ -193,5 +252,6 @@ int main() {
   test_repetition_and_tail_calls();
   test_recursion();
   test_trie_masks();
+  test_lazy_trigger();
   return test_util::report();
 }

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace edgellm {
 
@@ -17,6 +18,10 @@ struct ConstraintSpec {
   std::string json_schema;  // JSON schema text ("{}" or any-object for json_object mode)
   std::string grammar;      // GBNF-like grammar text
   std::string regex;        // regular expression the whole output must match
+  // Lazy constraint: non-empty = the output is free text until one of these strings appears in
+  // it; from the first byte of that string on, the output must follow the grammar (which must
+  // start by matching the trigger itself). E.g. "<tool_call>" for Hermes-style tool calls.
+  std::vector<std::string> triggers;
   // Filled in by the engine before make_constraint: the vocabulary whose tokens the constraint
   // masks (token bytes, EOG ids) and the logits row length.
   std::shared_ptr<const EngineVocab> vocab;

@@ -1,5 +1,6 @@
 #include "grammar/grammar_constraint.h"
 
+#include <algorithm>
 #include <cmath>
 #include <list>
 #include <map>
@@ -207,8 +208,64 @@ std::vector<int32_t> GrammarConstraint::allowed_tokens() {
   return out;
 }
 
-std::unique_ptr<GrammarConstraint> make_grammar_constraint(const ConstraintSpec& spec,
-                                                           std::shared_ptr<const TokenTrie> trie) {
+// ---- LazyGrammarConstraint ------------------------------------------------------------------
+
+LazyGrammarConstraint::LazyGrammarConstraint(std::shared_ptr<GrammarContext> ctx,
+                                             std::shared_ptr<const TokenTrie> trie,
+                                             std::vector<std::string> triggers)
+    : ctx_(std::move(ctx)), trie_(std::move(trie)), triggers_(std::move(triggers)) {
+  for (const auto& t : triggers_) {
+    if (t.empty()) throw InvalidRequestError("constraint: a grammar trigger is empty");
+    max_trigger_ = std::max(max_trigger_, t.size());
+  }
+}
+
+void LazyGrammarConstraint::apply(float* logits, int n_vocab) {
+  if (inner_) inner_->apply(logits, n_vocab);
+}
+
+void LazyGrammarConstraint::accept(int32_t token) {
+  if (inner_) {
+    inner_->accept(token);
+    return;
+  }
+  if (token < 0 || token >= trie_->n_vocab())
+    throw InvalidRequestError("constraint: token id " + std::to_string(token) + " is outside the vocabulary");
+  if (trie_->is_eog(token)) return;
+  accept_text(trie_->piece(token));
+}
+
+void LazyGrammarConstraint::accept_text(std::string_view bytes) {
+  if (inner_) {
+    if (!inner_->accept_bytes(bytes))
+      throw InvalidRequestError("constraint: the output does not follow the grammar here");
+    return;
+  }
+  const size_t old = tail_.size();
+  tail_.append(bytes.data(), bytes.size());
+  // The earliest trigger that ends inside the new bytes: it starts after
+  // old - (its length - 1), which the kept tail covers.
+  size_t best = std::string::npos;
+  for (const auto& t : triggers_) {
+    const size_t from = old >= t.size() - 1 ? old - (t.size() - 1) : 0;
+    const size_t at = tail_.find(t, from);
+    if (at != std::string::npos && at < best) best = at;
+  }
+  if (best == std::string::npos) {
+    if (tail_.size() >= max_trigger_) tail_.erase(0, tail_.size() - (max_trigger_ - 1));
+    return;
+  }
+  inner_ = std::make_unique<GrammarConstraint>(ctx_, trie_);
+  const std::string_view rest = std::string_view(tail_).substr(best);
+  if (!inner_->accept_bytes(rest))
+    throw InvalidRequestError("constraint: the text after the grammar trigger does not follow the grammar");
+  tail_.clear();
+}
+
+bool LazyGrammarConstraint::is_complete() const { return !inner_ || inner_->is_complete(); }
+
+std::unique_ptr<TokenConstraint> make_grammar_constraint(const ConstraintSpec& spec,
+                                                         std::shared_ptr<const TokenTrie> trie) {
   const int n_set = !spec.json_schema.empty() + !spec.grammar.empty() + !spec.regex.empty();
   if (n_set > 1)
     throw InvalidRequestError("constraint: json_schema (or response_format), grammar and regex are exclusive; "
@@ -218,6 +275,8 @@ std::unique_ptr<GrammarConstraint> make_grammar_constraint(const ConstraintSpec&
   else if (!spec.grammar.empty()) ctx = grammar_context(GrammarKind::Gbnf, spec.grammar);
   else if (!spec.regex.empty()) ctx = grammar_context(GrammarKind::Regex, spec.regex);
   else throw InvalidRequestError("constraint: none of json_schema, grammar or regex is set");
+  if (!spec.triggers.empty())
+    return std::make_unique<LazyGrammarConstraint>(std::move(ctx), std::move(trie), spec.triggers);
   return std::make_unique<GrammarConstraint>(std::move(ctx), std::move(trie));
 }
 

@@ -92,9 +92,39 @@ class GrammarConstraint : public TokenConstraint {
   int32_t state_;
 };
 
+// A grammar that switches on when a trigger string appears in the output (ConstraintSpec::
+// triggers). Until then nothing is masked and end-of-generation is allowed; the generated text is
+// scanned for the triggers (only a trigger's length of it is kept). On a match the grammar starts
+// at the trigger's first byte and is fed the rest of the text generated so far, then constrains
+// every later token exactly like a GrammarConstraint.
+class LazyGrammarConstraint : public TokenConstraint {
+ public:
+  LazyGrammarConstraint(std::shared_ptr<GrammarContext> ctx, std::shared_ptr<const TokenTrie> trie,
+                        std::vector<std::string> triggers);
+
+  void apply(float* logits, int n_vocab) override;
+  // Throws InvalidRequestError when the text from the trigger on does not fit the grammar.
+  void accept(int32_t token) override;
+  bool is_complete() const override;
+
+  // Test surface.
+  bool active() const { return inner_ != nullptr; }
+  // Advances by raw output bytes, as accept() does with a token's piece.
+  void accept_text(std::string_view bytes);
+
+ private:
+  std::shared_ptr<GrammarContext> ctx_;
+  std::shared_ptr<const TokenTrie> trie_;
+  std::vector<std::string> triggers_;
+  size_t max_trigger_ = 0;
+  std::string tail_;  // the last bytes of free text (up to the longest trigger's length - 1)
+  std::unique_ptr<GrammarConstraint> inner_;
+};
+
 // The constraint for `spec` (json_schema, grammar or regex; the first one set) over `trie`.
-std::unique_ptr<GrammarConstraint> make_grammar_constraint(const ConstraintSpec& spec,
-                                                           std::shared_ptr<const TokenTrie> trie);
+// With spec.triggers set, a LazyGrammarConstraint.
+std::unique_ptr<TokenConstraint> make_grammar_constraint(const ConstraintSpec& spec,
+                                                         std::shared_ptr<const TokenTrie> trie);
 
 // Installs the engine's constraint factory (engine/constraint.h). Idempotent.
 void register_grammar_constraints();

@@ -1,0 +1,609 @@
+"""What a chat model's raw output text means: content, reasoning and tool calls.
+
+The chat template decides how a model writes a tool call (Hermes/Qwen `<tool_call>{...}</tool_call>`,
+Llama 3.x JSON or `<|python_tag|>`, Mistral `[TOOL_CALLS]`, or a generic JSON object) and how it
+thinks (`<think>...</think>`). `ChatFormat.detect(template)` reads that from the template source
+itself, never from the model's name. A `ChatOutputParser` then turns the text pieces of one
+completion, as they stream, into `ChatDelta`s: plain content, reasoning content and tool-call
+fragments (name first, then arguments in pieces), holding back any text that may be the start
+of a marker so that no marker text ever leaks into `content`.
+
+Interface used by the API layers (llm.py, the server's OpenAI, Anthropic and Responses routes):
+
+    fmt = ChatFormat.detect(template_source)           # one per model
+    parser = fmt.parser(tools, tool_choice)            # one per completion
+    delta = parser.feed(text_piece)                    # -> ChatDelta (may be empty)
+    delta = parser.finish()                            # flush at the end of the completion
+    parser.content, parser.reasoning_content, parser.tool_calls   # the whole message so far
+"""
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+__all__ = ["ToolCall", "ToolCallDelta", "ChatDelta", "ChatFormat", "ChatOutputParser",
+           "new_call_id"]
+
+
+def new_call_id() -> str:
+    return "call_" + secrets.token_hex(12)
+
+
+@dataclass
+class ToolCall:
+    """One parsed call: `arguments` is JSON text (as OpenAI sends it)."""
+    id: str
+    name: str
+    arguments: str
+
+    def arguments_object(self) -> Any:
+        try:
+            return json.loads(self.arguments) if self.arguments else {}
+        except json.JSONDecodeError:
+            return self.arguments
+
+    def to_openai(self) -> Dict[str, Any]:
+        return {"id": self.id, "type": "function",
+                "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@dataclass
+class ToolCallDelta:
+    """A piece of call `index`: the first piece of a call carries `id` and `name`."""
+    index: int
+    id: Optional[str] = None
+    name: Optional[str] = None
+    arguments: str = ""
+
+    def to_openai(self) -> Dict[str, Any]:
+        fn: Dict[str, Any] = {}
+        if self.name is not None:
+            fn["name"] = self.name
+        fn["arguments"] = self.arguments
+        out: Dict[str, Any] = {"index": self.index, "function": fn}
+        if self.id is not None:
+            out["id"] = self.id
+            out["type"] = "function"
+        return out
+
+
+@dataclass
+class ChatDelta:
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: List[ToolCallDelta] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.content or self.reasoning or self.tool_calls)
+
+    def extend(self, other: "ChatDelta") -> None:
+        self.content += other.content
+        self.reasoning += other.reasoning
+        for d in other.tool_calls:
+            last = self.tool_calls[-1] if self.tool_calls else None
+            if last is not None and last.index == d.index and d.id is None and d.name is None:
+                last.arguments += d.arguments
+            else:
+                self.tool_calls.append(ToolCallDelta(d.index, d.id, d.name, d.arguments))
+
+
+# ---- tool-call formats ------------------------------------------------------------------------
+
+HERMES, LLAMA3, MISTRAL, GENERIC = "hermes", "llama3", "mistral", "generic"
+
+_NAME_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*')
+
+
+def _gbnf_literal(text: str) -> str:
+    out = ['"']
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _prefix_rules(gbnf: str, prefix: str) -> Tuple[str, str]:
+    """Rename every rule of `gbnf` to prefix + name; returns (text, renamed root)."""
+    out: List[str] = []
+    i, n = 0, len(gbnf)
+    while i < n:
+        ch = gbnf[i]
+        if ch == '"' or ch == "[":
+            close = '"' if ch == '"' else "]"
+            j = i + 1
+            while j < n and gbnf[j] != close:
+                j += 2 if gbnf[j] == "\\" else 1
+            out.append(gbnf[i:j + 1])
+            i = j + 1
+        elif ch == "#":
+            j = gbnf.find("\n", i)
+            j = n if j < 0 else j
+            i = j
+        elif ch.isalnum() or ch in "-_":
+            j = i
+            while j < n and (gbnf[j].isalnum() or gbnf[j] in "-_"):
+                j += 1
+            word = gbnf[i:j]
+            # {m,n} repetition counts are digits: leave numbers alone
+            out.append(word if word.isdigit() else prefix + word)
+            i = j
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out), prefix + "root"
+
+
+def _tool_name(tool: Dict[str, Any]) -> str:
+    fn = tool.get("function", tool)
+    return str(fn.get("name", ""))
+
+
+def _tool_parameters(tool: Dict[str, Any]) -> Any:
+    fn = tool.get("function", tool)
+    params = fn.get("parameters")
+    if params is None or params == {}:
+        return {"type": "object"}
+    return params
+
+
+def chosen_tools(tools: Sequence[Dict[str, Any]], tool_choice: Any) -> List[Dict[str, Any]]:
+    """The tools a call may name under `tool_choice` (a named function narrows them to one)."""
+    if isinstance(tool_choice, dict):
+        fn = tool_choice.get("function") or {}
+        name = fn.get("name") or tool_choice.get("name")
+        picked = [t for t in tools if _tool_name(t) == name]
+        if not picked:
+            from ._core import InvalidRequestError
+            raise InvalidRequestError(f"tool_choice names function {name!r}, which is not in 'tools' "
+                                      f"({', '.join(_tool_name(t) for t in tools) or 'none'})")
+        return picked
+    return list(tools)
+
+
+GENERIC_TOOL_PROMPT = (
+    "You can call these tools (JSON schemas of their parameters):\n{tools}\n\n"
+    "To call tools, answer with only a JSON object of the form "
+    '{{"tool_calls": [{{"name": "<tool name>", "arguments": {{<arguments>}}}}]}} and nothing else. '
+    "Otherwise answer normally.")
+
+
+@dataclass
+class ChatFormat:
+    """How a chat template's model writes tool calls and reasoning."""
+    tool_format: str = GENERIC
+    template_takes_tools: bool = False
+    think: Optional[Tuple[str, str]] = None  # reasoning markers, e.g. ("<think>", "</think>")
+
+    @classmethod
+    def detect(cls, template_source: str) -> "ChatFormat":
+        src = template_source or ""
+        takes_tools = "tools" in src
+        if "<tool_call>" in src:
+            fmt = HERMES
+        elif "[TOOL_CALLS]" in src:
+            fmt = MISTRAL
+        elif "<|python_tag|>" in src or ("<|start_header_id|>" in src and takes_tools
+                                         and '"parameters"' in src):
+            fmt = LLAMA3
+        else:
+            fmt = GENERIC
+        think = ("<think>", "</think>") if "<think>" in src and "</think>" in src else None
+        return cls(fmt, takes_tools, think)
+
+    # --- prompting ------------------------------------------------------------------------
+    def tool_system_prompt(self, tools: Sequence[Dict[str, Any]]) -> Optional[str]:
+        """For a template that takes no tools: the system text that describes them."""
+        if self.template_takes_tools or not tools:
+            return None
+        listing = "\n".join(json.dumps(t.get("function", t), ensure_ascii=False) for t in tools)
+        return GENERIC_TOOL_PROMPT.format(tools=listing)
+
+    # --- constraining ---------------------------------------------------------------------
+    def tool_grammar(self, json_schema_to_gbnf, tools: Sequence[Dict[str, Any]], tool_choice: Any,
+                     parallel: bool) -> Tuple[str, List[str]]:
+        """(GBNF, triggers) for tool calls: triggers empty means the whole output is a call
+        (tool_choice required or named); else the grammar switches on at a trigger (auto)."""
+        picked = chosen_tools(tools, tool_choice)
+        rules: List[str] = []
+        alts: List[str] = []
+        key = "parameters" if self.tool_format == LLAMA3 else "arguments"
+        for i, tool in enumerate(picked):
+            body, root = _prefix_rules(json_schema_to_gbnf(json.dumps(_tool_parameters(tool))),
+                                       f"t{i}-")
+            rules.append(body)
+            alts.append(_gbnf_literal('{"name": ' + json.dumps(_tool_name(tool), ensure_ascii=False)
+                                      + f', "{key}": ') + f" {root} " + _gbnf_literal("}"))
+        rules.append("call-object ::= " + " | ".join(f"( {a} )" for a in alts))
+        forced = tool_choice == "required" or isinstance(tool_choice, dict)
+        if self.tool_format == HERMES:
+            one = _gbnf_literal("<tool_call>\n") + " call-object " + _gbnf_literal("\n</tool_call>")
+            many = f"{one} ( {_gbnf_literal(chr(10))} {one} )*" if parallel else one
+            triggers = ["<tool_call>"]
+        elif self.tool_format == LLAMA3:
+            one = "call-object"
+            many = f'{one} ( {_gbnf_literal("; ")} {one} )*' if parallel else one
+            triggers = ['{"name"']
+        elif self.tool_format == MISTRAL:
+            sep = f'( {_gbnf_literal(", ")} call-object )*' if parallel else ""
+            many = f'{_gbnf_literal("[")} call-object {sep} {_gbnf_literal("]")}'
+            triggers = ['[{"name"']
+        else:
+            sep = f'( {_gbnf_literal(", ")} call-object )*' if parallel else ""
+            many = (f'{_gbnf_literal("{")} {_gbnf_literal(chr(34) + "tool_calls" + chr(34) + ": [")} '
+                    f'call-object {sep} {_gbnf_literal("]}")}')
+            triggers = ['{"tool_calls"']
+        rules.insert(0, f"root ::= {many}")
+        return "\n".join(rules) + "\n", ([] if forced else triggers)
+
+    def parser(self, tools: Optional[Sequence[Dict[str, Any]]] = None, tool_choice: Any = None,
+               prompt: str = "") -> "ChatOutputParser":
+        use_tools = bool(tools) and tool_choice != "none"
+        in_think = False
+        if self.think and prompt.rstrip().endswith(self.think[0]):
+            in_think = True  # the template opened the thinking block itself
+        return ChatOutputParser(self if use_tools else None, self.think, in_think)
+
+
+# ---- the streaming parser -----------------------------------------------------------------------
+
+class _ArgScanner:
+    """Finds where one JSON value ends in text that arrives in pieces."""
+
+    def __init__(self):
+        self.depth = 0
+        self.in_str = False
+        self.esc = False
+        self.started = False
+        self.done = False
+
+    def feed(self, text: str) -> int:
+        """Consume text; returns how many characters belong to the value (all, or up to its end)."""
+        for i, ch in enumerate(text):
+            if self.in_str:
+                if self.esc:
+                    self.esc = False
+                elif ch == "\\":
+                    self.esc = True
+                elif ch == '"':
+                    self.in_str = False
+                    if self.depth == 0:
+                        self.done = True
+                        return i + 1
+                continue
+            if ch == '"':
+                self.in_str = True
+                self.started = True
+            elif ch in "{[":
+                self.depth += 1
+                self.started = True
+            elif ch in "}]":
+                self.depth -= 1
+                if self.depth <= 0:
+                    self.done = True
+                    return i + 1
+            elif not ch.isspace():
+                self.started = True
+            elif self.started and self.depth == 0:  # a bare scalar ended
+                self.done = True
+                return i
+        return len(text)
+
+
+def _partial_suffix(text: str, markers: Sequence[str]) -> int:
+    """Length of the longest suffix of text that is a proper prefix of some marker."""
+    best = 0
+    for m in markers:
+        for k in range(min(len(m) - 1, len(text)), 0, -1):
+            if text.endswith(m[:k]):
+                best = max(best, k)
+                break
+    return best
+
+
+class ChatOutputParser:
+    """Incremental parse of one completion's text into content, reasoning and tool calls."""
+
+    def __init__(self, fmt: Optional[ChatFormat], think: Optional[Tuple[str, str]],
+                 in_think: bool = False):
+        self.fmt = fmt
+        self.think = think
+        self.state = "reasoning" if in_think else "content"
+        self.buf = ""
+        self.content = ""
+        self.reasoning_content = ""
+        self.tool_calls: List[ToolCall] = []
+        self._at_start = True         # nothing but whitespace seen in content so far
+        self._call_text = ""          # raw text of the call being read
+        self._scanner: Optional[_ArgScanner] = None
+        self._named = False
+        self._pending_ws = ""
+        self._pending_rws = ""
+        self._after_think = False
+
+    # --- public ---------------------------------------------------------------------------
+    def feed(self, text: str) -> ChatDelta:
+        self.buf += text
+        delta = ChatDelta()
+        self._run(delta, final=False)
+        return delta
+
+    def finish(self) -> ChatDelta:
+        delta = ChatDelta()
+        self._run(delta, final=True)
+        if self.state == "call" or self.state == "whole":
+            self._close_call(delta, final=True)
+        elif self.buf:
+            self._emit_text(delta, self.buf)
+            self.buf = ""
+        if self._pending_ws and not self.tool_calls and self.content:
+            self.content += self._pending_ws
+            delta.content += self._pending_ws
+        self._pending_ws = ""
+        return delta
+
+    @property
+    def has_tool_calls(self) -> bool:
+        return bool(self.tool_calls)
+
+    # --- machinery ------------------------------------------------------------------------
+    def _emit_text(self, delta: ChatDelta, text: str) -> None:
+        if not text:
+            return
+        if self.state == "reasoning":
+            # reasoning is trimmed at both ends (the template's newlines around it)
+            text = self._pending_rws + text
+            if not self.reasoning_content:
+                text = text.lstrip()
+            body = text.rstrip()
+            self._pending_rws = text[len(body):]
+            if body:
+                self.reasoning_content += body
+                delta.reasoning += body
+            return
+        # Trailing whitespace waits for the next text: before a call marker (or at the end,
+        # after calls) it is the template's separator, not content; content right after the
+        # reasoning block starts at its first non-space character.
+        text = self._pending_ws + text
+        if self._after_think and not self.content:
+            text = text.lstrip()
+        body = text.rstrip()
+        self._pending_ws = text[len(body):]
+        if not body:
+            return
+        self._at_start = False
+        self.content += body
+        delta.content += body
+
+    def _start_markers(self) -> List[str]:
+        marks = []
+        if self.think and self.state == "content":
+            marks.append(self.think[0])
+        if self.fmt is not None:
+            if self.fmt.tool_format == HERMES:
+                marks.append("<tool_call>")
+            elif self.fmt.tool_format == MISTRAL:
+                marks.append("[TOOL_CALLS]")
+        return marks
+
+    def _run(self, delta: ChatDelta, final: bool) -> None:
+        while self.buf:
+            if self.state == "reasoning":
+                end = self.think[1]
+                at = self.buf.find(end)
+                if at < 0:
+                    keep = 0 if final else _partial_suffix(self.buf, [end])
+                    self._emit_text(delta, self.buf[:len(self.buf) - keep])
+                    self.buf = self.buf[len(self.buf) - keep:]
+                    return
+                self._emit_text(delta, self.buf[:at])
+                self.buf = self.buf[at + len(end):]
+                self.state = "content"
+                self._after_think = True
+                continue
+            if self.state in ("call", "whole"):
+                if not self._read_call(delta, final):
+                    return
+                continue
+            if self.state == "done":  # text after the calls: content (rare)
+                self._emit_text(delta, self.buf)
+                self.buf = ""
+                return
+            # content
+            if self.fmt is not None and self._at_start and self.fmt.tool_format in (LLAMA3, MISTRAL, GENERIC):
+                lead = self.buf.lstrip()
+                if not lead:
+                    if final:
+                        break
+                    return  # whitespace only so far: wait
+                heads = {LLAMA3: ['{"name"', '{ "name"', '<|python_tag|>'],
+                         MISTRAL: ["[TOOL_CALLS]", '[{"name"', '[{ "name"'],
+                         GENERIC: ['{"tool_calls"', '{ "tool_calls"', '{"tool_call"', '{"name"']}[self.fmt.tool_format]
+                if any(lead.startswith(h) for h in heads):
+                    self.buf = lead
+                    self.state = "whole"
+                    self._call_text = ""
+                    continue
+                if not final and any(h.startswith(lead) for h in heads):
+                    return  # could still become a call
+            marks = self._start_markers()
+            hits = [(self.buf.find(m), m) for m in marks]
+            hits = [(i, m) for i, m in hits if i >= 0]
+            if not hits:
+                keep = 0 if final else _partial_suffix(self.buf, marks)
+                self._emit_text(delta, self.buf[:len(self.buf) - keep])
+                self.buf = self.buf[len(self.buf) - keep:]
+                return
+            at, mark = min(hits)
+            before = self.buf[:at]
+            if self.think and mark == self.think[0]:
+                self._emit_text(delta, before)
+                self.buf = self.buf[at + len(mark):]
+                self.state = "reasoning"
+                continue
+            # a call marker: content before it, minus the trailing newline the template adds
+            self._emit_text(delta, before)
+            self._pending_ws = ""
+            self.buf = self.buf[at + len(mark):]
+            self.state = "call"
+            self._call_text = ""
+            self._scanner = None
+            self._named = False
+
+    def _read_call(self, delta: ChatDelta, final: bool) -> bool:
+        """Advance inside a call; True when the call closed and parsing should go on."""
+        fmt = self.fmt.tool_format
+        if self.state == "whole":  # the rest of the output is calls (llama3/mistral/generic)
+            self._call_text += self.buf
+            self.buf = ""
+            if fmt == LLAMA3 and not self._call_text.lstrip().startswith("<|python_tag|>"):
+                self._stream_object(delta, self._call_text)
+            return False
+        # hermes: until </tool_call>
+        end = "</tool_call>"
+        at = self.buf.find(end)
+        if at < 0:
+            keep = 0 if final else _partial_suffix(self.buf, [end])
+            self._call_text += self.buf[:len(self.buf) - keep]
+            self.buf = self.buf[len(self.buf) - keep:]
+            self._stream_object(delta, self._call_text)
+            return False
+        self._call_text += self.buf[:at]
+        self.buf = self.buf[at + len(end):]
+        self._stream_object(delta, self._call_text)
+        self._close_call(delta, final=False)
+        return True
+
+    def _stream_object(self, delta: ChatDelta, text: str) -> None:
+        """Emit name and argument pieces of a {"name": ..., "arguments": ...} call as they arrive."""
+        if not self._named:
+            m = _NAME_HEAD.match(text)
+            if not m:
+                return
+            try:
+                name = json.loads('"' + m.group(1) + '"')
+            except json.JSONDecodeError:
+                return
+            self._named = True
+            self._scanner = _ArgScanner()
+            self._args_from = m.end()
+            self._args_sent = m.end()
+            self.tool_calls.append(ToolCall(new_call_id(), name, ""))
+            delta.tool_calls.append(ToolCallDelta(len(self.tool_calls) - 1, self.tool_calls[-1].id, name, ""))
+        sc = self._scanner
+        if sc is None or sc.done:
+            return
+        fresh = text[self._args_sent:]
+        if not fresh:
+            return
+        used = sc.feed(fresh)
+        piece = fresh[:used]
+        self._args_sent += len(fresh) if not sc.done else used
+        if not sc.started:
+            return
+        piece = piece if self.tool_calls[-1].arguments else piece.lstrip()
+        if piece:
+            self.tool_calls[-1].arguments += piece
+            delta.tool_calls.append(ToolCallDelta(len(self.tool_calls) - 1, None, None, piece))
+
+    def _close_call(self, delta: ChatDelta, final: bool) -> None:
+        """A call's text is complete (or the output ended): settle it."""
+        text = self._call_text
+        if self.state == "whole" or not self._named:
+            calls = _parse_calls(text)
+            if self._named and calls:  # llama3 streamed its first call already
+                first = self.tool_calls[-1]
+                if first.arguments != calls[0][1]:
+                    rest = calls[0][1][len(first.arguments):] if calls[0][1].startswith(first.arguments) else ""
+                    if rest:
+                        first.arguments += rest
+                        delta.tool_calls.append(ToolCallDelta(len(self.tool_calls) - 1, None, None, rest))
+                calls = calls[1:]
+            elif self._named and not calls:
+                calls = []
+            if not calls and not self._named:
+                # not a call after all: give the text back as content
+                marker = "<tool_call>" if self.state == "call" else ""
+                self.state = "content"
+                self._emit_text(delta, marker + text + ("</tool_call>" if marker and not final else ""))
+                self._call_text = ""
+                self.state = "done" if self.tool_calls else "content"
+                return
+            for name, args in calls:
+                self.tool_calls.append(ToolCall(new_call_id(), name, args))
+                i = len(self.tool_calls) - 1
+                delta.tool_calls.append(ToolCallDelta(i, self.tool_calls[i].id, name, args))
+        elif self._scanner is not None and self.tool_calls and self.tool_calls[-1].arguments:
+            args = self.tool_calls[-1].arguments
+            try:  # normalise to compact JSON only if it parses; partial stays as written
+                json.loads(args)
+            except json.JSONDecodeError:
+                pass
+        self._call_text = ""
+        self._named = False
+        self._scanner = None
+        self.state = "done" if self.state == "whole" else "content"
+        self._at_start = False
+
+
+def _parse_calls(text: str) -> List[Tuple[str, str]]:
+    """(name, arguments JSON) pairs from a whole-output call text in any of the JSON shapes."""
+    text = text.strip()
+    for head in ("<|python_tag|>", "[TOOL_CALLS]"):
+        if text.startswith(head):
+            text = text[len(head):].strip()
+    values: List[Any] = []
+    dec = json.JSONDecoder()
+    i = 0
+    while i < len(text):
+        while i < len(text) and text[i] in " \t\r\n;,":
+            i += 1
+        if i >= len(text):
+            break
+        try:
+            v, j = dec.raw_decode(text, i)
+        except json.JSONDecodeError:
+            return []
+        values.append(v)
+        i = j
+    out: List[Tuple[str, str]] = []
+
+    def add(obj: Any) -> bool:
+        if isinstance(obj, dict) and isinstance(obj.get("name"), str):
+            args = obj.get("arguments", obj.get("parameters", {}))
+            if isinstance(args, str):
+                try:
+                    json.loads(args)
+                except json.JSONDecodeError:
+                    args = json.dumps(args)
+                out.append((obj["name"], args if isinstance(args, str) else ""))
+                if not isinstance(args, str):
+                    out[-1] = (obj["name"], json.dumps(args, ensure_ascii=False))
+                return True
+            out.append((obj["name"], json.dumps(args, ensure_ascii=False)))
+            return True
+        return False
+
+    for v in values:
+        if isinstance(v, list):
+            if not all(add(x) for x in v):
+                return []
+        elif isinstance(v, dict) and ("tool_calls" in v or "tool_call" in v):
+            inner = v.get("tool_calls", v.get("tool_call"))
+            inner = inner if isinstance(inner, list) else [inner]
+            if not all(add(x) for x in inner):
+                return []
+        elif not add(v):
+            return []
+    return out
