@@ -13,6 +13,7 @@ from .auth import BearerAuth
 from .config import ServerConfig
 from .engine import EngineHost, default_loader, default_params_factory
 from .errors import APIError
+from .responses_api import ResponsesAPI
 from .routes import Routes
 
 OPEN_PATHS = ("/health", "/v1/health")
@@ -28,6 +29,7 @@ def create_app(config: ServerConfig, loader: Callable[[ServerConfig], Any] = def
     """
     host = EngineHost(config, loader, params_factory, on_load_failure=on_load_failure)
     routes = Routes(host)
+    responses_api = ResponsesAPI(routes)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -53,6 +55,9 @@ def create_app(config: ServerConfig, loader: Callable[[ServerConfig], Any] = def
             Route("/chat/completions", routes.chat_completions, methods=["POST"]),
             Route("/v1/completions", routes.completions, methods=["POST"]),
             Route("/completions", routes.completions, methods=["POST"]),
+            Route("/v1/responses", responses_api.create, methods=["POST"]),
+            Route("/v1/responses/{response_id}", responses_api.retrieve, methods=["GET"]),
+            Route("/v1/responses/{response_id}", responses_api.delete, methods=["DELETE"]),
             Route("/v1/models", routes.models, methods=["GET"]),
             Route("/models", routes.models, methods=["GET"]),
             Route("/health", routes.health, methods=["GET"]),
