@@ -9,6 +9,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.routing import Route
 
+from . import anthropic_api
 from .auth import BearerAuth
 from .config import ServerConfig
 from .engine import EngineHost, default_loader, default_params_factory
@@ -29,6 +30,7 @@ def create_app(config: ServerConfig, loader: Callable[[ServerConfig], Any] = def
     """
     host = EngineHost(config, loader, params_factory, on_load_failure=on_load_failure)
     routes = Routes(host)
+    anthropic = anthropic_api.AnthropicRoutes(host)
     responses_api = ResponsesAPI(routes)
 
     @contextlib.asynccontextmanager
@@ -47,7 +49,13 @@ def create_app(config: ServerConfig, loader: Callable[[ServerConfig], Any] = def
         message = {404: f"no route {request.url.path}",
                    405: f"method {request.method} is not allowed on {request.url.path}"}.get(
             exc.status_code, str(exc.detail))
-        return APIError(exc.status_code, message, kind, None, None, exc.headers).response()
+        err = APIError(exc.status_code, message, kind, None, None, exc.headers)
+        return render_error(request.scope, err)
+
+    def render_error(scope, err: APIError):
+        if anthropic_api.is_anthropic_path(scope["path"]):
+            return anthropic_api.error_response(err)
+        return err.response()
 
     app = Starlette(
         routes=[
@@ -58,6 +66,8 @@ def create_app(config: ServerConfig, loader: Callable[[ServerConfig], Any] = def
             Route("/v1/responses", responses_api.create, methods=["POST"]),
             Route("/v1/responses/{response_id}", responses_api.retrieve, methods=["GET"]),
             Route("/v1/responses/{response_id}", responses_api.delete, methods=["DELETE"]),
+            Route("/v1/messages", anthropic.messages, methods=["POST"]),
+            Route("/v1/messages/count_tokens", anthropic.count_tokens, methods=["POST"]),
             Route("/v1/models", routes.models, methods=["GET"]),
             Route("/models", routes.models, methods=["GET"]),
             Route("/health", routes.health, methods=["GET"]),
@@ -71,5 +81,5 @@ def create_app(config: ServerConfig, loader: Callable[[ServerConfig], Any] = def
     )
     app.state.host = host
     app.add_middleware(BearerAuth, api_key=config.api_key, open_paths=OPEN_PATHS,
-                       metrics=host.metrics)
+                       metrics=host.metrics, render_error=render_error)
     return app

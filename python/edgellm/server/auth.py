@@ -1,7 +1,8 @@
-"""Bearer-token check for every route but the open ones (GET /health, so load balancers and
-orchestrators can probe without the key), as llama-server's --api-key does."""
+"""API-key check for every route but the open ones (GET /health, so load balancers and
+orchestrators can probe without the key), as llama-server's --api-key does. The key comes as
+`Authorization: Bearer <key>` (OpenAI) or `x-api-key: <key>` (Anthropic)."""
 import hmac
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -11,8 +12,10 @@ from .metrics import ServerMetrics
 
 class BearerAuth:
     def __init__(self, app: ASGIApp, api_key: Optional[str], open_paths: Iterable[str],
-                 metrics: Optional[ServerMetrics] = None):
+                 metrics: Optional[ServerMetrics] = None,
+                 render_error: Optional[Callable[[Scope, APIError], ASGIApp]] = None):
         self.app = app
+        self.render_error = render_error  # the error's response for this path (else OpenAI's)
         self.key = api_key.encode() if api_key else None
         self.open_paths = frozenset(open_paths)
         self.metrics = metrics
@@ -21,16 +24,19 @@ class BearerAuth:
         if self.key is None or scope["type"] != "http" or scope["path"] in self.open_paths:
             await self.app(scope, receive, send)
             return
-        header = b""
+        header = x_api_key = b""
         for name, value in scope.get("headers", ()):
             if name == b"authorization":
                 header = value
-                break
+            elif name == b"x-api-key":
+                x_api_key = value
         scheme, _, token = header.partition(b" ")
-        if not header:
-            err = APIError(401, "missing API key: send the header 'Authorization: Bearer <key>'",
+        if not header and not x_api_key:
+            err = APIError(401, "missing API key: send the header 'Authorization: Bearer <key>' "
+                                "or 'x-api-key: <key>'",
                            "authentication_error", None, "missing_api_key")
-        elif scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self.key):
+        elif not (hmac.compare_digest(x_api_key.strip(), self.key) if x_api_key else
+                  scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.key)):
             err = APIError(401, "invalid API key", "authentication_error", None,
                            "invalid_api_key")
         else:
@@ -39,4 +45,5 @@ class BearerAuth:
         err.headers["WWW-Authenticate"] = "Bearer"
         if self.metrics is not None:
             self.metrics.request_done("auth", 401)
-        await err.response()(scope, receive, send)
+        response = self.render_error(scope, err) if self.render_error else err.response()
+        await response(scope, receive, send)
