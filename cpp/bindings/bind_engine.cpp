@@ -64,6 +64,10 @@ py::dict event_dict(const OutputEvent& ev) {
     d["prompt_tokens"] = ev.prompt_tokens;
     d["completion_tokens"] = ev.completion_tokens;
     d["cached_tokens"] = ev.cached_tokens;
+    if (ev.embedding_rows > 0) {  // embedding request: float32 [rows, n_embd]
+      const py::ssize_t rows = ev.embedding_rows, dim = static_cast<py::ssize_t>(ev.embedding.size()) / rows;
+      d["embedding"] = py::array_t<float>({rows, dim}, ev.embedding.data());
+    }
     py::dict t;
     t["prompt_n"] = ev.timings.prompt_n;
     t["prompt_ms"] = ev.timings.prompt_ms;
@@ -219,6 +223,20 @@ void bind_engine(py::module_& m) {
             return e.submit(std::move(prompt), p, std::move(ch), o);
           },
           py::arg("prompt"), py::arg("params"), py::arg("channel"), py::arg("stream") = true)
+      .def(
+          "submit_embedding",
+          [](PyEngine& self, std::vector<int32_t> prompt, std::shared_ptr<OutputChannel> ch, int pooling,
+             int normalize) {
+            EmbeddingParams p;
+            p.pooling = pooling;
+            p.normalize = normalize;
+            Engine& e = self.get();
+            py::gil_scoped_release nogil;
+            return e.submit_embedding(std::move(prompt), p, std::move(ch));
+          },
+          py::arg("prompt"), py::arg("channel"), py::arg("pooling") = -1, py::arg("normalize") = 2,
+          "Queues an embedding request (pooling: -1 model default, 0 none, 1 mean, 2 cls, 3 last; normalize: "
+          "llama.cpp's embd_normalize). Its one event carries 'embedding', float32 [rows, n_embd].")
       .def("abort", [](PyEngine& self, int64_t id) { self.get().abort(id); }, py::arg("request_id"))
       .def("stats", [](PyEngine& self) { return stats_dict(self.get().stats()); })
       .def(
@@ -241,6 +259,9 @@ void bind_engine(py::module_& m) {
       .def_property_readonly("closed", [](const PyEngine& self) { return !self.engine; })
       .def_property_readonly("n_ctx", [](PyEngine& self) { return self.get().n_ctx(); })
       .def_property_readonly("n_vocab", [](PyEngine& self) { return self.get().n_vocab(); })
+      .def_property_readonly("n_embd", [](PyEngine& self) { return self.get().n_embd(); })
+      .def_property_readonly("default_pooling", [](PyEngine& self) { return static_cast<int>(self.get().default_pooling()); },
+                             "Pooling an embedding gets when none is asked for: the GGUF's pooling_type, else 1 (mean).")
       .def_property_readonly("n_threads", [](PyEngine& self) { return self.model->threads().size(); })
       .def_property_readonly("n_gpu_layers", [](PyEngine& self) { return self.model->gpu_layers(); },
                              "Layers running on the GPU (0: all on the CPU).")

@@ -29,6 +29,12 @@ inline void logits_for(uint64_t h, float* out) {
   out[kEog] -= 4.0f;  // rare end-of-generation, so sequences run long enough to test paging
 }
 
+// Hidden state (what embeddings pool) after the history h.
+constexpr int32_t kHidden = 8;
+inline void hidden_for(uint64_t h, float* out) {
+  for (int32_t d = 0; d < kHidden; ++d) out[d] = static_cast<float>(mix(h * 977 + d) % 2001) / 1000.0f - 1.0f;
+}
+
 inline uint64_t extend(uint64_t h, int32_t token) { return mix(h ^ (static_cast<uint64_t>(token) + 7)); }
 
 inline int32_t argmax(const float* l) {
@@ -70,7 +76,11 @@ class FakeModel : public edgellm::EngineModel {
     return c;
   }
 
-  void forward(const edgellm::Batch& b, edgellm::KVCache& kv, float* logits) override {
+  int32_t n_embd() const override { return kHidden; }
+  int32_t pooling_type() const override { return pooling_type_; }
+  void set_pooling_type(int32_t p) { pooling_type_ = p; }
+
+  void forward(const edgellm::Batch& b, edgellm::KVCache& kv, float* logits, float* hidden) override {
     ++calls;
     tokens_computed += b.size();
     if (b.size() > max_batch_seen) max_batch_seen = b.size();
@@ -81,6 +91,16 @@ class FakeModel : public edgellm::EngineModel {
         if (!dst) throw std::runtime_error("writing into a dropped page");
         *dst = static_cast<float>(b.token[i]);
       }
+    int32_t hrow = 0;
+    for (int32_t i = 0; i < b.size(); ++i) {
+      if (!b.wants_hidden(i)) continue;
+      if (!hidden) throw std::runtime_error("hidden rows wanted but no buffer");
+      uint64_t h = 0;
+      for (int32_t p = 0; p <= b.pos[i]; ++p) h = extend(h, static_cast<int32_t>(*slot(kv, 0, b.seq[i], p)));
+      hidden_for(h, hidden + static_cast<size_t>(hrow) * kHidden);
+      ++hrow;
+      ++hidden_rows;
+    }
     int32_t row = 0;
     for (int32_t i = 0; i < b.size(); ++i) {
       if (!b.want_logits[i]) continue;
@@ -98,7 +118,7 @@ class FakeModel : public edgellm::EngineModel {
     }
   }
 
-  int64_t calls = 0, tokens_computed = 0;
+  int64_t calls = 0, tokens_computed = 0, hidden_rows = 0;
   int32_t max_batch_seen = 0;
 
  private:
@@ -110,6 +130,7 @@ class FakeModel : public edgellm::EngineModel {
     return reinterpret_cast<float*>(kv.k_head(layer, t[idx], 0) + (pos % kv.page_size()) * kv.k_row_bytes());
   }
   int32_t window_, context_;
+  int32_t pooling_type_ = -1;
 };
 
 // Token t reads as a lowercase letter; 2..5 read as multi-letter words so stop strings can span tokens.

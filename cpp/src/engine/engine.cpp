@@ -57,6 +57,7 @@ Engine::Engine(std::shared_ptr<EngineModel> model, std::shared_ptr<const EngineV
   if (cfg_.prefix_cache) cache_ = std::make_unique<PrefixCache>(*kv_);
   sched_ = std::make_unique<Scheduler>(*kv_, cache_.get(), cfg_.max_seqs, cfg_.max_batch_tokens);
   eog_ = vocab_->eog_tokens();
+  n_embd_ = std::max(0, model_->n_embd());
   publish_stats();
   if (cfg_.start_thread) thread_ = std::thread([this] { loop(); });
 }
@@ -151,6 +152,63 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params
       s->request_id = id;
       s->arrival = arrival_++;
     }
+    inbox_.push_back(std::move(p));
+    has_work_ = true;
+  }
+  cv_.notify_all();
+  return id;
+}
+
+Pooling Engine::default_pooling() const {
+  const int32_t p = model_->pooling_type();
+  return p >= 0 && p <= 4 ? static_cast<Pooling>(p) : Pooling::Mean;
+}
+
+int64_t Engine::submit_embedding(std::vector<int32_t> prompt, const EmbeddingParams& params,
+                                 std::shared_ptr<OutputChannel> out) {
+  if (n_embd_ <= 0) throw InvalidRequestError("this model gives no hidden states: embeddings are not available");
+  if (prompt.empty()) throw InvalidRequestError("input is empty: at least one token is needed for an embedding");
+  for (size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] < 0 || prompt[i] >= n_vocab_)
+      throw InvalidRequestError("input token id " + std::to_string(prompt[i]) + " at position " + std::to_string(i) +
+                                " is outside the vocabulary [0, " + std::to_string(n_vocab_) + ")");
+  if (params.pooling < -1 || params.pooling > 4)
+    throw InvalidRequestError("pooling " + std::to_string(params.pooling) +
+                              " is not a pooling type (-1 model default, 0 none, 1 mean, 2 cls, 3 last)");
+  const Pooling pooling = params.pooling < 0 ? default_pooling() : static_cast<Pooling>(params.pooling);
+  if (pooling == Pooling::Rank)
+    throw InvalidRequestError("pooling 'rank' needs a reranker's classification head, which this model has not "
+                              "(use none, mean, cls or last)");
+  const int64_t np = static_cast<int64_t>(prompt.size());
+  if (np > n_ctx_)
+    throw ContextLengthError("input has " + std::to_string(np) + " tokens > n_ctx " + std::to_string(n_ctx_) + " by " +
+                             std::to_string(np - n_ctx_));
+  const int64_t pages = ceil_div(np, kv_->page_size());
+  if (kv_->pages_total(0) > 0 && pages > kv_->pages_total(0))
+    throw ContextLengthError("input of " + std::to_string(np) + " tokens needs " + std::to_string(pages) +
+                             " KV pages, but the KV pool holds only " + std::to_string(kv_->pages_total(0)) +
+                             " pages (" + std::to_string(kv_->pages_total(0) * kv_->page_size()) +
+                             " tokens); raise kv_memory");
+
+  auto s = std::make_shared<Sequence>();
+  s->out = out;
+  s->stream = false;
+  s->tokens = std::move(prompt);
+  s->n_prompt = static_cast<int32_t>(np);
+  s->max_tokens = 0;
+  s->sampler = std::make_unique<Sampler>(SamplingParams{}, eog_, 0);  // never drawn from
+  s->use_prefix_cache = false;  // every used position's hidden state must be computed
+  s->embedding = true;
+  s->embd = EmbeddingPool(pooling, params.normalize, n_embd_);
+  out->expect(1);
+  Pending p;
+  p.seqs.push_back(s);
+  int64_t id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    id = next_id_++;
+    s->request_id = id;
+    s->arrival = arrival_++;
     inbox_.push_back(std::move(p));
     has_work_ = true;
   }
@@ -303,8 +361,10 @@ bool Engine::step() {
   }
   const auto t0 = Clock::now();
   logits_.resize(static_cast<size_t>(batch_.n_outputs()) * n_vocab_);
+  const int32_t n_hidden = batch_.n_hidden_outputs();
+  hidden_.resize(static_cast<size_t>(n_hidden) * n_embd_);
   try {
-    model_->forward(batch_, *kv_, logits_.data());
+    model_->forward(batch_, *kv_, logits_.data(), n_hidden > 0 ? hidden_.data() : nullptr);
   } catch (const std::exception& e) {
     std::vector<std::shared_ptr<Sequence>> hold;
     for (const auto& c : plan_) hold.push_back(sched_->find(c.seq));
@@ -330,6 +390,12 @@ void Engine::sample_and_postprocess(const std::vector<ScheduledChunk>& plan) {
     const ScheduledChunk& c = plan[ci];
     Sequence* s = hold[ci].get();
     if (!s) continue;
+    if (s->embedding) {
+      if (c.n_hidden_rows > 0)
+        s->embd.add(hidden_.data() + static_cast<size_t>(c.first_hidden_row) * n_embd_, c.n_hidden_rows);
+      if (c.samples) finish_embedding(s);
+      continue;
+    }
     if (s->want_prompt_logprobs) {
       const int32_t n_top = s->sampler->params().prompt_logprobs;
       const int32_t end = std::min(c.start + c.n_tokens, s->n_prompt);
@@ -438,6 +504,15 @@ void Engine::postprocess_token(Sequence* s, int32_t token, TokenLogprob* lp) {
     return;
   }
   finish(s, reason, std::move(ev));
+}
+
+void Engine::finish_embedding(Sequence* s) {
+  OutputEvent ev;
+  ev.embedding = s->embd.finish(&ev.embedding_rows);
+  const auto now = Clock::now();
+  s->first_token = true;  // timings: prompt_ms runs to the moment the vector is ready
+  s->t_first = s->t_last = now;
+  finish(s, "stop", std::move(ev));
 }
 
 void Engine::finish(Sequence* s, const std::string& reason, OutputEvent ev) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "engine/embedding.h"
 #include "engine/engine_model.h"
 #include "engine/output_channel.h"
 #include "engine/sampling_params.h"
@@ -68,6 +69,13 @@ class Engine {
   // ContextLengthError (prompt + max_tokens > n_ctx, or more pages than the whole pool).
   int64_t submit(std::vector<int32_t> prompt, const SamplingParams& params, std::shared_ptr<OutputChannel> out,
                  SubmitOptions opts = {});
+  // Queues an embedding request: the prompt is prefilled in the same batches as everything
+  // else, its final-norm hidden states are pooled (params.pooling, else the model's
+  // default_pooling()) and normalised, and its one event carries the vector(s) in `embedding`.
+  // Throws InvalidRequestError (empty prompt, bad ids or pooling, a model without hidden states)
+  // and ContextLengthError (prompt > n_ctx, or more pages than the whole pool). Never truncates.
+  int64_t submit_embedding(std::vector<int32_t> prompt, const EmbeddingParams& params,
+                           std::shared_ptr<OutputChannel> out);
   // Cancels a request at any point; its completions finish with "cancelled" and free their pages.
   void abort(int64_t request_id);
   EngineStats stats() const;
@@ -82,6 +90,9 @@ class Engine {
 
   int32_t n_ctx() const { return n_ctx_; }
   int32_t n_vocab() const { return n_vocab_; }
+  int32_t n_embd() const { return n_embd_; }
+  // The model's <arch>.pooling_type when it names one (none/mean/cls/last/rank), else Mean.
+  Pooling default_pooling() const;
   const KVCache& kv() const { return *kv_; }
   const EngineConfig& config() const { return cfg_; }
 
@@ -94,6 +105,7 @@ class Engine {
   void run_task(const std::function<void()>& task);
   void sample_and_postprocess(const std::vector<ScheduledChunk>& plan);
   void postprocess_token(Sequence* s, int32_t token, TokenLogprob* lp);
+  void finish_embedding(Sequence* s);
   void finish(Sequence* s, const std::string& reason, OutputEvent ev);
   void fail(Sequence* s, const std::string& message);
   void do_abort(int64_t id);
@@ -103,7 +115,7 @@ class Engine {
   std::shared_ptr<EngineModel> model_;
   std::shared_ptr<const EngineVocab> vocab_;
   EngineConfig cfg_;
-  int32_t n_ctx_ = 0, n_vocab_ = 0, eval_slot_ = 0;
+  int32_t n_ctx_ = 0, n_vocab_ = 0, n_embd_ = 0, eval_slot_ = 0;
   std::vector<int32_t> eog_;
   std::unique_ptr<KVCache> kv_;
   std::unique_ptr<PrefixCache> cache_;
@@ -111,7 +123,7 @@ class Engine {
 
   Batch batch_;
   std::vector<ScheduledChunk> plan_;
-  std::vector<float> logits_, work_;
+  std::vector<float> logits_, work_, hidden_;
 
   // Shared with other threads, guarded by mu_.
   mutable std::mutex mu_;

@@ -20,7 +20,13 @@ class EngineModel {
   // page size, dtype and sequence slots.
   virtual KVCacheConfig kv_geometry() const = 0;
   // Batch.pos of each sequence continues where its KV ends; pages are reserved by the caller.
-  virtual void forward(const Batch& batch, KVCache& kv, float* logits) = 0;
+  // Rows with want_logits get n_vocab logits, rows with want_hidden n_embd() final-norm hidden
+  // states (in batch order, each kind in its own buffer).
+  virtual void forward(const Batch& batch, KVCache& kv, float* logits, float* hidden = nullptr) = 0;
+  // Width of a hidden-state row (0: this model gives none, so embedding requests are refused).
+  virtual int32_t n_embd() const { return 0; }
+  // The model's embedding pooling (llama.cpp's enum, GGUF <arch>.pooling_type); -1 unspecified.
+  virtual int32_t pooling_type() const { return -1; }
   // True when some layers keep their KV in device pages mirroring the serving cache's page ids:
   // forward() may then only be given the serving cache.
   virtual bool kv_tied_to_serving_cache() const { return false; }

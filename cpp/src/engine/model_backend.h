@@ -14,7 +14,11 @@ class ModelBackend : public EngineModel {
   int32_t n_vocab() const override { return model_->config().n_vocab; }
   int32_t context_length() const override { return model_->config().n_ctx_train; }
   KVCacheConfig kv_geometry() const override { return model_->kv_config(); }
-  void forward(const Batch& batch, KVCache& kv, float* logits) override { model_->forward(batch, kv, logits); }
+  void forward(const Batch& batch, KVCache& kv, float* logits, float* hidden) override {
+    model_->forward(batch, kv, logits, hidden);
+  }
+  int32_t n_embd() const override { return model_->config().n_embd; }
+  int32_t pooling_type() const override { return model_->config().pooling_type; }
   bool kv_tied_to_serving_cache() const override { return model_->gpu_layers() != 0; }
   const std::shared_ptr<Model>& model() const { return model_; }
 

@@ -36,6 +36,10 @@ struct OutputEvent {
   std::string error;                     // finish_reason "error": what went wrong
   int32_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
   Timings timings;
+  // Embedding requests, on the final event: embedding_rows vectors of n_embd floats, row-major
+  // (one pooled vector, or one per prompt token with pooling none).
+  std::vector<float> embedding;
+  int32_t embedding_rows = 0;
 };
 
 class OutputChannel {

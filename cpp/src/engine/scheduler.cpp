@@ -38,6 +38,7 @@ void Scheduler::preempt(size_t i) {
   s->n_computed = 0;
   s->cache_cursor = {};
   if (s->want_prompt_logprobs) s->prompt_logprobs.clear();
+  if (s->embedding) s->embd.reset();  // its rows are produced again by the recompute
   ++s->preemptions;
   ++preemptions_;
   waiting_.push_front(std::move(s));
@@ -51,14 +52,22 @@ void Scheduler::add_chunk(Sequence* s, int32_t n, Batch& batch, std::vector<Sche
   const int32_t end = s->n_computed + n;
   c.samples = end == static_cast<int32_t>(s->tokens.size());
   int32_t row = batch.n_outputs();
+  int32_t hidden_row = batch.n_hidden_outputs();
   for (int32_t p = c.start; p < end; ++p) {
-    const bool logits = (s->want_prompt_logprobs && p < s->n_prompt) || (c.samples && p == end - 1);
+    const bool logits =
+        (s->want_prompt_logprobs && p < s->n_prompt) || (c.samples && !s->embedding && p == end - 1);
     if (logits) {
       if (c.first_row < 0) c.first_row = row;
       ++row;
       ++c.n_rows;
     }
-    batch.add(s->tokens[p], p, s->slot, logits);
+    const bool hidden = s->embedding && pooling_uses_position(s->embd.pooling(), p, s->n_prompt);
+    if (hidden) {
+      if (c.first_hidden_row < 0) c.first_hidden_row = hidden_row;
+      ++hidden_row;
+      ++c.n_hidden_rows;
+    }
+    batch.add(s->tokens[p], p, s->slot, logits, hidden);
   }
   if (!s->started) {
     s->started = true;
@@ -128,7 +137,7 @@ void Scheduler::complete(const std::vector<ScheduledChunk>& plan) {
     if (c.start < s->n_prompt) s->prompt_computed += std::min(s->n_computed, s->n_prompt) - c.start;
     kv_.set_n_positions(s->slot, s->n_computed);
     // Register before trimming so cached prefixes keep the window pages they need.
-    if (cache_) cache_->register_pages(s->slot, s->tokens.data(), s->n_computed, s->cache_cursor);
+    if (cache_ && !s->embedding) cache_->register_pages(s->slot, s->tokens.data(), s->n_computed, s->cache_cursor);
     kv_.trim_window(s->slot, s->n_computed);
   }
 }

@@ -24,6 +24,9 @@ struct ScheduledChunk {
   int32_t first_row = -1; // first logits row of the chunk (rows are in batch order)
   int32_t n_rows = 0;
   bool samples = false;   // the chunk reaches the last known token: its last row is sampled
+                          // (embedding sequences: the prompt is complete, nothing is sampled)
+  int32_t first_hidden_row = -1;  // embedding sequences: the chunk's hidden-state rows
+  int32_t n_hidden_rows = 0;
 };
 
 class Scheduler {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/constraint.h"
+#include "engine/embedding.h"
 #include "engine/output_channel.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
@@ -45,6 +46,11 @@ struct Sequence {
   bool want_prompt_logprobs = false;   // rows for every prompt token still to be produced
   std::vector<TokenLogprob> prompt_logprobs;
   bool prompt_logprobs_sent = false;
+
+  // Embedding request: never sampled; the prompt's final-norm hidden states are pooled and the
+  // sequence finishes once its prompt is computed. Not matched against or added to the prefix cache.
+  bool embedding = false;
+  EmbeddingPool embd;
 
   // Accumulated output when not streaming.
   std::string text;

@@ -13,6 +13,7 @@ struct Batch {
   std::vector<int32_t> pos;
   std::vector<int32_t> seq;            // KV cache sequence slot
   std::vector<uint8_t> want_logits;    // 1: produce a logits row for this token
+  std::vector<uint8_t> want_hidden;    // 1: produce its final-norm hidden state (embeddings); may be empty
 
   int32_t size() const { return static_cast<int32_t>(token.size()); }
   bool empty() const { return token.empty(); }
@@ -21,12 +22,20 @@ struct Batch {
     pos.clear();
     seq.clear();
     want_logits.clear();
+    want_hidden.clear();
   }
-  void add(int32_t tok, int32_t position, int32_t seq_slot, bool logits) {
+  void add(int32_t tok, int32_t position, int32_t seq_slot, bool logits, bool hidden = false) {
     token.push_back(tok);
     pos.push_back(position);
     seq.push_back(seq_slot);
     want_logits.push_back(logits ? 1 : 0);
+    want_hidden.push_back(hidden ? 1 : 0);
+  }
+  bool wants_hidden(int32_t t) const { return static_cast<size_t>(t) < want_hidden.size() && want_hidden[t]; }
+  int32_t n_hidden_outputs() const {
+    int32_t n = 0;
+    for (uint8_t w : want_hidden) n += w;
+    return n;
   }
   int32_t n_outputs() const {
     int32_t n = 0;

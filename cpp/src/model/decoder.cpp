@@ -83,11 +83,15 @@ DecoderModel::DecoderModel(std::shared_ptr<GgufFile> file, const Architecture& a
 
 DecoderModel::~DecoderModel() = default;
 
-void DecoderModel::validate(const Batch& b, KVCache& kv, const float* logits) const {
+void DecoderModel::validate(const Batch& b, KVCache& kv, const float* logits, const float* hidden) const {
   const ModelConfig& c = config_;
   const int T = b.size();
   if (b.pos.size() != b.token.size() || b.seq.size() != b.token.size() || b.want_logits.size() != b.token.size())
     throw InvalidRequestError("batch: token, pos, seq and want_logits must have the same length");
+  if (!b.want_hidden.empty() && b.want_hidden.size() != b.token.size())
+    throw InvalidRequestError("batch: want_hidden must be empty or as long as token");
+  if (!hidden && b.n_hidden_outputs() > 0)
+    throw InvalidRequestError("forward: hidden buffer is null but tokens want hidden states");
   if (T > max_batch_tokens_)
     throw InvalidRequestError("batch of " + std::to_string(T) + " tokens exceeds max_batch_tokens = " +
                               std::to_string(max_batch_tokens_) + " (split it)");
@@ -152,6 +156,20 @@ void DecoderModel::embed(const Batch& b, float* x) {
   });
 }
 
+void DecoderModel::output_hidden(const Batch& b, const float* x, float* hidden) {
+  // The final norm of the rows that want hidden states, straight into the caller's buffer.
+  const ModelConfig& c = config_;
+  std::vector<int32_t>& rows = scratch_.out_rows;  // capacity reserved at load
+  rows.clear();
+  for (int t = 0; t < b.size(); ++t)
+    if (b.wants_hidden(t)) rows.push_back(t);
+  const int64_t n = c.n_embd;
+  const auto norm = kernels::active().rmsnorm;
+  threads_->parallel_for(0, static_cast<int64_t>(rows.size()), [&](int64_t i, int) {
+    norm(x + static_cast<int64_t>(rows[i]) * n, output_norm_.data, hidden + i * n, n, c.rms_eps);
+  });
+}
+
 void DecoderModel::output_head(const Batch& b, const float* x, float* logits) {
   const ModelConfig& c = config_;
   std::vector<int32_t>& rows = scratch_.out_rows;  // capacity reserved at load
@@ -183,9 +201,9 @@ void DecoderModel::output_head(const Batch& b, const float* x, float* logits) {
   }
 }
 
-void DecoderModel::forward(const Batch& batch, KVCache& kv, float* logits) {
+void DecoderModel::forward(const Batch& batch, KVCache& kv, float* logits, float* hidden) {
   std::lock_guard<std::mutex> lock(forward_mutex_);
-  validate(batch, kv, logits);
+  validate(batch, kv, logits, hidden);
   if (batch.empty()) return;
   if (kv.page_size() > scratch_page_size_) {
     // Rare: a cache with larger pages than the hint; regrow the attention scratch once.
@@ -212,6 +230,7 @@ void DecoderModel::forward(const Batch& batch, KVCache& kv, float* logits) {
   const int n_cpu_layers = gpu_ ? gpu_->first_layer() : config_.n_layer;
   for (int il = 0; il < n_cpu_layers; ++il) arch_.layer(f, layers_[il], il);
   if (gpu_) gpu_->run(batch, kv, f.x);  // the rest, with their KV pages in device memory
+  if (hidden) output_hidden(batch, f.x, hidden);
   output_head(batch, f.x, logits);
 
   // The cache now holds these positions.

@@ -21,11 +21,12 @@ class DecoderModel final : public Model {
                const LoadOptions& opts);
   ~DecoderModel() override;
 
-  void forward(const Batch& batch, KVCache& kv, float* logits) override;
+  void forward(const Batch& batch, KVCache& kv, float* logits, float* hidden = nullptr) override;
 
  private:
-  void validate(const Batch& batch, KVCache& kv, const float* logits) const;
+  void validate(const Batch& batch, KVCache& kv, const float* logits, const float* hidden) const;
   void embed(const Batch& batch, float* x);
+  void output_hidden(const Batch& batch, const float* x, float* hidden);
   void output_head(const Batch& batch, const float* x, float* logits);
 
   const Architecture& arch_;

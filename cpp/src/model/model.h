@@ -44,8 +44,10 @@ class Model {
   // Runs `batch` (at most max_batch_tokens tokens). For every token its K/V are stored at
   // (seq, pos) — the caller has reserved the pages — and it attends to positions of its own
   // sequence up to itself (within the window on sliding-window layers). Writes one row of
-  // n_vocab logits per token with want_logits, in batch order, to `logits`.
-  virtual void forward(const Batch& batch, KVCache& kv, float* logits) = 0;
+  // n_vocab logits per token with want_logits, in batch order, to `logits`, and one row of
+  // n_embd final-norm hidden states (the LM head's input: what embeddings pool) per token with
+  // want_hidden, in batch order, to `hidden`.
+  virtual void forward(const Batch& batch, KVCache& kv, float* logits, float* hidden = nullptr) = 0;
 
  protected:
   std::shared_ptr<GgufFile> file_;

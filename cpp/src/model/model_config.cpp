@@ -124,6 +124,12 @@ ModelConfig read_common_config(const GgufFile& f) {
   }
   c.rope_local = c.rope_global;
 
+  // Embedding pooling (llama.cpp's enum); absent in most decoder GGUFs: the engine then means.
+  if (auto pt = f.find_u32(key("pooling_type"))) {
+    if (*pt > 4) bad(f, key("pooling_type"), "= " + std::to_string(*pt) + " is not a pooling type (0..4)");
+    c.pooling_type = static_cast<int>(*pt);
+  }
+
   c.layer_window.assign(c.n_layer, 0);
   c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim_k));
   return c;

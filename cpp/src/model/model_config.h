@@ -49,6 +49,7 @@ struct ModelConfig {
   float attn_scale = 1.0f;    // multiplies Q before attention (kq_scale is then 1)
   float embed_scale = 1.0f;   // multiplies token embeddings (gemma3: sqrt(n_embd))
   float logit_softcap = 0.0f; // logits = c * tanh(logits / c) when > 0
+  int pooling_type = -1;      // <arch>.pooling_type (0 none, 1 mean, 2 cls, 3 last, 4 rank); -1 absent
 
   bool is_swa(int layer) const { return layer_window[layer] > 0; }
   const RopeParams& rope_for(int layer) const { return is_swa(layer) ? rope_local : rope_global; }
