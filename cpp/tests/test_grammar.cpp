@@ -242,6 +242,15 @@ void test_lazy_trigger() {
     c.accept_text(">{");
     CHECK(c.active());
   }
+  {  // an anchored trigger fires at the start (after whitespace) only
+    LazyGrammarConstraint c(ctx, trie, {"^<tool>"});
+    c.accept_text(" \n <to");
+    c.accept_text("ol>{");
+    CHECK(c.active());
+    LazyGrammarConstraint d(ctx, trie, {"^<tool>"});
+    d.accept_text("x <tool>{");
+    CHECK(!d.active());
+  }
   CHECK(throws_invalid([&] { LazyGrammarConstraint c(ctx, trie, {""}); }));
 }
 

@@ -172,6 +172,36 @@ def chosen_tools(tools: Sequence[Dict[str, Any]], tool_choice: Any) -> List[Dict
     return list(tools)
 
 
+def check_tools(tools: Any, tool_choice: Any) -> List[Dict[str, Any]]:
+    """Validate OpenAI-style function tools and tool_choice; returns the tools as a list."""
+    from ._core import InvalidRequestError
+
+    if tools is None:
+        tools = []
+    if not isinstance(tools, (list, tuple)):
+        raise InvalidRequestError("tools must be a list of {'type': 'function', 'function': {...}}")
+    for i, t in enumerate(tools):
+        if not isinstance(t, dict):
+            raise InvalidRequestError(f"tools[{i}] must be an object")
+        fn = t.get("function", t)
+        if t.get("type", "function") != "function" or not isinstance(fn, dict) \
+                or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise InvalidRequestError(f"tools[{i}] must be {{'type': 'function', 'function': "
+                                      "{'name': ..., 'parameters': {...}}}")
+        params = fn.get("parameters")
+        if params is not None and not isinstance(params, (dict, bool)):
+            raise InvalidRequestError(f"tools[{i}].function.parameters must be a JSON schema object")
+    if tool_choice is None or tool_choice in ("auto", "none"):
+        return list(tools)
+    if tool_choice == "required" or isinstance(tool_choice, dict):
+        if not tools:
+            raise InvalidRequestError(f"tool_choice {tool_choice!r} needs 'tools'")
+        chosen_tools(tools, tool_choice)  # a named function must exist
+        return list(tools)
+    raise InvalidRequestError(f"tool_choice must be 'none', 'auto', 'required' or "
+                              f"{{'type': 'function', 'function': {{'name': ...}}}}, got {tool_choice!r}")
+
+
 GENERIC_TOOL_PROMPT = (
     "You can call these tools (JSON schemas of their parameters):\n{tools}\n\n"
     "To call tools, answer with only a JSON object of the form "
@@ -227,23 +257,29 @@ class ChatFormat:
                                       + f', "{key}": ') + f" {root} " + _gbnf_literal("}"))
         rules.append("call-object ::= " + " | ".join(f"( {a} )" for a in alts))
         forced = tool_choice == "required" or isinstance(tool_choice, dict)
+        nl = _gbnf_literal("\n")
         if self.tool_format == HERMES:
+            # <tool_call> blocks, or (as small models often write) the bare JSON object(s) at
+            # the start of the answer
             one = _gbnf_literal("<tool_call>\n") + " call-object " + _gbnf_literal("\n</tool_call>")
-            many = f"{one} ( {_gbnf_literal(chr(10))} {one} )*" if parallel else one
-            triggers = ["<tool_call>"]
+            tagged = f"{one} ( {nl} {one} )*" if parallel else one
+            bare = f"call-object ( {nl} call-object )*" if parallel else "call-object"
+            fenced = _gbnf_literal("```json\n") + f" {bare} " + _gbnf_literal("\n```")
+            many = f"( {tagged} ) | ( {bare} ) | ( {fenced} )"
+            triggers = ["<tool_call>", '^{"name"', "^```json"]
         elif self.tool_format == LLAMA3:
             one = "call-object"
             many = f'{one} ( {_gbnf_literal("; ")} {one} )*' if parallel else one
-            triggers = ['{"name"']
+            triggers = ['^{"name"']
         elif self.tool_format == MISTRAL:
             sep = f'( {_gbnf_literal(", ")} call-object )*' if parallel else ""
             many = f'{_gbnf_literal("[")} call-object {sep} {_gbnf_literal("]")}'
-            triggers = ['[{"name"']
+            triggers = ['^[{"name"']
         else:
             sep = f'( {_gbnf_literal(", ")} call-object )*' if parallel else ""
             many = (f'{_gbnf_literal("{")} {_gbnf_literal(chr(34) + "tool_calls" + chr(34) + ": [")} '
                     f'call-object {sep} {_gbnf_literal("]}")}')
-            triggers = ['{"tool_calls"']
+            triggers = ['^{"tool_calls"']
         rules.insert(0, f"root ::= {many}")
         return "\n".join(rules) + "\n", ([] if forced else triggers)
 
@@ -421,13 +457,14 @@ class ChatOutputParser:
                 self.buf = ""
                 return
             # content
-            if self.fmt is not None and self._at_start and self.fmt.tool_format in (LLAMA3, MISTRAL, GENERIC):
+            if self.fmt is not None and self._at_start and not self.content:
                 lead = self.buf.lstrip()
                 if not lead:
                     if final:
                         break
                     return  # whitespace only so far: wait
-                heads = {LLAMA3: ['{"name"', '{ "name"', '<|python_tag|>'],
+                heads = {HERMES: ['{"name"', '{ "name"', "```json\n{", '```json\n{"name"'],
+                         LLAMA3: ['{"name"', '{ "name"', '<|python_tag|>'],
                          MISTRAL: ["[TOOL_CALLS]", '[{"name"', '[{ "name"'],
                          GENERIC: ['{"tool_calls"', '{ "tool_calls"', '{"tool_call"', '{"name"']}[self.fmt.tool_format]
                 if any(lead.startswith(h) for h in heads):
@@ -467,7 +504,7 @@ class ChatOutputParser:
         if self.state == "whole":  # the rest of the output is calls (llama3/mistral/generic)
             self._call_text += self.buf
             self.buf = ""
-            if fmt == LLAMA3 and not self._call_text.lstrip().startswith("<|python_tag|>"):
+            if fmt in (LLAMA3, HERMES) and self._call_text.lstrip().startswith("{"):
                 self._stream_object(delta, self._call_text)
             return False
         # hermes: until </tool_call>
@@ -560,9 +597,11 @@ class ChatOutputParser:
 def _parse_calls(text: str) -> List[Tuple[str, str]]:
     """(name, arguments JSON) pairs from a whole-output call text in any of the JSON shapes."""
     text = text.strip()
-    for head in ("<|python_tag|>", "[TOOL_CALLS]"):
+    for head in ("<|python_tag|>", "[TOOL_CALLS]", "```json", "```"):
         if text.startswith(head):
             text = text[len(head):].strip()
+    if text.endswith("```"):
+        text = text[:-3].strip()
     values: List[Any] = []
     dec = json.JSONDecoder()
     i = 0
@@ -574,6 +613,8 @@ def _parse_calls(text: str) -> List[Tuple[str, str]]:
         try:
             v, j = dec.raw_decode(text, i)
         except json.JSONDecodeError:
+            if values:  # complete calls, then one cut short (max_tokens): keep the complete ones
+                break
             return []
         values.append(v)
         i = j

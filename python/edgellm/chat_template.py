@@ -135,6 +135,48 @@ def choose_template(metadata_template: Optional[str], arch: Optional[str] = None
     return "chatml"
 
 
+def template_source(template: Optional[str]) -> str:
+    """The Jinja source of a template given as a built-in name or as source text."""
+    if template is None:
+        return BUILTIN_TEMPLATES["chatml"]
+    name = _builtin_name(template) if len(template) < 40 else None
+    return BUILTIN_TEMPLATES[name] if name else template
+
+
+def prepare_messages(messages: Iterable[Mapping]) -> list:
+    """OpenAI chat messages as Hugging Face templates expect them: a tool call's `arguments`
+    as an object (OpenAI sends a JSON string; rendering that string with `tojson` would encode
+    it twice) and an assistant message without content as empty text."""
+    out = []
+    for m in messages:
+        if not isinstance(m, Mapping):
+            out.append(m)
+            continue
+        msg = dict(m)
+        calls = msg.get("tool_calls")
+        if calls:
+            fixed = []
+            for c in calls:
+                if isinstance(c, Mapping):
+                    c = dict(c)
+                    fn = c.get("function")
+                    if isinstance(fn, Mapping):
+                        fn = dict(fn)
+                        args = fn.get("arguments")
+                        if isinstance(args, str):
+                            try:
+                                fn["arguments"] = json.loads(args) if args.strip() else {}
+                            except json.JSONDecodeError:
+                                pass  # not JSON: the template gets the text as sent
+                        c["function"] = fn
+                fixed.append(c)
+            msg["tool_calls"] = fixed
+            if msg.get("content") is None:
+                msg["content"] = ""
+        out.append(msg)
+    return out
+
+
 # ---- rendering --------------------------------------------------------------------------------
 
 def _raise_exception(message: str):

@@ -27,7 +27,7 @@ from ._core import InvalidRequestError, RequestCancelled
 
 __all__ = [
     "SamplingParams", "TopLogprob", "TokenLogprob", "Usage", "Completion", "CompletionChunk",
-    "LLM", "AsyncLLM",
+    "ChatCompletion", "LLM", "AsyncLLM",
 ]
 
 _POLL_S = 0.1  # a blocking wait wakes this often to let KeyboardInterrupt through
@@ -79,6 +79,9 @@ class SamplingParams:
     grammar: Optional[str] = None
     regex: Optional[str] = None
     response_format: Optional[dict] = None
+    # Lazy constraint: free text until one of these strings appears in the output, then the
+    # grammar (which starts by matching the trigger). Used for tool calls under tool_choice auto.
+    grammar_triggers: Optional[List[str]] = None
 
     def stop_list(self) -> List[str]:
         if self.stop is None:
@@ -93,7 +96,9 @@ class SamplingParams:
                 raise InvalidRequestError("response_format must be a dict with a 'type'")
             kind = rf["type"]
             if kind == "json_object":
-                schema = schema if schema is not None else {"type": "object"}
+                # llama-server's form: {"type": "json_object", "schema": {...}} is enforced too
+                if schema is None:
+                    schema = rf.get("schema", {"type": "object"})
             elif kind == "json_schema":
                 inner = rf.get("json_schema")
                 if not isinstance(inner, Mapping) or "schema" not in inner:
@@ -144,6 +149,10 @@ class SamplingParams:
         p.json_schema = self._schema_text()
         p.grammar = self.grammar or ""
         p.regex = self.regex or ""
+        if self.grammar_triggers:
+            if not (p.grammar or p.json_schema or p.regex):
+                raise InvalidRequestError("grammar_triggers needs a grammar, json_schema or regex")
+            p.grammar_triggers = [str(t) for t in self.grammar_triggers]
         return p
 
 
@@ -196,6 +205,17 @@ class CompletionChunk:
     timings: Optional[Dict[str, float]] = None
     stop_reason: Union[None, int, str] = None
     prompt_logprobs: Optional[list] = None
+    delta: Any = None  # chat streams: the parsed edgellm.chat_output.ChatDelta of `text`
+
+
+@dataclass
+class ChatCompletion(Completion):
+    """A chat answer: `text` is the raw model output; `content`, `reasoning_content` and
+    `tool_calls` are what it means under the model's chat format (edgellm.chat_output).
+    finish_reason is "tool_calls" when the model ended its turn with calls."""
+    content: Optional[str] = None
+    reasoning_content: Optional[str] = None
+    tool_calls: Optional[list] = None  # [edgellm.chat_output.ToolCall]
 
 
 # ---- helpers --------------------------------------------------------------------------------
@@ -233,6 +253,20 @@ def _is_batch(prompt) -> bool:
     """A list of prompts (strings or id lists), as opposed to one prompt given as ids."""
     return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and \
         all(isinstance(p, (str, list, tuple)) for p in prompt)
+
+
+def _parse_chunk(ch: "CompletionChunk", parsers: Dict[int, Any], new_parser) -> "CompletionChunk":
+    """Attach the parsed ChatDelta of this chunk's text (one parser per choice index)."""
+    parser = parsers.get(ch.index)
+    if parser is None:
+        parser = parsers[ch.index] = new_parser()
+    delta = parser.feed(ch.text)
+    if ch.finish_reason is not None:
+        delta.extend(parser.finish())
+        if parser.tool_calls and ch.finish_reason == "stop":
+            ch.finish_reason = "tool_calls"
+    ch.delta = delta
+    return ch
 
 
 # ---- LLM ------------------------------------------------------------------------------------
@@ -438,41 +472,157 @@ class LLM:
                                              _MarkerSet(self._tok), self._chat_template_override)
         return self._template
 
-    def apply_chat_template(self, messages, add_generation_prompt: bool = True, tools=None) -> str:
-        from .chat_template import render_chat
+    @property
+    def chat_format(self):
+        """How this model's chat template writes tool calls and reasoning (edgellm.chat_output)."""
+        if getattr(self, "_chat_format", None) is None:
+            from .chat_output import ChatFormat
+            from .chat_template import template_source
+            self._chat_format = ChatFormat.detect(template_source(self._chat_template()))
+        return self._chat_format
+
+    def apply_chat_template(self, messages, add_generation_prompt: bool = True, tools=None,
+                            chat_template_kwargs: Optional[Mapping[str, Any]] = None) -> str:
+        """The rendered conversation. Assistant tool calls in the history are handed to the
+        template with `arguments` as an object (OpenAI sends a JSON string); for a template that
+        takes no tools, the tools are described in the system message."""
+        from .chat_template import prepare_messages, render_chat
 
         tok = self._tok
         bos = tok.token_text(tok.bos_id) if tok.bos_id is not None else ""
         eos = tok.token_text(tok.eos_id) if tok.eos_id is not None else ""
-        return render_chat(messages, self._chat_template(), bos_token=bos, eos_token=eos,
-                           add_generation_prompt=add_generation_prompt, tools=tools)
+        msgs = prepare_messages(messages)
+        if tools:
+            extra_system = self.chat_format.tool_system_prompt(tools)
+            if extra_system:
+                if msgs and msgs[0].get("role") in ("system", "developer"):
+                    first = dict(msgs[0])
+                    first["content"] = (first.get("content") or "") + "\n\n" + extra_system
+                    msgs[0] = first
+                else:
+                    msgs.insert(0, {"role": "system", "content": extra_system})
+        return render_chat(msgs, self._chat_template(), bos_token=bos, eos_token=eos,
+                           add_generation_prompt=add_generation_prompt, tools=tools or None,
+                           **dict(chat_template_kwargs or {}))
 
-    def chat_prompt_ids(self, messages, tools=None) -> List[int]:
-        """Token ids of the rendered conversation: special tokens parsed, BOS exactly once."""
-        text = self.apply_chat_template(messages, add_generation_prompt=True, tools=tools)
+    def _render_ids(self, text: str) -> List[int]:
         ids = self.tokenize(text, add_special=True, parse_special=True)
         bos = self._tok.bos_id
         if len(ids) >= 2 and bos is not None and ids[0] == bos and ids[1] == bos:
             ids = ids[1:]  # the template wrote BOS itself
         return ids
 
-    def chat(self, messages, params: Optional[SamplingParams] = None, tools=None) -> Completion:
+    def chat_prompt_ids(self, messages, tools=None, chat_template_kwargs=None) -> List[int]:
+        """Token ids of the rendered conversation: special tokens parsed, BOS exactly once."""
+        return self._render_ids(self.apply_chat_template(messages, True, tools, chat_template_kwargs))
+
+    def _chat_request(self, messages, params: Optional[SamplingParams], tools, tool_choice,
+                      parallel_tool_calls, chat_template_kwargs):
+        """(prompt ids, params with the tool-call constraint, parser factory) for one chat."""
+        import dataclasses
+
+        from .chat_output import check_tools
+
         params = params or SamplingParams()
-        done = self._collect(self.chat_prompt_ids(messages, tools), params)
+        tools = check_tools(tools, tool_choice)
+        use_tools = bool(tools) and tool_choice != "none"
+        text = self.apply_chat_template(messages, True, tools if use_tools else None,
+                                        chat_template_kwargs)
+        ids = self._render_ids(text)
+        fmt = self.chat_format
+        if use_tools:
+            forced = tool_choice == "required" or isinstance(tool_choice, dict)
+            has_constraint = bool(params.json_schema or params.grammar or params.regex or
+                                  (params.response_format and params.response_format.get("type") != "text"))
+            if has_constraint and forced:
+                raise InvalidRequestError("tool_choice 'required' or a named function cannot be combined "
+                                          "with response_format / json_schema / grammar")
+            if not has_constraint:
+                # llama-server's default: one call per turn unless parallel calls are asked for
+                parallel = bool(parallel_tool_calls)
+                gbnf, triggers = fmt.tool_grammar(_core.json_schema_to_gbnf, tools, tool_choice,
+                                                  parallel)
+                params = dataclasses.replace(params, grammar=gbnf, grammar_triggers=triggers or None)
+        def new_parser():
+            return fmt.parser(tools if use_tools else None, tool_choice, prompt=text)
+        return ids, params, new_parser
+
+    @staticmethod
+    def _finish_chat(c: Completion, parser) -> ChatCompletion:
+        parser.feed(c.text)
+        parser.finish()
+        fields = {f: getattr(c, f) for f in Completion.__dataclass_fields__}
+        out = ChatCompletion(**fields)
+        out.content = parser.content
+        out.reasoning_content = parser.reasoning_content or None
+        out.tool_calls = list(parser.tool_calls) or None
+        if out.tool_calls and out.finish_reason == "stop":
+            out.finish_reason = "tool_calls"
+        return out
+
+    def chat(self, messages, params: Optional[SamplingParams] = None, tools=None, tool_choice=None,
+             parallel_tool_calls: Optional[bool] = None,
+             chat_template_kwargs: Optional[Mapping[str, Any]] = None):
+        """One chat turn -> ChatCompletion (a list of n when params.n > 1): `.content`,
+        `.reasoning_content` and `.tool_calls` parsed from the output by the template's format.
+        tools: OpenAI-style function tools; tool_choice: "none" | "auto" (default) | "required" |
+        {"type": "function", "function": {"name": ...}} -- required and named calls are
+        grammar-constrained to valid arguments, auto calls from their first marker on."""
+        ids, params, new_parser = self._chat_request(messages, params, tools, tool_choice,
+                                                     parallel_tool_calls, chat_template_kwargs)
+        done = [self._finish_chat(c, new_parser()) for c in self._collect(ids, params)]
         return done if params.n > 1 else done[0]
 
-    def chat_stream(self, messages, params: Optional[SamplingParams] = None, tools=None) -> Iterator[str]:
-        return self.stream(self.chat_prompt_ids(messages, tools), params)
+    def chat_stream(self, messages, params: Optional[SamplingParams] = None, tools=None,
+                    **kw) -> Iterator[str]:
+        """Content pieces as they are produced (reasoning and tool calls left out)."""
+        for ch in self.chat_stream_chunks(messages, params, tools=tools, **kw):
+            if ch.delta.content:
+                yield ch.delta.content
 
-    def chat_stream_chunks(self, messages, params: Optional[SamplingParams] = None,
-                           tools=None) -> Iterator[CompletionChunk]:
-        return self.stream_chunks(self.chat_prompt_ids(messages, tools), params)
+    def chat_stream_chunks(self, messages, params: Optional[SamplingParams] = None, tools=None,
+                           tool_choice=None, parallel_tool_calls: Optional[bool] = None,
+                           chat_template_kwargs: Optional[Mapping[str, Any]] = None) -> Iterator[CompletionChunk]:
+        """CompletionChunks whose `.delta` (edgellm.chat_output.ChatDelta) holds the parsed
+        content, reasoning and tool-call pieces; the last chunk of a completion that made calls
+        has finish_reason "tool_calls"."""
+        ids, params, new_parser = self._chat_request(messages, params, tools, tool_choice,
+                                                     parallel_tool_calls, chat_template_kwargs)
+        parsers: Dict[int, Any] = {}
+        for ch in self.stream_chunks(ids, params):
+            yield _parse_chunk(ch, parsers, new_parser)
 
     # ---- evaluation and state ----
     def eval_logits(self, ids):
         """float32 [len(ids), n_vocab]: the logits at every position of ids in a fresh context
         (computed between engine steps; running requests are not disturbed)."""
         return self._engine.eval_logits([int(t) for t in ids])
+
+    # ---- embeddings (python/edgellm/embeddings.py) ----
+    def embed(self, texts, normalize=True, pooling=None) -> list:
+        """One embedding per input (a string counts as one input; a list of strings or token-id
+        lists gives one each), all submitted at once and batched by the engine: a list of
+        n_embd floats each, or with pooling "none" a list of per-token vectors. pooling: None
+        (the GGUF's pooling_type, else "mean"), "mean", "cls", "last", "none". normalize: True
+        (L2), False, or llama.cpp's embd_normalize integer. Raises InvalidRequestError for empty
+        input and ContextLengthError for an input longer than n_ctx (never truncated)."""
+        return self.embeddings(texts, normalize, pooling).tolist()
+
+    def embeddings(self, texts, normalize=True, pooling=None):
+        """Like embed, as an edgellm.embeddings.Embeddings: float32 numpy arrays (`data`), the
+        token count of each input (`token_counts`, `prompt_tokens`) and the pooling used."""
+        from .embeddings import embeddings_sync
+        return embeddings_sync(self, texts, normalize, pooling)
+
+    @property
+    def n_embd(self) -> int:
+        return self._engine.n_embd
+
+    @property
+    def default_pooling(self) -> str:
+        """The pooling embed uses when given none: the GGUF's pooling_type, else "mean"."""
+        from .embeddings import pooling_name
+        return pooling_name(int(self._engine.default_pooling))
 
     def stats(self) -> dict:
         return dict(self._engine.stats())
@@ -593,9 +743,15 @@ class AsyncLLM:
             return list(await asyncio.gather(*(self.generate(p, params) for p in prompt)))
         return await self._collect(self.llm._prompt_ids(prompt), params)
 
-    async def chat(self, messages, params: Optional[SamplingParams] = None, tools=None):
-        params = params or SamplingParams()
-        return await self._collect(self.llm.chat_prompt_ids(messages, tools), params)
+    async def chat(self, messages, params: Optional[SamplingParams] = None, tools=None,
+                   tool_choice=None, parallel_tool_calls: Optional[bool] = None,
+                   chat_template_kwargs: Optional[Mapping[str, Any]] = None):
+        ids, params, new_parser = self.llm._chat_request(messages, params, tools, tool_choice,
+                                                         parallel_tool_calls, chat_template_kwargs)
+        done = await self._collect(ids, params)
+        if params.n > 1:
+            return [self.llm._finish_chat(c, new_parser()) for c in done]
+        return self.llm._finish_chat(done, new_parser())
 
     async def _chunks(self, ids: List[int], params: Optional[SamplingParams]) -> AsyncIterator[CompletionChunk]:
         params = params or SamplingParams()
@@ -620,17 +776,31 @@ class AsyncLLM:
         finally:
             await agen.aclose()
 
-    def chat_stream_chunks(self, messages, params: Optional[SamplingParams] = None,
-                           tools=None) -> AsyncIterator[CompletionChunk]:
-        return self._chunks(self.llm.chat_prompt_ids(messages, tools), params)
+    def chat_stream_chunks(self, messages, params: Optional[SamplingParams] = None, tools=None,
+                           tool_choice=None, parallel_tool_calls: Optional[bool] = None,
+                           chat_template_kwargs: Optional[Mapping[str, Any]] = None) -> AsyncIterator[CompletionChunk]:
+        """As LLM.chat_stream_chunks: each chunk's `.delta` is its parsed ChatDelta. The prompt
+        is rendered (and errors raised) here, before the first await."""
+        ids, params, new_parser = self.llm._chat_request(messages, params, tools, tool_choice,
+                                                         parallel_tool_calls, chat_template_kwargs)
+        return self._chat_chunks(ids, params, new_parser)
 
-    async def chat_stream(self, messages, params: Optional[SamplingParams] = None,
-                          tools=None) -> AsyncIterator[str]:
-        agen = self._chunks(self.llm.chat_prompt_ids(messages, tools), params)
+    async def _chat_chunks(self, ids, params, new_parser) -> AsyncIterator[CompletionChunk]:
+        parsers: Dict[int, Any] = {}
+        agen = self._chunks(ids, params)
         try:
             async for ch in agen:
-                if ch.text:
-                    yield ch.text
+                yield _parse_chunk(ch, parsers, new_parser)
+        finally:
+            await agen.aclose()
+
+    async def chat_stream(self, messages, params: Optional[SamplingParams] = None, tools=None,
+                          **kw) -> AsyncIterator[str]:
+        agen = self.chat_stream_chunks(messages, params, tools=tools, **kw)
+        try:
+            async for ch in agen:
+                if ch.delta.content:
+                    yield ch.delta.content
         finally:
             await agen.aclose()
 
@@ -640,14 +810,24 @@ class AsyncLLM:
     def detokenize(self, ids) -> str:
         return self.llm.detokenize(ids)
 
-    def apply_chat_template(self, messages, add_generation_prompt: bool = True, tools=None) -> str:
-        return self.llm.apply_chat_template(messages, add_generation_prompt, tools)
+    def apply_chat_template(self, messages, add_generation_prompt: bool = True, tools=None,
+                            chat_template_kwargs=None) -> str:
+        return self.llm.apply_chat_template(messages, add_generation_prompt, tools,
+                                            chat_template_kwargs)
 
     def stats(self) -> dict:
         return self.llm.stats()
 
     async def eval_logits(self, ids):
         return await asyncio.get_running_loop().run_in_executor(None, self.llm.eval_logits, ids)
+
+    async def embed(self, texts, normalize=True, pooling=None) -> list:
+        """LLM.embed, awaitable: every input submitted at once; cancelling aborts them."""
+        return (await self.embeddings(texts, normalize, pooling)).tolist()
+
+    async def embeddings(self, texts, normalize=True, pooling=None):
+        from .embeddings import embeddings_async
+        return await embeddings_async(self, texts, normalize, pooling)
 
     def close(self) -> None:
         self.llm.close()

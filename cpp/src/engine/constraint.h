@@ -20,7 +20,8 @@ struct ConstraintSpec {
   std::string regex;        // regular expression the whole output must match
   // Lazy constraint: non-empty = the output is free text until one of these strings appears in
   // it; from the first byte of that string on, the output must follow the grammar (which must
-  // start by matching the trigger itself). E.g. "<tool_call>" for Hermes-style tool calls.
+  // start by matching the trigger itself). E.g. "<tool_call>" for Hermes-style tool calls;
+  // "^{\"name\"" fires only at the start of the output (after whitespace at most).
   std::vector<std::string> triggers;
   // Filled in by the engine before make_constraint: the vocabulary whose tokens the constraint
   // masks (token bytes, EOG ids) and the logits row length.

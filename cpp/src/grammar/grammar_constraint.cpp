@@ -215,7 +215,7 @@ LazyGrammarConstraint::LazyGrammarConstraint(std::shared_ptr<GrammarContext> ctx
                                              std::vector<std::string> triggers)
     : ctx_(std::move(ctx)), trie_(std::move(trie)), triggers_(std::move(triggers)) {
   for (const auto& t : triggers_) {
-    if (t.empty()) throw InvalidRequestError("constraint: a grammar trigger is empty");
+    if (t.empty() || t == "^") throw InvalidRequestError("constraint: a grammar trigger is empty");
     max_trigger_ = std::max(max_trigger_, t.size());
   }
 }
@@ -242,17 +242,31 @@ void LazyGrammarConstraint::accept_text(std::string_view bytes) {
     return;
   }
   const size_t old = tail_.size();
+  for (size_t i = 0; i < bytes.size() && first_text_ == std::string::npos; ++i) {
+    const char c = bytes[i];
+    if (c != ' ' && c != '\n' && c != '\t' && c != '\r') first_text_ = tail_start_ + old + i;
+  }
   tail_.append(bytes.data(), bytes.size());
   // The earliest trigger that ends inside the new bytes: it starts after
-  // old - (its length - 1), which the kept tail covers.
+  // old - (its length - 1), which the kept tail covers. An anchored trigger ("^...") counts
+  // only where nothing but whitespace precedes it in the whole output.
   size_t best = std::string::npos;
-  for (const auto& t : triggers_) {
+  for (const auto& trig : triggers_) {
+    const bool anchored = trig[0] == '^';
+    const std::string_view t = anchored ? std::string_view(trig).substr(1) : std::string_view(trig);
     const size_t from = old >= t.size() - 1 ? old - (t.size() - 1) : 0;
-    const size_t at = tail_.find(t, from);
-    if (at != std::string::npos && at < best) best = at;
+    for (size_t at = tail_.find(t, from); at != std::string::npos; at = tail_.find(t, at + 1)) {
+      if (anchored && tail_start_ + at > first_text_) break;
+      if (at < best) best = at;
+      break;
+    }
   }
   if (best == std::string::npos) {
-    if (tail_.size() >= max_trigger_) tail_.erase(0, tail_.size() - (max_trigger_ - 1));
+    if (tail_.size() >= max_trigger_) {
+      const size_t drop = tail_.size() - (max_trigger_ - 1);
+      tail_.erase(0, drop);
+      tail_start_ += drop;
+    }
     return;
   }
   inner_ = std::make_unique<GrammarConstraint>(ctx_, trie_);

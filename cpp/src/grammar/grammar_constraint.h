@@ -96,7 +96,8 @@ class GrammarConstraint : public TokenConstraint {
 // triggers). Until then nothing is masked and end-of-generation is allowed; the generated text is
 // scanned for the triggers (only a trigger's length of it is kept). On a match the grammar starts
 // at the trigger's first byte and is fed the rest of the text generated so far, then constrains
-// every later token exactly like a GrammarConstraint.
+// every later token exactly like a GrammarConstraint. A trigger written "^text" fires only at the
+// start of the output (nothing but whitespace before it).
 class LazyGrammarConstraint : public TokenConstraint {
  public:
   LazyGrammarConstraint(std::shared_ptr<GrammarContext> ctx, std::shared_ptr<const TokenTrie> trie,
@@ -118,6 +119,8 @@ class LazyGrammarConstraint : public TokenConstraint {
   std::vector<std::string> triggers_;
   size_t max_trigger_ = 0;
   std::string tail_;  // the last bytes of free text (up to the longest trigger's length - 1)
+  size_t tail_start_ = 0;                 // output offset of tail_[0]
+  size_t first_text_ = std::string::npos;  // output offset of the first non-space byte
   std::unique_ptr<GrammarConstraint> inner_;
 };
 

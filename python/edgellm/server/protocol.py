@@ -239,6 +239,7 @@ _CHAT_ONLY: Dict[str, Callable] = {
     "tools": tools,
     "tool_choice": tool_choice,
     "parallel_tool_calls": boolean,
+    "chat_template_kwargs": obj,   # llama-server: extra template variables (enable_thinking, ...)
 }
 
 _COMPLETION_ONLY: Dict[str, Callable] = {
@@ -260,6 +261,9 @@ class GenerationRequest:
     # chat
     messages: Optional[List[JSON]] = None
     tools: Optional[list] = None
+    tool_choice: Any = None               # "none" | "auto" | "required" | {"type": "function", ...}
+    parallel_tool_calls: Optional[bool] = None
+    chat_template_kwargs: Optional[JSON] = None
     logprobs: bool = False                # chat: return logprobs.content
     # completions
     prompts: Optional[List[Union[str, List[int]]]] = None
@@ -395,10 +399,25 @@ def parse_chat(body: Any) -> GenerationRequest:
         sampling["logprobs"] = fields.get("top_logprobs", 0)
     stream, include_usage = _stream_flags(fields)
     tool_list = fields.get("tools")
-    if fields.get("tool_choice") == "none":
-        tool_list = None  # the template then renders no tool block, so none can be called
+    choice = fields.get("tool_choice")
+    if choice is not None and choice != "none" and choice != "auto" and not tool_list:
+        raise invalid(f"'tool_choice' {_short(choice)} needs 'tools'", "tool_choice", "invalid_value")
+    if isinstance(choice, dict):
+        fn = choice.get("function")
+        if choice.get("type") != "function" or not isinstance(fn, dict) \
+                or not isinstance(fn.get("name"), str):
+            raise invalid("'tool_choice' must be 'none', 'auto', 'required' or "
+                          "{'type': 'function', 'function': {'name': ...}}", "tool_choice",
+                          "invalid_value")
+        names = [t["function"]["name"] for t in tool_list]
+        if fn["name"] not in names:
+            raise invalid(f"'tool_choice' names function {fn['name']!r}, which is not in 'tools' "
+                          f"({', '.join(names)})", "tool_choice", "invalid_value")
     return GenerationRequest(sampling=sampling, stream=stream, include_usage=include_usage,
                              n=sampling.get("n", 1), messages=messages, tools=tool_list,
+                             tool_choice=choice,
+                             parallel_tool_calls=fields.get("parallel_tool_calls"),
+                             chat_template_kwargs=fields.get("chat_template_kwargs"),
                              logprobs=want_logprobs)
 
 

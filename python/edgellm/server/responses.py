@@ -59,10 +59,17 @@ class Choice:
         self.timings: Optional[dict] = None
         self.streamed_len = 0        # characters sent so far (legacy text_offset)
         self.started = False         # the first event of this choice has been sent
+        self.message = None          # chat: the parsed message so far (ChatDelta)
 
     def add(self, chunk) -> None:
         if chunk.text:
             self.parts.append(chunk.text)
+        delta = getattr(chunk, "delta", None)
+        if delta is not None:
+            if self.message is None:
+                from edgellm.chat_output import ChatDelta
+                self.message = ChatDelta()
+            self.message.extend(delta)
         if chunk.logprobs:
             self.logprobs.extend(chunk.logprobs)
         if chunk.finish_reason is not None:
@@ -75,6 +82,30 @@ class Choice:
     @property
     def text(self) -> str:
         return "".join(self.parts)
+
+    def chat_message(self) -> JSON:
+        """The assistant message: parsed content, reasoning and tool calls."""
+        m = self.message
+        if m is None:
+            return {"role": "assistant", "content": self.text}
+        calls = _merged_calls(m.tool_calls)
+        out: JSON = {"role": "assistant", "content": m.content if (m.content or not calls) else None}
+        if m.reasoning:
+            out["reasoning_content"] = m.reasoning
+        if calls:
+            out["tool_calls"] = calls
+        return out
+
+
+def _merged_calls(deltas) -> List[JSON]:
+    calls: List[JSON] = []
+    for d in deltas:
+        if d.id is not None or d.index >= len(calls):
+            calls.append({"id": d.id, "type": "function",
+                          "function": {"name": d.name or "", "arguments": d.arguments}})
+        else:
+            calls[d.index]["function"]["arguments"] += d.arguments
+    return calls
 
 
 def usage(choices: List[Choice], prompts: int = 1) -> Optional[JSON]:
@@ -116,7 +147,7 @@ class Formatter:
             out = self._head("chat.completion")
             out["choices"] = [{
                 "index": c.index,
-                "message": {"role": "assistant", "content": c.text},
+                "message": c.chat_message(),
                 "logprobs": ({"content": chat_logprobs(c.logprobs), "refusal": None}
                              if want_logprobs else None),
                 "finish_reason": c.finish_reason,
@@ -144,8 +175,17 @@ class Formatter:
             if not choice.started:
                 choice.started = True
                 delta["role"] = "assistant"
-            if chunk.text or "role" in delta:
-                delta["content"] = chunk.text
+            parsed = getattr(chunk, "delta", None)
+            if parsed is None:
+                if chunk.text or "role" in delta:
+                    delta["content"] = chunk.text
+            else:
+                if parsed.content or ("role" in delta and not parsed.tool_calls):
+                    delta["content"] = parsed.content
+                if parsed.reasoning:
+                    delta["reasoning_content"] = parsed.reasoning
+                if parsed.tool_calls:
+                    delta["tool_calls"] = [d.to_openai() for d in parsed.tool_calls]
             body = {"index": choice.index, "delta": delta,
                     "logprobs": ({"content": chat_logprobs(chunk.logprobs or []), "refusal": None}
                                  if want_logprobs else None),

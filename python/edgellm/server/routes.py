@@ -110,7 +110,10 @@ class Routes:
     # --- generation ----------------------------------------------------------------------------
     async def chat_completions(self, request: Request) -> Response:
         def open_streams(llm, req, params):
-            return [llm.chat_stream_chunks(req.messages, params, tools=req.tools)]
+            return [llm.chat_stream_chunks(req.messages, params, tools=req.tools,
+                                           tool_choice=req.tool_choice,
+                                           parallel_tool_calls=req.parallel_tool_calls,
+                                           chat_template_kwargs=req.chat_template_kwargs)]
         return await self._generate(request, "chat", protocol.parse_chat, open_streams, "messages")
 
     async def completions(self, request: Request) -> Response:
@@ -192,7 +195,9 @@ class Routes:
                 index, chunk = item
                 choice = choices[index]
                 choice.add(chunk)
-                if chunk.text or chunk.finish_reason is not None or chunk.logprobs \
+                parsed = getattr(chunk, "delta", None)
+                has_text = bool(parsed) if parsed is not None else bool(chunk.text)
+                if has_text or chunk.finish_reason is not None or chunk.logprobs \
                         or not choice.started:
                     yield sse(fmt.chunk(choice, chunk, want_logprobs, req.include_usage))
                 try:
