@@ -50,7 +50,8 @@ def _size(ctx, param, value):
 @click.command("serve")
 @click.argument("model")
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on (loopback by default; 0.0.0.0 exposes it).")
+              help="Address(es) to listen on, comma-separated (loopback by default; 0.0.0.0 "
+                   "exposes it).")
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--api-key", default=None, help="Require 'Authorization: Bearer KEY' (not /health).")
 @click.option("--api-key-file", default=None, type=click.Path(dir_okay=False),
@@ -81,9 +82,32 @@ def _size(ctx, param, value):
                    "MODULE.SamplingParams, if any, replaces edgellm's (tests, other engines).")
 @click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", default=0, show_default=True, type=click.IntRange(-1, None),
               help="Last layers to run on a CUDA GPU (-1 = all); without one, a warning and the CPU.")
+# llama-server's options, same names and meaning (docs/SERVER.md "llama.cpp's native endpoints")
+@click.option("--cors-origins", default="*", show_default=True,
+              help="Origins allowed by CORS: '*' (echo the request's Origin), 'localhost' (echo "
+                   "it only for localhost origins) or a comma-separated list.")
+@click.option("--cors-methods", default="GET, POST, DELETE, OPTIONS", show_default=True,
+              help="Access-Control-Allow-Methods of preflight answers.")
+@click.option("--cors-headers", default="*", show_default=True,
+              help="Access-Control-Allow-Headers of preflight answers.")
+@click.option("--cors-credentials/--no-cors-credentials", default=True, show_default=True,
+              help="Access-Control-Allow-Credentials of preflight answers.")
+@click.option("--n-predict", "-n", "n_predict", default=-1, show_default=True,
+              type=click.IntRange(-1), help="Tokens to generate at most, for every request "
+              "(caps max_tokens / n_predict; -1 = no limit).")
+@click.option("--seed", "-s", "seed", default=-1, show_default=True, type=click.IntRange(-1),
+              help="Seed for requests that give none (-1 = random).")
+@click.option("--temp", "temperature", default=None, type=click.FloatRange(0),
+              help="Temperature for requests that give none [default: 0.8].")
+@click.option("--slots/--no-slots", "slots_endpoint", default=True, show_default=True,
+              help="Serve GET /slots (without it: 501).")
+@click.option("--metrics/--no-metrics", "metrics_endpoint", default=True, show_default=True,
+              help="Serve GET /metrics (without it: 501).")
 def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_size, kv_memory,
             threads, timeout, chat_template, alias, max_batch_tokens, shutdown_grace, log_level,
-            engine_factory, n_gpu_layers):
+            engine_factory, n_gpu_layers, cors_origins="*", cors_methods="GET, POST, DELETE, OPTIONS",
+            cors_headers="*", cors_credentials=True, n_predict=-1, seed=-1, temperature=None,
+            slots_endpoint=True, metrics_endpoint=True):
     """Serve MODEL (a .gguf path or a known model name) over an OpenAI-compatible HTTP API.
 
     Sampling parameters a request leaves out take edgellm's (llama.cpp's) defaults, as
@@ -102,6 +126,8 @@ def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_s
         ctx_size=ctx_size, kv_memory=kv_memory, threads=threads, timeout=timeout or None,
         chat_template=chat_template, max_batch_tokens=max_batch_tokens,
         shutdown_grace=shutdown_grace, n_gpu_layers=n_gpu_layers)
+    _llamacpp_options(config, cors_origins, cors_methods, cors_headers, cors_credentials,
+                      n_predict, seed, temperature, slots_endpoint, metrics_endpoint)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     failure = []
@@ -111,18 +137,67 @@ def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_s
         server.should_exit = True
 
     app = create_app(config, on_load_failure=on_load_failure, **factories)
+    hosts = config.hosts
+    if not hosts:
+        raise click.BadParameter("give at least one address", param_hint="--host")
+    sockets = _bind(hosts, port) if len(hosts) > 1 else None
+    if sockets:
+        port = sockets[0].getsockname()[1]
     server = _Server(uvicorn.Config(
-        app, host=host, port=port, log_level=log_level, access_log=log_level == "debug",
+        app, host=hosts[0], port=port, log_level=log_level, access_log=log_level == "debug",
         timeout_graceful_shutdown=max(1, int(round(shutdown_grace))) if shutdown_grace else None,
         lifespan="on"))
-    click.echo(f"edgellm: serving {config.model_id} on http://{host}:{port}/v1 "
+    where = ", ".join(f"http://{_url_host(h)}:{port}/v1" for h in hosts)
+    click.echo(f"edgellm: serving {config.model_id} on {where} "
                f"(loading {config.model_path})", err=True)
-    server.run()
+    server.run(sockets=sockets)
     if failure:
         click.echo(f"edgellm: could not load {config.model_path}: {failure[0]}", err=True)
         sys.exit(1)
     if not server.started:
         sys.exit(1)  # e.g. the port was taken; uvicorn has said why
+
+
+def _llamacpp_options(config, cors_origins, cors_methods, cors_headers, cors_credentials,
+                      n_predict, seed, temperature, slots_endpoint, metrics_endpoint) -> None:
+    config.cors_origins = cors_origins.strip() or "*"
+    config.cors_methods = cors_methods
+    config.cors_headers = cors_headers
+    config.cors_credentials = cors_credentials
+    config.n_predict = None if n_predict in (None, -1, 0) else n_predict
+    config.seed = None if seed in (None, -1) else seed
+    config.temperature = temperature
+    config.slots_endpoint = slots_endpoint
+    config.metrics_endpoint = metrics_endpoint
+
+
+def _url_host(h: str) -> str:
+    return f"[{h}]" if ":" in h else h
+
+
+def _bind(hosts, port: int):
+    """One listening socket per address, all on one port (the first bind picks it when 0)."""
+    import socket
+
+    socks = []
+    try:
+        for h in hosts:
+            infos = socket.getaddrinfo(h, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+            family, kind, proto, _, addr = infos[0]
+            s = socket.socket(family, kind, proto)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            s.bind(addr)
+            s.listen(2048)
+            s.set_inheritable(True)
+            socks.append(s)
+            port = s.getsockname()[1]
+    except (OSError, socket.gaierror) as e:
+        for s in socks:
+            s.close()
+        raise click.BadParameter(f"cannot listen on {h}:{port}: {e}", param_hint="--host") from None
+    return socks
 
 
 def _engine_factory(spec: str) -> dict:

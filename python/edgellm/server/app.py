@@ -9,10 +9,12 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.routing import Route
 
-from . import anthropic_api
+from . import anthropic_api, llamacpp_api
 from .auth import BearerAuth
 from .config import ServerConfig
+from .cors import CORS
 from .engine import EngineHost, default_loader, default_params_factory
+from .embeddings import EmbeddingRoutes
 from .errors import APIError
 from .responses_api import ResponsesAPI
 from .routes import Routes
@@ -30,8 +32,11 @@ def create_app(config: ServerConfig, loader: Callable[[ServerConfig], Any] = def
     """
     host = EngineHost(config, loader, params_factory, on_load_failure=on_load_failure)
     routes = Routes(host)
+    embeddings = EmbeddingRoutes(routes)
     anthropic = anthropic_api.AnthropicRoutes(host)
     responses_api = ResponsesAPI(routes)
+    native_routes: list = []  # llama-server's own endpoints (llamacpp_api.py)
+    native = llamacpp_api.register(native_routes, routes)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -72,9 +77,14 @@ def create_app(config: ServerConfig, loader: Callable[[ServerConfig], Any] = def
             Route("/models", routes.models, methods=["GET"]),
             Route("/health", routes.health, methods=["GET"]),
             Route("/v1/health", routes.health, methods=["GET"]),
-            Route("/metrics", routes.metrics_text, methods=["GET"]),
+            Route("/metrics", native.metrics_endpoint, methods=["GET"]),  # + llamacpp:* names
             Route("/tokenize", routes.tokenize, methods=["POST"]),
             Route("/detokenize", routes.detokenize, methods=["POST"]),
+            # OpenAI's embeddings, and llama-server's native ones (server/embeddings.py)
+            Route("/v1/embeddings", embeddings.v1_embeddings, methods=["POST"]),
+            Route("/embeddings", embeddings.native, methods=["POST"]),
+            Route("/embedding", embeddings.native, methods=["POST"]),
+            *native_routes,
         ],
         exception_handlers={HTTPException: http_error},
         lifespan=lifespan,
@@ -82,4 +92,7 @@ def create_app(config: ServerConfig, loader: Callable[[ServerConfig], Any] = def
     app.state.host = host
     app.add_middleware(BearerAuth, api_key=config.api_key, open_paths=OPEN_PATHS,
                        metrics=host.metrics, render_error=render_error)
+    # outermost: preflights are answered before the key check, every answer carries the headers
+    app.add_middleware(CORS, origins=config.cors_origins, methods=config.cors_methods,
+                       headers=config.cors_headers, credentials=config.cors_credentials)
     return app

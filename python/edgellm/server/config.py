@@ -36,6 +36,21 @@ class ServerConfig:
     max_batch_tokens: int = 512
     shutdown_grace: float = 5.0        # seconds in-flight requests get after SIGTERM
     n_gpu_layers: int = 0              # last layers on a CUDA GPU (-1 = all); README "CUDA"
+    # llama-server compatible server options (docs/SERVER.md "llama.cpp's native endpoints")
+    cors_origins: str = "*"            # "*" (echo Origin), "localhost", or a comma list
+    cors_methods: str = "GET, POST, DELETE, OPTIONS"
+    cors_headers: str = "*"
+    cors_credentials: bool = True
+    n_predict: Optional[int] = None    # default and cap on generated tokens (None = no limit)
+    seed: Optional[int] = None         # default seed when a request gives none (None = random)
+    temperature: Optional[float] = None  # default temperature when a request gives none
+    slots_endpoint: bool = True        # GET /slots (501 when off, as llama-server)
+    metrics_endpoint: bool = True      # GET /metrics (501 when off)
+
+    @property
+    def hosts(self) -> list:
+        """--host may name several addresses, comma-separated (as llama-server's)."""
+        return [h.strip() for h in self.host.split(",") if h.strip()]
 
     @property
     def model_id(self) -> str:

@@ -150,12 +150,25 @@ class EngineHost:
     # --- requests --------------------------------------------------------------------------------
     def sampling_params(self, kwargs: dict):
         kwargs = dict(kwargs)
+        self.apply_server_defaults(kwargs)
         if kwargs.get("repeat_last_n") == -1 and self.n_ctx:
             kwargs["repeat_last_n"] = self.n_ctx  # llama-server: -1 = the whole context
         try:
             return self.params_factory(**kwargs)
         except (ValueError, TypeError) as e:
             raise invalid(f"invalid sampling parameters: {e}", None, "invalid_value") from None
+
+    def apply_server_defaults(self, kwargs: dict) -> None:
+        """llama-server's --n-predict (default and cap on generated tokens), --seed and --temp
+        (defaults for requests that give none)."""
+        cap = self.config.n_predict
+        if cap:
+            asked = kwargs.get("max_tokens")
+            kwargs["max_tokens"] = cap if asked is None else min(asked, cap)
+        if self.config.seed is not None and kwargs.get("seed") is None:
+            kwargs["seed"] = self.config.seed
+        if self.config.temperature is not None and "temperature" not in kwargs:
+            kwargs["temperature"] = self.config.temperature
 
     def close(self) -> None:
         llm, self.llm = self.llm, None
@@ -239,6 +252,9 @@ class ChunkStream:
             self._metrics.tokens(generated=ntok)
         if chunk.usage is not None:
             self._metrics.tokens(prompt=chunk.usage.prompt_tokens)
+            if chunk.timings:
+                self._metrics.timed(chunk.timings, chunk.usage.prompt_tokens
+                                    + chunk.usage.completion_tokens)
         if chunk.finish_reason is not None:
             self._metrics.finish(chunk.finish_reason)
         return index, chunk

@@ -65,6 +65,10 @@ class ServerMetrics:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.active_requests = 0  # HTTP requests admitted and not yet answered in full
+        # for llama.cpp's metric names (llamacpp_api.llamacpp_metrics)
+        self.prompt_ms_total = 0.0
+        self.predicted_ms_total = 0.0
+        self.n_tokens_max = 0
 
     def request_done(self, endpoint: str, status: int) -> None:
         with self._lock:
@@ -83,6 +87,13 @@ class ServerMetrics:
         with self._lock:
             self.prompt_tokens += prompt
             self.generation_tokens += generated
+
+    def timed(self, timings: dict, n_tokens: int) -> None:
+        """A finished completion's engine timings and its prompt + generated tokens."""
+        with self._lock:
+            self.prompt_ms_total += float(timings.get("prompt_ms", 0.0) or 0.0)
+            self.predicted_ms_total += float(timings.get("predicted_ms", 0.0) or 0.0)
+            self.n_tokens_max = max(self.n_tokens_max, int(n_tokens))
 
     def finish(self, reason: str) -> None:
         with self._lock:

@@ -1,0 +1,1015 @@
+"""llama-server's native endpoints, in the shapes llama.cpp's clients (its web UI, llama.vim,
+llama.vscode, its server tests) read:
+
+    POST /completion      (alias /completion/) prompt -> {content, tokens, stop, stop_type, ...}
+    POST /infill          fill-in-the-middle with the model's FIM tokens
+    POST /apply-template  chat messages -> {"prompt": the rendered template}
+    GET  /props           default_generation_settings, total_slots, model_path, chat_template, ...
+    GET  /slots           one entry per --parallel sequence (501 with --no-slots)
+    GET  /metrics         ours plus llama.cpp's `llamacpp:*` names (501 with --no-metrics)
+
+/completions (plural) and /v1/completions stay OpenAI's. Field checks follow the rest of the
+server: an unknown field is a 400 naming it; fields llama.cpp clients send routinely that mean
+nothing here (id_slot, n_keep, samplers, ...) are accepted and listed in docs/SERVER.md.
+"""
+import asyncio
+import copy
+import inspect
+import json
+import logging
+import math
+import time
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+
+import edgellm
+
+from . import protocol
+from .engine import ChunkStream
+from .errors import APIError, invalid
+from .sse import EventStreamResponse, sse
+
+log = logging.getLogger("edgellm.server")
+
+JSON = Dict[str, Any]
+CLIENT_CLOSED = 499
+MAX_PROMPTS = 64
+
+# --- errors in llama-server's types -----------------------------------------------------------
+
+
+class LlamaError(APIError):
+    """An APIError whose body carries llama-server's extra fields (n_prompt_tokens, n_ctx)."""
+
+    def __init__(self, status, message, type_, extra=None, code=None):
+        super().__init__(status, message, type_, None, code)
+        self.extra = extra or {}
+
+    def body(self) -> dict:
+        out = super().body()
+        out["error"].update(self.extra)
+        return out
+
+
+def exceed_context(n_prompt: int, n_ctx: int) -> LlamaError:
+    return LlamaError(400, f"request ({n_prompt} tokens) exceeds the available context size "
+                           f"({n_ctx} tokens), try increasing it",
+                      "exceed_context_size_error", {"n_prompt_tokens": n_prompt, "n_ctx": n_ctx},
+                      "context_length_exceeded")
+
+
+def not_supported(message: str) -> APIError:
+    return APIError(501, message, "not_supported_error", None, "not_supported")
+
+
+# --- field checks ---------------------------------------------------------------------------
+
+def _logit_bias(v, name):
+    """llama-server's shapes: [[token id or text, bias or false], ...] or {"id": bias}.
+    false bans the token (bias -100, which no logit survives)."""
+    pairs = []
+    if isinstance(v, dict):
+        pairs = list(v.items())
+    elif isinstance(v, list):
+        for i, p in enumerate(v):
+            if not (isinstance(p, list) and len(p) == 2):
+                raise invalid(f"'{name}[{i}]' must be a [token, bias] pair", name, "invalid_value")
+            pairs.append((p[0], p[1]))
+    else:
+        raise invalid(f"'{name}' must be an array of [token, bias] pairs or an object", name,
+                      "invalid_type")
+    out = []
+    for key, bias in pairs:
+        if bias is False:
+            bias = -100.0
+        elif isinstance(bias, bool) or not isinstance(bias, (int, float)):
+            raise invalid(f"'{name}' bias for {key!r} must be a number or false", name,
+                          "invalid_type")
+        if isinstance(key, str) and key.lstrip("-").isdigit() and isinstance(v, dict):
+            key = int(key)
+        if isinstance(key, bool) or not isinstance(key, (int, str)):
+            raise invalid(f"'{name}' keys must be token ids or text, got {key!r}", name,
+                          "invalid_value")
+        out.append((key, max(-100.0, min(100.0, float(bias)))))
+    return out
+
+
+def _int_or_minus1(v, name):
+    return protocol.integer(-1)(v, name)
+
+
+def _strings(v, name):
+    if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
+        raise invalid(f"'{name}' must be an array of strings", name, "invalid_type")
+    return v
+
+
+def _inert_default(default):
+    """A llama.cpp sampler edgellm does not have: accepted at its off value only."""
+    def check(v, name):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or float(v) != float(default):
+            raise invalid(f"'{name}' is not supported (only {default}, off, is accepted)", name,
+                          "unsupported")
+        return v
+    return check
+
+
+_SAMPLING = {
+    "n_predict": _int_or_minus1,
+    "max_tokens": _int_or_minus1,
+    "temperature": protocol.number(),          # llama-server: <= 0 is greedy
+    "top_k": protocol.integer(),
+    "top_p": protocol.number(0.0, 1.0, lo_open=True),
+    "min_p": protocol.number(0.0, 1.0),
+    "typical_p": protocol.number(0.0, 1.0),
+    "repeat_penalty": protocol.number(0.0),
+    "repeat_last_n": _int_or_minus1,
+    "presence_penalty": protocol.number(),
+    "frequency_penalty": protocol.number(),
+    "seed": protocol.integer(),
+    "stop": protocol.stop_strings,
+    "ignore_eos": protocol.boolean,
+    "n_probs": protocol.integer(0, protocol.MAX_TOP_LOGPROBS),
+    "min_keep": protocol.integer(0),
+    "logit_bias": _logit_bias,
+    "grammar": protocol.string,
+    "json_schema": protocol.json_schema,
+    "n_min": protocol.integer(0),
+}
+# Samplers llama.cpp has and edgellm does not: their off values are accepted (clients such as
+# llama.cpp's web UI send every setting), anything else is a 400.
+_OFF_SAMPLERS = {
+    "mirostat": _inert_default(0),
+    "dynatemp_range": _inert_default(0),
+    "xtc_probability": _inert_default(0),
+    "dry_multiplier": _inert_default(0),
+    "top_n_sigma": _inert_default(-1),
+}
+# Settings of those samplers, meaningless while they are off.
+_OFF_SAMPLER_SETTINGS = ("mirostat_tau", "mirostat_eta", "dynatemp_exponent", "xtc_threshold",
+                         "dry_base", "dry_allowed_length", "dry_penalty_last_n",
+                         "dry_sequence_breakers", "adaptive_target", "adaptive_decay")
+_SERVER = {
+    "prompt": protocol.anything,
+    "stream": protocol.boolean,
+    "return_tokens": protocol.boolean,
+    "timings_per_token": protocol.boolean,
+    "post_sampling_probs": protocol.boolean,
+    "response_fields": _strings,
+    "cache_prompt": protocol.boolean,   # the prefix cache is always on
+    "model": protocol.string,
+}
+# Sent routinely by llama.cpp clients; no effect here (documented in docs/SERVER.md).
+_ACCEPTED_INERT = {
+    "id_slot": protocol.integer(-1),     # no slot pinning: sequences are scheduled by the engine
+    "n_keep": protocol.integer(-1),      # no context shift, so nothing to keep
+    "n_discard": protocol.integer(0),
+    "n_indent": protocol.integer(0),
+    "t_max_predict_ms": protocol.number(0.0),
+    "samplers": protocol.anything,       # the chain's order is fixed (llama.cpp's default order)
+    "return_progress": protocol.boolean,  # no prompt-progress chunks are sent
+    "lora": protocol.anything,           # accepted when empty only (checked below)
+    "stream_options": protocol.obj,
+}
+for _k in _OFF_SAMPLER_SETTINGS:
+    _ACCEPTED_INERT[_k] = protocol.anything
+
+COMPLETION_FIELDS = {**_SAMPLING, **_OFF_SAMPLERS, **_SERVER, **_ACCEPTED_INERT}
+INFILL_FIELDS = {**COMPLETION_FIELDS, "input_prefix": protocol.anything,
+                 "input_suffix": protocol.anything, "input_extra": protocol.anything}
+
+
+def check_fields(body: Any, allowed: Dict[str, Any]) -> JSON:
+    if not isinstance(body, dict):
+        raise invalid("the request body must be a JSON object", None, "invalid_type")
+    out = {}
+    for key, value in body.items():
+        check = allowed.get(key)
+        if check is None:
+            raise invalid(f"unknown field '{key}'", key, "unknown_field")
+        if value is None:
+            continue
+        out[key] = check(value, key)
+    return out
+
+
+# --- prompts ----------------------------------------------------------------------------------
+
+Piece = Union[str, int]
+
+
+def split_prompts(v: Any) -> List[List[Piece]]:
+    """llama-server's prompt shapes -> prompts, each a list of text pieces and token ids:
+
+    "text" | [id, ...] | [id or "text", ...] (one mixed prompt) | {"prompt_string": "text"}
+    | ["text", [ids], {...}, ...] (several prompts).
+    """
+    def one(p, where) -> List[Piece]:
+        if isinstance(p, str):
+            return [p]
+        if isinstance(p, dict):
+            extra = set(p) - {"prompt_string", "multimodal_data"}
+            if extra:
+                raise invalid(f"unknown field '{where}.{sorted(extra)[0]}'", where, "unknown_field")
+            if p.get("multimodal_data"):
+                raise invalid("multimodal prompts are not supported by this model", where,
+                              "unsupported")
+            if not isinstance(p.get("prompt_string"), str):
+                raise invalid(f"'{where}.prompt_string' must be a string", where, "invalid_type")
+            return [p["prompt_string"]]
+        if isinstance(p, list) and p and all(_is_id(x) or isinstance(x, str) for x in p):
+            return list(p)
+        raise invalid(f"'{where}' must be a string, an array of token ids (and strings) or an "
+                      f"object with 'prompt_string'", where, "invalid_type")
+
+    if v is None:
+        raise invalid("'prompt' is required", "prompt", "missing_field")
+    if isinstance(v, list) and v and not any(_is_id(x) for x in v):
+        if len(v) > MAX_PROMPTS:
+            raise invalid(f"'prompt' has {len(v)} prompts, at most {MAX_PROMPTS} are allowed",
+                          "prompt", "invalid_value")
+        return [one(p, f"prompt[{i}]") for i, p in enumerate(v)]
+    return [one(v, "prompt")]
+
+
+def _is_id(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def tokenize_pieces(llm, pieces: List[Piece], add_bos: bool = True) -> List[int]:
+    """Text pieces are tokenized with special tokens parsed (as llama-server does); only a
+    leading text piece gets the model's BOS."""
+    ids: List[int] = []
+    for i, p in enumerate(pieces):
+        if isinstance(p, str):
+            ids += [int(t) for t in llm.tokenize(p, add_special=add_bos and i == 0,
+                                                 parse_special=True)]
+        else:
+            ids.append(int(p))
+    return ids
+
+
+# --- FIM tokens -------------------------------------------------------------------------------
+
+FIM_KINDS = {
+    # kind: (GGUF metadata key, vocabulary texts tried when the key is absent)
+    "pre": ("tokenizer.ggml.fim_pre_token_id", ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
+                                                "<|fim▁begin|>", "<PRE>", "▁<PRE>")),
+    "suf": ("tokenizer.ggml.fim_suf_token_id", ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
+                                                "<|fim▁hole|>", "<SUF>", "▁<SUF>")),
+    "mid": ("tokenizer.ggml.fim_mid_token_id", ("<|fim_middle|>", "<fim-middle>", "<fim_middle>",
+                                                "<|fim▁end|>", "<MID>", "▁<MID>")),
+    "rep": ("tokenizer.ggml.fim_rep_token_id", ("<|repo_name|>", "<repo_name>", "<reponame>")),
+    "sep": ("tokenizer.ggml.fim_sep_token_id", ("<|file_sep|>", "<file_sep>")),
+}
+
+
+def fim_tokens(llm) -> Dict[str, Optional[int]]:
+    inner = getattr(llm, "llm", llm)
+    md = getattr(inner, "metadata", None) or {}
+    tok = getattr(inner, "tokenizer", None)
+    out: Dict[str, Optional[int]] = {}
+    for kind, (key, texts) in FIM_KINDS.items():
+        tid = md.get(key) if isinstance(md, dict) else None
+        if tid is None or (isinstance(tid, int) and tid < 0):
+            tid = None
+            for text in texts:
+                try:
+                    ids = llm.tokenize(text, add_special=False, parse_special=True)
+                except Exception:  # noqa: BLE001 - a stand-in tokenizer may not parse specials
+                    break
+                if len(ids) == 1 and (tok is None or _token_text(tok, ids[0]) == text):
+                    tid = int(ids[0])
+                    break
+        out[kind] = tid
+    return out
+
+
+def _token_text(tok, tid) -> Optional[str]:
+    try:
+        return tok.token_text(tid)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _adds_bos(llm) -> bool:
+    try:
+        ids = llm.tokenize("a", add_special=True, parse_special=False)
+        plain = llm.tokenize("a", add_special=False, parse_special=False)
+        return len(ids) > len(plain)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def infill_prompt(llm, fim: Dict[str, Optional[int]], prefix: List[Piece], suffix: List[Piece],
+                  extra: List[JSON], prompt_ids: List[int], n_batch: int, n_predict: Optional[int],
+                  n_ctx: int) -> List[int]:
+    """[rep]myproject\\n ([sep]file\\n text)* [sep]filename\\n [pre]prefix prompt [suf]suffix [mid]
+
+    The prefix keeps its last 3/4 of a batch, the suffix what is left of the last quarter; the
+    extra files fill what the context has left beyond a batch and twice n_predict (keeping the
+    most recent), as llama-server does.
+    """
+    def tok(text):
+        return [int(t) for t in llm.tokenize(text, add_special=False, parse_special=False)]
+
+    def mixed(pieces):
+        return [x for p in pieces for x in (tok(p) if isinstance(p, str) else [int(p)])]
+
+    extra_ids: List[int] = []
+    if fim.get("rep") is not None:
+        extra_ids += [fim["rep"]] + tok("myproject\n")
+    for chunk in extra:
+        if fim.get("sep") is not None:
+            extra_ids += [fim["sep"]] + tok(chunk.get("filename", "tmp") + "\n")
+        else:
+            extra_ids += tok("\n\n--- snippet ---\n\n")
+        extra_ids += tok(chunk["text"])
+    if fim.get("sep") is not None:
+        extra_ids += [fim["sep"]] + tok("filename\n")
+
+    pre, suf = mixed(prefix), mixed(suffix)
+    n_pre = min(len(pre), 3 * (n_batch // 4))
+    n_suf = min(len(suf), max(0, n_batch // 4 - (2 + len(prompt_ids))))
+    pre = pre[len(pre) - n_pre:]
+    suf = suf[:n_suf]
+    n_extra = min(max(0, n_ctx - n_batch - 2 * (n_predict or 0)), len(extra_ids))
+    out = extra_ids[len(extra_ids) - n_extra:] if n_extra else []
+    bos = _bos_id(llm)
+    if bos is not None and _adds_bos(llm):
+        out.append(bos)  # the extra context goes before BOS, the FIM prefix after it
+    return out + [fim["pre"]] + pre + list(prompt_ids) + [fim["suf"]] + suf + [fim["mid"]]
+
+
+def _bos_id(llm) -> Optional[int]:
+    inner = getattr(llm, "llm", llm)
+    tok = getattr(inner, "tokenizer", None)
+    return getattr(tok, "bos_id", None) if tok is not None else None
+
+
+def check_infill(fields: JSON) -> Tuple[list, list, list]:
+    for key in ("input_prefix", "input_suffix"):
+        if key not in fields:
+            raise invalid(f"'{key}' is required", key, "missing_field")
+    out = []
+    for key in ("input_prefix", "input_suffix"):
+        v = fields[key]
+        if isinstance(v, str):
+            out.append([v])
+        elif isinstance(v, list) and all(_is_id(x) or isinstance(x, str) for x in v):
+            out.append(list(v))
+        else:
+            raise invalid(f"'{key}' must be a string or an array of token ids and strings", key,
+                          "invalid_type")
+    extra = fields.get("input_extra", [])
+    if not isinstance(extra, list):
+        raise invalid("'input_extra' must be an array of {\"filename\": string, \"text\": string}",
+                      "input_extra", "invalid_type")
+    for i, chunk in enumerate(extra):
+        where = f"input_extra[{i}]"
+        if not isinstance(chunk, dict):
+            raise invalid(f"'{where}' must be an object", where, "invalid_type")
+        unknown = set(chunk) - {"filename", "text"}
+        if unknown:
+            raise invalid(f"unknown field '{where}.{sorted(unknown)[0]}'", where, "unknown_field")
+        if not isinstance(chunk.get("text"), str):
+            raise invalid(f"'{where}.text' must be a string", f"{where}.text", "invalid_type")
+        if "filename" in chunk and not isinstance(chunk["filename"], str):
+            raise invalid(f"'{where}.filename' must be a string", f"{where}.filename",
+                          "invalid_type")
+    if "prompt" in fields and not isinstance(fields["prompt"], str):
+        raise invalid("'prompt' must be a string", "prompt", "invalid_type")
+    return out[0], out[1], extra
+
+
+# --- the response objects ---------------------------------------------------------------------
+
+SAMPLERS = ["penalties", "top_k", "typ_p", "top_p", "min_p", "temperature"]
+
+
+def _attr(params, name, default=None):
+    return getattr(params, name, default) if params is not None else default
+
+
+def generation_settings(params, fields: JSON, stream: bool = False) -> JSON:
+    """llama-server's generation_settings (task params) for the effective SamplingParams."""
+    max_tokens = _attr(params, "max_tokens")
+    n_predict = -1 if max_tokens is None else int(max_tokens)
+    seed = _attr(params, "seed")
+    stop = _attr(params, "stop") or []
+    if isinstance(stop, str):
+        stop = [stop]
+    bias = _attr(params, "logit_bias") or {}
+    return {
+        "seed": 0xFFFFFFFF if seed is None else seed,
+        "temperature": _attr(params, "temperature", 0.8),
+        "dynatemp_range": 0.0, "dynatemp_exponent": 1.0,
+        "top_k": _attr(params, "top_k", 40), "top_p": _attr(params, "top_p", 0.95),
+        "min_p": _attr(params, "min_p", 0.05), "top_n_sigma": -1.0,
+        "xtc_probability": 0.0, "xtc_threshold": 0.1,
+        "typical_p": _attr(params, "typical_p", 1.0),
+        "repeat_last_n": _attr(params, "repeat_last_n", 64),
+        "repeat_penalty": _attr(params, "repetition_penalty", 1.0),
+        "presence_penalty": _attr(params, "presence_penalty", 0.0),
+        "frequency_penalty": _attr(params, "frequency_penalty", 0.0),
+        "dry_multiplier": 0.0, "dry_base": 1.75, "dry_allowed_length": 2,
+        "dry_penalty_last_n": -1, "dry_sequence_breakers": ["\n", ":", "\"", "*"],
+        "mirostat": 0, "mirostat_tau": 5.0, "mirostat_eta": 0.1,
+        "adaptive_target": -1.0, "adaptive_decay": 0.9,
+        "stop": list(stop),
+        "max_tokens": n_predict, "n_predict": n_predict,
+        "n_keep": 0, "n_discard": 0,
+        "ignore_eos": bool(_attr(params, "ignore_eos", False)),
+        "stream": stream,
+        "logit_bias": [{"bias": b, "token": t} for t, b in sorted(bias.items())],
+        "n_probs": _attr(params, "logprobs") or 0,
+        "min_keep": fields.get("min_keep", 0),
+        "grammar": _attr(params, "grammar") or "",
+        "grammar_lazy": False, "grammar_triggers": [], "preserved_tokens": [],
+        "chat_format": "Content-only", "reasoning_format": "none",
+        "reasoning_in_content": False, "generation_prompt": "",
+        "samplers": list(SAMPLERS),
+        "speculative.types": "none",
+        "timings_per_token": bool(fields.get("timings_per_token", False)),
+        "post_sampling_probs": bool(fields.get("post_sampling_probs", False)),
+        "backend_sampling": False,
+        "lora": [],
+    }
+
+
+def probs_json(items, post_sampling: bool) -> List[JSON]:
+    """completion_probabilities: per token id/token/bytes/logprob and its top alternatives
+    (prob/top_probs with post_sampling_probs: the same distribution, exponentiated)."""
+    def one(t):
+        lp = t.logprob if t.logprob is not None and math.isfinite(t.logprob) else -3.4e38
+        if post_sampling:
+            return {"id": t.token_id, "token": t.token, "bytes": list(t.bytes),
+                    "prob": math.exp(lp) if lp > -1e30 else 0.0}
+        return {"id": t.token_id, "token": t.token, "bytes": list(t.bytes), "logprob": lp}
+
+    out = []
+    for t in items:
+        d = one(t)
+        d["top_probs" if post_sampling else "top_logprobs"] = [one(x) for x in (t.top_logprobs or [])]
+        out.append(d)
+    return out
+
+
+def native_timings(t: Optional[dict], cached: int) -> JSON:
+    """llama-server's timings: prompt_n excludes cached tokens (cache_n); the generation rate is
+    over predicted_n - 1 decode steps, since the first token comes with the prompt."""
+    t = t or {}
+    prompt_n = int(t.get("prompt_n", 0))
+    prompt_ms = float(t.get("prompt_ms", 0.0))
+    pred_n = int(t.get("predicted_n", 0))
+    pred_ms = float(t.get("predicted_ms", 0.0))
+    steps = max(0, pred_n - 1)
+    return {
+        "cache_n": int(cached),
+        "prompt_n": prompt_n, "prompt_ms": prompt_ms,
+        "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
+        "prompt_per_second": 1e3 * prompt_n / prompt_ms if prompt_ms > 0 else 0.0,
+        "predicted_n": pred_n, "predicted_ms": pred_ms,
+        "predicted_per_token_ms": pred_ms / steps if steps and pred_ms > 0 else 0.0,
+        "predicted_per_second": 1e3 * steps / pred_ms if steps and pred_ms > 0 else 0.0,
+    }
+
+
+def pick_fields(obj: JSON, paths: List[str]) -> JSON:
+    """response_fields: "a/b" -> obj["a"]["b"] under the key "a/b"; missing paths left out."""
+    out = {}
+    for path in paths:
+        cur: Any = obj
+        ok = True
+        for part in path.split("/"):
+            if isinstance(cur, dict) and part in cur:
+                cur = cur[part]
+            else:
+                ok = False
+                break
+        if ok:
+            out[path] = cur
+    return out
+
+
+class Result:
+    """One prompt's completion being assembled."""
+
+    def __init__(self, index: int, prompt_ids: List[int]):
+        self.index = index
+        self.prompt_ids = prompt_ids
+        self.parts: List[str] = []
+        self.tokens: List[int] = []
+        self.probs: list = []
+        self.finish_reason: Optional[str] = None
+        self.stop_reason: Any = None
+        self.usage = None
+        self.timings: Optional[dict] = None
+        self.t_first: Optional[float] = None
+
+    def add(self, chunk) -> None:
+        if chunk.text:
+            self.parts.append(chunk.text)
+        if chunk.token_ids:
+            if self.t_first is None:
+                self.t_first = time.monotonic()
+            self.tokens.extend(int(t) for t in chunk.token_ids)
+        if chunk.logprobs:
+            self.probs.extend(chunk.logprobs)
+        if chunk.finish_reason is not None:
+            self.finish_reason = chunk.finish_reason
+            self.stop_reason = chunk.stop_reason
+        if chunk.usage is not None:
+            self.usage = chunk.usage
+        if chunk.timings:
+            self.timings = chunk.timings
+
+    @property
+    def content(self) -> str:
+        return "".join(self.parts)
+
+
+# --- the endpoints --------------------------------------------------------------------------------
+
+class LlamaCppAPI:
+    def __init__(self, routes):
+        self.routes = routes          # the OpenAI routes: shared helpers (_race, _fail, _close)
+        self.host = routes.host
+        self.config = routes.config
+        self.metrics = routes.metrics
+        self.started_at = time.time()
+
+    # --- /completion and /infill ---------------------------------------------------------------
+    async def completion(self, request: Request) -> Response:
+        return await self._native(request, "completion", infill=False)
+
+    async def infill(self, request: Request) -> Response:
+        return await self._native(request, "infill", infill=True)
+
+    def _prepare(self, llm, body: Any, infill: bool):
+        fields = check_fields(body, INFILL_FIELDS if infill else COMPLETION_FIELDS)
+        if fields.get("lora"):
+            raise invalid("'lora' adapters are not supported", "lora", "unsupported")
+        if infill:
+            fim = fim_tokens(llm)
+            missing = [k for k, name in (("pre", "prefix"), ("suf", "suffix"), ("mid", "middle"))
+                       if fim.get(k) is None]
+            if missing:
+                names = {"pre": "prefix", "suf": "suffix", "mid": "middle"}
+                raise APIError(400, "infill is not supported by this model: it has no FIM "
+                               + ", ".join(names[k] for k in missing) + " token (GGUF "
+                               + ", ".join(FIM_KINDS[k][0] for k in missing)
+                               + " or a vocabulary token such as "
+                               + ", ".join(FIM_KINDS[k][1][0] for k in missing) + ")",
+                               "not_supported_error", None, "infill_unsupported")
+            prefix, suffix, extra = check_infill(fields)
+            prompts = [[fields.get("prompt", "")]]
+        else:
+            if "prompt" not in fields:
+                raise invalid("'prompt' is required", "prompt", "missing_field")
+            prompts = split_prompts(fields["prompt"])
+
+        kw = self._sampling(llm, fields)
+        params = self.host.sampling_params(kw)
+        n_ctx = self.host.n_ctx or 0
+
+        ids_list = []
+        for pieces in prompts:
+            if infill:
+                p_ids = tokenize_pieces(llm, [p for p in pieces if p != ""], add_bos=False)
+                ids = infill_prompt(llm, fim, prefix, suffix, extra, p_ids,
+                                    self.config.max_batch_tokens, _attr(params, "max_tokens"),
+                                    n_ctx or 1 << 30)
+            else:
+                ids = tokenize_pieces(llm, pieces)
+            if not ids:
+                raise invalid("the prompt is empty (no tokens)", "prompt", "invalid_value")
+            if n_ctx and len(ids) >= n_ctx:
+                raise exceed_context(len(ids), n_ctx)
+            ids_list.append(ids)
+        return fields, params, ids_list
+
+    def _sampling(self, llm, fields: JSON) -> JSON:
+        kw: JSON = {}
+        n = fields.get("n_predict", fields.get("max_tokens"))
+        if "n_predict" in fields and "max_tokens" in fields \
+                and fields["n_predict"] != fields["max_tokens"]:
+            raise invalid("'n_predict' and 'max_tokens' disagree; send one", "max_tokens",
+                          "invalid_value")
+        kw["max_tokens"] = None if n is None or n < 0 else n
+        for src, dst in (("temperature", "temperature"), ("top_k", "top_k"), ("top_p", "top_p"),
+                         ("min_p", "min_p"), ("typical_p", "typical_p"),
+                         ("repeat_penalty", "repetition_penalty"),
+                         ("repeat_last_n", "repeat_last_n"),
+                         ("presence_penalty", "presence_penalty"),
+                         ("frequency_penalty", "frequency_penalty"), ("stop", "stop"),
+                         ("ignore_eos", "ignore_eos"), ("grammar", "grammar"),
+                         ("json_schema", "json_schema"), ("n_min", "min_tokens")):
+            if src in fields:
+                kw[dst] = fields[src]
+        if "temperature" in kw and kw["temperature"] < 0:
+            kw["temperature"] = 0.0  # llama-server: negative temperature = greedy
+        if "seed" in fields and fields["seed"] >= 0:
+            kw["seed"] = fields["seed"]
+        if fields.get("n_probs"):
+            kw["logprobs"] = fields["n_probs"]
+        if fields.get("logit_bias"):
+            kw["logit_bias"] = self._bias(llm, fields["logit_bias"])
+        return kw
+
+    @staticmethod
+    def _bias(llm, pairs) -> Dict[int, float]:
+        out: Dict[int, float] = {}
+        for key, bias in pairs:
+            ids = [key] if isinstance(key, int) else llm.tokenize(key, add_special=False,
+                                                                   parse_special=False)
+            for t in ids:
+                if int(t) < 0:
+                    raise invalid(f"'logit_bias' has negative token id {t}", "logit_bias",
+                                  "invalid_value")
+                out[int(t)] = bias
+        return out
+
+    async def _native(self, request: Request, endpoint: str, infill: bool) -> Response:
+        t0 = time.monotonic()
+        routes = self.routes
+        try:
+            llm = self.host.require_ready()
+            body = await _read_json(request)
+            fields, params, ids_list = self._prepare(llm, body, infill)
+            admission = self.host.admit(len(ids_list))
+        except APIError as e:
+            return routes._fail(endpoint, e)
+        except Exception as e:  # noqa: BLE001
+            return routes._fail(endpoint, _engine_error(e))
+
+        n_ctx = self.host.n_ctx or 0
+        asked = _attr(params, "max_tokens")
+        per_prompt = []
+        for ids in ids_list:
+            p = copy.copy(params)
+            room = n_ctx - len(ids) if n_ctx else None
+            if room is not None and (asked is None or asked > room):
+                p.max_tokens = room
+            per_prompt.append(p)
+        results = {i: Result(i, ids) for i, ids in enumerate(ids_list)}
+        stream_mode = bool(fields.get("stream", False))
+        settings = generation_settings(params, fields, stream_mode)
+
+        if asked == 0:  # llama-server: evaluate nothing new, answer at once (clients warm caches)
+            admission.release()
+            for r in results.values():
+                r.finish_reason = "length"
+            return self._answer(endpoint, fields, results, settings, stream_mode, [], n_ctx)
+
+        deadline = routes._deadline(t0)
+        stream: Optional[ChunkStream] = None
+        try:
+            stream = ChunkStream([llm.stream_chunks(ids, p) for ids, p in zip(ids_list, per_prompt)],
+                                 1, self.metrics, t0)
+            first = await routes._race(stream.next(), request, deadline)
+        except _client_gone() as e:  # noqa: F841
+            await routes._close(stream, admission)
+            self.metrics.request_done(endpoint, CLIENT_CLOSED)
+            return Response(status_code=CLIENT_CLOSED)
+        except BaseException as e:  # noqa: BLE001
+            await asyncio.shield(routes._close(stream, admission))
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            return routes._fail(endpoint, _engine_error(e, ids_list, n_ctx))
+
+        if stream_mode:
+            return self._stream(endpoint, fields, results, settings, stream, admission, first,
+                                deadline, t0, n_ctx)
+
+        async def collect():
+            item = first
+            while item is not None:
+                index, chunk = item
+                results[index].add(chunk)
+                item = await stream.next()
+
+        try:
+            await routes._race(collect(), request, deadline)
+        except _client_gone():
+            self.metrics.request_done(endpoint, CLIENT_CLOSED)
+            return Response(status_code=CLIENT_CLOSED)
+        except BaseException as e:  # noqa: BLE001
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            return routes._fail(endpoint, _engine_error(e, ids_list, n_ctx))
+        finally:
+            await asyncio.shield(routes._close(stream, admission))
+        return self._answer(endpoint, fields, results, settings, False, None, n_ctx)
+
+    def _final(self, r: Result, fields: JSON, settings: JSON, stream: bool, n_ctx: int) -> JSON:
+        llm = self.host.llm
+        stop_type = "none"
+        word = ""
+        if r.finish_reason == "stop":
+            if isinstance(r.stop_reason, str):
+                stop_type, word = "word", r.stop_reason
+            else:
+                stop_type = "eos"
+        elif r.finish_reason == "length":
+            stop_type = "limit"
+        n_gen = len(r.tokens)
+        truncated = bool(n_ctx) and r.finish_reason == "length" and len(r.prompt_ids) + n_gen >= n_ctx
+        cached = getattr(r.usage, "cached_tokens", 0) or 0 if r.usage is not None else 0
+        try:
+            prompt_text = llm.detokenize(r.prompt_ids) if llm is not None else ""
+        except Exception:  # noqa: BLE001
+            prompt_text = ""
+        content = r.content
+        out = {
+            "index": r.index,
+            "content": "" if stream else content,
+            "tokens": [] if stream or not fields.get("return_tokens") else list(r.tokens),
+            "id_slot": 0,
+            "stop": True,
+            "model": self.config.model_id,
+            "tokens_predicted": n_gen,
+            "tokens_evaluated": len(r.prompt_ids),
+            "generation_settings": settings,
+            "prompt": prompt_text if isinstance(prompt_text, str) else "",
+            "has_new_line": "\n" in content,
+            "truncated": truncated,
+            "stop_type": stop_type,
+            "stopping_word": word,
+            "tokens_cached": len(r.prompt_ids) + n_gen,
+            "timings": native_timings(r.timings, cached),
+        }
+        if not stream and fields.get("n_probs"):
+            out["completion_probabilities"] = probs_json(r.probs,
+                                                         fields.get("post_sampling_probs", False))
+        if fields.get("response_fields"):
+            return pick_fields(out, fields["response_fields"])
+        return out
+
+    def _answer(self, endpoint, fields, results, settings, stream_mode, _unused, n_ctx) -> Response:
+        self.metrics.request_done(endpoint, 200)
+        finals = [self._final(results[i], fields, settings, stream_mode, n_ctx)
+                  for i in sorted(results)]
+        if stream_mode:
+            async def events():
+                for f in finals:
+                    yield sse(f)
+
+            async def on_close(disconnected):
+                return None
+            return EventStreamResponse(events(), on_close)
+        return JSONResponse(finals[0] if len(finals) == 1 else finals)
+
+    def _stream(self, endpoint, fields, results, settings, stream: ChunkStream, admission, first,
+                deadline, t0, n_ctx) -> Response:
+        per_token = bool(fields.get("timings_per_token"))
+        want_probs = bool(fields.get("n_probs"))
+        post = bool(fields.get("post_sampling_probs"))
+        outcome = {"status": 200}
+
+        def partial(r: Result, chunk) -> JSON:
+            out = {"index": r.index, "content": chunk.text or "",
+                   "tokens": [int(t) for t in chunk.token_ids], "stop": False, "id_slot": 0,
+                   "tokens_predicted": len(r.tokens), "tokens_evaluated": len(r.prompt_ids)}
+            if per_token:
+                now = time.monotonic()
+                first_at = r.t_first or now
+                out["timings"] = native_timings({
+                    "prompt_n": len(r.prompt_ids), "prompt_ms": (first_at - t0) * 1e3,
+                    "predicted_n": len(r.tokens), "predicted_ms": (now - first_at) * 1e3}, 0)
+            if want_probs and chunk.logprobs:
+                out["completion_probabilities"] = probs_json(chunk.logprobs, post)
+            return out
+
+        async def events():
+            item = first
+            while item is not None:
+                index, chunk = item
+                r = results[index]
+                r.add(chunk)
+                if chunk.token_ids or chunk.text:
+                    yield sse(partial(r, chunk))
+                if chunk.finish_reason is not None:
+                    yield sse(self._final(r, fields, settings, True, n_ctx))
+                try:
+                    timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    item = await asyncio.wait_for(stream.next(), timeout)
+                except asyncio.TimeoutError:
+                    outcome["status"] = 504
+                    err = APIError(504, f"request timed out after {self.config.timeout:g} s "
+                                        "(server --timeout); it was aborted", "timeout_error",
+                                   None, "timeout")
+                    yield sse(err.body())
+                    return
+                except Exception as e:  # noqa: BLE001
+                    err = _engine_error(e, [r.prompt_ids for r in results.values()], n_ctx)
+                    outcome["status"] = err.status
+                    yield sse(err.body())
+                    return
+
+        async def on_close(disconnected: bool):
+            await self.routes._close(stream, admission)
+            self.metrics.request_done(endpoint, CLIENT_CLOSED if disconnected else outcome["status"])
+
+        return EventStreamResponse(events(), on_close)
+
+    # --- /apply-template ---------------------------------------------------------------------------
+    async def apply_template(self, request: Request) -> Response:
+        try:
+            llm = self.host.require_ready()
+            body = await _read_json(request)
+            if not isinstance(body, dict):
+                raise invalid("the request body must be a JSON object", None, "invalid_type")
+            body = dict(body)
+            add_gen = body.pop("add_generation_prompt", True)
+            if not isinstance(add_gen, bool):
+                raise invalid("'add_generation_prompt' must be a boolean",
+                              "add_generation_prompt", "invalid_type")
+            kwargs = body.pop("chat_template_kwargs", None)
+            if kwargs is not None and not isinstance(kwargs, dict):
+                raise invalid("'chat_template_kwargs' must be an object", "chat_template_kwargs",
+                              "invalid_type")
+            for key in ("reasoning_format", "enable_thinking"):
+                body.pop(key, None)
+            req = protocol.parse_chat(body)  # the body of a chat request; sampling fields unused
+            call_kw = {"add_generation_prompt": add_gen, "tools": req.tools}
+            if kwargs:
+                sig = inspect.signature(llm.apply_chat_template)
+                if "chat_template_kwargs" not in sig.parameters:
+                    raise invalid("'chat_template_kwargs' is not supported by this build",
+                                  "chat_template_kwargs", "unsupported")
+                call_kw["chat_template_kwargs"] = kwargs
+            prompt = llm.apply_chat_template(req.messages, **call_kw)
+        except APIError as e:
+            return self.routes._fail("apply-template", e)
+        except Exception as e:  # noqa: BLE001
+            return self.routes._fail("apply-template", _engine_error(e))
+        self.metrics.request_done("apply-template", 200)
+        return JSONResponse({"prompt": prompt})
+
+    # --- /props and /slots -------------------------------------------------------------------------
+    def _template_source(self, llm) -> str:
+        inner = getattr(llm, "llm", llm)
+        try:
+            t = inner._chat_template()
+        except Exception:  # noqa: BLE001
+            return ""
+        try:
+            from edgellm.chat_template import BUILTIN_TEMPLATES
+            return BUILTIN_TEMPLATES.get(t, t)
+        except Exception:  # noqa: BLE001
+            return t or ""
+
+    def _slot(self, i: int, busy: bool, params=None) -> JSON:
+        out = {"id": i, "n_ctx": self.host.n_ctx or 0, "speculative": False,
+               "is_processing": busy}
+        if params is not None:
+            out["id_task"] = -1
+            out["params"] = generation_settings(params, {})
+        return out
+
+    async def props(self, request: Request) -> Response:
+        try:
+            llm = self.host.require_ready()
+        except APIError as e:
+            return self.routes._fail("props", e)
+        inner = getattr(llm, "llm", llm)
+        try:
+            defaults = self.host.sampling_params({"max_tokens": None})
+        except APIError:
+            defaults = None
+        tok = getattr(inner, "tokenizer", None)
+
+        def tok_text(attr):
+            tid = getattr(tok, attr, None) if tok is not None else None
+            return (_token_text(tok, tid) or "") if tid is not None else ""
+
+        md = getattr(inner, "metadata", None) or {}
+        dgs = self._slot(0, False, defaults)
+        dgs["prompt"] = ""
+        dgs["next_token"] = [{"has_next_token": True, "has_new_line": False, "n_remain": -1,
+                              "n_decoded": 0}]
+        self.metrics.request_done("props", 200)
+        return JSONResponse({
+            "default_generation_settings": dgs,
+            "total_slots": self.config.parallel,
+            "model_alias": self.config.model_id,
+            "model_path": getattr(inner, "model_path", None) or self.config.model_path or "",
+            "model_ftype": md.get("general.file_type") if isinstance(md, dict) else None,
+            "n_ctx": self.host.n_ctx,
+            "modalities": {"vision": False, "video": False, "audio": False},
+            "media_marker": "",
+            "endpoint_slots": self.config.slots_endpoint,
+            "endpoint_props": True,
+            "endpoint_metrics": self.config.metrics_endpoint,
+            "ui": False,
+            "chat_template": self._template_source(llm),
+            "chat_template_caps": {},
+            "bos_token": tok_text("bos_id"),
+            "eos_token": tok_text("eos_id"),
+            "build_info": f"edgellm-{edgellm.__version__}",
+            "is_sleeping": False,
+            "cors_proxy_enabled": False,
+        })
+
+    async def slots(self, request: Request) -> Response:
+        if not self.config.slots_endpoint:
+            return self.routes._fail("slots", not_supported(
+                "This server does not support slots endpoint (start it with --slots)"))
+        try:
+            self.host.require_ready()
+        except APIError as e:
+            return self.routes._fail("slots", e)
+        stats = self.host.stats() or {}
+        running = int(stats.get("running", 0))
+        self.metrics.request_done("slots", 200)
+        return JSONResponse([self._slot(i, i < running) for i in range(self.config.parallel)])
+
+    # --- /metrics ------------------------------------------------------------------------------------
+    async def metrics_endpoint(self, request: Request) -> Response:
+        if not self.config.metrics_endpoint:
+            return self.routes._fail("metrics", not_supported(
+                "This server does not support metrics endpoint (start it with --metrics)"))
+        resp = await self.routes.metrics_text(request)
+        text = resp.body.decode("utf-8") + llamacpp_metrics(self.host.stats(), self.metrics)
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8",
+                                 headers={"Process-Start-Time-Unix": str(int(self.started_at))})
+
+
+def llamacpp_metrics(stats: Optional[dict], m) -> str:
+    """llama-server's metric names, from the engine's counters and the server's timings."""
+    e = stats or {}
+    prompt_s = getattr(m, "prompt_ms_total", 0.0) / 1e3
+    pred_s = getattr(m, "predicted_ms_total", 0.0) / 1e3
+    prompt_tokens = e.get("prompt_tokens_total", 0)
+    predicted = e.get("generated_tokens_total", 0)
+    steps = e.get("steps", 0)
+    rows = [
+        ("prompt_tokens_total", "counter", "Number of prompt tokens processed (cache hits excluded).",
+         prompt_tokens),
+        ("prompt_tokens_cached_total", "counter", "Number of prompt tokens taken from the prefix cache.",
+         e.get("prefix_cache_hit_tokens", 0)),
+        ("prompt_seconds_total", "counter", "Prompt process time", prompt_s),
+        ("tokens_predicted_total", "counter", "Number of generation tokens processed.", predicted),
+        ("tokens_predicted_seconds_total", "counter", "Predict process time", pred_s),
+        ("n_decode_total", "counter", "Total number of engine steps (llama_decode() calls)", steps),
+        ("n_tokens_max", "counter", "Largest observed n_tokens (prompt + generated) of a request.",
+         getattr(m, "n_tokens_max", 0)),
+        ("spec_decode_num_draft_tokens_total", "counter", "Draft tokens (no speculative decoding here).", 0),
+        ("spec_decode_num_accepted_tokens_total", "counter", "Accepted draft tokens (no speculative decoding here).", 0),
+        ("spec_decode_num_drafts_total", "counter", "Drafts (no speculative decoding here).", 0),
+        ("prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.",
+         prompt_tokens / prompt_s if prompt_s > 0 else 0.0),
+        ("predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.",
+         predicted / pred_s if pred_s > 0 else 0.0),
+        ("requests_processing", "gauge", "Number of requests processing.", e.get("running", 0)),
+        ("requests_deferred", "gauge", "Number of requests deferred.", e.get("waiting", 0)),
+        ("n_busy_slots_per_decode", "gauge", "Average number of busy slots per engine step.",
+         predicted / steps if steps else 0.0),
+    ]
+    out = []
+    for name, kind, help_, value in rows:
+        full = f"llamacpp:{name}"
+        out.append(f"# HELP {full} {help_}")
+        out.append(f"# TYPE {full} {kind}")
+        v = float(value)
+        out.append(f"{full} {int(v) if v.is_integer() else repr(v)}")
+    return "\n".join(out) + "\n"
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+async def _read_json(request: Request):
+    from .routes import read_json
+    return await read_json(request)
+
+
+def _client_gone():
+    from .routes import ClientGone
+    return ClientGone
+
+
+def _engine_error(e: BaseException, ids_list=None, n_ctx: int = 0) -> APIError:
+    from .routes import engine_error
+    if isinstance(e, edgellm.ContextLengthError) and ids_list:
+        return exceed_context(max(len(i) for i in ids_list), n_ctx)
+    if isinstance(e, json.JSONDecodeError):
+        return invalid(f"the request body is not valid JSON: {e}", None, "invalid_json")
+    return engine_error(e, "prompt")
+
+
+def register(app_routes: list, routes) -> LlamaCppAPI:
+    """Add the native routes to the app's route list (before the app is built)."""
+    from starlette.routing import Route
+
+    api = LlamaCppAPI(routes)
+    app_routes += [
+        Route("/completion", api.completion, methods=["POST"]),
+        Route("/infill", api.infill, methods=["POST"]),
+        Route("/apply-template", api.apply_template, methods=["POST"]),
+        Route("/props", api.props, methods=["GET"]),
+        Route("/slots", api.slots, methods=["GET"]),
+    ]
+    return api
