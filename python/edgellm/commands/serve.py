@@ -47,6 +47,19 @@ def _size(ctx, param, value):
         raise click.BadParameter(str(e)) from None
 
 
+def _embedding_option(ctx, param, value):
+    """--pooling / --embd-normalize / --embedding: kept in ctx.meta, copied into the config."""
+    ctx.meta["edgellm.serve." + param.name] = value
+    return value
+
+
+def _embedding_options(config) -> None:
+    meta = click.get_current_context().meta
+    config.pooling = meta.get("edgellm.serve.pooling")
+    config.embd_normalize = meta.get("edgellm.serve.embd_normalize", 2)
+    config.embedding = bool(meta.get("edgellm.serve.embedding", False))
+
+
 @click.command("serve")
 @click.argument("model")
 @click.option("--host", default="127.0.0.1", show_default=True,
@@ -82,6 +95,19 @@ def _size(ctx, param, value):
                    "MODULE.SamplingParams, if any, replaces edgellm's (tests, other engines).")
 @click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", default=0, show_default=True, type=click.IntRange(-1, None),
               help="Last layers to run on a CUDA GPU (-1 = all); without one, a warning and the CPU.")
+@click.option("--pooling", type=click.Choice(["none", "mean", "cls", "last"]), default=None,
+              expose_value=False, callback=_embedding_option,
+              help="Embedding pooling (llama-server's --pooling) [default: the GGUF's "
+                   "pooling_type, else mean]. 'none' gives per-token vectors on /embeddings and "
+                   "makes /v1/embeddings refuse.")
+@click.option("--embd-normalize", "embd_normalize", type=click.IntRange(-1), default=2,
+              show_default=True, expose_value=False, callback=_embedding_option,
+              help="Normalisation of pooled embeddings: -1 none, 0 max-abs (int16 range), "
+                   "1 taxicab, 2 euclidean, >2 p-norm (a request's embd_normalize wins).")
+@click.option("--embedding", "--embeddings", "embedding", is_flag=True, expose_value=False,
+              callback=_embedding_option,
+              help="Accepted for llama-server compatibility: embeddings are always served, "
+                   "next to generation.")
 # llama-server's options, same names and meaning (docs/SERVER.md "llama.cpp's native endpoints")
 @click.option("--cors-origins", default="*", show_default=True,
               help="Origins allowed by CORS: '*' (echo the request's Origin), 'localhost' (echo "
@@ -128,6 +154,7 @@ def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_s
         shutdown_grace=shutdown_grace, n_gpu_layers=n_gpu_layers)
     _llamacpp_options(config, cors_origins, cors_methods, cors_headers, cors_credentials,
                       n_predict, seed, temperature, slots_endpoint, metrics_endpoint)
+    _embedding_options(config)  # --pooling, --embd-normalize, --embedding
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     failure = []
