@@ -371,6 +371,20 @@ def convert_thinking(v: Any, max_tokens: Optional[int]) -> Tuple[JSON, bool]:
     return {"enable_thinking": kind != "disabled"}, f.get("display") != "omitted"
 
 
+def output_config(v, name):
+    """Structured output: `format: {type: json_schema, schema}` constrains the text to the schema
+    (the engine's grammar). `effort` has no counterpart here and is refused."""
+    f = _fields(v, name, {"format": obj})
+    if "format" not in f:
+        return None
+    fmt = _fields(f["format"], f"{name}.format", {"type": string, "schema": obj},
+                  ("type", "schema"))
+    if fmt["type"] != "json_schema":
+        raise invalid(f"'{name}.format.type' must be 'json_schema'", f"{name}.format.type",
+                      "invalid_value")
+    return fmt["schema"]
+
+
 def _display(v, name):
     if v not in ("summarized", "omitted"):
         raise invalid(f"'{name}' must be 'summarized' or 'omitted'", name, "invalid_value")
@@ -412,6 +426,7 @@ _MESSAGES_FIELDS: Dict[str, Callable] = {
     "top_k": integer(0),
     "stream": boolean,
     "metadata": metadata,
+    "output_config": output_config,
 }
 
 
@@ -436,6 +451,8 @@ def _parse(body: Any, allowed: Dict[str, Callable], generation: bool) -> Message
                 req.sampling[target] = f[key]
         if req.stop_sequences:
             req.sampling["stop"] = list(req.stop_sequences)
+        if f.get("output_config") is not None:
+            req.sampling["json_schema"] = f["output_config"]
     if "thinking" in f:
         req.chat_template_kwargs, req.show_thinking = convert_thinking(f["thinking"],
                                                                        req.max_tokens)
@@ -522,6 +539,7 @@ class MessageBuilder:
         self._pending_ws = ""                # whitespace-only text not yet given a block
         self._args: Dict[int, str] = {}      # tool_use block index -> argument JSON text
         self._call_block: Dict[int, int] = {}  # the chat API's call index -> block index
+        self._late: set = set()              # tool_use blocks continued after they closed
         self.stop_reason: Optional[str] = None
         self.stop_sequence: Optional[str] = None
         self.usage: JSON = {"input_tokens": input_tokens, "output_tokens": 0,
@@ -590,6 +608,7 @@ class MessageBuilder:
                            "delta": {"type": "input_json_delta", "partial_json": tc.arguments}})
             else:  # a fragment of an earlier call: the stream cannot reopen its block
                 log.warning("tool call %d continued after another block began", tc.index)
+                self._late.add(index)
         return ev
 
     def _close(self) -> List[JSON]:
@@ -604,9 +623,8 @@ class MessageBuilder:
     def finish(self, chunk) -> List[JSON]:
         """The engine's last chunk: close the open block, work out stop_reason and usage."""
         ev = self._close()
-        for i, b in enumerate(self.blocks):  # calls continued after their block was closed
-            if b["type"] == "tool_use":
-                b["input"] = _tool_input(self._args.get(i, ""))
+        for i in self._late:  # calls continued after their block was closed
+            self.blocks[i]["input"] = _tool_input(self._args[i])
         reason = chunk.finish_reason
         has_calls = any(b["type"] == "tool_use" for b in self.blocks)
         stop = getattr(chunk, "stop_reason", None)
