@@ -504,8 +504,11 @@ class ChatOutputParser:
         if self.state == "whole":  # the rest of the output is calls (llama3/mistral/generic)
             self._call_text += self.buf
             self.buf = ""
-            if fmt in (LLAMA3, HERMES) and self._call_text.lstrip().startswith("{"):
-                self._stream_object(delta, self._call_text)
+            body = self._call_text.lstrip()
+            if body.startswith("```json"):  # a fenced block: stream the object inside it
+                body = body[len("```json"):]
+            if fmt in (LLAMA3, HERMES) and body.lstrip().startswith("{"):
+                self._stream_object(delta, body)
             return False
         # hermes: until </tool_call>
         end = "</tool_call>"
