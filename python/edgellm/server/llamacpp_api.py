@@ -294,13 +294,16 @@ def _token_text(tok, tid) -> Optional[str]:
         return None
 
 
-def _adds_bos(llm) -> bool:
+def _bos_to_add(llm) -> Optional[int]:
+    """The token the model puts before a prompt (its BOS when it adds one), else None."""
     try:
-        ids = llm.tokenize("a", add_special=True, parse_special=False)
-        plain = llm.tokenize("a", add_special=False, parse_special=False)
-        return len(ids) > len(plain)
+        ids = list(llm.tokenize("a", add_special=True, parse_special=False))
+        plain = list(llm.tokenize("a", add_special=False, parse_special=False))
     except Exception:  # noqa: BLE001
-        return False
+        return None
+    if len(ids) == len(plain) + 1 and ids[1:] == plain:
+        return int(ids[0])
+    return None
 
 
 def infill_prompt(llm, fim: Dict[str, Optional[int]], prefix: List[Piece], suffix: List[Piece],
@@ -337,16 +340,10 @@ def infill_prompt(llm, fim: Dict[str, Optional[int]], prefix: List[Piece], suffi
     suf = suf[:n_suf]
     n_extra = min(max(0, n_ctx - n_batch - 2 * (n_predict or 0)), len(extra_ids))
     out = extra_ids[len(extra_ids) - n_extra:] if n_extra else []
-    bos = _bos_id(llm)
-    if bos is not None and _adds_bos(llm):
+    bos = _bos_to_add(llm)
+    if bos is not None:
         out.append(bos)  # the extra context goes before BOS, the FIM prefix after it
     return out + [fim["pre"]] + pre + list(prompt_ids) + [fim["suf"]] + suf + [fim["mid"]]
-
-
-def _bos_id(llm) -> Optional[int]:
-    inner = getattr(llm, "llm", llm)
-    tok = getattr(inner, "tokenizer", None)
-    return getattr(tok, "bos_id", None) if tok is not None else None
 
 
 def check_infill(fields: JSON) -> Tuple[list, list, list]:
@@ -651,8 +648,8 @@ class LlamaCppAPI:
         for ids in ids_list:
             p = copy.copy(params)
             room = n_ctx - len(ids) if n_ctx else None
-            if room is not None and (asked is None or asked > room):
-                p.max_tokens = room
+            if room is not None and asked is not None and asked > room:
+                p.max_tokens = room  # llama-server stops at a full context (truncated: true)
             per_prompt.append(p)
         results = {i: Result(i, ids) for i, ids in enumerate(ids_list)}
         stream_mode = bool(fields.get("stream", False))

@@ -1,0 +1,511 @@
+"""llama-server's native endpoints (/completion, /infill, /apply-template, /props, /slots, the
+llamacpp:* metrics), CORS, the llama-server options of `edgellm serve` and multi-address --host.
+
+The first part runs over the stand-in engine of tests/test_server_unit.py; the second starts
+the real server (SmolLM2, Qwen2.5-Coder for fill-in-the-middle), marked real_model.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytest.importorskip("edgellm", reason="edgellm._core is not built (scripts/dev-build.sh)")
+pytest.importorskip("uvicorn")
+
+from test_server_unit import FakeAsyncLLM, RunningServer, WORDS  # noqa: E402
+
+from edgellm.server import llamacpp_api  # noqa: E402
+from edgellm.server.cors import CORS, origin_is_localhost  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class StopFake(FakeAsyncLLM):
+    """The stand-in, saying which stop string ended a completion (the engine's stop_reason:
+    the string, or the end-of-generation token id)."""
+
+    async def _run(self, ids, p):
+        text = ""
+        async for chunk in super()._run(ids, p):
+            text += chunk.text
+            if chunk.finish_reason == "stop":
+                stops = [p.stop] if isinstance(p.stop, str) else (p.stop or [])
+                hit = [x for x in stops if x in text + " " + WORDS[chunk.token_ids[0] - 100]]
+                chunk.stop_reason = hit[0] if hit else 2
+            yield chunk
+
+
+@pytest.fixture
+def server():
+    s = RunningServer(engine=StopFake()).wait_ready()
+    yield s
+    s.stop()
+
+
+def post(s, path, body, **kw):
+    kw.setdefault("timeout", 10)
+    return httpx.post(s.url + path, json=body, **kw)
+
+
+def native_events(text: str):
+    out = [json.loads(line[len("data: "):]) for line in text.split("\n\n")
+           if line.startswith("data: ")]
+    assert out, text
+    return out
+
+
+# --- /completion over the stand-in ------------------------------------------------------------
+
+def test_completion_shape_and_limit(server):
+    r = post(server, "/completion", {"prompt": "hello", "n_predict": 3})
+    assert r.status_code == 200, r.text
+    b = r.json()
+    assert b["content"] == "".join(" " + w for w in _words(server, 3))
+    assert b["stop"] is True and b["stop_type"] == "limit" and b["stopping_word"] == ""
+    assert b["tokens"] == []  # return_tokens is off
+    assert b["tokens_predicted"] == 3 and b["tokens_evaluated"] == 6  # BOS + 5 bytes
+    assert b["truncated"] is False and b["has_new_line"] is False
+    assert b["generation_settings"]["n_predict"] == 3
+    t = b["timings"]
+    assert t["prompt_n"] == 6 and t["predicted_n"] == 3 and t["cache_n"] == 0
+    # the generation rate is over predicted_n - 1 decode steps
+    assert t["predicted_per_second"] == pytest.approx(1e3 * 2 / t["predicted_ms"])
+    assert "completion_probabilities" not in b
+
+
+def _words(server, n):
+    ids = server.engine.last_prompt
+    return [WORDS[(sum(ids) + i) % len(WORDS)] for i in range(n)]
+
+
+def test_completion_return_tokens_and_probs(server):
+    b = post(server, "/completion", {"prompt": "hello", "n_predict": 2, "return_tokens": True,
+                                     "n_probs": 2}).json()
+    assert len(b["tokens"]) == 2 and all(isinstance(t, int) for t in b["tokens"])
+    probs = b["completion_probabilities"]
+    assert len(probs) == 2
+    assert set(probs[0]) == {"id", "token", "bytes", "logprob", "top_logprobs"}
+    assert len(probs[0]["top_logprobs"]) == 2
+    b = post(server, "/completion", {"prompt": "hello", "n_predict": 1, "n_probs": 1,
+                                     "post_sampling_probs": True}).json()
+    p = b["completion_probabilities"][0]
+    assert 0 < p["prob"] <= 1 and "top_probs" in p and "logprob" not in p
+
+
+def test_completion_stop_word(server):
+    b = post(server, "/completion", {"prompt": "hello", "n_predict": 20,
+                                     "stop": [_words_for(server, "hello", 2)[1]]}).json()
+    assert b["stop_type"] == "word" and b["stopping_word"] != ""
+
+
+def _words_for(server, prompt, n):
+    ids = server.engine.tokenize(prompt)
+    return [WORDS[(sum(ids) + i) % len(WORDS)] for i in range(n)]
+
+
+def test_completion_eos(server):
+    b = post(server, "/completion", {"prompt": "hello"}).json()  # the stand-in ends by itself
+    assert b["stop_type"] == "eos" and b["tokens_predicted"] == 6
+
+
+def test_completion_stream_matches_non_stream(server):
+    whole = post(server, "/completion", {"prompt": "abc", "n_predict": 4}).json()
+    r = post(server, "/completion", {"prompt": "abc", "n_predict": 4, "stream": True,
+                                     "timings_per_token": True})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    events = native_events(r.text)
+    assert all(isinstance(e["stop"], bool) for e in events)
+    assert [e["stop"] for e in events] == [False] * 4 + [True]
+    assert all(e["tokens"] for e in events[:-1]) and all("timings" in e for e in events)
+    assert "".join(e["content"] for e in events) == whole["content"]
+    last = events[-1]
+    assert last["stop_type"] == "limit" and last["generation_settings"]["stream"] is True
+
+
+def test_prompt_shapes(server):
+    # two prompts -> a list, in order
+    b = post(server, "/completion", {"prompt": ["ab", [1, 5, 6]], "n_predict": 2}).json()
+    assert isinstance(b, list) and [x["index"] for x in b] == [0, 1]
+    assert b[0]["tokens_evaluated"] == 3 and b[1]["tokens_evaluated"] == 3
+    # token ids and text in one prompt -> one result; only a leading text piece gets BOS
+    b = post(server, "/completion", {"prompt": [7, 8, "ab", 9], "n_predict": 1}).json()
+    assert isinstance(b, dict) and server.engine.last_prompt == [7, 8, ord("a") + 3,
+                                                                 ord("b") + 3, 9]
+    b = post(server, "/completion", {"prompt": {"prompt_string": "ab"}, "n_predict": 1}).json()
+    assert b["tokens_evaluated"] == 3
+    r = post(server, "/completion", {"prompt": {"prompt_string": "a", "multimodal_data": ["x"]}})
+    assert r.status_code == 400
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"prompt": "x", "n_predictt": 3}, "n_predictt"),
+    ({"prompt": "x", "mirostat": 2}, "mirostat"),
+    ({"prompt": "x", "temperature": "hot"}, "temperature"),
+    ({"prompt": "x", "n_probs": 99}, "n_probs"),
+    ({"prompt": "x", "lora": [{"id": 0, "scale": 1}]}, "lora"),
+    ({"n_predict": 3}, "prompt"),
+    ({"prompt": [True]}, "prompt"),
+])
+def test_completion_rejects_named_field(server, body, param):
+    r = post(server, "/completion", body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"].split("[")[0] == param
+
+
+def test_completion_accepts_llamacpp_client_fields(server):
+    body = {"prompt": "x", "n_predict": 2, "mirostat": 0, "mirostat_tau": 5, "mirostat_eta": 0.1,
+            "dry_multiplier": 0, "dry_base": 1.75, "xtc_probability": 0, "xtc_threshold": 0.1,
+            "dynatemp_range": 0, "dynatemp_exponent": 1, "top_n_sigma": -1, "id_slot": -1,
+            "n_keep": 0, "samplers": ["top_k", "temperature"], "cache_prompt": True,
+            "t_max_predict_ms": 0, "return_progress": False, "lora": [], "min_keep": 0,
+            "logit_bias": [[5, -1.0], ["a", False]], "seed": -1, "typical_p": 1}
+    r = post(server, "/completion", body)
+    assert r.status_code == 200, r.text
+    p = server.engine.last_params
+    assert p.seed is None and p.logit_bias == {5: -1.0, ord("a") + 3: -100.0}
+
+
+def test_completion_over_context(server):
+    r = post(server, "/completion", {"prompt": "x" * 300})
+    assert r.status_code == 400
+    e = r.json()["error"]
+    assert e["type"] == "exceed_context_size_error"
+    assert e["n_prompt_tokens"] == 301 and e["n_ctx"] == 256
+    assert "exceeds the available context size" in e["message"]
+
+
+def test_completion_fills_context_and_says_truncated(server):
+    # no n_predict with ignore_eos: generation runs until the context is full
+    b = post(server, "/completion", {"prompt": "x" * 200, "ignore_eos": True}).json()
+    assert b["tokens_predicted"] == 256 - 201 and b["truncated"] is True
+    assert b["stop_type"] == "limit"
+
+
+def test_response_fields(server):
+    b = post(server, "/completion", {"prompt": "hi", "n_predict": 2,
+                                     "response_fields": ["content", "generation_settings/n_predict",
+                                                         "nope"]}).json()
+    assert set(b) == {"content", "generation_settings/n_predict"}
+    assert b["generation_settings/n_predict"] == 2
+
+
+def test_n_predict_zero_answers_without_generating(server):
+    b = post(server, "/completion", {"prompt": "hi", "n_predict": 0}).json()
+    assert b["content"] == "" and b["tokens_predicted"] == 0 and b["tokens_evaluated"] == 3
+
+
+def test_infill_needs_fim_tokens(server):
+    r = post(server, "/infill", {"input_prefix": "a", "input_suffix": "b"})
+    assert r.status_code == 400
+    msg = r.json()["error"]["message"]
+    assert "prefix" in msg and "suffix" in msg and "middle" in msg
+    assert "tokenizer.ggml.fim_pre_token_id" in msg
+
+
+class FimFake(FakeAsyncLLM):
+    """The stand-in with FIM tokens 900..904 in its GGUF metadata."""
+
+    n_ctx = 2048  # the extra files get what is left beyond a batch (512) and 2 * n_predict
+
+    metadata = {"general.architecture": "fake", "tokenizer.ggml.fim_pre_token_id": 900,
+                "tokenizer.ggml.fim_suf_token_id": 901, "tokenizer.ggml.fim_mid_token_id": 902,
+                "tokenizer.ggml.fim_rep_token_id": 903, "tokenizer.ggml.fim_sep_token_id": 904}
+
+
+def test_infill_prompt_layout():
+    s = RunningServer(engine=FimFake()).wait_ready()
+    try:
+        r = post(s, "/infill", {"input_prefix": "P", "input_suffix": "S", "prompt": "M",
+                                "input_extra": [{"filename": "f", "text": "T"}], "n_predict": 2})
+        assert r.status_code == 200, r.text
+        t = lambda text: [b + 3 for b in text.encode()]  # noqa: E731 - the stand-in's tokenizer
+        assert s.engine.last_prompt == (
+            [903] + t("myproject\n") + [904] + t("f\n") + t("T") + [904] + t("filename\n")
+            + [1] + [900] + t("P") + t("M") + [901] + t("S") + [902])
+        for bad in ([{}], [{"filename": 1, "text": "x"}], [{"text": 5}], "x"):
+            r = post(s, "/infill", {"input_prefix": "P", "input_suffix": "S", "input_extra": bad})
+            assert r.status_code == 400, bad
+        assert post(s, "/infill", {"input_suffix": "S"}).json()["error"]["param"] == "input_prefix"
+    finally:
+        s.stop()
+
+
+# --- the other endpoints -----------------------------------------------------------------------
+
+def test_apply_template(server):
+    b = post(server, "/apply-template", {"messages": [{"role": "user", "content": "hi"}]}).json()
+    assert b == {"prompt": "<user>hi<assistant>"}
+    b = post(server, "/apply-template", {"messages": [{"role": "user", "content": "hi"}],
+                                         "add_generation_prompt": False}).json()
+    assert b == {"prompt": "<user>hi"}
+    r = post(server, "/apply-template", {"messages": []})
+    assert r.status_code == 400
+
+
+def test_props_and_slots():
+    s = RunningServer(parallel=3, seed=42, n_predict=16).wait_ready()
+    try:
+        p = httpx.get(s.url + "/props").json()
+        assert p["total_slots"] == 3 and p["model_path"] == "/fake/model.gguf"
+        dgs = p["default_generation_settings"]
+        assert dgs["n_ctx"] == 256 and dgs["params"]["seed"] == 42
+        assert dgs["params"]["n_predict"] == 16
+        assert p["modalities"] == {"vision": False, "video": False, "audio": False}
+        slots = httpx.get(s.url + "/slots").json()
+        assert [x["id"] for x in slots] == [0, 1, 2]
+        assert all(x["is_processing"] is False and "params" not in x for x in slots)
+    finally:
+        s.stop()
+
+
+def test_slots_and_metrics_can_be_off():
+    s = RunningServer(slots_endpoint=False, metrics_endpoint=False).wait_ready()
+    try:
+        for path in ("/slots", "/metrics"):
+            r = httpx.get(s.url + path)
+            assert r.status_code == 501 and r.json()["error"]["type"] == "not_supported_error"
+    finally:
+        s.stop()
+
+
+def test_llamacpp_metric_names(server):
+    post(server, "/completion", {"prompt": "hello", "n_predict": 4})
+    r = httpx.get(server.url + "/metrics")
+    assert "Process-Start-Time-Unix" in r.headers
+    text = r.text
+    assert "edgellm_requests_running" in text  # ours stay
+    types = {}
+    values = {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE llamacpp:"):
+            _, _, name, kind = line.split(" ", 3)
+            types[name] = kind
+        elif line.startswith("llamacpp:"):
+            name, value = line.split(" ", 1)
+            values[name] = float(value)
+    for name in ("prompt_tokens_total", "prompt_tokens_cached_total", "prompt_seconds_total",
+                 "tokens_predicted_total", "tokens_predicted_seconds_total", "n_decode_total",
+                 "n_tokens_max"):
+        assert types[f"llamacpp:{name}"] == "counter"
+        assert f"# HELP llamacpp:{name} " in text
+    for name in ("prompt_tokens_seconds", "predicted_tokens_seconds", "requests_processing",
+                 "requests_deferred", "n_busy_slots_per_decode"):
+        assert types[f"llamacpp:{name}"] == "gauge"
+    assert values["llamacpp:n_tokens_max"] == 6 + 4
+    assert values["llamacpp:prompt_seconds_total"] == pytest.approx(0.002)
+
+
+def test_server_defaults_n_predict_seed_temperature():
+    s = RunningServer(n_predict=3, seed=7, temperature=0.0).wait_ready()
+    try:
+        b = post(s, "/completion", {"prompt": "hi", "n_predict": 10}).json()
+        assert b["tokens_predicted"] == 3  # --n-predict caps requests
+        p = s.engine.last_params
+        assert p.seed == 7 and p.temperature == 0.0
+        post(s, "/completion", {"prompt": "hi", "seed": 9, "temperature": 0.5})
+        p = s.engine.last_params
+        assert p.seed == 9 and p.temperature == 0.5 and p.max_tokens == 3
+        # the OpenAI routes get the same defaults and cap
+        r = post(s, "/v1/completions", {"prompt": "hi", "max_tokens": 10})
+        assert r.json()["usage"]["completion_tokens"] == 3
+        assert s.engine.last_params.seed == 7
+    finally:
+        s.stop()
+
+
+# --- CORS -----------------------------------------------------------------------------------------
+
+PREFLIGHT = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "Authorization"}
+
+
+def test_preflight_needs_no_key_and_errors_carry_cors():
+    s = RunningServer(api_key="k").wait_ready()
+    try:
+        r = httpx.options(s.url + "/completion", headers={"Origin": "http://a.example", **PREFLIGHT})
+        assert r.status_code == 200
+        assert r.headers["access-control-allow-origin"] == "http://a.example"
+        assert r.headers["access-control-allow-credentials"] == "true"
+        assert r.headers["access-control-allow-methods"] == "GET, POST, DELETE, OPTIONS"
+        assert r.headers["access-control-allow-headers"] == "*"
+        r = post(s, "/completion", {"prompt": "x"}, headers={"Origin": "http://a.example"})
+        assert r.status_code == 401
+        assert r.headers["access-control-allow-origin"] == "http://a.example"
+        r = post(s, "/completion", {"prompt": "x", "n_predict": 1},
+                 headers={"Authorization": "Bearer k", "Origin": "http://b.example"})
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://b.example"
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("origin, ok", [
+    ("http://localhost", True), ("http://localhost:8080", True), ("https://127.0.0.1:3000", True),
+    ("http://[::1]:3000", True), ("http://[::1]", True), ("http://localhost.evil.com", False),
+    ("http://notlocalhost", False), ("http://evil.com", False), ("localhost", False),
+    ("http://localhost/x", False), ("http://localhost:abc", False),
+])
+def test_origin_is_localhost(origin, ok):
+    assert origin_is_localhost(origin) is ok
+
+
+def test_cors_origin_rules():
+    assert CORS(None, "*").allow_origin("http://x") == "http://x"
+    assert CORS(None, "*").allow_origin(None) == "*"
+    assert CORS(None, "*", credentials=False).allow_origin("http://x") == "*"
+    assert CORS(None, "localhost").allow_origin("http://evil.com") is None
+    assert CORS(None, "localhost").allow_origin("http://127.0.0.1:5") == "http://127.0.0.1:5"
+    lst = CORS(None, "http://a.example, http://b.example")
+    assert lst.allow_origin("http://b.example") == "http://b.example"
+    assert lst.allow_origin("http://c.example") is None
+
+
+def test_cors_localhost_over_http():
+    s = RunningServer(cors_origins="localhost").wait_ready()
+    try:
+        r = httpx.options(s.url + "/v1/chat/completions",
+                          headers={"Origin": "http://evil.com", **PREFLIGHT})
+        assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
+        r = httpx.get(s.url + "/health", headers={"Origin": "http://localhost:3000"})
+        assert r.headers["access-control-allow-origin"] == "http://localhost:3000"
+    finally:
+        s.stop()
+
+
+# --- the command line -------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "python"), str(REPO / "tests"),
+                                                      env.get("PYTHONPATH")]))
+    if env.get("EDGELLM_BUILD_DIR"):
+        env["EDGELLM_BUILD_DIR"] = os.path.abspath(env["EDGELLM_BUILD_DIR"])
+    return env
+
+
+def _wait(url, proc, timeout=60):
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else "exited"
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "server not ready"
+        time.sleep(0.1)
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback")
+def test_serve_listens_on_every_host():
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edgellm", "serve", "fake", "--engine-factory",
+         "test_server_llamacpp:fake_engine", "--host", "127.0.0.1,::1", "--port", str(port),
+         "--log-level", "warning", "--n-predict", "2", "--seed", "5"],
+        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for host in ("127.0.0.1", "[::1]"):
+            url = f"http://{host}:{port}"
+            _wait(url, proc)
+            b = httpx.post(url + "/completion", json={"prompt": "hi"}, timeout=10).json()
+            assert b["tokens_predicted"] == 2
+            assert b["generation_settings"]["seed"] == 5
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def fake_engine(config):
+    return FakeAsyncLLM()
+
+
+# --- the real server --------------------------------------------------------------------------------
+
+def _real_server(model, *args):
+    ts = pytest.importorskip("test_server")
+    return ts.ServerProcess(model, *args).wait_ready()
+
+
+def _model(name):
+    from edgellm import models
+    try:
+        path = models.resolve(name)
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"{name} is not available: {e}")
+    return path
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_real_completion_and_props():
+    s = _real_server(_model("smollm2"), "--ctx-size", "256", "--parallel", "2", "--n-predict",
+                     "16", "--seed", "42", "--no-slots")
+    try:
+        b = s.post("/completion", {"prompt": "I believe the meaning of life is", "n_predict": 8,
+                                   "temperature": 0, "return_tokens": True}).json()
+        assert b["tokens_predicted"] == 8 and len(b["tokens"]) == 8
+        assert b["timings"]["predicted_n"] == 8 and b["stop_type"] == "limit"
+        assert b["content"] and b["generation_settings"]["n_predict"] == 8
+        r = s.post("/completion", {"prompt": "I believe the meaning of life is", "n_predict": 8,
+                                   "temperature": 0, "stream": True})
+        events = native_events(r.text)
+        assert "".join(e["content"] for e in events) == b["content"]
+        assert events[-1]["stop"] is True
+        # --n-predict caps what a request asks for
+        b = s.post("/completion", {"prompt": "Once upon a time", "n_predict": 100,
+                                   "ignore_eos": True}).json()
+        assert b["tokens_predicted"] == 16
+        r = s.post("/completion", {"prompt": "word " * 300})
+        assert r.status_code == 400
+        assert r.json()["error"]["type"] == "exceed_context_size_error"
+        p = httpx.get(s.url + "/props", headers=s.headers).json()
+        assert p["model_path"].endswith(".gguf") and p["total_slots"] == 2
+        assert p["default_generation_settings"]["params"]["seed"] == 42
+        assert "<|im_start|>" in p["chat_template"]
+        assert httpx.get(s.url + "/slots", headers=s.headers).status_code == 501
+        t = s.post("/apply-template", {"messages": [{"role": "user", "content": "hi"}]}).json()
+        assert t["prompt"].endswith("<|im_start|>assistant\n")
+        r = s.post("/infill", {"input_prefix": "def f():\n", "input_suffix": "\n"})
+        assert r.status_code == 400 and "FIM" in r.json()["error"]["message"]
+        m = httpx.get(s.url + "/metrics", headers=s.headers).text
+        assert "llamacpp:tokens_predicted_total" in m
+    finally:
+        s.stop()
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_real_infill_qwen_coder():
+    s = _real_server(_model("qwen2.5-coder-0.5b"), "--ctx-size", "1024", "--parallel", "1")
+    try:
+        r = s.post("/infill", {
+            "input_extra": [{"filename": "math_utils.py", "text": "def square(x):\n    return x * x\n"}],
+            "input_prefix": "from math_utils import square\n\ndef sum_of_squares(a, b):\n",
+            "prompt": "    return ", "input_suffix": "\n\nprint(sum_of_squares(2, 3))\n",
+            "n_predict": 16, "temperature": 0}, timeout=120)
+        assert r.status_code == 200, r.text
+        b = r.json()
+        assert "square(" in b["content"], b["content"]
+        assert b["tokens_evaluated"] > 20
+    finally:
+        s.stop()
