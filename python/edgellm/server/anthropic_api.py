@@ -11,7 +11,6 @@ aborting the engine request on close -- is the OpenAI routes' own (`Routes`, `Ch
 `{"type": "error", "error": {"type", "message"}}`.
 """
 import asyncio
-import inspect
 import json
 import logging
 import re
@@ -469,23 +468,8 @@ def parse_count_tokens(body: Any) -> MessagesRequest:
 
 # --- calling the engine ----------------------------------------------------------------------------
 
-def _call(fn: Callable, *args, **kwargs):
-    """fn(*args, **kwargs), refusing (400 'not supported') a keyword this engine build's chat API
-    does not take, rather than dropping it."""
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return fn(*args, **kwargs)
-    if not any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
-        missing = [k for k in kwargs if k not in sig.parameters]
-        if missing:
-            raise NotImplementedError(f"{', '.join(missing)}: this engine build's chat API does "
-                                      f"not take it yet")
-    return fn(*args, **kwargs)
-
-
 def open_chat(llm, req: MessagesRequest, params):
-    return _call(llm.chat_stream_chunks, req.messages, params, **req.chat_kwargs())
+    return llm.chat_stream_chunks(req.messages, params, **req.chat_kwargs())
 
 
 def count_prompt_tokens(llm, req: MessagesRequest) -> int:
@@ -496,7 +480,7 @@ def count_prompt_tokens(llm, req: MessagesRequest) -> int:
         kw["tools"] = req.tools
     if req.chat_template_kwargs:
         kw["chat_template_kwargs"] = req.chat_template_kwargs
-    return len(_call(inner.chat_prompt_ids, req.messages, **kw))
+    return len(inner.chat_prompt_ids(req.messages, **kw))
 
 
 def chunk_delta(chunk) -> ChatDelta:
