@@ -69,6 +69,7 @@ def test_string_input_and_instructions():
     assert req.sampling == {"max_tokens": 7, "temperature": 0.5, "top_p": 0.9}
     assert req.stream is False and req.store is True
     assert req.chat_tools is None and req.chat_tool_choice is None
+    assert req.parallel_tool_calls is True  # OpenAI's default
     # absent max_output_tokens: until end of generation, as the chat route
     assert parse_request({"input": "x"}).sampling == {"max_tokens": None}
 
@@ -348,6 +349,10 @@ class ScriptedLLM:
         self.script = [ChatDelta(content="Hello"), ChatDelta(content=" world")]
         self.calls = []
         self.raise_on_open = None
+        self.fail_after = None     # raise after this many chunks
+        self.delay = 0.001         # seconds per chunk
+        self.finished = 0
+        self.aborted = 0
 
     def stats(self):
         return {}
@@ -368,28 +373,38 @@ class ScriptedLLM:
         limit = params.max_tokens
         prompt = 11
         calls = any(d.tool_calls for d in script)
-        for i, d in enumerate(script):
-            await asyncio.sleep(0.001)
-            n = i + 1
-            cut = limit is not None and n >= limit and n < len(script)
-            last = cut or n == len(script)
-            finish = None
-            if last:
-                finish = "length" if cut else ("tool_calls" if calls else "stop")
-            chunk = CompletionChunk(text=d.content, token_ids=[100 + i], finish_reason=finish,
-                                    usage=Usage(prompt, n, prompt + n, 3) if last else None)
-            chunk.delta = d
-            yield chunk
-            if last:
-                return
+        done = False
+        try:
+            for i, d in enumerate(script):
+                await asyncio.sleep(self.delay)
+                if self.fail_after is not None and i >= self.fail_after:
+                    raise RuntimeError("engine exploded")
+                n = i + 1
+                cut = limit is not None and n >= limit and n < len(script)
+                last = cut or n == len(script)
+                finish = None
+                if last:
+                    finish = "length" if cut else ("tool_calls" if calls else "stop")
+                chunk = CompletionChunk(text=d.content, token_ids=[100 + i], finish_reason=finish,
+                                        usage=Usage(prompt, n, prompt + n, 3) if last else None)
+                chunk.delta = d
+                yield chunk
+                if last:
+                    done = True
+                    return
+        finally:
+            if done:
+                self.finished += 1
+            else:
+                self.aborted += 1
 
 
 class RunningServer:
-    def __init__(self, engine):
+    def __init__(self, engine, **cfg):
         self.engine = engine
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = ServerConfig(model="fake-model", alias="fake", port=self.port)
+        config = ServerConfig(model="fake-model", alias="fake", port=self.port, **cfg)
         self.app = create_app(config, loader=lambda c: engine,
                               params_factory=edgellm.llm.SamplingParams)
         self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port,
@@ -606,6 +621,59 @@ def test_errors_use_the_envelope(fake):
     assert r.status_code == 404 and r.json()["error"]["code"] == "response_not_found"
 
 
+def test_failure_mid_stream_is_reported_in_band_and_not_stored(fake):
+    fake.engine.script = [ChatDelta(content=w) for w in ["a", "b", "c", "d"]]
+    fake.engine.fail_after = 2
+    r = httpx.post(fake.url + "/v1/responses", json={"input": "x", "stream": True}, timeout=10)
+    assert r.status_code == 200
+    events = _raw_events(r.text)
+    kinds = [e["type"] for e in events]
+    assert kinds[-6:] == ["response.output_text.delta", "response.output_text.done",
+                          "response.content_part.done", "response.output_item.done", "error",
+                          "response.failed"]
+    assert events[-2]["code"] == "internal_error" and "exploded" in events[-2]["message"]
+    failed = events[-1]["response"]
+    assert failed["status"] == "failed" and failed["error"]["code"] == "server_error"
+    assert failed["output"][0]["content"][0]["text"] == "ab"
+    assert failed["output"][0]["status"] == "incomplete"
+    assert httpx.get(fake.url + f"/v1/responses/{failed['id']}").status_code == 404
+    # the SDK's stream helper sees the failure as an event, not as a parse error
+    with fake.client().responses.stream(model="fake", input="x") as stream:
+        kinds = [ev.type for ev in stream]
+    assert kinds[-2:] == ["error", "response.failed"]
+    # not streamed: a 500 in the envelope
+    r = httpx.post(fake.url + "/v1/responses", json={"input": "x"}, timeout=10)
+    assert r.status_code == 500 and r.json()["error"]["code"] == "internal_error"
+
+
+def test_timeout_and_disconnect_abort_the_engine_request():
+    engine = ScriptedLLM()
+    engine.script = [ChatDelta(content="x")] * 200
+    engine.delay = 0.02
+    s = RunningServer(engine, timeout=0.3)
+    try:
+        r = httpx.post(s.url + "/v1/responses", json={"input": "x"}, timeout=10)
+        assert r.status_code == 504 and r.json()["error"]["type"] == "timeout_error"
+        r = httpx.post(s.url + "/v1/responses", json={"input": "x", "stream": True}, timeout=10)
+        events = _raw_events(r.text)
+        assert [e["type"] for e in events][-2:] == ["error", "response.failed"]
+        assert events[-2]["code"] == "timeout"
+        assert engine.aborted == 2
+        # a client that goes away mid-stream
+        with httpx.stream("POST", s.url + "/v1/responses", json={"input": "x", "stream": True},
+                          timeout=10) as resp:
+            for line in resp.iter_lines():
+                if "output_text.delta" in line:
+                    break
+        deadline = time.monotonic() + 5
+        while engine.aborted < 3:
+            assert time.monotonic() < deadline, "the engine request was not aborted"
+            time.sleep(0.02)
+        assert engine.finished == 0
+    finally:
+        s.stop()
+
+
 # --- the real server on Qwen2.5-Coder-0.5B -----------------------------------------------------
 
 class ServerProcess:
@@ -791,6 +859,21 @@ def test_real_function_tool_round_trip(qwen, choice):
                             max_output_tokens=60)
     assert [o.type for o in r2.output] == ["message"], r2.output
     assert "21" in r2.output_text, r2.output_text  # the tool's answer reached the model
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_real_parallel_tool_calls(qwen):
+    c = qwen.client()
+    ask = dict(input="What's the weather in Paris and in Rome?", tools=[WEATHER],
+               tool_choice="required", model="qwen", temperature=0, max_output_tokens=100)
+    r = c.responses.create(**ask)  # parallel_tool_calls defaults to true, as OpenAI's
+    assert r.parallel_tool_calls is True
+    cities = [json.loads(o.arguments)["city"] for o in r.output if o.type == "function_call"]
+    assert cities == ["Paris", "Rome"], r.output
+    assert len({o.call_id for o in r.output}) == 2
+    one = c.responses.create(parallel_tool_calls=False, **ask)
+    assert [o.type for o in one.output] == ["function_call"] and one.parallel_tool_calls is False
 
 
 @pytest.mark.real_model

@@ -71,7 +71,7 @@ class ResponsesRequest:
     instructions: Optional[str] = None
     chat_tools: Optional[List[JSON]] = None      # chat-completions style
     chat_tool_choice: Any = None                 # chat-completions style, None = not sent
-    parallel_tool_calls: Optional[bool] = None
+    parallel_tool_calls: bool = True
     template_kwargs: Optional[JSON] = None
     stream: bool = False
     store: bool = True
@@ -524,7 +524,9 @@ def parse_request(body: Any) -> ResponsesRequest:
     return ResponsesRequest(
         input_messages=messages, sampling=sampling, instructions=fields.get("instructions"),
         chat_tools=chat_tools(body["tools"]) if tools else None, chat_tool_choice=chat_choice,
-        parallel_tool_calls=fields.get("parallel_tool_calls"), template_kwargs=template_kwargs,
+        # OpenAI's default, not llama-server's one call per turn
+        parallel_tool_calls=fields.get("parallel_tool_calls", True),
+        template_kwargs=template_kwargs,
         stream=fields.get("stream", False), store=fields.get("store", True),
         previous_response_id=fields.get("previous_response_id"), echo=echo)
 
