@@ -96,8 +96,10 @@ class FakeAsyncLLM:
         ids = prompt if isinstance(prompt, list) else self.tokenize(prompt)
         return self._run(ids, params or SamplingParams())
 
-    def chat_stream_chunks(self, messages, params=None, tools=None):
-        self.last_tools = tools
+    def chat_stream_chunks(self, messages, params=None, tools=None, tool_choice=None,
+                           parallel_tool_calls=None, chat_template_kwargs=None):
+        self.last_tools, self.last_tool_choice = tools, tool_choice
+        self.last_template_kwargs = chat_template_kwargs
         return self.stream_chunks(self.apply_chat_template(messages, tools=tools), params)
 
     async def _run(self, ids, p):
@@ -373,7 +375,16 @@ def test_tools_and_tool_choice_reach_the_template(server):
     post(server, "/v1/chat/completions", {**CHAT, "tools": tools})
     assert server.engine.last_tools == tools
     post(server, "/v1/chat/completions", {**CHAT, "tools": tools, "tool_choice": "none"})
-    assert server.engine.last_tools is None
+    assert server.engine.last_tool_choice == "none"  # LLM.chat then renders no tools
+    post(server, "/v1/chat/completions", {**CHAT, "tools": tools, "tool_choice": "required",
+                                          "chat_template_kwargs": {"enable_thinking": False}})
+    assert server.engine.last_tool_choice == "required"
+    assert server.engine.last_template_kwargs == {"enable_thinking": False}
+    r = post(server, "/v1/chat/completions", {**CHAT, "tools": tools, "tool_choice": {
+        "type": "function", "function": {"name": "g"}}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice"
+    r = post(server, "/v1/chat/completions", {**CHAT, "tool_choice": "required"})
+    assert r.status_code == 400 and "needs 'tools'" in r.json()["error"]["message"]
 
 
 def test_models_tokenize_detokenize(server):
