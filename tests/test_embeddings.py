@@ -1,0 +1,366 @@
+"""Embeddings end to end with the real SmolLM2: LLM.embed / AsyncLLM.embed, the engine's
+batching and pooling, an independent float reference for the hidden states, and the server's
+OpenAI (`openai` SDK, float and base64) and llama-server native endpoints.
+
+The engine itself (pooling arithmetic, chunking, preemption, prefix cache) is tested against
+a fake model in cpp/tests/test_embedding_engine.cpp.
+"""
+import asyncio
+import base64
+import struct
+import threading
+
+import numpy as np
+import pytest
+
+pytest.importorskip("edgellm._core", reason="edgellm._core is not built (scripts/dev-build.sh)")
+
+import edgellm  # noqa: E402
+from edgellm import ContextLengthError, InvalidRequestError  # noqa: E402
+
+pytestmark = [pytest.mark.real_model]
+
+TEXTS = [
+    "The cat sat on the mat.",
+    "Paris is the capital of France.",
+    "Photosynthesis turns sunlight, water and carbon dioxide into sugar.",
+    "def add(a, b):\n    return a + b",
+    "I would like a cup of coffee, please.",
+    "The stock market fell sharply on Monday after the announcement.",
+    "Snow covered the mountains all winter.",
+    "x",
+]
+
+
+def cos(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+@pytest.fixture(scope="module")
+def llm(smollm2_path):
+    m = edgellm.LLM(str(smollm2_path), n_ctx=256, n_threads=2)
+    yield m
+    m.close()
+
+
+@pytest.fixture(scope="module")
+def llm_f32(smollm2_path):
+    """F32 KV, as eval_logits computes: hidden states comparable with the logits path."""
+    m = edgellm.LLM(str(smollm2_path), n_ctx=256, n_threads=2, kv_type="f32")
+    yield m
+    m.close()
+
+
+# ---- LLM.embed ------------------------------------------------------------------------------
+
+def test_shape_and_l2_normalised(llm):
+    vecs = llm.embed(TEXTS[:3])
+    assert isinstance(vecs, list) and len(vecs) == 3
+    assert llm.n_embd == 576
+    for v in vecs:
+        assert isinstance(v, list) and len(v) == llm.n_embd and isinstance(v[0], float)
+        assert abs(np.linalg.norm(v) - 1.0) < 1e-5
+    # A single string is one input.
+    one = llm.embed(TEXTS[0])
+    assert len(one) == 1 and np.allclose(one[0], vecs[0], atol=1e-6)
+
+
+def test_normalize_options(llm):
+    raw = llm.embeddings(TEXTS[1], normalize=False).data[0]
+    l2 = llm.embeddings(TEXTS[1]).data[0]
+    assert abs(np.linalg.norm(raw) - 1.0) > 0.1  # not normalised
+    assert np.allclose(raw / np.linalg.norm(raw), l2, atol=1e-6)
+    taxicab = llm.embeddings(TEXTS[1], normalize=1).data[0]
+    assert abs(np.abs(taxicab).sum() - 1.0) < 1e-4
+    maxabs = llm.embeddings(TEXTS[1], normalize=0).data[0]
+    assert abs(np.abs(maxabs).max() - 32760.0) < 0.1
+
+
+def test_result_object_counts_tokens(llm):
+    res = llm.embeddings(TEXTS[:4])
+    assert res.pooling == "mean" == llm.default_pooling  # SmolLM2's GGUF names no pooling
+    assert [d.dtype for d in res.data] == [np.float32] * 4
+    assert res.token_counts == [len(llm.tokenize(t)) for t in TEXTS[:4]]
+    assert res.prompt_tokens == sum(res.token_counts)
+
+
+def test_batched_equals_one_at_a_time(llm):
+    batched = llm.embeddings(TEXTS).data
+    for text, b in zip(TEXTS, batched):
+        single = llm.embeddings(text).data[0]
+        assert np.allclose(b, single, atol=1e-5), text
+
+
+def test_batched_while_generating(llm):
+    """Embeddings computed while a generation runs in the same engine batches are the same."""
+    alone = llm.embeddings(TEXTS).data
+    out = {}
+
+    def generate():
+        out["gen"] = llm.generate("Once upon a time", edgellm.SamplingParams(temperature=0, max_tokens=48))
+
+    t = threading.Thread(target=generate)
+    t.start()
+    together = llm.embeddings(TEXTS * 2).data
+    t.join()
+    assert len(out["gen"].token_ids) > 0
+    alone_gen = llm.generate("Once upon a time", edgellm.SamplingParams(temperature=0, max_tokens=48))
+    assert out["gen"].token_ids == alone_gen.token_ids
+    for i, v in enumerate(together):
+        assert np.allclose(v, alone[i % len(TEXTS)], atol=1e-5)
+    assert llm.stats()["pages_used"] == 0
+
+
+def test_token_ids_input_matches_text(llm):
+    ids = llm.tokenize(TEXTS[2])
+    by_ids = llm.embed([ids, TEXTS[2]])
+    assert np.allclose(by_ids[0], by_ids[1], atol=1e-6)
+    assert np.allclose(llm.embed(ids)[0], by_ids[1], atol=1e-6)  # a flat id list is one input
+
+
+def test_paraphrase_is_closer_than_unrelated(llm):
+    a, para, other = llm.embed([
+        "The weather today is sunny and warm.",
+        "It is a warm and sunny day today.",
+        "The function returns a sorted list of integers.",
+    ])
+    assert cos(a, para) > cos(a, other) + 0.02, (cos(a, para), cos(a, other))
+
+
+def test_pooling_modes_agree_with_per_token_vectors(llm):
+    text = TEXTS[2]
+    rows = llm.embeddings(text, pooling="none", normalize=False).data[0]
+    n = len(llm.tokenize(text))
+    assert rows.shape == (n, llm.n_embd)
+    unit = lambda v: v / np.linalg.norm(v)  # noqa: E731
+    assert np.allclose(llm.embeddings(text, pooling="mean").data[0], unit(rows.mean(axis=0)), atol=1e-5)
+    assert np.allclose(llm.embeddings(text, pooling="cls").data[0], unit(rows[0]), atol=1e-5)
+    assert np.allclose(llm.embeddings(text, pooling="last").data[0], unit(rows[-1]), atol=1e-5)
+    assert np.allclose(llm.embeddings(text, pooling=3).data[0], unit(rows[-1]), atol=1e-5)
+    # pooling "none" with normalize: each token's vector on its own
+    normed = llm.embeddings(text, pooling="none").data[0]
+    assert np.allclose(np.linalg.norm(normed, axis=1), 1.0, atol=1e-5)
+    # the public list form: one list of per-token vectors per input
+    as_list = llm.embed([text], pooling="none")
+    assert len(as_list) == 1 and len(as_list[0]) == n and len(as_list[0][0]) == llm.n_embd
+    # causal: the last-token vector of a prefix is that row of the whole text
+    ids = llm.tokenize(text)
+    k = n // 2
+    prefix_last = llm.embeddings([ids[:k]], pooling="last", normalize=False).data[0]
+    assert np.allclose(prefix_last, rows[k - 1], atol=2e-3 * np.abs(rows[k - 1]).max())
+
+
+def test_hidden_rows_are_the_lm_heads_input(llm_f32, smollm2_path):
+    """Eval-path consistency: the per-token hidden states times the output matrix are the
+    logits eval_logits gives (up to the quantized-activation matmul)."""
+    llm = llm_f32
+    from reference.forward import ReferenceModel
+
+    ref = ReferenceModel(str(smollm2_path), dtype=np.float32)
+    w_out = ref.w("output.weight" if ref.has("output.weight") else "token_embd.weight")
+    ids = llm.tokenize(TEXTS[0])
+    rows = llm.embeddings([ids], pooling="none", normalize=False).data[0]
+    logits = llm.eval_logits(ids)
+    mine = rows.astype(np.float64) @ w_out.astype(np.float64).T
+    for t in range(len(ids)):
+        assert cos(mine[t], logits[t]) > 0.9995
+        assert int(np.argmax(mine[t])) == int(np.argmax(logits[t]))
+
+
+def test_mean_pooling_matches_float_reference(llm_f32, smollm2_path):
+    """Independent check: tests/reference/forward.py's float forward, final norm, mean."""
+    llm = llm_f32
+    from reference.forward import ReferenceModel
+
+    ref = ReferenceModel(str(smollm2_path), dtype=np.float32)
+    ids = llm.tokenize("Embeddings are mean-pooled hidden states.")
+    _, layers = ref.forward(ids, trace=True)
+    final = ref.rmsnorm(layers[-1], ref.w("output_norm.weight")).astype(np.float64)
+    want = final.mean(axis=0)
+    want /= np.linalg.norm(want)
+    got = np.asarray(llm.embed([ids])[0], np.float64)
+    assert cos(got, want) > 0.995, cos(got, want)
+    # ... and a wrong pooling is measurably further away, so the check can fail
+    got_last = np.asarray(llm.embed([ids], pooling="last")[0], np.float64)
+    assert cos(got_last, want) < cos(got, want) - 0.01
+
+
+def test_async_embed(llm, smollm2_path):
+    async def main():
+        allm = edgellm.AsyncLLM(str(smollm2_path), n_ctx=256, n_threads=2)
+        try:
+            a, b = await asyncio.gather(allm.embed(TEXTS[:4]), allm.embed(TEXTS[4:]))
+            res = await allm.embeddings(TEXTS[0], pooling="last")
+            with pytest.raises(InvalidRequestError):
+                await allm.embed([])
+            return a + b, res
+        finally:
+            allm.close()
+
+    vecs, res = asyncio.run(main())
+    want = llm.embed(TEXTS)
+    assert np.allclose(vecs, want, atol=1e-5)
+    assert res.pooling == "last" and res.token_counts == [len(llm.tokenize(TEXTS[0]))]
+
+
+def test_errors(llm):
+    with pytest.raises(InvalidRequestError, match="empty"):
+        llm.embed([])
+    with pytest.raises(InvalidRequestError, match="no tokens"):
+        llm.embed("")  # SmolLM2 adds no BOS: nothing to embed
+    long_text = "word " * 400
+    n = len(llm.tokenize(long_text))
+    with pytest.raises(ContextLengthError, match=f"input 1 is too large: {n} tokens > n_ctx 256 by {n - 256}"):
+        llm.embed(["short", long_text])
+    with pytest.raises(InvalidRequestError, match="rank"):
+        llm.embed("x", pooling="rank")
+    with pytest.raises(InvalidRequestError, match="pooling"):
+        llm.embed("x", pooling="max")
+    with pytest.raises(InvalidRequestError):
+        llm.embed([[1, 2], 3.5])
+    with pytest.raises(InvalidRequestError, match="vocabulary"):
+        llm.embed([[1, 10 ** 7]])
+    # exactly n_ctx tokens fit (nothing is generated)
+    assert len(llm.embed([[1] * 256])[0]) == llm.n_embd
+    assert llm.stats()["running"] == 0 and llm.stats()["pages_used"] == 0
+
+
+# ---- the server -----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def server(smollm2_path):
+    from test_server import ServerProcess
+
+    s = ServerProcess(smollm2_path, "--ctx-size", "256", "--embedding").wait_ready()
+    yield s
+    s.proc.terminate()
+    s.proc.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_openai_sdk_float_and_base64(server, llm):
+    client = server.client()
+    res = client.embeddings.create(model="text-embedding-3-small", input=TEXTS[:3],
+                                   encoding_format="float")
+    assert [d.index for d in res.data] == [0, 1, 2]
+    assert all(d.object == "embedding" for d in res.data)
+    n_tokens = sum(len(llm.tokenize(t, parse_special=True)) for t in TEXTS[:3])
+    assert res.usage.prompt_tokens == res.usage.total_tokens == n_tokens
+    want = llm.embed(TEXTS[:3])
+    for d, w in zip(res.data, want):
+        assert np.allclose(d.embedding, w, atol=1e-5)
+    # The SDK's default asks for base64 and decodes it itself.
+    b64 = client.embeddings.create(model="x", input=TEXTS[:3])
+    for d, w in zip(b64.data, want):
+        assert np.allclose(d.embedding, w, atol=1e-6)
+    # Asked for explicitly, base64 comes back as the string: little-endian float32.
+    one = client.embeddings.create(model="x", input=TEXTS[0], encoding_format="base64")
+    assert len(one.data) == 1 and isinstance(one.data[0].embedding, str)
+    vec = np.frombuffer(base64.b64decode(one.data[0].embedding), dtype="<f4")
+    assert np.allclose(vec, want[0], atol=1e-6)
+
+
+@pytest.mark.slow
+def test_v1_embeddings_shapes(server, llm):
+    r = server.post("/v1/embeddings", {"input": TEXTS[0], "encoding_format": "base64",
+                                       "model": "m", "user": "u"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["object"] == "list" and set(body) == {"object", "data", "model", "usage"}
+    raw = base64.b64decode(body["data"][0]["embedding"])
+    vec = struct.unpack(f"<{len(raw) // 4}f", raw)  # little-endian float32, as OpenAI's SDK reads
+    assert len(vec) == llm.n_embd and np.allclose(vec, llm.embed(TEXTS[0])[0], atol=1e-6)
+    # token ids, lists of token ids, and llama-server's mixed prompts
+    ids = llm.tokenize(TEXTS[1])
+    r = server.post("/v1/embeddings", {"input": [ids, ids[:3]]})
+    assert r.status_code == 200 and len(r.json()["data"]) == 2
+    assert np.allclose(r.json()["data"][0]["embedding"], llm.embed([ids])[0], atol=1e-5)
+    assert r.json()["usage"]["prompt_tokens"] == len(ids) + 3
+    r = server.post("/v1/embeddings", {"input": ids})
+    assert r.status_code == 200 and len(r.json()["data"]) == 1
+    r = server.post("/v1/embeddings", {"input": [ids[0], "cat sat"]})
+    assert r.status_code == 200 and len(r.json()["data"]) == 1
+    r = server.post("/v1/embeddings", {"input": [
+        "hello world", {"content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "world"}]},
+        {"prompt_string": "hello world"}]})
+    d = r.json()["data"]
+    assert d[0]["embedding"] == d[1]["embedding"] == d[2]["embedding"]
+    # dimensions: the model's width is accepted, anything else refused
+    assert server.post("/v1/embeddings", {"input": "a", "dimensions": llm.n_embd}).status_code == 200
+    r = server.post("/v1/embeddings", {"input": "a", "dimensions": 64})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "dimensions"
+    assert "not supported" in r.json()["error"]["message"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("body,param", [
+    ({"input": []}, "input"),
+    ({"input": ""}, "input"),  # SmolLM2 adds no BOS: no tokens
+    ({}, "input"),
+    ({"input": "a", "encoding_format": "int8"}, "encoding_format"),
+    ({"input": "a", "embd_normalize": "yes"}, "embd_normalize"),
+    ({"input": "a", "temperature": 0.5}, "temperature"),
+    ({"input": {"content": "text"}}, "input"),
+    ({"input": {"content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}}, "input"),
+    ({"input": [[1, 2], [1, 99999999]]}, "input"),
+    ({"input": 3.5}, "input"),
+])
+def test_v1_embeddings_rejects(server, body, param):
+    r = server.post("/v1/embeddings", body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["type"] == "invalid_request_error"
+    assert r.json()["error"]["param"] == param
+
+
+@pytest.mark.slow
+def test_context_overflow_is_400_with_numbers(server, llm):
+    text = "This is a test " * 100
+    n = len(llm.tokenize(text, parse_special=True))
+    r = server.post("/v1/embeddings", {"input": ["fine", text]})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["code"] == "context_length_exceeded"
+    assert "too large" in err["message"] and f"by {n - 256}" in err["message"]
+    # the server still answers afterwards
+    assert server.post("/v1/embeddings", {"input": "fine"}).status_code == 200
+
+
+@pytest.mark.slow
+def test_native_endpoints(server, llm):
+    r = server.post("/embedding", {"content": TEXTS[0]})
+    assert r.status_code == 200
+    body = r.json()
+    assert isinstance(body, list) and body[0]["index"] == 0
+    assert len(body[0]["embedding"]) == 1  # pooled: one row
+    assert np.allclose(body[0]["embedding"][0], llm.embed(TEXTS[0])[0], atol=1e-5)
+    r = server.post("/embeddings", {"input": TEXTS[:2], "embd_normalize": -1})
+    assert [e["index"] for e in r.json()] == [0, 1]
+    raw = np.asarray(r.json()[1]["embedding"][0])
+    assert abs(np.linalg.norm(raw) - 1.0) > 0.1
+    assert np.allclose(raw, llm.embeddings(TEXTS[1], normalize=False).data[0], atol=1e-4)
+    # "content" on /v1/embeddings answers the native shape, as llama-server does
+    r = server.post("/v1/embeddings", {"content": "hello"})
+    assert isinstance(r.json(), list)
+
+
+@pytest.mark.slow
+def test_pooling_none_server(smollm2_path, llm):
+    from test_server import ServerProcess
+
+    s = ServerProcess(smollm2_path, "--ctx-size", "256", "--pooling", "none").wait_ready()
+    try:
+        text = "hello hello hello"
+        r = s.post("/embeddings", {"input": text})
+        assert r.status_code == 200
+        rows = r.json()[0]["embedding"]
+        assert len(rows) == len(llm.tokenize(text, parse_special=True))
+        for row in rows:  # per-token vectors come unnormalised
+            assert abs(np.linalg.norm(row) - 1.0) > 1e-3
+        want = llm.embeddings(text, pooling="none", normalize=False).data[0]
+        assert np.allclose(rows, want, atol=1e-4)
+        r = s.post("/v1/embeddings", {"input": text})
+        assert r.status_code == 400 and "pooling" in r.json()["error"]["message"]
+    finally:
+        s.proc.terminate()
+        s.proc.wait(timeout=30)
