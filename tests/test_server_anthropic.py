@@ -221,12 +221,15 @@ def test_tools_tool_choice_thinking_and_sampling():
     assert req.chat_template_kwargs == {"enable_thinking": True}
     assert req.sampling == {"max_tokens": 2048, "temperature": 0.0, "top_p": 0.5, "top_k": 3,
                             "stop": ["END"]}
-    for choice, want, parallel in [({"type": "auto"}, "auto", None),
+    for choice, want, parallel in [({"type": "auto"}, "auto", True),
                                    ({"type": "any", "disable_parallel_tool_use": False},
                                     "required", True),
-                                   ({"type": "none"}, "none", None)]:
+                                   ({"type": "none"}, "none", True)]:
         req = api.parse_messages({**base, "tool_choice": choice})
         assert (req.tool_choice, req.parallel_tool_calls) == (want, parallel)
+    req = api.parse_messages(base)  # no tool_choice: the chat API's default (auto), parallel
+    assert (req.tool_choice, req.parallel_tool_calls) == (None, True)
+    assert api.parse_messages({**base, "tools": []}).chat_kwargs() == {}
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
     req = api.parse_messages({**base, "output_config": {
         "format": {"type": "json_schema", "schema": schema}}})
@@ -448,6 +451,7 @@ def test_sdk_stream_tool_use(fake):
     assert final.content[0].type == "tool_use" and final.content[0].input == {"x": 1, "y": 2}
     assert final.stop_reason == "tool_use"
     assert fake.engine.calls[-1]["tool_choice"] == "required"
+    assert fake.engine.calls[-1]["parallel_tool_calls"] is True  # Anthropic's default
 
 
 def test_stop_sequence_and_max_tokens_over_http(fake):

@@ -341,10 +341,7 @@ def convert_tool_choice(v: Any, tools: Optional[List[JSON]]) -> Tuple[Any, Optio
                       f"({', '.join(names)})", "tool_choice.name", "invalid_value")
     choice = {"auto": "auto", "any": "required", "none": "none"}.get(kind) or \
         {"type": "function", "function": {"name": f.get("name")}}
-    parallel = None
-    if "disable_parallel_tool_use" in f:
-        parallel = not f["disable_parallel_tool_use"]
-    return choice, parallel
+    return choice, not f.get("disable_parallel_tool_use", False)
 
 
 def convert_thinking(v: Any, max_tokens: Optional[int]) -> Tuple[JSON, bool]:
@@ -439,6 +436,8 @@ def _parse(body: Any, allowed: Dict[str, Callable], generation: bool) -> Message
     if "tool_choice" in f:
         req.tool_choice, req.parallel_tool_calls = convert_tool_choice(f["tool_choice"],
                                                                        req.tools)
+    if req.tools and req.parallel_tool_calls is None:
+        req.parallel_tool_calls = True  # Anthropic's default: several calls may come at once
     if generation:
         req.max_tokens = f["max_tokens"]
         req.stop_sequences = f.get("stop_sequences", [])
