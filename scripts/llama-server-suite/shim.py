@@ -61,7 +61,6 @@ IGNORED_SWITCH = {
     "--offline": "models are local files here; nothing is downloaded",
     "--cont-batching": "edgellm always batches running sequences together",
     "-cb": "edgellm always batches running sequences together",
-    "--kv-unified": "edgellm's paged KV cache is one pool shared by all sequences already",
     "--swa-full": "sliding-window layers keep their own window-sized pages",
     "--jinja": "chat templates are always rendered with edgellm's Jinja renderer",
     "--no-jinja": "chat templates are always rendered with edgellm's Jinja renderer",
@@ -155,7 +154,7 @@ def serve_options():
 def main(argv):
     out = []
     host, model, hf_repo, hf_file, alias = "127.0.0.1", None, None, None, None
-    ctx, parallel, verbose = None, None, False
+    ctx, parallel, verbose, unified = None, None, False, False
     i = 0
     while i < len(argv):
         flag = argv[i]
@@ -192,6 +191,8 @@ def main(argv):
             parallel = int(value)
         elif flag in ("--verbose", "-v"):
             verbose = True
+        elif flag in ("--kv-unified", "-kvu"):
+            unified = True
         elif flag in IGNORED_SWITCH:
             note(f"ignoring {flag}: {IGNORED_SWITCH[flag]}")
         elif flag in IGNORED_VALUE:
@@ -202,12 +203,13 @@ def main(argv):
     name, why = map_model(model, hf_repo, hf_file)
     note(f"model {hf_repo or model or '-'} {hf_file or ''} -> {name} ({why})")
 
-    # llama-server splits --ctx-size over the --parallel slots; edgellm's --ctx-size is per
-    # sequence, so the per-slot size is what is passed on.
+    # llama-server splits --ctx-size over the --parallel slots, unless --kv-unified, where each
+    # slot may use the whole context of one shared pool (which edgellm's paged KV cache always
+    # is); edgellm's --ctx-size is per sequence.
     n_par = parallel if parallel and parallel > 0 else 1
     out.append(("--parallel", str(n_par)))
     if ctx:
-        out.append(("--ctx-size", str(max(1, ctx // n_par))))
+        out.append(("--ctx-size", str(ctx if unified else max(1, ctx // n_par))))
     out.append(("--host", host))
     if alias:
         out.append(("--alias", alias))

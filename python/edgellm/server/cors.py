@@ -9,6 +9,7 @@
   credentials, methods and headers, and never needs the API key: browsers send none with it.
 
 This middleware sits outside the API-key check, so 401 and 503 answers carry the headers too.
+Header names are sent in llama-server's capitalisation (some clients compare them exactly).
 """
 from typing import List, Optional
 from urllib.parse import urlsplit
@@ -59,15 +60,15 @@ class CORS:
         allow = self.allow_origin(origin)
         extra = []
         if allow is not None:
-            extra.append((b"access-control-allow-origin", allow.encode("latin-1")))
+            extra.append((b"Access-Control-Allow-Origin", allow.encode("latin-1")))
             if self.origins != "*" or origin:
-                extra.append((b"vary", b"Origin"))
+                extra.append((b"Vary", b"Origin"))
 
         if scope["method"] == "OPTIONS":
             headers = extra + [
-                (b"access-control-allow-credentials", b"true" if self.credentials else b"false"),
-                (b"access-control-allow-methods", self.methods.encode("latin-1")),
-                (b"access-control-allow-headers", self.headers.encode("latin-1")),
+                (b"Access-Control-Allow-Credentials", b"true" if self.credentials else b"false"),
+                (b"Access-Control-Allow-Methods", self.methods.encode("latin-1")),
+                (b"Access-Control-Allow-Headers", self.headers.encode("latin-1")),
                 (b"content-type", b"text/html"),
                 (b"content-length", b"0"),
             ]

@@ -136,7 +136,6 @@ _SAMPLING = {
     "logit_bias": _logit_bias,
     "grammar": protocol.string,
     "json_schema": protocol.json_schema,
-    "n_min": protocol.integer(0),
 }
 # Samplers llama.cpp has and edgellm does not: their off values are accepted (clients such as
 # llama.cpp's web UI send every setting), anything else is a 400.
@@ -172,6 +171,7 @@ _ACCEPTED_INERT = {
     "return_progress": protocol.boolean,  # no prompt-progress chunks are sent
     "lora": protocol.anything,           # accepted when empty only (checked below)
     "stream_options": protocol.obj,
+    "backend_sampling": protocol.boolean,  # sampling always runs on the CPU
 }
 for _k in _OFF_SAMPLER_SETTINGS:
     _ACCEPTED_INERT[_k] = protocol.anything
@@ -603,7 +603,7 @@ class LlamaCppAPI:
                          ("presence_penalty", "presence_penalty"),
                          ("frequency_penalty", "frequency_penalty"), ("stop", "stop"),
                          ("ignore_eos", "ignore_eos"), ("grammar", "grammar"),
-                         ("json_schema", "json_schema"), ("n_min", "min_tokens")):
+                         ("json_schema", "json_schema")):
             if src in fields:
                 kw[dst] = fields[src]
         if "temperature" in kw and kw["temperature"] < 0:
@@ -931,8 +931,10 @@ class LlamaCppAPI:
                 "This server does not support metrics endpoint (start it with --metrics)"))
         resp = await self.routes.metrics_text(request)
         text = resp.body.decode("utf-8") + llamacpp_metrics(self.host.stats(), self.metrics)
-        return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8",
-                                 headers={"Process-Start-Time-Unix": str(int(self.started_at))})
+        out = PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+        # raw, to keep llama-server's capitalisation (Starlette lowercases header names)
+        out.raw_headers.append((b"Process-Start-Time-Unix", str(int(self.started_at)).encode()))
+        return out
 
 
 def llamacpp_metrics(stats: Optional[dict], m) -> str:
