@@ -248,6 +248,30 @@ def test_images_are_refused_clearly():
     assert "image" in msg and "text only" in msg
 
 
+def test_open_chat_passes_what_the_chat_api_takes():
+    from edgellm.server.responses_api import open_chat
+
+    seen = {}
+
+    class NewAPI:
+        def chat_stream_chunks(self, messages, params=None, tools=None, tool_choice=None,
+                               parallel_tool_calls=None, chat_template_kwargs=None):
+            seen.update(tools=tools, tool_choice=tool_choice, parallel=parallel_tool_calls,
+                        kwargs=chat_template_kwargs)
+
+    class OldAPI:  # tools only: "none" then renders no tools at all
+        def chat_stream_chunks(self, messages, params=None, tools=None):
+            seen.update(old_tools=tools)
+
+    req = parse_request({"input": "x", "tools": [WEATHER], "tool_choice": "none",
+                         "reasoning": {"effort": "none"}})
+    open_chat(NewAPI(), [], None, req)
+    assert seen["tools"] == req.chat_tools and seen["tool_choice"] == "none"
+    assert seen["parallel"] is True and seen["kwargs"]["enable_thinking"] is False
+    open_chat(OldAPI(), [], None, req)
+    assert seen["old_tools"] is None
+
+
 def test_store_drops_the_least_recently_used():
     store = ResponseStore(capacity=2)
     for rid in ("a", "b"):
