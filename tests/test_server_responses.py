@@ -932,3 +932,49 @@ def test_real_json_schema_output(qwen):
     _check_against_schema(data, schema)
     assert data["name"] == "Ann" and data["age"] == 30
     assert r.text.format.type == "json_schema"
+
+
+THINK_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n"
+    "{% else %}<think>\n{% endif %}{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def qwen_thinking(qwen_path, tmp_path_factory):
+    tmpl = tmp_path_factory.mktemp("tmpl") / "think.jinja"
+    tmpl.write_text(THINK_TEMPLATE)
+    s = ServerProcess(qwen_path, "--ctx-size", "2048", "--parallel", "2",
+                      "--chat-template", str(tmpl))
+    try:
+        yield s.wait_ready()
+    finally:
+        s.stop()
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_real_thinking_template_gives_a_reasoning_item(qwen_thinking):
+    """The template opens <think>: what the model writes until </think> is a reasoning item;
+    reasoning effort "none" closes the block in the template (enable_thinking false)."""
+    c = qwen_thinking.client()
+    ask = dict(input="What is 2+2?", model="qwen", temperature=0, max_output_tokens=40)
+    r = c.responses.create(reasoning={"effort": "medium"}, **ask)
+    assert r.output[0].type == "reasoning", r.output
+    thought = r.output[0].content[0].text
+    assert thought.strip() and "<think>" not in thought and "</think>" not in thought
+    assert "</think>" not in r.output_text
+    assert 0 < r.usage.output_tokens_details.reasoning_tokens <= r.usage.output_tokens
+    kinds, deltas = [], []
+    with c.responses.stream(reasoning={"effort": "medium"}, **ask) as stream:
+        for ev in stream:
+            kinds.append(ev.type)
+            if ev.type == "response.reasoning_text.delta":
+                deltas.append(ev.delta)
+        final = stream.get_final_response()
+    assert "response.reasoning_text.done" in kinds
+    assert "".join(deltas) == final.output[0].content[0].text == thought
+    plain = c.responses.create(reasoning={"effort": "none"}, **ask)
+    assert [o.type for o in plain.output] == ["message"] and plain.output_text.strip()
+    assert plain.usage.output_tokens_details.reasoning_tokens == 0
