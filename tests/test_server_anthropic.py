@@ -567,6 +567,28 @@ def test_loading_and_full_queue_statuses():
         s.stop()
 
 
+def test_timeout_is_504_or_an_error_event_and_aborts():
+    s = InProcessServer(timeout=0.4).wait_ready()
+    try:
+        s.engine.script = [ChatDelta(content="x")] * 50
+        s.engine.delay = 0.05
+        with pytest.raises(anthropic.APIStatusError) as info:
+            s.client(api_key="unused").messages.create(model="x", max_tokens=99, messages=USER)
+        assert info.value.status_code == 504
+        assert info.value.body["error"]["type"] == "timeout_error"
+        r = httpx.post(s.url + "/v1/messages", timeout=10,
+                       json={"model": "x", "max_tokens": 99, "messages": USER, "stream": True})
+        events = r.text.strip().split("\n\n")
+        assert events[0].startswith("event: message_start")
+        assert events[-1].startswith("event: error\n") and "timeout_error" in events[-1]
+        deadline = time.monotonic() + 5
+        while s.engine.aborted < 2:  # the stream's engine request is aborted on close
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        s.stop()
+
+
 def test_count_tokens_follows_tool_choice_none(fake):
     tools = [{"name": "f", "input_schema": {"type": "object"}}]
     client = fake.client()
