@@ -316,8 +316,8 @@ def test_builder_items_and_events_in_order():
     out = b.output()
     assert [o["type"] for o in out] == ["reasoning", "message", "function_call", "function_call"]
     assert out[0]["content"] == [{"type": "reasoning_text", "text": "hmm ok"}]
-    # the blank lines before the text are held back and kept once text follows
-    assert out[1]["content"][0]["text"] == "\n\nAnswer here\n"
+    # the blank lines between the reasoning and the text belong to neither
+    assert out[1]["content"][0]["text"] == "Answer here\n"
     assert out[2]["call_id"] == "call_1" and out[2]["name"] == "get_weather"
     assert json.loads(out[2]["arguments"]) == {"city": "Oslo"}
     assert out[3]["call_id"] == "call_2" and out[3]["arguments"] == "{}"
@@ -332,7 +332,7 @@ def test_builder_items_and_events_in_order():
     text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
     assert text == out[1]["content"][0]["text"]
     assert b.assistant_message() == {
-        "role": "assistant", "content": "\n\nAnswer here\n", "reasoning_content": "hmm ok",
+        "role": "assistant", "content": "Answer here\n", "reasoning_content": "hmm ok",
         "tool_calls": [{"id": "call_1", "type": "function",
                         "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}},
                        {"id": "call_2", "type": "function",
@@ -345,6 +345,12 @@ def test_builder_whitespace_before_a_call_is_dropped_and_empty_answers_get_a_mes
     b.feed(ChatDelta(tool_calls=[ToolCallDelta(0, "call_1", "f", "{}")]))
     b.finish("completed")
     assert [o["type"] for o in b.output()] == ["function_call"]
+
+    b = OutputBuilder()  # an answer's own leading whitespace is kept
+    b.feed(ChatDelta(content="\n"))
+    b.feed(ChatDelta(content="  x"))
+    b.finish("completed")
+    assert b.output()[0]["content"][0]["text"] == "\n  x"
 
     b = OutputBuilder()
     events = b.finish("completed")

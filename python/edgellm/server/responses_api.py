@@ -579,8 +579,8 @@ class OutputBuilder:
     events of each step (`feed`, `finish` return lists of event dicts without sequence numbers).
 
     Items follow the order the model writes them: reasoning, message text, function calls; a
-    new kind of piece closes the open item. Whitespace-only text between items (e.g. the
-    newline before a tool call) is held back and dropped unless real text follows.
+    new kind of piece closes the open item. Whitespace-only text between items (the newline
+    after </think> or before a tool call) belongs to neither and is dropped.
     """
 
     def __init__(self):
@@ -647,7 +647,9 @@ class OutputBuilder:
             if not text.strip():
                 self._held += text
                 return events
-            text, self._held = self._held + text, ""
+            if not self.items:  # the answer's own leading whitespace is kept
+                text = self._held + text
+            self._held = ""
             events += self._new_message()
         pos = self._open
         self.items[pos]["content"][0]["text"] += text
