@@ -118,12 +118,16 @@ def _truncation(v, name):
 
 
 def _include(v, name):
+    """Only "reasoning.encrypted_content", which stateless clients ask for: reasoning items
+    are always returned in plain text, so there is nothing to encrypt."""
     if not isinstance(v, list):
         raise _bad_type(name, v, "an array")
-    if v:
-        raise invalid(f"'{name}' is not supported (got {_short(v)}): no extra output data "
-                      "(logprobs, encrypted reasoning, tool sources) can be included", name,
-                      "unsupported")
+    for i, entry in enumerate(v):
+        if entry != "reasoning.encrypted_content":
+            raise invalid(f"'{name}[{i}]' {_short(entry)} is not supported: no log-probabilities, "
+                          "tool sources or images are returned ('reasoning.encrypted_content' is "
+                          "accepted: reasoning comes in plain text)", f"{name}[{i}]",
+                          "unsupported")
     return v
 
 
@@ -801,6 +805,14 @@ class ResponsesAPI:
 
     async def retrieve(self, request: Request) -> Response:
         rid = request.path_params["response_id"]
+        for key, value in request.query_params.items():
+            if key == "stream" and value.lower() in ("false", "0", ""):
+                continue
+            if key == "include" or key == "include[]":
+                continue  # as for POST: nothing more can be included than what was stored
+            return self.routes._fail(ENDPOINT, invalid(
+                f"query parameter '{key}' is not supported: a stored response is returned whole "
+                "(no streaming replay: there are no background responses)", key, "unsupported"))
         stored = self.store.get(rid)
         if stored is None:
             return self.routes._fail(ENDPOINT, self._not_found(rid))
