@@ -154,7 +154,7 @@ def serve_options():
 def main(argv):
     out = []
     host, model, hf_repo, hf_file, alias = "127.0.0.1", None, None, None, None
-    ctx, parallel, verbose, unified = None, None, False, False
+    ctx, parallel, verbose, unified, metrics = None, None, False, False, False
     i = 0
     while i < len(argv):
         flag = argv[i]
@@ -175,6 +175,7 @@ def main(argv):
             out.append((VALUE_MAP[flag], value))
         elif flag in SWITCH_MAP:
             out.append((SWITCH_MAP[flag], None))
+            metrics = metrics or flag == "--metrics"
         elif flag == "--host":
             host = value
         elif flag in ("--model", "-m"):
@@ -211,6 +212,8 @@ def main(argv):
     if ctx:
         out.append(("--ctx-size", str(ctx if unified else max(1, ctx // n_par))))
     out.append(("--host", host))
+    if not metrics:
+        out.append(("--no-metrics", None))  # llama-server serves /metrics only with --metrics
     if alias:
         out.append(("--alias", alias))
     out.append(("--log-level", "debug" if verbose else "info"))

@@ -176,12 +176,14 @@ class Formatter:
                 choice.started = True
                 delta["role"] = "assistant"
             parsed = getattr(chunk, "delta", None)
+            # The role chunk says content null, not "", when it has no text (as llama-server;
+            # llama.cpp's clients treat a non-null content delta as text).
             if parsed is None:
                 if chunk.text or "role" in delta:
-                    delta["content"] = chunk.text
+                    delta["content"] = chunk.text or None
             else:
                 if parsed.content or ("role" in delta and not parsed.tool_calls):
-                    delta["content"] = parsed.content
+                    delta["content"] = parsed.content or None
                 if parsed.reasoning:
                     delta["reasoning_content"] = parsed.reasoning
                 if parsed.tool_calls:
