@@ -523,6 +523,16 @@ def test_sdk_parses_reasoning_text_and_function_call(fake):
     assert call_args["chat_template_kwargs"] == {"enable_thinking": True,
                                                  "reasoning_effort": "low"}
     assert call_args["params"].max_tokens == 50 and call_args["params"].temperature == 0.2
+    # the output passed back as input (SDK objects): one assistant turn with its reasoning
+    c.responses.create(model="fake", tools=[WEATHER], input=[
+        {"role": "user", "content": "Weather in Oslo?"}, *r.output,
+        {"type": "function_call_output", "call_id": "call_abc", "output": "cold"}])
+    assert fake.engine.calls[-1]["messages"] == [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": "Checking.", "reasoning_content": "The user wants weather.",
+         "tool_calls": [{"id": "call_abc", "type": "function",
+                         "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
+        {"role": "tool", "tool_call_id": "call_abc", "content": "cold", "name": "get_weather"}]
 
 
 def test_stream_events_in_order_with_sequence_numbers(fake):
@@ -634,7 +644,7 @@ def test_tool_round_trip_reaches_the_engine_as_chat_messages(fake):
     # the client may also send the whole conversation itself, output items included
     r3 = c.responses.create(model="fake", tools=[WEATHER], input=[
         {"role": "user", "content": "Weather in Rome?"},
-        *[o.model_dump(exclude_none=True) for o in r1.output],
+        *r1.output,  # the SDK's own objects, as OpenAI's cookbook passes them back
         {"type": "function_call_output", "call_id": "call_9", "output": "sunny"}])
     assert r3.status == "completed"
     assert fake.engine.calls[-1]["messages"] == fake.engine.calls[-2]["messages"]
