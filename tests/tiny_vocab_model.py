@@ -32,7 +32,8 @@ def vocab():
     return tokens, types, merges
 
 
-def write_tiny_vocab_model(path, weight_type: str = "F32", seed: int = 0, tied: bool = False):
+def write_tiny_vocab_model(path, weight_type: str = "F32", seed: int = 0, tied: bool = False,
+                           chat_template: str = None):
     import gguf
     from gguf import GGMLQuantizationType as QT
     from gguf.quants import quantize
@@ -63,6 +64,8 @@ def write_tiny_vocab_model(path, weight_type: str = "F32", seed: int = 0, tied: 
     w.add_bos_token_id(n_vocab - 1)
     w.add_eos_token_id(n_vocab - 1)
     w.add_add_bos_token(True)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
 
     def matrix(name, rows, cols, std=0.2):
         a = (rng.standard_normal((rows, cols)) * std).astype(np.float32)
