@@ -18,7 +18,7 @@ pytest.importorskip("edgellm._core", reason="edgellm._core is not built (scripts
 import edgellm  # noqa: E402
 from edgellm import ContextLengthError, InvalidRequestError  # noqa: E402
 
-pytestmark = [pytest.mark.real_model]
+REAL = pytest.mark.real_model  # tests with SmolLM2; the stand-in server tests at the end need none
 
 TEXTS = [
     "The cat sat on the mat.",
@@ -54,6 +54,7 @@ def llm_f32(smollm2_path):
 
 # ---- LLM.embed ------------------------------------------------------------------------------
 
+@REAL
 def test_shape_and_l2_normalised(llm):
     vecs = llm.embed(TEXTS[:3])
     assert isinstance(vecs, list) and len(vecs) == 3
@@ -66,6 +67,7 @@ def test_shape_and_l2_normalised(llm):
     assert len(one) == 1 and np.allclose(one[0], vecs[0], atol=1e-6)
 
 
+@REAL
 def test_normalize_options(llm):
     raw = llm.embeddings(TEXTS[1], normalize=False).data[0]
     l2 = llm.embeddings(TEXTS[1]).data[0]
@@ -77,6 +79,7 @@ def test_normalize_options(llm):
     assert abs(np.abs(maxabs).max() - 32760.0) < 0.1
 
 
+@REAL
 def test_result_object_counts_tokens(llm):
     res = llm.embeddings(TEXTS[:4])
     assert res.pooling == "mean" == llm.default_pooling  # SmolLM2's GGUF names no pooling
@@ -85,6 +88,7 @@ def test_result_object_counts_tokens(llm):
     assert res.prompt_tokens == sum(res.token_counts)
 
 
+@REAL
 def test_batched_equals_one_at_a_time(llm):
     batched = llm.embeddings(TEXTS).data
     for text, b in zip(TEXTS, batched):
@@ -92,6 +96,7 @@ def test_batched_equals_one_at_a_time(llm):
         assert np.allclose(b, single, atol=1e-5), text
 
 
+@REAL
 def test_batched_while_generating(llm):
     """Embeddings computed while a generation runs in the same engine batches are the same."""
     alone = llm.embeddings(TEXTS).data
@@ -112,6 +117,7 @@ def test_batched_while_generating(llm):
     assert llm.stats()["pages_used"] == 0
 
 
+@REAL
 def test_token_ids_input_matches_text(llm):
     ids = llm.tokenize(TEXTS[2])
     by_ids = llm.embed([ids, TEXTS[2]])
@@ -119,6 +125,7 @@ def test_token_ids_input_matches_text(llm):
     assert np.allclose(llm.embed(ids)[0], by_ids[1], atol=1e-6)  # a flat id list is one input
 
 
+@REAL
 def test_paraphrase_is_closer_than_unrelated(llm):
     a, para, other = llm.embed([
         "The weather today is sunny and warm.",
@@ -128,6 +135,7 @@ def test_paraphrase_is_closer_than_unrelated(llm):
     assert cos(a, para) > cos(a, other) + 0.02, (cos(a, para), cos(a, other))
 
 
+@REAL
 def test_pooling_modes_agree_with_per_token_vectors(llm):
     text = TEXTS[2]
     rows = llm.embeddings(text, pooling="none", normalize=False).data[0]
@@ -151,6 +159,7 @@ def test_pooling_modes_agree_with_per_token_vectors(llm):
     assert np.allclose(prefix_last, rows[k - 1], atol=2e-3 * np.abs(rows[k - 1]).max())
 
 
+@REAL
 def test_hidden_rows_are_the_lm_heads_input(llm_f32, smollm2_path):
     """Eval-path consistency: the per-token hidden states times the output matrix are the
     logits eval_logits gives (up to the quantized-activation matmul)."""
@@ -168,6 +177,7 @@ def test_hidden_rows_are_the_lm_heads_input(llm_f32, smollm2_path):
         assert int(np.argmax(mine[t])) == int(np.argmax(logits[t]))
 
 
+@REAL
 def test_mean_pooling_matches_float_reference(llm_f32, smollm2_path):
     """Independent check: tests/reference/forward.py's float forward, final norm, mean."""
     llm = llm_f32
@@ -186,6 +196,7 @@ def test_mean_pooling_matches_float_reference(llm_f32, smollm2_path):
     assert cos(got_last, want) < cos(got, want) - 0.01
 
 
+@REAL
 def test_async_embed(llm, smollm2_path):
     async def main():
         allm = edgellm.AsyncLLM(str(smollm2_path), n_ctx=256, n_threads=2)
@@ -204,6 +215,7 @@ def test_async_embed(llm, smollm2_path):
     assert res.pooling == "last" and res.token_counts == [len(llm.tokenize(TEXTS[0]))]
 
 
+@REAL
 def test_errors(llm):
     with pytest.raises(InvalidRequestError, match="empty"):
         llm.embed([])
@@ -238,6 +250,7 @@ def server(smollm2_path):
     s.proc.wait(timeout=30)
 
 
+@REAL
 @pytest.mark.slow
 def test_openai_sdk_float_and_base64(server, llm):
     client = server.client()
@@ -261,6 +274,7 @@ def test_openai_sdk_float_and_base64(server, llm):
     assert np.allclose(vec, want[0], atol=1e-6)
 
 
+@REAL
 @pytest.mark.slow
 def test_v1_embeddings_shapes(server, llm):
     r = server.post("/v1/embeddings", {"input": TEXTS[0], "encoding_format": "base64",
@@ -293,6 +307,7 @@ def test_v1_embeddings_shapes(server, llm):
     assert "not supported" in r.json()["error"]["message"]
 
 
+@REAL
 @pytest.mark.slow
 @pytest.mark.parametrize("body,param", [
     ({"input": []}, "input"),
@@ -313,6 +328,7 @@ def test_v1_embeddings_rejects(server, body, param):
     assert r.json()["error"]["param"] == param
 
 
+@REAL
 @pytest.mark.slow
 def test_context_overflow_is_400_with_numbers(server, llm):
     text = "This is a test " * 100
@@ -326,6 +342,7 @@ def test_context_overflow_is_400_with_numbers(server, llm):
     assert server.post("/v1/embeddings", {"input": "fine"}).status_code == 200
 
 
+@REAL
 @pytest.mark.slow
 def test_native_endpoints(server, llm):
     r = server.post("/embedding", {"content": TEXTS[0]})
@@ -344,6 +361,7 @@ def test_native_endpoints(server, llm):
     assert isinstance(r.json(), list)
 
 
+@REAL
 @pytest.mark.slow
 def test_pooling_none_server(smollm2_path, llm):
     from test_server import ServerProcess
@@ -364,3 +382,155 @@ def test_pooling_none_server(smollm2_path, llm):
     finally:
         s.proc.terminate()
         s.proc.wait(timeout=30)
+
+
+# ---- the server over a stand-in engine (no model needed) --------------------------------------
+
+class FakeEmbedLLM:
+    """What server/embeddings.py needs of AsyncLLM. Token i of a text is 100 + its character's
+    code (BOS = 1 when special tokens are added); an embedding row is (t, 2t, -t, 1)."""
+    n_ctx = 64
+    n_vocab = 1000
+    n_embd = 4
+    isa = "fake"
+
+    def __init__(self, default_pooling="mean"):
+        self.default_pooling = default_pooling
+        self.calls = []
+
+    def tokenize(self, text, add_special=True, parse_special=False):
+        return ([1] if add_special else []) + [100 + ord(c) % 800 for c in text]
+
+    def stats(self):
+        return {}
+
+    def close(self):
+        pass
+
+    async def embeddings(self, prompts, normalize=True, pooling=None):
+        from edgellm.embeddings import Embeddings
+
+        self.calls.append({"prompts": prompts, "normalize": normalize, "pooling": pooling})
+        data = []
+        for i, p in enumerate(prompts):
+            if len(p) > self.n_ctx:
+                raise ContextLengthError(f"embedding input {i} is too large: {len(p)} tokens > "
+                                         f"n_ctx {self.n_ctx} by {len(p) - self.n_ctx}")
+            rows = np.array([[t, 2 * t, -t, 1] for t in p], np.float32)
+            data.append(rows if pooling == "none" else rows.mean(axis=0) / 7.0)
+        return Embeddings(data, [len(p) for p in prompts], pooling, normalize)
+
+
+@pytest.fixture
+def fake_server():
+    from test_server_unit import RunningServer
+
+    servers = []
+
+    def start(engine=None, **cfg):
+        s = RunningServer(engine=engine or FakeEmbedLLM(), **cfg).wait_ready()
+        servers.append(s)
+        return s
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
+def _post(s, path, body):
+    import httpx
+
+    return httpx.post(s.url + path, json=body, timeout=10)
+
+
+def test_stand_in_input_shapes_and_tokenization(fake_server):
+    s = fake_server()
+    tok = s.engine.tokenize
+    r = _post(s, "/v1/embeddings", {"input": ["ab", [5, 6], [7, "cd", 8], {"prompt_string": "ab"},
+                                              {"content": [{"type": "text", "text": "a"},
+                                                           {"type": "text", "text": "b"}]}]})
+    assert r.status_code == 200, r.text
+    call = s.engine.calls[-1]
+    assert call["prompts"] == [tok("ab"), [5, 6], [7] + tok("cd", add_special=False) + [8],
+                               tok("ab"), tok("ab")]
+    assert call["pooling"] == "mean" and call["normalize"] == 2
+    body = r.json()
+    assert body["model"] == "fake" and body["object"] == "list"
+    assert [d["index"] for d in body["data"]] == [0, 1, 2, 3, 4]
+    assert body["usage"] == {"prompt_tokens": 3 + 2 + 4 + 3 + 3, "total_tokens": 15}
+    # a flat id list and a mixed list holding an id are one prompt; a leading string gets BOS
+    _post(s, "/v1/embeddings", {"input": ["ab", 9]})
+    assert s.engine.calls[-1]["prompts"] == [tok("ab") + [9]]
+    _post(s, "/v1/embeddings", {"input": [3, 4]})
+    assert s.engine.calls[-1]["prompts"] == [[3, 4]]
+
+
+def test_stand_in_base64_is_little_endian_float32(fake_server):
+    s = fake_server()
+    f = _post(s, "/v1/embeddings", {"input": "hello"}).json()["data"][0]["embedding"]
+    b = _post(s, "/v1/embeddings", {"input": "hello", "encoding_format": "base64"}).json()["data"][0]
+    raw = base64.b64decode(b["embedding"])
+    assert len(raw) == 4 * 4
+    assert list(struct.unpack("<4f", raw)) == pytest.approx(f, abs=0)
+    assert list(np.frombuffer(raw, "<f4")) == list(np.asarray(f, np.float32))
+
+
+def test_stand_in_normalize_and_dimensions(fake_server):
+    s = fake_server(embd_normalize=3)
+    _post(s, "/v1/embeddings", {"input": "a"})
+    assert s.engine.calls[-1]["normalize"] == 3  # --embd-normalize
+    _post(s, "/v1/embeddings", {"input": "a", "embd_normalize": -1})
+    assert s.engine.calls[-1]["normalize"] == -1  # the request's wins
+    assert _post(s, "/v1/embeddings", {"input": "a", "dimensions": 4}).status_code == 200
+    r = _post(s, "/v1/embeddings", {"input": "a", "dimensions": 3})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "unsupported"
+    r = _post(s, "/v1/embeddings", {"input": "a", "model": 7})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "model"
+
+
+def test_stand_in_pooling_none(fake_server):
+    s = fake_server(pooling="none")
+    r = _post(s, "/v1/embeddings", {"input": "ab"})
+    assert r.status_code == 400 and "pooling" in r.json()["error"]["message"]
+    r = _post(s, "/embeddings", {"input": "ab", "embd_normalize": 2})
+    assert r.status_code == 200
+    assert s.engine.calls[-1]["pooling"] == "none" and s.engine.calls[-1]["normalize"] == -1
+    rows = r.json()[0]["embedding"]
+    assert rows == [[t, 2 * t, -t, 1] for t in s.engine.tokenize("ab")]
+    # the model's own pooling counts too
+    s2 = fake_server(engine=FakeEmbedLLM(default_pooling="none"))
+    assert _post(s2, "/v1/embeddings", {"input": "ab"}).status_code == 400
+
+
+def test_stand_in_native_shape(fake_server):
+    s = fake_server()
+    r = _post(s, "/embedding", {"content": ["ab", "c"]})
+    assert r.status_code == 200
+    body = r.json()
+    assert [e["index"] for e in body] == [0, 1]
+    assert all(len(e["embedding"]) == 1 and len(e["embedding"][0]) == 4 for e in body)
+
+
+def test_stand_in_errors(fake_server):
+    s = fake_server(parallel=1, max_queue=2)
+    r = _post(s, "/v1/embeddings", {"input": "x" * 100})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    assert "by 37" in r.json()["error"]["message"]
+    r = _post(s, "/v1/embeddings", {"input": ["a", "b", "c", "d"]})  # more than 1 + 2 sequences
+    assert r.status_code == 400 and r.json()["error"]["code"] == "too_many_sequences"
+    r = _post(s, "/v1/embeddings", {"input": [True]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input"
+    r = _post(s, "/v1/embeddings", {"input": [1, -2]})
+    assert r.status_code == 400 and "negative" in r.json()["error"]["message"]
+
+
+def test_stand_in_engine_without_embeddings_is_501(fake_server):
+    class NoEmbed:  # an engine that only generates
+        n_ctx, n_vocab, isa = 64, 1000, "fake"
+        tokenize = FakeEmbedLLM.tokenize
+        stats = FakeEmbedLLM.stats
+        close = FakeEmbedLLM.close
+
+    s = fake_server(engine=NoEmbed())
+    r = _post(s, "/v1/embeddings", {"input": "a"})
+    assert r.status_code == 501
