@@ -71,6 +71,10 @@ class ScriptedLLM:
                                chat_template_kwargs=chat_template_kwargs))
         n_prompt = len(self.chat_prompt_ids(messages, None if tool_choice == "none" else tools,
                                             chat_template_kwargs))
+        if params.max_tokens is not None and n_prompt + params.max_tokens > self.n_ctx:
+            raise edgellm.ContextLengthError(f"{n_prompt} + {params.max_tokens} > n_ctx")
+        if n_prompt >= self.n_ctx:  # as the engine checks
+            raise edgellm.ContextLengthError(f"prompt has {n_prompt} tokens: no room")
         return self._run(n_prompt, list(self.script), self.finish)
 
     async def _run(self, n_prompt, script, finish):
@@ -467,6 +471,20 @@ def test_stop_sequence_and_max_tokens_over_http(fake):
     assert msg.stop_reason == "max_tokens"
 
 
+def test_max_tokens_is_a_cap_beyond_the_context(fake):
+    """As Anthropic's API: max_tokens larger than the room left runs until the context is full."""
+    client = fake.client()
+    fake.engine.n_ctx = 40
+    fake.engine.finish = ("length", None)
+    with client.messages.stream(model="x", max_tokens=32000, messages=USER) as stream:
+        msg = stream.get_final_message()  # (the SDK refuses such a max_tokens unstreamed)
+    assert fake.engine.calls[-1]["params"].max_tokens is None
+    assert msg.stop_reason == "model_context_window_exceeded"
+    msg = client.messages.create(model="x", max_tokens=2, messages=USER)  # fits: kept
+    assert fake.engine.calls[-1]["params"].max_tokens == 2 and msg.stop_reason == "max_tokens"
+    _bad(client, "no room", max_tokens=10, messages=[{"role": "user", "content": "x" * 400}])
+
+
 def test_refusals_use_anthropic_envelope(fake):
     client = fake.client()
     _bad(client, "unknown field 'frequency_penalty'", extra_body={"frequency_penalty": 1})
@@ -719,6 +737,11 @@ def test_real_stop_sequences_and_max_tokens(qwen_server):
     assert "6" in _text(msg) and "7" not in _text(msg)
     msg = client.messages.create(model="qwen", max_tokens=5, **GREEDY, messages=count)
     assert msg.stop_reason == "max_tokens" and msg.usage.output_tokens == 5
+    # max_tokens beyond the 4096-token context is a cap, as in Anthropic's API, not a 400
+    with client.messages.stream(model="qwen", max_tokens=64000, **GREEDY,
+                                messages=[{"role": "user", "content": "Say hello."}]) as stream:
+        final = stream.get_final_message()
+    assert final.stop_reason == "end_turn" and _text(final)
 
 
 @pytest.mark.real_model
@@ -774,6 +797,11 @@ def test_real_forced_tool_use_round_trip(qwen_server):
     assert _valid(call.input, WEATHER["input_schema"]), call.input
     assert "paris" in call.input["city"].lower()
     assert msg.stop_reason == "tool_use"
+    counted = client.messages.count_tokens(model="qwen", messages=[question], tools=[WEATHER],
+                                           tool_choice={"type": "tool", "name": "get_weather"})
+    assert counted.input_tokens == msg.usage.input_tokens + (msg.usage.cache_read_input_tokens or 0)
+    assert counted.input_tokens > client.messages.count_tokens(
+        model="qwen", messages=[question]).input_tokens + 50  # the tool definitions
 
     # streamed, the SDK assembles the same call from input_json_delta events
     with client.messages.stream(model="qwen", max_tokens=120, **GREEDY, messages=[question],

@@ -482,6 +482,16 @@ def count_prompt_tokens(llm, req: MessagesRequest) -> int:
     return len(inner.chat_prompt_ids(req.messages, **kw))
 
 
+def fit_context(req: MessagesRequest, n_prompt: int, n_ctx: Optional[int]) -> JSON:
+    """The sampling arguments, `max_tokens` a cap as in Anthropic's API: when the prompt leaves
+    less room than that, generation runs until the context is full (stop_reason
+    model_context_window_exceeded) instead of the request being refused. A prompt that fills the
+    context alone is still refused by the engine."""
+    if n_ctx and req.max_tokens is not None and n_prompt + req.max_tokens > n_ctx:
+        return {**req.sampling, "max_tokens": None}
+    return req.sampling
+
+
 def chunk_delta(chunk) -> ChatDelta:
     """The parsed delta of an engine chunk (raw text as content where the chat API gives none)."""
     delta = getattr(chunk, "delta", None)
@@ -687,16 +697,18 @@ class AnthropicRoutes(Routes):
         try:
             llm = self.host.require_ready()
             req = parse_messages(await read_json(request))
-            params = self.host.sampling_params(req.sampling)
+            # the prompt's size: for max_tokens against the context, and message_start's usage
+            n_prompt = count_prompt_tokens(llm, req)
+            params = self.host.sampling_params(fit_context(req, n_prompt, self.host.n_ctx))
             admission = self.host.admit(1)
         except APIError as e:
             return self._afail(endpoint, e)
+        except Exception as e:  # noqa: BLE001 - e.g. the template refusing the conversation
+            return self._afail(endpoint, engine_error(e, "messages"))
 
         deadline = self._deadline(t0)
         stream: Optional[ChunkStream] = None
         try:
-            # message_start carries the prompt's size before the engine reports it
-            n_prompt = count_prompt_tokens(llm, req) if req.stream else 0
             stream = ChunkStream([open_chat(llm, req, params)], 1, self.metrics, t0)
             first = await self._race(stream.next(), request, deadline)
         except ClientGone:
