@@ -238,6 +238,27 @@ def test_errors(llm):
     assert llm.stats()["running"] == 0 and llm.stats()["pages_used"] == 0
 
 
+@REAL
+def test_gemma3_sliding_window_prompt_in_chunks(gemma3_path):
+    """A prompt longer than Gemma 3's 512-token window, prefilled in 64-token chunks (window pages
+    trimmed between steps), pools the same rows as in one 1024-token batch, alone or batched."""
+    text = " ".join(f"w{i % 37}" for i in range(300))
+    small = edgellm.LLM(str(gemma3_path), n_ctx=1024, n_threads=2, max_batch_tokens=64)
+    try:
+        assert len(small.tokenize(text)) > 512
+        chunked = small.embeddings([text, "short"]).data[0]
+        alone = small.embeddings(text).data[0]
+    finally:
+        small.close()
+    big = edgellm.LLM(str(gemma3_path), n_ctx=1024, n_threads=2, max_batch_tokens=1024)
+    try:
+        whole = big.embeddings(text).data[0]
+    finally:
+        big.close()
+    assert np.allclose(chunked, alone, atol=1e-5)
+    assert cos(chunked, whole) > 0.9999
+
+
 # ---- the server -----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
