@@ -509,3 +509,37 @@ def test_real_infill_qwen_coder():
         assert b["tokens_evaluated"] > 20
     finally:
         s.stop()
+
+
+def test_openai_routes_take_llamacpp_fields(server):
+    r = post(server, "/v1/completions", {"prompt": "hi", "n_predict": 2, "id_slot": 0,
+                                          "backend_sampling": False})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 2
+    r = post(server, "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                               "n_predict": 3})
+    assert r.json()["usage"]["completion_tokens"] == 3
+    r = post(server, "/v1/completions", {"prompt": "hi", "n_predict": 2, "max_tokens": 3})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "n_predict"
+
+
+def test_chat_stream_role_chunk_has_null_content():
+    class EmptyFirst(FakeAsyncLLM):
+        async def _run(self, ids, p):
+            first = True
+            async for chunk in super()._run(ids, p):
+                if first:
+                    chunk.text, first = "", False
+                yield chunk
+
+    s = RunningServer(engine=EmptyFirst()).wait_ready()
+    try:
+        r = post(s, "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                              "max_tokens": 3, "stream": True})
+        events = [json.loads(x[6:]) for x in r.text.split("\n\n")
+                  if x.startswith("data: ") and x != "data: [DONE]"]
+        delta = events[0]["choices"][0]["delta"]
+        assert delta["role"] == "assistant" and delta.get("content") is None
+        assert all(e["choices"][0]["delta"].get("content") != "" for e in events)
+    finally:
+        s.stop()

@@ -107,7 +107,8 @@ def qwen_tool_call_cases(suite, env):
 
 
 def run_pytest(suite, env, name, args, junit, timeout):
-    log(f"{name}: pytest {' '.join(args[:3])}{' ...' if len(args) > 3 else ''}")
+    shown = [a if len(a) < 60 else a[:57] + "..." for a in args[:3]]
+    log(f"{name}: pytest {' '.join(shown)}{' ...' if len(args) > 3 else ''}")
     t0 = time.monotonic()
     logf = junit.with_suffix(".log")
     with open(logf, "w") as lf:

@@ -380,9 +380,32 @@ def _prompts(v: Any) -> List[Union[str, List[int]]]:
     raise bad
 
 
+# --- llama-server's own fields on the OpenAI routes (llamacpp_api.py owns its native routes) ---
+# llama-server takes `n_predict` as max_tokens there; `id_slot` and `backend_sampling` mean
+# nothing here (no slot pinning, CPU sampling) and are accepted for llama.cpp clients.
+_LLAMACPP: Dict[str, Callable] = {
+    "n_predict": max_tokens,
+    "id_slot": integer(-1),
+    "backend_sampling": boolean,
+}
+
+
+def _llamacpp_fields(fields: JSON) -> JSON:
+    fields.pop("id_slot", None)
+    fields.pop("backend_sampling", None)
+    if "n_predict" in fields:
+        n = fields.pop("n_predict")
+        if "max_tokens" in fields and fields["max_tokens"] != n:
+            raise invalid("'max_tokens' and 'n_predict' disagree; send one", "n_predict",
+                          "invalid_value")
+        fields["max_tokens"] = n  # None = no limit (-1)
+    return fields
+
+
 def parse_chat(body: Any) -> GenerationRequest:
-    fields = _check_fields(body, {**{k: c for k, (c, _) in _SAMPLING.items()},
-                                  **_COMMON, **_INERT, **_CHAT_ONLY})
+    fields = _llamacpp_fields(_check_fields(body, {**{k: c for k, (c, _) in _SAMPLING.items()},
+                                                   **_COMMON, **_INERT, **_CHAT_ONLY,
+                                                   **_LLAMACPP}))
     if "messages" not in fields:
         raise invalid("'messages' is required", "messages", "missing_field")
     messages = _messages(fields["messages"])
@@ -422,8 +445,9 @@ def parse_chat(body: Any) -> GenerationRequest:
 
 
 def parse_completion(body: Any) -> GenerationRequest:
-    fields = _check_fields(body, {**{k: c for k, (c, _) in _SAMPLING.items()},
-                                  **_COMMON, **_INERT, **_COMPLETION_ONLY})
+    fields = _llamacpp_fields(_check_fields(body, {**{k: c for k, (c, _) in _SAMPLING.items()},
+                                                   **_COMMON, **_INERT, **_COMPLETION_ONLY,
+                                                   **_LLAMACPP}))
     if "prompt" not in fields:
         raise invalid("'prompt' is required", "prompt", "missing_field")
     prompts = _prompts(fields["prompt"])
