@@ -148,3 +148,23 @@ def test_thinking_template(think_llm):
     r = think_llm.chat(ASK, SamplingParams(temperature=1.0, seed=3, grammar=g2, max_tokens=20),
                        chat_template_kwargs={"enable_thinking": False})
     assert r.reasoning_content is None and r.content == r.text
+
+
+def test_thinking_model_reasons_before_a_required_call(think_llm):
+    """A template that opens <think>: under tool_choice required the grammar lets the model
+    finish its reasoning, then forces the call (the reasoning is not taken for the call)."""
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    done = 0
+    for seed in range(6):
+        bias = {think_llm.tokenize(c, add_special=False)[0]: 9.0 for c in "</"}
+        r = think_llm.chat(ASK, SamplingParams(temperature=1.0, seed=seed, max_tokens=220,
+                                               logit_bias=bias),
+                           tools=TOOLS, tool_choice=named)
+        if r.finish_reason == "length":
+            continue  # reasoning may run long on a random model
+        assert r.finish_reason == "tool_calls", r.text
+        assert "</think>" in r.text and r.reasoning_content is not None
+        jsonschema.validate(json.loads(r.tool_calls[0].arguments), PARAMS)
+        assert not r.content
+        done += 1
+    assert done >= 2

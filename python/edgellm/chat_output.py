@@ -242,9 +242,10 @@ class ChatFormat:
 
     # --- constraining ---------------------------------------------------------------------
     def tool_grammar(self, json_schema_to_gbnf, tools: Sequence[Dict[str, Any]], tool_choice: Any,
-                     parallel: bool) -> Tuple[str, List[str]]:
+                     parallel: bool, prompt: str = "") -> Tuple[str, List[str]]:
         """(GBNF, triggers) for tool calls: triggers empty means the whole output is a call
-        (tool_choice required or named); else the grammar switches on at a trigger (auto)."""
+        (tool_choice required or named) -- after the reasoning block when the template thinks;
+        else the grammar switches on at a trigger (auto)."""
         picked = chosen_tools(tools, tool_choice)
         rules: List[str] = []
         alts: List[str] = []
@@ -280,6 +281,16 @@ class ChatFormat:
             many = (f'{_gbnf_literal("{")} {_gbnf_literal(chr(34) + "tool_calls" + chr(34) + ": [")} '
                     f'call-object {sep} {_gbnf_literal("]}")}')
             triggers = ['^{"tool_calls"']
+        if forced and self.think:
+            # a thinking model reasons first: free text (without "</") up to the end marker
+            start, end = self.think
+            rules.append('think-text ::= ( [^<] | "<" [^/] )*')
+            rules.append('think-gap ::= [ \\n]*')
+            block = f"think-text {_gbnf_literal(end)} think-gap"
+            if prompt.rstrip().endswith(start):  # the template opened the block itself
+                many = f"{block} ( {many} )"
+            else:
+                many = f"( {_gbnf_literal(start)} {block} )? ( {many} )"
         rules.insert(0, f"root ::= {many}")
         return "\n".join(rules) + "\n", ([] if forced else triggers)
 

@@ -541,7 +541,7 @@ class LLM:
                 # llama-server's default: one call per turn unless parallel calls are asked for
                 parallel = bool(parallel_tool_calls)
                 gbnf, triggers = fmt.tool_grammar(_core.json_schema_to_gbnf, tools, tool_choice,
-                                                  parallel)
+                                                  parallel, prompt=text)
                 params = dataclasses.replace(params, grammar=gbnf, grammar_triggers=triggers or None)
         def new_parser():
             return fmt.parser(tools if use_tools else None, tool_choice, prompt=text)
@@ -597,32 +597,6 @@ class LLM:
         """float32 [len(ids), n_vocab]: the logits at every position of ids in a fresh context
         (computed between engine steps; running requests are not disturbed)."""
         return self._engine.eval_logits([int(t) for t in ids])
-
-    # ---- embeddings (python/edgellm/embeddings.py) ----
-    def embed(self, texts, normalize=True, pooling=None) -> list:
-        """One embedding per input (a string counts as one input; a list of strings or token-id
-        lists gives one each), all submitted at once and batched by the engine: a list of
-        n_embd floats each, or with pooling "none" a list of per-token vectors. pooling: None
-        (the GGUF's pooling_type, else "mean"), "mean", "cls", "last", "none". normalize: True
-        (L2), False, or llama.cpp's embd_normalize integer. Raises InvalidRequestError for empty
-        input and ContextLengthError for an input longer than n_ctx (never truncated)."""
-        return self.embeddings(texts, normalize, pooling).tolist()
-
-    def embeddings(self, texts, normalize=True, pooling=None):
-        """Like embed, as an edgellm.embeddings.Embeddings: float32 numpy arrays (`data`), the
-        token count of each input (`token_counts`, `prompt_tokens`) and the pooling used."""
-        from .embeddings import embeddings_sync
-        return embeddings_sync(self, texts, normalize, pooling)
-
-    @property
-    def n_embd(self) -> int:
-        return self._engine.n_embd
-
-    @property
-    def default_pooling(self) -> str:
-        """The pooling embed uses when given none: the GGUF's pooling_type, else "mean"."""
-        from .embeddings import pooling_name
-        return pooling_name(int(self._engine.default_pooling))
 
     # ---- embeddings (python/edgellm/embeddings.py) ----
     def embed(self, texts, normalize=True, pooling=None) -> list:
@@ -846,14 +820,6 @@ class AsyncLLM:
 
     async def eval_logits(self, ids):
         return await asyncio.get_running_loop().run_in_executor(None, self.llm.eval_logits, ids)
-
-    async def embed(self, texts, normalize=True, pooling=None) -> list:
-        """LLM.embed, awaitable: every input submitted at once; cancelling aborts them."""
-        return (await self.embeddings(texts, normalize, pooling)).tolist()
-
-    async def embeddings(self, texts, normalize=True, pooling=None):
-        from .embeddings import embeddings_async
-        return await embeddings_async(self, texts, normalize, pooling)
 
     async def embed(self, texts, normalize=True, pooling=None) -> list:
         """LLM.embed, awaitable: every input submitted at once; cancelling aborts them."""
