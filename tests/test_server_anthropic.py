@@ -1,12 +1,13 @@
 """The Anthropic Messages API (`POST /v1/messages`, `/v1/messages/count_tokens`), driven by the
 official `anthropic` SDK, unmodified.
 
-Two halves:
+Three parts:
 - over a scripted stand-in engine (no model): the request -> chat-message translation, every
   refusal in Anthropic's error envelope, content blocks / stop reasons / usage built from the
   chat API's ChatDeltas, the SSE event sequence, auth by x-api-key;
 - against the real `edgellm serve` with Qwen2.5-Coder-0.5B (`real_model`): a message, a system
-  prompt, streaming, stop sequences, max_tokens, count_tokens, a forced tool call round trip.
+  prompt, streaming, stop sequences, max_tokens, count_tokens, a forced tool call round trip;
+- a tiny generated model with a thinking template: the `thinking` switch end to end.
 """
 import asyncio
 import json
@@ -824,3 +825,47 @@ def test_real_forced_tool_use_round_trip(qwen_server):
     assert answer.stop_reason == "end_turn", answer
     assert [b.type for b in answer.content] == ["text"]
     assert "24" in text or "sunny" in text.lower(), text  # it read the tool's answer
+
+
+# --- the whole path on a tiny generated model with a thinking template (no download) -------------
+
+THINK_TEMPLATE = (  # Qwen 3 style: the generation prompt opens <think>; enable_thinking false closes it
+    "{%- for m in messages %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and not enable_thinking %}{{- '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- else %}{{- '<think>\\n' }}{%- endif %}{%- endif %}")
+
+
+def test_thinking_switch_end_to_end_on_a_tiny_model(tmp_path):
+    pytest.importorskip("gguf")
+    from tiny_vocab_model import write_tiny_vocab_model
+
+    path = write_tiny_vocab_model(tmp_path / "think.gguf", chat_template=THINK_TEMPLATE)
+    s = InProcessServer(loader=lambda c: edgellm.llm.AsyncLLM(str(path), n_threads=1)).wait_ready()
+    try:
+        client = s.client()
+        body = dict(model="tiny", max_tokens=1100, messages=USER, extra_body={"temperature": 0})
+        # max_tokens 1100 > the 1024-token context: a cap, so this runs until the model ends
+        # or the context is full
+        with client.messages.stream(**body, thinking={"type": "adaptive"}) as stream:
+            thought = stream.get_final_message()
+        assert thought.stop_reason in ("end_turn", "model_context_window_exceeded")
+        assert thought.content and thought.content[0].type == "thinking", thought.content
+        assert thought.content[0].thinking  # the template opened <think>: the parser says so
+        assert "<think>" not in "".join(getattr(b, "text", "") for b in thought.content)
+        plain = client.messages.create(model="tiny", max_tokens=12, messages=USER,
+                                       extra_body={"temperature": 0},
+                                       thinking={"type": "disabled"})
+        assert [b.type for b in plain.content] == ["text"], plain.content
+        assert plain.stop_reason == "max_tokens" and plain.usage.output_tokens == 12
+        hidden = client.messages.create(model="tiny", max_tokens=12, messages=USER,
+                                        extra_body={"temperature": 0},
+                                        thinking={"type": "adaptive", "display": "omitted"})
+        assert hidden.content[0].type == "thinking" and hidden.content[0].thinking == ""
+        # the switch reached the template: count_tokens sees the closed think block
+        n_on = client.messages.count_tokens(model="tiny", messages=USER).input_tokens
+        n_off = client.messages.count_tokens(model="tiny", messages=USER,
+                                             thinking={"type": "disabled"}).input_tokens
+        assert n_off > n_on
+    finally:
+        s.stop()
