@@ -625,6 +625,40 @@ def test_previous_response_id_store_retrieve_delete(fake):
         c.responses.retrieve(r3.id)
 
 
+def test_input_items_are_listed(fake):
+    c = fake.client()
+    r = c.responses.create(model="fake", input=[
+        {"role": "user", "content": "q1"},
+        {"type": "message", "role": "assistant", "id": "msg_given",
+         "content": [{"type": "output_text", "text": "a1"}]},
+        {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "42"},
+        {"role": "developer", "content": [{"type": "input_text", "text": "rules"}]}])
+    items = list(c.responses.input_items.list(r.id, order="asc"))
+    assert [i.type for i in items] == ["message", "message", "function_call",
+                                       "function_call_output", "message"]
+    assert items[0].content[0].type == "input_text" and items[0].content[0].text == "q1"
+    assert items[1].id == "msg_given" and items[1].content[0].text == "a1"
+    assert items[2].call_id == "call_1" and items[3].output == "42"
+    assert items[4].role == "developer"
+    assert len({i.id for i in items}) == 5
+    # newest first by default; pages of 2 follow the cursor
+    pages = c.responses.input_items.list(r.id, limit=2)
+    assert [i.id for i in pages] == [i.id for i in reversed(items)]
+    first = c.responses.input_items.list(r.id, limit=2)
+    assert len(first.data) == 2 and first.has_more
+    # a string input is one user message; only this response's input, not the earlier turns
+    r2 = c.responses.create(model="fake", input="next", previous_response_id=r.id)
+    items2 = list(c.responses.input_items.list(r2.id))
+    assert len(items2) == 1 and items2[0].role == "user" and items2[0].content[0].text == "next"
+    for query, param in (("limit=0", "limit"), ("order=up", "order"), ("after=nope", "after"),
+                         ("colour=1", "colour")):
+        resp = httpx.get(fake.url + f"/v1/responses/{r.id}/input_items?{query}")
+        assert resp.status_code == 400 and resp.json()["error"]["param"] == param
+    with pytest.raises(openai.NotFoundError):
+        c.responses.input_items.list("resp_missing")
+
+
 def test_tool_round_trip_reaches_the_engine_as_chat_messages(fake):
     c = fake.client()
     fake.engine.script = [ChatDelta(tool_calls=[ToolCallDelta(0, "call_9", "get_weather",

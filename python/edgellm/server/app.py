@@ -71,6 +71,8 @@ def create_app(config: ServerConfig, loader: Callable[[ServerConfig], Any] = def
             Route("/v1/responses", responses_api.create, methods=["POST"]),
             Route("/v1/responses/{response_id}", responses_api.retrieve, methods=["GET"]),
             Route("/v1/responses/{response_id}", responses_api.delete, methods=["DELETE"]),
+            Route("/v1/responses/{response_id}/input_items", responses_api.input_items,
+                  methods=["GET"]),
             Route("/v1/messages", anthropic.messages, methods=["POST"]),
             Route("/v1/messages/count_tokens", anthropic.count_tokens, methods=["POST"]),
             Route("/v1/models", routes.models, methods=["GET"]),

@@ -77,6 +77,7 @@ class ResponsesRequest:
     store: bool = True
     previous_response_id: Optional[str] = None
     echo: JSON = field(default_factory=dict)     # request fields the response object repeats
+    items: List[JSON] = field(default_factory=list)  # the input as items with ids
 
 
 def _metadata(v, name):
@@ -413,6 +414,42 @@ def input_messages(v: Any, name: str = "input") -> List[JSON]:
     return out
 
 
+def input_items(v: Any) -> List[JSON]:
+    """`input` (already checked by input_messages) as stored items with ids, for
+    GET /v1/responses/{id}/input_items."""
+    if isinstance(v, str):
+        v = [{"role": "user", "content": v}]
+    out = []
+    for item in v:
+        kind = item.get("type", "message")
+        it: JSON = {"type": kind}
+        if kind == "message":
+            content = item["content"]
+            part = "output_text" if item["role"] == "assistant" else "input_text"
+            if isinstance(content, str):
+                content = [{"type": part, "text": content}]
+            parts = []
+            for p in content:
+                p = dict(p)
+                if p["type"] == "output_text":
+                    p.setdefault("annotations", [])
+                parts.append(p)
+            it.update(id=item.get("id") or _id("msg"), role=item["role"], content=parts)
+        elif kind == "function_call":
+            it.update(id=item.get("id") or _id("fc"), call_id=item["call_id"],
+                      name=item["name"], arguments=item["arguments"])
+        elif kind == "function_call_output":
+            it.update(id=item.get("id") or _id("fco"), call_id=item["call_id"],
+                      output=item["output"])
+        else:  # reasoning
+            it.update(id=item.get("id") or _id("rs"), summary=item.get("summary") or [])
+            if item.get("content") is not None:
+                it["content"] = item["content"]
+        it["status"] = "completed"
+        out.append(it)
+    return out
+
+
 def _name_tool_results(history: List[JSON], messages: List[JSON]) -> None:
     """Give `role: tool` messages the name of the call they answer, found in the history."""
     names = {c["id"]: c["function"]["name"] for m in history for c in m.get("tool_calls", ())}
@@ -532,7 +569,8 @@ def parse_request(body: Any) -> ResponsesRequest:
         parallel_tool_calls=fields.get("parallel_tool_calls", True),
         template_kwargs=template_kwargs,
         stream=fields.get("stream", False), store=fields.get("store", True),
-        previous_response_id=fields.get("previous_response_id"), echo=echo)
+        previous_response_id=fields.get("previous_response_id"), echo=echo,
+        items=input_items(fields["input"]))
 
 
 def conversation(req: ResponsesRequest, history: List[JSON]) -> List[JSON]:
@@ -548,6 +586,7 @@ def conversation(req: ResponsesRequest, history: List[JSON]) -> List[JSON]:
 class StoredResponse:
     body: JSON               # the response object, as GET returns it
     history: List[JSON]      # chat messages up to and including its output (no instructions)
+    items: List[JSON] = field(default_factory=list)  # its own input items, in order
 
 
 class ResponseStore:
@@ -819,6 +858,46 @@ class ResponsesAPI:
         self.metrics.request_done(ENDPOINT, 200)
         return JSONResponse(stored.body)
 
+    async def input_items(self, request: Request) -> Response:
+        """The stored response's own input items (not those of earlier responses), a cursor
+        page as OpenAI's: `limit` 1..100 (20), `order` desc (default) | asc, `after` an id."""
+        rid = request.path_params["response_id"]
+        stored = self.store.get(rid)
+        if stored is None:
+            return self.routes._fail(ENDPOINT, self._not_found(rid))
+        q = request.query_params
+        try:
+            for key in q:
+                if key not in ("limit", "order", "after", "include", "include[]"):
+                    raise invalid(f"unknown query parameter '{key}'", key, "unknown_field")
+            try:
+                limit = int(q.get("limit", "20"))
+            except ValueError:
+                raise invalid(f"'limit' must be an integer, got {q['limit']!r}", "limit",
+                              "invalid_type") from None
+            if not 1 <= limit <= 100:
+                raise invalid(f"'limit' must be in 1..100, got {limit}", "limit",
+                              "invalid_value")
+            order = q.get("order", "desc")
+            if order not in ("asc", "desc"):
+                raise invalid(f"'order' must be 'asc' or 'desc', got {order!r}", "order",
+                              "invalid_value")
+            items = stored.items if order == "asc" else stored.items[::-1]
+            if "after" in q:
+                ids = [it["id"] for it in items]
+                if q["after"] not in ids:
+                    raise invalid(f"no input item '{q['after']}' in response '{rid}'", "after",
+                                  "invalid_value")
+                items = items[ids.index(q["after"]) + 1:]
+        except APIError as e:
+            return self.routes._fail(ENDPOINT, e)
+        page = items[:limit]
+        self.metrics.request_done(ENDPOINT, 200)
+        return JSONResponse({"object": "list", "data": page,
+                             "first_id": page[0]["id"] if page else None,
+                             "last_id": page[-1]["id"] if page else None,
+                             "has_more": len(items) > limit})
+
     async def delete(self, request: Request) -> Response:
         rid = request.path_params["response_id"]
         if not self.store.delete(rid):
@@ -876,7 +955,7 @@ class ResponsesAPI:
               builder: OutputBuilder) -> None:
         if req.store and body["status"] in ("completed", "incomplete"):
             kept = [dict(m) for m in history] + req.input_messages + [builder.assistant_message()]
-            self.store.put(rid, StoredResponse(body, kept))
+            self.store.put(rid, StoredResponse(body, kept, req.items))
 
     async def create(self, request: Request) -> Response:
         t0 = time.monotonic()
