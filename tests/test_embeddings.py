@@ -216,6 +216,42 @@ def test_async_embed(llm, smollm2_path):
 
 
 @REAL
+def test_async_many_inputs_one_pipe_and_cancel(smollm2_path):
+    """Hundreds of inputs share one wake-up pipe; cancelling the awaiting task aborts them all,
+    frees their pages and leaks no descriptor."""
+    import os
+
+    fds = lambda: len(os.listdir("/proc/self/fd"))  # noqa: E731
+    texts = [f"item number {i}" for i in range(600)]
+
+    async def main():
+        allm = edgellm.AsyncLLM(str(smollm2_path), n_ctx=256, n_threads=2)
+        try:
+            before = fds()
+            res = await allm.embeddings(texts)
+            assert len(res.data) == 600 and fds() == before
+            task = asyncio.ensure_future(allm.embed(texts * 2))
+            await asyncio.sleep(0.2)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            for _ in range(100):  # the engine drops the aborted requests at its next steps
+                st = allm.stats()
+                if st["running"] == 0 and st["waiting"] == 0:
+                    break
+                await asyncio.sleep(0.05)
+            assert st["running"] == 0 and st["waiting"] == 0 and st["pages_used"] == 0
+            await asyncio.sleep(0.1)
+            assert fds() == before
+            return res
+        finally:
+            allm.close()
+
+    res = asyncio.run(main())
+    assert all(n > 0 for n in res.token_counts)
+
+
+@REAL
 def test_errors(llm):
     with pytest.raises(InvalidRequestError, match="empty"):
         llm.embed([])

@@ -23,6 +23,7 @@ which and by how much. Nothing is ever truncated.
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Union
 
@@ -182,36 +183,75 @@ def embeddings_sync(llm, texts, normalize=True, pooling=None) -> Embeddings:
     return _result([events[i] for i in range(len(ids))], pool, norm)
 
 
-async def embeddings_async(allm, texts, normalize=True, pooling=None) -> Embeddings:
-    from .llm import _AsyncChannel
+class _SharedPipe:
+    """One wake-up pipe for all channels of a call (each OutputChannel writes a byte to it per
+    event), so a call with many inputs uses two file descriptors, not two per input. It is
+    closed only once the engine has sent every channel's last event."""
 
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self._loop = loop
+        self._rfd, self._wfd = os.pipe()
+        os.set_blocking(self._rfd, False)
+        os.set_blocking(self._wfd, False)
+        self._ready = asyncio.Event()
+        self._closing = self._closed = False
+        self.channels: List = []
+        loop.add_reader(self._rfd, self._on_readable)
+
+    def channel(self):
+        ch = _core.OutputChannel(self._wfd)
+        self.channels.append(ch)
+        return ch
+
+    def _on_readable(self) -> None:
+        try:
+            while os.read(self._rfd, 4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+        self._ready.set()
+        if self._closing:
+            self._close_if_done()
+
+    async def wait(self) -> None:
+        await self._ready.wait()
+        self._ready.clear()
+
+    def _close_if_done(self) -> None:
+        if not self._closed and all(ch.all_sent for ch in self.channels):
+            self._closed = True
+            self._loop.remove_reader(self._rfd)
+            os.close(self._rfd)
+            os.close(self._wfd)
+
+    def close(self) -> None:
+        self._closing = True
+        self._close_if_done()
+
+
+async def embeddings_async(allm, texts, normalize=True, pooling=None) -> Embeddings:
     llm = allm.llm
     ids, pool, norm = _prepare(llm, texts, normalize, pooling)
     engine = llm._engine
-    loop = asyncio.get_running_loop()
-
-    async def one(x):
-        ach = _AsyncChannel(loop)
-        rid = None
-        done = False
-        try:
-            rid = engine.submit_embedding(x, ach.channel, pool, norm)
-            while True:
-                ev = await ach.get()
-                if ev["finished"]:
-                    done = True
-                    return ev
-        finally:
-            if not done and rid is not None:
-                engine.abort(rid)
-            ach.close()
-
-    tasks = [asyncio.ensure_future(one(x)) for x in ids]
+    pipe = _SharedPipe(asyncio.get_running_loop())
+    rids, events = [], {}
     try:
-        events = await asyncio.gather(*tasks)
-    except BaseException:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
-    return _result(list(events), pool, norm)
+        for x in ids:
+            rids.append(engine.submit_embedding(x, pipe.channel(), pool, norm))
+        pending = set(range(len(ids)))
+        while pending:
+            for i in list(pending):
+                ev = pipe.channels[i].try_pop()
+                while ev is not None and not ev["finished"]:
+                    ev = pipe.channels[i].try_pop()
+                if ev is not None:
+                    events[i] = ev
+                    pending.discard(i)
+            if pending:
+                await pipe.wait()
+    finally:
+        for i, rid in enumerate(rids):
+            if i not in events:
+                engine.abort(rid)
+        pipe.close()
+    return _result([events[i] for i in range(len(ids))], pool, norm)
