@@ -32,7 +32,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 SDIST = "llama-cpp-python==0.3.36"
 SUITE_IN_SDIST = "vendor/llama.cpp/tools/server/tests"
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "edgellm" / "llama-server-suite"
+CACHE = Path(os.environ.get("EDGELLM_SUITE_CACHE") or
+             Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "edgellm" / "llama-server-suite")
 
 FILES = ["test_basic", "test_tokenize", "test_security", "test_chat_completion", "test_completion",
          "test_tool_call", "test_embedding", "test_infill", "test_ctx_shift", "test_slot_save",
@@ -63,10 +64,19 @@ def fetch_sdist():
     CACHE.mkdir(parents=True, exist_ok=True)
     log(f"fetching the {SDIST} sdist with pip into {CACHE}")
     # --no-build-isolation: pip would otherwise build the sdist's build requirements (cmake...)
-    # from source just to read its metadata.
+    # from source just to read its metadata. The metadata step still needs the sdist's build
+    # backend (scikit-build-core, pure Python): put it in a folder of its own, not in this venv.
+    env = dict(os.environ)
+    import importlib.util
+    if importlib.util.find_spec("scikit_build_core") is None:
+        backend = CACHE / "build-backend"
+        if not (backend / "scikit_build_core").is_dir():
+            subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "--target",
+                                   str(backend), "scikit-build-core"])
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(backend), env.get("PYTHONPATH")]))
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
            "--no-build-isolation", SDIST, "-d", str(CACHE)]
-    rc = subprocess.call(cmd)
+    rc = subprocess.call(cmd, env=env)
     archives = sorted(glob.glob(str(CACHE / "llama_cpp_python-*.tar.gz")))
     if not archives:
         sys.exit(f"pip download failed (status {rc}) and left no sdist in {CACHE}")
@@ -75,7 +85,10 @@ def fetch_sdist():
     with tarfile.open(archives[-1]) as tar:
         members = [m for m in tar.getmembers() if "/vendor/llama.cpp/tools/server/tests/" in m.name
                    or "/vendor/llama.cpp/models/templates/" in m.name]
-        tar.extractall(CACHE, members=members, filter="data")
+        try:
+            tar.extractall(CACHE, members=members, filter="data")
+        except TypeError:  # Python without extraction filters
+            tar.extractall(CACHE, members=members)
     found = sorted(CACHE.glob(f"llama_cpp_python-*/{SUITE_IN_SDIST}"))
     if not found:
         sys.exit(f"{archives[-1]} has no {SUITE_IN_SDIST}")
