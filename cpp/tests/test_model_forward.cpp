@@ -163,6 +163,74 @@ bool throws(F&& f) {
   return false;
 }
 
+// Hidden-state rows (embeddings): the final-norm states of the rows asked for, in batch order,
+// are the LM head's input (hidden · output matrix = that token's logits), whatever else the
+// batch holds and whether or not the same token also wants logits.
+void check_hidden_rows(const std::shared_ptr<Model>& model) {
+  const std::vector<int32_t> a = {5, 9, 1, 33, 2, 7}, b = {8, 8, 30, 4, 17};
+  const TensorInfo* emb = model->file().find_tensor("token_embd.weight");  // tied output head, F32
+  CHECK(emb != nullptr);
+  const float* w = reinterpret_cast<const float*>(emb->data);
+  const float cap = model->config().logit_softcap;
+  auto head = [&](const float* h, int32_t v) {
+    double s = 0;
+    for (int i = 0; i < kEmbd; ++i) s += static_cast<double>(h[i]) * w[static_cast<size_t>(v) * kEmbd + i];
+    return cap > 0 ? cap * std::tanh(s / cap) : s;
+  };
+  ModelRunner rb(model, {64, DType::F32, 4});
+  const std::vector<float> lb = rb.eval(b, true);
+
+  // a wants hidden rows only, b wants logits everywhere and hidden rows at odd positions.
+  KVCache kv = make_kv(*model, 2);
+  CHECK(kv.reserve(0, a.size()) && kv.reserve(1, b.size()));
+  Batch batch;
+  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+    if (i < a.size()) batch.add(a[i], i, 0, false, true);
+    if (i < b.size()) batch.add(b[i], i, 1, true, i % 2 == 1);
+  }
+  CHECK(batch.n_hidden_outputs() == static_cast<int32_t>(a.size() + b.size() / 2));
+  std::vector<float> logits(batch.n_outputs() * kVocab), hidden(batch.n_hidden_outputs() * kEmbd);
+  model->forward(batch, kv, logits.data(), hidden.data());
+  double worst = 0;
+  int hrow = 0;
+  std::vector<float> a_rows;
+  for (int t = 0; t < batch.size(); ++t) {
+    if (!batch.wants_hidden(t)) continue;
+    const float* h = &hidden[hrow++ * kEmbd];
+    if (batch.seq[t] == 0) {
+      a_rows.insert(a_rows.end(), h, h + kEmbd);
+      continue;
+    }
+    for (int32_t v = 0; v < kVocab; ++v)
+      worst = std::max(worst, std::fabs(head(h, v) - lb[batch.pos[t] * kVocab + v]));
+  }
+  CHECK(worst < 1e-4);
+
+  // a alone, no logits at all: the same rows.
+  KVCache kv2 = make_kv(*model, 1);
+  CHECK(kv2.reserve(0, a.size()));
+  batch.clear();
+  for (size_t i = 0; i < a.size(); ++i) batch.add(a[i], i, 0, false, true);
+  std::vector<float> alone(a.size() * kEmbd);
+  model->forward(batch, kv2, nullptr, alone.data());
+  CHECK(max_diff(alone.data(), a_rows.data(), alone.size()) < 1e-5f);
+  // and the logits of a's last token agree with its hidden row
+  ModelRunner ra(model, {64, DType::F32, 4});
+  const std::vector<float> la = ra.eval(a, false);
+  worst = 0;
+  for (int32_t v = 0; v < kVocab; ++v) worst = std::max(worst, std::fabs(head(&alone[(a.size() - 1) * kEmbd], v) - la[v]));
+  CHECK(worst < 1e-4);
+
+  // Rows wanting hidden states need a buffer; want_hidden is empty or as long as the batch.
+  KVCache kv3 = make_kv(*model, 1);
+  CHECK(kv3.reserve(0, 2));
+  batch.clear();
+  batch.add(1, 0, 0, false, true);
+  CHECK(throws<InvalidRequestError>([&] { model->forward(batch, kv3, nullptr, nullptr); }));
+  batch.want_hidden.push_back(0);
+  CHECK(throws<InvalidRequestError>([&] { model->forward(batch, kv3, nullptr, alone.data()); }));
+}
+
 void check_arch(const std::string& arch) {
   const std::string path = write_tiny(arch, "/tmp/edgellm_test_model_" + arch + ".gguf");
   LoadOptions opts;
@@ -245,6 +313,7 @@ void check_arch(const std::string& arch) {
   bool finite = true;
   for (float x : lq) finite &= std::isfinite(x);
   CHECK(finite);
+  check_hidden_rows(model);
   std::remove(path.c_str());
 }
 
