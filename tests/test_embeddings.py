@@ -259,7 +259,8 @@ def test_errors(llm):
         llm.embed("")  # SmolLM2 adds no BOS: nothing to embed
     long_text = "word " * 400
     n = len(llm.tokenize(long_text))
-    with pytest.raises(ContextLengthError, match=f"input 1 is too large: {n} tokens > n_ctx 256 by {n - 256}"):
+    want = f"input 1 is too large: {n} tokens > n_ctx 256 by {n - 256}"
+    with pytest.raises(ContextLengthError, match=want):
         llm.embed(["short", long_text])
     with pytest.raises(InvalidRequestError, match="rank"):
         llm.embed("x", pooling="rank")
