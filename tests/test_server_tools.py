@@ -249,3 +249,23 @@ def test_chat_template_kwargs_reach_the_template(think_server):
     # thinking was closed by the template: nothing is reasoning
     assert not msg.get("reasoning_content")
     assert msg["content"]
+
+
+def test_embeddings_with_openai_sdk(client):
+    """The same Qwen2.5-Coder-0.5B server embeds too (float and base64), L2-normalised."""
+    import math
+    texts = ["def add(a, b): return a + b", "function sum(x, y) { return x + y; }",
+             "The cat sat on the mat."]
+    r = client.embeddings.create(model="m", input=texts)
+    vecs = [d.embedding for d in r.data]
+    assert [d.index for d in r.data] == [0, 1, 2] and len(vecs[0]) == 896
+    assert all(abs(math.sqrt(sum(x * x for x in v)) - 1) < 1e-3 for v in vecs)
+    cos = [sum(a * b for a, b in zip(vecs[0], v)) for v in vecs[1:]]
+    assert cos[0] > cos[1]  # code is closer to code than to a sentence about a cat
+    assert r.usage.prompt_tokens > 0
+    import base64
+    import struct
+    b = client.embeddings.create(model="m", input=texts[0], encoding_format="base64")
+    raw = base64.b64decode(b.data[0].embedding)  # asked for explicitly: the SDK hands it over
+    dec = struct.unpack(f"<{len(raw) // 4}f", raw)
+    assert len(dec) == 896 and max(abs(x - y) for x, y in zip(dec, vecs[0])) < 1e-5
