@@ -543,3 +543,23 @@ def test_chat_stream_role_chunk_has_null_content():
         assert all(e["choices"][0]["delta"].get("content") != "" for e in events)
     finally:
         s.stop()
+
+
+def test_chat_input_tokens(server):
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    for path in ("/chat/completions/input_tokens", "/v1/chat/completions/input_tokens"):
+        r = post(server, path, body)
+        assert r.status_code == 200, r.text
+        assert r.json() == {"input_tokens": 1 + len("<user>hi<assistant>")}
+    assert post(server, "/chat/completions/input_tokens", {"messages": []}).status_code == 400
+
+
+def test_templates_get_todays_date():
+    import datetime
+    from edgellm.chat_template import render_chat
+
+    out = render_chat([{"role": "user", "content": "x"}], "{{ date_string }}|{{ datetime }}")
+    now = datetime.date.today()
+    assert out == f"{now.strftime('%d %b %Y')}|{now.strftime('%b %d %Y')}"
+    assert render_chat([{"role": "user", "content": "x"}], "{{ date_string }}",
+                       date_string="1 Jan 2000") == "1 Jan 2000"

@@ -318,10 +318,11 @@ def test_chat_stream_and_usage(server):
                                               "stream_options": {"include_usage": True}})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
     events = sse_events(r.text)
-    assert events[0]["choices"][0]["delta"]["role"] == "assistant"
+    # the first event says the role only (content null), as OpenAI and llama-server stream it
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
     assert all(e["object"] == "chat.completion.chunk" for e in events)
     assert len({e["id"] for e in events}) == 1
-    text = "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"])
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
     assert len(text.split()) == 5
     assert events[-2]["choices"][0]["finish_reason"] == "length" and "timings" in events[-2]
     assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == 5
@@ -331,7 +332,7 @@ def test_chat_stream_and_usage(server):
 def test_stream_text_equals_non_stream_text(server):
     whole = post(server, "/v1/chat/completions", CHAT).json()["choices"][0]["message"]["content"]
     events = sse_events(post(server, "/v1/chat/completions", {**CHAT, "stream": True}).text)
-    assert "".join(e["choices"][0]["delta"].get("content", "") for e in events) == whole
+    assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events) == whole
 
 
 def test_chat_logprobs(server):

@@ -264,7 +264,11 @@ def render_chat(messages: Iterable[Mapping], template: Optional[str] = None, bos
         name = _builtin_name(template) if len(template) < 40 else None
         source = BUILTIN_TEMPLATES[name] if name else template
     compiled = _compile(source)
-    context = dict(extra)
+    now = datetime.now()
+    # llama.cpp's extra template context: today's date, which Llama 3.x templates print
+    # (without it they fall back to a fixed "26 Jul 2024")
+    context = {"date_string": now.strftime("%d %b %Y"), "datetime": now.strftime("%b %d %Y")}
+    context.update(extra)
     context.update(messages=msgs, bos_token=bos_token or "", eos_token=eos_token or "",
                    add_generation_prompt=add_generation_prompt)
     if tools is not None:

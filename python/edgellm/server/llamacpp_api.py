@@ -846,6 +846,26 @@ class LlamaCppAPI:
         self.metrics.request_done("apply-template", 200)
         return JSONResponse({"prompt": prompt})
 
+    # --- /chat/completions/input_tokens ---------------------------------------------------------------
+    async def chat_input_tokens(self, request: Request) -> Response:
+        """A chat request body -> {"input_tokens": tokens of its rendered prompt}."""
+        try:
+            llm = self.host.require_ready()
+            req = protocol.parse_chat(await _read_json(request))
+            ids = None
+            prompt_ids = getattr(llm, "chat_prompt_ids", None)
+            if prompt_ids is not None:
+                ids = prompt_ids(req.messages, tools=req.tools)
+            else:  # a stand-in engine: render, then tokenize with special tokens parsed
+                ids = llm.tokenize(llm.apply_chat_template(req.messages, tools=req.tools),
+                                   add_special=True, parse_special=True)
+        except APIError as e:
+            return self.routes._fail("input_tokens", e)
+        except Exception as e:  # noqa: BLE001
+            return self.routes._fail("input_tokens", _engine_error(e))
+        self.metrics.request_done("input_tokens", 200)
+        return JSONResponse({"input_tokens": len(ids)})
+
     # --- /props and /slots -------------------------------------------------------------------------
     def _template_source(self, llm) -> str:
         inner = getattr(llm, "llm", llm)
@@ -1010,5 +1030,7 @@ def register(app_routes: list, routes) -> LlamaCppAPI:
         Route("/apply-template", api.apply_template, methods=["POST"]),
         Route("/props", api.props, methods=["GET"]),
         Route("/slots", api.slots, methods=["GET"]),
+        Route("/chat/completions/input_tokens", api.chat_input_tokens, methods=["POST"]),
+        Route("/v1/chat/completions/input_tokens", api.chat_input_tokens, methods=["POST"]),
     ]
     return api

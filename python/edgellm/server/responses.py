@@ -212,6 +212,16 @@ class Formatter:
             out["timings"] = timings(chunk.timings)
         return out
 
+    def role_chunk(self, choice: Choice, want_logprobs: bool, include_usage: bool) -> JSON:
+        """A chat stream's first event: the role, no content yet."""
+        choice.started = True
+        out = self._head("chat.completion.chunk")
+        out["choices"] = [{"index": choice.index, "delta": {"role": "assistant", "content": None},
+                           "logprobs": None, "finish_reason": None}]
+        if include_usage:
+            out["usage"] = None
+        return out
+
     def usage_chunk(self, choices: List[Choice], prompts: int = 1) -> JSON:
         obj = "chat.completion.chunk" if self.kind == "chat" else "text_completion"
         out = self._head(obj)

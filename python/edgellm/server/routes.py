@@ -197,6 +197,11 @@ class Routes:
                 choice.add(chunk)
                 parsed = getattr(chunk, "delta", None)
                 has_text = bool(parsed) if parsed is not None else bool(chunk.text)
+                # chat: a first chunk of its own says the role (content null), as OpenAI and
+                # llama-server stream it
+                role_first = fmt.kind == "chat" and not choice.started
+                if role_first:
+                    yield sse(fmt.role_chunk(choice, want_logprobs, req.include_usage))
                 if has_text or chunk.finish_reason is not None or chunk.logprobs \
                         or not choice.started:
                     yield sse(fmt.chunk(choice, chunk, want_logprobs, req.include_usage))
