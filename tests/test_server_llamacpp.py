@@ -304,15 +304,19 @@ def test_llamacpp_metric_names(server):
 def test_server_defaults_n_predict_seed_temperature():
     s = RunningServer(n_predict=3, seed=7, temperature=0.0).wait_ready()
     try:
-        b = post(s, "/completion", {"prompt": "hi", "n_predict": 10}).json()
-        assert b["tokens_predicted"] == 3  # --n-predict caps requests
+        b = post(s, "/completion", {"prompt": "hi", "ignore_eos": True}).json()
+        assert b["tokens_predicted"] == 3  # --n-predict when the request sets none
         p = s.engine.last_params
         assert p.seed == 7 and p.temperature == 0.0
-        post(s, "/completion", {"prompt": "hi", "seed": 9, "temperature": 0.5})
+        b = post(s, "/completion", {"prompt": "hi", "seed": 9, "temperature": 0.5,
+                                    "n_predict": 5}).json()
         p = s.engine.last_params
-        assert p.seed == 9 and p.temperature == 0.5 and p.max_tokens == 3
-        # the OpenAI routes get the same defaults and cap
-        r = post(s, "/v1/completions", {"prompt": "hi", "max_tokens": 10})
+        assert p.seed == 9 and p.temperature == 0.5 and p.max_tokens == 5  # the request's win
+        assert b["generation_settings"]["n_predict"] == 5
+        post(s, "/completion", {"prompt": "hi", "n_predict": -1})
+        assert s.engine.last_params.max_tokens == 3  # -1 = "not given", as llama-server
+        # the OpenAI routes get the same defaults
+        r = post(s, "/v1/completions", {"prompt": "hi", "ignore_eos": True})
         assert r.json()["usage"]["completion_tokens"] == 3
         assert s.engine.last_params.seed == 7
     finally:
@@ -471,9 +475,8 @@ def test_real_completion_and_props():
         events = native_events(r.text)
         assert "".join(e["content"] for e in events) == b["content"]
         assert events[-1]["stop"] is True
-        # --n-predict caps what a request asks for
-        b = s.post("/completion", {"prompt": "Once upon a time", "n_predict": 100,
-                                   "ignore_eos": True}).json()
+        # --n-predict when a request sets none
+        b = s.post("/completion", {"prompt": "Once upon a time", "ignore_eos": True}).json()
         assert b["tokens_predicted"] == 16
         r = s.post("/completion", {"prompt": "word " * 300})
         assert r.status_code == 400

@@ -119,8 +119,8 @@ def _embedding_options(config) -> None:
 @click.option("--cors-credentials/--no-cors-credentials", default=True, show_default=True,
               help="Access-Control-Allow-Credentials of preflight answers.")
 @click.option("--n-predict", "-n", "n_predict", default=-1, show_default=True,
-              type=click.IntRange(-1), help="Tokens to generate at most, for every request "
-              "(caps max_tokens / n_predict; -1 = no limit).")
+              type=click.IntRange(-1), help="Tokens to generate for requests that set no "
+              "max_tokens / n_predict (-1 = until end of generation or a full context).")
 @click.option("--seed", "-s", "seed", default=-1, show_default=True, type=click.IntRange(-1),
               help="Seed for requests that give none (-1 = random).")
 @click.option("--temp", "temperature", default=None, type=click.FloatRange(0),

@@ -45,7 +45,7 @@ class ServerConfig:
     cors_methods: str = "GET, POST, DELETE, OPTIONS"
     cors_headers: str = "*"
     cors_credentials: bool = True
-    n_predict: Optional[int] = None    # default and cap on generated tokens (None = no limit)
+    n_predict: Optional[int] = None    # max tokens for requests that give none (None = no limit)
     seed: Optional[int] = None         # default seed when a request gives none (None = random)
     temperature: Optional[float] = None  # default temperature when a request gives none
     slots_endpoint: bool = True        # GET /slots (501 when off, as llama-server)

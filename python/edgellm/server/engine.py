@@ -159,12 +159,10 @@ class EngineHost:
             raise invalid(f"invalid sampling parameters: {e}", None, "invalid_value") from None
 
     def apply_server_defaults(self, kwargs: dict) -> None:
-        """llama-server's --n-predict (default and cap on generated tokens), --seed and --temp
-        (defaults for requests that give none)."""
-        cap = self.config.n_predict
-        if cap:
-            asked = kwargs.get("max_tokens")
-            kwargs["max_tokens"] = cap if asked is None else min(asked, cap)
+        """llama-server's --n-predict, --seed and --temp: defaults for requests that give
+        none (a request's own max_tokens / n_predict wins, as in llama-server)."""
+        if self.config.n_predict and kwargs.get("max_tokens") is None:
+            kwargs["max_tokens"] = self.config.n_predict
         if self.config.seed is not None and kwargs.get("seed") is None:
             kwargs["seed"] = self.config.seed
         if self.config.temperature is not None and "temperature" not in kwargs:
