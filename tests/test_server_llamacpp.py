@@ -566,3 +566,15 @@ def test_templates_get_todays_date():
     assert out == f"{now.strftime('%d %b %Y')}|{now.strftime('%b %d %Y')}"
     assert render_chat([{"role": "user", "content": "x"}], "{{ date_string }}",
                        date_string="1 Jan 2000") == "1 Jan 2000"
+
+
+def test_aliases_and_tags():
+    s = RunningServer(tags="chat,small").wait_ready()
+    s.app.state.host.config.alias = "tiny,fim,code"  # RunningServer sets alias itself
+    try:
+        m = httpx.get(s.url + "/v1/models").json()["data"][0]
+        assert m["id"] == "code" and m["aliases"] == ["code", "fim", "tiny"]
+        assert m["tags"] == ["chat", "small"]
+        assert post(s, "/completion", {"prompt": "x", "n_predict": 1}).json()["model"] == "code"
+    finally:
+        s.stop()

@@ -39,6 +39,7 @@ VALUE_MAP = {
     "--chat-template-file": "--chat-template",
     "--pooling": "--pooling",
     "--timeout": "--timeout",
+    "--tags": "--tags",
     "-to": "--timeout",
 }
 # llama-server switch -> edgellm serve switch
@@ -81,7 +82,6 @@ IGNORED_VALUE = {
     "--flash-attn": "the attention kernel is chosen by the engine",
     "--reasoning-format": "edgellm does not split reasoning out of the content",
     "--reasoning": "edgellm passes no reasoning switch to chat templates",
-    "--tags": "edgellm has no model tags",
     "--cache-ram": "the prefix cache lives in the KV pages (--kv-memory)",
 }
 # Features edgellm does not have: refused, so the test fails saying why.

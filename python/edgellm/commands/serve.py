@@ -83,7 +83,8 @@ def _embedding_options(config) -> None:
               help="Seconds a request may take before it is aborted with 504; 0 = no limit.")
 @click.option("--chat-template", default=None,
               help="Chat template: a known name or a Jinja file [default: the model's].")
-@click.option("--alias", default=None, help="Model id shown to clients [default: MODEL's name].")
+@click.option("--alias", default=None, help="Model id shown to clients [default: MODEL's name]; "
+              "several comma-separated names: the first in sorted order is the id.")
 @click.option("--max-batch-tokens", default=512, show_default=True, type=click.IntRange(1),
               help="Tokens per engine step (prefill chunks + decode tokens).")
 @click.option("--shutdown-grace", default=5.0, show_default=True, type=click.FloatRange(0),
@@ -129,11 +130,12 @@ def _embedding_options(config) -> None:
               help="Serve GET /slots (without it: 501).")
 @click.option("--metrics/--no-metrics", "metrics_endpoint", default=True, show_default=True,
               help="Serve GET /metrics (without it: 501).")
+@click.option("--tags", default=None, help="Comma-separated tags listed with the model in /v1/models.")
 def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_size, kv_memory,
             threads, timeout, chat_template, alias, max_batch_tokens, shutdown_grace, log_level,
             engine_factory, n_gpu_layers, cors_origins="*", cors_methods="GET, POST, DELETE, OPTIONS",
             cors_headers="*", cors_credentials=True, n_predict=-1, seed=-1, temperature=None,
-            slots_endpoint=True, metrics_endpoint=True):
+            slots_endpoint=True, metrics_endpoint=True, tags=None):
     """Serve MODEL (a .gguf path or a known model name) over an OpenAI-compatible HTTP API.
 
     Sampling parameters a request leaves out take edgellm's (llama.cpp's) defaults, as
@@ -154,6 +156,7 @@ def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_s
         shutdown_grace=shutdown_grace, n_gpu_layers=n_gpu_layers)
     _llamacpp_options(config, cors_origins, cors_methods, cors_headers, cors_credentials,
                       n_predict, seed, temperature, slots_endpoint, metrics_endpoint)
+    config.tags = tags
     _embedding_options(config)  # --pooling, --embd-normalize, --embedding
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 

@@ -50,6 +50,7 @@ class ServerConfig:
     temperature: Optional[float] = None  # default temperature when a request gives none
     slots_endpoint: bool = True        # GET /slots (501 when off, as llama-server)
     metrics_endpoint: bool = True      # GET /metrics (501 when off)
+    tags: Optional[str] = None         # llama-server's --tags: comma list shown in /v1/models
 
     @property
     def hosts(self) -> list:
@@ -59,5 +60,11 @@ class ServerConfig:
     @property
     def model_id(self) -> str:
         if self.alias:
-            return self.alias
+            return self.aliases[0]  # llama-server: the first of the sorted aliases
         return self.model.replace("\\", "/").rsplit("/", 1)[-1]
+
+    @property
+    def aliases(self) -> list:
+        """--alias may list several names, comma-separated (as llama-server's)."""
+        return sorted({a.strip() for a in (self.alias or "").split(",") if a.strip()}) \
+            or ([self.alias] if self.alias else [])

@@ -255,6 +255,10 @@ class Routes:
         return JSONResponse({"object": "list", "data": [{
             "id": self.config.model_id, "object": "model",
             "created": int(self.host.loaded_at or time.time()), "owned_by": "edgellm",
+            # llama-server's --alias list and --tags
+            "aliases": self.config.aliases,
+            "tags": [t.strip() for t in (getattr(self.config, "tags", None) or "").split(",")
+                     if t.strip()],
             "meta": meta}]})
 
     async def health(self, request: Request) -> Response:
