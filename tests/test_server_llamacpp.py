@@ -566,6 +566,9 @@ def test_templates_get_todays_date():
     assert out == f"{now.strftime('%d %b %Y')}|{now.strftime('%b %d %Y')}"
     assert render_chat([{"role": "user", "content": "x"}], "{{ date_string }}",
                        date_string="1 Jan 2000") == "1 Jan 2000"
+    think = "{% if enable_thinking %}on{% else %}off{% endif %}"
+    assert render_chat([{"role": "user", "content": "x"}], think) == "on"  # llama.cpp's default
+    assert render_chat([{"role": "user", "content": "x"}], think, enable_thinking=False) == "off"
 
 
 def test_aliases_and_tags():

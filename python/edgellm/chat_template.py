@@ -266,8 +266,10 @@ def render_chat(messages: Iterable[Mapping], template: Optional[str] = None, bos
     compiled = _compile(source)
     now = datetime.now()
     # llama.cpp's extra template context: today's date, which Llama 3.x templates print
-    # (without it they fall back to a fixed "26 Jul 2024")
-    context = {"date_string": now.strftime("%d %b %Y"), "datetime": now.strftime("%b %d %Y")}
+    # (without it they fall back to a fixed "26 Jul 2024"), and enable_thinking true (llama.cpp
+    # passes it unless reasoning is switched off; chat_template_kwargs can say false)
+    context = {"date_string": now.strftime("%d %b %Y"), "datetime": now.strftime("%b %d %Y"),
+               "enable_thinking": True}
     context.update(extra)
     context.update(messages=msgs, bos_token=bos_token or "", eos_token=eos_token or "",
                    add_generation_prompt=add_generation_prompt)
