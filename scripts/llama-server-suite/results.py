@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""JUnit XML of run.py -> the per-file table and one reason per failing test (RESULTS.md).
+
+    scripts/llama-server-suite/results.py build/llama-server-suite/junit.xml > part.md
+
+The reasons are the table below: (file, test name prefix) -> why it fails against edgellm. A
+failing test no entry covers is listed as "(no reason recorded)" so a new failure stands out.
+"""
+import sys
+import xml.etree.ElementTree as ET
+
+MODEL = "stand-in model: "
+REASONS = [
+    # --- model substitution: SmolLM2 / Qwen2.5-Coder-0.5B write and tokenize differently ---
+    ("test_basic", "test_load_split_model", MODEL + "content regex is stories15M's text"),
+    ("test_tokenize", "test_tokenize_with_bos", MODEL + "SmolLM2 adds no BOS (stories260K's is id 1)"),
+    ("test_completion", "test_completion[", MODEL + "prompt_n 18/46 are stories260K's token counts"),
+    ("test_completion", "test_completion_stream[", MODEL + "prompt_n 18/46 are stories260K's token counts"),
+    ("test_completion", "test_completion_with_openai_library", "system_fingerprint must start with 'b' (llama-server's build tag; edgellm's is edgellm-<version>-<isa>); content regex is stories260K's"),
+    ("test_completion", "test_completion_stream_with_openai_library", MODEL + "content regex is stories260K's text"),
+    ("test_completion", "test_nocache_long_input_prompt", MODEL + "the prompt is 225 SmolLM2 tokens, fits the 256-token slot (stories260K: over it)"),
+    ("test_completion", "test_completion_response_fields", MODEL + "'prompt' must start with stories260K's BOS text '<s> '; SmolLM2 has none"),
+    ("test_completion", "test_completion_prompt_cache", MODEL + "n_prompt = (40+r)*5+2 is stories260K's tokenization"),
+    ("test_completion", "test_completion_unified", MODEL + "SmolLM2 ends with EOS before n_predict (predicted_n != n_predict)"),
+    ("test_chat_completion", "test_chat_completion[", "system_fingerprint must start with 'b' (llama-server's build tag); then content regexes / prompt token counts are stories260K's"),
+    ("test_chat_completion", "test_chat_completion_stream[", "system_fingerprint must start with 'b'; then content regex / token counts are stories260K's"),
+    ("test_chat_completion", "test_chat_completion_with_openai_library", "system_fingerprint must start with 'b' (llama-server's build tag)"),
+    ("test_chat_completion", "test_chat_completion_cached_tokens", MODEL + "prompt_tokens / cached_tokens are stories260K's counts (and KV pages are cached whole, 32 tokens)"),
+    ("test_infill", "test_infill_", MODEL + "content regexes are stories260K-infill's; Qwen2.5-Coder fills in code (e.g. 'n_threads();\\n    printf(...)')"),
+    ("test_ctx_shift", "test_ctx_shift_disabled_short_prompt", MODEL + "SmolLM2 ends with EOS after ~12 tokens; stories260K runs to the limit"),
+    ("test_ctx_shift", "test_ctx_shift_disabled_long_prompt", MODEL + "LONG_TEXT is under 256 SmolLM2 tokens (stories260K: over), so it fits"),
+    ("test_ctx_shift", "test_ctx_shift_disabled_stream", MODEL + "SmolLM2 stops with EOS (finish_reason stop) before the context is full"),
+    ("test_compat_oai_responses", "test_responses_with_openai_library", MODEL + "content regex is stories260K's text"),
+    ("test_tool_call", "test_calc_result", "tool calls (owner: tool-call work); Qwen2.5-Coder-0.5B stands in for the 3B and calls the tool again instead of answering"),
+    ("test_embedding", "test_embedding_usage", MODEL + "token counts are the BERT tokenizer's"),
+    ("test_embedding", "test_embedding_pooling_none", MODEL + "per-token vector count is the BERT tokenizer's"),
+    ("test_embedding", "test_embedding_mixed_input", "embeddings (owner: embeddings work): an empty-string input is refused with 400"),
+    # --- features edgellm does not have ---
+    ("test_basic", "test_no_ui", "no web UI (GET / is 404)"),
+    ("test_security", "test_access_static_assets_without_api_key", "no web UI: its static assets do not exist (401 behind the key)"),
+    ("test_security", "test_correct_api_key", "POST /completions (plural) is OpenAI's legacy route here, kept by design; llama-server answers it natively ('content')"),
+    ("test_security", "test_cors_origins_defaults_to_localhost_with_tools_enabled", "--tools (built-in server tools) refused by the shim: no such feature"),
+    ("test_security", "test_cors_proxy_only_forwards_explicit_proxy_headers", "--ui-mcp-proxy refused: no /cors-proxy"),
+    ("test_security", "test_local_media_file", "tinygemma3 (vision) has no stand-in: no multimodal input"),
+    ("test_ctx_shift", "test_ctx_shift_enabled", "--context-shift refused: edgellm never drops context"),
+    ("test_slot_save", "", "--slot-save-path refused: no slot save/restore"),
+    ("test_speculative", "", "set-up downloads a draft model (no network here); speculative decoding refused by the shim anyway"),
+    ("test_stream", "", "router mode (several models, /models/load) not supported"),
+    ("test_metrics", "test_metrics_prompt_processed_and_cached", "the prefix cache reuses whole KV pages (32 tokens): a 10-token prompt is never cached (cache_n 0)"),
+    ("test_metrics", "test_metrics_timings_on_prompt_progress", "no prompt-progress chunks (return_progress is accepted, has no effect)"),
+    ("test_chat_completion", "test_return_progress", "no prompt-progress chunks; return_progress is not accepted on the chat route"),
+    ("test_chat_completion", "test_chat_completion_with_timings_per_token", "timings_per_token not supported on the OpenAI chat route (only on /completion)"),
+    ("test_chat_completion", "test_chat_template", "'verbose' / '__verbose' debug output not supported"),
+    ("test_chat_completion", "test_verbose_debug", "'verbose' / '__verbose' debug output not supported"),
+    ("test_chat_completion", "test_chat_template_continue_final_message_vllm_compat", "'add_generation_prompt' / 'continue_final_message' not accepted on the chat route"),
+    ("test_chat_completion", "test_apply_chat_template", "llama.cpp's built-in template name 'command-r' is not one of edgellm's built-ins"),
+    ("test_chat_completion", "test_invalid_chat_completion_req", "two assistant messages in a row render fine with the model's template (llama.cpp's own check refuses them)"),
+    ("test_chat_completion", "test_context_size_exceeded", "OpenAI chat route answers OpenAI's context_length_exceeded (invalid_request_error); exceed_context_size_error is on the native endpoints"),
+    ("test_chat_completion", "test_chat_completion[None-Book-What is the best book-8-^ blue-23-8-length-True-This is not", "--chat-template with non-Jinja text is refused (edgellm: built-in name, file or Jinja)"),
+    ("test_template", "test_reasoning[", "no --reasoning option: chat templates always get enable_thinking=true (llama.cpp's default), so 'off' cannot be asked for"),
+    ("test_template", "test_date_inside_prompt[fireworks", "the firefunction-v2 template needs llama.cpp's 'functions' variable"),
+    ("test_compat_anthropic", "test_anthropic_vision_base64_with_multimodal_model", "tinygemma3 (vision) has no stand-in"),
+    ("test_compat_anthropic", "test_anthropic_", "Anthropic API (owner: Anthropic work)"),
+    ("test_compat_oai_responses", "test_responses_stream_with_llama_telemetry", "Responses API (owner: Responses work): no /responses route without /v1"),
+]
+
+
+def reason(fname: str, name: str) -> str:
+    best = None
+    for f, prefix, why in REASONS:
+        if f == fname and name.startswith(prefix) and (best is None or len(prefix) > len(best[0])):
+            best = (prefix, why)
+    return best[1] if best else "(no reason recorded)"
+
+
+def main(path):
+    root = ET.parse(path).getroot()
+    table, fails = {}, []
+    for c in root.iter("testcase"):
+        fname = c.get("classname", "").split(".")[-1]
+        row = table.setdefault(fname, [0, 0, 0, 0])
+        row[3] += 1
+        if c.find("failure") is not None or c.find("error") is not None:
+            row[1] += 1
+            fails.append((fname, c.get("name")))
+        elif c.find("skipped") is not None:
+            row[2] += 1
+        else:
+            row[0] += 1
+    print("| file | passed | failed | skipped | total |")
+    print("|---|---:|---:|---:|---:|")
+    tot = [0, 0, 0, 0]
+    for k in sorted(table):
+        v = table[k]
+        tot = [a + b for a, b in zip(tot, v)]
+        print(f"| {k} | {v[0]} | {v[1]} | {v[2]} | {v[3]} |")
+    print(f"| **total** | **{tot[0]}** | **{tot[1]}** | **{tot[2]}** | **{tot[3]}** |")
+    print()
+    print("### Every failing test, with its reason")
+    print()
+    for fname, name in fails:
+        print(f"- `{fname}::{name}` — {reason(fname, name)}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "build/llama-server-suite/junit.xml")
