@@ -283,7 +283,7 @@ def test_tools_tool_choice_thinking_and_sampling():
     ({"tools": [{"name": "f", "input_schema": {"type": "object"}}],
       "tool_choice": {"type": "tool", "name": "g"}}, "tool_choice.name", "not one of the tools"),
     ({"tool_choice": {"type": "any"}}, "tool_choice", "needs 'tools'"),
-    ({"thinking": {"type": "enabled", "budget_tokens": 100}}, "thinking.budget_tokens", ">= 1024"),
+    ({"thinking": {"type": "enabled", "budget_tokens": 0}}, "thinking.budget_tokens", ">= 1"),
     ({"thinking": {"type": "enabled", "budget_tokens": 2000}}, "thinking.budget_tokens",
      "less than 'max_tokens'"),
     ({"metadata": {"user_id": "u", "session": 1}}, "metadata.session", "unknown field"),

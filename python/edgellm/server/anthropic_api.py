@@ -351,7 +351,7 @@ def convert_thinking(v: Any, max_tokens: Optional[int]) -> Tuple[JSON, bool]:
     kind = v.get("type")
     display = {"display": _display}
     if kind == "enabled":
-        f = _fields(v, "thinking", {"type": string, "budget_tokens": integer(1024), **display},
+        f = _fields(v, "thinking", {"type": string, "budget_tokens": integer(1), **display},
                     ("budget_tokens",))
         if max_tokens is not None and f["budget_tokens"] >= max_tokens:
             raise invalid(f"'thinking.budget_tokens' ({f['budget_tokens']}) must be less than "

@@ -69,6 +69,7 @@ def create_app(config: ServerConfig, loader: Callable[[ServerConfig], Any] = def
             Route("/v1/completions", routes.completions, methods=["POST"]),
             Route("/completions", routes.completions, methods=["POST"]),
             Route("/v1/responses", responses_api.create, methods=["POST"]),
+            Route("/responses", responses_api.create, methods=["POST"]),
             Route("/v1/responses/{response_id}", responses_api.retrieve, methods=["GET"]),
             Route("/v1/responses/{response_id}", responses_api.delete, methods=["DELETE"]),
             Route("/v1/responses/{response_id}/input_items", responses_api.input_items,
