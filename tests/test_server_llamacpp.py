@@ -581,3 +581,21 @@ def test_aliases_and_tags():
         assert post(s, "/completion", {"prompt": "x", "n_predict": 1}).json()["model"] == "code"
     finally:
         s.stop()
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_real_reasoning_off_reaches_the_template(tmp_path):
+    tmpl = tmp_path / "think.jinja"
+    tmpl.write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}|"
+                    "{% if enable_thinking %}think{% else %}nothink{% endif %}")
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    for flag, want in (("off", "hi|nothink"), ("auto", "hi|think")):
+        s = _real_server(_model("smollm2"), "--ctx-size", "256", "--chat-template", str(tmpl),
+                         "--reasoning", flag)
+        try:
+            assert s.post("/apply-template", body).json()["prompt"] == want
+            r = s.post("/apply-template", {**body, "chat_template_kwargs": {"enable_thinking": True}})
+            assert r.json()["prompt"] == "hi|think"  # a request's own kwargs win
+        finally:
+            s.stop()

@@ -308,6 +308,9 @@ class LLM:
         # engine printed a warning saying why and runs on the CPU).
         self.n_gpu_layers: int = self._engine.n_gpu_layers
         self._chat_template_override = chat_template
+        # template variables every render gets unless a request's chat_template_kwargs say
+        # otherwise (edgellm serve --reasoning off sets enable_thinking false here)
+        self.chat_template_defaults: Dict[str, Any] = {}
         self._template = None
         self._metadata = None
         self.load_time: float = time.perf_counter() - t0
@@ -503,7 +506,7 @@ class LLM:
                     msgs.insert(0, {"role": "system", "content": extra_system})
         return render_chat(msgs, self._chat_template(), bos_token=bos, eos_token=eos,
                            add_generation_prompt=add_generation_prompt, tools=tools or None,
-                           **dict(chat_template_kwargs or {}))
+                           **{**self.chat_template_defaults, **dict(chat_template_kwargs or {})})
 
     def _render_ids(self, text: str) -> List[int]:
         ids = self.tokenize(text, add_special=True, parse_special=True)

@@ -40,6 +40,7 @@ VALUE_MAP = {
     "--pooling": "--pooling",
     "--timeout": "--timeout",
     "--tags": "--tags",
+    "--reasoning": "--reasoning",
     "-to": "--timeout",
 }
 # llama-server switch -> edgellm serve switch
@@ -81,7 +82,6 @@ IGNORED_VALUE = {
     "-fa": "the attention kernel is chosen by the engine",
     "--flash-attn": "the attention kernel is chosen by the engine",
     "--reasoning-format": "edgellm does not split reasoning out of the content",
-    "--reasoning": "edgellm passes no reasoning switch to chat templates",
     "--cache-ram": "the prefix cache lives in the KV pages (--kv-memory)",
 }
 # Features edgellm does not have: refused, so the test fails saying why.

@@ -51,6 +51,7 @@ class ServerConfig:
     slots_endpoint: bool = True        # GET /slots (501 when off, as llama-server)
     metrics_endpoint: bool = True      # GET /metrics (501 when off)
     tags: Optional[str] = None         # llama-server's --tags: comma list shown in /v1/models
+    reasoning: str = "auto"            # llama-server's --reasoning: off = enable_thinking false
 
     @property
     def hosts(self) -> list:

@@ -28,7 +28,7 @@ def default_loader(config: ServerConfig):
     """Build the engine the way `edgellm serve` asks for it."""
     from edgellm.llm import AsyncLLM  # heavy; imported only when a model is really served
 
-    return AsyncLLM(
+    llm = AsyncLLM(
         config.model_path or config.model,
         n_ctx=config.ctx_size,
         n_threads=config.threads,
@@ -38,6 +38,9 @@ def default_loader(config: ServerConfig):
         chat_template=config.chat_template,
         n_gpu_layers=config.n_gpu_layers,
     )
+    if getattr(config, "reasoning", "auto") == "off":  # llama-server's --reasoning off
+        llm.llm.chat_template_defaults["enable_thinking"] = False
+    return llm
 
 
 def default_params_factory(**kwargs):
