@@ -599,3 +599,25 @@ def test_real_reasoning_off_reaches_the_template(tmp_path):
             assert r.json()["prompt"] == "hi|think"  # a request's own kwargs win
         finally:
             s.stop()
+
+
+def test_completion_disconnect_and_timeout_abort():
+    engine = StopFake(token_delay=0.02)
+    s = RunningServer(engine=engine, timeout=0.3).wait_ready()
+    try:
+        with httpx.Client(timeout=10) as c:
+            with c.stream("POST", s.url + "/completion",
+                          json={"prompt": "x", "n_predict": 200, "stream": True}) as r:
+                assert next(r.iter_lines()).startswith("data: ")
+        deadline = time.monotonic() + 5
+        while engine.active:
+            assert time.monotonic() < deadline, engine.active
+            time.sleep(0.01)
+        assert engine.aborted == 1
+        r = post(s, "/completion", {"prompt": "x", "n_predict": 200})
+        assert r.status_code == 504 and r.json()["error"]["type"] == "timeout_error"
+        r = post(s, "/completion", {"prompt": "x", "n_predict": 200, "stream": True})
+        assert native_events(r.text)[-1]["error"]["code"] == "timeout"
+        assert engine.active == {} and engine.aborted == 3
+    finally:
+        s.stop()
