@@ -57,11 +57,10 @@ REASONS = [
     ("test_chat_completion", "test_invalid_chat_completion_req", "two assistant messages in a row render fine with the model's template (llama.cpp's own check refuses them)"),
     ("test_chat_completion", "test_context_size_exceeded", "OpenAI chat route answers OpenAI's context_length_exceeded (invalid_request_error); exceed_context_size_error is on the native endpoints"),
     ("test_chat_completion", "test_chat_completion[None-Book-What is the best book-8-^ blue-23-8-length-True-This is not", "--chat-template with non-Jinja text is refused (edgellm: built-in name, file or Jinja)"),
-    ("test_template", "test_reasoning[", "no --reasoning option: chat templates always get enable_thinking=true (llama.cpp's default), so 'off' cannot be asked for"),
     ("test_template", "test_date_inside_prompt[fireworks", "the firefunction-v2 template needs llama.cpp's 'functions' variable"),
     ("test_compat_anthropic", "test_anthropic_vision_base64_with_multimodal_model", "tinygemma3 (vision) has no stand-in"),
     ("test_compat_anthropic", "test_anthropic_", "Anthropic API (owner: Anthropic work)"),
-    ("test_compat_oai_responses", "test_responses_stream_with_llama_telemetry", "Responses API (owner: Responses work): no /responses route without /v1"),
+    ("test_compat_oai_responses", "test_responses_stream_with_llama_telemetry", "Responses API (owner: Responses work): llama-server's timings_per_token is not accepted on /responses"),
 ]
 
 
