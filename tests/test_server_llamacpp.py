@@ -621,3 +621,48 @@ def test_completion_disconnect_and_timeout_abort():
         assert engine.active == {} and engine.aborted == 3
     finally:
         s.stop()
+
+
+# --- the llama-server shim of scripts/llama-server-suite ----------------------------------------
+
+SHIM = REPO / "scripts" / "llama-server-suite" / "shim.py"
+
+
+def _shim(*args):
+    env = _env()
+    env["LLAMA_SHIM_DRY_RUN"] = "1"
+    p = subprocess.run([sys.executable, str(SHIM), *args], env=env, capture_output=True,
+                       text=True, timeout=60)
+    return p.returncode, p.stdout.strip().split("\0") if p.stdout.strip() else [], p.stderr
+
+
+def test_shim_maps_flags_and_models():
+    rc, cmd, err = _shim("--port", "9", "--temp", "0.8", "--seed", "42", "--host", "127.0.0.1",
+                         "--offline", "--hf-repo", "ggml-org/test-model-stories260K",
+                         "--batch-size", "32", "--no-slots", "--alias", "tinyllama-2",
+                         "--ctx-size", "512", "--parallel", "2", "--n-predict", "64", "--no-jinja")
+    assert rc == 0, err
+    assert cmd[:2] == ["serve", "smollm2"]
+    opts = dict(zip(cmd[2::1], cmd[3::1]))
+    assert opts["--ctx-size"] == "256"  # llama-server's slots split the context
+    assert opts["--parallel"] == "2" and opts["--max-batch-tokens"] == "32"
+    assert opts["--temp"] == "0.8" and opts["--seed"] == "42" and opts["--n-predict"] == "64"
+    assert "--no-slots" in cmd and "--no-metrics" in cmd  # llama-server's /metrics is opt-in
+    assert "ignoring --offline" in err and "ignoring --no-jinja" in err
+    rc, cmd, _ = _shim("--hf-repo", "ggml-org/test-model-stories260K", "--ctx-size", "256",
+                       "--parallel", "4", "--kv-unified", "--metrics")
+    assert cmd[cmd.index("--ctx-size") + 1] == "256" and "--no-metrics" not in cmd
+    assert _shim("--hf-repo", "bartowski/Qwen2.5-Coder-3B-Instruct-GGUF:Q4_K_M")[1][1] \
+        == "qwen2.5-coder-0.5b"
+    assert _shim("--hf-repo", "ggml-org/test-model-stories260K-infill")[1][1] == "qwen2.5-coder-0.5b"
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--hf-repo", "ggml-org/tinygemma3-GGUF:Q8_0"], "no local stand-in"),
+    (["--hf-repo", "ggml-org/test-model-stories260K", "--lora", "x.gguf"], "LoRA"),
+    (["--hf-repo", "ggml-org/test-model-stories260K", "--context-shift"], "context shift"),
+    (["--hf-repo", "ggml-org/test-model-stories260K", "--frobnicate"], "unknown llama-server flag"),
+])
+def test_shim_refuses_what_edgellm_lacks(args, words):
+    rc, cmd, err = _shim(*args)
+    assert rc == 2 and cmd == [] and words in err

@@ -233,6 +233,9 @@ def main(argv):
         kept += [opt] if val is None else [opt, val]
     cmd = [sys.executable, "-m", "edgellm", "serve", name, *kept]
     note("exec " + " ".join(cmd))
+    if os.environ.get("LLAMA_SHIM_DRY_RUN"):  # tests: print the command instead of running it
+        print("\0".join(cmd[3:]))
+        return
     sys.stdout.flush()
     os.execve(sys.executable, cmd, env)
 
