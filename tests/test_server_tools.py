@@ -269,3 +269,45 @@ def test_embeddings_with_openai_sdk(client):
     raw = base64.b64decode(b.data[0].embedding)  # asked for explicitly: the SDK hands it over
     dec = struct.unpack(f"<{len(raw) // 4}f", raw)
     assert len(dec) == 896 and max(abs(x - y) for x, y in zip(dec, vecs[0])) < 1e-5
+
+
+def test_assistant_prefill_continue_final_message_and_verbose(server):
+    """A conversation ending with an assistant message is continued (llama-server's prefill,
+    vLLM's continue_final_message); "verbose" shows the rendered prompt."""
+    convo = [{"role": "user", "content": "Name a fruit."},
+             {"role": "assistant", "content": "My answer is: the ban"}]
+    for extra in ({}, {"continue_final_message": True, "add_generation_prompt": False}):
+        r = server.post("/v1/chat/completions", {"messages": convo, "max_tokens": 4,
+                                                 "temperature": 0, "verbose": True, **extra})
+        assert r.status_code == 200, r.text
+        prompt = r.json()["__verbose"]["prompt"]
+        assert prompt.endswith("<|im_start|>assistant\nMy answer is: the ban"), prompt
+    r = server.post("/v1/chat/completions", {"messages": convo[:1], "max_tokens": 2,
+                                             "verbose": True, "add_generation_prompt": False})
+    assert not r.json()["__verbose"]["prompt"].endswith("<|im_start|>assistant\n")
+    r = server.post("/v1/chat/completions", {"messages": convo[:1], "max_tokens": 2})
+    assert "__verbose" not in r.json()
+    bad = [({"messages": convo, "add_generation_prompt": True, "continue_final_message": True},
+            "cannot both be true"),
+           ({"messages": convo + [{"role": "assistant", "content": "x"}]}, "two assistant"),
+           ({"messages": convo[:1], "continue_final_message": True}, "must be the assistant")]
+    for body, text in bad:
+        r = server.post("/v1/chat/completions", {**body, "max_tokens": 2})
+        assert r.status_code == 400 and text in r.json()["error"]["message"], r.text
+
+
+def test_timings_per_token_and_usage_timings(server):
+    import httpx
+    with httpx.stream("POST", server.url + "/v1/chat/completions", headers=server.headers,
+                      timeout=60, json={"messages": [{"role": "user", "content": "Count to five."}],
+                                        "max_tokens": 6, "temperature": 0, "stream": True,
+                                        "stream_options": {"include_usage": True},
+                                        "timings_per_token": True}) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines()
+                  if line.startswith("data: ") and line != "data: [DONE]"]
+    assert "timings" not in events[0] and events[0]["choices"][0]["delta"]["role"] == "assistant"
+    ns = [e["timings"]["predicted_n"] for e in events[1:] if e["choices"]]
+    assert ns and ns == sorted(ns) and ns[-1] <= 6
+    last = events[-1]
+    assert last["choices"] == [] and last["usage"]["completion_tokens"] <= 6
+    assert last["timings"]["predicted_per_second"] > 0 and "prompt_per_second" in last["timings"]

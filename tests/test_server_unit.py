@@ -77,6 +77,10 @@ class FakeAsyncLLM:
     def token_to_piece(self, i):
         return bytes([i - 3]) if i >= 3 else b""
 
+    def render_chat_prompt(self, messages, tools=None, tool_choice=None, chat_template_kwargs=None,
+                           **shaping):
+        return self.apply_chat_template(messages, tools=tools)
+
     def apply_chat_template(self, messages, add_generation_prompt=True, tools=None):
         text = "".join(f"<{m['role']}>{m['content']}" for m in messages)
         return text + ("<assistant>" if add_generation_prompt else "")
@@ -97,7 +101,8 @@ class FakeAsyncLLM:
         return self._run(ids, params or SamplingParams())
 
     def chat_stream_chunks(self, messages, params=None, tools=None, tool_choice=None,
-                           parallel_tool_calls=None, chat_template_kwargs=None):
+                           parallel_tool_calls=None, chat_template_kwargs=None, **shaping):
+        self.last_shaping = shaping
         self.last_tools, self.last_tool_choice = tools, tool_choice
         self.last_template_kwargs = chat_template_kwargs
         return self.stream_chunks(self.apply_chat_template(messages, tools=tools), params)

@@ -519,8 +519,47 @@ class LLM:
         """Token ids of the rendered conversation: special tokens parsed, BOS exactly once."""
         return self._render_ids(self.apply_chat_template(messages, True, tools, chat_template_kwargs))
 
+    def render_chat_prompt(self, messages, tools=None, tool_choice=None,
+                           chat_template_kwargs: Optional[Mapping[str, Any]] = None,
+                           add_generation_prompt: Optional[bool] = None,
+                           continue_final_message: Optional[bool] = None) -> str:
+        """The prompt text one chat turn is generated from.
+
+        A conversation that ends with an assistant message is continued (prefill: the answer
+        picks up where that message stops), as llama-server and vLLM's continue_final_message
+        do: the messages before it are rendered with the generation prompt and its text is
+        appended. continue_final_message=False turns that off; add_generation_prompt=False
+        renders without the assistant header. Both true, a continued message with tool calls
+        or two assistant messages at the end are InvalidRequestErrors."""
+        msgs = list(messages)
+        last = msgs[-1] if msgs and isinstance(msgs[-1], Mapping) else {}
+        ends_assistant = last.get("role") == "assistant"
+        if continue_final_message and add_generation_prompt:
+            raise InvalidRequestError("add_generation_prompt and continue_final_message cannot both be true")
+        prefill = bool(continue_final_message) if continue_final_message is not None else \
+            (ends_assistant and add_generation_prompt is None)
+        use_tools = tools if (tools and tool_choice != "none") else None
+        if not prefill:
+            return self.apply_chat_template(msgs, add_generation_prompt is not False, use_tools,
+                                            chat_template_kwargs)
+        if not ends_assistant:
+            raise InvalidRequestError("continue_final_message: the last message must be the assistant's")
+        if last.get("tool_calls"):
+            raise InvalidRequestError("an assistant message with tool calls cannot be continued")
+        if len(msgs) >= 2 and isinstance(msgs[-2], Mapping) and msgs[-2].get("role") == "assistant" \
+                and continue_final_message is None:
+            raise InvalidRequestError("the conversation ends with two assistant messages: only the "
+                                      "last one can be continued")
+        content = last.get("content") or ""
+        if not isinstance(content, str):
+            content = "\n\n".join(p.get("text", "") for p in content
+                                   if isinstance(p, Mapping) and p.get("type") == "text")
+        head = self.apply_chat_template(msgs[:-1], True, use_tools, chat_template_kwargs)
+        return head + content
+
     def _chat_request(self, messages, params: Optional[SamplingParams], tools, tool_choice,
-                      parallel_tool_calls, chat_template_kwargs):
+                      parallel_tool_calls, chat_template_kwargs, add_generation_prompt=None,
+                      continue_final_message=None):
         """(prompt ids, params with the tool-call constraint, parser factory) for one chat."""
         import dataclasses
 
@@ -529,8 +568,8 @@ class LLM:
         params = params or SamplingParams()
         tools = check_tools(tools, tool_choice)
         use_tools = bool(tools) and tool_choice != "none"
-        text = self.apply_chat_template(messages, True, tools if use_tools else None,
-                                        chat_template_kwargs)
+        text = self.render_chat_prompt(messages, tools, tool_choice, chat_template_kwargs,
+                                       add_generation_prompt, continue_final_message)
         ids = self._render_ids(text)
         fmt = self.chat_format
         if use_tools:
@@ -565,14 +604,18 @@ class LLM:
 
     def chat(self, messages, params: Optional[SamplingParams] = None, tools=None, tool_choice=None,
              parallel_tool_calls: Optional[bool] = None,
-             chat_template_kwargs: Optional[Mapping[str, Any]] = None):
+             chat_template_kwargs: Optional[Mapping[str, Any]] = None,
+             add_generation_prompt: Optional[bool] = None,
+             continue_final_message: Optional[bool] = None):
         """One chat turn -> ChatCompletion (a list of n when params.n > 1): `.content`,
         `.reasoning_content` and `.tool_calls` parsed from the output by the template's format.
         tools: OpenAI-style function tools; tool_choice: "none" | "auto" (default) | "required" |
         {"type": "function", "function": {"name": ...}} -- required and named calls are
-        grammar-constrained to valid arguments, auto calls from their first marker on."""
+        grammar-constrained to valid arguments, auto calls from their first marker on. A
+        conversation ending with an assistant message is continued (render_chat_prompt)."""
         ids, params, new_parser = self._chat_request(messages, params, tools, tool_choice,
-                                                     parallel_tool_calls, chat_template_kwargs)
+                                                     parallel_tool_calls, chat_template_kwargs,
+                                                     add_generation_prompt, continue_final_message)
         done = [self._finish_chat(c, new_parser()) for c in self._collect(ids, params)]
         return done if params.n > 1 else done[0]
 
@@ -585,12 +628,15 @@ class LLM:
 
     def chat_stream_chunks(self, messages, params: Optional[SamplingParams] = None, tools=None,
                            tool_choice=None, parallel_tool_calls: Optional[bool] = None,
-                           chat_template_kwargs: Optional[Mapping[str, Any]] = None) -> Iterator[CompletionChunk]:
+                           chat_template_kwargs: Optional[Mapping[str, Any]] = None,
+                           add_generation_prompt: Optional[bool] = None,
+                           continue_final_message: Optional[bool] = None) -> Iterator[CompletionChunk]:
         """CompletionChunks whose `.delta` (edgellm.chat_output.ChatDelta) holds the parsed
         content, reasoning and tool-call pieces; the last chunk of a completion that made calls
-        has finish_reason "tool_calls"."""
+        has finish_reason "tool_calls". The prompt as in render_chat_prompt."""
         ids, params, new_parser = self._chat_request(messages, params, tools, tool_choice,
-                                                     parallel_tool_calls, chat_template_kwargs)
+                                                     parallel_tool_calls, chat_template_kwargs,
+                                                     add_generation_prompt, continue_final_message)
         parsers: Dict[int, Any] = {}
         for ch in self.stream_chunks(ids, params):
             yield _parse_chunk(ch, parsers, new_parser)
@@ -748,9 +794,12 @@ class AsyncLLM:
 
     async def chat(self, messages, params: Optional[SamplingParams] = None, tools=None,
                    tool_choice=None, parallel_tool_calls: Optional[bool] = None,
-                   chat_template_kwargs: Optional[Mapping[str, Any]] = None):
+                   chat_template_kwargs: Optional[Mapping[str, Any]] = None,
+                   add_generation_prompt: Optional[bool] = None,
+                   continue_final_message: Optional[bool] = None):
         ids, params, new_parser = self.llm._chat_request(messages, params, tools, tool_choice,
-                                                         parallel_tool_calls, chat_template_kwargs)
+                                                         parallel_tool_calls, chat_template_kwargs,
+                                                         add_generation_prompt, continue_final_message)
         done = await self._collect(ids, params)
         if params.n > 1:
             return [self.llm._finish_chat(c, new_parser()) for c in done]
@@ -781,11 +830,14 @@ class AsyncLLM:
 
     def chat_stream_chunks(self, messages, params: Optional[SamplingParams] = None, tools=None,
                            tool_choice=None, parallel_tool_calls: Optional[bool] = None,
-                           chat_template_kwargs: Optional[Mapping[str, Any]] = None) -> AsyncIterator[CompletionChunk]:
+                           chat_template_kwargs: Optional[Mapping[str, Any]] = None,
+                           add_generation_prompt: Optional[bool] = None,
+                           continue_final_message: Optional[bool] = None) -> AsyncIterator[CompletionChunk]:
         """As LLM.chat_stream_chunks: each chunk's `.delta` is its parsed ChatDelta. The prompt
         is rendered (and errors raised) here, before the first await."""
         ids, params, new_parser = self.llm._chat_request(messages, params, tools, tool_choice,
-                                                         parallel_tool_calls, chat_template_kwargs)
+                                                         parallel_tool_calls, chat_template_kwargs,
+                                                         add_generation_prompt, continue_final_message)
         return self._chat_chunks(ids, params, new_parser)
 
     async def _chat_chunks(self, ids, params, new_parser) -> AsyncIterator[CompletionChunk]:

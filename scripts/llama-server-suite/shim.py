@@ -217,6 +217,8 @@ def main(argv):
     if alias:
         out.append(("--alias", alias))
     out.append(("--log-level", "debug" if verbose else "info"))
+    if verbose:
+        out.append(("--verbose", None))
 
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "python"), env.get("PYTHONPATH")]))

@@ -131,6 +131,9 @@ def _embedding_options(config) -> None:
 @click.option("--metrics/--no-metrics", "metrics_endpoint", default=True, show_default=True,
               help="Serve GET /metrics (without it: 501).")
 @click.option("--tags", default=None, help="Comma-separated tags listed with the model in /v1/models.")
+@click.option("--verbose", "-v", "verbose", is_flag=True,
+              help="Chat answers carry '__verbose' (the rendered prompt), as llama-server's "
+                   "--verbose does; a request's 'verbose' field asks for it alone.")
 @click.option("--reasoning", default="auto", show_default=True,
               type=click.Choice(["on", "off", "auto"]),
               help="Chat templates get enable_thinking true (on, auto) or false (off), unless a "
@@ -139,7 +142,8 @@ def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_s
             threads, timeout, chat_template, alias, max_batch_tokens, shutdown_grace, log_level,
             engine_factory, n_gpu_layers, cors_origins="*", cors_methods="GET, POST, DELETE, OPTIONS",
             cors_headers="*", cors_credentials=True, n_predict=-1, seed=-1, temperature=None,
-            slots_endpoint=True, metrics_endpoint=True, tags=None, reasoning="auto"):
+            slots_endpoint=True, metrics_endpoint=True, tags=None, reasoning="auto",
+            verbose=False):
     """Serve MODEL (a .gguf path or a known model name) over an OpenAI-compatible HTTP API.
 
     Sampling parameters a request leaves out take edgellm's (llama.cpp's) defaults, as
@@ -162,6 +166,7 @@ def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_s
                       n_predict, seed, temperature, slots_endpoint, metrics_endpoint)
     config.tags = tags
     config.reasoning = reasoning
+    config.verbose = verbose
     _embedding_options(config)  # --pooling, --embd-normalize, --embedding
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 

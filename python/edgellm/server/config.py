@@ -36,6 +36,7 @@ class ServerConfig:
     max_batch_tokens: int = 512
     shutdown_grace: float = 5.0        # seconds in-flight requests get after SIGTERM
     n_gpu_layers: int = 0              # last layers on a CUDA GPU (-1 = all); README "CUDA"
+    verbose: bool = False              # every chat answer carries "__verbose" (rendered prompt)
     # embeddings (server/embeddings.py): --pooling, --embd-normalize, --embedding
     pooling: Optional[str] = None      # none | mean | cls | last; None = the model's (else mean)
     embd_normalize: int = 2            # llama.cpp's embd_normalize for pooled vectors

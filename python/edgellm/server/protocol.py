@@ -240,6 +240,11 @@ _CHAT_ONLY: Dict[str, Callable] = {
     "tool_choice": tool_choice,
     "parallel_tool_calls": boolean,
     "chat_template_kwargs": obj,   # llama-server: extra template variables (enable_thinking, ...)
+    # llama-server / vLLM prompt shaping and diagnostics
+    "add_generation_prompt": boolean,
+    "continue_final_message": boolean,
+    "verbose": boolean,            # answer with "__verbose": {"prompt": the rendered prompt}
+    "timings_per_token": boolean,  # streamed chunks carry running "timings"
 }
 
 _COMPLETION_ONLY: Dict[str, Callable] = {
@@ -441,7 +446,10 @@ def parse_chat(body: Any) -> GenerationRequest:
                              tool_choice=choice,
                              parallel_tool_calls=fields.get("parallel_tool_calls"),
                              chat_template_kwargs=fields.get("chat_template_kwargs"),
-                             logprobs=want_logprobs)
+                             logprobs=want_logprobs,
+                             extra={k: fields[k] for k in ("add_generation_prompt",
+                                                           "continue_final_message", "verbose",
+                                                           "timings_per_token") if k in fields})
 
 
 def parse_completion(body: Any) -> GenerationRequest:

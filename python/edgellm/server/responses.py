@@ -227,4 +227,7 @@ class Formatter:
         out = self._head(obj)
         out["choices"] = []
         out["usage"] = usage(choices, prompts)
+        first = next((c.timings for c in choices if c.timings), None)
+        if first:
+            out["timings"] = timings(first)  # llama-server sends them with the usage
         return out

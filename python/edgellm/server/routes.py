@@ -110,10 +110,16 @@ class Routes:
     # --- generation ----------------------------------------------------------------------------
     async def chat_completions(self, request: Request) -> Response:
         def open_streams(llm, req, params):
+            shaping = {k: req.extra[k] for k in ("add_generation_prompt", "continue_final_message")
+                       if k in req.extra}
+            if req.extra.get("verbose", self.config.verbose):
+                req.extra["__prompt"] = llm.render_chat_prompt(
+                    req.messages, req.tools, req.tool_choice, req.chat_template_kwargs, **shaping)
             return [llm.chat_stream_chunks(req.messages, params, tools=req.tools,
                                            tool_choice=req.tool_choice,
                                            parallel_tool_calls=req.parallel_tool_calls,
-                                           chat_template_kwargs=req.chat_template_kwargs)]
+                                           chat_template_kwargs=req.chat_template_kwargs,
+                                           **shaping)]
         return await self._generate(request, "chat", protocol.parse_chat, open_streams, "messages")
 
     async def completions(self, request: Request) -> Response:
@@ -185,7 +191,11 @@ class Routes:
             await asyncio.shield(self._close(stream, admission))
         self.metrics.request_done(endpoint, 200)
         ordered = [choices[i] for i in sorted(choices)]
-        return JSONResponse(fmt.response(ordered, want_logprobs, prompts))
+        body = fmt.response(ordered, want_logprobs, prompts)
+        if "__prompt" in req.extra:
+            body["__verbose"] = {"prompt": req.extra["__prompt"],
+                                 "content": ordered[0].text if ordered else ""}
+        return JSONResponse(body)
 
     def _stream(self, endpoint, fmt: Formatter, stream: ChunkStream, admission, first,
                 choices, req, want_logprobs, deadline, prompts) -> Response:
@@ -204,7 +214,10 @@ class Routes:
                     yield sse(fmt.role_chunk(choice, want_logprobs, req.include_usage))
                 if has_text or chunk.finish_reason is not None or chunk.logprobs \
                         or not choice.started:
-                    yield sse(fmt.chunk(choice, chunk, want_logprobs, req.include_usage))
+                    event = fmt.chunk(choice, chunk, want_logprobs, req.include_usage)
+                    if per_token and "timings" not in event:
+                        event["timings"] = running_timings(chunk)
+                    yield sse(event)
                 try:
                     timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
                     item = await asyncio.wait_for(stream.next(), timeout)
@@ -221,6 +234,23 @@ class Routes:
             if req.include_usage:
                 yield sse(fmt.usage_chunk([choices[i] for i in sorted(choices)], prompts))
             yield DONE
+
+        # timings_per_token (llama-server): each chunk carries the figures so far; the prompt's
+        # are known once the first token is out (prompt_ms = time to it)
+        per_token = bool(req.extra.get("timings_per_token"))
+        clock = {"start": time.monotonic(), "first": None, "n": 0}
+
+        def running_timings(chunk) -> dict:
+            now = time.monotonic()
+            clock["n"] += len(chunk.token_ids or ())
+            if clock["first"] is None:
+                clock["first"] = now
+            prompt_ms = 1e3 * (clock["first"] - clock["start"])
+            gen_ms = 1e3 * (now - clock["first"])
+            n = clock["n"]
+            return {"prompt_ms": prompt_ms, "predicted_n": n, "predicted_ms": gen_ms,
+                    "predicted_per_token_ms": gen_ms / (n - 1) if n > 1 else 0.0,
+                    "predicted_per_second": 1e3 * (n - 1) / gen_ms if n > 1 and gen_ms > 0 else 0.0}
 
         outcome = {"status": 200}
 
