@@ -67,7 +67,6 @@ def create_app(config: ServerConfig, loader: Callable[[ServerConfig], Any] = def
             Route("/v1/chat/completions", routes.chat_completions, methods=["POST"]),
             Route("/chat/completions", routes.chat_completions, methods=["POST"]),
             Route("/v1/completions", routes.completions, methods=["POST"]),
-            Route("/completions", routes.completions, methods=["POST"]),
             Route("/v1/responses", responses_api.create, methods=["POST"]),
             Route("/responses", responses_api.create, methods=["POST"]),
             Route("/v1/responses/{response_id}", responses_api.retrieve, methods=["GET"]),

@@ -1026,6 +1026,7 @@ def register(app_routes: list, routes) -> LlamaCppAPI:
     api = LlamaCppAPI(routes)
     app_routes += [
         Route("/completion", api.completion, methods=["POST"]),
+        Route("/completions", api.completion, methods=["POST"]),  # llama-server: native too
         Route("/infill", api.infill, methods=["POST"]),
         Route("/apply-template", api.apply_template, methods=["POST"]),
         Route("/props", api.props, methods=["GET"]),
