@@ -426,7 +426,9 @@ def test_openai_client_accepts_the_shapes(server):
 def _error(r, status):
     assert r.status_code == status, r.text
     err = r.json()["error"]
-    assert set(err) == {"message", "type", "param", "code"}
+    # OpenAI's envelope; llama-server's context numbers may ride along
+    assert {"message", "type", "param", "code"} <= set(err) <= \
+        {"message", "type", "param", "code", "n_prompt_tokens", "n_ctx"}
     return err
 
 
@@ -452,6 +454,9 @@ def test_context_overflow_says_by_how_much(server):
     prompt_n = len(server.engine.tokenize("<user>hi<assistant>"))
     assert err["code"] == "context_length_exceeded"
     assert f"{prompt_n + 250} > n_ctx 256 by {prompt_n + 250 - 256}" in err["message"]
+    # llama-server's type and numbers beside OpenAI's code
+    assert err["type"] == "exceed_context_size_error"
+    assert err["n_prompt_tokens"] == prompt_n and err["n_ctx"] == 256
     r = post(server, "/v1/chat/completions", {**CHAT, "max_tokens": 250, "stream": True})
     assert _error(r, 400)["code"] == "context_length_exceeded"  # before any event is sent
     assert server.engine.active == {}

@@ -11,6 +11,7 @@ import asyncio
 import inspect
 import json
 import logging
+import re
 import time
 from typing import Any, Callable, List, Optional
 
@@ -43,8 +44,7 @@ def engine_error(e: BaseException, param: Optional[str] = None) -> APIError:
     if isinstance(e, APIError):
         return e
     if isinstance(e, edgellm.ContextLengthError):
-        return APIError(400, f"the request does not fit the context: {e}",
-                        "invalid_request_error", param, "context_length_exceeded")
+        return _context_error(e, param)
     if isinstance(e, (edgellm.InvalidRequestError, ValueError)):
         return invalid(str(e), param)
     if isinstance(e, NotImplementedError):  # e.g. a parameter this engine build cannot honour
@@ -55,6 +55,32 @@ def engine_error(e: BaseException, param: Optional[str] = None) -> APIError:
     log.exception("request failed", exc_info=e)
     return APIError(500, f"internal error: {type(e).__name__}: {e}", "server_error", None,
                     "internal_error")
+
+
+class _ContextError(APIError):
+    """OpenAI's code (context_length_exceeded) with llama-server's type and numbers
+    (exceed_context_size_error, n_prompt_tokens, n_ctx), which llama.cpp clients read."""
+
+    def __init__(self, message: str, param: Optional[str], extra: dict):
+        super().__init__(400, message, "exceed_context_size_error", param, "context_length_exceeded")
+        self.extra = extra
+
+    def body(self) -> dict:
+        out = super().body()
+        out["error"].update(self.extra)
+        return out
+
+
+def _context_error(e: BaseException, param: Optional[str]) -> APIError:
+    text = str(e)
+    extra = {}
+    m = re.search(r"(?:prompt|input) has (\d+) tokens", text)
+    if m:
+        extra["n_prompt_tokens"] = int(m.group(1))
+    m = re.search(r"n_ctx (\d+)", text)
+    if m:
+        extra["n_ctx"] = int(m.group(1))
+    return _ContextError(f"the request does not fit the context: {text}", param, extra)
 
 
 async def read_json(request: Request) -> Any:
