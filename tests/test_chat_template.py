@@ -166,3 +166,13 @@ def test_qwen_template_plain_system_and_tools():
     out = render_chat(conv, tmpl, tools=tools)
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>' in out
     assert "<|im_start|>user\n<tool_response>\n18C\n</tool_response><|im_end|>" in out
+
+
+def test_undefined_variables_add_as_nothing():
+    """As llama.cpp's template engine: an undefined variable renders empty and `+` with it keeps
+    the other operand (templates such as firefunction-v2 concatenate variables clients never
+    send); tests of undefined stay false."""
+    from edgellm.chat_template import render_chat
+    out = render_chat([{"role": "user", "content": "hi"}],
+                      '{{ "a" + functions + "b" }}|{{ missing }}|{% if missing %}x{% else %}y{% endif %}')
+    assert out == "ab||y"

@@ -199,8 +199,20 @@ def _environment():
     import jinja2
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+    class LenientUndefined(jinja2.Undefined):
+        """An undefined variable renders empty (Jinja's default) and, as in llama.cpp's template
+        engine, adds as nothing: `"text" + undefined` is "text" (firefunction-v2's template
+        concatenates a `functions` variable that clients never send)."""
+        __slots__ = ()
+
+        def __add__(self, other):
+            return other
+
+        __radd__ = __add__
+
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols"])
+                                        extensions=["jinja2.ext.loopcontrols"],
+                                        undefined=LenientUndefined)
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
