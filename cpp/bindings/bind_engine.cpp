@@ -55,6 +55,14 @@ py::dict event_dict(const OutputEvent& ev) {
   d["logprobs"] = logprobs_list(ev.logprobs);
   d["finished"] = ev.finished;
   if (ev.has_prompt_logprobs) d["prompt_logprobs"] = logprobs_list(ev.prompt_logprobs);
+  if (ev.has_progress) {  // return_progress: a prefill-progress event (no text, no tokens)
+    py::dict pr;
+    pr["total"] = ev.progress.total;
+    pr["cache"] = ev.progress.cache;
+    pr["processed"] = ev.progress.processed;
+    pr["time_ms"] = ev.progress.time_ms;
+    d["progress"] = pr;
+  }
   if (ev.finished) {
     d["finish_reason"] = ev.finish_reason;
     if (ev.has_stop_string) d["stop_reason"] = utf8(ev.stop_string);
@@ -150,6 +158,8 @@ void bind_engine(py::module_& m) {
       .def_readwrite("logprobs", &SamplingParams::logprobs)
       .def_readwrite("prompt_logprobs", &SamplingParams::prompt_logprobs)
       .def_readwrite("n", &SamplingParams::n)
+      .def_readwrite("return_progress", &SamplingParams::return_progress,
+                     "Streaming requests: prompt-progress events ('progress') while the prompt is prefilled.")
       .def_property("json_schema", [](const SamplingParams& p) { return p.constraint.json_schema; },
                     [](SamplingParams& p, const std::string& v) { p.constraint.json_schema = v; })
       .def_property("grammar", [](const SamplingParams& p) { return p.constraint.grammar; },

@@ -82,6 +82,10 @@ class SamplingParams:
     # Lazy constraint: free text until one of these strings appears in the output, then the
     # grammar (which starts by matching the trigger). Used for tool calls under tool_choice auto.
     grammar_triggers: Optional[List[str]] = None
+    # Streams only (llama-server's return_progress): while the prompt is prefilled, chunks with
+    # empty text whose `progress` is {total, cache, processed, time_ms} -- one at admission
+    # (processed == cache, the prefix-cache hit; time 0), then one per prefill chunk.
+    return_progress: bool = False
 
     def stop_list(self) -> List[str]:
         if self.stop is None:
@@ -139,6 +143,7 @@ class SamplingParams:
             p.logprobs = -1 if self.logprobs is None else int(self.logprobs)
             p.prompt_logprobs = -1 if self.prompt_logprobs is None else int(self.prompt_logprobs)
             p.n = int(self.n)
+            p.return_progress = bool(self.return_progress)
         except (TypeError, ValueError) as e:
             if isinstance(e, InvalidRequestError):
                 raise
@@ -206,6 +211,9 @@ class CompletionChunk:
     stop_reason: Union[None, int, str] = None
     prompt_logprobs: Optional[list] = None
     delta: Any = None  # chat streams: the parsed edgellm.chat_output.ChatDelta of `text`
+    # return_progress: {total, cache, processed, time_ms} on a prefill-progress chunk (no text,
+    # no tokens); None on every other chunk
+    progress: Optional[Dict[str, Any]] = None
 
 
 @dataclass
@@ -393,7 +401,8 @@ class LLM:
         return c
 
     def _chunk(self, ev: dict, want_logprobs: bool, want_prompt: bool) -> CompletionChunk:
-        ch = CompletionChunk(text=ev["text"], token_ids=list(ev["token_ids"]), index=ev["index"])
+        ch = CompletionChunk(text=ev["text"], token_ids=list(ev["token_ids"]), index=ev["index"],
+                             progress=ev.get("progress"))
         if want_logprobs:
             ch.logprobs = [self._token_logprob(*x) for x in ev["logprobs"]]
         if want_prompt and "prompt_logprobs" in ev:

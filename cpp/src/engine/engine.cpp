@@ -132,6 +132,8 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params
     s->sampler = std::make_unique<Sampler>(params, eog_, seed + static_cast<uint64_t>(i));
     s->constraint = std::move(constraints[i]);
     s->stop = StopMatcher(params.stop);
+    // Completion 0 computes the prompt (the others fork it): it alone reports prefill progress.
+    s->return_progress = i == 0 && opts.stream && params.return_progress;
     if (i == 0 && params.prompt_logprobs >= 0) {
       s->want_prompt_logprobs = true;
       s->use_prefix_cache = false;  // every prompt row is needed
@@ -359,6 +361,10 @@ bool Engine::step() {
     publish_stats();
     return false;
   }
+  // return_progress: the first event when a sequence is admitted, before any of its prompt is
+  // computed (processed == cache == the prefix-cache hit).
+  for (const auto& c : plan_)
+    if (c.seq->return_progress && c.seq->progress_sent < 0) send_progress(c.seq, c.start);
   const auto t0 = Clock::now();
   logits_.resize(static_cast<size_t>(batch_.n_outputs()) * n_vocab_);
   const int32_t n_hidden = batch_.n_hidden_outputs();
@@ -375,6 +381,15 @@ bool Engine::step() {
   }
   sched_->complete(plan_);
   processed_total_ += batch_.size();
+  // One progress event per prefill chunk, before the token the last chunk samples. Only forward:
+  // a prompt recomputed after preemption reports nothing until it passes what was reported.
+  for (const auto& c : plan_) {
+    Sequence* s = c.seq;
+    if (s->return_progress && c.start < s->n_prompt) {
+      const int32_t processed = std::min(s->n_computed, s->n_prompt);
+      if (processed > s->progress_sent) send_progress(s, processed);
+    }
+  }
   sample_and_postprocess(plan_);
   busy_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
   ++steps_;
@@ -504,6 +519,20 @@ void Engine::postprocess_token(Sequence* s, int32_t token, TokenLogprob* lp) {
     return;
   }
   finish(s, reason, std::move(ev));
+}
+
+void Engine::send_progress(Sequence* s, int32_t processed) {
+  const auto now = Clock::now();
+  if (s->progress_sent < 0) s->t_progress = now;
+  s->progress_sent = processed;
+  OutputEvent ev;
+  ev.index = s->index;
+  ev.has_progress = true;
+  ev.progress.total = s->n_prompt;
+  ev.progress.cache = s->cached_tokens;
+  ev.progress.processed = processed;
+  ev.progress.time_ms = ms_between(s->t_progress, now);
+  s->out->push(std::move(ev));
 }
 
 void Engine::finish_embedding(Sequence* s) {

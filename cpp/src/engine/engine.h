@@ -105,6 +105,7 @@ class Engine {
   void run_task(const std::function<void()>& task);
   void sample_and_postprocess(const std::vector<ScheduledChunk>& plan);
   void postprocess_token(Sequence* s, int32_t token, TokenLogprob* lp);
+  void send_progress(Sequence* s, int32_t processed);
   void finish_embedding(Sequence* s);
   void finish(Sequence* s, const std::string& reason, OutputEvent ev);
   void fail(Sequence* s, const std::string& message);

@@ -21,6 +21,15 @@ struct Timings {
   double predicted_ms = 0.0;   // first token -> last token
 };
 
+// Where the prefill of a prompt stands (llama-server's prompt_progress). processed counts the
+// prompt positions in the KV cache, the `cache` tokens reused from the prefix cache included.
+struct PromptProgress {
+  int32_t total = 0;       // prompt tokens
+  int32_t cache = 0;       // reused from the prefix cache at admission
+  int32_t processed = 0;   // prompt tokens in the KV cache so far (cache .. total)
+  double time_ms = 0.0;    // since the request's first progress event (0 on it)
+};
+
 struct OutputEvent {
   int32_t index = 0;                     // completion index (n > 1)
   std::string text;                      // new text (whole UTF-8 characters; all text when not streaming)
@@ -40,6 +49,10 @@ struct OutputEvent {
   // (one pooled vector, or one per prompt token with pooling none).
   std::vector<float> embedding;
   int32_t embedding_rows = 0;
+  // return_progress (streaming): an event of its own, never finished, no text or tokens; one at
+  // admission (processed == cache, time 0), then one after each prefill chunk.
+  bool has_progress = false;
+  PromptProgress progress;
 };
 
 class OutputChannel {

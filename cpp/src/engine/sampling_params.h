@@ -31,6 +31,7 @@ struct SamplingParams {
   int32_t logprobs = -1;             // >= 0: per generated token, its log-prob and the top-n
   int32_t prompt_logprobs = -1;      // >= 0: the same for every prompt token after the first
   int32_t n = 1;                     // completions of one prompt (sharing the prompt's KV pages)
+  bool return_progress = false;      // streaming only: prompt-progress events while the prompt is prefilled
   ConstraintSpec constraint;
 
   // Throws InvalidRequestError naming the parameter at fault.

@@ -58,6 +58,10 @@ struct Sequence {
   std::vector<TokenLogprob> out_logprobs;
 
   int32_t cached_tokens = 0;           // prefix-cache hit at first admission
+  // return_progress: prompt-progress events (completion 0 of a streaming request only).
+  bool return_progress = false;
+  int32_t progress_sent = -1;          // `processed` of the last progress event; -1: none yet
+  Clock::time_point t_progress;        // when the first progress event was sent
   int32_t prompt_computed = 0;         // prompt tokens computed by this sequence
   bool started = false, first_token = false;
   Clock::time_point t_start, t_first, t_last;
