@@ -29,6 +29,7 @@ import edgellm
 from . import protocol
 from .engine import ChunkStream
 from .errors import APIError, invalid
+from .progress import progress_of, progress_timings, prompt_progress
 from .sse import EventStreamResponse, sse
 
 log = logging.getLogger("edgellm.server")
@@ -155,6 +156,7 @@ _SERVER = {
     "stream": protocol.boolean,
     "return_tokens": protocol.boolean,
     "timings_per_token": protocol.boolean,
+    "return_progress": protocol.boolean,  # stream: prompt_progress chunks (progress.py)
     "post_sampling_probs": protocol.boolean,
     "response_fields": _strings,
     "cache_prompt": protocol.boolean,   # the prefix cache is always on
@@ -168,7 +170,6 @@ _ACCEPTED_INERT = {
     "n_indent": protocol.integer(0),
     "t_max_predict_ms": protocol.number(0.0),
     "samplers": protocol.anything,       # the chain's order is fixed (llama.cpp's default order)
-    "return_progress": protocol.boolean,  # no prompt-progress chunks are sent
     "lora": protocol.anything,           # accepted when empty only (checked below)
     "stream_options": protocol.obj,
     "backend_sampling": protocol.boolean,  # sampling always runs on the CPU
@@ -614,6 +615,8 @@ class LlamaCppAPI:
             kw["logprobs"] = fields["n_probs"]
         if fields.get("logit_bias"):
             kw["logit_bias"] = self._bias(llm, fields["logit_bias"])
+        if fields.get("return_progress") and fields.get("stream"):
+            kw["return_progress"] = True  # llama-server: in stream mode only
         return kw
 
     @staticmethod
@@ -780,6 +783,15 @@ class LlamaCppAPI:
                 out["completion_probabilities"] = probs_json(chunk.logprobs, post)
             return out
 
+        def progress_partial(r: Result, p) -> JSON:
+            # return_progress: llama-server's partial with no content and its prompt_progress
+            out = {"index": r.index, "content": "", "tokens": [], "stop": False, "id_slot": 0,
+                   "tokens_predicted": 0, "tokens_evaluated": len(r.prompt_ids)}
+            if per_token:
+                out["timings"] = progress_timings(p)
+            out["prompt_progress"] = prompt_progress(p)
+            return out
+
         async def events():
             item = first
             while item is not None:
@@ -788,6 +800,8 @@ class LlamaCppAPI:
                 r.add(chunk)
                 if chunk.token_ids or chunk.text:
                     yield sse(partial(r, chunk))
+                elif progress_of(chunk) is not None:
+                    yield sse(progress_partial(r, progress_of(chunk)))
                 if chunk.finish_reason is not None:
                     yield sse(self._final(r, fields, settings, True, n_ctx))
                 try:

@@ -245,6 +245,7 @@ _CHAT_ONLY: Dict[str, Callable] = {
     "continue_final_message": boolean,
     "verbose": boolean,            # answer with "__verbose": {"prompt": the rendered prompt}
     "timings_per_token": boolean,  # streamed chunks carry running "timings"
+    "return_progress": boolean,    # streams: "prompt_progress" chunks while the prompt is prefilled
 }
 
 _COMPLETION_ONLY: Dict[str, Callable] = {
@@ -253,6 +254,7 @@ _COMPLETION_ONLY: Dict[str, Callable] = {
     "echo": boolean,
     "best_of": integer(1, MAX_N),
     "suffix": anything,
+    "return_progress": boolean,    # streams: "prompt_progress" chunks while the prompt is prefilled
 }
 
 
@@ -426,6 +428,8 @@ def parse_chat(body: Any) -> GenerationRequest:
     if want_logprobs:
         sampling["logprobs"] = fields.get("top_logprobs", 0)
     stream, include_usage = _stream_flags(fields)
+    if stream and fields.get("return_progress"):
+        sampling["return_progress"] = True  # llama-server: in stream mode only
     tool_list = fields.get("tools")
     choice = fields.get("tool_choice")
     if choice is not None and choice != "none" and choice != "auto" and not tool_list:
@@ -469,6 +473,8 @@ def parse_completion(body: Any) -> GenerationRequest:
     if "logprobs" in fields:
         sampling["logprobs"] = fields["logprobs"]
     stream, include_usage = _stream_flags(fields)
+    if stream and fields.get("return_progress"):
+        sampling["return_progress"] = True  # llama-server: in stream mode only
     echo = fields.get("echo", False)
     if echo and not all(isinstance(p, str) for p in prompts):
         raise invalid("'echo' needs text prompts", "echo", "unsupported")

@@ -36,8 +36,10 @@ from edgellm.chat_output import ChatDelta, new_call_id
 from . import protocol
 from .engine import ChunkStream
 from .errors import APIError, invalid, timed_out
+from .progress import progress_of, progress_timings, prompt_progress
 from .protocol import _bad_type, _short, boolean, integer, number, obj, string
 from .routes import CLIENT_CLOSED, ClientGone, Routes, engine_error, read_json
+from .responses import timings
 from .sse import EventStreamResponse
 
 log = logging.getLogger("edgellm.server")
@@ -78,6 +80,7 @@ class ResponsesRequest:
     previous_response_id: Optional[str] = None
     echo: JSON = field(default_factory=dict)     # request fields the response object repeats
     items: List[JSON] = field(default_factory=list)  # the input as items with ids
+    timings_per_token: bool = False       # llama-server: stream events carry running "timings"
 
 
 def _metadata(v, name):
@@ -497,6 +500,9 @@ _FIELDS = {
     "truncation": _truncation,
     "include": _include,
     "background": _background,
+    # llama-server's telemetry (streams): prompt_progress on response.in_progress events, timings
+    "return_progress": boolean,
+    "timings_per_token": boolean,
 }
 
 
@@ -529,6 +535,8 @@ def parse_request(body: Any) -> ResponsesRequest:
         choice_echo, chat_choice = _tool_choice(fields["tool_choice"], "tool_choice", tools)
 
     sampling: JSON = {"max_tokens": fields.get("max_output_tokens")}
+    if fields.get("stream") and fields.get("return_progress"):
+        sampling["return_progress"] = True
     for key in ("temperature", "top_p"):
         if key in fields:
             sampling[key] = fields[key]
@@ -570,7 +578,8 @@ def parse_request(body: Any) -> ResponsesRequest:
         template_kwargs=template_kwargs,
         stream=fields.get("stream", False), store=fields.get("store", True),
         previous_response_id=fields.get("previous_response_id"), echo=echo,
-        items=input_items(fields["input"]))
+        items=input_items(fields["input"]),
+        timings_per_token=bool(fields.get("stream") and fields.get("timings_per_token")))
 
 
 def conversation(req: ResponsesRequest, history: List[JSON]) -> List[JSON]:
@@ -820,6 +829,38 @@ def open_chat(llm, messages: List[JSON], params, req: ResponsesRequest):
     return fn(messages, params, **kwargs)
 
 
+class _RunningTimings:
+    """timings_per_token on a Responses stream: llama-server's timings so far (the prompt's
+    figures from the progress events when there were any, else known at the first token)."""
+
+    def __init__(self):
+        self.start = time.monotonic()
+        self.first: Optional[float] = None
+        self.prompt_n = 0
+        self.n = 0
+
+    def progress(self, p: JSON) -> JSON:
+        out = progress_timings(p)
+        self.prompt_n = out["prompt_n"]
+        return out
+
+    def tokens(self, n: int) -> JSON:
+        now = time.monotonic()
+        if self.first is None:
+            self.first = now
+        self.n += n
+        prompt_ms = 1e3 * (self.first - self.start)
+        gen_ms = 1e3 * (now - self.first)
+        steps = self.n - 1  # the first token comes with the prompt
+        return {"prompt_n": self.prompt_n, "prompt_ms": prompt_ms,
+                "prompt_per_token_ms": prompt_ms / self.prompt_n if self.prompt_n else 0.0,
+                "prompt_per_second": 1e3 * self.prompt_n / prompt_ms
+                if self.prompt_n and prompt_ms > 0 else 0.0,
+                "predicted_n": self.n, "predicted_ms": gen_ms,
+                "predicted_per_token_ms": gen_ms / steps if steps > 0 else 0.0,
+                "predicted_per_second": 1e3 * steps / gen_ms if steps > 0 and gen_ms > 0 else 0.0}
+
+
 # --- the routes ----------------------------------------------------------------------------------
 
 def _event(seq: int, ev: JSON) -> bytes:
@@ -1038,6 +1079,10 @@ class ResponsesAPI:
         def send(ev: JSON) -> bytes:
             return _event(next(seq), ev)
 
+        per_token = req.timings_per_token
+        clock = _RunningTimings()
+        last_timings: JSON = {"t": None}
+
         async def events():
             start = self._body(rid, created, req, params, "in_progress", [], None)
             yield send({"type": "response.created", "response": start})
@@ -1045,10 +1090,23 @@ class ResponsesAPI:
             item, finish, usage = first, None, None
             while item is not None:
                 _, chunk = item
-                for ev in builder.feed(chunk_delta(chunk), len(chunk.token_ids or ())):
+                progress = progress_of(chunk)
+                if progress is not None:  # return_progress, as llama-server sends it
+                    ev = {"type": "response.in_progress", "response": start}
+                    if per_token:
+                        ev["timings"] = clock.progress(progress)
+                    ev["prompt_progress"] = prompt_progress(progress)
+                    yield send(ev)
+                evs = builder.feed(chunk_delta(chunk), len(chunk.token_ids or ()))
+                if per_token and chunk.token_ids:
+                    t = clock.tokens(len(chunk.token_ids))
+                    if evs:  # llama-server: on the last event of the step
+                        evs[-1] = dict(evs[-1], timings=t)
+                for ev in evs:
                     yield send(ev)
                 if chunk.finish_reason is not None:
                     finish = chunk.finish_reason
+                    last_timings["t"] = chunk.timings
                 if chunk.usage is not None:
                     usage = chunk.usage
                 try:
@@ -1080,7 +1138,10 @@ class ResponsesAPI:
             body = self._body(rid, created, req, params, status, builder.output(),
                               self._usage(usage, builder.reasoning_tokens), reason, error)
             self._keep(rid, body, req, history, builder)
-            yield send({"type": f"response.{status}", "response": body})
+            done = {"type": f"response.{status}", "response": body}
+            if per_token and last_timings["t"]:
+                done["timings"] = timings(last_timings["t"])
+            yield send(done)
 
         async def on_close(disconnected: bool):
             await self.routes._close(stream, admission)

@@ -23,6 +23,7 @@ import edgellm
 from . import protocol
 from .engine import ChunkStream, EngineHost
 from .errors import APIError, invalid, timed_out
+from .progress import progress_of, progress_timings, prompt_progress
 from .responses import Choice, Formatter
 from .sse import DONE, EventStreamResponse, cancel_and_wait, sse, wait_disconnect
 
@@ -236,10 +237,13 @@ class Routes:
                 # chat: a first chunk of its own says the role (content null), as OpenAI and
                 # llama-server stream it
                 role_first = fmt.kind == "chat" and not choice.started
-                if role_first:
+                progress = progress_of(chunk)
+                if progress is not None:  # return_progress: llama-server's prompt_progress chunk
+                    yield sse(progress_chunk(choice, progress))
+                elif role_first:
                     yield sse(fmt.role_chunk(choice, want_logprobs, req.include_usage))
-                if has_text or chunk.finish_reason is not None or chunk.logprobs \
-                        or not choice.started:
+                if progress is None and (has_text or chunk.finish_reason is not None
+                                         or chunk.logprobs or not choice.started):
                     event = fmt.chunk(choice, chunk, want_logprobs, req.include_usage)
                     if per_token and "timings" not in event:
                         event["timings"] = running_timings(chunk)
@@ -277,6 +281,22 @@ class Routes:
             return {"prompt_ms": prompt_ms, "predicted_n": n, "predicted_ms": gen_ms,
                     "predicted_per_token_ms": gen_ms / (n - 1) if n > 1 else 0.0,
                     "predicted_per_second": 1e3 * (n - 1) / gen_ms if n > 1 and gen_ms > 0 else 0.0}
+
+        def progress_chunk(choice, progress) -> dict:
+            # chat: a role delta (content null), as llama-server sends each progress update;
+            # completions: empty text. Neither starts the choice's text.
+            if fmt.kind == "chat":
+                event = fmt.role_chunk(choice, want_logprobs, req.include_usage)
+            else:
+                event = fmt._head("text_completion")
+                event["choices"] = [{"index": choice.index, "text": "", "logprobs": None,
+                                     "finish_reason": None}]
+                if req.include_usage:
+                    event["usage"] = None
+            if per_token:
+                event["timings"] = progress_timings(progress)
+            event["prompt_progress"] = prompt_progress(progress)
+            return event
 
         outcome = {"status": 200}
 
