@@ -47,8 +47,7 @@ REASONS = [
     ("test_speculative", "", "set-up downloads a draft model (no network here); speculative decoding refused by the shim anyway"),
     ("test_stream", "", "router mode (several models, /models/load) not supported"),
     ("test_metrics", "test_metrics_prompt_processed_and_cached", "the prefix cache reuses whole KV pages (32 tokens): a 10-token prompt is never cached (cache_n 0)"),
-    ("test_metrics", "test_metrics_timings_on_prompt_progress", "no prompt-progress chunks (return_progress is accepted, has no effect)"),
-    ("test_chat_completion", "test_return_progress", "no prompt-progress chunks; return_progress is not accepted on the chat route"),
+    ("test_chat_completion", "test_return_progress[64-4-False]", MODEL + "the prompt is 70 SmolLM2 tokens: 2 batches of 64, so 3 progress updates (stories260K: 129+ tokens, 4)"),
     ("test_chat_completion", "test_chat_completion_with_timings_per_token", "timings_per_token not supported on the OpenAI chat route (only on /completion)"),
     ("test_chat_completion", "test_chat_template", "'verbose' / '__verbose' debug output not supported"),
     ("test_chat_completion", "test_verbose_debug", "'verbose' / '__verbose' debug output not supported"),
@@ -60,7 +59,7 @@ REASONS = [
     ("test_template", "test_date_inside_prompt[fireworks", "the firefunction-v2 template needs llama.cpp's 'functions' variable"),
     ("test_compat_anthropic", "test_anthropic_vision_base64_with_multimodal_model", "tinygemma3 (vision) has no stand-in"),
     ("test_compat_anthropic", "test_anthropic_", "Anthropic API (owner: Anthropic work)"),
-    ("test_compat_oai_responses", "test_responses_stream_with_llama_telemetry", "Responses API (owner: Responses work): llama-server's timings_per_token is not accepted on /responses"),
+    ("test_compat_oai_responses", "test_responses_stream_with_llama_telemetry", "progress and timings pass; a response cut off by max_output_tokens ends with OpenAI's response.incomplete, llama-server always sends response.completed"),
 ]
 
 
