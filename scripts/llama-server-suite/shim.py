@@ -221,11 +221,11 @@ def main(argv):
         out.append(("--verbose", None))
 
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "python"), env.get("PYTHONPATH")]))
-    if env.get("EDGELLM_BUILD_DIR"):
+    if env.get("EDGELLM_BUILD_DIR"):  # a development build: the package comes from the checkout
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "python"), env.get("PYTHONPATH")]))
         env["EDGELLM_BUILD_DIR"] = os.path.abspath(env["EDGELLM_BUILD_DIR"])
-    os.environ.update(env)
-    sys.path.insert(0, str(REPO / "python"))
+        sys.path.insert(0, str(REPO / "python"))
+    os.environ.update(env)  # else: the installed edgellm (CI), with its built extension
     have = serve_options()
     kept = []
     for opt, val in out:
