@@ -11,11 +11,7 @@ Three parts:
 """
 import asyncio
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -623,53 +619,21 @@ def test_count_tokens_follows_tool_choice_none(fake):
 
 # --- the real server with Qwen2.5-Coder-0.5B -------------------------------------------------------
 
-class ServerProcess:
+from test_server import ServerProcess as _RealServer  # noqa: E402
+
+
+class ServerProcess(_RealServer):
+    """The real `edgellm serve` subprocess (tests/test_server.py) with the anthropic SDK."""
+
     def __init__(self, model: Path, *args: str):
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ)
-        if env.get("EDGELLM_BUILD_DIR"):  # a development build: the package from the checkout
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "python"),
-                                                              env.get("PYTHONPATH")]))
-            env["EDGELLM_BUILD_DIR"] = os.path.abspath(env["EDGELLM_BUILD_DIR"])
-        self.log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"edgellm-anthropic-{self.port}.log",
-                        "w+")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "edgellm", "serve", str(model), "--port", str(self.port),
-             "--api-key", KEY, "--threads", "2", "--log-level", "warning", *args],
-            env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        super().__init__(model, *args, api_key=KEY)
 
     def wait_ready(self, timeout=180):
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"server exited with {self.proc.returncode}:\n{self.output()}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, f"server not ready:\n{self.output()}"
-            time.sleep(0.1)
-
-    def output(self) -> str:
-        self.log.flush()
-        self.log.seek(0)
-        return self.log.read()[-4000:]
+        return super().wait_ready(timeout)
 
     def client(self, **kw):
         kw.setdefault("api_key", KEY)
         return anthropic.Anthropic(base_url=self.url, max_retries=0, timeout=120, **kw)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,7 @@ Three layers:
 """
 import asyncio
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -759,53 +755,15 @@ def test_timeout_and_disconnect_abort_the_engine_request():
 
 # --- the real server on Qwen2.5-Coder-0.5B -----------------------------------------------------
 
-class ServerProcess:
-    def __init__(self, model: Path, *args: str):
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ)
-        if env.get("EDGELLM_BUILD_DIR"):  # a development build: the package from the checkout
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "python"),
-                                                              env.get("PYTHONPATH")]))
-            env["EDGELLM_BUILD_DIR"] = os.path.abspath(env["EDGELLM_BUILD_DIR"])
-        self.log = open(Path(os.environ.get("TMPDIR", "/tmp"))
-                        / f"edgellm-serve-responses-{self.port}.log", "w+")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "edgellm", "serve", str(model), "--port", str(self.port),
-             "--threads", "2", "--log-level", "warning", *args],
-            env=env, stdout=self.log, stderr=subprocess.STDOUT)
+from test_server import KEY as _KEY, ServerProcess as _RealServer  # noqa: E402
 
-    def wait_ready(self, timeout=120):
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"server exited with {self.proc.returncode}:\n{self.output()}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, f"server not ready:\n{self.output()}"
-            time.sleep(0.1)
 
-    def output(self) -> str:
-        self.log.flush()
-        self.log.seek(0)
-        return self.log.read()[-4000:]
+class ServerProcess(_RealServer):
+    """The real `edgellm serve` subprocess (tests/test_server.py); its client is the SDK's."""
 
     def client(self):
-        return openai.OpenAI(base_url=self.url + "/v1", api_key="none", max_retries=0,
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=_KEY, max_retries=0,
                              timeout=120)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
 
 
 @pytest.fixture(scope="module")
