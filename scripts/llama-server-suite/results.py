@@ -29,7 +29,7 @@ REASONS = [
     ("test_infill", "test_infill_", MODEL + "content regexes are stories260K-infill's; Qwen2.5-Coder fills in code (e.g. 'n_threads();\\n    printf(...)')"),
     ("test_ctx_shift", "test_ctx_shift_disabled_short_prompt", MODEL + "SmolLM2 ends with EOS after ~12 tokens; stories260K runs to the limit"),
     ("test_ctx_shift", "test_ctx_shift_disabled_long_prompt", MODEL + "LONG_TEXT is under 256 SmolLM2 tokens (stories260K: over), so it fits"),
-    ("test_ctx_shift", "test_ctx_shift_disabled_stream", MODEL + "SmolLM2 stops with EOS (finish_reason stop) before the context is full"),
+    ("test_ctx_shift", "test_ctx_shift_disabled_stream", "/v1/completions refuses prompt + n_predict (1 + 256) over the 256-token context with a 400 (the OpenAI routes never truncate); llama-server generates until the context is full and ends with 'length'"),
     ("test_compat_oai_responses", "test_responses_with_openai_library", MODEL + "content regex is stories260K's text"),
     ("test_tool_call", "test_calc_result", MODEL + "Qwen2.5-Coder-0.5B stands in for the 3B: given the tool result it calls the tool again instead of answering (the prompt renders the result correctly)"),
     ("test_embedding", "test_embedding_usage", MODEL + "token counts are the BERT tokenizer's"),
