@@ -398,11 +398,14 @@ def _ipv6_loopback() -> bool:
 
 
 def _env():
+    """The child's environment: tests/ on the path (stand-in engines); the checkout's package
+    only for a development build (EDGELLM_BUILD_DIR), else the installed one (CI)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "python"), str(REPO / "tests"),
-                                                      env.get("PYTHONPATH")]))
+    paths = [str(REPO / "tests"), env.get("PYTHONPATH")]
     if env.get("EDGELLM_BUILD_DIR"):
+        paths.insert(0, str(REPO / "python"))
         env["EDGELLM_BUILD_DIR"] = os.path.abspath(env["EDGELLM_BUILD_DIR"])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
     return env
 
 
