@@ -176,3 +176,12 @@ def test_undefined_variables_add_as_nothing():
     out = render_chat([{"role": "user", "content": "hi"}],
                       '{{ "a" + functions + "b" }}|{{ missing }}|{% if missing %}x{% else %}y{% endif %}')
     assert out == "ab||y"
+
+
+def test_builtin_command_r():
+    from edgellm.chat_template import render_chat
+    out = render_chat([{"role": "system", "content": "You are a test."},
+                       {"role": "user", "content": " Hi there "}], "command-r")
+    assert out == ("<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>You are a test.<|END_OF_TURN_TOKEN|>"
+                   "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hi there<|END_OF_TURN_TOKEN|>"
+                   "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>")

@@ -80,8 +80,19 @@ _ZEPHYR = (
     "{%- if add_generation_prompt -%}{{- '<|assistant|>\\n' -}}{%- endif -%}"
 )
 
+# Cohere Command-R: turns between <|START_OF_TURN_TOKEN|> and <|END_OF_TURN_TOKEN|>, the roles as
+# SYSTEM / USER / CHATBOT tokens, content trimmed.
+_COMMAND_R = (
+    "{%- for message in messages -%}"
+    "{%- set role = {'system': 'SYSTEM', 'user': 'USER', 'assistant': 'CHATBOT'}.get(message.role, 'USER') -%}"
+    "{{- '<|START_OF_TURN_TOKEN|><|' + role + '_TOKEN|>' + (message.content | trim) + '<|END_OF_TURN_TOKEN|>' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>' -}}{%- endif -%}"
+)
+
 BUILTIN_TEMPLATES = {
     "chatml": _CHATML,
+    "command-r": _COMMAND_R,
     "gemma": _GEMMA,
     "llama3": _LLAMA3,
     "llama2": _LLAMA2,
