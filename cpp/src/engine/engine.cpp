@@ -146,6 +146,10 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params
     p.seqs.push_back(std::move(s));
   }
   out->expect(params.n);
+  return enqueue(std::move(p));
+}
+
+int64_t Engine::enqueue(Pending p) {
   int64_t id;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -204,18 +208,8 @@ int64_t Engine::submit_embedding(std::vector<int32_t> prompt, const EmbeddingPar
   s->embd = EmbeddingPool(pooling, params.normalize, n_embd_);
   out->expect(1);
   Pending p;
-  p.seqs.push_back(s);
-  int64_t id;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    id = next_id_++;
-    s->request_id = id;
-    s->arrival = arrival_++;
-    inbox_.push_back(std::move(p));
-    has_work_ = true;
-  }
-  cv_.notify_all();
-  return id;
+  p.seqs.push_back(std::move(s));
+  return enqueue(std::move(p));
 }
 
 void Engine::abort(int64_t request_id) {

@@ -100,6 +100,8 @@ class Engine {
   struct Pending {
     std::vector<std::shared_ptr<Sequence>> seqs;
   };
+  // Hands a validated request's sequences to the engine thread; returns the request id.
+  int64_t enqueue(Pending p);
   void loop();
   void drain_inbox();
   void run_task(const std::function<void()>& task);

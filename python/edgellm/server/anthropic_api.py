@@ -707,20 +707,12 @@ class AnthropicRoutes(Routes):
             return self._afail(endpoint, engine_error(e, "messages"))
 
         deadline = self._deadline(t0)
-        stream: Optional[ChunkStream] = None
-        try:
-            stream = ChunkStream([open_chat(llm, req, params)], 1, self.metrics, t0)
-            first = await self._race(stream.next(), request, deadline)
-        except ClientGone:
-            await self._close(stream, admission)
-            self.metrics.request_done(endpoint, CLIENT_CLOSED)
-            log.info("client disconnected before the first token; request aborted")
-            return Response(status_code=CLIENT_CLOSED)
-        except BaseException as e:  # noqa: BLE001 - every failure becomes an answer
-            await asyncio.shield(self._close(stream, admission))
-            if isinstance(e, asyncio.CancelledError):
-                raise
-            return self._afail(endpoint, engine_error(e, "messages"))
+        started = await self._start(
+            request, endpoint, lambda: [open_chat(llm, req, params)], 1, admission, t0, deadline,
+            lambda e: self._afail(endpoint, engine_error(e, "messages")))
+        if isinstance(started, Response):
+            return started
+        stream, first = started
 
         builder = MessageBuilder(self.config.model_id, req, n_prompt)
         if req.stream:

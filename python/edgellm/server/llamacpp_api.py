@@ -665,20 +665,14 @@ class LlamaCppAPI:
             return self._answer(endpoint, fields, results, settings, stream_mode, [], n_ctx)
 
         deadline = routes._deadline(t0)
-        stream: Optional[ChunkStream] = None
-        try:
-            stream = ChunkStream([llm.stream_chunks(ids, p) for ids, p in zip(ids_list, per_prompt)],
-                                 1, self.metrics, t0)
-            first = await routes._race(stream.next(), request, deadline)
-        except _client_gone() as e:  # noqa: F841
-            await routes._close(stream, admission)
-            self.metrics.request_done(endpoint, CLIENT_CLOSED)
-            return Response(status_code=CLIENT_CLOSED)
-        except BaseException as e:  # noqa: BLE001
-            await asyncio.shield(routes._close(stream, admission))
-            if isinstance(e, asyncio.CancelledError):
-                raise
-            return routes._fail(endpoint, _engine_error(e, ids_list, n_ctx))
+        started = await routes._start(
+            request, endpoint,
+            lambda: [llm.stream_chunks(ids, p) for ids, p in zip(ids_list, per_prompt)], 1,
+            admission, t0, deadline,
+            lambda e: routes._fail(endpoint, _engine_error(e, ids_list, n_ctx)))
+        if isinstance(started, Response):
+            return started
+        stream, first = started
 
         if stream_mode:
             return self._stream(endpoint, fields, results, settings, stream, admission, first,

@@ -1013,20 +1013,12 @@ class ResponsesAPI:
             return routes._fail(ENDPOINT, e)
 
         deadline = routes._deadline(t0)
-        stream: Optional[ChunkStream] = None
-        try:
-            stream = ChunkStream([open_chat(llm, messages, params, req)], 1, self.metrics, t0)
-            first = await routes._race(stream.next(), request, deadline)
-        except ClientGone:
-            await routes._close(stream, admission)
-            self.metrics.request_done(ENDPOINT, CLIENT_CLOSED)
-            log.info("client disconnected before the first token; request aborted")
-            return Response(status_code=CLIENT_CLOSED)
-        except BaseException as e:  # noqa: BLE001 - every failure becomes an answer
-            await asyncio.shield(routes._close(stream, admission))
-            if isinstance(e, asyncio.CancelledError):
-                raise
-            return routes._fail(ENDPOINT, engine_error(e, "input"))
+        started = await routes._start(
+            request, ENDPOINT, lambda: [open_chat(llm, messages, params, req)], 1, admission, t0,
+            deadline, lambda e: routes._fail(ENDPOINT, engine_error(e, "input")))
+        if isinstance(started, Response):
+            return started
+        stream, first = started
 
         rid = _id("resp")
         builder = OutputBuilder()

@@ -168,20 +168,12 @@ class Routes:
             return self._fail(endpoint, e)
 
         deadline = self._deadline(t0)
-        stream: Optional[ChunkStream] = None
-        try:
-            stream = ChunkStream(open_streams(llm, req, params), req.n, self.metrics, t0)
-            first = await self._race(stream.next(), request, deadline)
-        except ClientGone:
-            await self._close(stream, admission)
-            self.metrics.request_done(endpoint, CLIENT_CLOSED)
-            log.info("client disconnected before the first token; request aborted")
-            return Response(status_code=CLIENT_CLOSED)
-        except BaseException as e:  # noqa: BLE001 - every failure becomes an answer
-            await asyncio.shield(self._close(stream, admission))
-            if isinstance(e, asyncio.CancelledError):
-                raise
-            return self._fail(endpoint, engine_error(e, prompt_param))
+        started = await self._start(
+            request, endpoint, lambda: open_streams(llm, req, params), req.n, admission, t0,
+            deadline, lambda e: self._fail(endpoint, engine_error(e, prompt_param)))
+        if isinstance(started, Response):
+            return started
+        stream, first = started
 
         kind = "chat" if endpoint == "chat" else "completion"
         fmt = Formatter(kind, self.config.model_id, self._fingerprint())
@@ -305,6 +297,28 @@ class Routes:
             self.metrics.request_done(endpoint, CLIENT_CLOSED if disconnected else outcome["status"])
 
         return EventStreamResponse(events(), on_close)
+
+    async def _start(self, request: Request, endpoint: str, open_streams: Callable[[], list],
+                     n: int, admission, t0: float, deadline: Optional[float],
+                     fail: Callable[[BaseException], Response]):
+        """Open the engine streams and wait for the first chunk, watching for disconnect and
+        the deadline: (stream, first chunk), or the Response to answer with -- 499 when the
+        client went away, `fail(e)` for any other failure. Either way the streams are closed
+        and the admission released when no answer will follow."""
+        stream: Optional[ChunkStream] = None
+        try:
+            stream = ChunkStream(open_streams(), n, self.metrics, t0)
+            return stream, await self._race(stream.next(), request, deadline)
+        except ClientGone:
+            await self._close(stream, admission)
+            self.metrics.request_done(endpoint, CLIENT_CLOSED)
+            log.info("client disconnected before the first token; request aborted")
+            return Response(status_code=CLIENT_CLOSED)
+        except BaseException as e:  # noqa: BLE001 - every failure becomes an answer
+            await asyncio.shield(self._close(stream, admission))
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            return fail(e)
 
     @staticmethod
     async def _close(stream: Optional[ChunkStream], admission) -> None:
