@@ -1,4 +1,4 @@
-"""`edgellm generate MODEL -p PROMPT`: stream one completion to stdout (the prompt is not
+"""`edgellm generate MODEL PROMPT` (or `-p PROMPT`): stream one completion to stdout (the prompt is not
 echoed), then one line of timings on stderr:
 
     prompt: N tokens, X t/s | generated: M tokens, Y t/s
@@ -10,7 +10,9 @@ import click
 
 @click.command("generate")
 @click.argument("model")
-@click.option("-p", "--prompt", required=True, help="Prompt text (tokenized with BOS as the model asks).")
+@click.argument("prompt_arg", metavar="[PROMPT]", required=False)
+@click.option("-p", "--prompt", default=None, help="Prompt text (tokenized with BOS as the model asks); "
+              "or give it as the second argument.")
 @click.option("-n", "--n-predict", "n_predict", default=128, show_default=True, type=int,
               help="Tokens to generate; -1: until end-of-generation or the context is full.")
 @click.option("--temp", "temperature", default=0.8, show_default=True, type=float, help="Temperature; 0 = greedy.")
@@ -25,9 +27,14 @@ import click
 @click.option("--ignore-eos", is_flag=True, help="Keep generating past end-of-generation tokens.")
 @click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", default=0, show_default=True, type=click.IntRange(-1, None),
               help="Last layers to run on a CUDA GPU (-1 = all); without one, a warning and the CPU.")
-def command(model, prompt, n_predict, temperature, seed, threads, top_k, top_p, min_p, repeat_penalty,
+def command(model, prompt_arg, prompt, n_predict, temperature, seed, threads, top_k, top_p, min_p, repeat_penalty,
             repeat_last_n, ctx_size, ignore_eos, n_gpu_layers):
-    """Generate text from MODEL (a GGUF path or a known model name)."""
+    """Generate text from MODEL (a GGUF path or a known model name) for PROMPT."""
+    if prompt is not None and prompt_arg is not None:
+        raise click.UsageError("give the prompt once: as PROMPT or with -p, not both")
+    prompt = prompt if prompt is not None else prompt_arg
+    if prompt is None:
+        raise click.UsageError("no prompt: give PROMPT or -p PROMPT")
     from edgellm import EdgeLLMError, LLM, SamplingParams
     from edgellm.models import UnknownModelError
 

@@ -121,14 +121,22 @@ def _text(s: Dict[str, Any]) -> str:
 
 
 @click.command("info")
-@click.argument("model", metavar="MODEL.gguf")
+@click.argument("model", metavar="MODEL")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 def command(model: str, as_json: bool) -> None:
-    """Show what a GGUF model file holds: architecture, sizes, tensor types, tokenizer."""
+    """Show what a GGUF model file holds: architecture, sizes, tensor types, tokenizer.
+
+    MODEL is a .gguf path or a known model name (fetched on first use)."""
     import edgellm
+    from edgellm.models import UnknownModelError, resolve
 
     try:
-        with edgellm.ModelFile(model) as mf:
+        path = resolve(model)
+    except (UnknownModelError, FileNotFoundError, OSError) as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
+    try:
+        with edgellm.ModelFile(str(path)) as mf:
             summary = summarize(mf)
     except edgellm.ModelFormatError as e:
         click.echo(f"error: {e}", err=True)

@@ -6,18 +6,26 @@ TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K_M", "Q4_K_S", "Q5_K_M", "
 
 
 @click.command("quantize")
-@click.argument("src", type=click.Path(exists=True, dir_okay=False))
+@click.argument("src")
 @click.argument("dst", type=click.Path(dir_okay=False))
 @click.argument("type_name", metavar="TYPE", type=click.Choice(TYPES, case_sensitive=False))
 @click.option("-t", "--threads", default=0, type=int, help="Threads (default: all CPUs).")
 @click.option("-q", "--quiet", is_flag=True, help="Do not list the tensors.")
 def command(src, dst, type_name, threads, quiet):
-    """Write DST: SRC's metadata and tensors, matrices re-quantized to TYPE."""
+    """Write DST: SRC's metadata and tensors, matrices re-quantized to TYPE.
+
+    SRC is a .gguf path or a known model name (fetched on first use)."""
     import os
     import time
 
     from edgellm import EdgeLLMError
     from edgellm.bench.quantize import QuantizeError, quantize_file
+    from edgellm.models import UnknownModelError, resolve
+
+    try:
+        src = str(resolve(src))
+    except (UnknownModelError, FileNotFoundError, OSError) as e:
+        raise click.BadParameter(str(e), param_hint="SRC") from None
 
     t0 = time.perf_counter()
     log = None if quiet else (lambda line: click.echo(line, err=True))
