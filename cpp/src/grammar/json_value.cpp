@@ -168,6 +168,14 @@ class JsonParser {
         return out;
       }
       if (static_cast<unsigned char>(c) < 0x20) fail("control character in string");
+      if (static_cast<unsigned char>(c) >= 0x80) {
+        // RFC 8259 text is UTF-8; invalid bytes would otherwise reach the grammar text.
+        const size_t start = pos_;
+        uint32_t cp;
+        if (!decode_utf8(s_, pos_, cp)) fail("invalid UTF-8 in string");
+        out.append(s_.substr(start, pos_ - start));
+        continue;
+      }
       if (c != '\\') {
         out += c;
         ++pos_;
