@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer harnesses (fuzz/, clang, -fsanitize=fuzzer,address,undefined) and runs
+# each for SECONDS (default 20), after replaying its regressions (fuzz/regressions/<target>/).
+# Exits non-zero on any crash, sanitizer report, leak, timeout or out-of-memory; the input
+# lands in BUILD/artifacts/<target>/. Prints executions and coverage per target.
+#
+#   scripts/fuzz.sh [SECONDS] [TARGET...]      (targets: gguf tokenizer_bpe tokenizer_spm gbnf
+#                                               regex json_schema json_value grammar_automaton;
+#                                               default all)
+# Env: EDGELLM_FUZZ_BUILD (default build/fuzz), EDGELLM_FUZZ_RUNS=N (stop each target after N
+# executions instead of SECONDS), EDGELLM_FUZZ_ARGS (extra libFuzzer flags), EDGELLM_MODELS
+# (the real models whose vocabularies the tokenizer targets use; without them those targets
+# are skipped, or fail under EDGELLM_REQUIRE_MODELS=1), EDGELLM_JOBS.
+# Needs clang with libFuzzer; installs clang with apt-get when missing and we are root or have
+# password-less sudo (CI). Work corpora are kept in BUILD/corpus/<target> between runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-20}
+shift || true
+build=${EDGELLM_FUZZ_BUILD:-build/fuzz}
+jobs=${EDGELLM_JOBS:-2}
+all_targets=(gguf tokenizer_bpe tokenizer_spm gbnf regex json_schema json_value grammar_automaton)
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
+for t in "${targets[@]}"; do
+  [[ " ${all_targets[*]} " == *" $t "* ]] || { echo "[fuzz] unknown target '$t' (one of: ${all_targets[*]})" >&2; exit 2; }
+done
+
+say() { echo "[fuzz] $*"; }
+
+# ---- clang -----------------------------------------------------------------------------------
+find_clang() {
+  if [ -n "${CXX:-}" ] && "$CXX" --version 2>/dev/null | grep -q clang; then echo "$CXX"; return; fi
+  local c
+  for c in clang++ clang++-19 clang++-18 clang++-17 clang++-16 clang++-15 clang++-14; do
+    command -v "$c" >/dev/null 2>&1 && { echo "$c"; return; }
+  done
+}
+cxx=$(find_clang || true)
+if [ -z "$cxx" ]; then
+  sudo=""
+  [ "$(id -u)" = 0 ] || { sudo -n true 2>/dev/null && sudo="sudo -n"; }
+  if { [ "$(id -u)" = 0 ] || [ -n "$sudo" ]; } && command -v apt-get >/dev/null; then
+    say "installing clang"
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends clang >/dev/null
+    cxx=$(find_clang || true)
+  fi
+  [ -n "$cxx" ] || { echo "[fuzz] FAIL: needs clang++ with libFuzzer (apt-get install clang)" >&2; exit 1; }
+fi
+cc=${cxx/clang++/clang}
+
+# ---- build -----------------------------------------------------------------------------------
+start=$(date +%s)
+if [ ! -f "$build/build.ninja" ]; then
+  launcher=()
+  command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$cxx" \
+    -DCMAKE_C_COMPILER="$cc" -DEDGELLM_FUZZ=ON -DEDGELLM_BUILD_PYTHON=OFF "${launcher[@]}" >/dev/null
+fi
+set +e
+cmake --build "$build" --target fuzz_all -- -j"$jobs" 2>&1 | grep -vE '^\[[0-9]+/[0-9]+\] (Building|Linking)|Re-checking globbed'
+rc=${PIPESTATUS[0]}
+set -e
+[ "$rc" -eq 0 ] || { echo "[fuzz] FAIL: build failed (exit $rc)" >&2; exit 1; }
+say "built ${#all_targets[@]} harnesses in $build ($(( $(date +%s) - start )) s, $cxx)"
+
+# ---- vocabularies for the tokenizer targets --------------------------------------------------
+export EDGELLM_FUZZ_VOCAB_DIR="$PWD/$build/vocab"
+need_vocab=0
+for t in "${targets[@]}"; do [[ $t == tokenizer_* ]] && need_vocab=1; done
+if [ "$need_vocab" = 1 ] && ! python3 fuzz/make_vocab.py "$EDGELLM_FUZZ_VOCAB_DIR"; then
+  if [ "${EDGELLM_REQUIRE_MODELS:-0}" = 1 ]; then
+    echo "[fuzz] FAIL: the tokenizer targets need the real models (EDGELLM_REQUIRE_MODELS=1)" >&2
+    exit 1
+  fi
+  say "SKIP tokenizer targets: real models not found"
+  kept=()
+  for t in "${targets[@]}"; do [[ $t == tokenizer_* ]] || kept+=("$t"); done
+  targets=("${kept[@]}")
+fi
+
+# ---- run -------------------------------------------------------------------------------------
+dict_for() {
+  case $1 in
+    gguf) echo fuzz/dict/gguf.dict ;;
+    tokenizer_*) echo fuzz/dict/tokenizer.dict ;;
+    gbnf|grammar_automaton) echo fuzz/dict/gbnf.dict ;;
+    regex) echo fuzz/dict/regex.dict ;;
+    json_schema|json_value) echo fuzz/dict/json.dict ;;
+  esac
+}
+
+failures=0
+summary=()
+for t in "${targets[@]}"; do
+  bin="$build/fuzz/fuzz_$t"
+  work="$build/corpus/$t"
+  art="$build/artifacts/$t"
+  mkdir -p "$work" "$art"
+  # Regressions: every saved finding must now run clean.
+  regs=()
+  if [ -d "fuzz/regressions/$t" ]; then
+    while IFS= read -r -d '' f; do regs+=("$f"); done < <(find "fuzz/regressions/$t" -type f ! -name '*.md' -print0 | sort -z)
+  fi
+  if [ ${#regs[@]} -gt 0 ]; then
+    log=$(mktemp)
+    if ! "$bin" -timeout=20 -rss_limit_mb=2048 "${regs[@]}" >"$log" 2>&1; then
+      say "FAIL $t: a regression input fails again:"
+      tail -30 "$log" | sed 's/^/    /'
+      failures=$((failures + 1))
+      rm -f "$log"
+      summary+=("$(printf '%-18s %12s %8s %8s  %s' "$t" - - - "REGRESSION FAILS")")
+      continue
+    fi
+    rm -f "$log"
+  fi
+  limit=(-max_total_time="$secs")
+  [ -n "${EDGELLM_FUZZ_RUNS:-}" ] && limit=(-runs="$EDGELLM_FUZZ_RUNS")
+  log="$build/fuzz-$t.log"
+  t0=$(date +%s)
+  set +e
+  # shellcheck disable=SC2086
+  "$bin" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=2048 -max_len=65536 \
+    -print_final_stats=1 -artifact_prefix="$art/" -dict="$(dict_for "$t")" ${EDGELLM_FUZZ_ARGS:-} \
+    "$work" "fuzz/corpus/$t" >"$log" 2>&1
+  rc=$?
+  set -e
+  done_line=$(grep -E '^#[0-9]+[[:space:]]+(DONE|pulse|NEW|REDUCE|INITED)' "$log" | tail -1 || true)
+  execs=$(grep -oE '^stat::number_of_executed_units: [0-9]+' "$log" | grep -oE '[0-9]+$' || true)
+  [ -n "$execs" ] || execs=$(echo "$done_line" | grep -oE '^#[0-9]+' | tr -d '#' || echo "?")
+  cov=$(echo "$done_line" | grep -oE 'cov: [0-9]+' | grep -oE '[0-9]+' || echo "?")
+  ft=$(echo "$done_line" | grep -oE 'ft: [0-9]+' | grep -oE '[0-9]+' || echo "?")
+  if [ "$rc" -eq 0 ]; then
+    verdict="ok"
+  else
+    verdict="FINDING (exit $rc): $(ls -t "$art" | head -1 | sed "s|^|$art/|")"
+    failures=$((failures + 1))
+    say "FAIL $t (exit $rc):"
+    grep -E 'ERROR|SUMMARY|FUZZ_CHECK|runtime error|does not|#[0-9]+ 0x' "$log" | head -25 | sed 's/^/    /'
+  fi
+  summary+=("$(printf '%-18s %12s %8s %8s  %s' "$t" "$execs" "$cov" "$ft" "$verdict ($(( $(date +%s) - t0 )) s)")")
+done
+
+echo
+printf '%-18s %12s %8s %8s  %s\n' target executions cov ft result
+for line in "${summary[@]}"; do echo "$line"; done
+if [ "$failures" -ne 0 ]; then
+  echo "[fuzz] FAIL: $failures target(s) with findings (inputs under $build/artifacts/; logs $build/fuzz-*.log)"
+  exit 1
+fi
+say "PASS: ${#targets[@]} targets, no findings ($(( $(date +%s) - start )) s)"
