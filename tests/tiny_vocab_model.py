@@ -33,12 +33,14 @@ def vocab():
 
 
 def write_tiny_vocab_model(path, weight_type: str = "F32", seed: int = 0, tied: bool = False,
-                           chat_template: str = None):
+                           chat_template: str = None, control_tokens=()):
+    """control_tokens: more CONTROL tokens (e.g. "<|im_start|>") after <|endoftext|>."""
     import gguf
     from gguf import GGMLQuantizationType as QT
     from gguf.quants import quantize
 
     tokens, types, merges = vocab()
+    tokens, types = tokens + list(control_tokens), types + [3] * len(control_tokens)
     n_vocab = len(tokens)
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), "llama")
@@ -61,8 +63,8 @@ def write_tiny_vocab_model(path, weight_type: str = "F32", seed: int = 0, tied: 
     w.add_token_list(tokens)
     w.add_token_types(types)
     w.add_token_merges(merges)
-    w.add_bos_token_id(n_vocab - 1)
-    w.add_eos_token_id(n_vocab - 1)
+    w.add_bos_token_id(259)  # <|endoftext|>
+    w.add_eos_token_id(259)
     w.add_add_bos_token(True)
     if chat_template is not None:
         w.add_chat_template(chat_template)

@@ -25,6 +25,18 @@ int32_t dict_id(const py::dict& d, const char* key, int32_t dflt) {
   return d[key].cast<int32_t>();
 }
 
+// A str's UTF-8 bytes (cached in the object; valid while it lives).
+std::string_view utf8_view(const py::str& text) {
+  Py_ssize_t size = 0;
+  const char* data = PyUnicode_AsUTF8AndSize(text.ptr(), &size);
+  if (!data) {
+    // Lone surrogates cannot be UTF-8: say so instead of a bare UnicodeEncodeError.
+    PyErr_Clear();
+    throw InvalidRequestError("text to tokenize is not valid Unicode (it contains a lone surrogate)");
+  }
+  return std::string_view(data, size_t(size));
+}
+
 // Test-only construction from a Python dict (e.g. read with gguf.GGUFReader).
 std::shared_ptr<Tokenizer> from_vocab(const py::dict& d) {
   Vocab v;
@@ -66,18 +78,21 @@ void bind_tokenizer(py::module_& m) {
           }, py::arg("path"), "Load the vocabulary of a GGUF model file.")
       .def_static("from_vocab", &from_vocab, py::arg("vocab"),
           "Test helper: build from a dict (model, tokens, scores, token_type, merges, pre, bos, eos, ...).")
-      .def("encode", [](const Tokenizer& t, const py::str& text, bool add_special, bool parse_special) {
-            Py_ssize_t size = 0;
-            const char* data = PyUnicode_AsUTF8AndSize(text.ptr(), &size);
-            if (!data) {
-              // Lone surrogates cannot be UTF-8: say so instead of a bare UnicodeEncodeError.
-              PyErr_Clear();
-              throw InvalidRequestError("text to tokenize is not valid Unicode (it contains a lone surrogate)");
-            }
-            std::string_view view(data, size_t(size));
+      .def("encode", [](const Tokenizer& t, const py::str& text, bool add_special, bool parse_special,
+                        const Tokenizer::PlainRanges& plain) {
+            std::string_view view = utf8_view(text);
             py::gil_scoped_release nogil;  // `text` stays referenced by the caller, so `view` is valid
-            return t.encode(view, add_special, parse_special);
-          }, py::arg("text"), py::arg("add_special") = true, py::arg("parse_special") = false)
+            return t.encode(view, add_special, parse_special, plain);
+          }, py::arg("text"), py::arg("add_special") = true, py::arg("parse_special") = false,
+          py::arg("plain_ranges") = Tokenizer::PlainRanges{},
+          "Token ids of text. plain_ranges: UTF-8 byte ranges [begin, end) where control tokens "
+          "are not parsed even with parse_special (message content inside a chat prompt).")
+      .def("find_control_tokens", [](const Tokenizer& t, const py::str& text) {
+            std::string_view view = utf8_view(text);
+            py::gil_scoped_release nogil;
+            return t.find_control_tokens(view);
+          }, py::arg("text"),
+          "UTF-8 byte ranges [begin, end) where control-token texts occur (longest match, left to right).")
       .def("decode", [](const Tokenizer& t, const std::vector<int32_t>& ids, bool skip_special) {
             std::string s;
             {

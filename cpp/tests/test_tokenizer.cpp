@@ -115,6 +115,30 @@ static void test_bpe_tokenizer() {
   CHECK(dec.flush().empty());
 }
 
+// Plain ranges: control tokens whose text overlaps one are tokenized as text, contiguous with
+// the text around them; outside the ranges (and for ranges elsewhere) nothing changes.
+static void test_plain_ranges() {
+  auto tok = Tokenizer::create(byte_bpe_vocab());
+  const std::string text = "x<|eot|>ab<|eot|>";  // the first marker at [1, 8), the second at [10, 17)
+  const auto special = tok->encode(text, false, true);
+  CHECK((special == std::vector<int32_t>{'x', 257, 256, 257}));
+  CHECK(tok->encode(text, false, true, {}) == special);
+  CHECK(tok->encode(text, false, true, {{20, 30}, {0, 1}, {8, 10}}) == special);  // touching, not overlapping
+  // the first marker in a plain range: "x<|eot|>ab" is one text fragment, as with parse_special off
+  auto first_plain = tok->encode(text, false, true, {{1, 8}});
+  auto expect = tok->encode("x<|eot|>ab", false, false);
+  expect.push_back(257);
+  CHECK(first_plain == expect);
+  CHECK(tok->encode(text, false, true, {{5, 6}}) == first_plain);   // any overlap is enough
+  CHECK(tok->encode(text, false, true, {{0, 100}}) == tok->encode(text, false, false));
+  CHECK(tok->encode(text, false, true, {{12, 13}, {3, 4}}) == tok->encode(text, false, false));
+  CHECK(tok->decode(tok->encode(text, false, true, {{0, 100}})) == text);
+
+  CHECK((tok->find_control_tokens(text) == Tokenizer::PlainRanges{{1, 8}, {10, 17}}));
+  CHECK(tok->find_control_tokens("no markers <|eot| here").empty());
+  CHECK((tok->find_control_tokens("<|eot|><|eot|>") == Tokenizer::PlainRanges{{0, 7}, {7, 14}}));
+}
+
 static void test_spm_tokenizer() {
   Vocab v;
   v.type = VocabType::Spm;
@@ -147,6 +171,7 @@ int main() {
   test_unicode();
   test_pretokenizer();
   test_bpe_tokenizer();
+  test_plain_ranges();
   test_spm_tokenizer();
   return test_util::report();
 }

@@ -24,7 +24,7 @@ from typing import Any, Container, Iterable, Mapping, Optional, Sequence
 
 from ._core import InvalidRequestError
 
-__all__ = ["BUILTIN_TEMPLATES", "ChatTemplateError", "choose_template", "render_chat", "builtin_names"]
+__all__ = ["BUILTIN_TEMPLATES", "ChatTemplateError", "ContentShield", "choose_template", "render_chat", "builtin_names"]
 
 
 class ChatTemplateError(InvalidRequestError):
@@ -192,6 +192,99 @@ def prepare_messages(messages: Iterable[Mapping]) -> list:
                 msg["content"] = ""
         out.append(msg)
     return out
+
+
+# ---- content stays text ---------------------------------------------------------------------
+
+_MARKS = [(chr(0xFDD0 + 2 * i), chr(0xFDD1 + 2 * i)) for i in range(16)]  # Unicode noncharacters
+
+
+class ContentShield:
+    """Keeps caller-supplied text (message content, roles, names, tool calls and results, tool
+    definitions, template kwargs) from becoming control tokens in a chat prompt.
+
+    `protect(obj)` copies messages / tools / kwargs, replacing every control-token text inside
+    their strings with a placeholder (`find` gives the UTF-8 byte ranges of those texts, e.g.
+    Tokenizer.find_control_tokens). The template renders the placeholders like any text.
+    `restore(prompt)` puts the original texts back and returns the prompt with the UTF-8 byte
+    ranges they occupy, for Tokenizer.encode(..., plain_ranges=): those are tokenized as text,
+    the template's own markup as control tokens. A conversation without control-token text in
+    it renders and tokenizes exactly as before (no placeholder is made).
+    """
+
+    def __init__(self, find):
+        self._find = find
+        self._originals: list = []
+        self._open, self._close = _MARKS[0]
+        self._pattern = None
+
+    def _scan(self, s: str) -> str:
+        spans = self._find(s)
+        if not spans:
+            return s
+        raw = s.encode("utf-8")
+        out, last = [], 0
+        for b, e in spans:
+            out.append(raw[last:b].decode("utf-8"))
+            out.append(f"{self._open}{len(self._originals)}{self._close}")
+            self._originals.append(raw[b:e].decode("utf-8"))
+            last = e
+        out.append(raw[last:].decode("utf-8"))
+        return "".join(out)
+
+    def _walk(self, obj: Any, fn):
+        if isinstance(obj, str):
+            return fn(obj)
+        if isinstance(obj, Mapping):
+            return {self._walk(k, fn) if isinstance(k, str) else k: self._walk(v, fn)
+                    for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [self._walk(v, fn) for v in obj]
+        if isinstance(obj, tuple):
+            return tuple(self._walk(v, fn) for v in obj)
+        return obj
+
+    def pick_marks(self, *objs: Any) -> None:
+        """Choose placeholder marks that occur in none of these (call before protect)."""
+        seen = set()
+
+        def note(s: str) -> str:
+            for pair in _MARKS:
+                if pair[0] in s or pair[1] in s:
+                    seen.add(pair)
+            return s
+        for obj in objs:
+            self._walk(obj, note)
+        for pair in _MARKS:
+            if pair not in seen:
+                self._open, self._close = pair
+                return
+        raise ChatTemplateError("message text uses every Unicode noncharacter U+FDD0..U+FDEF")
+
+    def protect(self, obj: Any) -> Any:
+        return self._walk(obj, self._scan)
+
+    def restore(self, text: str):
+        """-> (prompt, plain byte ranges)."""
+        if not self._originals:
+            return text, []
+        pattern = re.compile(re.escape(self._open) + r"(\d+)" + re.escape(self._close))
+        out, ranges, pos, last = [], [], 0, 0
+        for m in pattern.finditer(text):
+            k = int(m.group(1))
+            if k >= len(self._originals):
+                continue
+            before = text[last:m.start()]
+            out.append(before)
+            pos += len(before.encode("utf-8"))
+            original = self._originals[k]
+            out.append(original)
+            n = len(original.encode("utf-8"))
+            ranges.append((pos, pos + n))
+            pos += n
+            last = m.end()
+        out.append(text[last:])
+        return "".join(out), ranges
 
 
 # ---- rendering ----------------------------------------------------------------------------------

@@ -498,12 +498,19 @@ class LLM:
         """The rendered conversation. Assistant tool calls in the history are handed to the
         template with `arguments` as an object (OpenAI sends a JSON string); for a template that
         takes no tools, the tools are described in the system message."""
+        return self._apply_template(messages, add_generation_prompt, tools, chat_template_kwargs)
+
+    def _apply_template(self, messages, add_generation_prompt: bool, tools, chat_template_kwargs,
+                        shield=None) -> str:
         from .chat_template import prepare_messages, render_chat
 
         tok = self._tok
         bos = tok.token_text(tok.bos_id) if tok.bos_id is not None else ""
         eos = tok.token_text(tok.eos_id) if tok.eos_id is not None else ""
         msgs = prepare_messages(messages)
+        kwargs = {**self.chat_template_defaults, **dict(chat_template_kwargs or {})}
+        if shield is not None:  # what the caller wrote is text: its control-token texts are held
+            msgs, tools, kwargs = shield.protect(msgs), shield.protect(tools), shield.protect(kwargs)
         if tools:
             extra_system = self.chat_format.tool_system_prompt(tools)
             if extra_system:
@@ -515,18 +522,24 @@ class LLM:
                     msgs.insert(0, {"role": "system", "content": extra_system})
         return render_chat(msgs, self._chat_template(), bos_token=bos, eos_token=eos,
                            add_generation_prompt=add_generation_prompt, tools=tools or None,
-                           **{**self.chat_template_defaults, **dict(chat_template_kwargs or {})})
+                           **kwargs)
 
-    def _render_ids(self, text: str) -> List[int]:
-        ids = self.tokenize(text, add_special=True, parse_special=True)
+    def _render_ids(self, text: str, plain_ranges=()) -> List[int]:
+        ids = list(self._tok.encode(text, True, True, list(plain_ranges)))
         bos = self._tok.bos_id
         if len(ids) >= 2 and bos is not None and ids[0] == bos and ids[1] == bos:
             ids = ids[1:]  # the template wrote BOS itself
         return ids
 
     def chat_prompt_ids(self, messages, tools=None, chat_template_kwargs=None) -> List[int]:
-        """Token ids of the rendered conversation: special tokens parsed, BOS exactly once."""
-        return self._render_ids(self.apply_chat_template(messages, True, tools, chat_template_kwargs))
+        """Token ids of the rendered conversation: the template's markup as special tokens,
+        what the messages say as text (never control tokens), BOS exactly once."""
+        from .chat_template import ContentShield
+
+        shield = ContentShield(self._tok.find_control_tokens)
+        shield.pick_marks(messages, tools, chat_template_kwargs)
+        text = self._apply_template(messages, True, tools, chat_template_kwargs, shield)
+        return self._render_ids(*shield.restore(text))
 
     def render_chat_prompt(self, messages, tools=None, tool_choice=None,
                            chat_template_kwargs: Optional[Mapping[str, Any]] = None,
@@ -539,7 +552,33 @@ class LLM:
         do: the messages before it are rendered with the generation prompt and its text is
         appended. continue_final_message=False turns that off; add_generation_prompt=False
         renders without the assistant header. Both true, a continued message with tool calls
-        or two assistant messages at the end are InvalidRequestErrors."""
+        or two assistant messages at the end are InvalidRequestErrors.
+
+        Chat requests tokenize this text with the template's markup as special tokens and the
+        messages' own text as plain text (chat_prompt: the text and those plain ranges)."""
+        return self._render_prompt(messages, tools, tool_choice, chat_template_kwargs,
+                                   add_generation_prompt, continue_final_message)
+
+    def chat_prompt(self, messages, tools=None, tool_choice=None,
+                    chat_template_kwargs: Optional[Mapping[str, Any]] = None,
+                    add_generation_prompt: Optional[bool] = None,
+                    continue_final_message: Optional[bool] = None):
+        """(prompt text, plain ranges): render_chat_prompt's text, and the UTF-8 byte ranges in
+        it where control-token texts came from the caller (message content, roles, names, tool
+        calls and results, tool definitions, template kwargs). Tokenizing with
+        `tokenizer.encode(text, True, True, plain_ranges)` keeps those as plain text, so content
+        such as "<|im_end|>\n<|im_start|>system" cannot forge a turn; without such text in the
+        conversation the ranges are empty and the ids are llama.cpp's."""
+        from .chat_template import ContentShield
+
+        shield = ContentShield(self._tok.find_control_tokens)
+        shield.pick_marks(messages, tools, chat_template_kwargs)
+        text = self._render_prompt(messages, tools, tool_choice, chat_template_kwargs,
+                                   add_generation_prompt, continue_final_message, shield)
+        return shield.restore(text)
+
+    def _render_prompt(self, messages, tools, tool_choice, chat_template_kwargs,
+                       add_generation_prompt, continue_final_message, shield=None) -> str:
         msgs = list(messages)
         last = msgs[-1] if msgs and isinstance(msgs[-1], Mapping) else {}
         ends_assistant = last.get("role") == "assistant"
@@ -549,8 +588,8 @@ class LLM:
             (ends_assistant and add_generation_prompt is None)
         use_tools = tools if (tools and tool_choice != "none") else None
         if not prefill:
-            return self.apply_chat_template(msgs, add_generation_prompt is not False, use_tools,
-                                            chat_template_kwargs)
+            return self._apply_template(msgs, add_generation_prompt is not False, use_tools,
+                                        chat_template_kwargs, shield)
         if not ends_assistant:
             raise InvalidRequestError("continue_final_message: the last message must be the assistant's")
         if last.get("tool_calls"):
@@ -563,8 +602,8 @@ class LLM:
         if not isinstance(content, str):
             content = "\n\n".join(p.get("text", "") for p in content
                                    if isinstance(p, Mapping) and p.get("type") == "text")
-        head = self.apply_chat_template(msgs[:-1], True, use_tools, chat_template_kwargs)
-        return head + content
+        head = self._apply_template(msgs[:-1], True, use_tools, chat_template_kwargs, shield)
+        return head + (shield.protect(content) if shield is not None else content)
 
     def _chat_request(self, messages, params: Optional[SamplingParams], tools, tool_choice,
                       parallel_tool_calls, chat_template_kwargs, add_generation_prompt=None,
@@ -577,9 +616,9 @@ class LLM:
         params = params or SamplingParams()
         tools = check_tools(tools, tool_choice)
         use_tools = bool(tools) and tool_choice != "none"
-        text = self.render_chat_prompt(messages, tools, tool_choice, chat_template_kwargs,
+        text, plain = self.chat_prompt(messages, tools, tool_choice, chat_template_kwargs,
                                        add_generation_prompt, continue_final_message)
-        ids = self._render_ids(text)
+        ids = self._render_ids(text, plain)
         fmt = self.chat_format
         if use_tools:
             forced = tool_choice == "required" or isinstance(tool_choice, dict)

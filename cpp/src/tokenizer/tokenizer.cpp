@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
+#include <iterator>
 
 #include "common/errors.h"
 #include "gguf/gguf_file.h"
@@ -89,6 +91,57 @@ struct Fragment {
 }  // namespace
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
+  return encode(text, add_special, parse_special, PlainRanges{});
+}
+
+Tokenizer::PlainRanges Tokenizer::find_control_tokens(std::string_view text) const {
+  PlainRanges out;
+  for (size_t i = 0; i < text.size();) {
+    int32_t node = 0;
+    size_t best = 0;
+    for (size_t j = i; j < text.size(); ++j) {
+      const auto& kids = trie_.next[node];
+      unsigned char ch = uint8_t(text[j]);
+      auto it = std::lower_bound(kids.begin(), kids.end(), std::make_pair(ch, int32_t(-1)));
+      if (it == kids.end() || it->first != ch) break;
+      node = it->second;
+      const int32_t r = trie_.rank[node];
+      if (r >= 0 && (vocab_.attrs[vocab_.special_candidates[r]] & (kAttrControl | kAttrUnknown)))
+        best = j + 1 - i;
+    }
+    if (best) {
+      out.push_back({i, i + best});
+      i += best;
+    } else {
+      ++i;
+    }
+  }
+  return out;
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special,
+                                       const PlainRanges& plain_in) const {
+  // Plain ranges sorted, merged and clipped, so an overlap test is one binary search.
+  PlainRanges plain;
+  for (auto [b, e] : plain_in) {
+    e = std::min(e, text.size());
+    if (b < e) plain.push_back({b, e});
+  }
+  std::sort(plain.begin(), plain.end());
+  {
+    size_t w = 0;
+    for (size_t r = 0; r < plain.size(); ++r) {
+      if (w && plain[r].first <= plain[w - 1].second) plain[w - 1].second = std::max(plain[w - 1].second, plain[r].second);
+      else plain[w++] = plain[r];
+    }
+    plain.resize(w);
+  }
+  // Does [b, e) overlap a plain range?
+  auto in_plain = [&](size_t b, size_t e) {
+    auto it = std::upper_bound(plain.begin(), plain.end(), std::make_pair(b, SIZE_MAX));
+    if (it != plain.begin() && std::prev(it)->second > b) return true;
+    return it != plain.end() && it->first < e;
+  };
   std::vector<Fragment> frags;
   if (!text.empty()) frags.push_back({kNoToken, 0, text.size()});
 
@@ -97,16 +150,22 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
   for (int32_t id : present_specials(text, parse_special)) {
     const std::string& st = vocab_.tokens[id];
     const uint32_t attr = vocab_.attrs[id];
+    const bool guarded = !plain.empty() && (attr & (kAttrControl | kAttrUnknown));
     std::vector<Fragment> next;
     next.reserve(frags.size() + 4);
     for (const Fragment& f : frags) {
       if (f.token != kNoToken) { next.push_back(f); continue; }
       size_t base = f.offset, len = f.length;
+      size_t from = base;  // where the search resumes: past matches that fall in plain text
       while (true) {
-        size_t match = text.substr(0, base + len).find(st, base);
+        size_t match = text.substr(0, base + len).find(st, from);
         if (match == std::string_view::npos) {
           if (len > 0) next.push_back({kNoToken, base, len});
           break;
+        }
+        if (guarded && in_plain(match, match + st.size())) {
+          from = match + 1;
+          continue;
         }
         size_t left_len = match - base;
         if (attr & kAttrLstrip)
@@ -119,6 +178,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
           while (r_len > 0 && std::isspace(uint8_t(text[r_off]))) { ++r_off; --r_len; }
         base = r_off;
         len = r_len;
+        from = base;
         if (len == 0) break;
       }
     }

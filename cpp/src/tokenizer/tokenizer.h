@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tokenizer/vocab.h"
@@ -22,6 +23,18 @@ class Tokenizer {
   // add_special: BOS/EOS per the vocabulary's add_bos/add_eos flags.
   // parse_special: CONTROL/UNKNOWN token texts in `text` become their ids (USER_DEFINED always do).
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
+
+  // Byte ranges [begin, end) of `text` that are plain text: a CONTROL/UNKNOWN token whose text
+  // overlaps one of them is not parsed there (it is tokenized as ordinary text, contiguous with
+  // what surrounds it), as if parse_special were false for those bytes only. Chat prompts pass
+  // the ranges that came from message content, so content cannot forge the template's markup.
+  using PlainRanges = std::vector<std::pair<size_t, size_t>>;
+  std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special,
+                              const PlainRanges& plain) const;
+
+  // Where CONTROL/UNKNOWN token texts occur in `text`: non-overlapping [begin, end) byte ranges,
+  // left to right, the longest match at each position.
+  PlainRanges find_control_tokens(std::string_view text) const;
 
   // Concatenated pieces; special (CONTROL/UNKNOWN) tokens are rendered as their text unless
   // skip_special. The leading space SPM adds is removed. Bytes may be invalid UTF-8.
