@@ -251,3 +251,51 @@ def test_corrupted_real_header(tmp_path, smollm2):
         msg = expect_format_error(p, match)
         assert msg, case
         p.unlink()
+
+
+# ---- bytes that are not UTF-8 (issue 17, item 6) ---------------------------------------------
+# GGUF strings are UTF-8 by contract, but a file may break it. Errors quoting such bytes must
+# still be ModelFormatError (not UnicodeDecodeError), and every name Python sees is escaped the
+# same way (\xNN) so it can be printed, sent as JSON and looked up.
+
+BAD_NAME = b"blk.0.\xff\xfeweight"
+ESCAPED = "blk.0.\\xff\\xfeweight"
+
+
+@pytest.mark.parametrize("case", ["duplicate_tensor", "duplicate_key", "tensor_type_unknown"])
+def test_format_errors_quoting_non_utf8_bytes_are_model_format_errors(tmp_path, case):
+    if case == "duplicate_tensor":
+        data = build([ARCH], [q(BAD_NAME, [8], QT.F32, 0), q(BAD_NAME, [8], QT.F32, 32)], b"\0" * 64)
+    elif case == "duplicate_key":
+        data = build([ARCH, kv(BAD_NAME, VT.UINT32, 1), kv(BAD_NAME, VT.INT32, 2)], [])
+    else:
+        data = build([ARCH], [q(BAD_NAME, [8], 99)], W_DATA)
+    p = tmp_path / f"{case}.gguf"
+    p.write_bytes(data)
+    msg = expect_format_error(p, ["duplicate", "type id 99"])
+    assert "\\xff\\xfe" in msg, msg
+
+
+def test_non_utf8_names_are_listed_escaped_and_usable(tmp_path):
+    info, data = f32_tensor(BAD_NAME)
+    p = tmp_path / "names.gguf"
+    p.write_bytes(build([ARCH, kv(b"x.\xe9t\xe9", VT.UINT32, 7), kv("x.name", VT.STRING, b"caf\xe9")],
+                        [info], data))
+    with edgellm.ModelFile(p) as f:
+        assert list(f.tensors) == [ESCAPED]
+        assert f.metadata["x.\\xe9t\\xe9"] == 7 and f.metadata["x.name"] == "caf\\xe9"
+        assert "x.\\xe9t\\xe9" in f.metadata_types
+        assert f.dequantize(ESCAPED).tolist() == list(range(8))
+        assert bytes(f.raw(ESCAPED)) == data
+        ascii_text = repr(f.tensors) + repr(f.metadata)
+        ascii_text.encode("utf-8")  # no lone surrogates: printable and JSON-safe
+        with pytest.raises(KeyError):
+            f.dequantize("blk.0.weight")
+
+
+def test_model_load_error_quoting_non_utf8_architecture(tmp_path):
+    p = tmp_path / "arch.gguf"
+    p.write_bytes(build([kv("general.architecture", VT.STRING, b"ll\xffama")], [W_INFO], W_DATA))
+    with pytest.raises(edgellm.ModelFormatError) as e:
+        edgellm._core.Model(str(p), 1)
+    assert "ll\\xffama" in str(e.value), str(e.value)

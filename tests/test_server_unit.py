@@ -253,7 +253,7 @@ def test_absent_parameters_leave_sampling_defaults_except_max_tokens():
     ({"temperature": "hot"}, "temperature", "must be a number, got string"),
     ({"max_tokens": 1.5}, "max_tokens", "must be an integer"),
     ({"n": True}, "n", "must be an integer, got boolean"),
-    ({"top_p": 0}, "top_p", "must be > 0"),
+    ({"top_p": 1.5}, "top_p", "must be <= 1"),  # 0 is valid (OpenAI, llama-server)
     ({"logit_bias": {"x": 1}}, "logit_bias", "token ids"),
     ({"temprature": 0.5}, "temprature", "unknown field"),
     ({"stop": [1]}, "stop", "string or an array of strings"),

@@ -68,7 +68,7 @@ py::dict event_dict(const OutputEvent& ev) {
     if (ev.has_stop_string) d["stop_reason"] = utf8(ev.stop_string);
     else if (ev.stop_token >= 0) d["stop_reason"] = ev.stop_token;
     else d["stop_reason"] = py::none();
-    d["error"] = ev.error;
+    d["error"] = text(ev.error);
     d["prompt_tokens"] = ev.prompt_tokens;
     d["completion_tokens"] = ev.completion_tokens;
     d["cached_tokens"] = ev.cached_tokens;
@@ -276,7 +276,9 @@ void bind_engine(py::module_& m) {
       .def_property_readonly("n_gpu_layers", [](PyEngine& self) { return self.model->gpu_layers(); },
                              "Layers running on the GPU (0: all on the CPU).")
       .def_property_readonly("page_size", [](PyEngine& self) { return self.get().kv().page_size(); })
-      .def_property_readonly("arch", [](PyEngine& self) { return self.model->config().arch; })
+      .def_property_readonly("arch", [](PyEngine& self) { return text(self.model->config().arch); })
+      .def_property_readonly("n_ctx_train", [](PyEngine& self) { return self.model->config().n_ctx_train; },
+                             "The model's trained context length (0 when the file does not say).")
       .def_property_readonly("tokenizer", [](PyEngine& self) { return self.tok; });
 
   // ---- sampler test surface ----

@@ -18,13 +18,10 @@ namespace py = pybind11;
 namespace edgellm::bindings {
 namespace {
 
-// Strings in GGUF are UTF-8 by contract; surrogateescape keeps any stray byte recoverable
-// instead of failing the whole file over one token.
-py::object to_str(const char* data, size_t len) {
-  PyObject* s = PyUnicode_DecodeUTF8(data, static_cast<Py_ssize_t>(len), "surrogateescape");
-  if (!s) throw py::error_already_set();
-  return py::reinterpret_steal<py::object>(s);
-}
+// Strings in GGUF are UTF-8 by contract; a stray byte becomes the text \xNN (bindings.h) instead
+// of failing the whole file over one token -- and, unlike a lone surrogate, the result can be
+// printed, sent as JSON and passed back to look a tensor up.
+py::object to_str(const char* data, size_t len) { return text(std::string_view(data, len)); }
 
 py::object scalar_to_py(GgufType t, const GgufValue& v) {
   switch (t) {
@@ -74,7 +71,7 @@ py::object value_to_py(const GgufValue& v) {
     PyObject* item;
     if (v.elem_type == GgufType::STRING) {
       const std::string& s = v.strings[static_cast<size_t>(i)];
-      item = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogateescape");
+      item = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "backslashreplace");
     } else {
       item = array_elem_to_py(v.elem_type, v.array_data, static_cast<uint64_t>(i));
     }
@@ -84,10 +81,17 @@ py::object value_to_py(const GgufValue& v) {
   return owner;
 }
 
+// By name as tensor_infos() lists it: the file's bytes, or -- for a name that is not UTF-8 --
+// its \xNN-escaped form (matched only when no tensor has the name itself).
 const TensorInfo& tensor_or_key_error(const GgufFile& f, const std::string& name) {
-  const TensorInfo* t = f.find_tensor(name);
-  if (!t) throw py::key_error(f.path() + ": no tensor named '" + name + "'");
-  return *t;
+  if (const TensorInfo* t = f.find_tensor(name)) return *t;
+  if (name.find("\\x") != std::string::npos) {
+    for (const TensorInfo& t : f.tensors()) {
+      const py::str shown = text(t.name);
+      if (shown.cast<std::string>() == name) return t;
+    }
+  }
+  throw py::key_error(f.path() + ": no tensor named '" + name + "'");
 }
 
 // numpy order: the reverse of ggml's ne (ne[0] is the contiguous, last numpy axis).

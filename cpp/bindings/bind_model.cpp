@@ -21,8 +21,8 @@ namespace {
 
 py::dict config_dict(const ModelConfig& c) {
   py::dict d;
-  d["arch"] = c.arch;
-  d["name"] = c.name;
+  d["arch"] = text(c.arch);
+  d["name"] = text(c.name);
   d["n_vocab"] = c.n_vocab;
   d["n_ctx_train"] = c.n_ctx_train;
   d["n_embd"] = c.n_embd;

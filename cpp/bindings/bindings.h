@@ -1,7 +1,20 @@
 #pragma once
 #include <pybind11/pybind11.h>
 
+#include <string>
+#include <string_view>
+
 namespace edgellm::bindings {
+
+// Bytes from a file or the engine (names, metadata, error messages) as a Python str that is
+// always valid: UTF-8 is decoded, any other byte becomes the four characters \xNN. pybind's
+// own std::string -> str conversion raises UnicodeDecodeError instead. Names shown this way
+// can be looked up again (bind_gguf.cpp matches a tensor by its escaped name).
+inline pybind11::str text(std::string_view s) {
+  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "backslashreplace");
+  if (!o) throw pybind11::error_already_set();
+  return pybind11::reinterpret_steal<pybind11::str>(o);
+}
 void bind_gguf(pybind11::module_& m);       // bind_gguf.cpp: ModelFile
 void bind_quant(pybind11::module_& m);      // bind_quant.cpp: block formats (tests, quantize CLI)
 void bind_tokenizer(pybind11::module_& m);  // bind_tokenizer.cpp

@@ -33,19 +33,24 @@ PYBIND11_MODULE(_core, m) {
   m.attr("ContextLengthError") = context_length;
   m.attr("RequestCancelled") = cancelled;
 
+  // Messages may quote bytes from a file that are not UTF-8: PyErr_SetString would replace the
+  // error with a UnicodeDecodeError, so the message is decoded with \xNN escapes.
   py::register_exception_translator([](std::exception_ptr p) {
+    const auto raise = [](const py::object& type, const std::exception& e) {
+      PyErr_SetObject(type.ptr(), edgellm::bindings::text(e.what()).ptr());
+    };
     try {
       if (p) std::rethrow_exception(p);
     } catch (const edgellm::ModelFormatError& e) {
-      PyErr_SetString(model_format.ptr(), e.what());
+      raise(model_format, e);
     } catch (const edgellm::ContextLengthError& e) {
-      PyErr_SetString(context_length.ptr(), e.what());
+      raise(context_length, e);
     } catch (const edgellm::InvalidRequestError& e) {
-      PyErr_SetString(invalid_request.ptr(), e.what());
+      raise(invalid_request, e);
     } catch (const edgellm::RequestCancelled& e) {
-      PyErr_SetString(cancelled.ptr(), e.what());
+      raise(cancelled, e);
     } catch (const edgellm::Error& e) {
-      PyErr_SetString(base.ptr(), e.what());
+      raise(base, e);
     }
   });
 

@@ -24,6 +24,7 @@ from typing import (Any, AsyncIterator, Dict, Iterator, List, Mapping, Optional,
 
 from . import _core
 from ._core import InvalidRequestError, RequestCancelled
+from .validation import token_ids, validate_messages
 
 __all__ = [
     "SamplingParams", "TopLogprob", "TokenLogprob", "Usage", "Completion", "CompletionChunk",
@@ -116,48 +117,61 @@ class SamplingParams:
             return ""
         return schema if isinstance(schema, str) else json.dumps(schema)
 
-    def to_core(self) -> "_core.SamplingParams":
+    def __post_init__(self):
+        self._checked()
+
+    def _checked(self) -> Dict[str, Any]:
+        """The fields after edgellm.validation's rules (the server applies the same ones):
+        InvalidRequestError naming the field for a wrong type or range; ints stay ints (a
+        fractional max_tokens is an error, never truncated), numbers become floats."""
+        from .validation import validate_sampling
+
+        v = validate_sampling({f: getattr(self, f) for f in self.__dataclass_fields__})
+        for f in ("max_tokens", "temperature", "top_p", "min_p", "typical_p",
+                  "repetition_penalty", "presence_penalty", "frequency_penalty"):
+            setattr(self, f, v[f])
+        return v
+
+    def to_core(self, n_vocab: Optional[int] = None) -> "_core.SamplingParams":
+        """The C++ parameters; with n_vocab, logit_bias / stop_token_ids ids are checked
+        against the vocabulary here (the engine checks them again at submit)."""
+        v = self._checked()
+        if n_vocab is not None:
+            from .validation import token_id
+            for t in list(v["logit_bias"] or ()) + list(v["stop_token_ids"] or ()):
+                token_id(t, "logit_bias" if t in (v["logit_bias"] or ()) else "stop_token_ids",
+                         n_vocab)
         p = _core.SamplingParams()
-        try:
-            p.max_tokens = -1 if self.max_tokens is None else int(self.max_tokens)
-            if self.max_tokens is not None and self.max_tokens < 1:
-                raise InvalidRequestError(f"max_tokens must be >= 1 or None, got {self.max_tokens}")
-            p.min_tokens = int(self.min_tokens)
-            p.temperature = float(self.temperature)
-            p.top_k = int(self.top_k)
-            p.top_p = float(self.top_p)
-            p.min_p = float(self.min_p)
-            p.typical_p = float(self.typical_p)
-            p.repetition_penalty = float(self.repetition_penalty)
-            p.repeat_last_n = int(self.repeat_last_n)
-            p.presence_penalty = float(self.presence_penalty)
-            p.frequency_penalty = float(self.frequency_penalty)
-            if self.logit_bias:
-                p.logit_bias = [(int(k), float(v)) for k, v in self.logit_bias.items()]
-            if self.seed is not None:
-                p.has_seed = True
-                p.seed = int(self.seed) & 0xFFFFFFFFFFFFFFFF
-            p.stop = self.stop_list()
-            p.stop_token_ids = [int(t) for t in (self.stop_token_ids or [])]
-            p.ignore_eos = bool(self.ignore_eos)
-            p.logprobs = -1 if self.logprobs is None else int(self.logprobs)
-            p.prompt_logprobs = -1 if self.prompt_logprobs is None else int(self.prompt_logprobs)
-            p.n = int(self.n)
-            p.return_progress = bool(self.return_progress)
-        except (TypeError, ValueError) as e:
-            if isinstance(e, InvalidRequestError):
-                raise
-            raise InvalidRequestError(f"bad sampling parameter: {e}") from None
-        if (self.logprobs is not None and self.logprobs < 0) or \
-                (self.prompt_logprobs is not None and self.prompt_logprobs < 0):
-            raise InvalidRequestError("logprobs / prompt_logprobs must be >= 0 or None")
+        p.max_tokens = -1 if v["max_tokens"] is None else v["max_tokens"]
+        p.min_tokens = v["min_tokens"]
+        p.temperature = v["temperature"]
+        p.top_k = v["top_k"]
+        p.top_p = v["top_p"]
+        p.min_p = v["min_p"]
+        p.typical_p = v["typical_p"]
+        p.repetition_penalty = v["repetition_penalty"]
+        p.repeat_last_n = v["repeat_last_n"]
+        p.presence_penalty = v["presence_penalty"]
+        p.frequency_penalty = v["frequency_penalty"]
+        if v["logit_bias"]:
+            p.logit_bias = list(v["logit_bias"].items())
+        if v["seed"] is not None:
+            p.has_seed = True
+            p.seed = v["seed"] & 0xFFFFFFFFFFFFFFFF
+        p.stop = v["stop"] or []
+        p.stop_token_ids = v["stop_token_ids"] or []
+        p.ignore_eos = v["ignore_eos"]
+        p.logprobs = -1 if v["logprobs"] is None else v["logprobs"]
+        p.prompt_logprobs = -1 if v["prompt_logprobs"] is None else v["prompt_logprobs"]
+        p.n = v["n"]
+        p.return_progress = v["return_progress"]
         p.json_schema = self._schema_text()
         p.grammar = self.grammar or ""
         p.regex = self.regex or ""
         if self.grammar_triggers:
             if not (p.grammar or p.json_schema or p.regex):
                 raise InvalidRequestError("grammar_triggers needs a grammar, json_schema or regex")
-            p.grammar_triggers = [str(t) for t in self.grammar_triggers]
+            p.grammar_triggers = list(v["grammar_triggers"])
         return p
 
 
@@ -299,16 +313,26 @@ class LLM:
                  chat_template: Optional[str] = None, n_gpu_layers: int = 0,
                  prefix_cache: bool = True):
         from .models import resolve
+        from .validation import check_engine_args
 
         t0 = time.perf_counter()
+        a = check_engine_args(n_ctx=n_ctx, n_threads=n_threads, kv_memory=kv_memory,
+                              kv_type=kv_type, max_seqs=max_seqs,
+                              max_batch_tokens=max_batch_tokens, page_size=page_size,
+                              n_gpu_layers=n_gpu_layers, prefix_cache=prefix_cache)
         path = resolve(model_path)
         self.model_path = str(path)
-        self._engine = _core.Engine(self.model_path, int(n_ctx or 0), int(n_threads or 0),
-                                    int(kv_memory or 0), kv_type, int(max_seqs),
-                                    int(max_batch_tokens), int(page_size), bool(prefix_cache),
-                                    n_gpu_layers=int(n_gpu_layers))
+        self._engine = _core.Engine(self.model_path, a["n_ctx"], a["n_threads"], a["kv_memory"],
+                                    a["kv_type"], a["max_seqs"], a["max_batch_tokens"],
+                                    a["page_size"], a["prefix_cache"],
+                                    n_gpu_layers=a["n_gpu_layers"])
         self._tok = self._engine.tokenizer
         self.n_ctx: int = self._engine.n_ctx
+        trained = self._engine.n_ctx_train
+        if trained > 0 and self.n_ctx > trained:  # allowed, as llama.cpp does, with a warning
+            import warnings
+            warnings.warn(f"n_ctx {self.n_ctx} is beyond the model's trained context {trained}: "
+                          "output past that length may degrade", stacklevel=2)
         self.n_vocab: int = self._engine.n_vocab
         self.n_threads: int = self._engine.n_threads
         self.isa: str = _core.isa()
@@ -343,15 +367,15 @@ class LLM:
         return list(self._tok.encode(text, add_special, parse_special))
 
     def detokenize(self, ids) -> str:
-        return self._tok.decode(list(ids))
+        return self._tok.decode(token_ids(ids, self.n_vocab, "ids"))
 
     def token_to_piece(self, id: int) -> bytes:  # noqa: A002 - the contract's name
-        return self._tok.token_to_piece(int(id), True)
+        return self._tok.token_to_piece(token_ids([id], self.n_vocab, "id")[0], True)
 
     def _prompt_ids(self, prompt) -> List[int]:
         if isinstance(prompt, str):
             return self.tokenize(prompt, add_special=True, parse_special=False)
-        return [int(t) for t in prompt]
+        return token_ids(prompt, self.n_vocab, "prompt")
 
     # ---- requests ----
     def _submit(self, ids: List[int], params: "_core.SamplingParams", channel, stream: bool) -> int:
@@ -360,7 +384,7 @@ class LLM:
     def _events(self, prompt, params: Optional[SamplingParams], stream: bool) -> Iterator[dict]:
         """Events of one request; leaving early (break, close, exception) aborts it."""
         params = params or SamplingParams()
-        core = params.to_core()
+        core = params.to_core(self.n_vocab)
         ids = self._prompt_ids(prompt)
         channel = _core.OutputChannel()
         rid = self._submit(ids, core, channel, stream)
@@ -435,7 +459,7 @@ class LLM:
         return done if params.n > 1 else done[0]
 
     def _generate_many(self, prompts: list, params: SamplingParams):
-        core = params.to_core()
+        core = params.to_core(self.n_vocab)
         want_lp = params.logprobs is not None
         want_prompt = params.prompt_logprobs is not None
         channels, ids = [], []
@@ -613,6 +637,7 @@ class LLM:
 
         from .chat_output import check_tools
 
+        validate_messages(messages)
         params = params or SamplingParams()
         tools = check_tools(tools, tool_choice)
         use_tools = bool(tools) and tool_choice != "none"
@@ -693,7 +718,7 @@ class LLM:
     def eval_logits(self, ids):
         """float32 [len(ids), n_vocab]: the logits at every position of ids in a fresh context
         (computed between engine steps; running requests are not disturbed)."""
-        return self._engine.eval_logits([int(t) for t in ids])
+        return self._engine.eval_logits(token_ids(ids, self.n_vocab, "ids"))
 
     # ---- embeddings (python/edgellm/embeddings.py) ----
     def embed(self, texts, normalize=True, pooling=None) -> list:
@@ -804,7 +829,7 @@ class AsyncLLM:
         return getattr(self.llm, name)
 
     async def _events(self, ids: List[int], params: SamplingParams, stream: bool):
-        core = params.to_core()
+        core = params.to_core(self.llm.n_vocab)
         ach = _AsyncChannel(asyncio.get_running_loop())
         remaining = core.n
         rid = None

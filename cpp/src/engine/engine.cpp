@@ -1,7 +1,11 @@
 #include "engine/engine.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <random>
 #include <string>
 
@@ -10,6 +14,43 @@
 namespace edgellm {
 namespace {
 constexpr int32_t kDefaultMaxContext = 4096;
+constexpr int32_t kMaxContext = 1 << 24;  // tokens per sequence; python/edgellm/validation.py MAX_N_CTX
+
+// Bytes this process could still allocate: MemAvailable (Linux), capped by a cgroup v2 memory
+// limit when one is set; -1 when unknown (the KV is then sized without this check).
+int64_t available_memory_bytes() {
+  int64_t avail = -1;
+  {
+    std::ifstream f("/proc/meminfo");
+    std::string key;
+    int64_t kb = 0;
+    std::string unit;
+    while (f >> key >> kb >> unit)
+      if (key == "MemAvailable:") {
+        avail = kb * 1024;
+        break;
+      }
+  }
+#ifdef _SC_AVPHYS_PAGES
+  if (avail < 0) {
+    const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0) avail = static_cast<int64_t>(pages) * page;
+  }
+#endif
+  std::ifstream max_f("/sys/fs/cgroup/memory.max"), cur_f("/sys/fs/cgroup/memory.current");
+  int64_t limit = 0, used = 0;
+  if ((max_f >> limit) && (cur_f >> used) && limit > 0) {  // "max" (no limit) fails to parse
+    const int64_t room = std::max<int64_t>(0, limit - used);
+    avail = avail < 0 ? room : std::min(avail, room);
+  }
+  return avail;
+}
+
+std::string gb(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GB", bytes / 1e9);
+  return buf;
+}
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -53,6 +94,25 @@ Engine::Engine(std::shared_ptr<EngineModel> model, std::shared_ptr<const EngineV
   if (kc.pages_full < 1)
     throw InvalidRequestError("kv_memory " + std::to_string(cfg_.kv_memory) + " bytes is too small for one KV page (" +
                               std::to_string(KVCache::page_bytes(kc, false)) + " bytes)");
+  // The pools are allocated up front: say what does not fit before asking for it, rather than
+  // failing with std::bad_alloc (MemoryError) or leaving the OOM killer to decide.
+  const double need = static_cast<double>(KVCache::page_bytes(kc, false)) * kc.pages_full +
+                      static_cast<double>(KVCache::page_bytes(kc, true)) * kc.pages_window;
+  const int64_t avail = available_memory_bytes();
+  if (avail >= 0 && need > static_cast<double>(avail)) {
+    const std::string have = std::to_string(avail) + " bytes (" + gb(static_cast<double>(avail)) + ") of memory are available";
+    const std::string needs = std::to_string(static_cast<int64_t>(need)) + " bytes (" + gb(need) + ")";
+    if (cfg_.kv_memory > 0)
+      throw ContextLengthError("kv_memory " + std::to_string(cfg_.kv_memory) + " bytes: the KV cache needs " + needs +
+                               " but only " + have + "; lower kv_memory");
+    throw ContextLengthError("n_ctx " + std::to_string(n_ctx_) + " is beyond what memory allows: the KV cache for two " +
+                             "full-context sequences (about " + std::to_string(static_cast<int64_t>(unit_bytes / n_ctx_)) +
+                             " bytes per token) needs " + needs + " but only " + have +
+                             "; lower n_ctx, or set kv_memory to share less");
+  }
+  if (n_ctx_ > kMaxContext)
+    throw ContextLengthError("n_ctx " + std::to_string(n_ctx_) + " is beyond the largest context the engine allows (" +
+                             std::to_string(kMaxContext) + " tokens)");
   kv_ = std::make_unique<KVCache>(kc);
   if (cfg_.prefix_cache) cache_ = std::make_unique<PrefixCache>(*kv_);
   sched_ = std::make_unique<Scheduler>(*kv_, cache_.get(), cfg_.max_seqs, cfg_.max_batch_tokens);

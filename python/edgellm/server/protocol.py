@@ -9,82 +9,59 @@ Unknown fields are rejected (400) rather than ignored, so a misspelt `temprature
 falls back to a default. Accepted-but-inert OpenAI fields (`user`, `store`, `metadata`, ...) are
 listed as such.
 """
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Union
 
-from .errors import invalid
+from .. import validation as V
+from ..validation import InvalidRequestError
+from .errors import APIError, invalid
 
 JSON = Dict[str, Any]
 
-MAX_N = 64            # choices per request
-MAX_STOP = 16         # stop strings per request
-MAX_TOP_LOGPROBS = 20  # as OpenAI
+MAX_N = V.MAX_N                    # choices per request
+MAX_STOP = V.MAX_STOP              # stop strings per request
+MAX_TOP_LOGPROBS = V.MAX_TOP_LOGPROBS
 
 
 # --- field checks -------------------------------------------------------------------------
 # Each takes (value, param name) and returns the value to use or raises a 400 naming the field.
+# The rules are edgellm.validation's -- the same ones SamplingParams applies in the library --
+# with their InvalidRequestError turned into the server's APIError.
 
-def _type_name(v: Any) -> str:
-    if v is None:
-        return "null"
-    return {bool: "boolean", int: "integer", float: "number", str: "string",
-            list: "array", dict: "object"}.get(type(v), type(v).__name__)
-
-
-def _bad_type(name: str, v: Any, want: str):
-    return invalid(f"'{name}' must be {want}, got {_type_name(v)} {_short(v)}", name,
-                   "invalid_type")
+_type_name = V.type_name
+_short = V.short
 
 
-def _short(v: Any) -> str:
-    r = repr(v)
-    return r if len(r) <= 60 else r[:57] + "..."
+def _api_error(e: InvalidRequestError, name: Optional[str]) -> APIError:
+    return invalid(str(e), getattr(e, "param", None) or name, getattr(e, "code", "invalid_value"))
+
+
+def _served(check: Callable) -> Callable:
+    def run(v, name):
+        try:
+            return check(v, name)
+        except InvalidRequestError as e:
+            raise _api_error(e, name) from None
+    return run
+
+
+def _bad_type(name: str, v: Any, want: str) -> APIError:
+    return _api_error(V.bad_type(name, v, want), name)
 
 
 def integer(lo: Optional[int] = None, hi: Optional[int] = None) -> Callable:
-    def check(v, name):
-        # JSON has one number type: 3.0 is accepted as 3, but true is not 1.
-        if isinstance(v, float) and v.is_integer():
-            v = int(v)
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise _bad_type(name, v, "an integer")
-        _range(name, v, lo, hi)
-        return v
-    return check
+    return _served(V.integer(lo, hi))
 
 
 def number(lo: Optional[float] = None, hi: Optional[float] = None, lo_open: bool = False) -> Callable:
-    def check(v, name):
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise _bad_type(name, v, "a number")
-        v = float(v)
-        if not math.isfinite(v):
-            raise invalid(f"'{name}' must be finite, got {v}", name, "invalid_value")
-        if lo_open and lo is not None and v <= lo:
-            raise invalid(f"'{name}' must be > {lo:g}, got {v:g}", name, "invalid_value")
-        _range(name, v, None if lo_open else lo, hi)
-        return v
-    return check
+    return _served(V.number(lo, hi, lo_open))
 
 
-def _range(name, v, lo, hi):
-    if lo is not None and v < lo:
-        raise invalid(f"'{name}' must be >= {lo:g}, got {v:g}", name, "invalid_value")
-    if hi is not None and v > hi:
-        raise invalid(f"'{name}' must be <= {hi:g}, got {v:g}", name, "invalid_value")
-
-
-def boolean(v, name):
-    if not isinstance(v, bool):
-        raise _bad_type(name, v, "a boolean")
-    return v
-
-
-def string(v, name):
-    if not isinstance(v, str):
-        raise _bad_type(name, v, "a string")
-    return v
+boolean = _served(V.boolean)
+string = _served(V.string)
+json_schema = _served(V.json_schema)
+logit_bias = _served(V.logit_bias)
+stop_strings = _served(V.stop_strings)
 
 
 def obj(v, name):
@@ -97,61 +74,21 @@ def anything(v, name):
     return v
 
 
-def stop_strings(v, name):
-    if isinstance(v, str):
-        v = [v]
-    if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
-        raise _bad_type(name, v, "a string or an array of strings")
-    if len(v) > MAX_STOP:
-        raise invalid(f"'{name}' has {len(v)} strings, at most {MAX_STOP} are allowed", name,
-                      "invalid_value")
-    if any(s == "" for s in v):
-        raise invalid(f"'{name}' contains an empty string", name, "invalid_value")
-    return v or None
-
-
-def logit_bias(v, name):
-    obj(v, name)
-    out: Dict[int, float] = {}
-    for key, bias in v.items():
-        try:
-            tid = int(key)
-        except (TypeError, ValueError):
-            raise invalid(f"'{name}' keys must be token ids written as strings, got {key!r}",
-                          name, "invalid_value") from None
-        if tid < 0:
-            raise invalid(f"'{name}' has negative token id {tid}", name, "invalid_value")
-        out[tid] = number(-100.0, 100.0)(bias, f"{name}[{key}]")
-    return out
+def sampling_rule(target: str) -> Callable:
+    """The check of SamplingParams field `target`, answering with a 400."""
+    return _served(V.SAMPLING_RULES[target])
 
 
 def max_tokens(v, name):
-    v = integer(-1)(v, name)
-    if v == 0:
-        raise invalid(f"'{name}' must be >= 1 (or -1 for no limit), got 0", name, "invalid_value")
-    return None if v == -1 else v
+    # on the wire -1 is "no limit", as llama-server's n_predict; SamplingParams' is None
+    if isinstance(v, int) and not isinstance(v, bool) and v == -1:
+        return None
+    return sampling_rule("max_tokens")(v, name)
 
 
 def response_format(v, name):
-    obj(v, name)
-    kind = v.get("type")
-    if kind not in ("text", "json_object", "json_schema"):
-        raise invalid(f"'{name}.type' must be 'text', 'json_object' or 'json_schema', got "
-                      f"{_short(kind)}", f"{name}.type", "invalid_value")
-    if kind == "json_schema":
-        js = v.get("json_schema")
-        if not isinstance(js, dict) or not isinstance(js.get("schema", {}), (dict, bool)):
-            raise invalid(f"'{name}.json_schema' must be an object with a 'schema' object",
-                          f"{name}.json_schema", "invalid_value")
-    if kind == "json_object" and "schema" in v and not isinstance(v["schema"], (dict, bool)):
-        raise _bad_type(f"{name}.schema", v["schema"], "an object")
-    return None if kind == "text" else v
-
-
-def json_schema(v, name):
-    if not isinstance(v, (dict, str, bool)):
-        raise _bad_type(name, v, "an object or a string")
-    return v
+    v = sampling_rule("response_format")(v, name)
+    return None if v.get("type") == "text" else v
 
 
 def stream_options(v, name):
@@ -193,26 +130,26 @@ def tool_choice(v, name):
 # name in the request -> (check, SamplingParams field or None when the server itself uses it)
 _SAMPLING: Dict[str, tuple] = {
     "max_tokens": (max_tokens, "max_tokens"),
-    "temperature": (number(0.0), "temperature"),
-    "top_p": (number(0.0, 1.0, lo_open=True), "top_p"),
-    "n": (integer(1, MAX_N), "n"),
-    "stop": (stop_strings, "stop"),
-    "seed": (integer(), "seed"),
-    "presence_penalty": (number(-2.0, 2.0), "presence_penalty"),
-    "frequency_penalty": (number(-2.0, 2.0), "frequency_penalty"),
-    "logit_bias": (logit_bias, "logit_bias"),
+    "temperature": (sampling_rule("temperature"), "temperature"),
+    "top_p": (sampling_rule("top_p"), "top_p"),
+    "n": (sampling_rule("n"), "n"),
+    "stop": (sampling_rule("stop"), "stop"),
+    "seed": (sampling_rule("seed"), "seed"),
+    "presence_penalty": (sampling_rule("presence_penalty"), "presence_penalty"),
+    "frequency_penalty": (sampling_rule("frequency_penalty"), "frequency_penalty"),
+    "logit_bias": (sampling_rule("logit_bias"), "logit_bias"),
     "response_format": (response_format, "response_format"),
     # llama-server extras
-    "top_k": (integer(), "top_k"),
-    "min_p": (number(0.0, 1.0), "min_p"),
-    "typical_p": (number(0.0, 1.0, lo_open=True), "typical_p"),
-    "repeat_penalty": (number(0.0), "repetition_penalty"),
-    "repetition_penalty": (number(0.0), "repetition_penalty"),
-    "repeat_last_n": (integer(-1), "repeat_last_n"),
-    "ignore_eos": (boolean, "ignore_eos"),
-    "min_tokens": (integer(0), "min_tokens"),
-    "json_schema": (json_schema, "json_schema"),
-    "grammar": (string, "grammar"),
+    "top_k": (sampling_rule("top_k"), "top_k"),
+    "min_p": (sampling_rule("min_p"), "min_p"),
+    "typical_p": (sampling_rule("typical_p"), "typical_p"),
+    "repeat_penalty": (sampling_rule("repetition_penalty"), "repetition_penalty"),
+    "repetition_penalty": (sampling_rule("repetition_penalty"), "repetition_penalty"),
+    "repeat_last_n": (sampling_rule("repeat_last_n"), "repeat_last_n"),
+    "ignore_eos": (sampling_rule("ignore_eos"), "ignore_eos"),
+    "min_tokens": (sampling_rule("min_tokens"), "min_tokens"),
+    "json_schema": (sampling_rule("json_schema"), "json_schema"),
+    "grammar": (sampling_rule("grammar"), "grammar"),
 }
 
 # Accepted and used by the server, not by the sampler.
@@ -235,7 +172,7 @@ _CHAT_ONLY: Dict[str, Callable] = {
     "messages": anything,  # checked by _messages
     "max_completion_tokens": max_tokens,
     "logprobs": boolean,
-    "top_logprobs": integer(0, MAX_TOP_LOGPROBS),
+    "top_logprobs": sampling_rule("logprobs"),
     "tools": tools,
     "tool_choice": tool_choice,
     "parallel_tool_calls": boolean,
@@ -250,9 +187,9 @@ _CHAT_ONLY: Dict[str, Callable] = {
 
 _COMPLETION_ONLY: Dict[str, Callable] = {
     "prompt": anything,  # checked by _prompts
-    "logprobs": integer(0, MAX_TOP_LOGPROBS),
+    "logprobs": sampling_rule("logprobs"),
     "echo": boolean,
-    "best_of": integer(1, MAX_N),
+    "best_of": sampling_rule("n"),
     "suffix": anything,
     "return_progress": boolean,    # streams: "prompt_progress" chunks while the prompt is prefilled
 }
@@ -304,6 +241,10 @@ def _sampling(fields: JSON) -> JSON:
             and fields["repeat_penalty"] != fields["repetition_penalty"]:
         raise invalid("'repeat_penalty' and 'repetition_penalty' disagree; send one",
                       "repetition_penalty", "invalid_value")
+    try:
+        V.validate_sampling(kw)  # the rules across fields (min_tokens <= max_tokens)
+    except InvalidRequestError as e:
+        raise _api_error(e, None) from None
     return kw
 
 
@@ -316,30 +257,20 @@ def _stream_flags(fields: JSON):
     return stream, bool(opts and opts.get("include_usage"))
 
 
-_ROLES = ("system", "developer", "user", "assistant", "tool")
+_ROLES = V.MESSAGE_ROLES
 
 
 def _messages(v: Any) -> List[JSON]:
     if not isinstance(v, list):
         raise _bad_type("messages", v, "an array of message objects")
-    if not v:
-        raise invalid("'messages' must not be empty", "messages", "invalid_value")
+    _served(V.validate_messages)(v, "messages")  # the library's rules (LLM.chat applies them too)
     out = []
     for i, msg in enumerate(v):
         where = f"messages[{i}]"
         obj(msg, where)
-        role = msg.get("role")
-        if role not in _ROLES:
-            raise invalid(f"'{where}.role' must be one of {', '.join(_ROLES)}, got {_short(role)}",
-                          f"{where}.role", "invalid_value")
         content = msg.get("content")
         if isinstance(content, list):
             content = _text_parts(content, f"{where}.content")
-        elif content is None:
-            if role != "assistant" or not msg.get("tool_calls"):
-                raise invalid(f"'{where}.content' is missing", f"{where}.content", "invalid_value")
-        elif not isinstance(content, str):
-            raise _bad_type(f"{where}.content", content, "a string or an array of content parts")
         for key in msg:
             if key not in ("role", "content", "name", "tool_calls", "tool_call_id",
                            "reasoning_content", "refusal"):

@@ -1,0 +1,383 @@
+"""What a request parameter may be: one definition for the library and the server.
+
+`SamplingParams` (edgellm.llm) checks its fields with `validate_sampling`, and the OpenAI /
+Anthropic / llama-server request parsers (edgellm.server.protocol) check the same fields with
+the same rules (`SAMPLING_RULES`), so `temperature=-1` is refused the same way whether it comes
+from Python or from JSON. Every failure is an `edgellm.InvalidRequestError` whose message names
+the field, with `.param` (the field's name, as the caller spelt it) and `.code`
+("invalid_type" or "invalid_value") set; the server answers it as a 400 in OpenAI's envelope.
+
+Types are strict: a bool is not an int (True is not 1) and a string is not a bool ("no" is not
+False); an integer may be written as a float only when it has no fractional part (JSON has one
+number type, so 3.0 is 3, but 2.9 is an error, never truncated); NaN and infinities are refused.
+The rules, field by field, are in README.md ("Sampling parameters") and docs/SERVER.md.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+from ._core import InvalidRequestError
+
+__all__ = [
+    "InvalidRequestError", "fail", "integer", "number", "boolean", "string", "optional",
+    "token_id", "token_ids", "logit_bias", "stop_strings", "response_format", "json_schema",
+    "SAMPLING_RULES", "validate_sampling", "validate_messages", "MESSAGE_ROLES",
+    "MAX_N", "MAX_STOP", "MAX_STOP_CHARS", "MAX_TOP_LOGPROBS", "MAX_TOKEN_ID", "MAX_N_CTX",
+]
+
+MAX_N = 64                 # completions per request
+MAX_STOP = 16              # stop strings per request (OpenAI allows 4; llama-server any number)
+MAX_STOP_CHARS = 4096      # characters in one stop string
+MAX_STOP_TOKEN_IDS = 1024  # stop_token_ids entries
+MAX_TOP_LOGPROBS = 20      # OpenAI's limit; llama-server's n_probs is capped the same here
+MAX_TOKEN_ID = 2**31 - 1   # the engine stores token ids as int32
+MAX_INT32 = 2**31 - 1
+MAX_N_CTX = 1 << 24        # tokens per sequence (the engine's kMaxContext), after the memory check
+Check = Callable[[Any, str], Any]
+
+
+# ---- failures -------------------------------------------------------------------------------
+
+def fail(message: str, param: Optional[str], code: str = "invalid_value") -> InvalidRequestError:
+    """An InvalidRequestError carrying the field's name (`param`) and an OpenAI-style `code`."""
+    e = InvalidRequestError(message)
+    e.param = param
+    e.code = code
+    return e
+
+
+def type_name(v: Any) -> str:
+    if v is None:
+        return "null"
+    return {bool: "boolean", int: "integer", float: "number", str: "string",
+            list: "array", tuple: "array", dict: "object"}.get(type(v), type(v).__name__)
+
+
+def short(v: Any) -> str:
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def bad_type(name: str, v: Any, want: str) -> InvalidRequestError:
+    return fail(f"'{name}' must be {want}, got {type_name(v)} {short(v)}", name, "invalid_type")
+
+
+def _num(x) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
+def _range(name: str, v, lo, hi) -> None:
+    if lo is not None and v < lo:
+        raise fail(f"'{name}' must be >= {_num(lo)}, got {_num(v)}", name)
+    if hi is not None and v > hi:
+        raise fail(f"'{name}' must be <= {_num(hi)}, got {_num(v)}", name)
+
+
+# ---- primitive rules: each is check(value, name) -> the value to use --------------------------
+
+def _as_int(v: Any, name: str) -> int:
+    if isinstance(v, bool):
+        raise bad_type(name, v, "an integer")
+    if isinstance(v, float):
+        if not v.is_integer():  # also NaN and infinities
+            raise bad_type(name, v, "an integer")
+        return int(v)
+    try:
+        return operator.index(v)  # int, numpy integers
+    except TypeError:
+        raise bad_type(name, v, "an integer") from None
+
+
+def integer(lo: Optional[int] = None, hi: Optional[int] = None) -> Check:
+    """An integer in [lo, hi] (a float without a fractional part counts; a bool does not)."""
+    def check(v, name):
+        v = _as_int(v, name)
+        _range(name, v, lo, hi)
+        return v
+    return check
+
+
+def number(lo: Optional[float] = None, hi: Optional[float] = None, lo_open: bool = False) -> Check:
+    """A finite number in [lo, hi] ((lo, hi] with lo_open), returned as a float."""
+    def check(v, name):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise bad_type(name, v, "a number")
+        v = float(v)
+        if not math.isfinite(v):
+            raise fail(f"'{name}' must be finite, got {v}", name)
+        if lo_open and lo is not None and v <= lo:
+            raise fail(f"'{name}' must be > {_num(lo)}, got {_num(v)}", name)
+        _range(name, v, None if lo_open else lo, hi)
+        return v
+    return check
+
+
+def boolean(v: Any, name: str) -> bool:
+    if not isinstance(v, bool):
+        raise bad_type(name, v, "a boolean")
+    return v
+
+
+def string(v: Any, name: str) -> str:
+    if not isinstance(v, str):
+        raise bad_type(name, v, "a string")
+    return v
+
+
+def optional(check: Check) -> Check:
+    """None passes through; anything else must satisfy `check`."""
+    def run(v, name):
+        return None if v is None else check(v, name)
+    return run
+
+
+def token_id(v: Any, name: str, n_vocab: Optional[int] = None) -> int:
+    """A token id: an integer in [0, n_vocab) (in [0, 2^31) when the vocabulary is unknown)."""
+    t = _as_int(v, name) if type(v) is not int else v
+    hi = n_vocab if n_vocab is not None else MAX_TOKEN_ID + 1
+    if t < 0 or t >= hi:
+        where = f"the vocabulary [0, {n_vocab})" if n_vocab is not None else \
+            "the token id range [0, 2^31)"
+        raise fail(f"'{name}': token id {t} is outside {where}", name)
+    return t
+
+
+def token_ids(ids: Any, n_vocab: Optional[int] = None, name: str = "prompt") -> List[int]:
+    """A sequence of token ids as a list of ints, each in [0, n_vocab). One pass of C-level
+    min/max over a list of plain ints; other element types are checked one by one."""
+    if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+        raise bad_type(name, ids, "a list of token ids")
+    out = ids if type(ids) is list else list(ids)
+    if not all(type(t) is int for t in out):
+        out = [token_id(t, f"{name}[{i}]", n_vocab) for i, t in enumerate(out)]
+    if out:
+        hi = n_vocab if n_vocab is not None else MAX_TOKEN_ID + 1
+        lo_v, hi_v = min(out), max(out)
+        if lo_v < 0 or hi_v >= hi:
+            i = next(i for i, t in enumerate(out) if t < 0 or t >= hi)
+            token_id(out[i], f"{name}[{i}]", n_vocab)
+    return out
+
+
+def logit_bias(v: Any, name: str) -> Dict[int, float]:
+    """{token id: finite bias}; ids may be ints or decimal strings (JSON object keys)."""
+    if not isinstance(v, Mapping):
+        raise bad_type(name, v, "an object mapping token ids to biases")
+    out: Dict[int, float] = {}
+    for key, bias in v.items():
+        if isinstance(key, str):
+            k = key.strip()
+            if not (k.isascii() and k.isdigit()):
+                raise fail(f"'{name}' keys must be token ids (non-negative integers, in JSON "
+                           f"written as strings), got {key!r}", name)
+            tid = int(k)
+        elif isinstance(key, bool):
+            raise fail(f"'{name}' keys must be token ids, got {key!r}", name)
+        else:
+            tid = _as_int(key, name)
+        token_id(tid, name)
+        out[tid] = number()(bias, f"{name}[{key}]")
+    return out
+
+
+def stop_strings(v: Any, name: str) -> Optional[List[str]]:
+    """A string or a list of strings (at most MAX_STOP, none empty or longer than
+    MAX_STOP_CHARS); an empty list is None."""
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, (list, tuple)) or not all(isinstance(s, str) for s in v):
+        raise bad_type(name, v, "a string or an array of strings")
+    if len(v) > MAX_STOP:
+        raise fail(f"'{name}' has {len(v)} strings, at most {MAX_STOP} are allowed", name)
+    for s in v:
+        if s == "":
+            raise fail(f"'{name}' contains an empty string", name)
+        if len(s) > MAX_STOP_CHARS:
+            raise fail(f"'{name}' has a string of {len(s)} characters, at most "
+                       f"{MAX_STOP_CHARS} are allowed", name)
+    return list(v) or None
+
+
+def _token_id_list(v: Any, name: str) -> Optional[List[int]]:
+    if isinstance(v, (str, bytes, Mapping)) or not isinstance(v, (list, tuple)):
+        raise bad_type(name, v, "an array of token ids")
+    if len(v) > MAX_STOP_TOKEN_IDS:
+        raise fail(f"'{name}' has {len(v)} ids, at most {MAX_STOP_TOKEN_IDS} are allowed", name)
+    return token_ids(v, None, name) or None
+
+
+def _string_list(v: Any, name: str) -> Optional[List[str]]:
+    if not isinstance(v, (list, tuple)) or not all(isinstance(s, str) and s for s in v):
+        raise bad_type(name, v, "an array of non-empty strings")
+    return list(v) or None
+
+
+def response_format(v: Any, name: str) -> Mapping:
+    """OpenAI's response_format: {"type": "text" | "json_object" | "json_schema", ...}."""
+    if not isinstance(v, Mapping):
+        raise bad_type(name, v, "an object")
+    kind = v.get("type")
+    if kind not in ("text", "json_object", "json_schema"):
+        raise fail(f"'{name}.type' must be 'text', 'json_object' or 'json_schema', got "
+                   f"{short(kind)}", f"{name}.type")
+    if kind == "json_schema":
+        js = v.get("json_schema")
+        if not isinstance(js, Mapping) or not isinstance(js.get("schema", {}), (Mapping, bool)):
+            raise fail(f"'{name}.json_schema' must be an object with a 'schema' object",
+                       f"{name}.json_schema")
+        json_schema(js.get("schema", {}), f"{name}.json_schema.schema")
+    if kind == "json_object" and "schema" in v:
+        if not isinstance(v["schema"], (Mapping, bool)):
+            raise bad_type(f"{name}.schema", v["schema"], "an object")
+        json_schema(v["schema"], f"{name}.schema")
+    return v
+
+
+MAX_SCHEMA_DEPTH = 128  # nesting of objects/arrays in a JSON schema given as a dict
+
+
+def _nesting_depth(v: Any, limit: int) -> int:
+    """Depth of nested dicts/lists (iterative, so a 10,000-deep dict cannot overflow the
+    stack); stops counting past `limit`."""
+    deepest, stack = 0, [(v, 1)]
+    while stack:
+        x, d = stack.pop()
+        if isinstance(x, (Mapping, list, tuple)):
+            deepest = max(deepest, d)
+            if deepest > limit:
+                return deepest
+            stack.extend((y, d + 1) for y in (x.values() if isinstance(x, Mapping) else x))
+    return deepest
+
+
+def json_schema(v: Any, name: str):
+    """A JSON schema: a dict (nested at most MAX_SCHEMA_DEPTH deep), a JSON string, or a bool."""
+    if not isinstance(v, (Mapping, str, bool)):
+        raise bad_type(name, v, "an object or a string")
+    if isinstance(v, Mapping) and _nesting_depth(v, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
+        raise fail(f"'{name}' is nested more than {MAX_SCHEMA_DEPTH} levels deep", name)
+    return v
+
+
+def _seed(v: Any, name: str) -> int:
+    # any 64-bit value, signed or not (it is used modulo 2^64)
+    return integer(-(2**63), 2**64 - 1)(v, name)
+
+
+def _max_tokens(v: Any, name: str) -> Optional[int]:
+    if v is None:
+        return None
+    v = _as_int(v, name)
+    if v < 1:
+        raise fail(f"'{name}' must be >= 1 (or None for no limit), got {v}", name)
+    _range(name, v, None, MAX_INT32)
+    return v
+
+
+# ---- the sampling parameters ----------------------------------------------------------------
+# SamplingParams field -> rule. The server maps its request fields onto these (protocol.py).
+SAMPLING_RULES: Dict[str, Check] = {
+    "max_tokens": _max_tokens,                               # >= 1, None = no limit
+    "min_tokens": integer(0, MAX_INT32),
+    "temperature": number(0.0),                              # 0 = greedy; no upper bound
+    "top_k": integer(-MAX_INT32, MAX_INT32),                 # <= 0 = off
+    "top_p": number(0.0, 1.0),                               # 1 = off
+    "min_p": number(0.0, 1.0),                               # 0 = off
+    "typical_p": number(0.0, 1.0, lo_open=True),             # 1 = off
+    "repetition_penalty": number(0.0, lo_open=True),         # 1 = off
+    "repeat_last_n": integer(-1, MAX_INT32),                 # -1 = all, 0 = off
+    "presence_penalty": number(),
+    "frequency_penalty": number(),
+    "logit_bias": optional(logit_bias),
+    "seed": optional(_seed),
+    "stop": optional(stop_strings),
+    "stop_token_ids": optional(_token_id_list),
+    "ignore_eos": boolean,
+    "logprobs": optional(integer(0, MAX_TOP_LOGPROBS)),
+    "prompt_logprobs": optional(integer(0, MAX_TOP_LOGPROBS)),
+    "n": integer(1, MAX_N),
+    "json_schema": optional(json_schema),
+    "grammar": optional(string),
+    "regex": optional(string),
+    "response_format": optional(response_format),
+    "grammar_triggers": optional(_string_list),
+    "return_progress": boolean,
+}
+
+
+def validate_sampling(values: Mapping[str, Any]) -> Dict[str, Any]:
+    """Check every field that has a rule; returns field -> normalized value (ints as int,
+    numbers as float, ...). Fields without a rule pass through unchecked."""
+    out = dict(values)
+    for key, check in SAMPLING_RULES.items():
+        if key in out:
+            out[key] = check(out[key], key)
+    mt, mn = out.get("max_tokens"), out.get("min_tokens", 0)
+    if mt is not None and mn is not None and mn > mt:
+        raise fail(f"'min_tokens' ({mn}) exceeds 'max_tokens' ({mt})", "min_tokens")
+    return out
+
+
+# ---- chat messages --------------------------------------------------------------------------
+
+MESSAGE_ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def validate_messages(messages: Any, name: str = "messages") -> None:
+    """A chat conversation: a non-empty list of message dicts, each with a known role and a
+    content that is a string, a list of content parts (dicts), or -- for an assistant message
+    that makes tool calls -- None. Raises InvalidRequestError naming the message at fault."""
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, (list, tuple)):
+        raise bad_type(name, messages, "a list of message dicts")
+    if not messages:
+        raise fail(f"'{name}' must not be empty", name)
+    for i, msg in enumerate(messages):
+        where = f"{name}[{i}]"
+        if not isinstance(msg, Mapping):
+            raise bad_type(where, msg, "a message dict with 'role' and 'content'")
+        role = msg.get("role")
+        if role not in MESSAGE_ROLES:
+            raise fail(f"'{where}.role' must be one of {', '.join(MESSAGE_ROLES)}, got "
+                       f"{short(role)}", f"{where}.role")
+        content = msg.get("content")
+        if content is None:
+            if role != "assistant" or not msg.get("tool_calls"):
+                raise fail(f"'{where}.content' is missing", f"{where}.content")
+        elif isinstance(content, (list, tuple)):
+            for j, part in enumerate(content):
+                if not isinstance(part, Mapping):
+                    raise bad_type(f"{where}.content[{j}]", part, "a content part dict")
+        elif not isinstance(content, str):
+            raise bad_type(f"{where}.content", content, "a string or a list of content parts")
+
+
+# ---- LLM(...) arguments ---------------------------------------------------------------------
+
+def check_engine_args(**args: Any) -> Dict[str, Any]:
+    """LLM's engine arguments, checked before anything reaches the bindings (where an int too
+    large for C++ would be a TypeError). None (and 0, llama.cpp's "default") keeps a default:
+    n_ctx min(trained, 4096), n_threads the physical cores, kv_memory two full contexts. The
+    memory the KV cache needs is checked by the engine once the model's geometry is known."""
+    def opt(check: Check, name: str, zero_ok: bool = False):
+        v = args[name]
+        if v is None:
+            return 0
+        if zero_ok and v == 0 and not isinstance(v, bool):
+            return 0
+        return check(v, name)
+
+    return {
+        # up to int32 here; the engine says what memory and its maximum (MAX_N_CTX) allow
+        "n_ctx": opt(integer(1, MAX_INT32), "n_ctx"),
+        "n_threads": opt(integer(1, 4096), "n_threads", zero_ok=True),
+        "kv_memory": opt(integer(1, 2**63 - 1), "kv_memory", zero_ok=True),
+        "kv_type": string(args["kv_type"], "kv_type"),
+        "max_seqs": integer(1, 256)(args["max_seqs"], "max_seqs"),
+        "max_batch_tokens": integer(1, MAX_INT32)(args["max_batch_tokens"], "max_batch_tokens"),
+        "page_size": integer(16, 64)(args["page_size"], "page_size"),
+        "n_gpu_layers": integer(-1, MAX_INT32)(args["n_gpu_layers"], "n_gpu_layers"),
+        "prefix_cache": boolean(args["prefix_cache"], "prefix_cache"),
+    }
