@@ -33,7 +33,23 @@ def _read_key(api_key, api_key_file):
         if not key:
             raise click.BadParameter(f"{api_key_file} is empty", param_hint="--api-key-file")
         return key
+    if api_key is not None and not api_key.strip():
+        # e.g. --api-key "$KEY" with KEY unset: serving without a key was not what was meant
+        raise click.BadParameter("the key is empty (an unset variable?); give a non-empty key, "
+                                 "or leave the option out to serve without one",
+                                 param_hint="--api-key")
     return api_key or None
+
+
+def _body_size(ctx, param, value):
+    from edgellm.server.config import parse_size
+
+    if value is None or str(value).strip() in ("0", "-1"):
+        return 0  # unlimited
+    try:
+        return parse_size(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
 
 
 def _size(ctx, param, value):
@@ -89,6 +105,12 @@ def _embedding_options(config) -> None:
               help="Tokens per engine step (prefill chunks + decode tokens).")
 @click.option("--shutdown-grace", default=5.0, show_default=True, type=click.FloatRange(0),
               help="Seconds in-flight requests get to finish after SIGTERM before being aborted.")
+@click.option("--max-body-size", default="8M", show_default=True, callback=_body_size,
+              help="Largest request body accepted, e.g. 512K, 8M (0 = no limit); a bigger one "
+                   "gets 413.")
+@click.option("--read-timeout", default=30.0, show_default=True, type=click.FloatRange(0),
+              help="Seconds a client may take to send a request's headers (then the connection "
+                   "is closed) and, after them, its body (then 408); 0 = no limit.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @click.option("--engine-factory", default=None, hidden=True, metavar="MODULE:CALLABLE",
@@ -139,8 +161,8 @@ def _embedding_options(config) -> None:
               help="Chat templates get enable_thinking true (on, auto) or false (off), unless a "
                    "request's chat_template_kwargs say otherwise.")
 def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_size, kv_memory,
-            threads, timeout, chat_template, alias, max_batch_tokens, shutdown_grace, log_level,
-            engine_factory, n_gpu_layers, cors_origins="*", cors_methods="GET, POST, DELETE, OPTIONS",
+            threads, timeout, chat_template, alias, max_batch_tokens, shutdown_grace,
+            max_body_size, read_timeout, log_level, engine_factory, n_gpu_layers, cors_origins="*", cors_methods="GET, POST, DELETE, OPTIONS",
             cors_headers="*", cors_credentials=True, n_predict=-1, seed=-1, temperature=None,
             slots_endpoint=True, metrics_endpoint=True, tags=None, reasoning="auto",
             verbose=False):
@@ -161,7 +183,8 @@ def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_s
         api_key=_read_key(api_key, api_key_file), parallel=parallel, max_queue=max_queue,
         ctx_size=ctx_size, kv_memory=kv_memory, threads=threads, timeout=timeout or None,
         chat_template=chat_template, max_batch_tokens=max_batch_tokens,
-        shutdown_grace=shutdown_grace, n_gpu_layers=n_gpu_layers)
+        shutdown_grace=shutdown_grace, n_gpu_layers=n_gpu_layers,
+        max_body_size=max_body_size or None, read_timeout=read_timeout or None)
     _llamacpp_options(config, cors_origins, cors_methods, cors_headers, cors_credentials,
                       n_predict, seed, temperature, slots_endpoint, metrics_endpoint)
     config.tags = tags
@@ -183,8 +206,11 @@ def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_s
     sockets = _bind(hosts, port) if len(hosts) > 1 else None
     if sockets:
         port = sockets[0].getsockname()[1]
+    from edgellm.server.limits import http_protocol
+
     server = _Server(uvicorn.Config(
         app, host=hosts[0], port=port, log_level=log_level, access_log=log_level == "debug",
+        http=http_protocol(config.read_timeout),  # uvicorn's, with a header-read timeout
         timeout_graceful_shutdown=max(1, int(round(shutdown_grace))) if shutdown_grace else None,
         lifespan="on"))
     where = ", ".join(f"http://{_url_host(h)}:{port}/v1" for h in hosts)

@@ -28,7 +28,7 @@ from .engine import ChunkStream
 from .errors import APIError, invalid, timed_out
 from .protocol import (_bad_type, _short, anything, boolean, integer, number, obj,
                        stop_strings, string)
-from .routes import CLIENT_CLOSED, ClientGone, Routes, engine_error, read_json
+from .routes import CLIENT_CLOSED, ClientGone, Routes, engine_error, off_loop, read_json
 from .sse import EventStreamResponse
 
 log = logging.getLogger("edgellm.server")
@@ -683,7 +683,7 @@ class AnthropicRoutes(Routes):
         try:
             llm = self.host.require_ready()
             req = parse_count_tokens(await read_json(request))
-            n = count_prompt_tokens(llm, req)
+            n = await off_loop(count_prompt_tokens, llm, req)  # render + tokenize in a thread
         except APIError as e:
             return self._afail(endpoint, e)
         except Exception as e:  # noqa: BLE001
@@ -698,7 +698,7 @@ class AnthropicRoutes(Routes):
             llm = self.host.require_ready()
             req = parse_messages(await read_json(request))
             # the prompt's size: for max_tokens against the context, and message_start's usage
-            n_prompt = count_prompt_tokens(llm, req)
+            n_prompt = await off_loop(count_prompt_tokens, llm, req)
             params = self.host.sampling_params(fit_context(req, n_prompt, self.host.n_ctx))
             admission = self.host.admit(1)
         except APIError as e:

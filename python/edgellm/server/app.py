@@ -15,7 +15,8 @@ from .config import ServerConfig
 from .cors import CORS
 from .engine import EngineHost, default_loader, default_params_factory
 from .embeddings import EmbeddingRoutes
-from .errors import APIError
+from .errors import APIError, ErrorGuard
+from .limits import BodyLimit
 from .responses_api import ResponsesAPI
 from .routes import Routes
 
@@ -92,6 +93,13 @@ def create_app(config: ServerConfig, loader: Callable[[ServerConfig], Any] = def
         lifespan=lifespan,
     )
     app.state.host = host
+    # innermost first: an exception escaping a route becomes the envelope (errors.ErrorGuard);
+    # the body is read, size- and time-limited, before any route sees it (limits.BodyLimit),
+    # but only once the key is checked, so an unauthenticated client is never buffered
+    app.add_middleware(ErrorGuard, render_error=render_error, metrics=host.metrics)
+    app.add_middleware(BodyLimit, max_body_size=config.max_body_size,
+                       read_timeout=config.read_timeout, render_error=render_error,
+                       metrics=host.metrics)
     app.add_middleware(BearerAuth, api_key=config.api_key, open_paths=OPEN_PATHS,
                        metrics=host.metrics, render_error=render_error)
     # outermost: preflights are answered before the key check, every answer carries the headers

@@ -35,6 +35,11 @@ class ServerConfig:
     chat_template: Optional[str] = None
     max_batch_tokens: int = 512
     shutdown_grace: float = 5.0        # seconds in-flight requests get after SIGTERM
+    # limits on one client (server/limits.py): 413 over max_body_size (0/None = unlimited);
+    # request headers must arrive within read_timeout of connecting, the body within
+    # read_timeout of its headers (408) (0/None = no limit)
+    max_body_size: Optional[int] = 8 << 20
+    read_timeout: Optional[float] = 30.0
     n_gpu_layers: int = 0              # last layers on a CUDA GPU (-1 = all); README "CUDA"
     verbose: bool = False              # every chat answer carries "__verbose" (rendered prompt)
     # embeddings (server/embeddings.py): --pooling, --embd-normalize, --embedding

@@ -25,7 +25,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from .errors import APIError, invalid
-from .routes import CLIENT_CLOSED, ClientGone, Routes, engine_error, read_json
+from .routes import (CLIENT_CLOSED, ClientGone, Routes, check_token_ids, engine_error, off_loop,
+                     read_json)
 
 log = logging.getLogger("edgellm.server")
 
@@ -205,7 +206,9 @@ class EmbeddingRoutes:
                                   "embd_normalize", "invalid_value")
             if pooling == "none":
                 normalize = -1  # llama-server: per-token vectors come unnormalised
-            prompts = _Tokenizer(llm, param).prompts(raw)
+            # tokenized in a thread: a big input must not stall the event loop
+            prompts = await off_loop(_Tokenizer(llm, param).prompts, raw)
+            check_token_ids(prompts, self.host.n_vocab, param)
             admission = self.host.admit(len(prompts))
         except APIError as e:
             return self.routes._fail(endpoint, e)

@@ -18,7 +18,7 @@ from collections import deque
 from typing import Any, AsyncIterator, Callable, List, Optional, Tuple
 
 from .config import ServerConfig
-from .errors import APIError, invalid, not_ready, queue_full
+from .errors import invalid, not_ready, queue_full
 from .metrics import ServerMetrics
 
 log = logging.getLogger("edgellm.server")
@@ -110,6 +110,11 @@ class EngineHost:
     @property
     def n_ctx(self) -> Optional[int]:
         return getattr(self.llm, "n_ctx", None) or getattr(getattr(self.llm, "llm", None), "n_ctx", None)
+
+    @property
+    def n_vocab(self) -> Optional[int]:
+        return getattr(self.llm, "n_vocab", None) or getattr(getattr(self.llm, "llm", None),
+                                                             "n_vocab", None)
 
     def stats(self) -> Optional[dict]:
         if self.state != "ready":

@@ -6,9 +6,12 @@ Every failure a client can cause or meet (bad JSON, wrong types, context overflo
 model still loading, timeout, missing key) becomes an APIError with its HTTP status, so a
 handler never lets a bare exception turn into an opaque 500.
 """
+import logging
 from typing import Dict, Optional
 
 from starlette.responses import JSONResponse
+
+_log = logging.getLogger("edgellm.server")
 
 
 class APIError(Exception):
@@ -52,3 +55,60 @@ def queue_full(capacity: int, retry_after_s: int) -> APIError:
 def timed_out(seconds: float) -> APIError:
     return APIError(504, f"request timed out after {seconds:g} s (server --timeout); "
                          f"it was aborted", "timeout_error", None, "timeout")
+
+
+def from_exception(e: BaseException, param: Optional[str] = None) -> APIError:
+    """An exception that is not an APIError, as the answer a client gets: what bad input makes
+    Python raise (ValueError, OverflowError for a huge number, RecursionError for deep nesting)
+    is a 400; running out of memory is a 507; anything else is a bug of ours, a 500 -- each in
+    the envelope."""
+    if isinstance(e, APIError):
+        return e
+    if isinstance(e, RecursionError):
+        return invalid(f"the request is nested too deeply to process ({e})", param,
+                       "nesting_too_deep")
+    if isinstance(e, OverflowError):
+        return invalid(f"a number in the request is too large: {e}", param, "invalid_value")
+    if isinstance(e, ValueError):
+        return invalid(str(e), param)
+    if isinstance(e, MemoryError):
+        return APIError(507, "the server ran out of memory for this request; send a smaller one",
+                        "server_error", param, "out_of_memory")
+    return APIError(500, f"internal error: {type(e).__name__}: {e}", "server_error", param,
+                    "internal_error")
+
+
+class ErrorGuard:
+    """Pure ASGI middleware: an exception escaping a route before its answer started becomes
+    the envelope (`from_exception`) instead of Starlette's plain-text 500. After the answer
+    started (a stream) there is nothing to send: the exception goes on to close the connection."""
+
+    def __init__(self, app, render_error=None, metrics=None):
+        self.app = app
+        self.render_error = render_error  # (scope, APIError) -> response for this path
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as e:  # noqa: BLE001 - MemoryError and RecursionError are Exceptions
+            if started:
+                raise
+            err = from_exception(e)
+            if err.status >= 500:
+                _log.error("%s %s failed", scope.get("method"), scope.get("path"), exc_info=e)
+            if self.metrics is not None:
+                self.metrics.request_done("http", err.status)
+            response = self.render_error(scope, err) if self.render_error else err.response()
+            await response(scope, receive, send)

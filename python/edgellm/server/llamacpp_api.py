@@ -584,6 +584,7 @@ class LlamaCppAPI:
                 ids = tokenize_pieces(llm, pieces)
             if not ids:
                 raise invalid("the prompt is empty (no tokens)", "prompt", "invalid_value")
+            _check_token_ids([ids], self.host.n_vocab, "prompt")
             if n_ctx and len(ids) >= n_ctx:
                 raise exceed_context(len(ids), n_ctx)
             ids_list.append(ids)
@@ -629,6 +630,8 @@ class LlamaCppAPI:
                 if int(t) < 0:
                     raise invalid(f"'logit_bias' has negative token id {t}", "logit_bias",
                                   "invalid_value")
+                _check_token_ids([[int(t)]], getattr(getattr(llm, "llm", llm), "n_vocab", None),
+                                 "logit_bias")
                 out[int(t)] = bias
         return out
 
@@ -638,7 +641,8 @@ class LlamaCppAPI:
         try:
             llm = self.host.require_ready()
             body = await _read_json(request)
-            fields, params, ids_list = self._prepare(llm, body, infill)
+            # tokenizing (and checking) the prompt pieces: in a thread, off the event loop
+            fields, params, ids_list = await _off_loop(self._prepare, llm, body, infill)
             admission = self.host.admit(len(ids_list))
         except APIError as e:
             return routes._fail(endpoint, e)
@@ -846,7 +850,7 @@ class LlamaCppAPI:
                     raise invalid("'chat_template_kwargs' is not supported by this build",
                                   "chat_template_kwargs", "unsupported")
                 call_kw["chat_template_kwargs"] = kwargs
-            prompt = llm.apply_chat_template(req.messages, **call_kw)
+            prompt = await _off_loop(llm.apply_chat_template, req.messages, **call_kw)
         except APIError as e:
             return self.routes._fail("apply-template", e)
         except Exception as e:  # noqa: BLE001
@@ -860,13 +864,16 @@ class LlamaCppAPI:
         try:
             llm = self.host.require_ready()
             req = protocol.parse_chat(await _read_json(request))
-            ids = None
             prompt_ids = getattr(llm, "chat_prompt_ids", None)
-            if prompt_ids is not None:
-                ids = prompt_ids(req.messages, tools=req.tools)
-            else:  # a stand-in engine: render, then tokenize with special tokens parsed
-                ids = llm.tokenize(llm.apply_chat_template(req.messages, tools=req.tools),
-                                   add_special=True, parse_special=True)
+
+            def count():
+                if prompt_ids is not None:
+                    return prompt_ids(req.messages, tools=req.tools)
+                # a stand-in engine: render, then tokenize with special tokens parsed
+                return llm.tokenize(llm.apply_chat_template(req.messages, tools=req.tools),
+                                    add_special=True, parse_special=True)
+
+            ids = await _off_loop(count)  # rendering and tokenizing: off the event loop
         except APIError as e:
             return self.routes._fail("input_tokens", e)
         except Exception as e:  # noqa: BLE001
@@ -1011,6 +1018,16 @@ def llamacpp_metrics(stats: Optional[dict], m) -> str:
 async def _read_json(request: Request):
     from .routes import read_json
     return await read_json(request)
+
+
+async def _off_loop(fn, *args, **kwargs):
+    from .routes import off_loop
+    return await off_loop(fn, *args, **kwargs)
+
+
+def _check_token_ids(lists, n_vocab, param: str) -> None:
+    from .routes import check_token_ids
+    check_token_ids(lists, n_vocab, param)
 
 
 def _client_gone():

@@ -1009,8 +1009,8 @@ class ResponsesAPI:
             messages = conversation(req, history)
             params = self.host.sampling_params(req.sampling)
             admission = self.host.admit(1)
-        except APIError as e:
-            return routes._fail(ENDPOINT, e)
+        except Exception as e:  # noqa: BLE001 - APIError, and what bad input makes Python raise
+            return routes._fail(ENDPOINT, engine_error(e, "input"))
 
         deadline = routes._deadline(t0)
         started = await routes._start(

@@ -12,6 +12,7 @@ import inspect
 import json
 import logging
 import re
+import sys
 import time
 from typing import Any, Callable, List, Optional
 
@@ -22,7 +23,7 @@ import edgellm
 
 from . import protocol
 from .engine import ChunkStream, EngineHost
-from .errors import APIError, invalid, timed_out
+from .errors import APIError, from_exception, invalid, timed_out
 from .progress import progress_of, progress_timings, prompt_progress
 from .responses import Choice, Formatter
 from .sse import DONE, EventStreamResponse, cancel_and_wait, sse, wait_disconnect
@@ -53,9 +54,10 @@ def engine_error(e: BaseException, param: Optional[str] = None) -> APIError:
     if isinstance(e, edgellm.RequestCancelled):
         return APIError(503, f"the request was cancelled by the server: {e}",
                         "unavailable_error", None, "cancelled")
-    log.exception("request failed", exc_info=e)
-    return APIError(500, f"internal error: {type(e).__name__}: {e}", "server_error", None,
-                    "internal_error")
+    err = from_exception(e, param)  # Recursion/Overflow -> 400, MemoryError -> 507, else 500
+    if err.status >= 500:
+        log.error("request failed", exc_info=e)
+    return err
 
 
 class _ContextError(APIError):
@@ -85,13 +87,47 @@ def _context_error(e: BaseException, param: Optional[str]) -> APIError:
 
 
 async def read_json(request: Request) -> Any:
-    raw = await request.body()
+    raw = await request.body()  # already size- and time-limited by limits.BodyLimit
     if not raw.strip():
         raise invalid("the request body is empty; send a JSON object", None, "invalid_json")
     try:
+        if len(raw) > OFF_LOOP_BYTES:  # a few MB of JSON take a while to parse
+            return await asyncio.get_running_loop().run_in_executor(None, json.loads, raw)
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise invalid(f"the request body is not valid JSON: {e}", None, "invalid_json") from None
+    except RecursionError:
+        raise invalid("the request body is nested too deeply: JSON arrays and objects may nest "
+                      f"at most about {sys.getrecursionlimit()} levels", None,
+                      "nesting_too_deep") from None
+
+
+OFF_LOOP_BYTES = 256 << 10  # bodies and texts longer than this are parsed / tokenized in a thread
+
+
+async def off_loop(fn: Callable, *args, **kwargs):
+    """fn(*args, **kwargs) in the default executor, so a big tokenization or template rendering
+    does not stall every other request (the C++ tokenizer releases the GIL)."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(None, lambda: fn(*args, **kwargs))
+
+
+INT32_MAX = (1 << 31) - 1
+
+
+def check_token_ids(lists, n_vocab: Optional[int], param: str) -> None:
+    """Every id of every list is in [0, n_vocab) (and fits the engine's int32), so an id such as
+    2^40 is a 400 naming it instead of a TypeError from the binding."""
+    limit = n_vocab if n_vocab else INT32_MAX + 1
+    for ids in lists:
+        if not isinstance(ids, (list, tuple)):
+            continue  # text prompts are tokenized by the engine
+        for k, t in enumerate(ids):
+            if isinstance(t, int) and not isinstance(t, bool) and not 0 <= t < limit:
+                vocab = f"the vocabulary has {n_vocab} tokens" if n_vocab else \
+                    "token ids are below 2^31"
+                raise invalid(f"token id {t} (at {param}[{k}]) is out of range: {vocab}",
+                              param, "invalid_value")
 
 
 class Routes:
@@ -161,11 +197,13 @@ class Routes:
         try:
             llm = self.host.require_ready()
             req = parse(await read_json(request))
+            if req.prompts is not None:
+                check_token_ids(req.prompts, self.host.n_vocab, prompt_param)
             params = self.host.sampling_params(req.sampling)
             prompts = len(req.prompts) if req.prompts is not None else 1
             admission = self.host.admit(prompts * req.n)
-        except APIError as e:
-            return self._fail(endpoint, e)
+        except Exception as e:  # noqa: BLE001 - APIError, and what bad input makes Python raise
+            return self._fail(endpoint, engine_error(e, prompt_param))
 
         deadline = self._deadline(t0)
         started = await self._start(
@@ -368,11 +406,13 @@ class Routes:
         try:
             llm = self.host.require_ready()
             f = protocol.parse_tokenize(await read_json(request))
-            ids = await _maybe_await(llm.tokenize(f["content"], add_special=f["add_special"],
-                                                  parse_special=f["parse_special"]))
-            ids = [int(t) for t in ids]
-            if f["with_pieces"]:
-                to_piece = getattr(llm, "token_to_piece", None) or llm.llm.token_to_piece
+            to_piece = getattr(llm, "token_to_piece", None) or llm.llm.token_to_piece
+
+            def run() -> List[Any]:
+                ids = [int(t) for t in llm.tokenize(f["content"], add_special=f["add_special"],
+                                                    parse_special=f["parse_special"])]
+                if not f["with_pieces"]:
+                    return ids
                 tokens: List[Any] = []
                 for t in ids:
                     piece = bytes(to_piece(t))
@@ -380,8 +420,9 @@ class Routes:
                         tokens.append({"id": t, "piece": piece.decode("utf-8")})
                     except UnicodeDecodeError:  # part of a multi-byte character: raw bytes
                         tokens.append({"id": t, "piece": list(piece)})
-            else:
-                tokens = ids
+                return tokens
+
+            tokens = await off_loop(run)
         except APIError as e:
             return self._fail("tokenize", e)
         except Exception as e:  # noqa: BLE001
@@ -393,13 +434,8 @@ class Routes:
         try:
             llm = self.host.require_ready()
             ids = protocol.parse_detokenize(await read_json(request))
-            n_vocab = getattr(getattr(llm, "llm", llm), "n_vocab", None)
-            if n_vocab is not None:
-                bad = [t for t in ids if t >= n_vocab]
-                if bad:
-                    raise invalid(f"token id {bad[0]} is out of range: the vocabulary has "
-                                  f"{n_vocab} tokens", "tokens", "invalid_value")
-            text = await _maybe_await(llm.detokenize(ids))
+            check_token_ids([ids], self.host.n_vocab, "tokens")
+            text = await _maybe_await(await off_loop(llm.detokenize, ids))
         except APIError as e:
             return self._fail("detokenize", e)
         except Exception as e:  # noqa: BLE001

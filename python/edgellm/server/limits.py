@@ -1,0 +1,210 @@
+"""Limits on what one client can make the server hold: the size of a request body, and the time
+it may take to send its headers and its body (docs/SERVER.md "Limits").
+
+- `BodyLimit` (pure ASGI middleware) reads the request body before the routes see it: a
+  Content-Length over `--max-body-size` is answered 413 at once, a chunked body is counted as it
+  arrives and cut at the limit, so an oversized body is never held in memory. The whole body
+  must arrive within `--read-timeout` seconds of its headers, else 408. The routes then read the
+  body from memory, and every later `receive()` (disconnect watching) goes to the connection.
+- `http_protocol(read_timeout)` is uvicorn's HTTP protocol (h11, or httptools when installed)
+  with a header timer: a connection must deliver a request's complete headers within
+  `read_timeout` seconds of connecting (or of the first byte of its next request on a kept-alive
+  connection), else it is closed. uvicorn itself never times out a header read, so a client
+  sending one byte every few seconds would hold its socket forever.
+
+413 and 408 answers carry `Connection: close`. Before answering 413 the rest of a declared body is
+read and dropped (up to `DRAIN_MAX` bytes and the read deadline), so a client that writes the
+whole body before reading the answer gets the 413 instead of a reset connection.
+"""
+import asyncio
+import logging
+import time
+from typing import Callable, Optional
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .errors import APIError
+
+log = logging.getLogger("edgellm.server")
+
+DRAIN_MAX = 64 << 20  # bytes of an oversized body read and dropped before the 413 is sent
+
+
+def _fmt_size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} bytes"
+
+
+def too_large(limit: int, size: Optional[int] = None) -> APIError:
+    got = f" ({size} bytes)" if size is not None else ""
+    return APIError(413, f"the request body{got} is larger than the server's limit of "
+                         f"{_fmt_size(limit)} (edgellm serve --max-body-size)",
+                    "invalid_request_error", None, "request_too_large",
+                    headers={"Connection": "close"})
+
+
+def read_timed_out(seconds: float) -> APIError:
+    return APIError(408, f"the request body did not arrive within {seconds:g} s of its headers "
+                         f"(edgellm serve --read-timeout)", "invalid_request_error", None,
+                    "request_timeout", headers={"Connection": "close"})
+
+
+class BodyLimit:
+    def __init__(self, app: ASGIApp, max_body_size: Optional[int], read_timeout: Optional[float],
+                 render_error: Optional[Callable[[Scope, APIError], ASGIApp]] = None,
+                 metrics=None):
+        self.app = app
+        self.limit = max_body_size or None      # None / 0 = unlimited
+        self.timeout = read_timeout or None     # None / 0 = no deadline
+        self.render_error = render_error
+        self.metrics = metrics
+
+    async def _answer(self, scope: Scope, receive: Receive, send: Send, err: APIError) -> None:
+        if self.metrics is not None:
+            self.metrics.request_done("http", err.status)
+        response = self.render_error(scope, err) if self.render_error else err.response()
+        await response(scope, receive, send)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        deadline = time.monotonic() + self.timeout if self.timeout else None
+        declared = None
+        expect_continue = False
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    pass  # the HTTP parser has refused it already
+            elif name == b"expect" and value.lower() == b"100-continue":
+                expect_continue = True
+
+        async def next_message() -> Optional[Message]:
+            """The next message from the client; None when the deadline has passed."""
+            if deadline is None:
+                return await receive()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            try:
+                return await asyncio.wait_for(receive(), remaining)
+            except asyncio.TimeoutError:
+                return None
+
+        async def drain(more: bool, dropped: int) -> None:
+            # the rest of an oversized body, dropped as it comes, so the client reads the 413
+            while more and dropped < DRAIN_MAX:
+                message = await next_message()
+                if message is None or message["type"] != "http.request":
+                    return
+                dropped += len(message.get("body", b""))
+                more = message.get("more_body", False)
+
+        if self.limit and declared is not None and declared > self.limit:
+            if not expect_continue:  # else the client waits for "100 Continue" and sends nothing
+                await drain(True, 0)
+            await self._answer(scope, receive, send, too_large(self.limit, declared))
+            return
+
+        chunks = []
+        size = 0
+        more = True
+        while more:
+            message = await next_message()
+            if message is None:
+                log.info("request body too slow (--read-timeout %g s): answered 408", self.timeout)
+                await self._answer(scope, receive, send, read_timed_out(self.timeout))
+                return
+            if message["type"] == "http.disconnect":
+                return  # the client left before sending its body: nobody to answer
+            body = message.get("body", b"")
+            more = message.get("more_body", False)
+            size += len(body)
+            if self.limit and size > self.limit:
+                chunks.clear()
+                await drain(more, size)
+                await self._answer(scope, receive, send, too_large(self.limit))
+                return
+            if body:
+                chunks.append(body)
+
+        replayed = False
+        whole = b"".join(chunks)
+        chunks.clear()
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": whole, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def http_protocol(read_timeout: Optional[float], base: Optional[type] = None) -> type:
+    """uvicorn's HTTP protocol class (`uvicorn.Config(http=...)`) with the header timer.
+    `base` defaults to uvicorn's choice (httptools when installed, else h11)."""
+    if base is None:
+        from uvicorn.protocols.http.auto import AutoHTTPProtocol as base
+    if not read_timeout:
+        return base
+    return type("HeaderTimeout" + base.__name__, (_HeaderTimer, base),
+                {"header_timeout": float(read_timeout)})
+
+
+class _HeaderTimer:
+    """Mixed into uvicorn's H11Protocol / HttpToolsProtocol. Both keep the request being served
+    in `self.cycle` (a new object once a request's headers are parsed) and the socket in
+    `self.transport`; nothing else of theirs is touched."""
+
+    header_timeout: float = 30.0
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._edgellm_cycle = None
+        self._edgellm_timer = None
+        self._edgellm_arm()
+
+    def data_received(self, data: bytes) -> None:
+        cycle = getattr(self, "cycle", None)
+        if self._edgellm_timer is None and (cycle is None or cycle.response_complete):
+            self._edgellm_arm()  # the first bytes of the next request on a kept-alive socket
+        super().data_received(data)
+        cycle = getattr(self, "cycle", None)
+        if cycle is not None and cycle is not self._edgellm_cycle:
+            self._edgellm_cycle = cycle  # its headers are complete
+            self._edgellm_disarm()
+
+    def connection_lost(self, exc) -> None:
+        self._edgellm_disarm()
+        super().connection_lost(exc)
+
+    def _edgellm_arm(self) -> None:
+        self._edgellm_disarm()
+        loop = asyncio.get_event_loop()
+        self._edgellm_timer = loop.call_later(self.header_timeout, self._edgellm_expired)
+
+    def _edgellm_disarm(self) -> None:
+        timer = getattr(self, "_edgellm_timer", None)
+        if timer is not None:
+            timer.cancel()
+            self._edgellm_timer = None
+
+    def _edgellm_expired(self) -> None:
+        self._edgellm_timer = None
+        cycle = getattr(self, "cycle", None)
+        if cycle is not None and not cycle.response_complete:
+            # a request is being served: its headers came in without passing data_received
+            # (a pipelined request parsed when the one before it finished)
+            self._edgellm_cycle = cycle
+            return
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            log.info("closing a connection that sent no complete request headers within %g s "
+                     "(--read-timeout)", self.header_timeout)
+            transport.close()
