@@ -169,6 +169,9 @@ void bind_engine(py::module_& m) {
       .def_property("grammar_triggers", [](const SamplingParams& p) { return p.constraint.triggers; },
                     [](SamplingParams& p, const std::vector<std::string>& v) { p.constraint.triggers = v; },
                     "Lazy constraint: free text until one of these strings appears, then the grammar.")
+      .def_property("grammar_budget_close", [](const SamplingParams& p) { return p.constraint.budget_close; },
+                    [](SamplingParams& p, bool v) { p.constraint.budget_close = v; },
+                    "Steer the grammar to a complete document within the tokens left (max_tokens, context).")
       .def("validate", &SamplingParams::validate, py::arg("n_vocab"));
 
   py::class_<OutputChannel, std::shared_ptr<OutputChannel>>(m, "OutputChannel",

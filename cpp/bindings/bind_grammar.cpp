@@ -6,6 +6,7 @@
 
 #include "bindings.h"
 #include "common/errors.h"
+#include "engine/model_backend.h"
 #include "grammar/grammar_constraint.h"
 #include "tokenizer/tokenizer.h"
 
@@ -41,9 +42,10 @@ PyGrammar make(GrammarKind kind, const std::string& text) {
 std::shared_ptr<const grammar::TokenTrie> trie_of(const std::shared_ptr<Tokenizer>& tok) {
   py::gil_scoped_release nogil;
   const Tokenizer* t = tok.get();
-  // Same bytes as the engine's vocabulary adapter: control tokens render as nothing.
+  // Same bytes and special tokens as the engine's vocabulary adapter.
+  const TokenizerVocab v(tok);
   return grammar::token_trie_for(std::static_pointer_cast<const void>(tok), t->n_vocab(),
-                                 [t](int32_t id) { return t->token_to_piece(id, false); }, t->eog_ids());
+                                 [&v](int32_t id) { return v.piece(id); }, v.eog_tokens(), v.special_tokens());
 }
 
 py::dict stats_dict(GrammarContext& ctx) {

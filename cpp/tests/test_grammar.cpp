@@ -2,6 +2,7 @@
 // against a token-by-token check, mask caching, tail calls keeping repetition stacks flat,
 // and error reporting.
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -254,6 +255,122 @@ void test_lazy_trigger() {
   CHECK(throws_invalid([&] { LazyGrammarConstraint c(ctx, trie, {""}); }));
 }
 
+// Control and EOG tokens never match grammar text (issue 17 item 3): a control token whose bytes
+// would fit a JSON string is not allowed inside it, nor may ordinary tokens spell its text; EOG
+// is allowed only where the grammar may end. The same holds once a lazy grammar is active.
+void test_special_tokens_excluded() {
+  // 0 <|im_end|> (EOG, control)   1 <|im_start|> (control)   2.. ordinary tokens
+  const std::vector<std::string> vocab = {"<|im_end|>", "<|im_start|>", "{", "}", "\"", "a", "b", "<|", "im",
+                                          "_end", "|>", "x<|im_start|>", "<", "|", ">", "_start", "<tool>", ":", "1"};
+  const std::vector<int32_t> eog = {0};
+  const std::vector<std::pair<int32_t, std::string>> special = {{0, "<|im_end|>"}, {1, "<|im_start|>"}};
+  auto trie = std::make_shared<const TokenTrie>(vocab, eog, special);
+  auto ctx = grammar_context(GrammarKind::JsonSchema, R"({"type":"string"})");
+  GrammarConstraint c(ctx, trie);
+  CHECK(c.accept_bytes("\"a"));  // inside the string: every byte but '"' '\\' and controls fits
+  auto allowed = [&](GrammarConstraint& k) {
+    const auto v = k.allowed_tokens();
+    return std::set<int32_t>(v.begin(), v.end());
+  };
+  std::set<int32_t> a = allowed(c);
+  CHECK(!a.count(0) && !a.count(1));  // special tokens: never text
+  CHECK(a.count(5) && a.count(7) && a.count(12));  // ordinary text, also "<|" and "<"
+  CHECK(!a.count(11));  // an ordinary token whose bytes contain a special text
+  CHECK(throws_invalid([&] { c.accept(1); }));
+  // Spelling "<|im_end|>" out of ordinary tokens: the last step is refused.
+  c.accept(7);
+  c.accept(8);
+  c.accept(9);
+  a = allowed(c);
+  CHECK(!a.count(10));  // "|>" would complete "<|im_end|>"
+  CHECK(a.count(13) && a.count(14) && a.count(5));  // "|" alone does not, nor ">"
+  CHECK(throws_invalid([&] { c.accept(10); }));
+  c.accept(13);  // "<|im_end|" then '>' is refused
+  a = allowed(c);
+  CHECK(!a.count(14) && a.count(4));
+  CHECK(!c.accept_bytes(">"));
+  c.accept(4);  // closing quote: complete, EOG now allowed
+  CHECK(c.is_complete() && allowed(c) == std::set<int32_t>{0});
+  c.accept(0);
+  // The mask agrees with a brute-force check of every token through the byte path.
+  {
+    GrammarConstraint d(ctx, trie);
+    CHECK(d.accept_bytes("\"ab"));
+    const std::set<int32_t> got = allowed(d);
+    for (int32_t t = 2; t < static_cast<int32_t>(vocab.size()); ++t) {
+      GrammarConstraint e(ctx, trie);
+      CHECK(e.accept_bytes("\"ab"));
+      CHECK(e.accept_bytes(vocab[t]) == static_cast<bool>(got.count(t)));
+    }
+  }
+  // Lazy: free text (special tokens included) before the trigger; afterwards the same rule.
+  auto gctx = grammar_context(GrammarKind::Gbnf, "root ::= \"<tool>\" \"\\\"\" [^\"]* \"\\\"\"");
+  LazyGrammarConstraint lz(gctx, trie, {"<tool>"});
+  std::vector<float> logits(vocab.size(), 0.0f);
+  lz.apply(logits.data(), static_cast<int>(logits.size()));
+  for (float x : logits) CHECK(std::isfinite(x));
+  lz.accept(1);
+  lz.accept(16);
+  lz.accept(4);
+  CHECK(lz.active());
+  logits.assign(vocab.size(), 0.0f);
+  lz.apply(logits.data(), static_cast<int>(logits.size()));
+  CHECK(!std::isfinite(logits[0]) && !std::isfinite(logits[1]) && std::isfinite(logits[5]));
+  CHECK(throws_invalid([&] { lz.accept(0); }));
+}
+
+// Shortest completion per state, and budget-aware closing: with the budget set, the walk ends in a
+// complete document within it; without, it need not.
+void test_budget_close() {
+  auto g = CompiledGrammar::from_text(GrammarKind::Gbnf, "root ::= \"{\" item (\",\" item)* \"}\"\nitem ::= [a-z]+ \":\" [0-9]{2,3}");
+  GrammarAutomaton a(g);
+  CHECK(a.distance(a.initial_state()) == 6);  // {a:00}
+  CHECK(a.distance(a.next(a.initial_state(), std::string("{abc"))) == 4);
+  CHECK(a.distance(a.next(a.initial_state(), std::string("{a:1"))) == 2);
+  CHECK(a.distance(a.next(a.initial_state(), std::string("{a:12}"))) == 0);
+
+  std::vector<std::string> vocab = {"<eos>"};
+  for (int b = 32; b < 127; ++b) vocab.push_back(std::string(1, static_cast<char>(b)));
+  for (const char* w : {"hello", "world", "abc", ":12", "123", ",x", "\"", "{\"", "\":\"", "\"}", "longer"})
+    vocab.push_back(w);
+  auto trie = std::make_shared<const TokenTrie>(vocab, std::vector<int32_t>{0});
+  const char* schema =
+      R"({"type":"object","properties":{"bio":{"type":"string","minLength":1},"tags":{"type":"array","items":{"type":"string"},"minItems":1}},"required":["bio","tags"],"additionalProperties":false})";
+  auto ctx = grammar_context(GrammarKind::JsonSchema, schema);
+  // A "model" that prefers long words: without budget closing the string never ends.
+  auto run = [&](bool close, int max_tokens, std::string& text) {
+    GrammarConstraint c(ctx, trie, close);
+    text.clear();
+    for (int i = 0; i < max_tokens; ++i) {
+      c.set_remaining(max_tokens - i);
+      std::vector<float> logits(vocab.size());
+      for (size_t t = 0; t < vocab.size(); ++t) logits[t] = static_cast<float>(vocab[t].size());
+      logits[0] = -1.0f;  // EOG least liked
+      c.apply(logits.data(), static_cast<int>(logits.size()));
+      int32_t best = -1;
+      for (size_t t = 0; t < vocab.size(); ++t)
+        if (std::isfinite(logits[t]) && (best < 0 || logits[t] > logits[best])) best = static_cast<int32_t>(t);
+      CHECK(best >= 0);
+      if (best < 0) return false;
+      c.accept(best);
+      if (best == 0) return true;
+      text += vocab[best];
+    }
+    return c.is_complete();
+  };
+  std::string text;
+  CHECK(!run(false, 30, text));
+  for (int budget : {26, 30, 40, 64}) {
+    CHECK(run(true, budget, text));
+    CHECK(ctx->advance(ctx->initial_state(), text) != GrammarAutomaton::kDead &&
+          ctx->is_accepting(ctx->advance(ctx->initial_state(), text)));
+  }
+  // A budget too small for the shortest document: best effort, each token brings it closer.
+  CHECK(!run(true, 5, text));
+  CHECK(ctx->distance(ctx->advance(ctx->initial_state(), text)) <
+        ctx->distance(ctx->advance(ctx->initial_state(), std::string(""))));
+}
+
 }  // namespace
 
 int main() {
@@ -262,5 +379,7 @@ int main() {
   test_recursion();
   test_trie_masks();
   test_lazy_trigger();
+  test_special_tokens_excluded();
+  test_budget_close();
   return test_util::report();
 }

@@ -23,6 +23,9 @@ struct ConstraintSpec {
   // start by matching the trigger itself). E.g. "<tool_call>" for Hermes-style tool calls;
   // "^{\"name\"" fires only at the start of the output (after whitespace at most).
   std::vector<std::string> triggers;
+  // Budget-aware closing: when the tokens left (max_tokens, or the context) would not otherwise
+  // suffice, steer to the nearest complete document so the output still parses.
+  bool budget_close = false;
   // Filled in by the engine before make_constraint: the vocabulary whose tokens the constraint
   // masks (token bytes, EOG ids) and the logits row length.
   std::shared_ptr<const EngineVocab> vocab;
@@ -39,6 +42,9 @@ class TokenConstraint {
   virtual void accept(int32_t token) = 0;
   // True when the output so far is complete, i.e. end-of-generation is allowed.
   virtual bool is_complete() const = 0;
+  // Called before apply(): how many more tokens the sequence may generate (this one included;
+  // -1: no limit). Constraints that close within a budget use it; others ignore it.
+  virtual void set_remaining(int32_t /*tokens*/) {}
 };
 
 using ConstraintFactory = std::function<std::unique_ptr<TokenConstraint>(const ConstraintSpec&)>;

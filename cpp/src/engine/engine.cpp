@@ -496,6 +496,10 @@ void Engine::sample_and_postprocess(const std::vector<ScheduledChunk>& plan) {
       TokenLogprob lp;
       try {
         if (x->constraint) {
+          // Tokens left including this one (max_tokens, then the context), for budget closing.
+          int32_t left = n_ctx_ - static_cast<int32_t>(x->tokens.size());
+          if (x->max_tokens >= 0) left = std::min(left, x->max_tokens - x->n_generated());
+          x->constraint->set_remaining(left);
           x->constraint->apply(work_.data(), n_vocab_);
           if (!x->constraint->is_complete())
             for (int32_t t : eog_) work_[t] = -INFINITY;

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kv/kv_cache.h"
@@ -38,6 +39,9 @@ class EngineVocab {
   virtual std::vector<int32_t> eog_tokens() const = 0;
   // The bytes a generated token adds to the output text.
   virtual std::string piece(int32_t token) const = 0;
+  // Tokens that are markup, never text (control / unknown types and the EOG ids), with their
+  // texts: constrained decoding keeps them, and their texts, out of grammar output.
+  virtual std::vector<std::pair<int32_t, std::string>> special_tokens() const { return {}; }
 };
 
 }  // namespace edgellm

@@ -32,6 +32,13 @@ class TokenizerVocab : public EngineVocab {
   std::vector<int32_t> eog_tokens() const override { return tok_->eog_ids(); }
   // Generated text renders no control tokens (llama-server's default); EOG ends before it.
   std::string piece(int32_t token) const override { return tok_->token_to_piece(token, false); }
+  std::vector<std::pair<int32_t, std::string>> special_tokens() const override {
+    const Vocab& v = tok_->vocab();
+    std::vector<std::pair<int32_t, std::string>> out;
+    for (int32_t t = 0; t < v.n_tokens(); ++t)
+      if ((v.attrs[t] & (kAttrControl | kAttrUnknown)) || v.is_eog[t]) out.emplace_back(t, v.tokens[t]);
+    return out;
+  }
 
  private:
   std::shared_ptr<const Tokenizer> tok_;

@@ -14,6 +14,7 @@
 // repetitions (x*, {m,n}) from growing the stack.
 #pragma once
 #include <array>
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -90,6 +91,11 @@ class GrammarAutomaton {
   bool is_accepting(int32_t state) const { return states_[state].accepting; }
   // True when some byte can still follow.
   bool can_continue(int32_t state) const { return !states_[state].stacks.empty(); }
+  // The fewest bytes that take `state` to a complete sentence (0 when accepting; kUnreachable
+  // when none can). Computed per element from each rule's shortest expansion, so it is exact for
+  // the grammar (a token may cover several of those bytes).
+  static constexpr int32_t kUnreachable = INT32_MAX / 4;
+  int32_t distance(int32_t state) const { return states_[state].dist; }
 
   size_t n_states() const { return states_.size(); }
   size_t n_stack_nodes() const { return nodes_.size(); }
@@ -106,7 +112,9 @@ class GrammarAutomaton {
   struct State {
     std::vector<int32_t> stacks;  // sorted ids of stack nodes whose element is a byte set
     bool accepting = false;
+    int32_t dist = kUnreachable;  // distance(): bytes to the nearest complete sentence
   };
+  void compute_rest();
 
   void begin_closure();
   int32_t intern_node(int32_t pos, int32_t parent);
@@ -117,6 +125,8 @@ class GrammarAutomaton {
 
   std::shared_ptr<const CompiledGrammar> grammar_;
   std::vector<StackNode> nodes_;
+  std::vector<int32_t> node_dist_;  // per stack node: bytes to empty the stack from it
+  std::vector<int32_t> rest_;       // per element: bytes to finish its alternative from it
   std::unordered_map<uint64_t, int32_t> node_index_;
   std::vector<State> states_;
   std::unordered_map<std::string, int32_t> state_index_;

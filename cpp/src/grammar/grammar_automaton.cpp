@@ -5,11 +5,63 @@
 
 namespace edgellm::grammar {
 
+namespace {
+int32_t sat_add(int64_t a, int64_t b) {
+  return static_cast<int32_t>(std::min<int64_t>(a + b, GrammarAutomaton::kUnreachable));
+}
+}  // namespace
+
 GrammarAutomaton::GrammarAutomaton(std::shared_ptr<const CompiledGrammar> grammar) : grammar_(std::move(grammar)) {
+  compute_rest();
   begin_closure();
   for (int32_t start : grammar_->alternatives(grammar_->root())) close(intern_node(start, kEmptyStack));
   initial_ = intern_state();
   if (initial_ == kDead) throw InvalidRequestError("grammar matches nothing: its root rule has no alternative");
+}
+
+// Shortest expansion of every rule (a worklist fixed point: a rule's value only falls, and its
+// callers are revisited when it does), then rest_ for every element position.
+void GrammarAutomaton::compute_rest() {
+  const auto& el = grammar_->elements();
+  const int32_t n = grammar_->n_rules();
+  std::vector<int32_t> minlen(n, kUnreachable);
+  std::vector<std::vector<int32_t>> callers(n);
+  for (int32_t r = 0; r < n; ++r)
+    for (int32_t start : grammar_->alternatives(r))
+      for (int32_t p = start; el[p].kind != GrammarElement::kEnd; ++p)
+        if (el[p].kind == GrammarElement::kRef) callers[el[p].value].push_back(r);
+  auto eval = [&](int32_t r) {
+    int32_t best = kUnreachable;
+    for (int32_t start : grammar_->alternatives(r)) {
+      int64_t sum = 0;
+      for (int32_t p = start; el[p].kind != GrammarElement::kEnd && sum < kUnreachable; ++p)
+        sum += el[p].kind == GrammarElement::kBytes ? 1 : minlen[el[p].value];
+      best = std::min(best, sat_add(sum, 0));
+    }
+    return best;
+  };
+  std::vector<int32_t> work(n);
+  std::vector<char> queued(n, 1);
+  for (int32_t r = 0; r < n; ++r) work[r] = n - 1 - r;
+  while (!work.empty()) {
+    const int32_t r = work.back();
+    work.pop_back();
+    queued[r] = 0;
+    const int32_t v = eval(r);
+    if (v >= minlen[r]) continue;
+    minlen[r] = v;
+    for (int32_t c : callers[r])
+      if (!queued[c]) {
+        queued[c] = 1;
+        work.push_back(c);
+      }
+  }
+  rest_.assign(el.size(), 0);
+  for (size_t p = el.size(); p-- > 0;) {
+    if (el[p].kind == GrammarElement::kEnd) continue;
+    const int32_t own = el[p].kind == GrammarElement::kBytes ? 1 : minlen[el[p].value];
+    rest_[p] = sat_add(own, rest_[p + 1]);
+  }
 }
 
 void GrammarAutomaton::begin_closure() {
@@ -31,6 +83,7 @@ int32_t GrammarAutomaton::intern_node(int32_t pos, int32_t parent) {
                               " levels of rule calls");
   const int32_t id = static_cast<int32_t>(nodes_.size());
   nodes_.push_back({pos, parent, depth});
+  node_dist_.push_back(sat_add(rest_[pos], parent == kEmptyStack ? 0 : node_dist_[parent]));
   node_index_.emplace(key, id);
   return id;
 }
@@ -75,7 +128,9 @@ int32_t GrammarAutomaton::intern_state() {
     throw InvalidRequestError("grammar automaton exceeds " + std::to_string(kMaxStates) +
                               " states; the grammar is too ambiguous to track");
   const int32_t id = static_cast<int32_t>(states_.size());
-  states_.push_back({found_, found_accepting_});
+  int32_t dist = found_accepting_ ? 0 : kUnreachable;
+  for (int32_t sid : found_) dist = std::min(dist, node_dist_[sid]);
+  states_.push_back({found_, found_accepting_, dist});
   state_index_.emplace(std::move(key), id);
   transitions_.resize(transitions_.size() + 256, kUnknown);
   return id;

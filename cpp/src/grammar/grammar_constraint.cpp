@@ -61,8 +61,13 @@ GrammarContextStats GrammarContext::stats() {
   return s;
 }
 
-void GrammarContext::with_mask(const std::shared_ptr<const TokenTrie>& trie, int32_t state,
-                               const std::function<void(const std::vector<uint64_t>&)>& f) {
+int32_t GrammarContext::distance(int32_t state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return automaton_.distance(state);
+}
+
+void GrammarContext::with_mask(const std::shared_ptr<const TokenTrie>& trie, int32_t state, int32_t guard,
+                               const std::function<void(const std::vector<uint64_t>&, int32_t)>& f) {
   std::lock_guard<std::mutex> lock(mu_);
   Masks* m = nullptr;
   for (auto& x : masks_)
@@ -71,10 +76,11 @@ void GrammarContext::with_mask(const std::shared_ptr<const TokenTrie>& trie, int
     masks_.push_back({trie, {}, 0});
     m = &masks_.back();
   }
-  auto it = m->by_state.find(state);
+  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(state)) << 32) | static_cast<uint32_t>(guard);
+  auto it = m->by_state.find(key);
   if (it != m->by_state.end()) {
     ++hits_;
-    f(it->second);
+    f(it->second.bits, it->second.max_dist);
     return;
   }
   ++misses_;
@@ -83,12 +89,49 @@ void GrammarContext::with_mask(const std::shared_ptr<const TokenTrie>& trie, int
     m->by_state.clear();
     m->bytes = 0;
   }
-  std::vector<uint64_t> mask(words, 0);
-  trie->walk(state, [this](int32_t s, uint8_t b) { return automaton_.next(s, b); }, mask.data());
+  Mask mask;
+  mask.bits.assign(words, 0);
+  uint64_t* bits = mask.bits.data();
+  int32_t max_state = -1, max_dist = 0;
+  trie->walk(state, guard, [this](int32_t s, uint8_t b) { return automaton_.next(s, b); },
+             [&](int32_t t, int32_t s) {
+               bits[t >> 6] |= uint64_t{1} << (t & 63);
+               if (s != max_state) {  // tokens of one subtree often share their state
+                 max_state = s;
+                 max_dist = std::max(max_dist, automaton_.distance(s));
+               }
+             });
+  mask.max_dist = max_dist;
   if (automaton_.is_accepting(state))
-    for (int32_t t : trie->eog()) mask[t >> 6] |= uint64_t{1} << (t & 63);
+    for (int32_t t : trie->eog()) mask.bits[t >> 6] |= uint64_t{1} << (t & 63);
   m->bytes += static_cast<int64_t>(words * 8);
-  f(m->by_state.emplace(state, std::move(mask)).first->second);
+  const Mask& kept = m->by_state.emplace(key, std::move(mask)).first->second;
+  f(kept.bits, kept.max_dist);
+}
+
+std::pair<int64_t, int64_t> GrammarContext::budget_masks(const TokenTrie& trie, int32_t state, int32_t guard,
+                                                         int32_t limit, std::vector<uint64_t>& within,
+                                                         std::vector<uint64_t>& closer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t words = (static_cast<size_t>(trie.n_vocab()) + 63) / 64;
+  within.assign(words, 0);
+  closer.assign(words, 0);
+  const int32_t here = automaton_.distance(state);
+  int64_t n_within = 0, n_closer = 0;
+  trie.walk(state, guard, [this](int32_t s, uint8_t b) { return automaton_.next(s, b); },
+            [&](int32_t t, int32_t s) {
+              const int32_t d = automaton_.distance(s);
+              const uint64_t bit = uint64_t{1} << (t & 63);
+              if (d <= limit) {
+                within[t >> 6] |= bit;
+                ++n_within;
+              }
+              if (d < here) {
+                closer[t >> 6] |= bit;
+                ++n_closer;
+              }
+            });
+  return {n_within, n_closer};
 }
 
 // ---- caches ---------------------------------------------------------------------------------
@@ -119,7 +162,8 @@ std::shared_ptr<GrammarContext> grammar_context(GrammarKind kind, std::string_vi
 
 std::shared_ptr<const TokenTrie> token_trie_for(const std::shared_ptr<const void>& owner, int32_t n_vocab,
                                                 const std::function<std::string(int32_t)>& piece,
-                                                const std::vector<int32_t>& eog) {
+                                                const std::vector<int32_t>& eog,
+                                                const std::vector<std::pair<int32_t, std::string>>& special) {
   struct Entry {
     std::weak_ptr<const void> owner;
     int32_t n_vocab;
@@ -144,33 +188,58 @@ std::shared_ptr<const TokenTrie> token_trie_for(const std::shared_ptr<const void
       pieces[t].clear();  // ids past the tokenizer (padded embedding rows) are never allowed
     }
   }
-  auto trie = std::make_shared<const TokenTrie>(pieces, eog);
+  auto trie = std::make_shared<const TokenTrie>(pieces, eog, special);
   entries.push_back({owner, n_vocab, trie});
   return trie;
 }
 
 // ---- GrammarConstraint ----------------------------------------------------------------------
 
-GrammarConstraint::GrammarConstraint(std::shared_ptr<GrammarContext> ctx, std::shared_ptr<const TokenTrie> trie)
-    : ctx_(std::move(ctx)), trie_(std::move(trie)), state_(ctx_->initial_state()) {}
+GrammarConstraint::GrammarConstraint(std::shared_ptr<GrammarContext> ctx, std::shared_ptr<const TokenTrie> trie,
+                                     bool budget_close)
+    : ctx_(std::move(ctx)), trie_(std::move(trie)), state_(ctx_->initial_state()), budget_close_(budget_close) {}
+
+void GrammarConstraint::mask_logits(const std::vector<uint64_t>& mask, float* logits, int n_vocab) const {
+  const int n = std::min(n_vocab, trie_->n_vocab());
+  for (int w = 0; w * 64 < n; ++w) {
+    uint64_t bad = ~mask[w];
+    if (!bad) continue;
+    const int base = w * 64;
+    while (bad) {
+      const int t = base + __builtin_ctzll(bad);
+      if (t >= n) break;
+      logits[t] = -INFINITY;
+      bad &= bad - 1;
+    }
+  }
+  for (int t = trie_->n_vocab(); t < n_vocab; ++t) logits[t] = -INFINITY;
+}
 
 void GrammarConstraint::apply(float* logits, int n_vocab) {
-  const int n_trie = trie_->n_vocab();
-  ctx_->with_mask(trie_, state_, [&](const std::vector<uint64_t>& mask) {
-    const int n = std::min(n_vocab, n_trie);
-    for (int w = 0; w * 64 < n; ++w) {
-      uint64_t bad = ~mask[w];
-      if (!bad) continue;
-      const int base = w * 64;
-      while (bad) {
-        const int t = base + __builtin_ctzll(bad);
-        if (t >= n) break;
-        logits[t] = -INFINITY;
-        bad &= bad - 1;
-      }
+  bool tight = false;
+  int32_t limit = 0;
+  ctx_->with_mask(trie_, state_, guard_, [&](const std::vector<uint64_t>& mask, int32_t max_dist) {
+    if (budget_close_ && remaining_ >= 0) {
+      // After this token remaining_ - 1 are left, one of them kept for end-of-generation.
+      limit = remaining_ - 1 - (trie_->eog().empty() ? 0 : 1);
+      tight = max_dist > limit;
     }
+    if (!tight) mask_logits(mask, logits, n_vocab);
   });
-  for (int t = n_trie; t < n_vocab; ++t) logits[t] = -INFINITY;
+  if (!tight) return;
+  const bool accepting = ctx_->is_accepting(state_);
+  const auto [n_within, n_closer] = ctx_->budget_masks(*trie_, state_, guard_, limit, within_, closer_);
+  std::vector<uint64_t>* pick = nullptr;
+  if (n_within > 0 || accepting) pick = &within_;
+  else if (n_closer > 0) pick = &closer_;
+  if (!pick) {  // nothing brings it closer (an unreachable end): the plain grammar mask
+    ctx_->with_mask(trie_, state_, guard_,
+                    [&](const std::vector<uint64_t>& mask, int32_t) { mask_logits(mask, logits, n_vocab); });
+    return;
+  }
+  if (accepting)
+    for (int32_t t : trie_->eog()) (*pick)[t >> 6] |= uint64_t{1} << (t & 63);
+  mask_logits(*pick, logits, n_vocab);
 }
 
 void GrammarConstraint::accept(int32_t token) {
@@ -181,11 +250,19 @@ void GrammarConstraint::accept(int32_t token) {
       throw InvalidRequestError("constraint: end of generation before the output is complete");
     return;
   }
+  if (trie_->excluded(token))
+    throw InvalidRequestError("constraint: token " + std::to_string(token) +
+                              " is a special (control) token, never text inside the grammar");
   const std::string& piece = trie_->piece(token);
-  const int32_t next = piece.empty() ? GrammarAutomaton::kDead : ctx_->advance(state_, piece);
+  const int32_t guard = trie_->guard_next(guard_, piece);
+  if (guard < 0)
+    throw InvalidRequestError("constraint: token " + std::to_string(token) +
+                              " would spell a special token's text inside the grammar");
+  const int32_t next = ctx_->advance(state_, piece);
   if (next == GrammarAutomaton::kDead)
     throw InvalidRequestError("constraint: token " + std::to_string(token) + " is not allowed by the grammar here");
   state_ = next;
+  guard_ = guard;
 }
 
 bool GrammarConstraint::is_complete() const { return ctx_->is_accepting(state_); }
@@ -193,15 +270,18 @@ bool GrammarConstraint::is_complete() const { return ctx_->is_accepting(state_);
 bool GrammarConstraint::can_continue() const { return ctx_->can_continue(state_); }
 
 bool GrammarConstraint::accept_bytes(std::string_view bytes) {
+  const int32_t guard = trie_->guard_next(guard_, std::string(bytes));
+  if (guard < 0) return false;
   const int32_t next = ctx_->advance(state_, bytes);
   if (next == GrammarAutomaton::kDead) return false;
   state_ = next;
+  guard_ = guard;
   return true;
 }
 
 std::vector<int32_t> GrammarConstraint::allowed_tokens() {
   std::vector<int32_t> out;
-  ctx_->with_mask(trie_, state_, [&](const std::vector<uint64_t>& mask) {
+  ctx_->with_mask(trie_, state_, guard_, [&](const std::vector<uint64_t>& mask, int32_t) {
     for (int32_t t = 0; t < trie_->n_vocab(); ++t)
       if ((mask[t >> 6] >> (t & 63)) & 1) out.push_back(t);
   });
@@ -212,8 +292,8 @@ std::vector<int32_t> GrammarConstraint::allowed_tokens() {
 
 LazyGrammarConstraint::LazyGrammarConstraint(std::shared_ptr<GrammarContext> ctx,
                                              std::shared_ptr<const TokenTrie> trie,
-                                             std::vector<std::string> triggers)
-    : ctx_(std::move(ctx)), trie_(std::move(trie)), triggers_(std::move(triggers)) {
+                                             std::vector<std::string> triggers, bool budget_close)
+    : ctx_(std::move(ctx)), trie_(std::move(trie)), triggers_(std::move(triggers)), budget_close_(budget_close) {
   for (const auto& t : triggers_) {
     if (t.empty() || t == "^") throw InvalidRequestError("constraint: a grammar trigger is empty");
     max_trigger_ = std::max(max_trigger_, t.size());
@@ -269,7 +349,8 @@ void LazyGrammarConstraint::accept_text(std::string_view bytes) {
     }
     return;
   }
-  inner_ = std::make_unique<GrammarConstraint>(ctx_, trie_);
+  inner_ = std::make_unique<GrammarConstraint>(ctx_, trie_, budget_close_);
+  inner_->set_remaining(remaining_);
   const std::string_view rest = std::string_view(tail_).substr(best);
   if (!inner_->accept_bytes(rest))
     throw InvalidRequestError("constraint: the text after the grammar trigger does not follow the grammar");
@@ -290,8 +371,8 @@ std::unique_ptr<TokenConstraint> make_grammar_constraint(const ConstraintSpec& s
   else if (!spec.regex.empty()) ctx = grammar_context(GrammarKind::Regex, spec.regex);
   else throw InvalidRequestError("constraint: none of json_schema, grammar or regex is set");
   if (!spec.triggers.empty())
-    return std::make_unique<LazyGrammarConstraint>(std::move(ctx), std::move(trie), spec.triggers);
-  return std::make_unique<GrammarConstraint>(std::move(ctx), std::move(trie));
+    return std::make_unique<LazyGrammarConstraint>(std::move(ctx), std::move(trie), spec.triggers, spec.budget_close);
+  return std::make_unique<GrammarConstraint>(std::move(ctx), std::move(trie), spec.budget_close);
 }
 
 void register_grammar_constraints() {
@@ -299,7 +380,8 @@ void register_grammar_constraints() {
     if (!spec.vocab || spec.n_vocab <= 0)
       throw InvalidRequestError("constraint: the engine passed no vocabulary (ConstraintSpec.vocab)");
     const EngineVocab* v = spec.vocab.get();
-    auto trie = token_trie_for(spec.vocab, spec.n_vocab, [v](int32_t t) { return v->piece(t); }, v->eog_tokens());
+    auto trie = token_trie_for(spec.vocab, spec.n_vocab, [v](int32_t t) { return v->piece(t); }, v->eog_tokens(),
+                               v->special_tokens());
     return make_grammar_constraint(spec, std::move(trie));
   });
 }
