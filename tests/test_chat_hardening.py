@@ -3,6 +3,7 @@ limits, rendering and tokenizing run off the server's event loop, message conten
 turns through special-token text, and a GGUF without a chat template chats through the built-in
 fallback."""
 import resource
+import threading
 import time
 
 import pytest
@@ -267,3 +268,92 @@ def test_real_models_injected_markers_are_text(name, inject, markers, n_markup):
     # and generation runs on the shielded prompt
     out = llm.chat([{"role": "user", "content": inject}], edgellm.SamplingParams(temperature=0, max_tokens=3))
     assert out.usage.prompt_tokens == len(_chat_ids(llm, [{"role": "user", "content": inject}]))
+
+
+# ---- 1: the server's event loop keeps serving while a request renders or tokenizes ----------
+
+def _server_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def _health_while(srv, send):
+    """Run send() (an HTTP request) in a thread; meanwhile poll /health. -> (response, seconds
+    it took, the /health latencies)."""
+    import httpx
+
+    out = {}
+
+    def run():
+        t = time.monotonic()
+        out["r"] = send()
+        out["t"] = time.monotonic() - t
+    th = threading.Thread(target=run)
+    th.start()
+    time.sleep(0.2)
+    lat = []
+    while th.is_alive():
+        t = time.monotonic()
+        h = httpx.get(srv.url + "/health", timeout=10)
+        lat.append(time.monotonic() - t)
+        assert h.status_code == 200
+        time.sleep(0.05)
+    th.join()
+    return out["r"], out["t"], lat
+
+
+@pytest.fixture(scope="module")
+def server_mod():
+    return pytest.importorskip("test_server")
+
+
+@pytest.mark.slow
+def test_server_hostile_template_keeps_health_answering(server_mod, plain_gguf, tmp_path):
+    tmpl = tmp_path / "hostile.jinja"
+    tmpl.write_text(HOSTILE["nested loops with output"])
+    srv = server_mod.ServerProcess(plain_gguf, "--chat-template", str(tmpl)).wait_ready()
+    try:
+        rss0 = _server_rss_mb(srv.proc.pid)
+        r, took, lat = _health_while(srv, lambda: srv.post("/v1/chat/completions",
+                                                           {"messages": HI, "max_tokens": 4}))
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+        assert err["type"] == "invalid_request_error" and "time limit" in err["message"]
+        assert took < 2.0 + 2.0, took               # the 2 s limit, plus slack
+        assert len(lat) >= 5 and max(lat) < 0.5, lat
+        assert _server_rss_mb(srv.proc.pid) - rss0 < 300
+    finally:
+        srv.stop()
+
+
+@pytest.mark.slow
+def test_server_without_template_chats(server_mod, plain_gguf, plain_llm):
+    srv = server_mod.ServerProcess(plain_gguf).wait_ready()
+    try:
+        r = srv.post("/v1/chat/completions", {"messages": HI, "max_tokens": 3, "temperature": 0})
+        assert r.status_code == 200, r.text
+        prompt = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"   # the built-in chatml
+        assert r.json()["usage"]["prompt_tokens"] == len(plain_llm.tokenize(prompt))
+    finally:
+        srv.stop()
+
+
+@pytest.mark.slow
+def test_server_long_prompts_tokenize_off_the_loop(server_mod, plain_gguf):
+    big = ("All work and no play makes Jack a dull boy. " * 120_000)[:5_000_000]   # 5 MB
+    srv = server_mod.ServerProcess(plain_gguf).wait_ready()
+    try:
+        for path, body in (("/v1/completions", {"prompt": big, "max_tokens": 1}),
+                           ("/v1/chat/completions", {"messages": [{"role": "user", "content": big}],
+                                                     "max_tokens": 1})):
+            rss0 = _server_rss_mb(srv.proc.pid)
+            r, took, lat = _health_while(srv, lambda: srv.post(path, body))
+            assert r.status_code == 400, (path, r.text[:300])
+            assert r.json()["error"]["code"] == "context_length_exceeded"
+            assert lat and max(lat) < 0.5, (path, lat)
+            assert _server_rss_mb(srv.proc.pid) - rss0 < 500
+    finally:
+        srv.stop()

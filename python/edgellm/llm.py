@@ -15,6 +15,8 @@ which frees its KV pages at its next step.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import json
 import os
 import time
@@ -343,6 +345,9 @@ class LLM:
         # template variables every render gets unless a request's chat_template_kwargs say
         # otherwise (edgellm serve --reasoning off sets enable_thinking false here)
         self.chat_template_defaults: Dict[str, Any] = {}
+        # limits of one template render (edgellm.chat_template.render_chat): time_limit seconds
+        # (default 2), max_output characters (default 8 MiB plus twice the request's text)
+        self.chat_template_limits: Dict[str, Any] = {}
         self._template = None
         self._metadata = None
         self.load_time: float = time.perf_counter() - t0
@@ -546,7 +551,8 @@ class LLM:
                     msgs.insert(0, {"role": "system", "content": extra_system})
         return render_chat(msgs, self._chat_template(), bos_token=bos, eos_token=eos,
                            add_generation_prompt=add_generation_prompt, tools=tools or None,
-                           **kwargs)
+                           time_limit=self.chat_template_limits.get("time_limit"),
+                           max_output=self.chat_template_limits.get("max_output"), **kwargs)
 
     def _render_ids(self, text: str, plain_ranges=()) -> List[int]:
         ids = list(self._tok.encode(text, True, True, list(plain_ranges)))
@@ -818,7 +824,13 @@ class _AsyncChannel:
 
 class AsyncLLM:
     """LLM for asyncio: the same constructor; awaitable generate/chat and async iterators.
-    Cancelling the awaiting task or leaving an async iterator early aborts the request."""
+    Cancelling the awaiting task or leaving an async iterator early aborts the request.
+
+    generate / chat / stream* render chat templates and tokenize prompts in a worker thread
+    (the loop's default executor; the tokenizer releases the GIL), so a long prompt or a slow
+    template never stalls the event loop; their errors surface when awaited: from generate /
+    chat, or from an iterator's first chunk. tokenize / detokenize / apply_chat_template stay
+    plain calls (run them in an executor for large inputs)."""
 
     def __init__(self, *args, **kwargs):
         self.llm = LLM(*args, **kwargs)
@@ -859,27 +871,39 @@ class AsyncLLM:
         done.sort(key=lambda c: c.index)
         return done if params.n > 1 else done[0]
 
+    async def _off_loop(self, fn, *args):
+        """fn(*args) in a worker thread (prompt rendering and tokenizing)."""
+        return await asyncio.get_running_loop().run_in_executor(None, functools.partial(fn, *args))
+
+    async def _prompt_ids(self, prompt) -> List[int]:
+        return await self._off_loop(self.llm._prompt_ids, prompt)
+
+    async def _chat_request(self, *args):
+        return await self._off_loop(self.llm._chat_request, *args)
+
     async def generate(self, prompt, params: Optional[SamplingParams] = None):
         params = params or SamplingParams()
         if _is_batch(prompt):
             return list(await asyncio.gather(*(self.generate(p, params) for p in prompt)))
-        return await self._collect(self.llm._prompt_ids(prompt), params)
+        return await self._collect(await self._prompt_ids(prompt), params)
 
     async def chat(self, messages, params: Optional[SamplingParams] = None, tools=None,
                    tool_choice=None, parallel_tool_calls: Optional[bool] = None,
                    chat_template_kwargs: Optional[Mapping[str, Any]] = None,
                    add_generation_prompt: Optional[bool] = None,
                    continue_final_message: Optional[bool] = None):
-        ids, params, new_parser = self.llm._chat_request(messages, params, tools, tool_choice,
-                                                         parallel_tool_calls, chat_template_kwargs,
-                                                         add_generation_prompt, continue_final_message)
+        ids, params, new_parser = await self._chat_request(messages, params, tools, tool_choice,
+                                                           parallel_tool_calls, chat_template_kwargs,
+                                                           add_generation_prompt, continue_final_message)
         done = await self._collect(ids, params)
         if params.n > 1:
             return [self.llm._finish_chat(c, new_parser()) for c in done]
         return self.llm._finish_chat(done, new_parser())
 
-    async def _chunks(self, ids: List[int], params: Optional[SamplingParams]) -> AsyncIterator[CompletionChunk]:
+    async def _chunks(self, prompt, params: Optional[SamplingParams]) -> AsyncIterator[CompletionChunk]:
+        """prompt: text or ids, tokenized off the loop; or an awaitable of the ids."""
         params = params or SamplingParams()
+        ids = await prompt if inspect.isawaitable(prompt) else await self._prompt_ids(prompt)
         want_lp = params.logprobs is not None
         want_prompt = params.prompt_logprobs is not None
         agen = self._events(ids, params, stream=True)
@@ -890,10 +914,11 @@ class AsyncLLM:
             await agen.aclose()
 
     def stream_chunks(self, prompt, params: Optional[SamplingParams] = None) -> AsyncIterator[CompletionChunk]:
-        return self._chunks(self.llm._prompt_ids(prompt), params)
+        """Chunks as LLM.stream_chunks; the prompt is tokenized (and errors raised) at the first."""
+        return self._chunks(prompt, params)
 
     async def stream(self, prompt, params: Optional[SamplingParams] = None) -> AsyncIterator[str]:
-        agen = self._chunks(self.llm._prompt_ids(prompt), params)
+        agen = self._chunks(prompt, params)
         try:
             async for ch in agen:
                 if ch.text:
@@ -907,15 +932,18 @@ class AsyncLLM:
                            add_generation_prompt: Optional[bool] = None,
                            continue_final_message: Optional[bool] = None) -> AsyncIterator[CompletionChunk]:
         """As LLM.chat_stream_chunks: each chunk's `.delta` is its parsed ChatDelta. The prompt
-        is rendered (and errors raised) here, before the first await."""
-        ids, params, new_parser = self.llm._chat_request(messages, params, tools, tool_choice,
-                                                         parallel_tool_calls, chat_template_kwargs,
-                                                         add_generation_prompt, continue_final_message)
-        return self._chat_chunks(ids, params, new_parser)
+        is rendered in a worker thread when the first chunk is awaited; a template or context
+        error is raised there, before any chunk."""
+        return self._chat_chunks((messages, params, tools, tool_choice, parallel_tool_calls,
+                                  chat_template_kwargs, add_generation_prompt, continue_final_message))
 
-    async def _chat_chunks(self, ids, params, new_parser) -> AsyncIterator[CompletionChunk]:
+    async def _chat_chunks(self, request) -> AsyncIterator[CompletionChunk]:
+        ids, params, new_parser = await self._chat_request(*request)
         parsers: Dict[int, Any] = {}
-        agen = self._chunks(ids, params)
+
+        async def ready():
+            return ids
+        agen = self._chunks(ready(), params)
         try:
             async for ch in agen:
                 yield _parse_chunk(ch, parsers, new_parser)
