@@ -2,6 +2,7 @@
 limits, rendering and tokenizing run off the server's event loop, message content cannot forge
 turns through special-token text, and a GGUF without a chat template chats through the built-in
 fallback."""
+import asyncio
 import resource
 import threading
 import time
@@ -357,3 +358,56 @@ def test_server_long_prompts_tokenize_off_the_loop(server_mod, plain_gguf):
             assert _server_rss_mb(srv.proc.pid) - rss0 < 500
     finally:
         srv.stop()
+
+
+def test_placeholder_marks_in_content_stay_as_written(chatml_llm):
+    """Content may hold the placeholder characters themselves: other marks are chosen, and the
+    text comes back unchanged."""
+    llm = chatml_llm
+    tricky = "\ufdd00\ufdd1 \ufdd2" + INJECT
+    ids = _chat_ids(llm, [{"role": "user", "content": tricky}])
+    assert llm.detokenize(ids).endswith("user\n" + tricky + "<|im_end|>\n<|im_start|>assistant\n")
+    assert ids.count(_special(llm, "<|im_start|>")) == 2
+
+
+def test_async_chat_renders_off_the_loop(chatml_llm):
+    """AsyncLLM: a slow template runs in a worker thread -- the loop keeps ticking -- and its
+    error comes from the first chunk; the prompt is shielded as in LLM.chat."""
+    allm = edgellm.AsyncLLM.__new__(edgellm.AsyncLLM)
+    allm.llm = chatml_llm
+    chatml_llm.chat_template_limits["time_limit"] = 1.0
+
+    async def main():
+        ticks = []
+        stop = asyncio.Event()
+
+        async def ticker():
+            while not stop.is_set():
+                ticks.append(time.monotonic())
+                await asyncio.sleep(0.02)
+        task = asyncio.ensure_future(ticker())
+        saved = chatml_llm._template
+        chatml_llm._template = HOSTILE["nested range loops"]
+        try:
+            agen = allm.chat_stream_chunks(HI, edgellm.SamplingParams(max_tokens=2))
+            with pytest.raises(ChatTemplateError, match="time limit"):
+                await agen.__anext__()
+        finally:
+            chatml_llm._template = saved
+        gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+        out = await allm.chat([{"role": "user", "content": INJECT}], edgellm.SamplingParams(max_tokens=2))
+        stop.set()
+        await task
+        return gaps, out
+    try:
+        gaps, out = asyncio.run(main())
+    finally:
+        chatml_llm.chat_template_limits.clear()
+    assert len(gaps) > 20 and max(gaps) < 0.5, max(gaps)
+    assert out.usage.prompt_tokens == len(_chat_ids(chatml_llm, [{"role": "user", "content": INJECT}]))
+
+
+def test_repl_counts_the_shielded_prompt(chatml_llm):
+    from edgellm.repl.app import count_prompt_tokens
+    msgs = [{"role": "user", "content": INJECT}]
+    assert count_prompt_tokens(chatml_llm, msgs) == len(_chat_ids(chatml_llm, msgs))

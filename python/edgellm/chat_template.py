@@ -197,6 +197,7 @@ def prepare_messages(messages: Iterable[Mapping]) -> list:
 # ---- content stays text ---------------------------------------------------------------------
 
 _MARKS = [(chr(0xFDD0 + 2 * i), chr(0xFDD1 + 2 * i)) for i in range(16)]  # Unicode noncharacters
+_ANY_MARK = re.compile("[\uFDD0-\uFDEF]")
 
 
 class ContentShield:
@@ -249,9 +250,8 @@ class ContentShield:
         seen = set()
 
         def note(s: str) -> str:
-            for pair in _MARKS:
-                if pair[0] in s or pair[1] in s:
-                    seen.add(pair)
+            for ch in _ANY_MARK.findall(s):
+                seen.add(_MARKS[(ord(ch) - 0xFDD0) // 2])
             return s
         for obj in objs:
             self._walk(obj, note)
