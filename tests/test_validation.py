@@ -37,7 +37,7 @@ BAD = [
     ("stop", [1]), ("stop", ""), ("stop", ["x"] * 17), ("stop", "x" * 5000), ("stop", 5),
     ("stop_token_ids", [BIG_ID]), ("stop_token_ids", [-1]), ("stop_token_ids", "1"),
     ("logit_bias", {BIG_ID: 1.0}), ("logit_bias", {"x": 1}), ("logit_bias", {-3: 1}),
-    ("logit_bias", {5: math.nan}), ("logit_bias", {True: 1}), ("logit_bias", [5, 1]),
+    ("logit_bias", {5: math.nan}), ("logit_bias", {5: math.inf}), ("logit_bias", {True: 1}), ("logit_bias", [5, 1]),
     ("grammar", 5), ("regex", ["a"]), ("json_schema", 5), ("response_format", {"type": "yaml"}),
     ("response_format", {"type": "json_schema"}), ("response_format", "json"),
     ("grammar_triggers", "x"),
@@ -62,6 +62,7 @@ GOOD = [
     ("seed", -1), ("seed", 2**64 - 1), ("n", 4), ("logprobs", 0), ("logprobs", 20),
     ("presence_penalty", -5.0), ("frequency_penalty", 3), ("repeat_last_n", -1),
     ("stop", "END"), ("stop", ["a", "b", "c", "d"]), ("stop", []), ("logit_bias", {5: -100, "7": 2.5}),
+    ("logit_bias", {5: -math.inf}),
     ("stop_token_ids", [2, 3]), ("json_schema", {"type": "object"}), ("json_schema", True),
     ("response_format", {"type": "json_object"}),
 ]
@@ -299,3 +300,7 @@ def test_server_answers_huge_token_ids_with_400(smollm2_path):
         assert str(BIG_ID) in err["message"] and "49152" in err["message"], err
         r = client.post("/v1/completions", json={"prompt": "x", "logit_bias": {str(BIG_ID): 1}})
         assert r.status_code == 400 and r.json()["error"]["param"] == "logit_bias", r.text
+        r = client.post("/detokenize", json={"tokens": [5, BIG_ID]})
+        assert r.status_code == 400 and str(BIG_ID) in r.text, r.text
+        r = client.post("/v1/chat/completions", json={"messages": [], "max_tokens": 1})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "messages", r.text

@@ -163,7 +163,8 @@ def token_ids(ids: Any, n_vocab: Optional[int] = None, name: str = "prompt") -> 
 
 
 def logit_bias(v: Any, name: str) -> Dict[int, float]:
-    """{token id: finite bias}; ids may be ints or decimal strings (JSON object keys)."""
+    """{token id: finite bias, or -inf to ban the token}; ids may be ints or decimal strings
+    (JSON object keys)."""
     if not isinstance(v, Mapping):
         raise bad_type(name, v, "an object mapping token ids to biases")
     out: Dict[int, float] = {}
@@ -179,7 +180,10 @@ def logit_bias(v: Any, name: str) -> Dict[int, float]:
         else:
             tid = _as_int(key, name)
         token_id(tid, name)
-        out[tid] = number()(bias, f"{name}[{key}]")
+        if isinstance(bias, float) and bias == -math.inf:
+            out[tid] = bias  # -inf bans the token (llama.cpp's, llama-server's `false`)
+        else:
+            out[tid] = number()(bias, f"{name}[{key}]")
     return out
 
 
