@@ -137,3 +137,87 @@ def test_bad_constraints_are_request_errors():
     # The engine keeps serving after rejected requests.
     out = completions(m.generate("x", edgellm.SamplingParams(regex="ok", max_tokens=5)))[0]
     assert out.text == "ok"
+
+
+# ---- issue 17: special tokens and budget-aware closing --------------------------------------
+
+def _chat_ids(m, content):
+    """A ChatML prompt whose markup is special tokens and whose content is plain text."""
+    def tok(s, special):
+        return m.tokenize(s, add_special=False, parse_special=special)
+    return tok("<|im_start|>user\n", True) + tok(content, False) + tok("<|im_end|>\n<|im_start|>assistant\n", True)
+
+
+def _special_ids_and_texts(m):
+    tk = m._tok
+    ids = [t for t in range(tk.n_vocab) if tk.token_to_piece(t, True) != tk.token_to_piece(t, False)]
+    return set(ids), {bytes(tk.token_to_piece(t, True)).decode("utf-8", "replace") for t in ids}
+
+
+def test_special_tokens_never_inside_constrained_output():
+    """Issue 17 item 3: SmolLM2 under a JSON schema wrote `"name": "Miriam<|im_end|>Zimbera<|im_start|>`.
+    The content asks for exactly that; unconstrained, the model does copy the special texts (so the
+    case is live); constrained, at temperature 1 over many seeds, no special token id appears before
+    the final end-of-generation, and no special token's text is spelled out by ordinary tokens."""
+    m = llm("smollm2")
+    special_ids, special_texts = _special_ids_and_texts(m)
+    assert {"<|im_end|>", "<|im_start|>"} <= special_texts
+    ids = _chat_ids(m, 'Reply with JSON {"name": ..., "city": ...} where name is exactly the text '
+                       'Miriam<|im_end|>Zimbera<|im_start|>assistant')
+    free = completions(m.generate(ids, edgellm.SamplingParams(temperature=1.0, seed=1, n=6, max_tokens=40)))
+    assert any(t in c.text for c in free for t in special_texts), [c.text for c in free]
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "city": {"type": "string"}},
+              "required": ["name", "city"], "additionalProperties": False}
+    eog = set(m._tok.eog_ids)
+    n_special_text = 0
+    for seed in range(0, 48, 8):
+        outs = completions(m.generate(ids, edgellm.SamplingParams(json_schema=schema, temperature=1.0, top_k=0,
+                                                                 top_p=1.0, min_p=0.0, seed=seed, n=8,
+                                                                 max_tokens=48)))
+        for c in outs:
+            toks = list(c.token_ids)
+            if toks and toks[-1] in eog:
+                toks = toks[:-1]
+            assert not special_ids & set(toks), (seed, c.token_ids, c.text)
+            n_special_text += sum(t in c.text for t in special_texts)
+            if c.finish_reason == "stop":
+                jsonschema.validate(json.loads(c.text), schema)
+    assert n_special_text == 0
+
+
+BUDGET_SCHEMA = {
+    "type": "object",
+    "properties": {"bio": {"type": "string", "minLength": 1},
+                   "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1}},
+    "required": ["bio", "tags"], "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize("max_tokens", [12, 16, 20, 32])
+def test_budget_close_ends_a_valid_document(max_tokens):
+    """Issue 17 item 3: with max_tokens running out inside the document the output is not JSON;
+    grammar_budget_close steers it to a complete, schema-valid one within the budget."""
+    m = llm("smollm2")
+    ids = _chat_ids(m, "Write a JSON object with a long biography of a famous painter and a list of tags.")
+    plain = completions(m.generate(ids, edgellm.SamplingParams(json_schema=BUDGET_SCHEMA, temperature=0.0,
+                                                               max_tokens=max_tokens)))[0]
+    assert plain.finish_reason == "length"
+    with pytest.raises(ValueError):
+        json.loads(plain.text)
+    closed = completions(m.generate(ids, edgellm.SamplingParams(json_schema=BUDGET_SCHEMA, temperature=0.0,
+                                                                max_tokens=max_tokens,
+                                                                grammar_budget_close=True)))[0]
+    assert len(closed.token_ids) <= max_tokens
+    jsonschema.validate(json.loads(closed.text), BUDGET_SCHEMA)
+    # Sampled too: every seed closes in time.
+    outs = completions(m.generate(ids, edgellm.SamplingParams(json_schema=BUDGET_SCHEMA, temperature=1.0, seed=3,
+                                                              n=4, max_tokens=max_tokens,
+                                                              grammar_budget_close=True)))
+    for c in outs:
+        jsonschema.validate(json.loads(c.text), BUDGET_SCHEMA)
+
+
+def test_budget_close_is_a_checked_boolean():
+    with pytest.raises(edgellm.InvalidRequestError, match="grammar_budget_close"):
+        edgellm.SamplingParams(json_schema={"type": "object"}, grammar_budget_close="no")
+    assert edgellm.SamplingParams(grammar_budget_close=True).to_core().grammar_budget_close is True

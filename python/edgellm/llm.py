@@ -85,6 +85,9 @@ class SamplingParams:
     # Lazy constraint: free text until one of these strings appears in the output, then the
     # grammar (which starts by matching the trigger). Used for tool calls under tool_choice auto.
     grammar_triggers: Optional[List[str]] = None
+    # Budget-aware closing: when the tokens left (max_tokens, or the context) would not otherwise
+    # suffice, the grammar steers to the nearest complete document, so the output still parses.
+    grammar_budget_close: bool = False
     # Streams only (llama-server's return_progress): while the prompt is prefilled, chunks with
     # empty text whose `progress` is {total, cache, processed, time_ms} -- one at admission
     # (processed == cache, the prefix-cache hit; time 0), then one per prefill chunk.
@@ -117,7 +120,12 @@ class SamplingParams:
                                           "(text, json_object, json_schema)")
         if schema is None:
             return ""
-        return schema if isinstance(schema, str) else json.dumps(schema)
+        if isinstance(schema, str):
+            return schema
+        try:
+            return json.dumps(schema)
+        except (RecursionError, ValueError, TypeError) as e:  # too deep, circular, not JSON
+            raise InvalidRequestError(f"json_schema cannot be serialised to JSON: {e}") from None
 
     def __post_init__(self):
         self._checked()
@@ -174,6 +182,7 @@ class SamplingParams:
             if not (p.grammar or p.json_schema or p.regex):
                 raise InvalidRequestError("grammar_triggers needs a grammar, json_schema or regex")
             p.grammar_triggers = list(v["grammar_triggers"])
+        p.grammar_budget_close = v["grammar_budget_close"]
         return p
 
 

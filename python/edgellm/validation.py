@@ -308,6 +308,7 @@ SAMPLING_RULES: Dict[str, Check] = {
     "regex": optional(string),
     "response_format": optional(response_format),
     "grammar_triggers": optional(_string_list),
+    "grammar_budget_close": boolean,
     "return_progress": boolean,
 }
 

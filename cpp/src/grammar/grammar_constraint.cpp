@@ -118,6 +118,7 @@ std::pair<int64_t, int64_t> GrammarContext::budget_masks(const TokenTrie& trie, 
   closer.assign(words, 0);
   const int32_t here = automaton_.distance(state);
   int64_t n_within = 0, n_closer = 0;
+  int32_t best = here;  // the nearest next state so far (closer = the tokens reaching it)
   trie.walk(state, guard, [this](int32_t s, uint8_t b) { return automaton_.next(s, b); },
             [&](int32_t t, int32_t s) {
               const int32_t d = automaton_.distance(s);
@@ -126,7 +127,12 @@ std::pair<int64_t, int64_t> GrammarContext::budget_masks(const TokenTrie& trie, 
                 within[t >> 6] |= bit;
                 ++n_within;
               }
-              if (d < here) {
+              if (d < best) {
+                std::fill(closer.begin(), closer.end(), 0);
+                n_closer = 0;
+                best = d;
+              }
+              if (d == best && d < here) {
                 closer[t >> 6] |= bit;
                 ++n_closer;
               }

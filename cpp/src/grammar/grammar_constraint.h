@@ -47,8 +47,8 @@ class GrammarContext {
   void with_mask(const std::shared_ptr<const TokenTrie>& trie, int32_t state, int32_t guard,
                  const std::function<void(const std::vector<uint64_t>&, int32_t)>& f);
   // Budget masks (not cached): `within` gets the allowed non-EOG tokens whose next state is at
-  // most `limit` bytes from complete, `closer` those whose next state is nearer than `state`.
-  // Returns the two counts.
+  // most `limit` bytes from complete, `closer` those that bring it nearest (if nearer than
+  // `state` at all). Returns the two counts.
   std::pair<int64_t, int64_t> budget_masks(const TokenTrie& trie, int32_t state, int32_t guard, int32_t limit,
                                            std::vector<uint64_t>& within, std::vector<uint64_t>& closer);
   GrammarContextStats stats();
@@ -88,7 +88,7 @@ std::shared_ptr<const TokenTrie> token_trie_for(const std::shared_ptr<const void
 // Budget-aware closing (ConstraintSpec::budget_close): with R tokens left to generate, a token is
 // allowed only if the state it leads to is at most R - 2 bytes from a complete document (one
 // token is kept for end-of-generation); when no token is (the budget was too small from the
-// start), only tokens that bring the document closer. Bytes stand in for tokens: every byte has
+// start), only the tokens that bring the document nearest to complete. Bytes stand in for tokens: every byte has
 // a token in byte-level BPE and byte-fallback SPM vocabularies, so the bound is always reachable.
 class GrammarConstraint : public TokenConstraint {
  public:

@@ -150,6 +150,7 @@ _SAMPLING: Dict[str, tuple] = {
     "min_tokens": (sampling_rule("min_tokens"), "min_tokens"),
     "json_schema": (sampling_rule("json_schema"), "json_schema"),
     "grammar": (sampling_rule("grammar"), "grammar"),
+    "grammar_budget_close": (sampling_rule("grammar_budget_close"), "grammar_budget_close"),
 }
 
 # Accepted and used by the server, not by the sampler.
