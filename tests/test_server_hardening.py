@@ -155,10 +155,10 @@ def _closed_by_server(sock, until: float) -> bool:
 
 
 def test_trickling_header_sockets_are_closed_and_health_answers_meanwhile(cli):
-    """100 clients sending one header byte every 0.5 s (slowloris): each is closed within the
+    """200 clients sending one header byte every 0.5 s (slowloris): each is closed within the
     read timeout (+ slack), while /health keeps answering at once."""
     host, port = _addr(cli)
-    socks = [socket.create_connection((host, port)) for _ in range(100)]
+    socks = [socket.create_connection((host, port)) for _ in range(200)]
     opened = time.monotonic()
     request = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 1000
     stop = threading.Event()
