@@ -411,3 +411,17 @@ def test_repl_counts_the_shielded_prompt(chatml_llm):
     from edgellm.repl.app import count_prompt_tokens
     msgs = [{"role": "user", "content": INJECT}]
     assert count_prompt_tokens(chatml_llm, msgs) == len(_chat_ids(chatml_llm, msgs))
+
+
+@pytest.mark.parametrize("exc", [OverflowError, RecursionError, MemoryError, ValueError, KeyError,
+                                 IndexError, ZeroDivisionError, UnicodeDecodeError])
+def test_any_exception_in_a_template_is_typed(exc):
+    """Whatever a template (or something it calls) raises is a ChatTemplateError naming it."""
+    def boom():
+        if exc is UnicodeDecodeError:
+            raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+        raise exc("bad")
+    with pytest.raises(ChatTemplateError) as ei:
+        render_chat(HI, "{{ boom() }}", boom=boom)
+    assert isinstance(ei.value, ValueError)
+    assert "chat template error" in str(ei.value)
