@@ -36,9 +36,36 @@ void test_json_invalid_utf8() {
   CHECK(CompiledGrammar::from_text(GrammarKind::JsonSchema, "{\"const\": \"\xc3\xa9\"}") != nullptr);
 }
 
+// fuzz_gbnf timeout: nested repetitions of an item that may be empty (`sp+++...`, or
+// `((( sp )+)+)+...` with `sp ::= | " "`) double the parser stacks per level, so a 60-byte
+// grammar took over a minute and 1.5 GB. One step's expansion is now bounded
+// (GrammarAutomaton::kMaxNewNodesPerStep) and such a grammar is refused quickly.
+void test_exponential_closure_refused() {
+  auto gbnf = [](int k, bool groups) {
+    std::string g = "root ::= \"{\" ";
+    if (groups) g += std::string(k, '(') + " sp ";
+    else g += "sp";
+    for (int i = 0; i < k; ++i) g += groups ? ")+" : "+";
+    return g + " \"}\"\nsp ::= | \" \"\n";
+  };
+  for (bool groups : {false, true}) {
+    CHECK(throws_invalid([&] {
+      GrammarAutomaton a(CompiledGrammar::from_text(GrammarKind::Gbnf, gbnf(24, groups)));
+      a.next(a.initial_state(), std::string_view("{ "));
+    }));
+    // A few levels are fine and still match.
+    GrammarAutomaton a(CompiledGrammar::from_text(GrammarKind::Gbnf, gbnf(3, groups)));
+    const int32_t s = a.next(a.initial_state(), std::string_view("{  }"));
+    CHECK(s != GrammarAutomaton::kDead && a.is_accepting(s));
+  }
+  const std::string re = std::string(24, '(') + " ?" + [] { std::string t; for (int i = 0; i < 24; ++i) t += ")+"; return t; }();
+  CHECK(throws_invalid([&] { GrammarAutomaton a(CompiledGrammar::from_text(GrammarKind::Regex, re)); }));
+}
+
 }  // namespace
 
 int main() {
   test_json_invalid_utf8();
+  test_exponential_closure_refused();
   return test_util::report();
 }

@@ -76,6 +76,10 @@ class GrammarAutomaton {
   // Beyond this many states a grammar is refused (the owner starts a fresh automaton earlier).
   static constexpr size_t kMaxStates = 200000;
   static constexpr int32_t kMaxStackDepth = 2048;
+  // Stack frames one step (one byte, or the initial closure) may create. Nested repetitions of
+  // a nullable item -- ((x?)+)+..., or x+++... -- double the frames per level (fuzz_gbnf);
+  // ordinary grammars create a few hundred per step.
+  static constexpr size_t kMaxNewNodesPerStep = size_t{1} << 18;
 
   explicit GrammarAutomaton(std::shared_ptr<const CompiledGrammar> grammar);
 
@@ -138,6 +142,7 @@ class GrammarAutomaton {
   bool found_accepting_ = false;
   std::vector<uint32_t> visited_;
   uint32_t stamp_ = 0;
+  size_t step_nodes_base_ = 0;  // nodes_.size() when the current step began
 };
 
 }  // namespace edgellm::grammar

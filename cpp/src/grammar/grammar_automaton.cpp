@@ -65,6 +65,7 @@ void GrammarAutomaton::compute_rest() {
 }
 
 void GrammarAutomaton::begin_closure() {
+  step_nodes_base_ = nodes_.size();
   found_.clear();
   found_accepting_ = false;
   if (++stamp_ == 0) {  // wrapped: old stamps could collide
@@ -81,6 +82,10 @@ int32_t GrammarAutomaton::intern_node(int32_t pos, int32_t parent) {
   if (depth > kMaxStackDepth)
     throw InvalidRequestError("grammar nesting exceeds " + std::to_string(kMaxStackDepth) +
                               " levels of rule calls");
+  if (nodes_.size() - step_nodes_base_ >= kMaxNewNodesPerStep)
+    throw InvalidRequestError("grammar is too ambiguous: one step expands to more than " +
+                              std::to_string(kMaxNewNodesPerStep) +
+                              " parser stacks (nested repetitions of something that may be empty?)");
   const int32_t id = static_cast<int32_t>(nodes_.size());
   nodes_.push_back({pos, parent, depth});
   node_dist_.push_back(sat_add(rest_[pos], parent == kEmptyStack ? 0 : node_dist_[parent]));
