@@ -61,7 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   FUZZ_CHECK(f->file_size() == size);
-  FUZZ_CHECK(f->data_offset() <= size);
+  FUZZ_CHECK(f->data_offset() <= size || f->tensors().empty());  // no tensors: no data section needed
   for (const auto& kv : f->metadata()) {
     touch_value(kv.value);
     FUZZ_CHECK(f->find(kv.key) != nullptr);
