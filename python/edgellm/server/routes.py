@@ -172,18 +172,25 @@ class Routes:
 
     # --- generation ----------------------------------------------------------------------------
     async def chat_completions(self, request: Request) -> Response:
+        def shaping_of(req) -> dict:
+            return {k: req.extra[k] for k in ("add_generation_prompt", "continue_final_message")
+                    if k in req.extra}
+
+        async def prepare(llm, req):
+            if req.extra.get("verbose", self.config.verbose):  # rendered in a thread
+                req.extra["__prompt"] = await off_loop(
+                    llm.render_chat_prompt, req.messages, req.tools, req.tool_choice,
+                    req.chat_template_kwargs, **shaping_of(req))
+
         def open_streams(llm, req, params):
-            shaping = {k: req.extra[k] for k in ("add_generation_prompt", "continue_final_message")
-                       if k in req.extra}
-            if req.extra.get("verbose", self.config.verbose):
-                req.extra["__prompt"] = llm.render_chat_prompt(
-                    req.messages, req.tools, req.tool_choice, req.chat_template_kwargs, **shaping)
+            shaping = shaping_of(req)
             return [llm.chat_stream_chunks(req.messages, params, tools=req.tools,
                                            tool_choice=req.tool_choice,
                                            parallel_tool_calls=req.parallel_tool_calls,
                                            chat_template_kwargs=req.chat_template_kwargs,
                                            **shaping)]
-        return await self._generate(request, "chat", protocol.parse_chat, open_streams, "messages")
+        return await self._generate(request, "chat", protocol.parse_chat, open_streams, "messages",
+                                    prepare)
 
     async def completions(self, request: Request) -> Response:
         def open_streams(llm, req, params):
@@ -192,13 +199,16 @@ class Routes:
                                     open_streams, "prompt")
 
     async def _generate(self, request: Request, endpoint: str, parse: Callable,
-                        open_streams: Callable, prompt_param: str) -> Response:
+                        open_streams: Callable, prompt_param: str,
+                        prepare: Optional[Callable] = None) -> Response:
         t0 = time.monotonic()
         try:
             llm = self.host.require_ready()
             req = parse(await read_json(request))
             if req.prompts is not None:
                 check_token_ids(req.prompts, self.host.n_vocab, prompt_param)
+            if prepare is not None:
+                await prepare(llm, req)
             params = self.host.sampling_params(req.sampling)
             prompts = len(req.prompts) if req.prompts is not None else 1
             admission = self.host.admit(prompts * req.n)
