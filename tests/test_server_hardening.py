@@ -433,6 +433,32 @@ def test_an_exception_escaping_a_route_is_the_envelope(exc, status):
         s.stop()
 
 
+class BrokenMetadataLLM(FakeAsyncLLM):
+    """A stand-in whose metadata cannot be read: GET /v1/models has no handler of its own for
+    that, so what it raises escapes the route."""
+
+    def __init__(self, exc):
+        super().__init__()
+        self.exc = exc
+
+    @property
+    def metadata(self):
+        raise self.exc
+
+
+@pytest.mark.parametrize("exc, status, kind", [(MemoryError(), 507, "server_error"),
+                                               (KeyError("a bug"), 500, "server_error"),
+                                               (ValueError("bad"), 400, "invalid_request_error")])
+def test_the_catch_all_answers_in_the_envelope(exc, status, kind):
+    s = RunningServer(engine=BrokenMetadataLLM(exc)).wait_ready()
+    try:
+        err = assert_envelope(httpx.get(s.url + "/v1/models", timeout=10), status)
+        assert err["type"] == kind
+        assert httpx.get(s.url + "/health", timeout=10).status_code == 200  # still serving
+    finally:
+        s.stop()
+
+
 BIG = 1 << 40  # 1099511627776
 
 
