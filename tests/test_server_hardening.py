@@ -546,6 +546,7 @@ def run_table(url, headers=None):
     return bad
 
 
+@pytest.mark.slow
 def test_wrong_typed_fields_on_every_route_are_4xx_envelopes():
     s = RunningServer(engine=EmbeddingLLM()).wait_ready()
     try:
@@ -650,6 +651,7 @@ def test_real_engine_token_ids_out_of_range_are_400(smol, path, body):
 
 
 @pytest.mark.real_model
+@pytest.mark.slow
 def test_real_engine_wrong_typed_fields_are_4xx_envelopes(smol):
     bad = run_table(smol.url, smol.headers)
     assert not bad, f"{len(bad)} answers were not 4xx envelopes:\n" + "\n".join(bad[:40])
