@@ -79,7 +79,7 @@ class GrammarAutomaton {
   // Stack frames one step (one byte, or the initial closure) may create. Nested repetitions of
   // a nullable item -- ((x?)+)+..., or x+++... -- double the frames per level (fuzz_gbnf);
   // ordinary grammars create a few hundred per step.
-  static constexpr size_t kMaxNewNodesPerStep = size_t{1} << 18;
+  static constexpr size_t kMaxNewNodesPerStep = size_t{1} << 16;
 
   explicit GrammarAutomaton(std::shared_ptr<const CompiledGrammar> grammar);
 
