@@ -217,3 +217,121 @@ def test_gbnf_of_a_schema_is_readable_and_reparses():
     assert text.startswith("root ::=") and "json-string" in text
     g = Grammar.from_gbnf(text)
     assert g.accepts('{"name": "x"}')
+
+
+# ---- issue 17 item 7: every keyword honoured, or refused by name ----------------------------
+
+HONOURED = [
+    # allOf is an intersection
+    ({"allOf": [{"type": "string"}, {"maxLength": 3}]}, ["ab", ""], ['"abcd"', "1"]),
+    ({"allOf": [{"type": "number", "minimum": 2}, {"type": "integer", "maximum": 5}]}, [2, 5], ["1", "6", "2.5"]),
+    ({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": False},
+                {"properties": {"b": {"type": "string"}}}]},
+     [{"a": 1}, {}], ['{"a":1,"b":"x"}']),
+    ({"allOf": [{"allOf": [{"type": "integer"}, {"minimum": 0}]}, {"maximum": 3}]}, [0, 3], ["-1", "4"]),
+    ({"allOf": [{"enum": ["a", "b", "c"]}, {"enum": ["b", "c", "d"]}]}, ["b", "c"], ['"a"', '"d"']),
+    ({"allOf": [{"anyOf": [{"type": "integer"}, {"type": "string"}]}, {"anyOf": [{"type": "string"}, {"type": "null"}]}]},
+     ["s"], ["1", "null"]),
+    # keywords beside $ref, anyOf and enum hold too
+    ({"$defs": {"s": {"type": "string"}}, "$ref": "#/$defs/s", "maxLength": 2}, ["ab"], ['"abc"', "1"]),
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+      "anyOf": [{"required": ["a"]}, {"required": ["b"]}], "additionalProperties": False},
+     [{"a": 1}, {"b": 2}, {"a": 1, "b": 2}], ["{}"]),
+    ({"type": "string", "enum": ["a", 1, "b"]}, ["a", "b"], ["1"]),
+    ({"type": "integer", "minimum": 2, "enum": [1, 2, 3]}, [2, 3], ["1"]),
+    ({"type": "integer", "const": 3}, [3], ["4"]),
+    # number bounds (integer-valued) and multipleOf 1 / 10^-k
+    ({"type": "number", "minimum": 0, "maximum": 1}, [0, 0.5, 1, 0.25], ["1.5", "-0.1", "2", "1.01"]),
+    ({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 10}, [0.5, 9.99, 5], ["0", "10", "10.0", "-1"]),
+    ({"type": "number", "minimum": -5, "maximum": -2}, [-5, -2.5, -2], ["-1.5", "-5.5", "0"]),
+    ({"type": "number", "minimum": -1, "exclusiveMaximum": 1}, [-1, -0.5, 0, 0.75], ["1", "-1.5"]),
+    ({"type": "number", "multipleOf": 0.01}, [1.25, 3, -0.5], ["1.255"]),
+    ({"type": "number", "multipleOf": 1, "minimum": 0, "maximum": 9}, [3, 9], ["3.5", "10"]),
+    ({"type": "integer", "multipleOf": 1}, [7], ["7.5"]),
+    # arrays
+    ({"type": "array", "uniqueItems": True, "maxItems": 1}, [[], [1]], ["[1,1]"]),
+    ({"type": "array", "uniqueItems": False, "items": {"type": "integer"}}, [[1, 1]], ['["a"]']),
+    ({"prefixItems": [{"type": "integer"}, {"type": "string"}], "maxItems": 1, "type": "array"}, [[1]], ['[1,"a"]']),
+    ({"prefixItems": [{"type": "integer"}], "items": {"type": "string"}, "minItems": 2, "type": "array"},
+     [[1, "a"], [1, "a", "b"]], ["[1]", "[1,2]"]),
+    ({"type": "array", "items": False}, [[]], ["[1]"]),
+    # objects
+    ({"type": "object", "required": ["x"], "additionalProperties": {"type": "integer"}}, [{"x": 1}, {"x": 1, "y": 2}],
+     ['{"x":"s"}', "{}"]),
+    ({"type": "object", "properties": {"a": False, "b": {"type": "integer"}}}, [{"b": 1}, {}], ['{"a":1}']),
+    # type-specific keywords without a type constrain only values of that type
+    ({"maxLength": 2}, ["ab", 5, None, [1], {"k": 1}], ['"abc"']),
+    # annotations are ignored
+    ({"type": "integer", "title": "n", "description": "a number", "default": 1, "examples": [2], "$comment": "c",
+      "deprecated": False, "x-vendor": {}}, [1], ['"1"']),
+    ({"type": "string", "format": "email"}, ["a@b.c", "anything"], ["1"]),  # format: an annotation here
+]
+
+
+@pytest.mark.parametrize("schema,valid,invalid", HONOURED, ids=[json.dumps(s)[:60] for s, _, _ in HONOURED])
+def test_keywords_are_honoured(schema, valid, invalid):
+    check_schema(schema, valid=valid, invalid=invalid, walks=6)
+
+
+REFUSED = [
+    # unsatisfiable
+    ({"allOf": [{"type": "string"}, {"type": "integer"}]}, "allOf is unsatisfiable"),
+    ({"allOf": [{"enum": ["a"]}, {"enum": ["b"]}]}, "allOf is unsatisfiable"),
+    ({"allOf": [{"type": "object", "properties": {"a": {}}, "additionalProperties": False},
+                {"required": ["b"]}]}, "'b' is required but"),
+    ({"type": "object", "required": ["x"], "additionalProperties": False}, "'x' is required but additionalProperties is false"),
+    ({"type": "string", "const": 3}, "no value of it satisfies"),
+    ({"type": "number", "minimum": 3, "exclusiveMaximum": 3}, "no number satisfies"),
+    ({"type": "array", "prefixItems": [{}], "items": False, "minItems": 2}, "/minItems"),
+    # cannot be honoured
+    ({"type": "integer", "multipleOf": 0}, "#/multipleOf: multipleOf must be a number greater than 0"),
+    ({"type": "number", "multipleOf": -2}, "multipleOf must be a number greater than 0"),
+    ({"type": "integer", "multipleOf": 3}, "multipleOf 3 cannot be honoured"),
+    ({"type": "number", "multipleOf": 0.3}, "multipleOf 0.3 cannot be honoured"),
+    ({"type": "number", "maximum": 1.5}, "#/maximum: maximum 1.5 cannot be honoured"),
+    ({"type": "array", "uniqueItems": True}, "#/uniqueItems"),
+    ({"type": "string", "pattern": "^a+$", "maxLength": 3}, "together with pattern"),
+    ({"type": "string", "format": "date", "maxLength": 3}, "together with format 'date'"),
+    ({"enum": ["a", "bb"], "pattern": "^a$"}, "enum/const together with 'pattern'"),
+    ({"allOf": [{"pattern": "^a$"}, {"pattern": "^b$"}]}, "'pattern' in more than one member"),
+    # not supported at all: the keyword and its path are named
+    ({"not": {"type": "string"}}, "#/not: keyword 'not' is not supported"),
+    ({"type": "object", "properties": {"a": {"if": {}, "then": {}}}}, "#/properties/a/if: keyword 'if'"),
+    ({"type": "object", "patternProperties": {"^x": {}}}, "keyword 'patternProperties'"),
+    ({"type": "object", "propertyNames": {"maxLength": 3}}, "keyword 'propertyNames'"),
+    ({"type": "object", "minProperties": 1}, "keyword 'minProperties'"),
+    ({"type": "object", "maxProperties": 1}, "keyword 'maxProperties'"),
+    ({"type": "object", "dependentRequired": {"a": ["b"]}}, "keyword 'dependentRequired'"),
+    ({"type": "object", "dependencies": {"a": ["b"]}}, "keyword 'dependencies'"),
+    ({"type": "object", "unevaluatedProperties": False}, "keyword 'unevaluatedProperties'"),
+    ({"type": "array", "contains": {"type": "integer"}}, "keyword 'contains'"),
+    ({"type": "array", "items": {"type": "string", "minContains": 1}}, "#/items/minContains"),
+    ({"$dynamicRef": "#node"}, "keyword '$dynamicRef'"),
+]
+
+
+@pytest.mark.parametrize("schema,fragment", REFUSED, ids=[json.dumps(s)[:60] for s, _ in REFUSED])
+def test_unsatisfiable_or_unsupported_keywords_are_named(schema, fragment):
+    with pytest.raises(core.InvalidRequestError) as e:
+        Grammar.from_json_schema(schema)
+    assert fragment in str(e.value)
+
+
+def test_deep_schemas_are_typed_errors_naming_the_limit():
+    """Issue 17 item 6: a schema dict nested 10,000 deep raised RecursionError from json.dumps;
+    deep schema text stops at the parser's (256) or the compiler's (128) nesting limit."""
+    deep = {}
+    cur = deep
+    for _ in range(10_000):
+        cur["items"] = {}
+        cur = cur["items"]
+    with pytest.raises(core.InvalidRequestError, match="cannot be serialised"):
+        Grammar.from_json_schema(deep)
+    with pytest.raises(core.InvalidRequestError, match="deeper than 128 levels"):
+        Grammar.from_json_schema('{"items":' * 200 + "{}" + "}" * 200)
+    with pytest.raises(core.InvalidRequestError, match="nesting deeper than 256"):
+        Grammar.from_json_schema('{"allOf":[' * 300 + "{}" + "]}" * 300)
+    circular = {"type": "object"}
+    circular["properties"] = {"self": circular}
+    with pytest.raises(core.InvalidRequestError, match="cannot be serialised"):
+        Grammar.from_json_schema(circular)

@@ -70,9 +70,14 @@ void bind_grammar(py::module_& m) {
   py::class_<PyGrammar>(m, "Grammar", "A compiled constraint grammar (GBNF, JSON schema or regex).")
       .def_static("from_gbnf", [](const std::string& text) { return make(GrammarKind::Gbnf, text); }, py::arg("text"))
       .def_static("from_json_schema", [](const py::object& schema) {
-            std::string text = py::isinstance<py::str>(schema)
-                                   ? schema.cast<std::string>()
-                                   : py::module_::import("json").attr("dumps")(schema).cast<std::string>();
+            if (py::isinstance<py::str>(schema)) return make(GrammarKind::JsonSchema, schema.cast<std::string>());
+            std::string text;
+            try {
+              text = py::module_::import("json").attr("dumps")(schema).cast<std::string>();
+            } catch (py::error_already_set& e) {  // too deep (RecursionError), circular, not JSON
+              if (!e.matches(PyExc_RecursionError) && !e.matches(PyExc_ValueError) && !e.matches(PyExc_TypeError)) throw;
+              throw InvalidRequestError(std::string("json_schema cannot be serialised to JSON: ") + e.what());
+            }
             return make(GrammarKind::JsonSchema, text);
           }, py::arg("schema"), "schema: JSON text or a JSON-serialisable object")
       .def_static("from_regex", [](const std::string& text) { return make(GrammarKind::Regex, text); }, py::arg("pattern"))
