@@ -1,8 +1,16 @@
 // Findings of the fuzz harnesses (fuzz/), one check each, so they stay fixed in the ordinary
 // ctest run (the harnesses also replay fuzz/regressions/<target>/ under scripts/fuzz.sh).
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <unistd.h>
 #include <string>
+#include <vector>
 
 #include "common/errors.h"
+#include "gguf/gguf_file.h"
+#include "tokenizer/vocab.h"
 #include "grammar/grammar.h"
 #include "grammar/json_value.h"
 #include "test_util.h"
@@ -62,9 +70,64 @@ void test_exponential_closure_refused() {
   CHECK(throws_invalid([&] { GrammarAutomaton a(CompiledGrammar::from_text(GrammarKind::Regex, re)); }));
 }
 
+// A GGUF file of metadata only, written byte by byte (little-endian).
+struct GgufWriter {
+  std::string out = std::string("GGUF", 4);
+  int n_kv = 0;
+  template <class T>
+  void put(T v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
+  void str(const std::string& s) { put<uint64_t>(s.size()); out += s; }
+  void kv_string(const std::string& k, const std::string& v) { str(k); put<uint32_t>(8); str(v); ++n_kv; }
+  void kv_strings(const std::string& k, const std::vector<std::string>& v) {
+    str(k); put<uint32_t>(9); put<uint32_t>(8); put<uint64_t>(v.size());
+    for (const auto& s : v) str(s);
+    ++n_kv;
+  }
+  void kv_floats(const std::string& k, const std::vector<float>& v) {
+    str(k); put<uint32_t>(9); put<uint32_t>(6); put<uint64_t>(v.size());
+    for (float x : v) put(x);
+    ++n_kv;
+  }
+  std::string file() const {
+    std::string h = std::string("GGUF", 4);
+    auto add = [&](auto v) { h.append(reinterpret_cast<const char*>(&v), sizeof v); };
+    add(uint32_t{3});
+    add(uint64_t{0});
+    add(uint64_t(n_kv));
+    return h + out.substr(4);
+  }
+};
+
+// fuzz_gguf: tokenizer.ggml.token_type stored as FLOAT32 with a value beyond int32 (or NaN) was
+// converted float -> int32 unchecked (undefined behaviour, UBSan). Now a ModelFormatError.
+void test_token_type_out_of_range() {
+  for (float bad : {3e9f, -3e9f, std::numeric_limits<float>::quiet_NaN()}) {
+    GgufWriter w;
+    w.kv_string("tokenizer.ggml.model", "llama");
+    w.kv_strings("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", "a"});
+    w.kv_floats("tokenizer.ggml.token_type", {2, 3, 3, bad});
+    char path[] = "/tmp/edgellm-fuzz-regression-XXXXXX";
+    const int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    const std::string bytes = w.file();
+    CHECK(write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
+    close(fd);
+    bool typed = false;
+    try {
+      auto f = GgufFile::open(path);
+      load_vocab(*f);
+    } catch (const ModelFormatError& e) {
+      typed = std::strstr(e.what(), "token_type") != nullptr;
+    }
+    std::remove(path);
+    CHECK(typed);
+  }
+}
+
 }  // namespace
 
 int main() {
+  test_token_type_out_of_range();
   test_json_invalid_utf8();
   test_exponential_closure_refused();
   return test_util::report();

@@ -251,7 +251,14 @@ Vocab load_vocab(const GgufFile& f) {
   v.scores = number_array(f, "tokenizer.ggml.scores");
   {
     auto t = number_array(f, "tokenizer.ggml.token_type");
-    v.types.assign(t.begin(), t.end());
+    v.types.resize(t.size());
+    for (size_t i = 0; i < t.size(); ++i) {
+      // Converting a float outside int32's range (or NaN) is undefined behaviour: refuse it.
+      if (!(t[i] >= -2147483648.0f && t[i] < 2147483648.0f))
+        throw ModelFormatError(f.path() + ": tokenizer.ggml.token_type[" + std::to_string(i) + "] = " +
+                               std::to_string(t[i]) + " is not a token type");
+      v.types[i] = int32_t(t[i]);
+    }
   }
   if (v.type == VocabType::Bpe) {
     const auto* merges = f.find_string_array("tokenizer.ggml.merges");
