@@ -124,9 +124,40 @@ void test_token_type_out_of_range() {
   }
 }
 
+// A schema with more than 256 optional properties converted to one group nested per optional
+// member, which the GBNF parser refused ("groups nested deeper than 256"). The converter now
+// starts a rule every 64 levels; the members keep their order and optionality.
+void test_many_optional_properties() {
+  for (int n : {257, 300, 1000}) {
+    std::string schema = "{\"type\": \"object\", \"properties\": {";
+    for (int i = 0; i < n; ++i) schema += (i ? ", \"p" : "\"p") + std::to_string(i) + "\": {\"type\": \"integer\"}";
+    schema += "}, \"required\": [\"p100\"]}";
+    std::shared_ptr<const CompiledGrammar> g;
+    try {
+      g = CompiledGrammar::from_text(GrammarKind::JsonSchema, schema);
+    } catch (const InvalidRequestError& e) {
+      std::fprintf(stderr, "%d optional members: %s\n", n, e.what());
+    }
+    CHECK(g != nullptr);
+    if (!g) continue;
+    GrammarAutomaton a(g);
+    auto accepts = [&](const std::string& doc) {
+      const int32_t st = a.next(a.initial_state(), std::string_view(doc));
+      return st != GrammarAutomaton::kDead && a.is_accepting(st);
+    };
+    const std::string last = "\"p" + std::to_string(n - 1) + "\": 3";
+    CHECK(accepts("{\"p0\": 1, \"p63\": 1, \"p64\": 1, \"p100\": 2, " + last + "}"));
+    CHECK(accepts("{\"p100\": 2}"));
+    CHECK(!accepts("{}"));                                  // p100 is required
+    CHECK(!accepts("{\"p100\": 2, \"p5\": 1}"));          // out of order
+    CHECK(!accepts("{\"p5\": 1, \"p5\": 1, \"p100\": 2}"));  // twice
+  }
+}
+
 }  // namespace
 
 int main() {
+  test_many_optional_properties();
   test_token_type_out_of_range();
   test_json_invalid_utf8();
   test_exponential_closure_refused();

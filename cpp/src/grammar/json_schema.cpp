@@ -829,10 +829,21 @@ class SchemaConverter {
     }
     // first[i]: members i.. when nothing was written yet.
     std::string first = extra_kv.empty() ? "" : "( " + extra_kv + " ( \",\" ws " + extra_kv + " )* )?";
+    int open_groups = 0;  // optional members nest one group each: give every 64 levels a rule of
+                          // their own, so hundreds of optional members stay within the GBNF
+                          // parser's nesting limit (fuzz_json_schema)
     for (size_t i = n; i-- > 0;) {
       std::string with = kv(props[i]) + (after[i + 1].empty() ? "" : " " + after[i + 1]);
-      if (props[i].required) first = with;
-      else first = "( " + with + " | " + (first.empty() ? "\"\"" : first) + " )";
+      if (props[i].required) {
+        first = with;
+        open_groups = 0;
+      } else {
+        if (++open_groups == 64) {
+          first = add_rule(name + "-from-" + std::to_string(i + 1), first);
+          open_groups = 1;
+        }
+        first = "( " + with + " | " + (first.empty() ? "\"\"" : first) + " )";
+      }
     }
     rules_[slot].second = "\"{\" ws " + (first.empty() ? "" : first + " ") + "\"}\"";
     return name;
