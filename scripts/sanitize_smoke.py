@@ -58,6 +58,12 @@ def main() -> int:
     assert set(doc) == {"name", "age"} and isinstance(doc["age"], int), doc
     step(f"json_schema: {c.text!r}")
 
+    try:  # a C++ exception crossing into Python (InvalidRequestError from the schema compiler)
+        llm.generate("x", edgellm.SamplingParams(json_schema={"type": "nope"}, max_tokens=4))
+        raise AssertionError("an invalid schema was accepted")
+    except edgellm.InvalidRequestError as e:
+        step(f"invalid schema -> InvalidRequestError ({str(e)[:60]}...)")
+
     pieces = list(llm.stream("Hello, my name is", edgellm.SamplingParams(temperature=0, max_tokens=10)))
     assert len(pieces) >= 2 and "".join(pieces), pieces
     step(f"stream: {len(pieces)} pieces")
