@@ -68,6 +68,15 @@ void test_exponential_closure_refused() {
   }
   const std::string re = std::string(24, '(') + " ?" + [] { std::string t; for (int i = 0; i < 24; ++i) t += ")+"; return t; }();
   CHECK(throws_invalid([&] { GrammarAutomaton a(CompiledGrammar::from_text(GrammarKind::Regex, re)); }));
+  // fuzz_grammar_automaton timeout: `\w+@\w+++...` stays under the per-step bound but rebuilds
+  // 2^depth stacks on every byte; stacks waiting on one element are bounded per state.
+  CHECK(throws_invalid([] {
+    GrammarAutomaton a(CompiledGrammar::from_text(GrammarKind::Regex, "\\w+@\\w" + std::string(30, '+')));
+    a.next(a.initial_state(), std::string_view("abc@defghijklmnop"));
+  }));
+  GrammarAutomaton few(CompiledGrammar::from_text(GrammarKind::Regex, "\\w+@\\w+++"));
+  const int32_t st = few.next(few.initial_state(), std::string_view("abc@defghijklmnop"));
+  CHECK(st != GrammarAutomaton::kDead && few.is_accepting(st));
 }
 
 // A GGUF file of metadata only, written byte by byte (little-endian).

@@ -80,6 +80,10 @@ class GrammarAutomaton {
   // a nullable item -- ((x?)+)+..., or x+++... -- double the frames per level (fuzz_gbnf);
   // ordinary grammars create a few hundred per step.
   static constexpr size_t kMaxNewNodesPerStep = size_t{1} << 16;
+  // Parse stacks of one state that wait on the same byte element: an unambiguous grammar has
+  // one, an enum or optional members a few; nested repetitions (`\w+++...`) have 2^depth, and
+  // every byte would rebuild them (fuzz_grammar_automaton timeout). Beyond this: refused.
+  static constexpr uint32_t kMaxStacksPerElement = 1024;
 
   explicit GrammarAutomaton(std::shared_ptr<const CompiledGrammar> grammar);
 
@@ -143,6 +147,7 @@ class GrammarAutomaton {
   std::vector<uint32_t> visited_;
   uint32_t stamp_ = 0;
   size_t step_nodes_base_ = 0;  // nodes_.size() when the current step began
+  std::vector<uint32_t> pos_stamp_, pos_count_;  // per element: stacks found in this closure
 };
 
 }  // namespace edgellm::grammar

@@ -70,6 +70,7 @@ void GrammarAutomaton::begin_closure() {
   found_accepting_ = false;
   if (++stamp_ == 0) {  // wrapped: old stamps could collide
     std::fill(visited_.begin(), visited_.end(), 0);
+    std::fill(pos_stamp_.begin(), pos_stamp_.end(), 0);
     stamp_ = 1;
   }
 }
@@ -111,6 +112,17 @@ void GrammarAutomaton::close(int32_t stack) {
     const GrammarElement e = el[node.pos];
     if (e.kind == GrammarElement::kBytes) {
       found_.push_back(id);
+      if (pos_stamp_.size() <= static_cast<size_t>(node.pos)) {
+        pos_stamp_.resize(el.size(), 0);
+        pos_count_.resize(el.size(), 0);
+      }
+      if (pos_stamp_[node.pos] != stamp_) {
+        pos_stamp_[node.pos] = stamp_;
+        pos_count_[node.pos] = 0;
+      }
+      if (++pos_count_[node.pos] > kMaxStacksPerElement)
+        throw InvalidRequestError("grammar is too ambiguous: more than " + std::to_string(kMaxStacksPerElement) +
+                                  " ways to parse the same input at once (nested repetitions?)");
     } else if (e.kind == GrammarElement::kEnd) {
       work_.push_back(node.parent);
     } else {
