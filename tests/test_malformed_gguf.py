@@ -1,6 +1,6 @@
 """Malformed GGUF files: every one must raise edgellm.ModelFormatError naming the path and
 the field at fault, and none may crash or allocate what the file claims. Run this file once
-under AddressSanitizer with scripts/asan-malformed.sh."""
+under AddressSanitizer by scripts/sanitize.sh (the sanitizer leg of .ci/run)."""
 import os
 import struct
 
