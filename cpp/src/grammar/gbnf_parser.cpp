@@ -159,7 +159,7 @@ class GbnfParser {
       } else {
         return item;
       }
-      item = GrammarNode::repeat(std::move(item), min, max);
+      item = GrammarNode::stacked_repeat(std::move(item), min, max);  // folds x+++, (x?)*?? ...
       skip_space();
     }
   }

@@ -40,6 +40,16 @@ GrammarNode GrammarNode::rule_ref(std::string name) {
   return n;
 }
 
+GrammarNode GrammarNode::stacked_repeat(GrammarNode item, int32_t min, int32_t max) {
+  const bool simple_inner = item.kind == Kind::Repeat && (item.min == 0 || item.min == 1) &&
+                            (item.max == 1 || item.max < 0) && !(item.min == 1 && item.max == 1);
+  if (!simple_inner || max == 0) return repeat(std::move(item), min, max);
+  const int32_t new_min = item.min * min;
+  const int32_t new_max = (item.max < 0 || max < 0) ? -1 : max;  // the inner max is 1 here
+  GrammarNode inner = std::move(item.children[0]);
+  return repeat(std::move(inner), new_min, new_max);
+}
+
 GrammarNode GrammarNode::repeat(GrammarNode item, int32_t min, int32_t max) {
   GrammarNode n;
   n.kind = Kind::Repeat;

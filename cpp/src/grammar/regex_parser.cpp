@@ -119,22 +119,6 @@ class RegexParser {
     return (has_min || has_max) && p < s_.size() && s_[p] == '}';  // {m}, {m,}, {m,n}, {,n}
   }
 
-  // `atom` repeated min..max times. A quantifier on an item that is itself x?, x* or x+ is
-  // folded into one repeat when the language is the same -- (x?){m,n} = x{0,n},
-  // (x*){m,n} = x*, (x+){m,n} = x{m,} (n >= 1): the counts such stacks produce are contiguous
-  // -- so that `\d++++...` does not nest one group per quantifier in the compiled grammar
-  // (fuzz_json_schema: 250 stacked quantifiers in a `pattern` printed as GBNF nested past
-  // the GBNF parser's group limit). Other stacks ((x{2}){2,}: 4, 6, 8, ...) stay nested.
-  static GrammarNode stack_repeat(GrammarNode atom, int32_t min, int32_t max) {
-    const bool simple_inner = atom.kind == GrammarNode::Kind::Repeat && (atom.min == 0 || atom.min == 1) &&
-                              (atom.max == 1 || atom.max < 0) && !(atom.min == 1 && atom.max == 1);
-    if (!simple_inner || max == 0) return GrammarNode::repeat(std::move(atom), min, max);
-    const int32_t new_min = atom.min * min;
-    const int32_t new_max = (atom.max < 0 || max < 0) ? -1 : max;  // inner max is 1 here
-    GrammarNode item = std::move(atom.children[0]);
-    return GrammarNode::repeat(std::move(item), new_min, new_max);
-  }
-
   GrammarNode parse_quantifiers(GrammarNode atom) {
     for (int stacked = 0;; ++stacked) {
       if (stacked > kMaxNesting) fail("more than " + std::to_string(kMaxNesting) + " quantifiers in a row");
@@ -163,7 +147,7 @@ class RegexParser {
         return atom;
       }
       if (peek() == '?' || peek() == '+') ++pos_;  // lazy / possessive: same language
-      atom = stack_repeat(std::move(atom), min, max);
+      atom = GrammarNode::stacked_repeat(std::move(atom), min, max);  // folds x+++ etc.
     }
   }
 
