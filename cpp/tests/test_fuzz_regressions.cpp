@@ -20,15 +20,8 @@ using namespace edgellm::grammar;
 
 namespace {
 
-template <class F>
-bool throws_invalid(F f) {
-  try {
-    f();
-  } catch (const InvalidRequestError&) {
-    return true;
-  }
-  return false;
-}
+using test_util::throws_invalid;
+
 
 // fuzz_json_schema: a schema whose strings hold invalid UTF-8 was accepted by the converter and
 // produced GBNF the grammar parser then refused ("invalid UTF-8 in grammar text"). JSON text is

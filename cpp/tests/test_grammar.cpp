@@ -17,6 +17,8 @@ using namespace edgellm::grammar;
 
 namespace {
 
+using test_util::throws_invalid;
+
 bool accepts(GrammarAutomaton& a, const std::string& s) {
   const int32_t st = a.next(a.initial_state(), s);
   return st != GrammarAutomaton::kDead && a.is_accepting(st);
@@ -24,15 +26,6 @@ bool accepts(GrammarAutomaton& a, const std::string& s) {
 
 bool prefix_ok(GrammarAutomaton& a, const std::string& s) { return a.next(a.initial_state(), s) != GrammarAutomaton::kDead; }
 
-template <class F>
-bool throws_invalid(F f) {
-  try {
-    f();
-  } catch (const InvalidRequestError&) {
-    return true;
-  }
-  return false;
-}
 
 void test_utf8_classes() {
   // A negated class mixing ASCII and multi-byte ranges: every scalar value is tested via its

@@ -16,6 +16,8 @@ using namespace edgellm;
 
 namespace {
 
+using test_util::throws_invalid;
+
 std::vector<float> gaussian(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist;
@@ -116,23 +118,14 @@ void vec_dots() {
   }
 }
 
-template <typename F>
-bool throws_invalid_request(F f) {
-  try {
-    f();
-  } catch (const InvalidRequestError&) {
-    return true;
-  }
-  return false;
-}
 
 void argument_checks() {
   float y[64];
   uint8_t buf[64] = {};
-  CHECK(throws_invalid_request([&] { quant::dequantize_row(DType::Q4_0, buf, y, 33); }));
-  CHECK(throws_invalid_request([&] { quant::quantize_row(DType::Q4_K, y, buf, 32); }));
-  CHECK(throws_invalid_request([&] { quant::vec_dot_type(DType::Q8_K); }));
-  CHECK(throws_invalid_request([&] { quant::vec_dot(DType::Q8_1, 32, buf, buf); }));
+  CHECK(throws_invalid([&] { quant::dequantize_row(DType::Q4_0, buf, y, 33); }));
+  CHECK(throws_invalid([&] { quant::quantize_row(DType::Q4_K, y, buf, 32); }));
+  CHECK(throws_invalid([&] { quant::vec_dot_type(DType::Q8_K); }));
+  CHECK(throws_invalid([&] { quant::vec_dot(DType::Q8_1, 32, buf, buf); }));
 }
 
 }  // namespace

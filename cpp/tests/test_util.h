@@ -5,7 +5,20 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/errors.h"
+
 namespace test_util {
+
+// True when f() throws edgellm::InvalidRequestError (any other exception propagates).
+template <class F>
+bool throws_invalid(F f) {
+  try {
+    f();
+  } catch (const edgellm::InvalidRequestError&) {
+    return true;
+  }
+  return false;
+}
 
 inline int& passed() { static int n = 0; return n; }
 inline int& failed() { static int n = 0; return n; }
