@@ -58,21 +58,25 @@ void Tokenizer::build_special_trie() {
   }
 }
 
+template <class F>
+void Tokenizer::match_specials_at(std::string_view text, size_t i, F&& on_match) const {
+  int32_t node = 0;
+  for (size_t j = i; j < text.size(); ++j) {
+    const auto& kids = trie_.next[node];
+    const unsigned char ch = uint8_t(text[j]);
+    auto it = std::lower_bound(kids.begin(), kids.end(), std::make_pair(ch, int32_t(-1)));
+    if (it == kids.end() || it->first != ch) return;
+    node = it->second;
+    if (trie_.rank[node] >= 0) on_match(j + 1, trie_.rank[node]);
+  }
+}
+
 // Candidates (in partition order) that occur anywhere in `text`. A candidate absent from the
 // whole text cannot occur in any fragment of it, so skipping it leaves the result unchanged.
 std::vector<int32_t> Tokenizer::present_specials(std::string_view text, bool parse_special) const {
   std::vector<uint8_t> seen(vocab_.special_candidates.size(), 0);
-  for (size_t i = 0; i < text.size(); ++i) {
-    int32_t node = 0;
-    for (size_t j = i; j < text.size(); ++j) {
-      const auto& kids = trie_.next[node];
-      unsigned char ch = uint8_t(text[j]);
-      auto it = std::lower_bound(kids.begin(), kids.end(), std::make_pair(ch, int32_t(-1)));
-      if (it == kids.end() || it->first != ch) break;
-      node = it->second;
-      if (trie_.rank[node] >= 0) seen[trie_.rank[node]] = 1;
-    }
-  }
+  for (size_t i = 0; i < text.size(); ++i)
+    match_specials_at(text, i, [&](size_t, int32_t rank) { seen[rank] = 1; });
   std::vector<int32_t> out;
   for (size_t c = 0; c < seen.size(); ++c) {
     if (!seen[c]) continue;
@@ -97,18 +101,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
 Tokenizer::PlainRanges Tokenizer::find_control_tokens(std::string_view text) const {
   PlainRanges out;
   for (size_t i = 0; i < text.size();) {
-    int32_t node = 0;
     size_t best = 0;
-    for (size_t j = i; j < text.size(); ++j) {
-      const auto& kids = trie_.next[node];
-      unsigned char ch = uint8_t(text[j]);
-      auto it = std::lower_bound(kids.begin(), kids.end(), std::make_pair(ch, int32_t(-1)));
-      if (it == kids.end() || it->first != ch) break;
-      node = it->second;
-      const int32_t r = trie_.rank[node];
-      if (r >= 0 && (vocab_.attrs[vocab_.special_candidates[r]] & (kAttrControl | kAttrUnknown)))
-        best = j + 1 - i;
-    }
+    match_specials_at(text, i, [&](size_t end, int32_t rank) {
+      if (vocab_.attrs[vocab_.special_candidates[rank]] & (kAttrControl | kAttrUnknown)) best = end - i;
+    });
     if (best) {
       out.push_back({i, i + best});
       i += best;

@@ -65,6 +65,10 @@ class Tokenizer {
   struct TrieNode;
   void build_special_trie();
   std::vector<int32_t> present_specials(std::string_view text, bool parse_special) const;
+  // Walks the special-token trie along text[i..], calling on_match(end, rank) for every
+  // candidate that text[i..end) spells (rank: its index in special_candidates).
+  template <class F>
+  void match_specials_at(std::string_view text, size_t i, F&& on_match) const;
 
   // A byte trie over the special-token candidates, used to find which of them occur in a text
   // before running llama.cpp's longest-first partition on those few only.
