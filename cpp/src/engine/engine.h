@@ -28,6 +28,21 @@
 
 namespace edgellm {
 
+// Speculative decoding (issue 18). Off: one token per sequence per step. Ngram: drafts copied
+// from the sequence's own history (prompt lookup). Draft: drafts from a draft model (given to
+// the Engine). Auto: the n-gram proposal when the history has one, else the draft model's when
+// there is one. Every mode but Off is adaptive: per sequence the expected tokens per step (from its
+// acceptance) are weighed against the measured cost of verifying k more tokens (and of drafting
+// them), and k shrinks to 0 where drafting would not pay.
+enum class SpecMode { Off, Ngram, Draft, Auto };
+
+struct SpeculativeConfig {
+  SpecMode mode = SpecMode::Off;
+  int32_t max_draft = 0;   // most tokens drafted per step (num_speculative_tokens); 0 = default (16 n-gram, 8 draft)
+  bool adaptive = true;    // false: always draft max_draft tokens when there is a proposal (tests, benchmarks)
+  int32_t ngram_max = 4, ngram_min = 1;
+};
+
 struct EngineConfig {
   int32_t n_ctx = 0;             // max tokens per sequence; 0 = min(model context, 4096)
   int64_t kv_memory = 0;         // KV bytes; 0 = two full-context sequences' worth
@@ -37,6 +52,7 @@ struct EngineConfig {
   int32_t page_size = 32;        // 16..64
   bool prefix_cache = true;
   bool start_thread = true;      // false: the caller drives step() (tests)
+  SpeculativeConfig spec;
 };
 
 struct EngineStats {
@@ -52,6 +68,11 @@ struct EngineStats {
   int64_t steps = 0, preemptions = 0, requests_finished = 0;
   double busy_seconds = 0.0;     // time spent in steps
   double tokens_per_second = 0.0;  // generated tokens per busy second (since start)
+  // Speculative decoding: tokens proposed and verified, how many the target accepted, verify
+  // steps (sequence-steps with a draft), and the draft model's forward time.
+  int64_t spec_drafted = 0, spec_accepted = 0, spec_steps = 0;
+  int64_t spec_draft_forwards = 0;
+  double spec_draft_seconds = 0.0;
 };
 
 struct SubmitOptions {
@@ -60,7 +81,10 @@ struct SubmitOptions {
 
 class Engine {
  public:
-  Engine(std::shared_ptr<EngineModel> model, std::shared_ptr<const EngineVocab> vocab, EngineConfig cfg);
+  // `draft`: the draft model for SpecMode Draft / Auto (its vocabulary checked by the caller with
+  // check_draft_vocab); Draft without one is refused.
+  Engine(std::shared_ptr<EngineModel> model, std::shared_ptr<const EngineVocab> vocab, EngineConfig cfg,
+         std::shared_ptr<EngineModel> draft = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

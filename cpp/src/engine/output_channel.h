@@ -19,6 +19,8 @@ struct Timings {
   double prompt_ms = 0.0;      // first scheduled -> first token
   int32_t predicted_n = 0;     // tokens generated
   double predicted_ms = 0.0;   // first token -> last token
+  int32_t draft_n = 0;         // speculative decoding: tokens drafted for this completion
+  int32_t draft_n_accepted = 0;  // of them, accepted by the target (llama-server's names)
 };
 
 // Where the prefill of a prompt stands (llama-server's prompt_progress). processed counts the

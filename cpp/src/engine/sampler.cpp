@@ -171,8 +171,7 @@ int32_t Sampler::draw(std::vector<Candidate>& c) {
   return c.front().id;
 }
 
-int32_t Sampler::sample(float* logits, int32_t n_vocab, const std::vector<int32_t>& history, int32_t n_generated,
-                        TokenLogprob* lp) {
+void Sampler::prepare(float* logits, int32_t n_vocab, const std::vector<int32_t>& history, int32_t n_generated) const {
   for (const auto& b : params_.logit_bias) logits[b.first] += b.second;
   if (params_.ignore_eos || n_generated < params_.min_tokens)
     for (int32_t t : eog_)
@@ -181,50 +180,95 @@ int32_t Sampler::sample(float* logits, int32_t n_vocab, const std::vector<int32_
     for (int32_t t : params_.stop_token_ids) logits[t] = kNegInf;
   apply_penalties(logits, n_vocab, history, params_.repeat_last_n, params_.repetition_penalty,
                   params_.frequency_penalty, params_.presence_penalty);
+}
 
+void Sampler::truncated(const float* logits, int32_t n_vocab, std::vector<Candidate>& c) const {
+  c.clear();
+  const int32_t k = params_.top_k;
+  if (k > 0 && k < n_vocab) {
+    // top_k first anyway: keep the k best in a bounded heap instead of listing the vocabulary
+    // (Gemma's 262k entries per token per sequence would dominate a small model's step).
+    c.reserve(k + 1);
+    auto worse_on_top = [](const Candidate& a, const Candidate& b) { return by_logit_desc(a, b); };
+    for (int32_t i = 0; i < n_vocab; ++i) {
+      const float l = logits[i];
+      if (l == kNegInf) continue;
+      if (static_cast<int32_t>(c.size()) < k) {
+        c.push_back({i, l});
+        std::push_heap(c.begin(), c.end(), worse_on_top);
+      } else if (l > c.front().logit) {  // equal logits: the lower id, seen first, stays
+        std::pop_heap(c.begin(), c.end(), worse_on_top);
+        c.back() = {i, l};
+        std::push_heap(c.begin(), c.end(), worse_on_top);
+      }
+    }
+  } else {
+    c.reserve(n_vocab);
+    for (int32_t i = 0; i < n_vocab; ++i)
+      if (logits[i] != kNegInf) c.push_back({i, logits[i]});
+  }
+  if (c.empty()) return;
+  top_k(c, params_.top_k);
+  typical(c, params_.typical_p);
+  top_p(c, params_.top_p);
+  min_p(c, params_.min_p);
+  const float inv_t = 1.0f / params_.temperature;
+  for (auto& x : c) x.logit *= inv_t;
+}
+
+int32_t Sampler::sample(float* logits, int32_t n_vocab, const std::vector<int32_t>& history, int32_t n_generated,
+                        TokenLogprob* lp) {
+  prepare(logits, n_vocab, history, n_generated);
   int32_t token;
   if (params_.temperature <= 0.0f) {
     token = argmax(logits, n_vocab);
   } else {
     std::vector<Candidate> c;
-    const int32_t k = params_.top_k;
-    if (k > 0 && k < n_vocab) {
-      // top_k first anyway: keep the k best in a bounded heap instead of listing the vocabulary
-      // (Gemma's 262k entries per token per sequence would dominate a small model's step).
-      c.reserve(k + 1);
-      auto worse_on_top = [](const Candidate& a, const Candidate& b) { return by_logit_desc(a, b); };
-      for (int32_t i = 0; i < n_vocab; ++i) {
-        const float l = logits[i];
-        if (l == kNegInf) continue;
-        if (static_cast<int32_t>(c.size()) < k) {
-          c.push_back({i, l});
-          std::push_heap(c.begin(), c.end(), worse_on_top);
-        } else if (l > c.front().logit) {  // equal logits: the lower id, seen first, stays
-          std::pop_heap(c.begin(), c.end(), worse_on_top);
-          c.back() = {i, l};
-          std::push_heap(c.begin(), c.end(), worse_on_top);
-        }
-      }
-    } else {
-      c.reserve(n_vocab);
-      for (int32_t i = 0; i < n_vocab; ++i)
-        if (logits[i] != kNegInf) c.push_back({i, logits[i]});
-    }
-    if (c.empty()) token = -1;
-    else {
-      top_k(c, params_.top_k);
-      typical(c, params_.typical_p);
-      top_p(c, params_.top_p);
-      min_p(c, params_.min_p);
-      const float inv_t = 1.0f / params_.temperature;
-      for (auto& x : c) x.logit *= inv_t;
-      token = draw(c);
-    }
+    truncated(logits, n_vocab, c);
+    token = c.empty() ? -1 : draw(c);
   }
   if (token < 0 || logits[token] == kNegInf)
     throw InvalidRequestError("no token can be sampled: every token is disallowed (logit_bias / constraint / masks)");
   if (lp && params_.logprobs >= 0) *lp = logprobs_of(logits, n_vocab, token, params_.logprobs);
   return token;
+}
+
+void Sampler::distribution(float* logits, int32_t n_vocab, const std::vector<int32_t>& history, int32_t n_generated,
+                           std::vector<TokenProb>& out) const {
+  prepare(logits, n_vocab, history, n_generated);
+  out.clear();
+  if (params_.temperature <= 0.0f) {
+    const int32_t t = argmax(logits, n_vocab);
+    if (t >= 0 && logits[t] != kNegInf) out.push_back({t, 1.0f});
+  } else {
+    std::vector<Candidate> c;
+    truncated(logits, n_vocab, c);
+    const std::vector<float> prob = softmax(c);
+    for (size_t i = 0; i < c.size(); ++i)
+      if (prob[i] > 0.0f) out.push_back({c[i].id, prob[i]});
+  }
+  if (out.empty())
+    throw InvalidRequestError("no token can be sampled: every token is disallowed (logit_bias / constraint / masks)");
+  std::sort(out.begin(), out.end(), [](const TokenProb& a, const TokenProb& b) { return a.id < b.id; });
+}
+
+double Sampler::uniform() {
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  return u(rng_);
+}
+
+int32_t Sampler::draw_from(const std::vector<TokenProb>& p) {
+  double total = 0.0;
+  for (const auto& x : p) total += x.p;
+  const double u = uniform() * total;
+  double cum = 0.0;
+  for (const auto& x : p) {
+    cum += x.p;
+    if (cum > u && x.p > 0.0f) return x.id;
+  }
+  for (size_t i = p.size(); i-- > 0;)
+    if (p[i].p > 0.0f) return p[i].id;
+  return p.empty() ? -1 : p.front().id;
 }
 
 }  // namespace edgellm

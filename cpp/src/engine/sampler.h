@@ -30,6 +30,12 @@ struct Candidate {
   float logit;
 };
 
+// A token with its probability under the distribution a draw uses.
+struct TokenProb {
+  int32_t id;
+  float p;
+};
+
 class Sampler {
  public:
   // `eog` lists the model's end-of-generation tokens (masked under min_tokens / ignore_eos).
@@ -41,6 +47,17 @@ class Sampler {
   // Throws InvalidRequestError when every token is masked.
   int32_t sample(float* logits, int32_t n_vocab, const std::vector<int32_t>& history, int32_t n_generated,
                  TokenLogprob* lp = nullptr);
+
+  // Speculative decoding: the distribution sample() would draw from for this row (the same chain:
+  // bias, masks, penalties, truncation, temperature), as (token, probability) pairs sorted by
+  // token id; temperature <= 0 gives the argmax with probability 1. Modifies `logits` like
+  // sample() and draws nothing. Throws InvalidRequestError when every token is masked.
+  void distribution(float* logits, int32_t n_vocab, const std::vector<int32_t>& history, int32_t n_generated,
+                    std::vector<TokenProb>& out) const;
+  // One draw from `p` (weights need not sum to 1) and one uniform in [0, 1), from this
+  // sequence's generator: the speculative sampling rule's accept test and residual draw.
+  int32_t draw_from(const std::vector<TokenProb>& p);
+  double uniform();
 
   const SamplingParams& params() const { return params_; }
 
@@ -57,6 +74,11 @@ class Sampler {
 
  private:
   int32_t draw(std::vector<Candidate>& c);
+  // logit_bias, the EOG / stop-token masks and the penalties, in place.
+  void prepare(float* logits, int32_t n_vocab, const std::vector<int32_t>& history, int32_t n_generated) const;
+  // The candidates after top_k → typical → top_p → min_p, logits divided by the temperature
+  // (temperature > 0 only).
+  void truncated(const float* logits, int32_t n_vocab, std::vector<Candidate>& c) const;
   SamplingParams params_;
   std::vector<int32_t> eog_;
   std::mt19937 rng_;
