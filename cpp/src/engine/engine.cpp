@@ -59,8 +59,9 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
-Engine::Engine(std::shared_ptr<EngineModel> model, std::shared_ptr<const EngineVocab> vocab, EngineConfig cfg)
-    : model_(std::move(model)), vocab_(std::move(vocab)), cfg_(cfg) {
+Engine::Engine(std::shared_ptr<EngineModel> model, std::shared_ptr<const EngineVocab> vocab, EngineConfig cfg,
+               std::shared_ptr<EngineModel> draft)
+    : model_(std::move(model)), vocab_(std::move(vocab)), cfg_(cfg), draft_model_(std::move(draft)) {
   if (cfg_.page_size < 16 || cfg_.page_size > 64)
     throw InvalidRequestError("page_size must be between 16 and 64, got " + std::to_string(cfg_.page_size));
   if (cfg_.max_seqs < 1 || cfg_.max_seqs > 256)

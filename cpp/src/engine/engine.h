@@ -142,6 +142,7 @@ class Engine {
   std::shared_ptr<EngineModel> model_;
   std::shared_ptr<const EngineVocab> vocab_;
   EngineConfig cfg_;
+  std::shared_ptr<EngineModel> draft_model_;
   int32_t n_ctx_ = 0, n_vocab_ = 0, n_embd_ = 0, eval_slot_ = 0;
   std::vector<int32_t> eog_;
   std::unique_ptr<KVCache> kv_;
