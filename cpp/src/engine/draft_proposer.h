@@ -82,14 +82,31 @@ class DraftProposer {
     uint64_t key = 0;
     bool owned = false;
     int32_t n_computed = 0;  // positions in the draft KV
+    // Positions [0, n_real) of the draft KV hold the sequence's own tokens (a sequence's token
+    // list only grows); positions [n_real, n_computed) hold the drafted tokens `drafted`, which
+    // the next propose() checks against the tokens then known (so a missed or generous
+    // rollback() never leaves wrong tokens in the draft KV).
+    int32_t n_real = 0;
+    std::vector<int32_t> drafted;
     std::unique_ptr<Sampler> rng;  // draws at temperature > 0 (draw_from only)
   };
+  void reset(int slot);
+  // Shrinks the slot's draft KV to n positions (released entirely when a sliding-window page
+  // that position n still sees was already trimmed).
+  void shrink(int slot, int32_t n);
+  bool window_intact(int slot, int32_t n) const;
+  void run_forward();
+  // Chooses the next draft token of request r from logits row `row`; false when none can be
+  // chosen (every token masked).
+  bool choose(DraftRequest& r, const float* row, std::vector<int32_t>& history);
   std::shared_ptr<EngineModel> model_;
   int32_t target_n_vocab_ = 0, n_vocab_ = 0, max_batch_tokens_ = 0;
   std::unique_ptr<KVCache> kv_;
   std::vector<SlotState> slots_;
   Batch batch_;
   std::vector<float> logits_, work_;
+  std::vector<TokenProb> q_;
+  int32_t max_window_ = 0;
   uint64_t seed_ = 0;
   DraftStats stats_;
 };
