@@ -147,6 +147,19 @@ void test_rollback_and_catch_up() {
         dp->rollback(2, 5, static_cast<int32_t>(h.size()));
       }
     }
+    // Several plain decode steps without drafting or rollback: the tokens after the drafted
+    // point differ from the drafts at some position before the last, and the draft KV must
+    // notice (it holds d1..d_{k-1} there).
+    for (int rep = 0; rep < 6; ++rep) {
+      const std::vector<int32_t> d = propose_one(*dp, 2, 5, h, 6, s);
+      CHECK(d == greedy_ref(h, 6));
+      const int32_t keep = rep % 3;  // accepted drafts, then 3 other tokens
+      h.insert(h.end(), d.begin(), d.begin() + keep);
+      for (int j = 0; j < 3; ++j) h.push_back(d[keep + j] == 2 ? 3 : 2);
+      const int64_t tok0 = m->tokens_computed;
+      CHECK(propose_one(*dp, 2, 5, h, 2, s) == greedy_ref(h, 2));
+      CHECK(m->tokens_computed - tok0 == 3 + 1);  // the 3 new tokens, then one drafting step
+    }
     // A deep rollback (below what the draft has) and a rollback by another key (ignored).
     dp->rollback(2, 999, 1);
     dp->rollback(2, 5, 10);
