@@ -293,12 +293,33 @@ void DraftProposer::propose(std::vector<DraftRequest>& reqs) {
   // batch that reaches a sequence's last token takes its logits (the first draft token).
   batch_.clear();
   rows.clear();
+  // The budget goes to the shortest catch-ups first, so sequences that are decoding (a token or
+  // two to catch up) always draft while a new long prompt is fed in the background.
+  std::vector<int32_t> end(reqs.size(), 0);
+  {
+    std::vector<size_t> order = active;
+    auto need = [&](size_t i) {
+      return static_cast<int32_t>(reqs[i].tokens->size()) - slots_[static_cast<size_t>(reqs[i].slot)].n_computed;
+    };
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return need(x) < need(y); });
+    int64_t budget = catch_up_budget_ > 0 ? catch_up_budget_ : std::numeric_limits<int64_t>::max();
+    for (size_t i : order) {
+      const int32_t from = slots_[static_cast<size_t>(reqs[i].slot)].n_computed;
+      int32_t n = need(i);
+      if (n > budget) {  // cut short: no logits, no draft this call
+        n = static_cast<int32_t>(budget);
+        stopped[i] = 1;
+      }
+      budget -= n;
+      end[i] = from + n;
+    }
+  }
   for (size_t i : active) {
     DraftRequest& r = reqs[i];
     const auto& tok = *r.tokens;
-    const int32_t size = static_cast<int32_t>(tok.size());
+    const int32_t size = end[i];
     for (int32_t p = slots_[static_cast<size_t>(r.slot)].n_computed; p < size; ++p) {
-      const bool last = p == size - 1;
+      const bool last = p == size - 1 && !stopped[i];
       batch_.add(tok[static_cast<size_t>(p)], p, r.slot, last);
       if (last) rows.push_back(i);
       if (batch_.size() >= max_batch_tokens_) finish_batch(true);

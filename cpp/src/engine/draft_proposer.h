@@ -73,6 +73,11 @@ class DraftProposer {
   void retain(const std::vector<std::pair<int, uint64_t>>& live);
   void release(int slot);
 
+  // At most this many catch-up tokens per propose() call (0: no limit, the default). A sequence
+  // cut short keeps what was computed and gets no draft this call; the next calls continue, so a
+  // long prompt's catch-up is spread over steps instead of stalling one.
+  void set_catch_up_budget(int32_t tokens) { catch_up_budget_ = tokens > 0 ? tokens : 0; }
+
   const DraftStats& stats() const { return stats_; }
   int64_t pages_used() const;
   int32_t n_vocab() const { return n_vocab_; }
@@ -107,6 +112,7 @@ class DraftProposer {
   std::vector<float> logits_, work_;
   std::vector<TokenProb> q_;
   int32_t max_window_ = 0;
+  int32_t catch_up_budget_ = 0;
   uint64_t seed_ = 0;
   DraftStats stats_;
 };
