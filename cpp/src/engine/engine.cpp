@@ -114,7 +114,18 @@ Engine::Engine(std::shared_ptr<EngineModel> model, std::shared_ptr<const EngineV
   if (n_ctx_ > kMaxContext)
     throw ContextLengthError("n_ctx " + std::to_string(n_ctx_) + " is beyond the largest context the engine allows (" +
                              std::to_string(kMaxContext) + " tokens)");
+  if (cfg_.spec.max_draft < 0 || cfg_.spec.max_draft > 64)
+    throw InvalidRequestError("num_speculative_tokens must be between 1 and 64, got " + std::to_string(cfg_.spec.max_draft));
+  if (cfg_.spec.mode == SpecMode::Draft && !draft_model_)
+    throw InvalidRequestError("speculative mode 'draft' needs a draft model (draft_model=..., --draft MODEL)");
   kv_ = std::make_unique<KVCache>(kc);
+  if (draft_model_ && (cfg_.spec.mode == SpecMode::Draft || cfg_.spec.mode == SpecMode::Auto)) {
+    std::random_device rd;
+    draft_ = std::make_unique<DraftProposer>(draft_model_, n_vocab_, kc.max_seqs, kc.pages_full * kc.page_size,
+                                             kc.page_size, kc.dtype, cfg_.max_batch_tokens,
+                                             (static_cast<uint64_t>(rd()) << 32) ^ rd());
+    draft_->set_catch_up_budget(cfg_.max_batch_tokens);  // a long prompt reaches the draft over several steps
+  }
   if (cfg_.prefix_cache) cache_ = std::make_unique<PrefixCache>(*kv_);
   sched_ = std::make_unique<Scheduler>(*kv_, cache_.get(), cfg_.max_seqs, cfg_.max_batch_tokens);
   eog_ = vocab_->eog_tokens();
@@ -193,6 +204,10 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params
     s->sampler = std::make_unique<Sampler>(params, eog_, seed + static_cast<uint64_t>(i));
     s->constraint = std::move(constraints[i]);
     s->stop = StopMatcher(params.stop);
+    if (cfg_.spec.mode == SpecMode::Ngram || cfg_.spec.mode == SpecMode::Auto) {
+      s->ngram = std::make_unique<NgramProposer>(cfg_.spec.ngram_max, cfg_.spec.ngram_min);
+      s->ngram->push(prompt);
+    }
     // Completion 0 computes the prompt (the others fork it): it alone reports prefill progress.
     s->return_progress = i == 0 && opts.stream && params.return_progress;
     if (i == 0 && params.prompt_logprobs >= 0) {
@@ -411,6 +426,9 @@ void Engine::drain_inbox() {
 
 bool Engine::step() {
   drain_inbox();
+  const auto t_draft = Clock::now();
+  propose_drafts();
+  busy_s_ += std::chrono::duration<double>(Clock::now() - t_draft).count();
   sched_->schedule(batch_, plan_);
   if (batch_.empty()) {
     publish_stats();
@@ -446,7 +464,9 @@ bool Engine::step() {
     }
   }
   sample_and_postprocess(plan_);
-  busy_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+  const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  busy_s_ += step_s;
+  step_cost_.observe(batch_.size(), step_s);
   ++steps_;
   publish_stats();
   return true;
@@ -477,6 +497,10 @@ void Engine::sample_and_postprocess(const std::vector<ScheduledChunk>& plan) {
       if (s->n_computed >= s->n_prompt) s->want_prompt_logprobs = false;
     }
     if (!c.samples) continue;
+    if (c.n_draft > 0) {
+      verify_draft(c, s);
+      continue;
+    }
     const float* row = logits_.data() + static_cast<size_t>(c.first_row + c.n_rows - 1) * n_vocab_;
 
     std::vector<std::shared_ptr<Sequence>> group{hold[ci]};
@@ -516,8 +540,144 @@ void Engine::sample_and_postprocess(const std::vector<ScheduledChunk>& plan) {
   }
 }
 
+int32_t Engine::spec_max_draft(bool from_model) const {
+  if (cfg_.spec.max_draft > 0) return cfg_.spec.max_draft;
+  return from_model ? 8 : 16;
+}
+
+void Engine::propose_drafts() {
+  if (cfg_.spec.mode == SpecMode::Off) return;
+  const auto& running = sched_->running();
+  // Tokens this step will have without drafts: one per decoding sequence, prompt chunks.
+  int32_t base = 0;
+  for (const auto& sp : running) base += std::min(sp->remaining(), cfg_.max_batch_tokens);
+  base = std::max(1, std::min(base, cfg_.max_batch_tokens));
+  draft_reqs_.clear();
+  std::vector<Sequence*> from_model;
+  for (const auto& sp : running) {
+    Sequence* s = sp.get();
+    s->draft.clear();
+    s->draft_q.clear();
+    s->draft_from_model = false;
+    if (s->embedding || s->want_prompt_logprobs || s->blocked || !s->siblings.empty() || s->remaining() != 1) continue;
+    // Every accepted draft and the token after them must fit max_tokens and the context.
+    int32_t left = n_ctx_ - static_cast<int32_t>(s->tokens.size()) - 1;
+    if (s->max_tokens >= 0) left = std::min(left, s->max_tokens - s->n_generated() - 1);
+    if (left <= 0) continue;
+    if (s->ngram) {
+      const int32_t k_max = std::min(left, spec_max_draft(false));
+      const int32_t k = cfg_.spec.adaptive
+                            ? choose_draft_length(step_cost_, base, s->accept_ngram.alpha(), k_max, 0.0).k
+                            : k_max;
+      if (k > 0) s->ngram->propose(k, &s->draft);
+      if (!s->draft.empty()) {
+        base += static_cast<int32_t>(s->draft.size());
+        continue;
+      }
+    }
+    if (!draft_) continue;
+    const int32_t k_max = std::min(left, spec_max_draft(true));
+    const int32_t k = cfg_.spec.adaptive ? choose_draft_length(step_cost_, base, s->accept_draft.alpha(), k_max,
+                                                               draft_forward_seconds_)
+                                               .k
+                                         : k_max;
+    if (k <= 0) continue;
+    DraftRequest r;
+    r.slot = s->slot;
+    r.key = static_cast<uint64_t>(s->arrival) + 1;
+    r.tokens = &s->tokens;
+    r.k = k;
+    r.sampler = s->sampler.get();
+    r.n_generated = s->n_generated();
+    draft_reqs_.push_back(std::move(r));
+    from_model.push_back(s);
+    base += k;
+  }
+  if (!draft_) return;
+  std::vector<std::pair<int, uint64_t>> live;
+  for (const auto& sp : running)
+    if (sp->slot >= 0) live.emplace_back(sp->slot, static_cast<uint64_t>(sp->arrival) + 1);
+  draft_->retain(live);
+  if (draft_reqs_.empty()) return;
+  const DraftStats before = draft_->stats();
+  draft_->propose(draft_reqs_);
+  const DraftStats& after = draft_->stats();
+  const int64_t forwards = after.forwards - before.forwards, tokens = after.tokens - before.tokens;
+  // The cost of drafting one more token for a sequence: one more draft forward. Calls that were
+  // mostly catch-up (a prompt run through the draft) say little about that and are skipped.
+  if (forwards > 0 && tokens <= (forwards + 2) * static_cast<int64_t>(draft_reqs_.size())) {
+    const double per = (after.seconds - before.seconds) / forwards;
+    draft_forward_seconds_ = draft_forward_seconds_ > 0 ? 0.8 * draft_forward_seconds_ + 0.2 * per : per;
+  }
+  for (size_t i = 0; i < draft_reqs_.size(); ++i) {
+    Sequence* s = from_model[i];
+    s->draft = std::move(draft_reqs_[i].draft);
+    s->draft_q = std::move(draft_reqs_[i].q);
+    s->draft_from_model = !s->draft.empty();
+  }
+}
+
+void Engine::verify_draft(const ScheduledChunk& c, Sequence* s) {
+  const int32_t nd = c.n_draft;
+  const int32_t row0 = c.first_row + c.n_rows - 1 - nd;
+  const std::vector<int32_t> draft = s->draft;
+  const std::vector<std::vector<TokenProb>> draft_q = std::move(s->draft_q);
+  const bool from_model = s->draft_from_model;
+  const SamplingParams& params = s->sampler->params();
+  // A drafted token chosen by the draft's distribution q at temperature > 0 is accepted with
+  // min(1, p/q) and otherwise replaced by a draw from the residual max(0, p - q): the speculative
+  // sampling rule. Greedy drafts and n-gram drafts (a deterministic proposal) need no rule: the
+  // row is sampled exactly as a decode step samples it (same chain, same generator stream) and
+  // the draft is accepted when it matches, so the output is the one decoding without drafts gives.
+  const bool rule = from_model && params.temperature > 0.0f && draft_q.size() == draft.size();
+  ++spec_steps_;
+  spec_drafted_ += nd;
+  s->draft_n += nd;
+  int32_t accepted = 0;
+  for (int32_t i = 0; i <= nd; ++i) {
+    const float* row = logits_.data() + static_cast<size_t>(row0 + i) * n_vocab_;
+    work_.assign(row, row + n_vocab_);
+    int32_t token;
+    TokenLogprob lp;
+    try {
+      if (s->constraint) {
+        int32_t left = n_ctx_ - static_cast<int32_t>(s->tokens.size());
+        if (s->max_tokens >= 0) left = std::min(left, s->max_tokens - s->n_generated());
+        s->constraint->set_remaining(left);
+        s->constraint->apply(work_.data(), n_vocab_);
+        if (!s->constraint->is_complete())
+          for (int32_t t : eog_) work_[t] = -INFINITY;
+      }
+      if (rule && i < nd) {
+        s->sampler->distribution(work_.data(), n_vocab_, s->tokens, s->n_generated(), spec_p_);
+        token = speculative_pick(spec_p_, draft[i], draft_q[i], *s->sampler);
+        if (params.logprobs >= 0) lp = Sampler::logprobs_of(work_.data(), n_vocab_, token, params.logprobs);
+      } else {
+        token = s->sampler->sample(work_.data(), n_vocab_, s->tokens, s->n_generated(), &lp);
+      }
+      if (s->constraint) s->constraint->accept(token);
+    } catch (const std::exception& e) {
+      fail(s, e.what());
+      break;
+    }
+    const bool hit = i < nd && token == draft[i];
+    if (hit) {
+      ++accepted;
+      ++spec_accepted_;
+      ++s->draft_n_accepted;
+    }
+    postprocess_token(s, token, params.logprobs >= 0 ? &lp : nullptr);
+    if (s->slot < 0 || !hit) break;  // finished (its pages are gone), or the first rejection
+  }
+  (from_model ? s->accept_draft : s->accept_ngram).update(nd, accepted);
+  if (s->slot < 0) return;
+  sched_->commit_draft(s, accepted);
+  if (draft_) draft_->rollback(s->slot, static_cast<uint64_t>(s->arrival) + 1, s->n_computed);
+}
+
 void Engine::postprocess_token(Sequence* s, int32_t token, TokenLogprob* lp) {
   s->tokens.push_back(token);
+  if (s->ngram) s->ngram->push(token);
   const auto now = Clock::now();
   if (!s->first_token) {
     s->first_token = true;
@@ -612,6 +772,8 @@ void Engine::finish(Sequence* s, const std::string& reason, OutputEvent ev) {
   ev.cached_tokens = s->cached_tokens;
   ev.timings.prompt_n = s->index == 0 ? s->n_prompt - s->cached_tokens : 0;
   ev.timings.predicted_n = ev.completion_tokens;
+  ev.timings.draft_n = s->draft_n;
+  ev.timings.draft_n_accepted = s->draft_n_accepted;
   if (s->first_token) {
     ev.timings.prompt_ms = ms_between(s->t_start, s->t_first);
     ev.timings.predicted_ms = ms_between(s->t_first, s->t_last);
@@ -682,6 +844,13 @@ void Engine::publish_stats() {
   st.requests_finished = finished_;
   st.busy_seconds = busy_s_;
   st.tokens_per_second = busy_s_ > 0 ? generated_total_ / busy_s_ : 0.0;
+  st.spec_drafted = spec_drafted_;
+  st.spec_accepted = spec_accepted_;
+  st.spec_steps = spec_steps_;
+  if (draft_) {
+    st.spec_draft_forwards = draft_->stats().forwards;
+    st.spec_draft_seconds = draft_->stats().seconds;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   stats_ = st;
   has_work_ = st.running > 0 || st.waiting > 0;

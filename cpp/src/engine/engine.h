@@ -18,11 +18,13 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "engine/draft_proposer.h"
 #include "engine/embedding.h"
 #include "engine/engine_model.h"
 #include "engine/output_channel.h"
 #include "engine/sampling_params.h"
 #include "engine/scheduler.h"
+#include "engine/spec_policy.h"
 #include "kv/kv_cache.h"
 #include "kv/prefix_cache.h"
 
@@ -131,6 +133,11 @@ class Engine {
   void run_task(const std::function<void()>& task);
   void sample_and_postprocess(const std::vector<ScheduledChunk>& plan);
   void postprocess_token(Sequence* s, int32_t token, TokenLogprob* lp);
+  // Speculative decoding: drafts for this step's decoding sequences (before schedule), and the
+  // verification of one sequence's drafted rows (in sample_and_postprocess).
+  void propose_drafts();
+  void verify_draft(const ScheduledChunk& c, Sequence* s);
+  int32_t spec_max_draft(bool from_model) const;
   void send_progress(Sequence* s, int32_t processed);
   void finish_embedding(Sequence* s);
   void finish(Sequence* s, const std::string& reason, OutputEvent ev);
@@ -152,6 +159,14 @@ class Engine {
   Batch batch_;
   std::vector<ScheduledChunk> plan_;
   std::vector<float> logits_, work_, hidden_;
+
+  // Speculative decoding (engine thread only).
+  std::unique_ptr<DraftProposer> draft_;
+  StepCostModel step_cost_;
+  std::vector<DraftRequest> draft_reqs_;
+  std::vector<TokenProb> spec_p_;
+  double draft_forward_seconds_ = 0.0;  // recent draft forward time (one token per sequence)
+  int64_t spec_drafted_ = 0, spec_accepted_ = 0, spec_steps_ = 0;
 
   // Shared with other threads, guarded by mu_.
   mutable std::mutex mu_;

@@ -37,6 +37,8 @@ void Scheduler::preempt(size_t i) {
   s->slot = -1;
   s->n_computed = 0;
   s->cache_cursor = {};
+  s->draft.clear();
+  s->draft_q.clear();
   if (s->want_prompt_logprobs) s->prompt_logprobs.clear();
   if (s->embedding) s->embd.reset();  // its rows are produced again by the recompute
   ++s->preemptions;
@@ -69,6 +71,16 @@ void Scheduler::add_chunk(Sequence* s, int32_t n, Batch& batch, std::vector<Sche
     }
     batch.add(s->tokens[p], p, s->slot, logits, hidden);
   }
+  if (c.samples && !s->embedding && !s->draft.empty()) {
+    // Verification: the drafted tokens follow the last known one, each row sampled (in order)
+    // and each attending alone, exactly as a decode step of that position would.
+    batch.own_block.back() = 1;
+    const int32_t nd = static_cast<int32_t>(s->draft.size());
+    for (int32_t i = 0; i < nd; ++i) batch.add(s->draft[i], end + i, s->slot, true, false, true);
+    c.n_draft = nd;
+    c.n_tokens += nd;
+    c.n_rows += nd;
+  }
   if (!s->started) {
     s->started = true;
     s->t_start = Clock::now();
@@ -86,8 +98,18 @@ void Scheduler::schedule(Batch& batch, std::vector<ScheduledChunk>& plan) {
     Sequence* s = running_[i].get();
     int32_t k = std::min(s->remaining(), budget);
     if (s->want_prompt_logprobs) k = std::min(k, kPromptLogprobChunk);
+    if (!s->draft.empty()) {
+      if (s->remaining() != 1 || s->embedding) {
+        s->draft.clear();
+        s->draft_q.clear();
+      } else if (static_cast<int32_t>(s->draft.size()) > budget - 1) {
+        s->draft.resize(std::max(0, budget - 1));
+        if (s->draft_q.size() > s->draft.size()) s->draft_q.resize(s->draft.size());
+      }
+    }
+    const int32_t nd = static_cast<int32_t>(s->draft.size());
     bool preempted_self = false;
-    while (!reserve_evicting(s->slot, s->n_computed + k)) {
+    while (!reserve_evicting(s->slot, s->n_computed + k + nd)) {
       const size_t victim = running_.size() - 1;
       preempted_self = victim == i;
       preempt(victim);
@@ -95,7 +117,7 @@ void Scheduler::schedule(Batch& batch, std::vector<ScheduledChunk>& plan) {
     }
     if (preempted_self) break;  // everything after it is gone too
     add_chunk(s, k, batch, plan);
-    budget -= k;
+    budget -= k + nd;
     ++i;
   }
 
@@ -133,6 +155,13 @@ void Scheduler::schedule(Batch& batch, std::vector<ScheduledChunk>& plan) {
 void Scheduler::complete(const std::vector<ScheduledChunk>& plan) {
   for (const auto& c : plan) {
     Sequence* s = c.seq;
+    if (c.n_draft > 0) {
+      // Verification: every drafted position was written; only the last known token is
+      // certainly the sequence's. commit_draft() settles the rest once the rows are sampled.
+      s->n_computed = c.start + c.n_tokens - c.n_draft;
+      kv_.set_n_positions(s->slot, c.start + c.n_tokens);
+      continue;
+    }
     s->n_computed = c.start + c.n_tokens;
     if (c.start < s->n_prompt) s->prompt_computed += std::min(s->n_computed, s->n_prompt) - c.start;
     kv_.set_n_positions(s->slot, s->n_computed);
@@ -140,6 +169,17 @@ void Scheduler::complete(const std::vector<ScheduledChunk>& plan) {
     if (cache_ && !s->embedding) cache_->register_pages(s->slot, s->tokens.data(), s->n_computed, s->cache_cursor);
     kv_.trim_window(s->slot, s->n_computed);
   }
+}
+
+void Scheduler::commit_draft(Sequence* s, int32_t accepted) {
+  s->n_computed += accepted;
+  s->draft.clear();
+  s->draft_q.clear();
+  if (s->slot < 0) return;
+  kv_.truncate(s->slot, s->n_computed);
+  kv_.set_n_positions(s->slot, s->n_computed);
+  if (cache_) cache_->register_pages(s->slot, s->tokens.data(), s->n_computed, s->cache_cursor);
+  kv_.trim_window(s->slot, s->n_computed);
 }
 
 void Scheduler::finish(Sequence* s) {

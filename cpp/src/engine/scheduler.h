@@ -4,6 +4,8 @@
 // from the KV pool, then from evicting prefix-cache pages nobody uses; when a running sequence
 // still cannot grow, the newest running sequence is preempted: its pages are freed and it goes
 // back to the front of the waiting queue, to be recomputed (prompt + generated tokens) later.
+// A decoding sequence with a speculative draft adds its last token plus the drafted tokens (cut
+// to the budget; dropped when it is preempted).
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -27,6 +29,10 @@ struct ScheduledChunk {
                           // (embedding sequences: the prompt is complete, nothing is sampled)
   int32_t first_hidden_row = -1;  // embedding sequences: the chunk's hidden-state rows
   int32_t n_hidden_rows = 0;
+  // Speculative verification: the chunk is the last known token followed by n_draft drafted
+  // tokens (seq->draft), each with a logits row and a query block of its own. complete() counts
+  // only the first token as computed; commit_draft() adds the accepted drafts after sampling.
+  int32_t n_draft = 0;
 };
 
 class Scheduler {
@@ -41,6 +47,10 @@ class Scheduler {
   // After the forward pass: positions computed, pages registered with the prefix cache, window
   // pages no query can see any more returned.
   void complete(const std::vector<ScheduledChunk>& plan);
+  // After a verify chunk was sampled: its first `accepted` drafted tokens are now the sequence's
+  // tokens, the KV of the rejected ones is dropped (pages past them freed), and the verified
+  // positions are registered with the prefix cache (never a rejected one).
+  void commit_draft(Sequence* s, int32_t accepted);
   // Frees the sequence's pages and slot and drops it from the queues.
   void finish(Sequence* s);
   // Starts `child` on a copy of `parent`'s KV (shared full pages); false when no slot or page.

@@ -10,6 +10,7 @@
 
 #include "engine/constraint.h"
 #include "engine/embedding.h"
+#include "engine/ngram_proposer.h"
 #include "engine/output_channel.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
@@ -18,6 +19,19 @@
 namespace edgellm {
 
 using Clock = std::chrono::steady_clock;
+
+// Per-token acceptance of one proposer for one sequence, recent steps weighted more (counts
+// decay by kDecay per verify step) under a uniform prior: alpha() starts at 0.5.
+struct SpecAcceptance {
+  static constexpr double kDecay = 0.85;
+  double accepted = 0.0, rejected = 0.0;
+  // A verify step: `drafted` proposed, the first `n_accepted` of them accepted.
+  void update(int32_t drafted, int32_t n_accepted) {
+    accepted = accepted * kDecay + n_accepted;
+    rejected = rejected * kDecay + (n_accepted < drafted ? 1.0 : 0.0);
+  }
+  double alpha() const { return (accepted + 1.0) / (accepted + rejected + 2.0); }
+};
 
 struct Sequence {
   int64_t request_id = 0;
@@ -66,6 +80,17 @@ struct Sequence {
   bool started = false, first_token = false;
   Clock::time_point t_start, t_first, t_last;
   int32_t preemptions = 0;
+
+  // Speculative decoding (engine.cpp, spec_policy.h). `draft` holds the tokens proposed for the
+  // next step: the scheduler appends them after the last known token and the step verifies them;
+  // `draft_q` their draft-model distributions (temperature > 0 only); `draft_from_model` which
+  // proposer made them. `ngram` sees every accepted token (prompt, then generated).
+  std::vector<int32_t> draft;
+  std::vector<std::vector<TokenProb>> draft_q;
+  bool draft_from_model = false;
+  std::unique_ptr<NgramProposer> ngram;
+  SpecAcceptance accept_ngram, accept_draft;
+  int32_t draft_n = 0, draft_n_accepted = 0;  // this completion's totals (timings)
 
   int32_t n_generated() const { return static_cast<int32_t>(tokens.size()) - n_prompt; }
   int32_t remaining() const { return static_cast<int32_t>(tokens.size()) - n_computed; }

@@ -97,7 +97,7 @@ void ForwardPass::plan_query_blocks() {
       QueryBlock& b = blocks.back();
       const int last = b.first + b.n_tokens - 1;
       if (last == t - 1 && b.n_tokens < kernels::kAttentionMaxBlockTokens && batch_.seq[t] == batch_.seq[last] &&
-          batch_.pos[t] == batch_.pos[last] + 1) {
+          batch_.pos[t] == batch_.pos[last] + 1 && !batch_.has_own_block(t)) {
         ++b.n_tokens;
         continue;
       }
