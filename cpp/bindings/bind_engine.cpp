@@ -12,6 +12,7 @@
 
 #include "bindings.h"
 #include "common/errors.h"
+#include "engine/draft_proposer.h"
 #include "engine/engine.h"
 #include "engine/model_backend.h"
 #include "engine/sampler.h"
@@ -29,6 +30,26 @@ DType kv_dtype(const std::string& s) {
   if (u == "F16") return DType::F16;
   if (u == "Q8_0") return DType::Q8_0;
   throw InvalidRequestError("kv_type \"" + s + "\" is not supported (use f16, f32 or q8_0)");
+}
+
+SpecMode spec_mode(const std::string& s) {
+  std::string u = s;
+  std::transform(u.begin(), u.end(), u.begin(), ::tolower);
+  if (u == "off") return SpecMode::Off;
+  if (u == "ngram") return SpecMode::Ngram;
+  if (u == "draft") return SpecMode::Draft;
+  if (u == "auto") return SpecMode::Auto;
+  throw InvalidRequestError("speculative \"" + s + "\" is not supported (use off, ngram, draft or auto)");
+}
+
+const char* spec_mode_name(SpecMode m) {
+  switch (m) {
+    case SpecMode::Off: return "off";
+    case SpecMode::Ngram: return "ngram";
+    case SpecMode::Draft: return "draft";
+    case SpecMode::Auto: return "auto";
+  }
+  return "off";
 }
 
 py::str utf8(const std::string& s) {
@@ -85,6 +106,11 @@ py::dict event_dict(const OutputEvent& ev) {
     // The first token comes with the prompt; the rate is over the tokens after it.
     t["predicted_per_second"] =
         ev.timings.predicted_ms > 0 ? 1e3 * (ev.timings.predicted_n - 1) / ev.timings.predicted_ms : 0.0;
+    // Speculative decoding: as llama-server, only when something was drafted for this completion.
+    if (ev.timings.draft_n > 0) {
+      t["draft_n"] = ev.timings.draft_n;
+      t["draft_n_accepted"] = ev.timings.draft_n_accepted;
+    }
     d["timings"] = t;
   }
   return d;
@@ -113,6 +139,12 @@ py::dict stats_dict(const EngineStats& s) {
   d["requests_finished"] = s.requests_finished;
   d["busy_seconds"] = s.busy_seconds;
   d["tokens_per_second"] = s.tokens_per_second;
+  d["spec_drafted"] = s.spec_drafted;
+  d["spec_accepted"] = s.spec_accepted;
+  d["spec_steps"] = s.spec_steps;
+  d["spec_draft_forwards"] = s.spec_draft_forwards;
+  d["spec_draft_seconds"] = s.spec_draft_seconds;
+  d["spec_acceptance"] = s.spec_drafted > 0 ? static_cast<double>(s.spec_accepted) / s.spec_drafted : 0.0;
   return d;
 }
 
@@ -125,6 +157,8 @@ std::vector<float> row_from(const py::array_t<float, py::array::c_style | py::ar
 struct PyEngine {
   std::shared_ptr<Model> model;
   std::shared_ptr<Tokenizer> tok;
+  std::shared_ptr<Model> draft;  // speculative decoding's draft model (may be null)
+  std::string draft_path;
   std::unique_ptr<Engine> engine;
 
   Engine& get() {
@@ -201,7 +235,9 @@ void bind_engine(py::module_& m) {
 
   py::class_<PyEngine>(m, "Engine", "The continuous-batching engine over one model (runs its own thread).")
       .def(py::init([](const std::string& path, int n_ctx, int n_threads, int64_t kv_memory, const std::string& kv_type,
-                       int max_seqs, int max_batch_tokens, int page_size, bool prefix_cache, int n_gpu_layers) {
+                       int max_seqs, int max_batch_tokens, int page_size, bool prefix_cache, int n_gpu_layers,
+                       const std::string& speculative, int num_speculative_tokens, const std::string& draft_model,
+                       bool spec_adaptive) {
              EngineConfig c;
              c.n_ctx = n_ctx;
              c.kv_memory = kv_memory;
@@ -210,6 +246,16 @@ void bind_engine(py::module_& m) {
              c.max_batch_tokens = max_batch_tokens;
              c.page_size = page_size;
              c.prefix_cache = prefix_cache;
+             c.spec.mode = spec_mode(speculative);
+             if (num_speculative_tokens < 0 || num_speculative_tokens > 64)
+               throw InvalidRequestError("num_speculative_tokens must be in 0..64 (0: the default), got " +
+                                         std::to_string(num_speculative_tokens));
+             c.spec.max_draft = num_speculative_tokens;
+             c.spec.adaptive = spec_adaptive;
+             if (c.spec.mode == SpecMode::Draft && draft_model.empty())
+               throw InvalidRequestError(
+                   "speculative \"draft\" needs a draft model: give draft_model (a GGUF path or a known model "
+                   "name with the target's vocabulary), or use speculative \"ngram\" / \"auto\"");
              auto e = std::make_unique<PyEngine>();
              py::gil_scoped_release nogil;
              LoadOptions o;
@@ -218,13 +264,31 @@ void bind_engine(py::module_& m) {
              o.n_gpu_layers = n_gpu_layers;
              e->model = std::shared_ptr<Model>(Model::load(path, o));
              e->tok = std::shared_ptr<Tokenizer>(Tokenizer::from_gguf(path));
+             // A draft with speculation off (or n-gram only) is accepted and left unloaded. Its
+             // vocabulary is checked before its weights are loaded.
+             const bool use_draft = !draft_model.empty() && c.spec.mode != SpecMode::Off && c.spec.mode != SpecMode::Ngram;
+             if (use_draft) check_draft_vocab(*e->tok, *Tokenizer::from_gguf(draft_model));
+             std::shared_ptr<EngineModel> draft;
+             if (use_draft) {
+               LoadOptions d;
+               d.n_threads = n_threads;
+               d.max_batch_tokens = max_batch_tokens;
+               e->draft = std::shared_ptr<Model>(Model::load(draft_model, d));
+               e->draft_path = draft_model;
+               draft = std::make_shared<ModelBackend>(e->draft);
+             }
              e->engine = std::make_unique<Engine>(std::make_shared<ModelBackend>(e->model),
-                                                  std::make_shared<TokenizerVocab>(e->tok), c);
+                                                  std::make_shared<TokenizerVocab>(e->tok), c, std::move(draft));
              return e;
            }),
            py::arg("path"), py::arg("n_ctx") = 0, py::arg("n_threads") = 0, py::arg("kv_memory") = 0,
            py::arg("kv_type") = "f16", py::arg("max_seqs") = 16, py::arg("max_batch_tokens") = 512,
-           py::arg("page_size") = 32, py::arg("prefix_cache") = true, py::arg("n_gpu_layers") = 0)
+           py::arg("page_size") = 32, py::arg("prefix_cache") = true, py::arg("n_gpu_layers") = 0,
+           py::arg("speculative") = "auto", py::arg("num_speculative_tokens") = 0, py::arg("draft_model") = "",
+           py::arg("spec_adaptive") = true,
+           "speculative: off | ngram (prompt lookup) | draft (draft_model proposes) | auto (n-gram, plus the draft "
+           "model when one is given); num_speculative_tokens: most tokens drafted per step (0: the engine's "
+           "default); spec_adaptive false: always draft that many when there is a proposal (tests, benchmarks).")
       .def(
           "submit",
           [](PyEngine& self, std::vector<int32_t> prompt, const SamplingParams& p, std::shared_ptr<OutputChannel> ch,
@@ -282,7 +346,14 @@ void bind_engine(py::module_& m) {
       .def_property_readonly("arch", [](PyEngine& self) { return text(self.model->config().arch); })
       .def_property_readonly("n_ctx_train", [](PyEngine& self) { return self.model->config().n_ctx_train; },
                              "The model's trained context length (0 when the file does not say).")
-      .def_property_readonly("tokenizer", [](PyEngine& self) { return self.tok; });
+      .def_property_readonly("tokenizer", [](PyEngine& self) { return self.tok; })
+      .def_property_readonly("speculative", [](PyEngine& self) { return std::string(spec_mode_name(self.get().config().spec.mode)); },
+                             "Speculative decoding mode: off, ngram, draft or auto.")
+      .def_property_readonly("num_speculative_tokens", [](PyEngine& self) { return self.get().config().spec.max_draft; },
+                             "Most tokens drafted per step (0: the engine's default).")
+      .def_property_readonly("spec_adaptive", [](PyEngine& self) { return self.get().config().spec.adaptive; })
+      .def_property_readonly("draft_model_path", [](PyEngine& self) { return self.draft_path; },
+                             "The loaded draft model's path (empty without one).");
 
   // ---- sampler test surface ----
   m.def(

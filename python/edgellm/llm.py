@@ -316,13 +316,25 @@ class LLM:
     n_gpu_layers: the last N layers run on a CUDA GPU (-1 = all; CUDA builds only). Without CUDA
     or a usable GPU, a warning says why and the model runs on the CPU; `self.n_gpu_layers` holds
     the layers actually offloaded.
+
+    Speculative decoding (several tokens verified per forward pass; greedy output is the model's
+    own, sampled output keeps its distribution): speculative "auto" (default) drafts from the
+    request's own history (n-gram / prompt lookup) and, with draft_model, from that model too;
+    "ngram" uses the history only, "draft" the draft model only, "off" neither. draft_model: a
+    GGUF path or known model name with the same vocabulary (refused with InvalidRequestError
+    otherwise), loaded with the same threads. num_speculative_tokens: most tokens drafted per
+    step (1..64; None: the engine's default). Drafting is adaptive per sequence: it stops where
+    acceptance would not pay (spec_adaptive=False always drafts the full k, for tests and
+    benchmarks). stats() counts spec_drafted / spec_accepted / spec_acceptance; a completion's
+    timings carry draft_n / draft_n_accepted when something was drafted for it.
     """
 
     def __init__(self, model_path, n_ctx: Optional[int] = None, n_threads: Optional[int] = None, *,
                  kv_memory: Optional[int] = None, kv_type: str = "f16", max_seqs: int = 16,
                  max_batch_tokens: int = 512, page_size: int = 32,
                  chat_template: Optional[str] = None, n_gpu_layers: int = 0,
-                 prefix_cache: bool = True):
+                 prefix_cache: bool = True, draft_model=None, speculative: str = "auto",
+                 num_speculative_tokens: Optional[int] = None, spec_adaptive: bool = True):
         from .models import resolve
         from .validation import check_engine_args
 
@@ -330,13 +342,28 @@ class LLM:
         a = check_engine_args(n_ctx=n_ctx, n_threads=n_threads, kv_memory=kv_memory,
                               kv_type=kv_type, max_seqs=max_seqs,
                               max_batch_tokens=max_batch_tokens, page_size=page_size,
-                              n_gpu_layers=n_gpu_layers, prefix_cache=prefix_cache)
+                              n_gpu_layers=n_gpu_layers, prefix_cache=prefix_cache,
+                              draft_model=draft_model, speculative=speculative,
+                              num_speculative_tokens=num_speculative_tokens,
+                              spec_adaptive=spec_adaptive)
         path = resolve(model_path)
         self.model_path = str(path)
+        # The draft is only loaded where it is used ("draft", "auto"); with "off" / "ngram" it
+        # is accepted and ignored.
+        draft_path = ""
+        if a["draft_model"] is not None and a["speculative"] in ("draft", "auto"):
+            draft_path = str(resolve(a["draft_model"]))
         self._engine = _core.Engine(self.model_path, a["n_ctx"], a["n_threads"], a["kv_memory"],
                                     a["kv_type"], a["max_seqs"], a["max_batch_tokens"],
                                     a["page_size"], a["prefix_cache"],
-                                    n_gpu_layers=a["n_gpu_layers"])
+                                    n_gpu_layers=a["n_gpu_layers"],
+                                    speculative=a["speculative"],
+                                    num_speculative_tokens=a["num_speculative_tokens"],
+                                    draft_model=draft_path, spec_adaptive=a["spec_adaptive"])
+        # speculative decoding as configured: the mode, the loaded draft (None without one)
+        self.speculative: str = self._engine.speculative
+        self.draft_model_path: Optional[str] = self._engine.draft_model_path or None
+        self.num_speculative_tokens: Optional[int] = self._engine.num_speculative_tokens or None
         self._tok = self._engine.tokenizer
         self.n_ctx: int = self._engine.n_ctx
         trained = self._engine.n_ctx_train

@@ -26,6 +26,7 @@ __all__ = [
     "token_id", "token_ids", "logit_bias", "stop_strings", "response_format", "json_schema",
     "SAMPLING_RULES", "validate_sampling", "validate_messages", "MESSAGE_ROLES",
     "MAX_N", "MAX_STOP", "MAX_STOP_CHARS", "MAX_TOP_LOGPROBS", "MAX_TOKEN_ID", "MAX_N_CTX",
+    "SPECULATIVE_MODES", "MAX_SPECULATIVE_TOKENS", "check_speculative",
 ]
 
 MAX_N = 64                 # completions per request
@@ -36,6 +37,8 @@ MAX_TOP_LOGPROBS = 20      # OpenAI's limit; llama-server's n_probs is capped th
 MAX_TOKEN_ID = 2**31 - 1   # the engine stores token ids as int32
 MAX_INT32 = 2**31 - 1
 MAX_N_CTX = 1 << 24        # tokens per sequence (the engine's kMaxContext), after the memory check
+SPECULATIVE_MODES = ("auto", "ngram", "draft", "off")  # speculative decoding (LLM(speculative=))
+MAX_SPECULATIVE_TOKENS = 64  # tokens drafted per step
 Check = Callable[[Any, str], Any]
 
 
@@ -374,7 +377,7 @@ def check_engine_args(**args: Any) -> Dict[str, Any]:
             return 0
         return check(v, name)
 
-    return {
+    out = {
         # up to int32 here; the engine says what memory and its maximum (MAX_N_CTX) allow
         "n_ctx": opt(integer(1, MAX_INT32), "n_ctx"),
         "n_threads": opt(integer(1, 4096), "n_threads", zero_ok=True),
@@ -386,3 +389,35 @@ def check_engine_args(**args: Any) -> Dict[str, Any]:
         "n_gpu_layers": integer(-1, MAX_INT32)(args["n_gpu_layers"], "n_gpu_layers"),
         "prefix_cache": boolean(args["prefix_cache"], "prefix_cache"),
     }
+    out.update(check_speculative(args.get("speculative", "auto"),
+                                 args.get("num_speculative_tokens"),
+                                 args.get("draft_model"), args.get("spec_adaptive", True)))
+    return out
+
+
+def check_speculative(speculative: Any = "auto", num_speculative_tokens: Any = None,
+                      draft_model: Any = None, spec_adaptive: Any = True) -> Dict[str, Any]:
+    """Speculative decoding's engine arguments. speculative: "auto" (the n-gram proposer, plus
+    the draft model when one is given), "ngram", "draft" (needs draft_model) or "off" (a draft
+    model given with "off" or "ngram" is accepted and not loaded); num_speculative_tokens:
+    1..64 tokens drafted per step, None for the engine's default (0 to the engine)."""
+    mode = string(speculative, "speculative").strip().lower()
+    if mode not in SPECULATIVE_MODES:
+        raise fail(f"'speculative' must be one of {', '.join(SPECULATIVE_MODES)}, got "
+                   f"{short(speculative)}", "speculative")
+    if draft_model is not None and not isinstance(draft_model, str):
+        import os
+        if not isinstance(draft_model, os.PathLike):
+            raise bad_type("draft_model", draft_model, "a path or a model name")
+        draft_model = os.fspath(draft_model)
+    if draft_model is not None and not draft_model.strip():
+        raise fail("'draft_model' is empty: give a GGUF path or a known model name, or leave it "
+                   "out", "draft_model")
+    if mode == "draft" and draft_model is None:
+        raise fail("speculative='draft' needs a draft model: give draft_model= (a GGUF path or a "
+                   "known model name with the same vocabulary, e.g. qwen2.5-coder-0.5b for "
+                   "qwen2.5-coder-1.5b), or use speculative='ngram' or 'auto'", "draft_model")
+    k = optional(integer(1, MAX_SPECULATIVE_TOKENS))(num_speculative_tokens,
+                                                     "num_speculative_tokens")
+    return {"speculative": mode, "num_speculative_tokens": k or 0, "draft_model": draft_model,
+            "spec_adaptive": boolean(spec_adaptive, "spec_adaptive")}

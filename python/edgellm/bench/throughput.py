@@ -184,12 +184,26 @@ class ThroughputBench:
         return reps * (sum(n_prompt) + sum(n_gen) + sum(b * g for b in batches for g in n_gen))
 
 
+def _spec_cell(r: BenchResult) -> str:
+    n = int(r.extra.get("draft_n", 0) or 0)
+    if n <= 0:
+        return "-"
+    a = int(r.extra.get("draft_n_accepted", 0) or 0)
+    return f"{n} / {a} ({100.0 * a / n:.1f}%)"
+
+
 def markdown_table(results: Sequence[BenchResult]) -> str:
+    """llama-bench's table; a last column "drafted / accepted" (with the acceptance rate) when a
+    speculative row (edgellm.bench.spec_decode) drafted anything."""
+    spec = any(int(r.extra.get("draft_n", 0) or 0) > 0 for r in results)
     head = "| model | size | params | backend | threads | test | t/s |"
     rule = "| --- | ---: | ---: | --- | ---: | --- | ---: |"
+    if spec:
+        head += " drafted / accepted |"
+        rule += " ---: |"
     rows = [head, rule]
     for r in results:
         params = f"{r.model_n_params / 1e9:.2f} B" if r.model_n_params >= 1e9 else f"{r.model_n_params / 1e6:.2f} M"
         rows.append(f"| {r.model} | {format_size(r.model_size)} | {params} | {r.backend} | {r.n_threads} | "
-                    f"{r.test} | {r.avg_ts:.2f} ± {r.stddev_ts:.2f} |")
+                    f"{r.test} | {r.avg_ts:.2f} ± {r.stddev_ts:.2f} |" + (f" {_spec_cell(r)} |" if spec else ""))
     return "\n".join(rows)

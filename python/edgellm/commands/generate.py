@@ -2,10 +2,14 @@
 echoed), then one line of timings on stderr:
 
     prompt: N tokens, X t/s | generated: M tokens, Y t/s
+
+(followed by ` | drafted: D, accepted: A (P%)` when speculative decoding drafted anything).
 """
 import sys
 
 import click
+
+from ._speculative import spec_kwargs, spec_options, spec_summary
 
 
 @click.command("generate")
@@ -27,24 +31,26 @@ import click
 @click.option("--ignore-eos", is_flag=True, help="Keep generating past end-of-generation tokens.")
 @click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", default=0, show_default=True, type=click.IntRange(-1, None),
               help="Last layers to run on a CUDA GPU (-1 = all); without one, a warning and the CPU.")
+@spec_options()
 def command(model, prompt_arg, prompt, n_predict, temperature, seed, threads, top_k, top_p, min_p, repeat_penalty,
-            repeat_last_n, ctx_size, ignore_eos, n_gpu_layers):
+            repeat_last_n, ctx_size, ignore_eos, n_gpu_layers, spec, draft, draft_max):
     """Generate text from MODEL (a GGUF path or a known model name) for PROMPT."""
     if prompt is not None and prompt_arg is not None:
         raise click.UsageError("give the prompt once: as PROMPT or with -p, not both")
     prompt = prompt if prompt is not None else prompt_arg
     if prompt is None:
         raise click.UsageError("no prompt: give PROMPT or -p PROMPT")
+    spec_args = spec_kwargs(spec, draft, draft_max)
     from edgellm import EdgeLLMError, LLM, SamplingParams
-    from edgellm.models import UnknownModelError
+    from edgellm.models import ModelFetchError, UnknownModelError
 
     params = SamplingParams(
         max_tokens=None if n_predict < 0 else n_predict, temperature=temperature, seed=seed,
         top_k=top_k, top_p=top_p, min_p=min_p, repetition_penalty=repeat_penalty,
         repeat_last_n=repeat_last_n, ignore_eos=ignore_eos)
     try:
-        llm = LLM(model, n_ctx=ctx_size, n_threads=threads, max_seqs=1, n_gpu_layers=n_gpu_layers)
-    except (EdgeLLMError, UnknownModelError, FileNotFoundError, OSError) as e:
+        llm = LLM(model, n_ctx=ctx_size, n_threads=threads, max_seqs=1, n_gpu_layers=n_gpu_layers, **spec_args)
+    except (EdgeLLMError, UnknownModelError, ModelFetchError, FileNotFoundError, OSError) as e:
         raise click.ClickException(str(e))
     last = None
     try:
@@ -64,7 +70,9 @@ def command(model, prompt_arg, prompt, n_predict, temperature, seed, threads, to
     sys.stdout.flush()
     if last is not None:
         t = last.timings or {}
+        spec_line = spec_summary(t)
         click.echo(
             f"prompt: {t.get('prompt_n', 0)} tokens, {t.get('prompt_per_second', 0.0):.2f} t/s | "
-            f"generated: {t.get('predicted_n', 0)} tokens, {t.get('predicted_per_second', 0.0):.2f} t/s",
+            f"generated: {t.get('predicted_n', 0)} tokens, {t.get('predicted_per_second', 0.0):.2f} t/s"
+            + (f" | {spec_line}" if spec_line else ""),
             err=True)

@@ -8,6 +8,8 @@ import sys
 
 import click
 
+from ._speculative import spec_kwargs, spec_options
+
 
 def _stdin_text() -> str:
     data = sys.stdin.buffer.read()
@@ -32,9 +34,11 @@ def _stdin_text() -> str:
               help="Most tokens per answer; -1: until the model stops or the context is full.")
 @click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", default=0, show_default=True, type=click.IntRange(-1, None),
               help="Last layers to run on a CUDA GPU (-1 = all); without one, a warning and the CPU.")
+@spec_options()
 def command(model, prompt, system, temperature, ctx_size, threads, chat_template, verbose, seed,
-            num_predict, n_gpu_layers):
+            num_predict, n_gpu_layers, spec, draft, draft_max):
     """Chat with MODEL (a GGUF path or a known model name) in the terminal, or answer PROMPT."""
+    spec_args = spec_kwargs(spec, draft, draft_max)
     from edgellm import EdgeLLMError, LLM, SamplingParams
     from edgellm.models import ModelFetchError, UnknownModelError
     from edgellm.repl import Renderer, ReplApp, answer_once
@@ -60,7 +64,7 @@ def command(model, prompt, system, temperature, ctx_size, threads, chat_template
 
     def load(n_ctx):
         return LLM(model, n_ctx=n_ctx, n_threads=threads, chat_template=chat_template, max_seqs=1,
-                   n_gpu_layers=n_gpu_layers)
+                   n_gpu_layers=n_gpu_layers, **spec_args)
 
     try:
         llm = load(ctx_size)
@@ -83,9 +87,13 @@ def command(model, prompt, system, temperature, ctx_size, threads, chat_template
             reader = PromptToolkitReader(history_path()) if interactive_out else PlainReader(history_path())
         except ImportError:
             reader = PlainReader(history_path())
-        render.banner([("quant", quantization(llm)), ("context", str(llm.n_ctx)),
-                       ("threads", str(llm.n_threads)), ("ISA", llm.isa),
-                       ("loaded in", f"{llm.load_time:.2f} s")],
+        rows = [("quant", quantization(llm)), ("context", str(llm.n_ctx)),
+                ("threads", str(llm.n_threads)), ("ISA", llm.isa)]
+        draft_path = getattr(llm, "draft_model_path", None)
+        if draft_path:
+            rows.append(("draft", draft_path.replace("\\", "/").rsplit("/", 1)[-1]))
+        rows.append(("loaded in", f"{llm.load_time:.2f} s"))
+        render.banner(rows,
                       title=f"edgellm · {model_name(llm)}")
         app = ReplApp(llm, reader, render, base_params=base, system=system, verbose=verbose,
                       load_llm=load)

@@ -7,18 +7,20 @@ from pathlib import Path
 
 import click
 
+from ._speculative import spec_kwargs, spec_options
+
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def _resolve_model(model: str) -> str:
+def _resolve_model(model: str, hint: str = "MODEL") -> str:
     from edgellm import models
 
     try:
         return str(models.resolve(model))
     except models.UnknownModelError as e:
-        raise click.BadParameter(str(e), param_hint="MODEL") from None
+        raise click.BadParameter(str(e), param_hint=hint) from None
     except Exception as e:  # a known model that is not fetched, an unreadable path, ...
-        raise click.BadParameter(str(e), param_hint="MODEL") from None
+        raise click.BadParameter(str(e), param_hint=hint) from None
 
 
 def _read_key(api_key, api_key_file):
@@ -160,12 +162,13 @@ def _embedding_options(config) -> None:
               type=click.Choice(["on", "off", "auto"]),
               help="Chat templates get enable_thinking true (on, auto) or false (off), unless a "
                    "request's chat_template_kwargs say otherwise.")
+@spec_options()
 def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_size, kv_memory,
             threads, timeout, chat_template, alias, max_batch_tokens, shutdown_grace,
             max_body_size, read_timeout, log_level, engine_factory, n_gpu_layers, cors_origins="*", cors_methods="GET, POST, DELETE, OPTIONS",
             cors_headers="*", cors_credentials=True, n_predict=-1, seed=-1, temperature=None,
             slots_endpoint=True, metrics_endpoint=True, tags=None, reasoning="auto",
-            verbose=False):
+            verbose=False, spec="auto", draft=None, draft_max=None):
     """Serve MODEL (a .gguf path or a known model name) over an OpenAI-compatible HTTP API.
 
     Sampling parameters a request leaves out take edgellm's (llama.cpp's) defaults, as
@@ -189,6 +192,11 @@ def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_s
                       n_predict, seed, temperature, slots_endpoint, metrics_endpoint)
     config.tags = tags
     config.reasoning = reasoning
+    spec_args = spec_kwargs(spec, draft, draft_max)
+    config.speculative = spec_args["speculative"]
+    config.num_speculative_tokens = spec_args["num_speculative_tokens"]
+    if draft and spec_args["speculative"] in ("draft", "auto"):
+        config.draft_model = draft if factories else _resolve_model(draft, "--draft")
     config.verbose = verbose
     _embedding_options(config)  # --pooling, --embd-normalize, --embedding
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

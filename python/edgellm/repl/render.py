@@ -38,12 +38,19 @@ def timing_line(timings: Dict[str, float]) -> str:
     """`prompt: N tok, X t/s · answer: M tok, Y t/s` from llama-server-named timings."""
     pn = int(timings.get("prompt_n", 0))
     gn = int(timings.get("predicted_n", 0))
-    return (f"prompt: {pn} tok, {_rate(pn, timings.get('prompt_per_second'))} t/s · "
+    line = (f"prompt: {pn} tok, {_rate(pn, timings.get('prompt_per_second'))} t/s · "
             f"answer: {gn} tok, {_rate(gn, timings.get('predicted_per_second'))} t/s")
+    drafted = int(timings.get("draft_n", 0) or 0)
+    if drafted > 0:
+        accepted = int(timings.get("draft_n_accepted", 0) or 0)
+        line += f" · drafted {drafted}, accepted {accepted} ({100.0 * accepted / drafted:.0f}%)"
+    return line
 
 
 def verbose_block(timings: Dict[str, float], total_s: float, load_s: float) -> str:
-    """Ollama's `--verbose` summary with its exact labels (people grep `eval rate:`)."""
+    """Ollama's `--verbose` summary with its exact labels (people grep `eval rate:`); when
+    speculative decoding drafted tokens for the answer, three more rows: draft count, draft
+    accepted, draft acceptance."""
     pn = int(timings.get("prompt_n", 0))
     gn = int(timings.get("predicted_n", 0))
     rows = [
@@ -56,6 +63,14 @@ def verbose_block(timings: Dict[str, float], total_s: float, load_s: float) -> s
         ("eval duration", format_duration(timings.get("predicted_ms", 0.0) / 1e3)),
         ("eval rate", f"{timings.get('predicted_per_second', 0.0):.2f} tokens/s"),
     ]
+    drafted = int(timings.get("draft_n", 0) or 0)
+    if drafted > 0:  # speculative decoding drafted for this answer (llama-server's names)
+        accepted = int(timings.get("draft_n_accepted", 0) or 0)
+        rows += [
+            ("draft count", f"{drafted} token(s)"),
+            ("draft accepted", f"{accepted} token(s)"),
+            ("draft acceptance", f"{100.0 * accepted / drafted:.1f}%"),
+        ]
     return "\n".join(f"{label + ':':<22}{value}" for label, value in rows)
 
 

@@ -58,6 +58,10 @@ class ServerConfig:
     metrics_endpoint: bool = True      # GET /metrics (501 when off)
     tags: Optional[str] = None         # llama-server's --tags: comma list shown in /v1/models
     reasoning: str = "auto"            # llama-server's --reasoning: off = enable_thinking false
+    # speculative decoding (--spec, --draft, --draft-max): LLM(speculative=, draft_model=, ...)
+    speculative: str = "auto"          # auto | ngram | draft | off
+    draft_model: Optional[str] = None  # the draft model's path (or known name)
+    num_speculative_tokens: Optional[int] = None  # None = the engine's default
 
     @property
     def hosts(self) -> list:

@@ -37,6 +37,9 @@ def default_loader(config: ServerConfig):
         max_batch_tokens=config.max_batch_tokens,
         chat_template=config.chat_template,
         n_gpu_layers=config.n_gpu_layers,
+        speculative=getattr(config, "speculative", "auto"),
+        draft_model=getattr(config, "draft_model", None),
+        num_speculative_tokens=getattr(config, "num_speculative_tokens", None),
     )
     if getattr(config, "reasoning", "auto") == "off":  # llama-server's --reasoning off
         llm.llm.chat_template_defaults["enable_thinking"] = False

@@ -464,7 +464,7 @@ def native_timings(t: Optional[dict], cached: int) -> JSON:
     pred_n = int(t.get("predicted_n", 0))
     pred_ms = float(t.get("predicted_ms", 0.0))
     steps = max(0, pred_n - 1)
-    return {
+    out = {
         "cache_n": int(cached),
         "prompt_n": prompt_n, "prompt_ms": prompt_ms,
         "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
@@ -473,6 +473,10 @@ def native_timings(t: Optional[dict], cached: int) -> JSON:
         "predicted_per_token_ms": pred_ms / steps if steps and pred_ms > 0 else 0.0,
         "predicted_per_second": 1e3 * steps / pred_ms if steps and pred_ms > 0 else 0.0,
     }
+    if int(t.get("draft_n", 0) or 0) > 0:  # speculative decoding drafted for this completion
+        out["draft_n"] = int(t["draft_n"])
+        out["draft_n_accepted"] = int(t.get("draft_n_accepted", 0) or 0)
+    return out
 
 
 def pick_fields(obj: JSON, paths: List[str]) -> JSON:
@@ -895,12 +899,18 @@ class LlamaCppAPI:
             return t or ""
 
     def _slot(self, i: int, busy: bool, params=None) -> JSON:
-        out = {"id": i, "n_ctx": self.host.n_ctx or 0, "speculative": False,
+        out = {"id": i, "n_ctx": self.host.n_ctx or 0, "speculative": self._speculative(),
                "is_processing": busy}
         if params is not None:
             out["id_task"] = -1
             out["params"] = generation_settings(params, {})
         return out
+
+    def _speculative(self) -> bool:
+        """Whether the engine drafts (llama-server: a slot can speculate)."""
+        inner = getattr(self.host.llm, "llm", self.host.llm)
+        mode = getattr(inner, "speculative", "off")
+        return isinstance(mode, str) and mode != "off"
 
     async def props(self, request: Request) -> Response:
         try:
@@ -944,6 +954,9 @@ class LlamaCppAPI:
             "build_info": f"edgellm-{edgellm.__version__}",
             "is_sleeping": False,
             "cors_proxy_enabled": False,
+            # speculative decoding: the mode and the draft model (llama-server's --model-draft)
+            "speculative": getattr(inner, "speculative", "off") if self._speculative() else "off",
+            "model_draft_path": getattr(inner, "draft_model_path", None) or "",
         })
 
     async def slots(self, request: Request) -> Response:
@@ -991,9 +1004,13 @@ def llamacpp_metrics(stats: Optional[dict], m) -> str:
         ("n_decode_total", "counter", "Total number of engine steps (llama_decode() calls)", steps),
         ("n_tokens_max", "counter", "Largest observed n_tokens (prompt + generated) of a request.",
          getattr(m, "n_tokens_max", 0)),
-        ("spec_decode_num_draft_tokens_total", "counter", "Draft tokens (no speculative decoding here).", 0),
-        ("spec_decode_num_accepted_tokens_total", "counter", "Accepted draft tokens (no speculative decoding here).", 0),
-        ("spec_decode_num_drafts_total", "counter", "Drafts (no speculative decoding here).", 0),
+        ("spec_decode_num_draft_tokens_total", "counter",
+         "Speculative decoding: tokens drafted (n-gram or draft model) and verified.",
+         e.get("spec_drafted", 0)),
+        ("spec_decode_num_accepted_tokens_total", "counter",
+         "Speculative decoding: drafted tokens the model accepted.", e.get("spec_accepted", 0)),
+        ("spec_decode_num_drafts_total", "counter",
+         "Speculative decoding: drafts verified (sequence-steps with a draft).", e.get("spec_steps", 0)),
         ("prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.",
          prompt_tokens / prompt_s if prompt_s > 0 else 0.0),
         ("predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.",

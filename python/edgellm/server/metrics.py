@@ -145,6 +145,23 @@ class ServerMetrics:
             metric("edgellm_prefix_cache_hit_ratio", "gauge",
                    "Prefix cache hits / lookups since start",
                    [("", (e.get("prefix_cache_hits", 0) / queries) if queries else 0.0)])
+            if "spec_drafted" in e:  # speculative decoding
+                drafted = e.get("spec_drafted", 0)
+                metric("edgellm_spec_draft_tokens_total", "counter",
+                       "Speculative decoding: tokens drafted (n-gram or draft model) and verified",
+                       [("", drafted)])
+                metric("edgellm_spec_accepted_tokens_total", "counter",
+                       "Speculative decoding: drafted tokens the model accepted",
+                       [("", e.get("spec_accepted", 0))])
+                metric("edgellm_spec_verify_steps_total", "counter",
+                       "Speculative decoding: sequence-steps that verified a draft",
+                       [("", e.get("spec_steps", 0))])
+                metric("edgellm_spec_acceptance_ratio", "gauge",
+                       "Speculative decoding: accepted / drafted tokens since start",
+                       [("", (e.get("spec_accepted", 0) / drafted) if drafted else 0.0)])
+                metric("edgellm_spec_draft_seconds_total", "counter",
+                       "Speculative decoding: time in draft-model forward passes",
+                       [("", e.get("spec_draft_seconds", 0.0))])
             metric("edgellm_tokens_per_second", "gauge",
                    "Generated tokens per second over the engine's recent window",
                    [("", e.get("tokens_per_second", 0.0))])

@@ -385,6 +385,10 @@ class Routes:
         inner = getattr(llm, "llm", llm)
         meta = {"n_ctx": getattr(inner, "n_ctx", None), "n_vocab": getattr(inner, "n_vocab", None),
                 "isa": getattr(inner, "isa", None), "path": getattr(inner, "model_path", None)}
+        spec = getattr(inner, "speculative", None)
+        if isinstance(spec, str):  # speculative decoding: the mode and the draft model's path
+            meta["speculative"] = spec
+            meta["draft_model"] = getattr(inner, "draft_model_path", None)
         md = getattr(inner, "metadata", None) or {}
         if isinstance(md, dict):
             meta["architecture"] = md.get("general.architecture")
