@@ -1,5 +1,7 @@
 #include "grammar/grammar_ast.h"
 
+#include <climits>
+
 #include <cstdio>
 
 namespace edgellm::grammar {
@@ -41,13 +43,19 @@ GrammarNode GrammarNode::rule_ref(std::string name) {
 }
 
 GrammarNode GrammarNode::stacked_repeat(GrammarNode item, int32_t min, int32_t max) {
-  const bool simple_inner = item.kind == Kind::Repeat && (item.min == 0 || item.min == 1) &&
-                            (item.max == 1 || item.max < 0) && !(item.min == 1 && item.max == 1);
-  if (!simple_inner || max == 0) return repeat(std::move(item), min, max);
-  const int32_t new_min = item.min * min;
-  const int32_t new_max = (item.max < 0 || max < 0) ? -1 : max;  // the inner max is 1 here
+  // (x{a,b}){c,d} repeats x a number of times in the union over j in [c, d] of [j*a, j*b]. Those
+  // intervals overlap or touch from j = c on exactly when a - 1 <= c * (b - a) (the gap shrinks as
+  // j grows; c = 0 also needs a <= 1 to join {0}), and then the language is x{c*a, d*b}: one
+  // repeat instead of nested ones, whose expansion is the product of both (x{0,3}{,311} would
+  // otherwise compile 933 nested optional copies). Unbounded ends stay unbounded.
+  if (item.kind != Kind::Repeat || max == 0 || item.max == 0) return repeat(std::move(item), min, max);
+  const int64_t a = item.min, b = item.max, c = min, d = max;
+  const bool joined = b < 0 ? (c >= 1 || a <= 1) : (a - 1 <= c * (b - a));
+  const int64_t new_min = a * c;
+  const int64_t new_max = (b < 0 || d < 0) ? -1 : b * d;
+  if (!joined || new_min > INT32_MAX || new_max > INT32_MAX) return repeat(std::move(item), min, max);
   GrammarNode inner = std::move(item.children[0]);
-  return repeat(std::move(inner), new_min, new_max);
+  return repeat(std::move(inner), static_cast<int32_t>(new_min), static_cast<int32_t>(new_max));
 }
 
 GrammarNode GrammarNode::repeat(GrammarNode item, int32_t min, int32_t max) {

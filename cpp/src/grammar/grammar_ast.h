@@ -36,10 +36,11 @@ struct GrammarNode {
   static GrammarNode char_class(CodepointRanges ranges, bool negated);
   static GrammarNode rule_ref(std::string name);
   static GrammarNode repeat(GrammarNode item, int32_t min, int32_t max);
-  // `item` repeated min..max times, where a quantifier on an item that is itself x?, x* or x+
-  // is folded into one repeat when the language is the same: (x?){m,n} = x{0,n},
-  // (x*){m,n} = x*, (x+){m,n} = x{m,} (n >= 1) -- the counts such stacks produce are
-  // contiguous. Other stacks ((x{2}){2,}: 4, 6, 8, ...) stay nested. The GBNF and regex
+  // `item` repeated min..max times, where a quantifier on an item that is itself a repeat
+  // x{a,b} is folded into one repeat x{m*a, n*b} when the counts the stack produces are
+  // contiguous, i.e. the language is the same: (x?){m,n} = x{0,n}, (x*){m,n} = x*,
+  // (x+){m,n} = x{m,}, (x{0,3}){0,311} = x{0,933}, (x{2,3}){1,2} = x{2,6}. Other stacks
+  // ((x{2}){2,}: 4, 6, 8, ...) stay nested. The GBNF and regex
   // parsers build every postfix operator with it, so `x+++...` / `(x?)*??...` is one repeat
   // instead of a nest whose automaton blows up (fuzz_gbnf, fuzz_regex, fuzz_json_schema).
   static GrammarNode stacked_repeat(GrammarNode item, int32_t min, int32_t max);
