@@ -26,7 +26,7 @@ DecoderModel::DecoderModel(std::shared_ptr<GgufFile> file, const Architecture& a
   file_ = std::move(file);
   config_ = std::move(config);
   const ModelConfig& c = config_;
-  threads_ = std::make_unique<ThreadPool>(opts.n_threads);
+  threads_ = opts.threads ? opts.threads : std::make_shared<ThreadPool>(opts.n_threads);
 
   WeightLoader ld(*file_);
   token_embd_ = ld.matrix("token_embd.weight", c.n_embd, c.n_vocab);

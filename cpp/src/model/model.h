@@ -19,6 +19,9 @@ struct LoadOptions {
   int n_threads = 0;        // 0 = physical cores
   int max_batch_tokens = 512;  // largest batch forward() accepts (scratch is sized for it)
   int n_gpu_layers = 0;     // last layers to run on the GPU (-1 = all); backend/layer_executor.h
+  // Run on this pool instead of a new one (n_threads ignored): a draft model shares the target's
+  // workers, as both only run from the engine thread, one after the other.
+  std::shared_ptr<ThreadPool> threads;
 };
 
 class Model {
@@ -32,6 +35,7 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const GgufFile& file() const { return *file_; }
   ThreadPool& threads() { return *threads_; }
+  const std::shared_ptr<ThreadPool>& thread_pool() const { return threads_; }
   int max_batch_tokens() const { return max_batch_tokens_; }
   // Layers actually running on the GPU (0 when none could be offloaded), and where.
   int gpu_layers() const { return gpu_layers_; }
@@ -52,7 +56,7 @@ class Model {
  protected:
   std::shared_ptr<GgufFile> file_;
   ModelConfig config_;
-  std::unique_ptr<ThreadPool> threads_;
+  std::shared_ptr<ThreadPool> threads_;
   int max_batch_tokens_ = 0;
   int gpu_layers_ = 0;
   std::string gpu_description_;
