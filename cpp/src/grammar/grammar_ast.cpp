@@ -1,7 +1,5 @@
 #include "grammar/grammar_ast.h"
 
-#include <climits>
-
 #include <cstdio>
 
 namespace edgellm::grammar {
@@ -53,7 +51,9 @@ GrammarNode GrammarNode::stacked_repeat(GrammarNode item, int32_t min, int32_t m
   const bool joined = b < 0 ? (c >= 1 || a <= 1) : (a - 1 <= c * (b - a));
   const int64_t new_min = a * c;
   const int64_t new_max = (b < 0 || d < 0) ? -1 : b * d;
-  if (!joined || new_min > INT32_MAX || new_max > INT32_MAX) return repeat(std::move(item), min, max);
+  // A folded count past kMaxRepetition could not be written back as GBNF (to_gbnf), so such a
+  // stack stays nested (its expansion then meets the compiler's size limits).
+  if (!joined || new_min > kMaxRepetition || new_max > kMaxRepetition) return repeat(std::move(item), min, max);
   GrammarNode inner = std::move(item.children[0]);
   return repeat(std::move(inner), static_cast<int32_t>(new_min), static_cast<int32_t>(new_max));
 }
