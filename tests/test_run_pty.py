@@ -83,7 +83,9 @@ class Terminal:
     def ask(self, text):
         """Send a message; the answer text (between the echoed message and the timing line)."""
         self.child.send(text + "\r")
-        seen = self.wait_for(r"prompt: \d+ tok, [\d.-]+ t/s · answer: \d+ tok, [\d.-]+ t/s\n")
+        # speculative decoding (on by default: --spec auto) appends its counts when it drafted
+        seen = self.wait_for(r"prompt: \d+ tok, [\d.-]+ t/s · answer: \d+ tok, [\d.-]+ t/s"
+                             r"( · drafted \d+, accepted \d+ \(\d+%\))?\n")
         self.prompt()
         body = seen.rsplit(text, 1)[-1]
         return body[: body.rfind("prompt:")].strip()
