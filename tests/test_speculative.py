@@ -476,6 +476,16 @@ def test_repl_verbose_block_and_timing_line():
     assert "draft" not in timing_line(plain)
 
 
+def test_repl_show_info_rows(trio):
+    from edgellm.repl.model_facts import info_rows
+
+    trio.ngram.generate(COPY, greedy(16))
+    rows = dict(info_rows(trio.ngram))
+    assert rows["speculative"] == "ngram"
+    assert "draft model" not in rows and "%" in rows["drafted / accepted"]
+    assert dict(info_rows(trio.off))["speculative"] == "off"
+
+
 def test_run_verbose_shows_acceptance(smollm2_path):
     r = cli("run", smollm2_path, "--verbose", "--temp", 0, "-n", 60, "-t", N_THREADS,
             "--spec", "ngram", "--draft-max", 4,

@@ -84,7 +84,26 @@ def info_rows(llm) -> List[Tuple[str, str]]:
         ("session context", show(getattr(llm, "n_ctx", None))),
         ("threads", show(getattr(llm, "n_threads", None))),
         ("ISA", show(getattr(llm, "isa", None))),
-    ]
+    ] + _speculative_rows(llm)
+
+
+def _speculative_rows(llm) -> List[Tuple[str, str]]:
+    """Speculative decoding: the mode, the draft model and the session's acceptance so far."""
+    mode = getattr(llm, "speculative", None)
+    if not isinstance(mode, str):
+        return []
+    rows = [("speculative", mode)]
+    draft = getattr(llm, "draft_model_path", None)
+    if draft:
+        rows.append(("draft model", str(draft)))
+    try:
+        st = llm.stats()
+    except Exception:  # noqa: BLE001 - a stand-in or closed engine: nothing to add
+        return rows
+    if isinstance(st, dict) and st.get("spec_drafted"):
+        rows.append(("drafted / accepted", f"{st['spec_drafted']} / {st.get('spec_accepted', 0)} "
+                                           f"({100.0 * st.get('spec_acceptance', 0.0):.1f}%)"))
+    return rows
 
 
 def template_text(llm) -> str:
