@@ -273,6 +273,7 @@ void bind_engine(py::module_& m) {
                LoadOptions d;
                d.n_threads = n_threads;
                d.max_batch_tokens = max_batch_tokens;
+               d.threads = e->model->thread_pool();  // the target's workers: the two never run at once
                e->draft = std::shared_ptr<Model>(Model::load(draft_model, d));
                e->draft_path = draft_model;
                draft = std::make_shared<ModelBackend>(e->draft);
