@@ -213,6 +213,18 @@ bool DraftProposer::choose(DraftRequest& r, const float* row, std::vector<int32_
   return true;
 }
 
+int32_t DraftProposer::behind(int slot, uint64_t key, const std::vector<int32_t>& tokens) const {
+  const int32_t size = static_cast<int32_t>(tokens.size());
+  if (slot < 0 || slot >= static_cast<int>(slots_.size()) || size == 0) return std::max(0, size - 1);
+  const SlotState& s = slots_[static_cast<size_t>(slot)];
+  if (!s.owned || s.key != key) return size - 1;
+  int32_t valid = std::min(s.n_real, size);
+  if (valid == s.n_real)
+    for (size_t j = 0; j < s.drafted.size() && valid < size && tokens[static_cast<size_t>(valid)] == s.drafted[j]; ++j)
+      ++valid;
+  return std::max(0, size - 1 - std::min(valid, size - 1));
+}
+
 void DraftProposer::propose(std::vector<DraftRequest>& reqs) {
   const int n_slots = static_cast<int>(slots_.size());
   std::vector<size_t> active;  // indices into reqs

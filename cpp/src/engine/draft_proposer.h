@@ -78,6 +78,10 @@ class DraftProposer {
   // long prompt's catch-up is spread over steps instead of stalling one.
   void set_catch_up_budget(int32_t tokens) { catch_up_budget_ = tokens > 0 ? tokens : 0; }
 
+  // Tokens a propose() for this sequence would first have to run through the draft (catch-up):
+  // all of them but the last for a slot it does not own yet.
+  int32_t behind(int slot, uint64_t key, const std::vector<int32_t>& tokens) const;
+
   const DraftStats& stats() const { return stats_; }
   int64_t pages_used() const;
   int32_t n_vocab() const { return n_vocab_; }

@@ -207,6 +207,7 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params
     if (cfg_.spec.mode == SpecMode::Ngram || cfg_.spec.mode == SpecMode::Auto) {
       s->ngram = std::make_unique<NgramProposer>(cfg_.spec.ngram_max, cfg_.spec.ngram_min);
       s->ngram->push(prompt);
+      s->accept_ngram.assign(static_cast<size_t>(cfg_.spec.ngram_max) + 1, SpecAcceptance{});
     }
     // Completion 0 computes the prompt (the others fork it): it alone reports prefill progress.
     s->return_progress = i == 0 && opts.stream && params.return_progress;
@@ -565,20 +566,36 @@ void Engine::propose_drafts() {
     if (s->max_tokens >= 0) left = std::min(left, s->max_tokens - s->n_generated() - 1);
     if (left <= 0) continue;
     if (s->ngram) {
-      const int32_t k_max = std::min(left, spec_max_draft(false));
-      const int32_t k = cfg_.spec.adaptive
-                            ? choose_draft_length(step_cost_, base, s->accept_ngram.alpha(), k_max, 0.0).k
-                            : k_max;
-      if (k > 0) s->ngram->propose(k, &s->draft);
-      if (!s->draft.empty()) {
-        base += static_cast<int32_t>(s->draft.size());
-        continue;
+      const NgramProposer::Match m = s->ngram->find_match();
+      if (m.n > 0) {
+        const int32_t k_max = std::min(left, spec_max_draft(false));
+        const double alpha = s->accept_ngram[static_cast<size_t>(m.n)].alpha();
+        const int32_t k = cfg_.spec.adaptive ? choose_draft_length(step_cost_, base, alpha, k_max, 0.0).k : k_max;
+        if (k > 0) s->ngram->propose(k, &s->draft);
+        if (!s->draft.empty()) {
+          s->draft_ngram_n = m.n;
+          base += static_cast<int32_t>(s->draft.size());
+          continue;
+        }
       }
     }
     if (!draft_) continue;
     const int32_t k_max = std::min(left, spec_max_draft(true));
+    const uint64_t key = static_cast<uint64_t>(s->arrival) + 1;
+    // Auto: the draft must first read what it has not seen (tokens accepted from n-gram drafts,
+    // or the whole prompt), paid before any drafted token, so it weighs on the choice; until
+    // that cost was measured, the target's own cost per prompt token stands in (an upper bound
+    // for a smaller draft). Draft mode has no other proposer: there the catch-up is the price of
+    // drafting at all.
+    double catch_up = 0.0;
+    if (cfg_.spec.mode == SpecMode::Auto) {
+      const double per = draft_catch_up_seconds_ > 0
+                             ? draft_catch_up_seconds_
+                             : step_cost_.estimate(cfg_.max_batch_tokens) / cfg_.max_batch_tokens;
+      catch_up = per * draft_->behind(s->slot, key, s->tokens);
+    }
     const int32_t k = cfg_.spec.adaptive ? choose_draft_length(step_cost_, base, s->accept_draft.alpha(), k_max,
-                                                               draft_forward_seconds_)
+                                                               draft_forward_seconds_, catch_up)
                                                .k
                                          : k_max;
     if (k <= 0) continue;
@@ -608,6 +625,9 @@ void Engine::propose_drafts() {
   if (forwards > 0 && tokens <= (forwards + 2) * static_cast<int64_t>(draft_reqs_.size())) {
     const double per = (after.seconds - before.seconds) / forwards;
     draft_forward_seconds_ = draft_forward_seconds_ > 0 ? 0.8 * draft_forward_seconds_ + 0.2 * per : per;
+  } else if (tokens > 0) {
+    const double per = (after.seconds - before.seconds) / tokens;  // mostly catch-up: cost per token read
+    draft_catch_up_seconds_ = draft_catch_up_seconds_ > 0 ? 0.8 * draft_catch_up_seconds_ + 0.2 * per : per;
   }
   for (size_t i = 0; i < draft_reqs_.size(); ++i) {
     Sequence* s = from_model[i];
@@ -669,7 +689,9 @@ void Engine::verify_draft(const ScheduledChunk& c, Sequence* s) {
     postprocess_token(s, token, params.logprobs >= 0 ? &lp : nullptr);
     if (s->slot < 0 || !hit) break;  // finished (its pages are gone), or the first rejection
   }
-  (from_model ? s->accept_draft : s->accept_ngram).update(nd, accepted);
+  if (from_model) s->accept_draft.update(nd, accepted);
+  else if (s->draft_ngram_n > 0 && s->draft_ngram_n < static_cast<int32_t>(s->accept_ngram.size()))
+    s->accept_ngram[static_cast<size_t>(s->draft_ngram_n)].update(nd, accepted);
   if (s->slot < 0) return;
   sched_->commit_draft(s, accepted);
   if (draft_) draft_->rollback(s->slot, static_cast<uint64_t>(s->arrival) + 1, s->n_computed);

@@ -166,6 +166,7 @@ class Engine {
   std::vector<DraftRequest> draft_reqs_;
   std::vector<TokenProb> spec_p_;
   double draft_forward_seconds_ = 0.0;  // recent draft forward time (one token per sequence)
+  double draft_catch_up_seconds_ = 0.0;  // recent draft time per catch-up token
   int64_t spec_drafted_ = 0, spec_accepted_ = 0, spec_steps_ = 0;
 
   // Shared with other threads, guarded by mu_.

@@ -89,7 +89,11 @@ struct Sequence {
   std::vector<std::vector<TokenProb>> draft_q;
   bool draft_from_model = false;
   std::unique_ptr<NgramProposer> ngram;
-  SpecAcceptance accept_ngram, accept_draft;
+  // Acceptance per n-gram match length (index n; a long match is a better predictor than a
+  // one-token one), and of the draft model; draft_ngram_n: the match length of the current draft.
+  std::vector<SpecAcceptance> accept_ngram;
+  SpecAcceptance accept_draft;
+  int32_t draft_ngram_n = 0;
   int32_t draft_n = 0, draft_n_accepted = 0;  // this completion's totals (timings)
 
   int32_t n_generated() const { return static_cast<int32_t>(tokens.size()) - n_prompt; }

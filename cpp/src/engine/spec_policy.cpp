@@ -73,7 +73,7 @@ double expected_tokens(double alpha, int32_t k) {
 }
 
 SpecChoice choose_draft_length(const StepCostModel& cost, int32_t batch_tokens, double alpha, int32_t k_max,
-                               double draft_seconds_per_token) {
+                               double draft_seconds_per_token, double draft_fixed_seconds) {
   SpecChoice best;
   if (k_max <= 0) return best;
   const int32_t b = std::max<int32_t>(1, batch_tokens);
@@ -85,7 +85,7 @@ SpecChoice choose_draft_length(const StepCostModel& cost, int32_t batch_tokens, 
   const double base = b / t0;  // tokens per second without this sequence's drafts
   // The other B - 1 sequences yield one token each; this one yields E_k.
   for (int32_t k = 1; k <= k_max; ++k) {
-    const double t = cost.estimate(b + k) + draft_seconds_per_token * k;
+    const double t = cost.estimate(b + k) + draft_seconds_per_token * k + draft_fixed_seconds;
     const double rate = (b - 1 + expected_tokens(alpha, k)) / std::max(t, 1e-9);
     const double g = rate / base;
     if (g > best.gain) {

@@ -16,7 +16,8 @@
 //
 //     (B + E_k) / (t(B + k) + d(k))   against   B / t(B),
 //
-// d(k) being the draft model's time for k tokens (0 for n-gram lookup), picks the best k, and
+// d(k) being the draft model's time for k tokens (0 for n-gram lookup; plus what it costs the
+// draft to read the tokens it has not seen yet), picks the best k, and
 // drafts only when it beats not drafting by kMargin. Many streams make t(B + k) - t(B) large
 // (compute-bound), free prose makes alpha small: both drive k to 0.
 #pragma once
@@ -53,9 +54,10 @@ struct SpecChoice {
 double expected_tokens(double alpha, int32_t k);
 
 // The k in [0, k_max] that maximises the batch's expected throughput (see above). `batch_tokens`:
-// tokens the step has without this sequence's drafts (B); `draft_seconds_per_token`: d(k) / k.
+// tokens the step has without this sequence's drafts (B); `draft_seconds_per_token`: d(k) / k;
+// `draft_fixed_seconds`: paid once before any drafted token (the draft model's catch-up).
 SpecChoice choose_draft_length(const StepCostModel& cost, int32_t batch_tokens, double alpha, int32_t k_max,
-                               double draft_seconds_per_token);
+                               double draft_seconds_per_token, double draft_fixed_seconds = 0.0);
 
 // The speculative sampling rule for one drafted token d drawn from q: accept it with probability
 // min(1, p(d) / q(d)), else draw from the residual max(0, p - q) normalised (from p when the
