@@ -555,6 +555,7 @@ void Engine::propose_drafts() {
   base = std::max(1, std::min(base, cfg_.max_batch_tokens));
   draft_reqs_.clear();
   std::vector<Sequence*> from_model;
+  bool explored = false;  // one sequence per step may try a batch size not measured yet
   for (const auto& sp : running) {
     Sequence* s = sp.get();
     s->draft.clear();
@@ -570,7 +571,12 @@ void Engine::propose_drafts() {
       if (m.n > 0) {
         const int32_t k_max = std::min(left, spec_max_draft(false));
         const double alpha = s->accept_ngram[static_cast<size_t>(m.n)].alpha();
-        const int32_t k = cfg_.spec.adaptive ? choose_draft_length(step_cost_, base, alpha, k_max, 0.0).k : k_max;
+        int32_t k = k_max;
+        if (cfg_.spec.adaptive) {
+          const SpecChoice c = choose_draft_length(step_cost_, base, alpha, k_max, 0.0, 0.0, !explored);
+          k = c.k;
+          explored = explored || c.explores;
+        }
         if (k > 0) s->ngram->propose(k, &s->draft);
         if (!s->draft.empty()) {
           s->draft_ngram_n = m.n;
@@ -594,10 +600,13 @@ void Engine::propose_drafts() {
                              : step_cost_.estimate(cfg_.max_batch_tokens) / cfg_.max_batch_tokens;
       catch_up = per * draft_->behind(s->slot, key, s->tokens);
     }
-    const int32_t k = cfg_.spec.adaptive ? choose_draft_length(step_cost_, base, s->accept_draft.alpha(), k_max,
-                                                               draft_forward_seconds_, catch_up)
-                                               .k
-                                         : k_max;
+    int32_t k = k_max;
+    if (cfg_.spec.adaptive) {
+      const SpecChoice c = choose_draft_length(step_cost_, base, s->accept_draft.alpha(), k_max,
+                                               draft_forward_seconds_, catch_up, !explored);
+      k = c.k;
+      explored = explored || c.explores;
+    }
     if (k <= 0) continue;
     DraftRequest r;
     r.slot = s->slot;

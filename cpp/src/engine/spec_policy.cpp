@@ -35,7 +35,13 @@ void StepCostModel::observe(int32_t tokens, double seconds) {
   ++n_obs_;
 }
 
-double StepCostModel::estimate(int32_t tokens) const {
+int32_t StepCostModel::measured_below(int32_t tokens) const {
+  for (int i = std::min<int>(bucket(tokens), static_cast<int>(count_.size()) - 1); i >= 0; --i)
+    if (count_[i] > 0) return bucket_tokens(i);
+  return 0;
+}
+
+double StepCostModel::estimate(int32_t tokens, bool optimistic) const {
   if (n_obs_ == 0) return 0.0;
   const int b = bucket(tokens);
   if (b < static_cast<int>(count_.size()) && count_[b] > 0) return mean_[b];
@@ -59,6 +65,11 @@ double StepCostModel::estimate(int32_t tokens) const {
     const double nh = bucket_tokens(hi), th = mean_[hi];
     return tl + std::min(1.0, std::max(0.0, (tokens - nl) / (nh - nl))) * std::max(0.0, th - tl);
   }
+  if (!optimistic) {
+    if (hi < 0) return tl * tokens / nl;
+    const double nh = bucket_tokens(hi), th = mean_[hi];
+    return std::min(tl * tokens / nl, tl + (tokens - nl) / (nh - nl) * std::max(0.0, th - tl));
+  }
   if (tokens <= 2.0 * nl) return tl;
   if (hi < 0) return tl * tokens / (2.0 * nl);
   const double nh = bucket_tokens(hi), th = mean_[hi];
@@ -73,7 +84,7 @@ double expected_tokens(double alpha, int32_t k) {
 }
 
 SpecChoice choose_draft_length(const StepCostModel& cost, int32_t batch_tokens, double alpha, int32_t k_max,
-                               double draft_seconds_per_token, double draft_fixed_seconds) {
+                               double draft_seconds_per_token, double draft_fixed_seconds, bool explore) {
   SpecChoice best;
   if (k_max <= 0) return best;
   const int32_t b = std::max<int32_t>(1, batch_tokens);
@@ -84,13 +95,15 @@ SpecChoice choose_draft_length(const StepCostModel& cost, int32_t batch_tokens, 
   }
   const double base = b / t0;  // tokens per second without this sequence's drafts
   // The other B - 1 sequences yield one token each; this one yields E_k.
+  const int32_t known = cost.measured_below(b + k_max);
   for (int32_t k = 1; k <= k_max; ++k) {
-    const double t = cost.estimate(b + k) + draft_seconds_per_token * k + draft_fixed_seconds;
+    const double t = cost.estimate(b + k, explore) + draft_seconds_per_token * k + draft_fixed_seconds;
     const double rate = (b - 1 + expected_tokens(alpha, k)) / std::max(t, 1e-9);
     const double g = rate / base;
     if (g > best.gain) {
       best.gain = g;
       best.k = k;
+      best.explores = b + k > known;
     }
   }
   if (best.gain < kMargin) best = SpecChoice{};

@@ -33,8 +33,12 @@ class StepCostModel {
   static constexpr int kMaxTokens = 1 << 16;
   // One step of `tokens` batch tokens took `seconds`.
   void observe(int32_t tokens, double seconds);
-  // Estimated seconds of a step of `tokens` tokens; 0 before anything was observed.
-  double estimate(int32_t tokens) const;
+  // Estimated seconds of a step of `tokens` tokens; 0 before anything was observed. `optimistic`:
+  // sizes beyond the measured ones cost what the nearest smaller measured size costs up to
+  // twice that size (to try them); otherwise they are extrapolated in proportion to the tokens.
+  double estimate(int32_t tokens, bool optimistic = true) const;
+  // The largest size measured at or below `tokens` (0 when none).
+  int32_t measured_below(int32_t tokens) const;
   bool empty() const { return n_obs_ == 0; }
 
  private:
@@ -48,6 +52,7 @@ class StepCostModel {
 struct SpecChoice {
   int32_t k = 0;
   double gain = 1.0;  // expected throughput ratio against not drafting
+  bool explores = false;  // the chosen size relies on an optimistic (unmeasured) cost
 };
 
 // Expected tokens a verify step yields with k drafts at per-token acceptance alpha (bonus included).
@@ -56,8 +61,11 @@ double expected_tokens(double alpha, int32_t k);
 // The k in [0, k_max] that maximises the batch's expected throughput (see above). `batch_tokens`:
 // tokens the step has without this sequence's drafts (B); `draft_seconds_per_token`: d(k) / k;
 // `draft_fixed_seconds`: paid once before any drafted token (the draft model's catch-up).
+// `explore`: whether sizes not measured yet may be assumed cheap (the engine lets one sequence
+// per step explore, so a batch of many streams never bets all its sequences on a guess).
 SpecChoice choose_draft_length(const StepCostModel& cost, int32_t batch_tokens, double alpha, int32_t k_max,
-                               double draft_seconds_per_token, double draft_fixed_seconds = 0.0);
+                               double draft_seconds_per_token, double draft_fixed_seconds = 0.0,
+                               bool explore = true);
 
 // The speculative sampling rule for one drafted token d drawn from q: accept it with probability
 // min(1, p(d) / q(d)), else draw from the residual max(0, p - q) normalised (from p when the
