@@ -42,7 +42,11 @@ struct SpeculativeConfig {
   SpecMode mode = SpecMode::Off;
   int32_t max_draft = 0;   // most tokens drafted per step (num_speculative_tokens); 0 = default (16 n-gram, 8 draft)
   bool adaptive = true;    // false: always draft max_draft tokens when there is a proposal (tests, benchmarks)
-  int32_t ngram_max = 4, ngram_min = 1;
+  // n-gram lengths matched, longest first. Up to 12: in code a 4-token context recurs all over
+  // (indentation, `self.`, `return `) and points at the wrong place; a 12-token one finds the
+  // passage being copied (code edit: 99.6 % acceptance, 15.4 tokens per step, against 86-92 %
+  // and ~8 with at most 4).
+  int32_t ngram_max = 12, ngram_min = 1;
 };
 
 struct EngineConfig {
