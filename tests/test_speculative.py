@@ -251,11 +251,14 @@ def test_pages_back_after_aborted_streams(trio):
         allm = AsyncLLM.__new__(AsyncLLM)
         allm.llm = llm  # the same engine, driven from asyncio
 
+        started = asyncio.Event()
+
         async def consume():
-            async for _ in allm.stream(COPY, greedy(200)):
-                pass
+            # ignore_eos: long enough that the cancel lands while tokens (and drafts) are in flight
+            async for _ in allm.stream(COPY, greedy(1000, ignore_eos=True)):
+                started.set()
         task = asyncio.ensure_future(consume())
-        await asyncio.sleep(0.3)
+        await asyncio.wait_for(started.wait(), 60)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
