@@ -6,7 +6,7 @@
 namespace edgellm {
 namespace {
 constexpr double kWeight = 0.1;     // weight of a new observation once a bucket has 10
-constexpr double kMargin = 1.03;    // drafting must promise 3 % more throughput than not drafting
+constexpr double kMargin = 1.10;    // drafting must promise 10 % more throughput than not drafting
 constexpr int kExact = 64;          // sizes up to this have a bucket each; above, 8 per doubling
 }  // namespace
 
