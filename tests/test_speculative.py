@@ -12,11 +12,11 @@ business (bench/speculative.py), never asserted here.
 import asyncio
 import json
 import threading
-import time
 
 import pytest
 
 from edgellm import LLM, AsyncLLM, InvalidRequestError, SamplingParams
+from test_llm import pages_back_to_zero, wait_for
 
 pytestmark = pytest.mark.real_model
 
@@ -47,20 +47,6 @@ N_TOKENS = 40
 
 def greedy(max_tokens=N_TOKENS, **kw):
     return SamplingParams(temperature=0.0, max_tokens=max_tokens, **kw)
-
-
-def wait_for(pred, timeout=10.0):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        if pred():
-            return True
-        time.sleep(0.01)
-    return pred()
-
-
-def pages_back_to_zero(llm):
-    """Every page held by a request is back (prefix-cache pages are not requests')."""
-    return wait_for(lambda: llm.stats()["pages_used"] == 0 and llm.stats()["running"] == 0)
 
 
 def forced(path, mode="ngram", k=4, **kw):

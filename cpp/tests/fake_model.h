@@ -44,6 +44,13 @@ inline int32_t argmax(const float* l) {
   return b;
 }
 
+// A prompt of n pseudo-random non-special tokens (salt picks the sequence).
+inline std::vector<int32_t> make_prompt(int32_t n, int32_t salt) {
+  std::vector<int32_t> p;
+  for (int32_t i = 0; i < n; ++i) p.push_back(2 + static_cast<int32_t>(mix(i * 31 + salt) % (kVocab - 2)));
+  return p;
+}
+
 // Greedy continuation computed from the token list alone (stops at max_tokens or EOG).
 inline std::vector<int32_t> reference_greedy(const std::vector<int32_t>& prompt, int32_t max_tokens) {
   uint64_t h = 0;

@@ -25,11 +25,7 @@ struct Collected {
   bool finished = false;
 };
 
-std::vector<int32_t> make_prompt(int32_t n, int32_t salt) {
-  std::vector<int32_t> p;
-  for (int32_t i = 0; i < n; ++i) p.push_back(2 + static_cast<int32_t>(fake::mix(i * 31 + salt) % (fake::kVocab - 2)));
-  return p;
-}
+using fake::make_prompt;
 
 SamplingParams greedy(int32_t max_tokens) {
   SamplingParams p;

@@ -63,11 +63,7 @@ class NoisyDraft : public fake::FakeModel {
   float noise_;
 };
 
-std::vector<int32_t> make_prompt(int32_t n, int32_t salt) {
-  std::vector<int32_t> p;
-  for (int32_t i = 0; i < n; ++i) p.push_back(2 + static_cast<int32_t>(fake::mix(i * 31 + salt) % (fake::kVocab - 2)));
-  return p;
-}
+using fake::make_prompt;
 
 EngineConfig config(SpecMode mode, int32_t max_draft = 6, bool adaptive = false) {
   EngineConfig c;

@@ -521,15 +521,7 @@ void Engine::sample_and_postprocess(const std::vector<ScheduledChunk>& plan) {
       int32_t token;
       TokenLogprob lp;
       try {
-        if (x->constraint) {
-          // Tokens left including this one (max_tokens, then the context), for budget closing.
-          int32_t left = n_ctx_ - static_cast<int32_t>(x->tokens.size());
-          if (x->max_tokens >= 0) left = std::min(left, x->max_tokens - x->n_generated());
-          x->constraint->set_remaining(left);
-          x->constraint->apply(work_.data(), n_vocab_);
-          if (!x->constraint->is_complete())
-            for (int32_t t : eog_) work_[t] = -INFINITY;
-        }
+        mask_constrained(x.get(), work_.data());
         token = x->sampler->sample(work_.data(), n_vocab_, x->tokens, x->n_generated(), &lp);
         if (x->constraint) x->constraint->accept(token);
       } catch (const std::exception& e) {
@@ -539,6 +531,17 @@ void Engine::sample_and_postprocess(const std::vector<ScheduledChunk>& plan) {
       postprocess_token(x.get(), token, x->sampler->params().logprobs >= 0 ? &lp : nullptr);
     }
   }
+}
+
+void Engine::mask_constrained(Sequence* s, float* logits) {
+  if (!s->constraint) return;
+  // Tokens left including this one (max_tokens, then the context), for budget closing.
+  int32_t left = n_ctx_ - static_cast<int32_t>(s->tokens.size());
+  if (s->max_tokens >= 0) left = std::min(left, s->max_tokens - s->n_generated());
+  s->constraint->set_remaining(left);
+  s->constraint->apply(logits, n_vocab_);
+  if (!s->constraint->is_complete())
+    for (int32_t t : eog_) logits[t] = -INFINITY;
 }
 
 int32_t Engine::spec_max_draft(bool from_model) const {
@@ -649,7 +652,7 @@ void Engine::propose_drafts() {
 void Engine::verify_draft(const ScheduledChunk& c, Sequence* s) {
   const int32_t nd = c.n_draft;
   const int32_t row0 = c.first_row + c.n_rows - 1 - nd;
-  const std::vector<int32_t> draft = s->draft;
+  const std::vector<int32_t> draft = std::move(s->draft);  // commit_draft / finish clear it anyway
   const std::vector<std::vector<TokenProb>> draft_q = std::move(s->draft_q);
   const bool from_model = s->draft_from_model;
   const SamplingParams& params = s->sampler->params();
@@ -669,14 +672,7 @@ void Engine::verify_draft(const ScheduledChunk& c, Sequence* s) {
     int32_t token;
     TokenLogprob lp;
     try {
-      if (s->constraint) {
-        int32_t left = n_ctx_ - static_cast<int32_t>(s->tokens.size());
-        if (s->max_tokens >= 0) left = std::min(left, s->max_tokens - s->n_generated());
-        s->constraint->set_remaining(left);
-        s->constraint->apply(work_.data(), n_vocab_);
-        if (!s->constraint->is_complete())
-          for (int32_t t : eog_) work_[t] = -INFINITY;
-      }
+      mask_constrained(s, work_.data());
       if (rule && i < nd) {
         s->sampler->distribution(work_.data(), n_vocab_, s->tokens, s->n_generated(), spec_p_);
         token = speculative_pick(spec_p_, draft[i], draft_q[i], *s->sampler);

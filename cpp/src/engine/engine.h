@@ -137,6 +137,8 @@ class Engine {
   void run_task(const std::function<void()>& task);
   void sample_and_postprocess(const std::vector<ScheduledChunk>& plan);
   void postprocess_token(Sequence* s, int32_t token, TokenLogprob* lp);
+  // The sequence's grammar mask on one logits row (EOG barred until the output is complete).
+  void mask_constrained(Sequence* s, float* logits);
   // Speculative decoding: drafts for this step's decoding sequences (before schedule), and the
   // verification of one sequence's drafted rows (in sample_and_postprocess).
   void propose_drafts();
