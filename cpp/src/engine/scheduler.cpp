@@ -73,8 +73,8 @@ void Scheduler::add_chunk(Sequence* s, int32_t n, Batch& batch, std::vector<Sche
   }
   if (c.samples && !s->embedding && !s->draft.empty()) {
     // Verification: the drafted tokens follow the last known one, each row sampled (in order)
-    // and each attending alone, exactly as a decode step of that position would.
-    batch.own_block.back() = 1;
+    // and each computed exactly as a decode step of that position would (Batch::exact_row).
+    batch.exact_row.back() = 1;
     const int32_t nd = static_cast<int32_t>(s->draft.size());
     for (int32_t i = 0; i < nd; ++i) batch.add(s->draft[i], end + i, s->slot, true, false, true);
     c.n_draft = nd;

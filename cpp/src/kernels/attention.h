@@ -43,6 +43,14 @@ struct PagedAttentionArgs {
   float* out;             // token j, head i at out + j * out_token_stride + i * out_head_stride
   int64_t out_token_stride, out_head_stride;  // in floats
   float* scratch;         // paged_attention_scratch_floats(...) floats, private to the calling thread
+
+  // Each token's output must be bitwise what a block of that token alone computes (speculative
+  // verification rows, which must reproduce decode exactly). Without it an implementation may
+  // pick its code path by the block's query count, which changes the rounding. The reference
+  // is invariant by construction (every query's own online softmax over the same keys, masked
+  // keys skipped); the x86 tiles are too, per lane, so they honour it by choosing the path a
+  // one-token block would take while still converting each key row once for the whole block.
+  bool exact_rows = false;
 };
 
 // Query tokens per call the caller may pass (prefill); the scratch bound below allows for it.

@@ -117,6 +117,7 @@ void ForwardPass::attend(int il) {
     const int hk = static_cast<int>(task % n_kv);
     kernels::PagedAttentionArgs a = base;
     a.n_tokens = b.n_tokens;
+    a.exact_rows = b.exact_rows;
     a.q_pos0 = batch_.pos[b.first];
     a.q = sc_.q.data() + b.first * c_.n_embd_q() + static_cast<int64_t>(hk) * group * c_.head_dim_k;
     a.pages = kv_.page_table(il, batch_.seq[b.first]).data();

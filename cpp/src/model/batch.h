@@ -14,9 +14,9 @@ struct Batch {
   std::vector<int32_t> seq;            // KV cache sequence slot
   std::vector<uint8_t> want_logits;    // 1: produce a logits row for this token
   std::vector<uint8_t> want_hidden;    // 1: produce its final-norm hidden state (embeddings); may be empty
-  // 1: attend as a query block of its own, as decode does, even when the previous token is the same
-  // sequence's previous position (speculative verification computes exactly what decode computes).
-  std::vector<uint8_t> own_block;
+  // 1: a speculative verification row, computed bit for bit as a decode step of its position
+  // would (its attention block runs under kernels::PagedAttentionArgs::exact_rows).
+  std::vector<uint8_t> exact_row;
 
   int32_t size() const { return static_cast<int32_t>(token.size()); }
   bool empty() const { return token.empty(); }
@@ -26,17 +26,17 @@ struct Batch {
     seq.clear();
     want_logits.clear();
     want_hidden.clear();
-    own_block.clear();
+    exact_row.clear();
   }
-  void add(int32_t tok, int32_t position, int32_t seq_slot, bool logits, bool hidden = false, bool own = false) {
+  void add(int32_t tok, int32_t position, int32_t seq_slot, bool logits, bool hidden = false, bool exact = false) {
     token.push_back(tok);
     pos.push_back(position);
     seq.push_back(seq_slot);
     want_logits.push_back(logits ? 1 : 0);
     want_hidden.push_back(hidden ? 1 : 0);
-    own_block.push_back(own ? 1 : 0);
+    exact_row.push_back(exact ? 1 : 0);
   }
-  bool has_own_block(int32_t t) const { return static_cast<size_t>(t) < own_block.size() && own_block[t]; }
+  bool is_exact_row(int32_t t) const { return static_cast<size_t>(t) < exact_row.size() && exact_row[t]; }
   bool wants_hidden(int32_t t) const { return static_cast<size_t>(t) < want_hidden.size() && want_hidden[t]; }
   int32_t n_hidden_outputs() const {
     int32_t n = 0;

@@ -89,20 +89,27 @@ void ForwardPass::prepare_rope() {
   }
 }
 
+// A block is a run of consecutive positions of one sequence (at most kAttentionMaxBlockTokens),
+// so attention converts each cached row once for all of them. Speculative verification rows
+// (Batch::exact_row) form blocks of their own under exact_rows: each row still gets exactly the
+// result of a decode step at its position, and the sequence's pages are walked once per block
+// instead of once per row. Those blocks are cut so that one sequence's verification alone still
+// gives every thread a task (blocks × KV heads ≥ threads).
 void ForwardPass::plan_query_blocks() {
   std::vector<QueryBlock>& blocks = sc_.query_blocks;  // capacity reserved at load
   blocks.clear();
-  for (int t = 0; t < n_tokens_; ++t) {
-    if (!blocks.empty()) {
-      QueryBlock& b = blocks.back();
-      const int last = b.first + b.n_tokens - 1;
-      if (last == t - 1 && b.n_tokens < kernels::kAttentionMaxBlockTokens && batch_.seq[t] == batch_.seq[last] &&
-          batch_.pos[t] == batch_.pos[last] + 1 && !batch_.has_own_block(t)) {
-        ++b.n_tokens;
-        continue;
-      }
-    }
-    blocks.push_back({t, 1});
+  constexpr int kMax = kernels::kAttentionMaxBlockTokens;
+  const int per_seq_blocks = std::max(1, (pool_.size() + c_.n_head_kv - 1) / c_.n_head_kv);
+  for (int t = 0; t < n_tokens_;) {
+    const bool exact = batch_.is_exact_row(t);
+    int e = t + 1;
+    while (e < n_tokens_ && batch_.seq[e] == batch_.seq[t] && batch_.pos[e] == batch_.pos[e - 1] + 1 &&
+           batch_.is_exact_row(e) == exact)
+      ++e;
+    const int len = e - t;
+    const int cap = exact ? std::min(kMax, (len + per_seq_blocks - 1) / per_seq_blocks) : kMax;
+    for (int b = t; b < e; b += cap) blocks.push_back({b, std::min(cap, e - b), exact});
+    t = e;
   }
 }
 

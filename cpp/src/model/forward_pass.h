@@ -53,6 +53,7 @@ struct LayerPlans {
 struct QueryBlock {
   int32_t first;     // batch index of the first token
   int32_t n_tokens;
+  bool exact_rows = false;  // verification rows: each token computes what it would alone (attention.h)
 };
 
 // Everything a forward pass writes, sized at load for max_batch_tokens (T).

@@ -24,7 +24,8 @@ void load_row(DType t, const uint8_t* src, float* dst, int n) {
 }
 
 // Keys are visited in position order, each read and converted once for the whole block; every
-// query (token j, head h) keeps its own online-softmax state.
+// query (token j, head h) keeps its own online-softmax state, so a token's result never depends
+// on the block around it (exact_rows holds as is).
 void paged_attention_ref(const PagedAttentionArgs& a) {
   const int nq = a.n_tokens * a.n_q;
   float* k = a.scratch;

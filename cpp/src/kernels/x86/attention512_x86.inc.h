@@ -71,9 +71,19 @@ struct AttnVec16 {
 // Blocks that take tiles (attention_use_tiles) use the 16-lane ones from 8 queries, or at head dim
 // 256 (measured on Zen 5: 16 lanes beat 8 from 8 queries even with 7 or 8 padding lanes, e.g. -25%
 // at 3-4 tokens × 3 heads; below that the 8-lane tiles win by 3-8% at head dim 64).
+//
+// Under exact_rows (attention_use_tiles) the lane width may still follow the whole block: per lane
+// the 16-lane tiles compute what the 8-lane ones do (the same FMA chains, exp_ps512 is exp_ps
+// step for step), except the scalar tail of P·V over head dims that are not a multiple of 16,
+// where the width a one-token block would take is kept.
 void paged_attention_x86_512(const PagedAttentionArgs& a) {
-  if (!attention_use_tiles(a)) paged_attention_rowwise(a);
-  else if (a.n_tokens * a.n_q >= 8 || a.head_dim_k >= 256) paged_attention_tiled<AttnVec16>(a);
+  if (!attention_use_tiles(a)) {
+    paged_attention_rowwise(a);
+    return;
+  }
+  bool wide = a.n_tokens * a.n_q >= 8 || a.head_dim_k >= 256;
+  if (a.exact_rows && a.head_dim_v % 16 != 0) wide = a.n_q >= 8 || a.head_dim_k >= 256;  // one token's width
+  if (wide) paged_attention_tiled<AttnVec16>(a);
   else paged_attention_tiled<AttnVec8>(a);
 }
 

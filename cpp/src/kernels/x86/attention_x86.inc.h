@@ -465,8 +465,14 @@ void paged_attention_tiled(const PagedAttentionArgs& a) {
 // up: measured on Zen 5 (F16 KV, decode at 512-1024 keys), 8-lane tiles beat row-wise from 5
 // queries at head dims 64-128 (7 queries, Qwen2.5 decode: -25%) and from 4 at head dim 256 (Gemma 3
 // decode: -13%), and lose below (3 queries at 64: +20%). Prefill blocks always take tiles.
+//
+// Under exact_rows the block takes the path a one-token block would: both paths compute each
+// query's result independently of the block's other queries (the row-wise one per query, the
+// tiled one per lane; keys outside a query's range are skipped or weigh exactly 0, a run the
+// query does not see leaves its state exactly unchanged), so the block reproduces its tokens'
+// one-token results bit for bit while converting each key row once instead of once per token.
 inline bool attention_use_tiles(const PagedAttentionArgs& a) {
-  const int nq = a.n_tokens * a.n_q;
+  const int nq = (a.exact_rows ? 1 : a.n_tokens) * a.n_q;
   return nq >= 5 || (nq == 4 && a.head_dim_k >= 256);
 }
 
