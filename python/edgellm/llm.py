@@ -323,7 +323,7 @@ class LLM:
     "ngram" uses the history only, "draft" the draft model only, "off" neither. draft_model: a
     GGUF path or known model name with the same vocabulary (refused with InvalidRequestError
     otherwise), loaded with the same threads. num_speculative_tokens: most tokens drafted per
-    step (1..64; None: the engine's default). Drafting is adaptive per sequence: it stops where
+    step (1..64; None: the engine's default, 32 n-gram / 8 draft-model tokens). Drafting is adaptive per sequence: it stops where
     acceptance would not pay (spec_adaptive=False always drafts the full k, for tests and
     benchmarks). stats() counts spec_drafted / spec_accepted / spec_acceptance; a completion's
     timings carry draft_n / draft_n_accepted when something was drafted for it.

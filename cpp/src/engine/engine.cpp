@@ -544,9 +544,14 @@ void Engine::mask_constrained(Sequence* s, float* logits) {
     for (int32_t t : eog_) logits[t] = -INFINITY;
 }
 
+// Default caps. N-gram drafts cost no model time, and where a passage is being copied they are
+// accepted nearly whole, so the cap only bounds the verify step: measured on the 1.5B code edit
+// (1 thread, same run) 32 drafted tokens per step ran 44 t/s against 37.6 with 16, and 64 no
+// better than 32; the adaptive policy still picks k ≤ cap from measured step costs. A draft
+// model pays a forward per drafted token, so its cap stays lower.
 int32_t Engine::spec_max_draft(bool from_model) const {
   if (cfg_.spec.max_draft > 0) return cfg_.spec.max_draft;
-  return from_model ? 8 : 16;
+  return from_model ? 8 : 32;
 }
 
 void Engine::propose_drafts() {

@@ -40,7 +40,7 @@ enum class SpecMode { Off, Ngram, Draft, Auto };
 
 struct SpeculativeConfig {
   SpecMode mode = SpecMode::Off;
-  int32_t max_draft = 0;   // most tokens drafted per step (num_speculative_tokens); 0 = default (16 n-gram, 8 draft)
+  int32_t max_draft = 0;   // most tokens drafted per step (num_speculative_tokens); 0 = default (32 n-gram, 8 draft)
   bool adaptive = true;    // false: always draft max_draft tokens when there is a proposal (tests, benchmarks)
   // n-gram lengths matched, longest first. Up to 12: in code a 4-token context recurs all over
   // (indentation, `self.`, `return `) and points at the wrong place; a 12-token one finds the
