@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <new>
 #include <random>
 #include <string>
 
@@ -141,7 +142,13 @@ Engine::Engine(std::shared_ptr<EngineModel> model, std::shared_ptr<const EngineV
     throw InvalidRequestError("num_speculative_tokens must be between 1 and 64, got " + std::to_string(cfg_.spec.max_draft));
   if (cfg_.spec.mode == SpecMode::Draft && !draft_model_)
     throw InvalidRequestError("speculative mode 'draft' needs a draft model (draft_model=..., --draft MODEL)");
-  kv_ = std::make_unique<KVCache>(kc);
+  try {
+    kv_ = std::make_unique<KVCache>(kc);
+  } catch (const std::bad_alloc&) {  // the reservation (about the budget per pool) was refused
+    throw ContextLengthError("the KV cache could not reserve address space for " + std::to_string(kc.budget_bytes) +
+                             " bytes (" + gb(static_cast<double>(kc.budget_bytes)) + ") per layer group; " +
+                             (cfg_.kv_memory > 0 ? "lower kv_memory" : "lower n_ctx, or set kv_memory to share less"));
+  }
   if (draft_model_ && (cfg_.spec.mode == SpecMode::Draft || cfg_.spec.mode == SpecMode::Auto)) {
     std::random_device rd;
     // the draft's pool holds as many positions as the target's sequences can (committed as used)
