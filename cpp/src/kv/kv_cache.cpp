@@ -1,7 +1,6 @@
 #include "kv/kv_cache.h"
 
 #include <algorithm>
-#include <climits>
 #include <cstring>
 #include <new>
 #include <stdexcept>
@@ -11,8 +10,6 @@
 
 namespace edgellm {
 namespace {
-constexpr size_t kAlign = 64;
-
 int32_t entries_for(int32_t n_positions, int page_size) { return (n_positions + page_size - 1) / page_size; }
 }  // namespace
 
