@@ -97,17 +97,17 @@ def test_chunked_prefill_and_preemption_keep_outputs(model):
     probe = LLM(path, n_threads=N_THREADS, n_ctx=256)
     st = probe.stats()
     probe.close()
-    # A pool exactly as large as the longest request needs: the 16 requests need far more at
-    # once, so the engine must preempt; 16-token batches split every prompt into chunks.
+    # A KV budget exactly as large as the longest request needs (its pages of both layer groups:
+    # n_ctx 256 is within Gemma 3's window): the 16 requests need far more at once, so the engine
+    # must preempt; 16-token batches split every prompt into chunks.
     need = max(-(-(len(p) + GREEDY_TOKENS[name]) // 32) for p in prompts)
-    units = need / 8  # n_ctx 256 = 8 pages per sequence unit
-    window_pages = 8 if st["page_bytes_window"] else 0
-    kv_memory = int(units * (8 * st["page_bytes_full"] + window_pages * st["page_bytes_window"])) + 1
+    kv_memory = need * (st["page_bytes_full"] + st["page_bytes_window"])
     # speculative="off": adaptive drafting follows measured step times, so whether this pool
     # preempts would depend on the machine's load (test_speculative covers drafts + preemption)
     with LLM(path, n_threads=N_THREADS, n_ctx=256, kv_memory=kv_memory, max_batch_tokens=16,
              speculative="off") as llm:
-        assert llm.stats()["pages_full_total"] == need
+        assert llm.stats()["kv_bytes_total"] == kv_memory
+        assert llm.stats()["pages_full_total"] == kv_memory // st["page_bytes_full"]
         outs = llm.generate(prompts, greedy(GREEDY_TOKENS[name]))
         assert [o.token_ids for o in outs] == ref
         st = llm.stats()

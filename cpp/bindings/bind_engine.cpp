@@ -126,6 +126,9 @@ py::dict stats_dict(const EngineStats& s) {
   d["pages_allocated"] = s.pages_allocated;
   d["page_bytes_full"] = s.page_bytes_full;
   d["page_bytes_window"] = s.page_bytes_window;
+  d["kv_bytes_total"] = s.kv_bytes_total;
+  d["kv_bytes_used"] = s.kv_bytes_used;
+  d["kv_bytes_resident"] = s.kv_bytes_resident;
   d["running"] = s.running;
   d["waiting"] = s.waiting;
   d["prefix_cache_hits"] = s.prefix_cache_hits;

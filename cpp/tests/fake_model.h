@@ -69,17 +69,20 @@ inline std::vector<int32_t> reference_greedy(const std::vector<int32_t>& prompt,
 
 class FakeModel : public edgellm::EngineModel {
  public:
-  explicit FakeModel(int32_t window = 0, int32_t context = 1024) : window_(window), context_(context) {}
+  // window > 0: layer 0 attends fully, layers 1..window_layers over the last `window` tokens
+  // (window_layers > 1 gives a Gemma-like geometry: a window page costs more than a full one).
+  explicit FakeModel(int32_t window = 0, int32_t context = 1024, int32_t window_layers = 1)
+      : window_(window), context_(context), window_layers_(window_layers) {}
   int32_t n_vocab() const override { return kVocab; }
   int32_t context_length() const override { return context_; }
   edgellm::KVCacheConfig kv_geometry() const override {
     edgellm::KVCacheConfig c;
-    c.n_layers = window_ > 0 ? 2 : 1;
+    c.n_layers = window_ > 0 ? 1 + window_layers_ : 1;
     c.n_kv_heads = 1;
     c.head_dim_k = 32;
     c.head_dim_v = 32;
     c.layer_window.assign(c.n_layers, 0);
-    if (window_ > 0) c.layer_window[1] = window_;
+    for (int l = 1; l < c.n_layers; ++l) c.layer_window[l] = window_;
     return c;
   }
 
@@ -136,7 +139,7 @@ class FakeModel : public edgellm::EngineModel {
     if (t[idx] < 0) return nullptr;
     return reinterpret_cast<float*>(kv.k_head(layer, t[idx], 0) + (pos % kv.page_size()) * kv.k_row_bytes());
   }
-  int32_t window_, context_;
+  int32_t window_, context_, window_layers_;
   int32_t pooling_type_ = -1;
 };
 

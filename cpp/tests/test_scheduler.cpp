@@ -289,7 +289,7 @@ void test_errors() {
   try {
     small.submit(make_prompt(40, 1), greedy(40), ch);
   } catch (const ContextLengthError& err) {
-    threw = std::string(err.what()).find("KV pool holds only 4 pages") != std::string::npos;
+    threw = std::string(err.what()).find("holds only 4 pages (64 tokens) of one sequence") != std::string::npos;
   }
   CHECK(threw);
 }

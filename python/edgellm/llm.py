@@ -308,8 +308,10 @@ class LLM:
     """A model loaded into a continuous-batching engine.
 
     n_ctx: max tokens per sequence (default min(trained context, 4096)). kv_memory: bytes for
-    the paged KV cache (default: two full-context sequences' worth, which short requests share
-    many at a time; when pages run out the newest sequence is preempted and recomputed later).
+    the paged KV cache, one budget for all sequences and both layer groups (full attention and
+    sliding window; default: two full-context sequences' worth, which short requests share many
+    at a time; committed as it is written; when it runs out the newest sequence is preempted and
+    recomputed later). stats(): kv_bytes_used of kv_bytes_total, preemptions, pages.
     kv_type: "f16" (default), "q8_0" or "f32". max_seqs: sequences decoded together.
     max_batch_tokens: tokens per forward pass (prompt chunks + one per decoding sequence).
     page_size: KV page size in tokens (16..64).

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <new>
 #include <random>
 #include <string>
 
@@ -80,25 +81,31 @@ Engine::Engine(std::shared_ptr<EngineModel> model, std::shared_ptr<const EngineV
   kc.max_seqs = cfg_.max_seqs + 1;  // the last slot is eval_logits'
   eval_slot_ = cfg_.max_seqs;
 
-  // Pool sizing. A "sequence unit" is one full context in the full-attention pool plus what a
-  // sliding-window sequence can hold at once (window + one batch of new tokens) in the window pool.
+  // Pool sizing: one byte budget for both layer groups. A "sequence unit" is one full context in
+  // the full-attention group plus what a sliding-window sequence holds at once (window + one batch
+  // of new tokens) in the window group; the default budget is two units. Pages of either group are
+  // taken while the bytes in use, both groups together, fit the budget (KVCacheConfig::budget_bytes),
+  // so 16 short sequences can use it as well as one long one; each pool is reserved large enough
+  // to hold the whole budget alone and committed only where written (kv/kv_cache.h).
   int32_t window = 0;
   for (int32_t w : kc.layer_window) window = std::max(window, w);
   const int64_t ctx_pages = ceil_div(n_ctx_, kc.page_size);
-  const int64_t window_pages =
+  seq_window_pages_ =
       window > 0 ? std::min<int64_t>(ctx_pages, ceil_div(window + cfg_.max_batch_tokens, kc.page_size) + 1) : 0;
-  const double unit_bytes = static_cast<double>(KVCache::page_bytes(kc, false)) * ctx_pages +
-                            static_cast<double>(KVCache::page_bytes(kc, true)) * window_pages;
-  const double units = cfg_.kv_memory > 0 ? static_cast<double>(cfg_.kv_memory) / unit_bytes : 2.0;
-  kc.pages_full = static_cast<int64_t>(std::floor(units * ctx_pages));
-  kc.pages_window = window > 0 ? std::max<int64_t>(window_pages, static_cast<int64_t>(std::floor(units * window_pages))) : 0;
-  if (kc.pages_full < 1)
+  const int64_t full_bytes = static_cast<int64_t>(KVCache::page_bytes(kc, false));
+  const int64_t window_bytes = static_cast<int64_t>(KVCache::page_bytes(kc, true));
+  const double unit_bytes = static_cast<double>(full_bytes) * ctx_pages + static_cast<double>(window_bytes) * seq_window_pages_;
+  const double need = cfg_.kv_memory > 0 ? static_cast<double>(cfg_.kv_memory) : 2.0 * unit_bytes;
+  const int64_t smallest = full_bytes + (window > 0 ? window_bytes : 0);  // one page of each group
+  if (need < static_cast<double>(smallest))
     throw InvalidRequestError("kv_memory " + std::to_string(cfg_.kv_memory) + " bytes is too small for one KV page (" +
-                              std::to_string(KVCache::page_bytes(kc, false)) + " bytes)");
-  // The pools are allocated up front: say what does not fit before asking for it, rather than
-  // failing with std::bad_alloc (MemoryError) or leaving the OOM killer to decide.
-  const double need = static_cast<double>(KVCache::page_bytes(kc, false)) * kc.pages_full +
-                      static_cast<double>(KVCache::page_bytes(kc, true)) * kc.pages_window;
+                              (window > 0 ? std::to_string(full_bytes) + " + " + std::to_string(window_bytes) +
+                                                " bytes: one page of each layer group"
+                                          : std::to_string(full_bytes) + " bytes") + ")");
+  // Say what does not fit before reserving it, rather than failing with std::bad_alloc
+  // (MemoryError) or leaving the OOM killer to decide. The budget is what the pools can commit:
+  // their reservations are larger, but memory is committed only as pages are written, and
+  // written pages are given back before the written bytes of both pools pass the budget.
   const int64_t avail = available_memory_bytes();
   if (avail >= 0 && need > static_cast<double>(avail)) {
     const std::string have = std::to_string(avail) + " bytes (" + gb(static_cast<double>(avail)) + ") of memory are available";
@@ -111,6 +118,23 @@ Engine::Engine(std::shared_ptr<EngineModel> model, std::shared_ptr<const EngineV
                              " bytes per token) needs " + needs + " but only " + have +
                              "; lower n_ctx, or set kv_memory to share less");
   }
+  kc.budget_bytes = static_cast<int64_t>(need);
+  kc.pages_full = full_bytes > 0 ? kc.budget_bytes / full_bytes : 0;
+  kc.pages_window = window > 0 && window_bytes > 0 ? kc.budget_bytes / window_bytes : 0;
+  // The most pages (of positions) one sequence can hold within the budget: k full pages and
+  // min(k, seq_window_pages_) window pages.
+  {
+    const int64_t B = kc.budget_bytes;
+    const int64_t both = full_bytes + window_bytes;
+    if (window == 0) {
+      seq_pages_max_ = B / full_bytes;
+    } else if (B / both < seq_window_pages_) {
+      seq_pages_max_ = B / both;
+    } else {
+      const int64_t rest = B - seq_window_pages_ * both;
+      seq_pages_max_ = full_bytes > 0 ? seq_window_pages_ + rest / full_bytes : INT64_MAX / 2;
+    }
+  }
   if (n_ctx_ > kMaxContext)
     throw ContextLengthError("n_ctx " + std::to_string(n_ctx_) + " is beyond the largest context the engine allows (" +
                              std::to_string(kMaxContext) + " tokens)");
@@ -118,10 +142,19 @@ Engine::Engine(std::shared_ptr<EngineModel> model, std::shared_ptr<const EngineV
     throw InvalidRequestError("num_speculative_tokens must be between 1 and 64, got " + std::to_string(cfg_.spec.max_draft));
   if (cfg_.spec.mode == SpecMode::Draft && !draft_model_)
     throw InvalidRequestError("speculative mode 'draft' needs a draft model (draft_model=..., --draft MODEL)");
-  kv_ = std::make_unique<KVCache>(kc);
+  try {
+    kv_ = std::make_unique<KVCache>(kc);
+  } catch (const std::bad_alloc&) {  // the reservation (about the budget per pool) was refused
+    throw ContextLengthError("the KV cache could not reserve address space for " + std::to_string(kc.budget_bytes) +
+                             " bytes (" + gb(static_cast<double>(kc.budget_bytes)) + ") per layer group; " +
+                             (cfg_.kv_memory > 0 ? "lower kv_memory" : "lower n_ctx, or set kv_memory to share less"));
+  }
   if (draft_model_ && (cfg_.spec.mode == SpecMode::Draft || cfg_.spec.mode == SpecMode::Auto)) {
     std::random_device rd;
-    draft_ = std::make_unique<DraftProposer>(draft_model_, n_vocab_, kc.max_seqs, kc.pages_full * kc.page_size,
+    // the draft's pool holds as many positions as the target's sequences can (committed as used)
+    int64_t positions = std::min<int64_t>(seq_pages_max_, ctx_pages) * kc.max_seqs;
+    if (kc.pages_full > 0) positions = std::min<int64_t>(positions, kc.pages_full);
+    draft_ = std::make_unique<DraftProposer>(draft_model_, n_vocab_, kc.max_seqs, positions * kc.page_size,
                                              kc.page_size, kc.dtype, cfg_.max_batch_tokens,
                                              (static_cast<uint64_t>(rd()) << 32) ^ rd());
     draft_->set_catch_up_budget(cfg_.max_batch_tokens);  // a long prompt reaches the draft over several steps
@@ -173,11 +206,12 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params
   }
   const int64_t span = params.max_tokens >= 0 ? np + params.max_tokens : n_ctx_;
   const int64_t pages = ceil_div(span, kv_->page_size());
-  if (kv_->pages_total(0) > 0 && pages > kv_->pages_total(0))
+  if (pages > seq_pages_max_)
     throw ContextLengthError("request needs up to " + std::to_string(span) + " tokens = " + std::to_string(pages) +
-                             " KV pages, but the KV pool holds only " + std::to_string(kv_->pages_total(0)) +
-                             " pages (" + std::to_string(kv_->pages_total(0) * kv_->page_size()) +
-                             " tokens); raise kv_memory or lower max_tokens");
+                             " KV pages, but the KV memory (" + std::to_string(kv_->bytes_budget()) +
+                             " bytes) holds only " + std::to_string(seq_pages_max_) + " pages (" +
+                             std::to_string(seq_pages_max_ * kv_->page_size()) +
+                             " tokens) of one sequence; raise kv_memory or lower max_tokens");
   std::vector<std::unique_ptr<TokenConstraint>> constraints(params.n);
   if (!params.constraint.empty()) {
     ConstraintSpec spec = params.constraint;
@@ -267,11 +301,11 @@ int64_t Engine::submit_embedding(std::vector<int32_t> prompt, const EmbeddingPar
     throw ContextLengthError("input has " + std::to_string(np) + " tokens > n_ctx " + std::to_string(n_ctx_) + " by " +
                              std::to_string(np - n_ctx_));
   const int64_t pages = ceil_div(np, kv_->page_size());
-  if (kv_->pages_total(0) > 0 && pages > kv_->pages_total(0))
+  if (pages > seq_pages_max_)
     throw ContextLengthError("input of " + std::to_string(np) + " tokens needs " + std::to_string(pages) +
-                             " KV pages, but the KV pool holds only " + std::to_string(kv_->pages_total(0)) +
-                             " pages (" + std::to_string(kv_->pages_total(0) * kv_->page_size()) +
-                             " tokens); raise kv_memory");
+                             " KV pages, but the KV memory (" + std::to_string(kv_->bytes_budget()) +
+                             " bytes) holds only " + std::to_string(seq_pages_max_) + " pages (" +
+                             std::to_string(seq_pages_max_ * kv_->page_size()) + " tokens) of one sequence; raise kv_memory");
 
   auto s = std::make_shared<Sequence>();
   s->out = out;
@@ -368,8 +402,8 @@ void Engine::do_eval(const std::vector<int32_t>& ids, float* out) {
     for (int32_t start = 0; start < n; start += cfg_.max_batch_tokens) {
       const int32_t end = std::min(n, start + cfg_.max_batch_tokens);
       if (!sched_->reserve_outside(eval_slot_, end))
-        throw ContextLengthError("eval_logits: " + std::to_string(n) + " tokens do not fit the KV pool (" +
-                                 std::to_string(kv_->pages_total(0) * kv_->page_size()) + " tokens)");
+        throw ContextLengthError("eval_logits: " + std::to_string(n) + " tokens do not fit the KV memory (" +
+                                 std::to_string(seq_pages_max_ * kv_->page_size()) + " tokens of one sequence)");
       b.clear();
       for (int32_t p = start; p < end; ++p) b.add(ids[p], p, eval_slot_, true);
       model_->forward(b, *kv_, out + static_cast<size_t>(start) * n_vocab_);
@@ -858,7 +892,10 @@ void Engine::publish_stats() {
   st.pages_used = st.pages_allocated - st.pages_cached;
   st.pages_full_total = kv_->pages_total(0);
   st.pages_window_total = kv_->pages_total(1);
-  st.pages_total = st.pages_full_total + st.pages_window_total;
+  st.pages_total = std::max(st.pages_full_total, st.pages_window_total);  // the most out at once
+  st.kv_bytes_total = kv_->bytes_budget();
+  st.kv_bytes_used = kv_->bytes_used();
+  st.kv_bytes_resident = kv_->bytes_touched();
   st.page_bytes_full = static_cast<int64_t>(KVCache::page_bytes(kv_->config(), false));
   st.page_bytes_window = static_cast<int64_t>(KVCache::page_bytes(kv_->config(), true));
   st.running = static_cast<int64_t>(sched_->n_running());

@@ -51,7 +51,7 @@ struct SpeculativeConfig {
 
 struct EngineConfig {
   int32_t n_ctx = 0;             // max tokens per sequence; 0 = min(model context, 4096)
-  int64_t kv_memory = 0;         // KV bytes; 0 = two full-context sequences' worth
+  int64_t kv_memory = 0;         // KV bytes, both layer groups together; 0 = two full-context sequences' worth
   DType kv_type = DType::F16;    // F16, F32 or Q8_0
   int32_t max_seqs = 16;         // sequences decoded together
   int32_t max_batch_tokens = 512;
@@ -62,12 +62,19 @@ struct EngineConfig {
 };
 
 struct EngineStats {
+  // KV pages. Both pools draw on one byte budget (kv_memory), so a pool's size is what it could
+  // hold with the whole budget: pages_full_total / pages_window_total, never both at once.
   int64_t pages_used = 0;       // pages held by sequences (prefix-cache-only pages excluded)
-  int64_t pages_total = 0;
+  int64_t pages_total = 0;      // the most pages that can be out of the free lists at once (the
+                                // budget in the smaller page size; = pages_full_total without windows)
   int64_t pages_full_total = 0, pages_window_total = 0;
   int64_t pages_cached = 0;     // pages only the prefix cache holds (reclaimable)
   int64_t pages_allocated = 0;  // all pages out of the free lists
   int64_t page_bytes_full = 0, page_bytes_window = 0;  // bytes of one page per pool
+  // KV bytes: the budget; the pages out of the free lists (sequences' and the prefix cache's,
+  // both pools); the pages written and not given back, which bounds the pools' resident memory
+  // (never above the budget).
+  int64_t kv_bytes_total = 0, kv_bytes_used = 0, kv_bytes_resident = 0;
   int64_t running = 0, waiting = 0;
   int64_t prefix_cache_hits = 0, prefix_cache_queries = 0, prefix_cache_hit_tokens = 0;
   int64_t prompt_tokens_total = 0, generated_tokens_total = 0, tokens_processed = 0;
@@ -157,6 +164,8 @@ class Engine {
   EngineConfig cfg_;
   std::shared_ptr<EngineModel> draft_model_;
   int32_t n_ctx_ = 0, n_vocab_ = 0, n_embd_ = 0, eval_slot_ = 0;
+  int64_t seq_window_pages_ = 0;  // window pages one sequence holds at most (window + one batch)
+  int64_t seq_pages_max_ = 0;     // pages of positions one sequence can hold within the KV budget
   std::vector<int32_t> eog_;
   std::unique_ptr<KVCache> kv_;
   std::unique_ptr<PrefixCache> cache_;

@@ -21,9 +21,15 @@ void Scheduler::release_slot(int slot) { free_slots_.push_back(slot); }
 
 bool Scheduler::reserve_evicting(int slot, int32_t n) {
   while (!kv_.reserve(slot, n)) {
+    if (!cache_) return false;
+    // Both groups draw on one byte budget, so a cached page of either helps: first a group that
+    // is short on its own, then one the sequence needs pages of, then any.
     bool evicted = false;
     for (int g = 0; g < 2 && !evicted; ++g)
-      if (kv_.pages_needed(slot, n, g) > kv_.pages_free(g) && cache_) evicted = cache_->evict_one(g);
+      if (kv_.pages_needed(slot, n, g) > kv_.pages_free(g)) evicted = cache_->evict_one(g);
+    for (int g = 0; g < 2 && !evicted; ++g)
+      if (kv_.pages_needed(slot, n, g) > 0) evicted = cache_->evict_one(g);
+    for (int g = 0; g < 2 && !evicted; ++g) evicted = cache_->evict_one(g);
     if (!evicted) return false;
   }
   return true;
@@ -107,9 +113,15 @@ void Scheduler::schedule(Batch& batch, std::vector<ScheduledChunk>& plan) {
         if (s->draft_q.size() > s->draft.size()) s->draft_q.resize(s->draft.size());
       }
     }
-    const int32_t nd = static_cast<int32_t>(s->draft.size());
+    int32_t nd = static_cast<int32_t>(s->draft.size());
     bool preempted_self = false;
     while (!reserve_evicting(s->slot, s->n_computed + k + nd)) {
+      if (nd > 0) {  // a draft is never worth a preemption: verify nothing this step instead
+        s->draft.clear();
+        s->draft_q.clear();
+        nd = 0;
+        continue;
+      }
       const size_t victim = running_.size() - 1;
       preempted_self = victim == i;
       preempt(victim);
@@ -201,6 +213,8 @@ bool Scheduler::fork_into(Sequence* parent, const std::shared_ptr<Sequence>& chi
     bool evicted = false;
     for (int g = 0; g < 2 && !evicted; ++g)
       if (cache_ && kv_.pages_free(g) < 1) evicted = cache_->evict_one(g);
+    for (int g = 0; g < 2 && !evicted; ++g)
+      if (cache_) evicted = cache_->evict_one(g);  // the budget is shared: any cached page helps
     if (!evicted) {
       release_slot(slot);
       return false;

@@ -1,6 +1,6 @@
 #include "kv/kv_cache.h"
 
-#include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <new>
 #include <stdexcept>
@@ -10,8 +10,6 @@
 
 namespace edgellm {
 namespace {
-constexpr size_t kAlign = 64;
-
 int32_t entries_for(int32_t n_positions, int page_size) { return (n_positions + page_size - 1) / page_size; }
 }  // namespace
 
@@ -31,29 +29,36 @@ KVCache::KVCache(const KVCacheConfig& cfg) : cfg_(cfg) {
   if (static_cast<int>(cfg.layer_window.size()) != cfg.n_layers)
     throw std::invalid_argument("KVCacheConfig.layer_window must have one entry per layer");
   if (cfg.page_size <= 0 || cfg.max_seqs <= 0) throw std::invalid_argument("KVCacheConfig: bad page_size/max_seqs");
+  if (cfg.budget_bytes < 0) throw std::invalid_argument("KVCacheConfig: negative budget_bytes");
   layer_index_.resize(cfg.n_layers);
   for (int l = 0; l < cfg.n_layers; ++l) layer_index_[l] = n_layers_in_group_[group_of(l)]++;
   const int64_t pages[2] = {n_layers_in_group_[0] ? cfg.pages_full : 0, n_layers_in_group_[1] ? cfg.pages_window : 0};
-  storage_.assign(2, nullptr);
+  storage_.resize(2);
+  base_.assign(2, nullptr);
   refs_.resize(2);
-  free_.resize(2);
+  warm_.resize(2);
+  cold_.resize(2);
   tables_.assign(2, std::vector<std::vector<int32_t>>(cfg.max_seqs));
   n_pos_.assign(cfg.max_seqs, 0);
+  int64_t capacity_bytes = 0;
   for (int g = 0; g < 2; ++g) {
+    page_bytes_[g] = layer_page_bytes() * n_layers_in_group_[g];
     if (pages[g] <= 0) continue;
-    const size_t bytes = layer_page_bytes() * static_cast<size_t>(pages[g]) * n_layers_in_group_[g];
-    void* p = nullptr;
-    if (posix_memalign(&p, kAlign, bytes ? bytes : kAlign) != 0) throw std::bad_alloc();
-    storage_[g] = static_cast<uint8_t*>(p);
+    if (pages[g] > INT32_MAX)
+      throw InvalidRequestError("a KV pool of " + std::to_string(pages[g]) + " pages is beyond the " +
+                                std::to_string(INT32_MAX) + " page ids a pool has");
+    storage_[g] = std::make_unique<ReservedMemory>(page_bytes_[g] * static_cast<size_t>(pages[g]));
+    base_[g] = storage_[g]->data();
     refs_[g].assign(pages[g], 0);
-    free_[g].reserve(pages[g]);
-    for (int64_t i = pages[g] - 1; i >= 0; --i) free_[g].push_back(static_cast<int32_t>(i));
+    warm_[g].reserve(pages[g]);
+    cold_[g].reserve(pages[g]);
+    for (int64_t i = pages[g] - 1; i >= 0; --i) cold_[g].push_back(static_cast<int32_t>(i));
+    capacity_bytes += static_cast<int64_t>(page_bytes_[g]) * pages[g];
   }
+  budget_ = cfg.budget_bytes > 0 ? std::min<int64_t>(cfg.budget_bytes, capacity_bytes) : capacity_bytes;
 }
 
-KVCache::~KVCache() {
-  for (uint8_t* p : storage_) std::free(p);
-}
+KVCache::~KVCache() = default;
 
 size_t KVCache::layer_page_bytes() const {
   return static_cast<size_t>(cfg_.n_kv_heads) * cfg_.page_size * (k_row_bytes() + v_row_bytes());
@@ -62,7 +67,7 @@ size_t KVCache::layer_page_bytes() const {
 uint8_t* KVCache::k_page(int layer, int32_t page) {
   const int g = group_of(layer);
   const size_t idx = static_cast<size_t>(layer_index_[layer]) * refs_[g].size() + page;
-  return storage_[g] + idx * layer_page_bytes();
+  return base_[g] + idx * layer_page_bytes();
 }
 
 uint8_t* KVCache::v_page(int layer, int32_t page) {
@@ -80,9 +85,25 @@ int64_t KVCache::pages_needed(int seq, int32_t n, int group) const {
   return need;
 }
 
+int64_t KVCache::pages_free(int group) const {
+  const int64_t listed = static_cast<int64_t>(warm_[group].size() + cold_[group].size());
+  if (page_bytes_[group] == 0 || listed == 0) return 0;
+  return std::min<int64_t>(listed, (budget_ - used_bytes_) / static_cast<int64_t>(page_bytes_[group]));
+}
+
+bool KVCache::can_allocate(int64_t n_full, int64_t n_window) const {
+  const int64_t n[2] = {n_full, n_window};
+  int64_t bytes = 0;
+  for (int g = 0; g < 2; ++g) {
+    if (n[g] <= 0) continue;
+    if (n[g] > static_cast<int64_t>(warm_[g].size() + cold_[g].size())) return false;
+    bytes += n[g] * static_cast<int64_t>(page_bytes_[g]);
+  }
+  return used_bytes_ + bytes <= budget_;
+}
+
 bool KVCache::reserve(int seq, int32_t n) {
-  for (int g = 0; g < 2; ++g)
-    if (pages_needed(seq, n, g) > pages_free(g)) return false;
+  if (!can_allocate(pages_needed(seq, n, 0), pages_needed(seq, n, 1))) return false;
   for (int g = 0; g < 2; ++g) {
     if (n_layers_in_group_[g] == 0) continue;
     auto& t = tables_[g][seq];
@@ -135,8 +156,7 @@ bool KVCache::fork(int src, int dst, int32_t n) {
   if (n > n_pos_[src]) n = n_pos_[src];
   const int32_t full = n / cfg_.page_size;
   const bool partial = n % cfg_.page_size != 0;
-  for (int g = 0; g < 2; ++g)
-    if (n_layers_in_group_[g] && partial && pages_free(g) < 1) return false;
+  if (partial && !can_allocate(n_layers_in_group_[0] ? 1 : 0, n_layers_in_group_[1] ? 1 : 0)) return false;
   for (int g = 0; g < 2; ++g) {
     if (n_layers_in_group_[g] == 0) continue;
     const auto& s = tables_[g][src];
@@ -156,18 +176,56 @@ bool KVCache::fork(int src, int dst, int32_t n) {
 }
 
 int32_t KVCache::alloc_page(int group) {
-  auto& f = free_[group];
-  if (f.empty()) return -1;
-  const int32_t p = f.back();
-  f.pop_back();
+  const int64_t pb = static_cast<int64_t>(page_bytes_[group]);
+  if (warm_[group].empty() && cold_[group].empty()) return -1;
+  if (used_bytes_ + pb > budget_) return -1;
+  int32_t p;
+  if (!warm_[group].empty()) {  // written before: costs no new memory
+    p = warm_[group].back();
+    warm_[group].pop_back();
+  } else {
+    if (touched_bytes_ + pb > budget_) decommit_until(1 - group, touched_bytes_ + pb - budget_);
+    p = cold_[group].back();
+    cold_[group].pop_back();
+    touched_bytes_ += pb;
+  }
   refs_[group][p] = 1;
+  ++n_alloc_[group];
+  used_bytes_ += pb;
   return p;
+}
+
+void KVCache::decommit_until(int group, int64_t bytes) {
+  // Only the other pool can have warm free pages here (this one's warm list was empty), and
+  // its warm pages alone cover the excess: touched = used + warm(other) and used + one page
+  // fits the budget.
+  const int64_t pb = static_cast<int64_t>(page_bytes_[group]);
+  auto& warm = warm_[group];
+  while (bytes > 0 && !warm.empty()) {
+    const int32_t p = warm.back();
+    warm.pop_back();
+    for (int l = 0; l < cfg_.n_layers; ++l)
+      if (group_of(l) == group) storage_[group]->decommit(k_page(l, p), layer_page_bytes());
+    cold_[group].push_back(p);
+    touched_bytes_ -= pb;
+    bytes -= pb;
+    ++decommitted_;
+  }
+}
+
+int64_t KVCache::resident_bytes(int group) const {
+  if (!storage_[group]) return 0;
+  return ReservedMemory::resident_bytes(storage_[group]->data(), storage_[group]->size());
 }
 
 void KVCache::ref_page(int group, int32_t page) { ++refs_[group][page]; }
 
 void KVCache::unref_page(int group, int32_t page) {
-  if (--refs_[group][page] == 0) free_[group].push_back(page);
+  if (--refs_[group][page] == 0) {
+    warm_[group].push_back(page);
+    --n_alloc_[group];
+    used_bytes_ -= static_cast<int64_t>(page_bytes_[group]);
+  }
 }
 
 void KVCache::attach_page(int seq, int group, int32_t index, int32_t page) {

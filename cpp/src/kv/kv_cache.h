@@ -11,6 +11,16 @@
 //
 // Pages are reference counted so several sequences can share a prefix (prefix caching, n > 1
 // completions); a page is written only while its refcount is 1.
+//
+// One byte budget for both groups (`budget_bytes`): a page of either pool can be taken while the
+// bytes of the pages out of the free lists, both pools together, stay within it, so the split
+// between full-attention and window pages follows what runs (many short sequences need as many
+// window pages as full ones; one long sequence mostly full ones). Each pool's storage is an
+// address-space reservation (ReservedMemory) that can hold the whole budget alone and is
+// committed only where written. Resident memory stays within the budget too: a free page that
+// was written before ("warm") is reused first, and when taking a never-written ("cold") page
+// would put the written bytes of both pools past the budget, warm free pages of the other pool
+// are given back to the system first (their page-aligned interiors, one range per layer).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +29,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "kv/reserved_memory.h"
 
 namespace edgellm {
 
@@ -31,8 +42,11 @@ struct KVCacheConfig {
   int page_size = 32;
   DType dtype = DType::F16;           // F32, F16 or Q8_0
   int max_seqs = 1;                   // sequence slots
-  int64_t pages_full = 0;             // pages in the full-attention pool
+  int64_t pages_full = 0;             // pages in the full-attention pool (its capacity)
   int64_t pages_window = 0;           // pages in the sliding-window pool (0 if no such layers)
+  // Bytes of pages out of the free lists, both pools together, at most; 0 = no shared budget
+  // (each pool bounded by its own page count only).
+  int64_t budget_bytes = 0;
 };
 
 class KVCache {
@@ -68,7 +82,7 @@ class KVCache {
   // ---- engine side ----
   // Make room for positions [0, n) of `seq` in every group: allocates missing pages, and copies
   // the page that the next write lands in if it is shared (copy on write). Returns false,
-  // allocating nothing, when a pool has too few free pages.
+  // allocating nothing, when a pool has too few free pages or the pages would not fit the budget.
   bool reserve(int seq, int32_t n);
   // Pages reserve() would allocate in `group` for `seq` to reach n positions.
   int64_t pages_needed(int seq, int32_t n, int group) const;
@@ -95,19 +109,42 @@ class KVCache {
   // Called after every copy_page: a GPU layer executor mirrors the copy in device memory.
   std::function<void(int group, int32_t src, int32_t dst)> copy_page_hook;
 
+  // Capacity of a pool: its page ids are [0, pages_total).
   int64_t pages_total(int group) const { return static_cast<int64_t>(refs_[group].size()); }
-  int64_t pages_free(int group) const { return static_cast<int64_t>(free_[group].size()); }
-  int64_t pages_used() const { return pages_total(0) - pages_free(0) + pages_total(1) - pages_free(1); }
+  // Pages of `group` that could be taken now (free list and budget), if the other pool takes none.
+  int64_t pages_free(int group) const;
+  // Whether n_full pages of group 0 and n_window of group 1 could be taken now, together.
+  bool can_allocate(int64_t n_full, int64_t n_window) const;
+  int64_t pages_used() const { return n_alloc_[0] + n_alloc_[1]; }  // out of the free lists
+  int64_t pages_used(int group) const { return n_alloc_[group]; }
   bool has_window_group() const { return !refs_[1].empty(); }
+
+  // Bytes: the budget, the pages out of the free lists, the pages written since they were last
+  // given back (an upper bound of the storage's resident memory, up to partial OS pages at range
+  // edges; never above the budget), and how many pages were given back so far.
+  int64_t bytes_budget() const { return budget_; }
+  int64_t bytes_used() const { return used_bytes_; }
+  int64_t bytes_touched() const { return touched_bytes_; }
+  int64_t pages_decommitted() const { return decommitted_; }
+  size_t group_page_bytes(int group) const { return page_bytes_[group]; }
+  // Resident bytes of a pool's storage now (mincore; -1 if unknown). Walks the whole reservation.
+  int64_t resident_bytes(int group) const;
 
  private:
   size_t layer_page_bytes() const;
+  // Gives free warm pages of `group` back to the system until `bytes` more fit under the budget.
+  void decommit_until(int group, int64_t bytes);
   KVCacheConfig cfg_;
   std::vector<int> layer_index_;          // index of a layer within its group
   int n_layers_in_group_[2] = {0, 0};
-  std::vector<uint8_t*> storage_;         // per group: [layer in group][page][K then V]
+  std::vector<std::unique_ptr<ReservedMemory>> storage_;  // per group: [layer in group][page][K then V]
+  std::vector<uint8_t*> base_;                       // per group: storage_[g]->data() (or null)
   std::vector<std::vector<int32_t>> refs_;           // per group: refcount per page
-  std::vector<std::vector<int32_t>> free_;           // per group: free page ids (stack)
+  std::vector<std::vector<int32_t>> warm_;           // per group: free pages written before (stack)
+  std::vector<std::vector<int32_t>> cold_;           // per group: free pages never written / given back (stack)
+  int64_t n_alloc_[2] = {0, 0};
+  size_t page_bytes_[2] = {0, 0};                    // one page of a group, all its layers
+  int64_t budget_ = 0, used_bytes_ = 0, touched_bytes_ = 0, decommitted_ = 0;
   std::vector<std::vector<std::vector<int32_t>>> tables_;  // [group][seq] -> pages
   std::vector<int32_t> n_pos_;            // positions held per seq
 };

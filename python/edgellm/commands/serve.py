@@ -94,7 +94,7 @@ def _embedding_options(config) -> None:
 @click.option("--ctx-size", "-c", default=None, type=click.IntRange(1),
               help="Context length per sequence [default: the model's].")
 @click.option("--kv-memory", default=None, callback=_size,
-              help="Memory for the paged KV cache shared by all sequences, e.g. 512M, 2G.")
+              help="Memory for the paged KV cache shared by all sequences (and both layer groups), e.g. 512M, 2G.")
 @click.option("--threads", "-t", default=None, type=click.IntRange(1),
               help="Compute threads [default: the engine's choice].")
 @click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(0),

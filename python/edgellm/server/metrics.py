@@ -128,8 +128,15 @@ class ServerMetrics:
             metric("edgellm_kv_pages_used", "gauge",
                    "KV pages out of the free lists (held by requests or kept by the prefix cache)",
                    [("", used_pages(e))])
-            metric("edgellm_kv_pages_total", "gauge", "KV pages in the pool",
+            metric("edgellm_kv_pages_total", "gauge",
+                   "The most KV pages out of the free lists at once (the pools share one byte budget)",
                    [("", e.get("pages_total", 0))])
+            if "kv_bytes_total" in e:
+                metric("edgellm_kv_bytes_used", "gauge",
+                       "KV bytes out of the free lists, both layer groups (requests and prefix cache)",
+                       [("", e.get("kv_bytes_used", 0))])
+                metric("edgellm_kv_bytes_total", "gauge", "The KV byte budget (kv_memory)",
+                       [("", e["kv_bytes_total"])])
             metric("edgellm_kv_pages_in_use_requests", "gauge",
                    "KV pages held by requests (excluding pages only the prefix cache keeps); "
                    "0 when idle",
