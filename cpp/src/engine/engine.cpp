@@ -384,11 +384,13 @@ void Engine::do_eval(const std::vector<int32_t>& ids, float* out) {
     kc.max_seqs = 1;
     kc.pages_full = ceil_div(n, kc.page_size);
     kc.pages_window = kv_->has_window_group() ? kc.pages_full : 0;
+    kc.budget_bytes = 0;  // sized for this call alone: the serving cache's (F16-sized) budget does not apply
     KVCache kv(kc);
     Batch b;
     for (int32_t start = 0; start < n; start += cfg_.max_batch_tokens) {
       const int32_t end = std::min(n, start + cfg_.max_batch_tokens);
-      kv.reserve(0, end);
+      if (!kv.reserve(0, end))
+        throw ContextLengthError("eval_logits: the private KV cache could not hold " + std::to_string(end) + " tokens");
       b.clear();
       for (int32_t p = start; p < end; ++p) b.add(ids[p], p, 0, true);
       model_->forward(b, kv, out + static_cast<size_t>(start) * n_vocab_);
