@@ -100,3 +100,25 @@ def test_off_is_unchanged(plain):
     assert len(ids) + len(c.token_ids) == N_CTX
     assert "context_shifts" not in c.timings
     assert llm.stats()["context_shifts"] == 0
+
+
+def test_speculative_drafts_change_nothing(smollm2_path, shifting):
+    # N-gram drafts stop at the context's end and are dropped on a shift: the same tokens.
+    ids = shifting.tokenize(PROMPT)
+    want = shifting.generate(ids, _params(300, 6)).token_ids
+    with LLM(smollm2_path, n_ctx=N_CTX, n_threads=2, max_seqs=1, context_shift=True,
+             speculative="ngram", spec_adaptive=False) as llm:
+        c = llm.generate(ids, _params(300, 6))
+        assert c.token_ids == want
+        st = llm.stats()
+        assert st["spec_drafted"] > 0 and st["context_shifts"] >= 3
+
+
+def test_grammar_follows_the_text_across_shifts(shifting):
+    # The constraint's state follows the generated text, not the KV: still obeyed after shifts.
+    import re
+    c = shifting.generate(shifting.tokenize(PROMPT),
+                          SamplingParams(temperature=0.0, max_tokens=250, regex="[a-z ,.]+",
+                                         n_keep=-1))
+    assert len(c.token_ids) == 250 and c.timings["context_shifts"] >= 2
+    assert re.fullmatch("[a-z ,.]+", c.text), c.text
