@@ -825,7 +825,7 @@ void Engine::postprocess_token(Sequence* s, int32_t token, TokenLogprob* lp) {
 // KV of the kept tokens is not rotated to its new positions (RoPE'd keys would need a K-shift and
 // sliding-window pages their own bookkeeping) but recomputed, the kept tokens being prefilled
 // again at positions 0.. as a prompt would be — so what follows is exactly what a fresh request
-// with the kept tokens as its prompt would generate. The tokens just sampled is among them (it
+// with the kept tokens as its prompt would generate. The token just sampled is among them (it
 // was not computed yet); n_keep's first pages are usually still in the prefix cache.
 void Engine::shift_context(Sequence* s) {
   const int32_t n_tok = static_cast<int32_t>(s->tokens.size());
