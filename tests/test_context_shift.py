@@ -13,11 +13,12 @@ N_CTX = 128
 PROMPT = "Once upon a time, in a small village by the sea, there lived an old fisherman who"
 
 
-def _params(max_tokens, n_keep=0):
-    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, n_keep=n_keep)
+def _params(max_tokens, n_keep=0, n_discard=0):
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, n_keep=n_keep,
+                          n_discard=n_discard)
 
 
-def _kept_segments(llm, prompt_ids, out, n_keep):
+def _kept_segments(llm, prompt_ids, out, n_keep, n_discard=0):
     """llama-server's rule on the token list: (kept tokens, first output index after them, how
     many tokens until the next shift) for every shift within `out`."""
     bos = llm.tokenizer.bos_id
@@ -30,8 +31,9 @@ def _kept_segments(llm, prompt_ids, out, n_keep):
     for i, t in enumerate(out):
         tokens.append(t)
         if len(tokens) >= N_CTX and i + 1 < len(out):
-            n_discard = (len(tokens) - 1 - keep) // 2
-            tokens = tokens[:keep] + tokens[keep + n_discard:]
+            n_left = len(tokens) - 1 - keep
+            drop = min(n_discard, n_left) if n_discard > 0 else n_left // 2
+            tokens = tokens[:keep] + tokens[keep + drop:]
             segments.append((list(tokens), i + 1, N_CTX - len(tokens)))
     return segments
 
@@ -52,16 +54,16 @@ def plain(smollm2_path):
         yield llm
 
 
-@pytest.mark.parametrize("n_keep", [-1, 6])
-def test_keeps_generating_and_is_exact(shifting, plain, n_keep):
+@pytest.mark.parametrize("n_keep, n_discard", [(-1, 0), (6, 0), (6, 40)])
+def test_keeps_generating_and_is_exact(shifting, plain, n_keep, n_discard):
     llm = shifting
     ids = llm.tokenize(PROMPT)
     before = llm.stats()["context_shifts"]
-    c = llm.generate(ids, _params(300, n_keep))
+    c = llm.generate(ids, _params(300, n_keep, n_discard))
     assert c.finish_reason == "length"
     assert len(c.token_ids) == 300 and c.usage.completion_tokens == 300
     assert c.usage.prompt_tokens == len(ids)
-    segments = _kept_segments(llm, ids, c.token_ids, n_keep)
+    segments = _kept_segments(llm, ids, c.token_ids, n_keep, n_discard)
     assert len(segments) >= 3
     assert c.timings["context_shifts"] == len(segments)
     assert llm.stats()["context_shifts"] - before == len(segments)

@@ -522,6 +522,14 @@ def test_real_context_shift():
         assert c["timings"]["context_shifts"] >= 3
         r = s.post("/completion", {"prompt": prompt, "n_keep": -2})
         assert r.status_code == 400 and r.json()["error"]["param"] == "n_keep"
+        b = s.post("/completion", {"prompt": prompt, "n_predict": 200, "temperature": 0,
+                                   "ignore_eos": True, "n_keep": 2, "n_discard": 30},
+                   timeout=300).json()
+        assert b["tokens_predicted"] == 200 and b["truncated"] is True
+        assert b["generation_settings"]["n_discard"] == 30
+        r = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Tell a story"}],
+                                            "max_tokens": 10, "n_discard": -1})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "n_discard"
         r = s.post("/completion", {"prompt": "word " * 300})  # the prompt must still fit
         assert r.status_code == 400
         m = s.metrics()

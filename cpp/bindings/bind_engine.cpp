@@ -200,6 +200,8 @@ void bind_engine(py::module_& m) {
       .def_readwrite("n", &SamplingParams::n)
       .def_readwrite("n_keep", &SamplingParams::n_keep,
                      "Context shift: tokens kept at the start (after a BOS the model adds); -1: the whole prompt.")
+      .def_readwrite("n_discard", &SamplingParams::n_discard,
+                     "Context shift: tokens dropped after the kept ones per shift; 0: half of them.")
       .def_readwrite("return_progress", &SamplingParams::return_progress,
                      "Streaming requests: prompt-progress events ('progress') while the prompt is prefilled.")
       .def_property("json_schema", [](const SamplingParams& p) { return p.constraint.json_schema; },

@@ -27,7 +27,7 @@ struct Result {
 
 // Greedy generation with llama-server's context shift applied to the token list itself.
 std::vector<int32_t> reference(std::vector<int32_t> tokens, int32_t n_ctx, int32_t n_keep, int32_t max_tokens,
-                               bool shift, bool ignore_eos, int32_t* shifts = nullptr) {
+                               bool shift, bool ignore_eos, int32_t* shifts = nullptr, int32_t n_discard = 0) {
   const int32_t n_prompt = static_cast<int32_t>(tokens.size());
   std::vector<int32_t> out;
   float l[fake::kVocab];
@@ -47,7 +47,7 @@ std::vector<int32_t> reference(std::vector<int32_t> tokens, int32_t n_ctx, int32
       int32_t keep = n_keep < 0 ? n_prompt : n_keep;
       keep = std::max(0, std::min(keep, n_ctx - 4));
       const int32_t n_past = static_cast<int32_t>(tokens.size()) - 1;
-      const int32_t discard = (n_past - keep) / 2;
+      const int32_t discard = n_discard > 0 ? std::min(n_discard, n_past - keep) : (n_past - keep) / 2;
       tokens.erase(tokens.begin() + keep, tokens.begin() + keep + discard);
       if (shifts) ++*shifts;
     }
@@ -130,6 +130,27 @@ void test_keeps_generating() {
       CHECK(e.stats().running == 0);
       CHECK(e.stats().generated_tokens_total == 200);
     }
+}
+
+void test_n_discard() {
+  // llama-server's n_discard: a fixed number of tokens dropped per shift (more shifts when small).
+  for (int32_t nd : {3, 40, 1000}) {
+    Engine e(std::make_shared<fake::FakeModel>(), std::make_shared<fake::FakeVocab>(), config(true));
+    const auto prompt = fake::make_prompt(20, 11);
+    SamplingParams p = greedy(150, 8);
+    p.n_discard = nd;
+    int32_t shifts = 0;
+    const auto want = reference(prompt, 64, 8, 150, true, true, &shifts, nd);
+    const Result r = generate(e, prompt, p);
+    CHECK(r.tokens == want);
+    CHECK(r.context_shifts == shifts);
+    if (nd == 3) CHECK(shifts > 30);
+    CHECK(e.stats().pages_used == 0);
+  }
+  Engine e(std::make_shared<fake::FakeModel>(), std::make_shared<fake::FakeVocab>(), config(true));
+  SamplingParams p = greedy(10);
+  p.n_discard = -1;
+  CHECK(test_util::throws_invalid([&] { e.submit(fake::make_prompt(8, 1), p, std::make_shared<OutputChannel>()); }));
 }
 
 void test_off_stops_at_length() {
@@ -237,6 +258,7 @@ void test_speculative() {
 
 int main() {
   test_keeps_generating();
+  test_n_discard();
   test_off_stops_at_length();
   test_prompt_must_fit();
   test_window_model();

@@ -95,7 +95,9 @@ class SamplingParams:
     # Context shift (LLM(..., context_shift=True); llama-server's n_keep): when the context is
     # full, the first n_keep tokens (after a BOS the model adds) and the newer half of the rest
     # are kept and generation goes on; -1 keeps the whole prompt. No effect without the opt-in.
+    # n_discard: how many tokens after the kept ones each shift drops (0: half of them).
     n_keep: int = 0
+    n_discard: int = 0
 
     def stop_list(self) -> List[str]:
         if self.stop is None:
@@ -180,6 +182,7 @@ class SamplingParams:
         p.n = v["n"]
         p.return_progress = v["return_progress"]
         p.n_keep = v["n_keep"]
+        p.n_discard = v["n_discard"]
         p.json_schema = self._schema_text()
         p.grammar = self.grammar or ""
         p.regex = self.regex or ""

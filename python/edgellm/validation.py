@@ -314,6 +314,7 @@ SAMPLING_RULES: Dict[str, Check] = {
     "grammar_budget_close": boolean,
     "return_progress": boolean,
     "n_keep": integer(-1, MAX_INT32),                        # context shift: -1 = the whole prompt
+    "n_discard": integer(0, MAX_INT32),                      # context shift: 0 = half
 }
 
 

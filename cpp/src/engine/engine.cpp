@@ -241,6 +241,7 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params
     s->n_prompt = static_cast<int32_t>(np);
     s->max_tokens = params.max_tokens;
     s->n_keep = params.n_keep;
+    s->n_discard = params.n_discard;
     // Completion i draws from seed + i: n completions of a seeded request differ, yet repeat.
     s->sampler = std::make_unique<Sampler>(params, eog_, seed + static_cast<uint64_t>(i));
     s->constraint = std::move(constraints[i]);
@@ -834,7 +835,8 @@ void Engine::shift_context(Sequence* s) {
   if (s->n_keep >= 0 && bos >= 0 && s->tokens[0] == bos) n_keep += 1;  // n_keep counts after the BOS
   n_keep = std::max(0, std::min(n_keep, n_ctx_ - 4));
   const int32_t n_past = n_tok - 1;  // positions the KV holds (the new token is not computed yet)
-  const int32_t n_discard = (n_past - n_keep) / 2;
+  const int32_t n_left = n_past - n_keep;
+  const int32_t n_discard = s->n_discard > 0 ? std::min(s->n_discard, n_left) : n_left / 2;
   if (n_discard < 1) {  // nothing can go (n_ctx < 5): end as without context shift
     OutputEvent ev;
     ev.text = s->stop.flush();

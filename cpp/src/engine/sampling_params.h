@@ -35,6 +35,7 @@ struct SamplingParams {
   // Context shift (EngineConfig::context_shift): tokens kept at the start when the context is
   // full, counted after a BOS the model adds (llama-server's n_keep); -1: the whole prompt.
   int32_t n_keep = 0;
+  int32_t n_discard = 0;             // tokens dropped per shift (after the kept ones); 0: half of them
   ConstraintSpec constraint;
 
   // Throws InvalidRequestError naming the parameter at fault.

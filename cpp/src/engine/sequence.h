@@ -84,7 +84,7 @@ struct Sequence {
   // n_generated() counts them), how many shifts, and the request's n_keep.
   int32_t n_shifted = 0;
   int32_t context_shifts = 0;
-  int32_t n_keep = 0;
+  int32_t n_keep = 0, n_discard = 0;
 
   // Speculative decoding (engine.cpp, spec_policy.h). `draft` holds the tokens proposed for the
   // next step: the scheduler appends them after the last known token and the step verifies them;

@@ -10,7 +10,7 @@ llama.vscode, its server tests) read:
 
 /completions (plural) and /v1/completions stay OpenAI's. Field checks follow the rest of the
 server: an unknown field is a 400 naming it; fields llama.cpp clients send routinely that mean
-nothing here (id_slot, n_discard 0, samplers, ...) are accepted and listed in docs/SERVER.md.
+nothing here (id_slot, samplers, ...) are accepted and listed in docs/SERVER.md.
 """
 import asyncio
 import copy
@@ -134,6 +134,7 @@ _SAMPLING = {
     "ignore_eos": protocol.boolean,
     "n_probs": protocol.integer(0, protocol.MAX_TOP_LOGPROBS),
     "n_keep": protocol.integer(-1),      # --context-shift: tokens kept at the start; -1 = the prompt
+    "n_discard": protocol.integer(0),    # --context-shift: tokens dropped per shift; 0 = half
     "min_keep": protocol.integer(0),
     "logit_bias": _logit_bias,
     "grammar": protocol.string,
@@ -166,7 +167,6 @@ _SERVER = {
 # Sent routinely by llama.cpp clients; no effect here (documented in docs/SERVER.md).
 _ACCEPTED_INERT = {
     "id_slot": protocol.integer(-1),     # no slot pinning: sequences are scheduled by the engine
-    "n_discard": protocol.integer(0, 0),  # context shift: only llama-server's default (half)
     "n_indent": protocol.integer(0),
     "t_max_predict_ms": protocol.number(0.0),
     "samplers": protocol.anything,       # the chain's order is fixed (llama.cpp's default order)
@@ -418,7 +418,7 @@ def generation_settings(params, fields: JSON, stream: bool = False) -> JSON:
         "adaptive_target": -1.0, "adaptive_decay": 0.9,
         "stop": list(stop),
         "max_tokens": n_predict, "n_predict": n_predict,
-        "n_keep": _attr(params, "n_keep", 0), "n_discard": 0,
+        "n_keep": _attr(params, "n_keep", 0), "n_discard": _attr(params, "n_discard", 0),
         "ignore_eos": bool(_attr(params, "ignore_eos", False)),
         "stream": stream,
         "logit_bias": [{"bias": b, "token": t} for t, b in sorted(bias.items())],
@@ -622,8 +622,9 @@ class LlamaCppAPI:
             kw["logit_bias"] = self._bias(llm, fields["logit_bias"])
         if fields.get("return_progress") and fields.get("stream"):
             kw["return_progress"] = True  # llama-server: in stream mode only
-        if "n_keep" in fields:
-            kw["n_keep"] = fields["n_keep"]
+        for name in ("n_keep", "n_discard"):
+            if name in fields:
+                kw[name] = fields[name]
         return kw
 
     @staticmethod

@@ -152,6 +152,7 @@ _SAMPLING: Dict[str, tuple] = {
     "grammar": (sampling_rule("grammar"), "grammar"),
     "grammar_budget_close": (sampling_rule("grammar_budget_close"), "grammar_budget_close"),
     "n_keep": (sampling_rule("n_keep"), "n_keep"),  # --context-shift: tokens kept; -1 = the prompt
+    "n_discard": (sampling_rule("n_discard"), "n_discard"),  # --context-shift: dropped per shift; 0 = half
 }
 
 # Accepted and used by the server, not by the sampler.
