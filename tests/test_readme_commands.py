@@ -91,6 +91,20 @@ def test_generate_takes_the_prompt_as_an_argument(smollm2_path):
     assert r.stdout == same.stdout and r.stdout.strip()
 
 
+@pytest.mark.real_model
+def test_run_with_context_shift_answers_past_the_context(smollm2_path):
+    # A 64-token context cannot hold a 150-token answer: refused without the option; with
+    # --context-shift the answer keeps going (the question kept, older answer tokens dropped).
+    args = ["run", "smollm2", "-c", "64", "-n", "150", "--temp", "0", "-t", "2", "Tell me a story."]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 1 and "n_ctx" in r.output, r.output
+    r = CliRunner().invoke(main, args + ["--context-shift"])
+    assert r.exit_code == 0, r.output
+    from edgellm import LLM
+    with LLM(smollm2_path, n_threads=2) as llm:
+        assert len(llm.tokenize(r.stdout, add_special=False)) > 64
+
+
 def test_generate_without_a_prompt_is_a_usage_error():
     r = CliRunner().invoke(main, ["generate", "smollm2"])
     assert r.exit_code == 2 and "no prompt" in r.output

@@ -456,6 +456,10 @@ def test_answer_reserve():
     assert answer_reserve(100, 4096) == 100
     assert answer_reserve(None, 4096) == 1024
     assert answer_reserve(None, 512) == 128
+    # --context-shift: the answer goes on past the context, a quarter of it is room enough
+    assert answer_reserve(5000, 512, context_shift=True) == 128
+    assert answer_reserve(50, 512, context_shift=True) == 50
+    assert answer_reserve(None, 512, context_shift=True) == 128
 
 
 def test_conversation_trimming_keeps_turns_whole():

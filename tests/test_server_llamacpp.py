@@ -501,6 +501,55 @@ def test_real_completion_and_props():
 
 @pytest.mark.real_model
 @pytest.mark.slow
+def test_real_context_shift():
+    """--context-shift with n_keep (llama-server's): a generation longer than the context goes on
+    (truncated: true, as llama-server reports a shifted context); without the flag it is a 400."""
+    prompt = "Once upon a time, in a small village by the sea, there lived an old fisherman who"
+    s = _real_server(_model("smollm2"), "--ctx-size", "128", "--parallel", "1", "--context-shift")
+    try:
+        b = s.post("/completion", {"prompt": prompt, "n_predict": 300, "temperature": 0,
+                                   "ignore_eos": True, "n_keep": -1, "return_tokens": True},
+                   timeout=300).json()
+        assert b["tokens_predicted"] == 300 and len(b["tokens"]) == 300, b
+        assert b["stop_type"] == "limit" and b["truncated"] is True
+        assert b["generation_settings"]["n_keep"] == -1
+        assert b["timings"]["predicted_n"] == 300
+        r = s.post("/v1/completions", {"prompt": prompt, "max_tokens": 300, "temperature": 0,
+                                       "ignore_eos": True, "n_keep": 4}, timeout=300)
+        assert r.status_code == 200, r.text
+        c = r.json()
+        assert c["usage"]["completion_tokens"] == 300 and c["choices"][0]["finish_reason"] == "length"
+        assert c["timings"]["context_shifts"] >= 3
+        r = s.post("/completion", {"prompt": prompt, "n_keep": -2})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "n_keep"
+        b = s.post("/completion", {"prompt": prompt, "n_predict": 200, "temperature": 0,
+                                   "ignore_eos": True, "n_keep": 2, "n_discard": 30},
+                   timeout=300).json()
+        assert b["tokens_predicted"] == 200 and b["truncated"] is True
+        assert b["generation_settings"]["n_discard"] == 30
+        r = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Tell a story"}],
+                                            "max_tokens": 10, "n_discard": -1})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "n_discard"
+        r = s.post("/completion", {"prompt": "word " * 300})  # the prompt must still fit
+        assert r.status_code == 400
+        m = s.metrics()
+        assert m["edgellm_context_shifts_total"] >= 6
+    finally:
+        s.stop()
+    s = _real_server(_model("smollm2"), "--ctx-size", "128", "--parallel", "1")
+    try:
+        r = s.post("/v1/completions", {"prompt": prompt, "max_tokens": 300, "n_keep": 4})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+        b = s.post("/completion", {"prompt": prompt, "n_predict": 300, "temperature": 0,
+                                   "ignore_eos": True}, timeout=120).json()
+        assert b["truncated"] is True and b["tokens_predicted"] < 128  # stopped at the full context
+        assert s.metrics()["edgellm_context_shifts_total"] == 0
+    finally:
+        s.stop()
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
 def test_real_infill_qwen_coder():
     s = _real_server(_model("qwen2.5-coder-0.5b"), "--ctx-size", "1024", "--parallel", "1")
     try:
@@ -658,12 +707,13 @@ def test_shim_maps_flags_and_models():
     assert _shim("--hf-repo", "bartowski/Qwen2.5-Coder-3B-Instruct-GGUF:Q4_K_M")[1][1] \
         == "qwen2.5-coder-0.5b"
     assert _shim("--hf-repo", "ggml-org/test-model-stories260K-infill")[1][1] == "qwen2.5-coder-0.5b"
+    rc, cmd, _ = _shim("--hf-repo", "ggml-org/test-model-stories260K", "--context-shift")
+    assert rc == 0 and "--context-shift" in cmd  # llama-server's flag, now edgellm's too
 
 
 @pytest.mark.parametrize("args, words", [
     (["--hf-repo", "ggml-org/tinygemma3-GGUF:Q8_0"], "no local stand-in"),
     (["--hf-repo", "ggml-org/test-model-stories260K", "--lora", "x.gguf"], "LoRA"),
-    (["--hf-repo", "ggml-org/test-model-stories260K", "--context-shift"], "context shift"),
     (["--hf-repo", "ggml-org/test-model-stories260K", "--frobnicate"], "unknown llama-server flag"),
 ])
 def test_shim_refuses_what_edgellm_lacks(args, words):

@@ -93,6 +93,7 @@ py::dict event_dict(const OutputEvent& ev) {
     d["prompt_tokens"] = ev.prompt_tokens;
     d["completion_tokens"] = ev.completion_tokens;
     d["cached_tokens"] = ev.cached_tokens;
+    d["context_shifts"] = ev.timings.context_shifts;
     if (ev.embedding_rows > 0) {  // embedding request: float32 [rows, n_embd]
       const py::ssize_t rows = ev.embedding_rows, dim = static_cast<py::ssize_t>(ev.embedding.size()) / rows;
       d["embedding"] = py::array_t<float>({rows, dim}, ev.embedding.data());
@@ -106,6 +107,7 @@ py::dict event_dict(const OutputEvent& ev) {
     // The first token comes with the prompt; the rate is over the tokens after it.
     t["predicted_per_second"] =
         ev.timings.predicted_ms > 0 ? 1e3 * (ev.timings.predicted_n - 1) / ev.timings.predicted_ms : 0.0;
+    if (ev.timings.context_shifts > 0) t["context_shifts"] = ev.timings.context_shifts;  // only when it shifted
     // Speculative decoding: as llama-server, only when something was drafted for this completion.
     if (ev.timings.draft_n > 0) {
       t["draft_n"] = ev.timings.draft_n;
@@ -139,6 +141,7 @@ py::dict stats_dict(const EngineStats& s) {
   d["tokens_processed"] = s.tokens_processed;
   d["steps"] = s.steps;
   d["preemptions"] = s.preemptions;
+  d["context_shifts"] = s.context_shifts;
   d["requests_finished"] = s.requests_finished;
   d["busy_seconds"] = s.busy_seconds;
   d["tokens_per_second"] = s.tokens_per_second;
@@ -195,6 +198,10 @@ void bind_engine(py::module_& m) {
       .def_readwrite("logprobs", &SamplingParams::logprobs)
       .def_readwrite("prompt_logprobs", &SamplingParams::prompt_logprobs)
       .def_readwrite("n", &SamplingParams::n)
+      .def_readwrite("n_keep", &SamplingParams::n_keep,
+                     "Context shift: tokens kept at the start (after a BOS the model adds); -1: the whole prompt.")
+      .def_readwrite("n_discard", &SamplingParams::n_discard,
+                     "Context shift: tokens dropped after the kept ones per shift; 0: half of them.")
       .def_readwrite("return_progress", &SamplingParams::return_progress,
                      "Streaming requests: prompt-progress events ('progress') while the prompt is prefilled.")
       .def_property("json_schema", [](const SamplingParams& p) { return p.constraint.json_schema; },
@@ -240,7 +247,7 @@ void bind_engine(py::module_& m) {
       .def(py::init([](const std::string& path, int n_ctx, int n_threads, int64_t kv_memory, const std::string& kv_type,
                        int max_seqs, int max_batch_tokens, int page_size, bool prefix_cache, int n_gpu_layers,
                        const std::string& speculative, int num_speculative_tokens, const std::string& draft_model,
-                       bool spec_adaptive) {
+                       bool spec_adaptive, bool context_shift) {
              EngineConfig c;
              c.n_ctx = n_ctx;
              c.kv_memory = kv_memory;
@@ -249,6 +256,7 @@ void bind_engine(py::module_& m) {
              c.max_batch_tokens = max_batch_tokens;
              c.page_size = page_size;
              c.prefix_cache = prefix_cache;
+             c.context_shift = context_shift;
              c.spec.mode = spec_mode(speculative);
              if (num_speculative_tokens < 0 || num_speculative_tokens > 64)
                throw InvalidRequestError("num_speculative_tokens must be in 0..64 (0: the default), got " +
@@ -289,7 +297,7 @@ void bind_engine(py::module_& m) {
            py::arg("kv_type") = "f16", py::arg("max_seqs") = 16, py::arg("max_batch_tokens") = 512,
            py::arg("page_size") = 32, py::arg("prefix_cache") = true, py::arg("n_gpu_layers") = 0,
            py::arg("speculative") = "auto", py::arg("num_speculative_tokens") = 0, py::arg("draft_model") = "",
-           py::arg("spec_adaptive") = true,
+           py::arg("spec_adaptive") = true, py::arg("context_shift") = false,
            "speculative: off | ngram (prompt lookup) | draft (draft_model proposes) | auto (n-gram, plus the draft "
            "model when one is given); num_speculative_tokens: most tokens drafted per step (0: the engine's "
            "default); spec_adaptive false: always draft that many when there is a proposal (tests, benchmarks).")
@@ -339,6 +347,7 @@ void bind_engine(py::module_& m) {
       })
       .def_property_readonly("closed", [](const PyEngine& self) { return !self.engine; })
       .def_property_readonly("n_ctx", [](PyEngine& self) { return self.get().n_ctx(); })
+      .def_property_readonly("context_shift", [](PyEngine& self) { return self.get().config().context_shift; })
       .def_property_readonly("n_vocab", [](PyEngine& self) { return self.get().n_vocab(); })
       .def_property_readonly("n_embd", [](PyEngine& self) { return self.get().n_embd(); })
       .def_property_readonly("default_pooling", [](PyEngine& self) { return static_cast<int>(self.get().default_pooling()); },

@@ -92,6 +92,12 @@ class SamplingParams:
     # empty text whose `progress` is {total, cache, processed, time_ms} -- one at admission
     # (processed == cache, the prefix-cache hit; time 0), then one per prefill chunk.
     return_progress: bool = False
+    # Context shift (LLM(..., context_shift=True); llama-server's n_keep): when the context is
+    # full, the first n_keep tokens (after a BOS the model adds) and the newer half of the rest
+    # are kept and generation goes on; -1 keeps the whole prompt. No effect without the opt-in.
+    # n_discard: how many tokens after the kept ones each shift drops (0: half of them).
+    n_keep: int = 0
+    n_discard: int = 0
 
     def stop_list(self) -> List[str]:
         if self.stop is None:
@@ -175,6 +181,8 @@ class SamplingParams:
         p.prompt_logprobs = -1 if v["prompt_logprobs"] is None else v["prompt_logprobs"]
         p.n = v["n"]
         p.return_progress = v["return_progress"]
+        p.n_keep = v["n_keep"]
+        p.n_discard = v["n_discard"]
         p.json_schema = self._schema_text()
         p.grammar = self.grammar or ""
         p.regex = self.regex or ""
@@ -329,6 +337,14 @@ class LLM:
     acceptance would not pay (spec_adaptive=False always drafts the full k, for tests and
     benchmarks). stats() counts spec_drafted / spec_accepted / spec_acceptance; a completion's
     timings carry draft_n / draft_n_accepted when something was drafted for it.
+
+    context_shift (llama.cpp's --context-shift; default False): a sequence that fills n_ctx
+    while generating keeps its first SamplingParams.n_keep tokens and the newer half of the
+    rest, which are prefilled again at positions 0.., and goes on generating instead of ending
+    with finish_reason "length" (max_tokens still counts every generated token; the prompt must
+    still fit n_ctx). What follows a shift is exactly what a fresh request with the kept tokens
+    as its prompt would generate. stats()["context_shifts"] counts them, a completion's timings
+    carry context_shifts when it shifted.
     """
 
     def __init__(self, model_path, n_ctx: Optional[int] = None, n_threads: Optional[int] = None, *,
@@ -336,7 +352,8 @@ class LLM:
                  max_batch_tokens: int = 512, page_size: int = 32,
                  chat_template: Optional[str] = None, n_gpu_layers: int = 0,
                  prefix_cache: bool = True, draft_model=None, speculative: str = "auto",
-                 num_speculative_tokens: Optional[int] = None, spec_adaptive: bool = True):
+                 num_speculative_tokens: Optional[int] = None, spec_adaptive: bool = True,
+                 context_shift: bool = False):
         from .models import resolve
         from .validation import check_engine_args
 
@@ -347,7 +364,7 @@ class LLM:
                               n_gpu_layers=n_gpu_layers, prefix_cache=prefix_cache,
                               draft_model=draft_model, speculative=speculative,
                               num_speculative_tokens=num_speculative_tokens,
-                              spec_adaptive=spec_adaptive)
+                              spec_adaptive=spec_adaptive, context_shift=context_shift)
         path = resolve(model_path)
         self.model_path = str(path)
         # The draft is only loaded where it is used ("draft", "auto"); with "off" / "ngram" it
@@ -361,7 +378,9 @@ class LLM:
                                     n_gpu_layers=a["n_gpu_layers"],
                                     speculative=a["speculative"],
                                     num_speculative_tokens=a["num_speculative_tokens"],
-                                    draft_model=draft_path, spec_adaptive=a["spec_adaptive"])
+                                    draft_model=draft_path, spec_adaptive=a["spec_adaptive"],
+                                    context_shift=a["context_shift"])
+        self.context_shift: bool = self._engine.context_shift
         # speculative decoding as configured: the mode, the loaded draft (None without one)
         self.speculative: str = self._engine.speculative
         self.draft_model_path: Optional[str] = self._engine.draft_model_path or None

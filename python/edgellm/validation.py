@@ -313,6 +313,8 @@ SAMPLING_RULES: Dict[str, Check] = {
     "grammar_triggers": optional(_string_list),
     "grammar_budget_close": boolean,
     "return_progress": boolean,
+    "n_keep": integer(-1, MAX_INT32),                        # context shift: -1 = the whole prompt
+    "n_discard": integer(0, MAX_INT32),                      # context shift: 0 = half
 }
 
 
@@ -388,6 +390,7 @@ def check_engine_args(**args: Any) -> Dict[str, Any]:
         "page_size": integer(16, 64)(args["page_size"], "page_size"),
         "n_gpu_layers": integer(-1, MAX_INT32)(args["n_gpu_layers"], "n_gpu_layers"),
         "prefix_cache": boolean(args["prefix_cache"], "prefix_cache"),
+        "context_shift": boolean(args.get("context_shift", False), "context_shift"),
     }
     out.update(check_speculative(args.get("speculative", "auto"),
                                  args.get("num_speculative_tokens"),

@@ -4,7 +4,7 @@
 The tests start LLAMA_SERVER_BIN_PATH with llama-server flags (tests/utils.py ServerProcess).
 Each flag is either mapped to an `edgellm serve` option, ignored with a note on stderr (it has
 no meaning here: e.g. --cont-batching, which edgellm always does), or refused with exit status 2
-(a feature edgellm does not have: LoRA, speculative decoding, context shift, ...), so that a test
+(a feature edgellm does not have: LoRA, router mode, ...), so that a test
 needing it fails at start-up saying why instead of passing by accident.
 
 Models: the tests name Hugging Face repos; they are mapped to the local test models
@@ -52,6 +52,8 @@ SWITCH_MAP = {
     "--embeddings": "--embedding",
     "--cors-credentials": "--cors-credentials",
     "--no-cors-credentials": "--no-cors-credentials",
+    "--context-shift": "--context-shift",
+    "--no-context-shift": "--no-context-shift",
 }
 # Handled here: --host, --model/-m, --hf-repo/-hf, --hf-file/-hff, --alias/-a, --ctx-size/-c,
 # --parallel/-np, --verbose/-v.
@@ -98,15 +100,13 @@ REFUSED = {
     "--slot-save-path": "saving and restoring slots",
     "--grp-attn-n": "group attention (self-extend)", "--grp-attn-w": "group attention (self-extend)",
     "--lora": "LoRA adapters",
-    "--context-shift": "context shifting (edgellm never drops context; an over-long request is a 400)",
     "--mmproj-url": "multimodal input", "--media-path": "multimodal input",
     "--sleep-idle-seconds": "sleeping when idle",
     "--ui-mcp-proxy": "the web UI's MCP proxy",
     "--tools": "built-in server tools", "--tools-runtime": "built-in server tools",
     "--mcp-servers-config": "MCP servers", "--mcp-servers-json": "MCP servers",
 }
-REFUSED_SWITCHES = {"--no-models-autoload", "--reranking", "--rerank", "--context-shift",
-                    "--ui-mcp-proxy"}
+REFUSED_SWITCHES = {"--no-models-autoload", "--reranking", "--rerank", "--ui-mcp-proxy"}
 
 
 def note(msg: str) -> None:

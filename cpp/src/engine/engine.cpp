@@ -194,7 +194,12 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params
   if (params.n > cfg_.max_seqs)
     throw InvalidRequestError("n = " + std::to_string(params.n) + " exceeds max_seqs " + std::to_string(cfg_.max_seqs));
   const int64_t np = static_cast<int64_t>(prompt.size());
-  if (params.max_tokens >= 0) {
+  if (cfg_.context_shift) {
+    // Generation goes on past n_ctx (the context shifts), so only the prompt must fit.
+    if (np >= n_ctx_)
+      throw ContextLengthError("prompt has " + std::to_string(np) + " tokens: no room to generate within n_ctx " +
+                               std::to_string(n_ctx_) + " (context shift keeps generating, but the prompt must fit)");
+  } else if (params.max_tokens >= 0) {
     const int64_t total = np + params.max_tokens;
     if (total > n_ctx_)
       throw ContextLengthError("prompt has " + std::to_string(np) + " tokens, max_tokens " +
@@ -204,7 +209,8 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params
     throw ContextLengthError("prompt has " + std::to_string(np) + " tokens: no room to generate within n_ctx " +
                              std::to_string(n_ctx_));
   }
-  const int64_t span = params.max_tokens >= 0 ? np + params.max_tokens : n_ctx_;
+  int64_t span = params.max_tokens >= 0 ? np + params.max_tokens : n_ctx_;
+  if (cfg_.context_shift) span = std::min<int64_t>(span, n_ctx_);
   const int64_t pages = ceil_div(span, kv_->page_size());
   if (pages > seq_pages_max_)
     throw ContextLengthError("request needs up to " + std::to_string(span) + " tokens = " + std::to_string(pages) +
@@ -234,6 +240,8 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params
     s->tokens = prompt;
     s->n_prompt = static_cast<int32_t>(np);
     s->max_tokens = params.max_tokens;
+    s->n_keep = params.n_keep;
+    s->n_discard = params.n_discard;
     // Completion i draws from seed + i: n completions of a seeded request differ, yet repeat.
     s->sampler = std::make_unique<Sampler>(params, eog_, seed + static_cast<uint64_t>(i));
     s->constraint = std::move(constraints[i]);
@@ -572,7 +580,8 @@ void Engine::sample_and_postprocess(const std::vector<ScheduledChunk>& plan) {
 void Engine::mask_constrained(Sequence* s, float* logits) {
   if (!s->constraint) return;
   // Tokens left including this one (max_tokens, then the context), for budget closing.
-  int32_t left = n_ctx_ - static_cast<int32_t>(s->tokens.size());
+  // With context shift the context never ends generation: only max_tokens does.
+  int32_t left = cfg_.context_shift ? INT32_MAX / 2 : n_ctx_ - static_cast<int32_t>(s->tokens.size());
   if (s->max_tokens >= 0) left = std::min(left, s->max_tokens - s->n_generated());
   s->constraint->set_remaining(left);
   s->constraint->apply(logits, n_vocab_);
@@ -707,6 +716,7 @@ void Engine::verify_draft(const ScheduledChunk& c, Sequence* s) {
   spec_drafted_ += nd;
   s->draft_n += nd;
   int32_t accepted = 0;
+  const int32_t shifts = s->context_shifts;  // a shift (only on the walk's last token) restarts the KV
   for (int32_t i = 0; i <= nd; ++i) {
     const float* row = logits_.data() + static_cast<size_t>(row0 + i) * n_vocab_;
     work_.assign(row, row + n_vocab_);
@@ -733,12 +743,12 @@ void Engine::verify_draft(const ScheduledChunk& c, Sequence* s) {
       ++s->draft_n_accepted;
     }
     postprocess_token(s, token, params.logprobs >= 0 ? &lp : nullptr);
-    if (s->slot < 0 || !hit) break;  // finished (its pages are gone), or the first rejection
+    if (s->slot < 0 || !hit || s->context_shifts != shifts) break;  // finished, first rejection, or shifted
   }
   if (from_model) s->accept_draft.update(nd, accepted);
   else if (s->draft_ngram_n > 0 && s->draft_ngram_n < static_cast<int32_t>(s->accept_ngram.size()))
     s->accept_ngram[static_cast<size_t>(s->draft_ngram_n)].update(nd, accepted);
-  if (s->slot < 0) return;
+  if (s->slot < 0 || s->context_shifts != shifts) return;  // gone, or recomputed from the kept tokens
   sched_->commit_draft(s, accepted);
   if (draft_) draft_->rollback(s->slot, static_cast<uint64_t>(s->arrival) + 1, s->n_computed);
 }
@@ -775,9 +785,13 @@ void Engine::postprocess_token(Sequence* s, int32_t token, TokenLogprob* lp) {
       ev.has_stop_string = true;
     }
   }
+  bool shift = false;
   if (reason.empty()) {
     if (s->max_tokens >= 0 && s->n_generated() >= s->max_tokens) reason = "length";
-    else if (static_cast<int32_t>(s->tokens.size()) >= n_ctx_) reason = "length";
+    else if (static_cast<int32_t>(s->tokens.size()) >= n_ctx_) {
+      if (cfg_.context_shift && !s->embedding) shift = true;  // keep generating on the kept tokens
+      else reason = "length";
+    }
   }
   if (!reason.empty() && !ev.has_stop_string) ev.text += s->stop.flush();
   if (s->index == 0 && !s->prompt_logprobs_sent && params.prompt_logprobs >= 0 && !s->want_prompt_logprobs) {
@@ -791,6 +805,7 @@ void Engine::postprocess_token(Sequence* s, int32_t token, TokenLogprob* lp) {
     if (lp) s->out_logprobs.push_back(*lp);
     if (reason.empty()) {
       if (ev.has_prompt_logprobs) s->prompt_logprobs = std::move(ev.prompt_logprobs);
+      if (shift) shift_context(s);
       return;
     }
     ev.text = std::move(s->text);
@@ -803,9 +818,48 @@ void Engine::postprocess_token(Sequence* s, int32_t token, TokenLogprob* lp) {
   }
   if (reason.empty()) {
     s->out->push(std::move(ev));
+    if (shift) shift_context(s);
     return;
   }
   finish(s, reason, std::move(ev));
+}
+
+// llama-server's context shift (n_keep, n_discard = half of what follows it), done exactly: the
+// KV of the kept tokens is not rotated to its new positions (RoPE'd keys would need a K-shift and
+// sliding-window pages their own bookkeeping) but recomputed, the kept tokens being prefilled
+// again at positions 0.. as a prompt would be — so what follows is exactly what a fresh request
+// with the kept tokens as its prompt would generate. The token just sampled is among them (it
+// was not computed yet); n_keep's first pages are usually still in the prefix cache.
+void Engine::shift_context(Sequence* s) {
+  const int32_t n_tok = static_cast<int32_t>(s->tokens.size());
+  int32_t n_keep = s->n_keep < 0 ? std::min(s->n_prompt, n_tok) : s->n_keep;
+  const int32_t bos = vocab_->added_bos();
+  if (s->n_keep >= 0 && bos >= 0 && s->tokens[0] == bos) n_keep += 1;  // n_keep counts after the BOS
+  n_keep = std::max(0, std::min(n_keep, n_ctx_ - 4));
+  const int32_t n_past = n_tok - 1;  // positions the KV holds (the new token is not computed yet)
+  const int32_t n_left = n_past - n_keep;
+  const int32_t n_discard = s->n_discard > 0 ? std::min(s->n_discard, n_left) : n_left / 2;
+  if (n_discard < 1) {  // nothing can go (n_ctx < 5): end as without context shift
+    OutputEvent ev;
+    ev.text = s->stop.flush();
+    if (!s->stream) {
+      ev.text = std::move(s->text) + ev.text;
+      ev.token_ids = std::move(s->out_tokens);
+      ev.logprobs = std::move(s->out_logprobs);
+    }
+    finish(s, "length", std::move(ev));
+    return;
+  }
+  s->tokens.erase(s->tokens.begin() + n_keep, s->tokens.begin() + n_keep + n_discard);
+  s->n_shifted += n_discard;
+  ++s->context_shifts;
+  ++context_shifts_;
+  s->draft.clear();
+  s->draft_q.clear();
+  if (draft_ && s->slot >= 0) draft_->release(s->slot);  // its draft KV follows the old positions
+  for (Sequence* sib : s->siblings) sib->blocked = false;  // (siblings fork before the first token)
+  s->siblings.clear();
+  sched_->restart(s);
 }
 
 void Engine::send_progress(Sequence* s, int32_t processed) {
@@ -842,6 +896,7 @@ void Engine::finish(Sequence* s, const std::string& reason, OutputEvent ev) {
   ev.timings.predicted_n = ev.completion_tokens;
   ev.timings.draft_n = s->draft_n;
   ev.timings.draft_n_accepted = s->draft_n_accepted;
+  ev.timings.context_shifts = s->context_shifts;
   if (s->first_token) {
     ev.timings.prompt_ms = ms_between(s->t_start, s->t_first);
     ev.timings.predicted_ms = ms_between(s->t_first, s->t_last);
@@ -912,6 +967,7 @@ void Engine::publish_stats() {
   st.tokens_processed = processed_total_;
   st.steps = steps_;
   st.preemptions = sched_->preemptions();
+  st.context_shifts = context_shifts_;
   st.requests_finished = finished_;
   st.busy_seconds = busy_s_;
   st.tokens_per_second = busy_s_ > 0 ? generated_total_ / busy_s_ : 0.0;

@@ -57,6 +57,10 @@ struct EngineConfig {
   int32_t max_batch_tokens = 512;
   int32_t page_size = 32;        // 16..64
   bool prefix_cache = true;
+  // llama.cpp's --context-shift: a sequence that fills n_ctx while generating keeps its first
+  // n_keep tokens and the newer half of the rest (re-prefilled at positions 0..) and goes on,
+  // instead of finishing with "length". Off: generation stops at the context's end.
+  bool context_shift = false;
   bool start_thread = true;      // false: the caller drives step() (tests)
   SpeculativeConfig spec;
 };
@@ -79,6 +83,7 @@ struct EngineStats {
   int64_t prefix_cache_hits = 0, prefix_cache_queries = 0, prefix_cache_hit_tokens = 0;
   int64_t prompt_tokens_total = 0, generated_tokens_total = 0, tokens_processed = 0;
   int64_t steps = 0, preemptions = 0, requests_finished = 0;
+  int64_t context_shifts = 0;   // context shifts (EngineConfig::context_shift)
   double busy_seconds = 0.0;     // time spent in steps
   double tokens_per_second = 0.0;  // generated tokens per busy second (since start)
   // Speculative decoding: tokens proposed and verified, how many the target accepted, verify
@@ -153,6 +158,8 @@ class Engine {
   int32_t spec_max_draft(bool from_model) const;
   void send_progress(Sequence* s, int32_t processed);
   void finish_embedding(Sequence* s);
+  // Context shift of a sequence whose tokens filled n_ctx (see EngineConfig::context_shift).
+  void shift_context(Sequence* s);
   void finish(Sequence* s, const std::string& reason, OutputEvent ev);
   void fail(Sequence* s, const std::string& message);
   void do_abort(int64_t id);
@@ -197,6 +204,7 @@ class Engine {
   int64_t arrival_ = 0;
 
   // Counters owned by the engine thread.
+  int64_t context_shifts_ = 0;
   int64_t prompt_total_ = 0, generated_total_ = 0, processed_total_ = 0, steps_ = 0, finished_ = 0;
   double busy_s_ = 0.0;
   std::thread thread_;

@@ -42,6 +42,9 @@ class EngineVocab {
   // Tokens that are markup, never text (control / unknown types and the EOG ids), with their
   // texts: constrained decoding keeps them, and their texts, out of grammar output.
   virtual std::vector<std::pair<int32_t, std::string>> special_tokens() const { return {}; }
+  // The BOS id when the vocabulary adds one to prompts, else -1 (context shift: n_keep counts
+  // the tokens after it, as llama-server's).
+  virtual int32_t added_bos() const { return -1; }
 };
 
 }  // namespace edgellm

@@ -39,6 +39,7 @@ class TokenizerVocab : public EngineVocab {
       if ((v.attrs[t] & (kAttrControl | kAttrUnknown)) || v.is_eog[t]) out.emplace_back(t, v.tokens[t]);
     return out;
   }
+  int32_t added_bos() const override { return tok_->vocab().add_bos ? tok_->bos_id() : -1; }
 
  private:
   std::shared_ptr<const Tokenizer> tok_;

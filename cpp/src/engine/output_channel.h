@@ -21,6 +21,7 @@ struct Timings {
   double predicted_ms = 0.0;   // first token -> last token
   int32_t draft_n = 0;         // speculative decoding: tokens drafted for this completion
   int32_t draft_n_accepted = 0;  // of them, accepted by the target (llama-server's names)
+  int32_t context_shifts = 0;  // context shifts of this completion (EngineConfig::context_shift)
 };
 
 // Where the prefill of a prompt stands (llama-server's prompt_progress). processed counts the

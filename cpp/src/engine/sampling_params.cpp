@@ -25,6 +25,8 @@ void SamplingParams::validate(int32_t n_vocab) const {
   if (max_tokens == 0) bad("max_tokens must be >= 1 (or None), got 0");
   if (max_tokens >= 0 && min_tokens > max_tokens)
     bad("min_tokens " + std::to_string(min_tokens) + " exceeds max_tokens " + std::to_string(max_tokens));
+  if (n_keep < -1) bad("n_keep must be >= -1 (-1: the whole prompt), got " + std::to_string(n_keep));
+  if (n_discard < 0) bad("n_discard must be >= 0 (0: half), got " + std::to_string(n_discard));
   if (n < 1) bad("n must be >= 1, got " + std::to_string(n));
   if (logprobs > 20 || prompt_logprobs > 20) bad("logprobs / prompt_logprobs must be at most 20");
   for (const auto& b : logit_bias) {

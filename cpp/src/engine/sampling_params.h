@@ -32,6 +32,10 @@ struct SamplingParams {
   int32_t prompt_logprobs = -1;      // >= 0: the same for every prompt token after the first
   int32_t n = 1;                     // completions of one prompt (sharing the prompt's KV pages)
   bool return_progress = false;      // streaming only: prompt-progress events while the prompt is prefilled
+  // Context shift (EngineConfig::context_shift): tokens kept at the start when the context is
+  // full, counted after a BOS the model adds (llama-server's n_keep); -1: the whole prompt.
+  int32_t n_keep = 0;
+  int32_t n_discard = 0;             // tokens dropped per shift (after the kept ones); 0: half of them
   ConstraintSpec constraint;
 
   // Throws InvalidRequestError naming the parameter at fault.

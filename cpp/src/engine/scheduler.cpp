@@ -175,7 +175,7 @@ void Scheduler::complete(const std::vector<ScheduledChunk>& plan) {
       continue;
     }
     s->n_computed = c.start + c.n_tokens;
-    if (c.start < s->n_prompt) s->prompt_computed += std::min(s->n_computed, s->n_prompt) - c.start;
+    if (c.start < s->n_prompt && s->n_shifted == 0) s->prompt_computed += std::min(s->n_computed, s->n_prompt) - c.start;
     kv_.set_n_positions(s->slot, s->n_computed);
     // Register before trimming so cached prefixes keep the window pages they need.
     if (cache_ && !s->embedding) cache_->register_pages(s->slot, s->tokens.data(), s->n_computed, s->cache_cursor);
@@ -192,6 +192,22 @@ void Scheduler::commit_draft(Sequence* s, int32_t accepted) {
   kv_.set_n_positions(s->slot, s->n_computed);
   if (cache_) cache_->register_pages(s->slot, s->tokens.data(), s->n_computed, s->cache_cursor);
   kv_.trim_window(s->slot, s->n_computed);
+}
+
+void Scheduler::restart(Sequence* s) {
+  if (s->slot < 0) {  // waiting (not admitted): it is computed from its tokens anyway
+    s->n_computed = 0;
+    return;
+  }
+  kv_.release(s->slot);
+  s->n_computed = 0;
+  s->cache_cursor = {};
+  s->draft.clear();
+  s->draft_q.clear();
+  if (cache_ && s->use_prefix_cache) {
+    // At least the last token is recomputed: its logits choose the next token.
+    s->n_computed = cache_->attach_prefix(s->slot, s->tokens.data(), static_cast<int32_t>(s->tokens.size()) - 1);
+  }
 }
 
 void Scheduler::finish(Sequence* s) {

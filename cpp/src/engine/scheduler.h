@@ -51,6 +51,10 @@ class Scheduler {
   // tokens, the KV of the rejected ones is dropped (pages past them freed), and the verified
   // positions are registered with the prefix cache (never a rejected one).
   void commit_draft(Sequence* s, int32_t accepted);
+  // Context shift: `s` (running) had its tokens replaced by the kept ones; its KV pages are
+  // released and it is recomputed from position 0 like a prompt (the prefix cache's pages
+  // reused where they match), keeping its slot and place among the running sequences.
+  void restart(Sequence* s);
   // Frees the sequence's pages and slot and drops it from the queues.
   void finish(Sequence* s);
   // Starts `child` on a copy of `parent`'s KV (shared full pages); false when no slot or page.

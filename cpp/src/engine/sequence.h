@@ -80,6 +80,11 @@ struct Sequence {
   bool started = false, first_token = false;
   Clock::time_point t_start, t_first, t_last;
   int32_t preemptions = 0;
+  // Context shift: tokens dropped from `tokens` so far (they stay in the output already sent;
+  // n_generated() counts them), how many shifts, and the request's n_keep.
+  int32_t n_shifted = 0;
+  int32_t context_shifts = 0;
+  int32_t n_keep = 0, n_discard = 0;
 
   // Speculative decoding (engine.cpp, spec_policy.h). `draft` holds the tokens proposed for the
   // next step: the scheduler appends them after the last known token and the step verifies them;
@@ -96,7 +101,7 @@ struct Sequence {
   int32_t draft_ngram_n = 0;
   int32_t draft_n = 0, draft_n_accepted = 0;  // this completion's totals (timings)
 
-  int32_t n_generated() const { return static_cast<int32_t>(tokens.size()) - n_prompt; }
+  int32_t n_generated() const { return static_cast<int32_t>(tokens.size()) + n_shifted - n_prompt; }
   int32_t remaining() const { return static_cast<int32_t>(tokens.size()) - n_computed; }
 };
 

@@ -34,9 +34,13 @@ def _stdin_text() -> str:
               help="Most tokens per answer; -1: until the model stops or the context is full.")
 @click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", default=0, show_default=True, type=click.IntRange(-1, None),
               help="Last layers to run on a CUDA GPU (-1 = all); without one, a warning and the CPU.")
+@click.option("--context-shift/--no-context-shift", "context_shift", default=False, show_default=True,
+              help="An answer that fills the context keeps going: the conversation so far is kept "
+                   "and the older half of the answer is dropped from the context (llama.cpp's "
+                   "--context-shift).")
 @spec_options()
 def command(model, prompt, system, temperature, ctx_size, threads, chat_template, verbose, seed,
-            num_predict, n_gpu_layers, spec, draft, draft_max):
+            num_predict, n_gpu_layers, spec, draft, draft_max, context_shift=False):
     """Chat with MODEL (a GGUF path or a known model name) in the terminal, or answer PROMPT."""
     spec_args = spec_kwargs(spec, draft, draft_max)
     from edgellm import EdgeLLMError, LLM, SamplingParams
@@ -49,7 +53,9 @@ def command(model, prompt, system, temperature, ctx_size, threads, chat_template
         raise click.BadParameter("must be >= 1, or -1 for no limit", param_hint="-n/--num-predict")
     if ctx_size is not None and ctx_size < 16:
         raise click.BadParameter("must be >= 16", param_hint="--ctx-size")
-    base = SamplingParams(max_tokens=None if num_predict < 0 else num_predict, seed=seed)
+    # --context-shift: the prompt (system message, earlier turns, the question) is kept whole
+    base = SamplingParams(max_tokens=None if num_predict < 0 else num_predict, seed=seed,
+                          n_keep=-1 if context_shift else 0)
     if temperature is not None:
         if temperature < 0:
             raise click.BadParameter("must be >= 0", param_hint="--temp")
@@ -64,7 +70,7 @@ def command(model, prompt, system, temperature, ctx_size, threads, chat_template
 
     def load(n_ctx):
         return LLM(model, n_ctx=n_ctx, n_threads=threads, chat_template=chat_template, max_seqs=1,
-                   n_gpu_layers=n_gpu_layers, **spec_args)
+                   n_gpu_layers=n_gpu_layers, context_shift=context_shift, **spec_args)
 
     try:
         llm = load(ctx_size)

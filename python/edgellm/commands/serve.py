@@ -162,13 +162,17 @@ def _embedding_options(config) -> None:
               type=click.Choice(["on", "off", "auto"]),
               help="Chat templates get enable_thinking true (on, auto) or false (off), unless a "
                    "request's chat_template_kwargs say otherwise.")
+@click.option("--context-shift/--no-context-shift", "context_shift", default=False, show_default=True,
+              help="llama-server's --context-shift: when a sequence fills the context while "
+                   "generating, keep its first n_keep tokens (a request field; -1 = the prompt) and "
+                   "the newer half of the rest, and go on instead of stopping.")
 @spec_options()
 def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_size, kv_memory,
             threads, timeout, chat_template, alias, max_batch_tokens, shutdown_grace,
             max_body_size, read_timeout, log_level, engine_factory, n_gpu_layers, cors_origins="*", cors_methods="GET, POST, DELETE, OPTIONS",
             cors_headers="*", cors_credentials=True, n_predict=-1, seed=-1, temperature=None,
             slots_endpoint=True, metrics_endpoint=True, tags=None, reasoning="auto",
-            verbose=False, spec="auto", draft=None, draft_max=None):
+            verbose=False, spec="auto", draft=None, draft_max=None, context_shift=False):
     """Serve MODEL (a .gguf path or a known model name) over an OpenAI-compatible HTTP API.
 
     Sampling parameters a request leaves out take edgellm's (llama.cpp's) defaults, as
@@ -198,6 +202,7 @@ def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_s
     if draft and spec_args["speculative"] in ("draft", "auto"):
         config.draft_model = draft if factories else _resolve_model(draft, "--draft")
     config.verbose = verbose
+    config.context_shift = context_shift
     _embedding_options(config)  # --pooling, --embd-normalize, --embedding
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 

@@ -31,12 +31,15 @@ def count_prompt_tokens(llm, messages) -> int:
     return len(llm.tokenize(text, add_special=True, parse_special=True))
 
 
-def answer_reserve(max_tokens: Optional[int], n_ctx: int) -> int:
+def answer_reserve(max_tokens: Optional[int], n_ctx: int, context_shift: bool = False) -> int:
     """Room kept for the answer when fitting the history: num_predict when it is set; with no
-    limit, a quarter of the context (at most 1024 tokens) so an answer has space to start."""
+    limit, a quarter of the context (at most 1024 tokens) so an answer has space to start.
+    With --context-shift an answer goes on past the context's end, so it needs no more than
+    that quarter (which is also what each shift frees at least, the prompt being kept)."""
+    quarter = min(n_ctx // 4, 1024)
     if max_tokens is not None:
-        return int(max_tokens)
-    return min(n_ctx // 4, 1024)
+        return min(int(max_tokens), quarter) if context_shift else int(max_tokens)
+    return quarter
 
 
 def _close(iterator) -> None:
@@ -127,7 +130,7 @@ class ReplApp:
     # ---- answering ----
     def _fit(self, params) -> bool:
         n_ctx = int(self.llm.n_ctx)
-        room = n_ctx - answer_reserve(params.max_tokens, n_ctx)
+        room = n_ctx - answer_reserve(params.max_tokens, n_ctx, bool(getattr(self.llm, "context_shift", False)))
         try:
             dropped = self.conversation.drop_oldest_until(
                 lambda msgs: count_prompt_tokens(self.llm, msgs) <= room)

@@ -482,12 +482,14 @@ def count_prompt_tokens(llm, req: MessagesRequest) -> int:
     return len(inner.chat_prompt_ids(req.messages, **kw))
 
 
-def fit_context(req: MessagesRequest, n_prompt: int, n_ctx: Optional[int]) -> JSON:
+def fit_context(req: MessagesRequest, n_prompt: int, n_ctx: Optional[int],
+                context_shift: bool = False) -> JSON:
     """The sampling arguments, `max_tokens` a cap as in Anthropic's API: when the prompt leaves
     less room than that, generation runs until the context is full (stop_reason
     model_context_window_exceeded) instead of the request being refused. A prompt that fills the
-    context alone is still refused by the engine."""
-    if n_ctx and req.max_tokens is not None and n_prompt + req.max_tokens > n_ctx:
+    context alone is still refused by the engine. With --context-shift the context never ends a
+    generation, so max_tokens stays."""
+    if n_ctx and not context_shift and req.max_tokens is not None and n_prompt + req.max_tokens > n_ctx:
         return {**req.sampling, "max_tokens": None}
     return req.sampling
 
@@ -699,7 +701,8 @@ class AnthropicRoutes(Routes):
             req = parse_messages(await read_json(request))
             # the prompt's size: for max_tokens against the context, and message_start's usage
             n_prompt = await off_loop(count_prompt_tokens, llm, req)
-            params = self.host.sampling_params(fit_context(req, n_prompt, self.host.n_ctx))
+            params = self.host.sampling_params(fit_context(
+                req, n_prompt, self.host.n_ctx, getattr(self.host.config, "context_shift", False)))
             admission = self.host.admit(1)
         except APIError as e:
             return self._afail(endpoint, e)

@@ -62,6 +62,8 @@ class ServerConfig:
     speculative: str = "auto"          # auto | ngram | draft | off
     draft_model: Optional[str] = None  # the draft model's path (or known name)
     num_speculative_tokens: Optional[int] = None  # None = the engine's default
+    # llama-server's --context-shift: a full context keeps n_keep + the newer half and goes on
+    context_shift: bool = False
 
     @property
     def hosts(self) -> list:

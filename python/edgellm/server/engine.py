@@ -40,6 +40,7 @@ def default_loader(config: ServerConfig):
         speculative=getattr(config, "speculative", "auto"),
         draft_model=getattr(config, "draft_model", None),
         num_speculative_tokens=getattr(config, "num_speculative_tokens", None),
+        context_shift=getattr(config, "context_shift", False),
     )
     if getattr(config, "reasoning", "auto") == "off":  # llama-server's --reasoning off
         llm.llm.chat_template_defaults["enable_thinking"] = False

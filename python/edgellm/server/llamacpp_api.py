@@ -10,7 +10,7 @@ llama.vscode, its server tests) read:
 
 /completions (plural) and /v1/completions stay OpenAI's. Field checks follow the rest of the
 server: an unknown field is a 400 naming it; fields llama.cpp clients send routinely that mean
-nothing here (id_slot, n_keep, samplers, ...) are accepted and listed in docs/SERVER.md.
+nothing here (id_slot, samplers, ...) are accepted and listed in docs/SERVER.md.
 """
 import asyncio
 import copy
@@ -133,6 +133,8 @@ _SAMPLING = {
     "stop": protocol.stop_strings,
     "ignore_eos": protocol.boolean,
     "n_probs": protocol.integer(0, protocol.MAX_TOP_LOGPROBS),
+    "n_keep": protocol.integer(-1),      # --context-shift: tokens kept at the start; -1 = the prompt
+    "n_discard": protocol.integer(0),    # --context-shift: tokens dropped per shift; 0 = half
     "min_keep": protocol.integer(0),
     "logit_bias": _logit_bias,
     "grammar": protocol.string,
@@ -165,8 +167,6 @@ _SERVER = {
 # Sent routinely by llama.cpp clients; no effect here (documented in docs/SERVER.md).
 _ACCEPTED_INERT = {
     "id_slot": protocol.integer(-1),     # no slot pinning: sequences are scheduled by the engine
-    "n_keep": protocol.integer(-1),      # no context shift, so nothing to keep
-    "n_discard": protocol.integer(0),
     "n_indent": protocol.integer(0),
     "t_max_predict_ms": protocol.number(0.0),
     "samplers": protocol.anything,       # the chain's order is fixed (llama.cpp's default order)
@@ -418,7 +418,7 @@ def generation_settings(params, fields: JSON, stream: bool = False) -> JSON:
         "adaptive_target": -1.0, "adaptive_decay": 0.9,
         "stop": list(stop),
         "max_tokens": n_predict, "n_predict": n_predict,
-        "n_keep": 0, "n_discard": 0,
+        "n_keep": _attr(params, "n_keep", 0), "n_discard": _attr(params, "n_discard", 0),
         "ignore_eos": bool(_attr(params, "ignore_eos", False)),
         "stream": stream,
         "logit_bias": [{"bias": b, "token": t} for t, b in sorted(bias.items())],
@@ -622,6 +622,9 @@ class LlamaCppAPI:
             kw["logit_bias"] = self._bias(llm, fields["logit_bias"])
         if fields.get("return_progress") and fields.get("stream"):
             kw["return_progress"] = True  # llama-server: in stream mode only
+        for name in ("n_keep", "n_discard"):
+            if name in fields:
+                kw[name] = fields[name]
         return kw
 
     @staticmethod
@@ -655,10 +658,11 @@ class LlamaCppAPI:
 
         n_ctx = self.host.n_ctx or 0
         asked = _attr(params, "max_tokens")
+        shifts = bool(getattr(self.config, "context_shift", False))
         per_prompt = []
         for ids in ids_list:
             p = copy.copy(params)
-            room = n_ctx - len(ids) if n_ctx else None
+            room = n_ctx - len(ids) if n_ctx and not shifts else None  # --context-shift: no end
             if room is not None and asked is not None and asked > room:
                 p.max_tokens = room  # llama-server stops at a full context (truncated: true)
             per_prompt.append(p)
@@ -718,7 +722,10 @@ class LlamaCppAPI:
         elif r.finish_reason == "length":
             stop_type = "limit"
         n_gen = len(r.tokens)
-        truncated = bool(n_ctx) and r.finish_reason == "length" and len(r.prompt_ids) + n_gen >= n_ctx
+        # llama-server: the context filled up -- generation stopped there, or (--context-shift)
+        # the context was shifted to go on
+        truncated = (bool(n_ctx) and r.finish_reason == "length" and len(r.prompt_ids) + n_gen >= n_ctx) \
+            or bool((r.timings or {}).get("context_shifts"))
         cached = getattr(r.usage, "cached_tokens", 0) or 0 if r.usage is not None else 0
         try:
             prompt_text = llm.detokenize(r.prompt_ids) if llm is not None else ""

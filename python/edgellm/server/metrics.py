@@ -148,6 +148,11 @@ class ServerMetrics:
                 metric("edgellm_preemptions_total", "counter",
                        "Sequences preempted (pages reclaimed, recomputed later) for lack of KV pages",
                        [("", e["preemptions"])])
+            if "context_shifts" in e:
+                metric("edgellm_context_shifts_total", "counter",
+                       "Context shifts (--context-shift): a full context kept its first n_keep "
+                       "tokens and the newer half of the rest and went on generating",
+                       [("", e["context_shifts"])])
             queries = e.get("prefix_cache_queries", 0)
             metric("edgellm_prefix_cache_hit_ratio", "gauge",
                    "Prefix cache hits / lookups since start",

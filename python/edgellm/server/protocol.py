@@ -151,6 +151,8 @@ _SAMPLING: Dict[str, tuple] = {
     "json_schema": (sampling_rule("json_schema"), "json_schema"),
     "grammar": (sampling_rule("grammar"), "grammar"),
     "grammar_budget_close": (sampling_rule("grammar_budget_close"), "grammar_budget_close"),
+    "n_keep": (sampling_rule("n_keep"), "n_keep"),  # --context-shift: tokens kept; -1 = the prompt
+    "n_discard": (sampling_rule("n_discard"), "n_discard"),  # --context-shift: dropped per shift; 0 = half
 }
 
 # Accepted and used by the server, not by the sampler.
