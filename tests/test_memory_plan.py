@@ -300,3 +300,15 @@ def test_peak_rss_within_plan(name):
     expected = max(p["load_peak"], p["total"] - p["kv_budget"] + r["kv_resident"])
     assert r["peak"] <= p["total"] * 1.05, r
     assert abs(r["peak"] - expected) <= 0.05 * expected, (r["peak"], expected, r)
+
+
+@pytest.mark.real_model
+def test_serve_refuses_before_loading(smollm2_path):
+    """`edgellm serve` builds its engine through LLM(...): the same check, the same message,
+    exit status 1."""
+    env = dict(os.environ, EDGELLM_MEMORY_LIMIT="200M")
+    r = subprocess.run([sys.executable, "-m", "edgellm", "serve", str(smollm2_path), "--port", "0",
+                        "-c", "4096"], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stderr
+    assert "could not load" in r.stderr and "n_ctx 4096 is beyond what memory allows" in r.stderr
+    assert "209715200 bytes" in r.stderr and "what would fit: n_ctx=" in r.stderr
