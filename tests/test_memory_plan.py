@@ -269,13 +269,13 @@ def status(key):
             return int(line.split()[1]) * 1024
 import edgellm
 from edgellm import LLM, SamplingParams
-model = sys.argv[1]
+model, n_ctx, n_prompts = sys.argv[1], int(sys.argv[2]) or None, int(sys.argv[3])
 base = status("VmRSS")
 with open("/proc/self/clear_refs", "w") as f:
     f.write("5")
-llm = LLM(model)
+llm = LLM(model, n_ctx=n_ctx)
 load = status("VmHWM") - base
-llm.generate([1000] * 500, SamplingParams(temperature=0, max_tokens=8))
+llm.generate([[1000 + i] * 500 for i in range(n_prompts)], SamplingParams(temperature=0, max_tokens=8))
 st = llm.stats()
 print(json.dumps({"peak": status("VmHWM") - base, "load": load, "kv_resident": st["kv_bytes_resident"],
                   "base": base}))
@@ -284,21 +284,27 @@ print(json.dumps({"peak": status("VmHWM") - base, "load": load, "kv_resident": s
 
 @pytest.mark.real_model
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["smollm2", "gemma3", "qwen2.5-coder-0.5b"])
-def test_peak_rss_within_plan(name):
+@pytest.mark.parametrize("name,n_ctx,n_prompts", [
+    ("smollm2", 0, 1), ("gemma3", 0, 1), ("qwen2.5-coder-0.5b", 0, 1),
+    # n_ctx 512: the default budget is two 512-token sequences, and two 508-token requests
+    # write all of it, so this compares the whole total, KV included
+    ("smollm2", 512, 2)])
+def test_peak_rss_within_plan(name, n_ctx, n_prompts):
     from conftest import require_model
     path = require_model(name)
     env = dict(os.environ)
     env.pop("EDGELLM_MEMORY_LIMIT", None)
-    out = subprocess.run([sys.executable, "-c", _PROBE, str(path)], env=env, capture_output=True,
-                         text=True, timeout=600, check=True).stdout
+    out = subprocess.run([sys.executable, "-c", _PROBE, str(path), str(n_ctx), str(n_prompts)],
+                         env=env, capture_output=True, text=True, timeout=600, check=True).stdout
     r = json.loads(out.strip().splitlines()[-1])
-    p = LLM.plan(path).to_dict()  # here: the child's peak must not include this planning
+    p = LLM.plan(path, n_ctx=n_ctx or None).to_dict()  # here: the child's peak holds none of it
     print(name, r, {k: p[k] for k in ("load_peak", "total", "kv_budget")})
     # the plan's total with only the KV pages this run wrote (the rest of the budget is
     # reserved address space, committed only when written)
     expected = max(p["load_peak"], p["total"] - p["kv_budget"] + r["kv_resident"])
     assert r["peak"] <= p["total"] * 1.05, r
+    if n_prompts == 2:
+        assert r["kv_resident"] >= 0.9 * p["kv_budget"], r
     assert abs(r["peak"] - expected) <= 0.05 * expected, (r["peak"], expected, r)
 
 
