@@ -1,9 +1,11 @@
 #include "model/memory_plan.h"
 
-#include <malloc.h>
-
 #include <algorithm>
+#include <cstdlib>
 #include <set>
+#if defined(__GLIBC__)
+#include <malloc.h>  // mallinfo2, malloc_trim
+#endif
 
 #include "common/cpu_features.h"
 #include "common/errors.h"
