@@ -122,7 +122,9 @@ void MemoryPlanner::read(const std::string& path) {
   {
     std::unique_ptr<Tokenizer> tok = Tokenizer::create(load_vocab(*file));
     const int64_t t1 = heap_in_use();
-    tokenizer_heap_ = t0 >= 0 && t1 >= t0 ? t1 - t0 : metadata_heap_;
+    // without malloc's count: 4x the metadata's parse (3.5-3.9x measured on the three test
+    // models, BPE and SPM)
+    tokenizer_heap_ = t0 >= 0 && t1 >= t0 ? t1 - t0 : 4 * metadata_heap_;
   }
   // While it is built, a second parse of the metadata (and a second mapping of the header) is
   // alive; the parse is freed when it returns, but malloc keeps those pages (they are counted
