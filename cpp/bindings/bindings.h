@@ -19,6 +19,7 @@ void bind_gguf(pybind11::module_& m);       // bind_gguf.cpp: ModelFile
 void bind_quant(pybind11::module_& m);      // bind_quant.cpp: block formats (tests, quantize CLI)
 void bind_tokenizer(pybind11::module_& m);  // bind_tokenizer.cpp
 void bind_model(pybind11::module_& m);      // bind_model.cpp
+void bind_memory_plan(pybind11::module_& m);  // bind_memory_plan.cpp: MemoryPlanner
 void bind_engine(pybind11::module_& m);     // bind_engine.cpp: LLM engine, sampling
 void bind_kernels(pybind11::module_& m);    // bind_kernels.cpp: kernel tables (tests)
 void bind_grammar(pybind11::module_& m);

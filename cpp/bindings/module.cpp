@@ -74,6 +74,7 @@ PYBIND11_MODULE(_core, m) {
   edgellm::bindings::bind_quant(m);
   edgellm::bindings::bind_tokenizer(m);
   edgellm::bindings::bind_model(m);
+  edgellm::bindings::bind_memory_plan(m);
   edgellm::bindings::bind_engine(m);
   edgellm::bindings::bind_kernels(m);
   edgellm::bindings::bind_grammar(m);

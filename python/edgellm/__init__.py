@@ -15,6 +15,7 @@ from ._core import (  # noqa: E402
     RequestCancelled,
 )
 from .model_file import ModelFile  # noqa: E402
+from .memory_plan import MemoryPlan, MemoryPlanError  # noqa: E402
 from .llm import (  # noqa: E402
     LLM,
     AsyncLLM,
@@ -34,6 +35,8 @@ __all__ = [
     "InvalidRequestError",
     "ContextLengthError",
     "RequestCancelled",
+    "MemoryPlanError",
+    "MemoryPlan",
     "ModelFile",
     "LLM",
     "AsyncLLM",

@@ -7,6 +7,7 @@ import click
 # name -> module under edgellm.commands that defines `command` (a click.Command)
 _COMMANDS = {
     "info": "info",
+    "plan": "plan",
     "models": "models",
     "generate": "generate",
     "run": "run",

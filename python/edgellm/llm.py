@@ -34,6 +34,7 @@ __all__ = [
 ]
 
 _POLL_S = 0.1  # a blocking wait wakes this often to let KeyboardInterrupt through
+_DEFAULT_CONTEXT = 4096  # n_ctx None: min(trained, this), as the engine
 
 
 # ---- request and result types ---------------------------------------------------------------
@@ -372,6 +373,17 @@ class LLM:
         draft_path = ""
         if a["draft_model"] is not None and a["speculative"] in ("draft", "auto"):
             draft_path = str(resolve(a["draft_model"]))
+        # The memory plan before anything is loaded (edgellm.memory_plan): MemoryPlanError when
+        # it cannot fit; with n_ctx unset, the largest context that fits.
+        from .memory_plan import check as _check_memory
+        self.memory_plan = _check_memory(self.model_path, a, draft_path)
+        if a["n_ctx"] == 0 and self.memory_plan.n_ctx < min(_DEFAULT_CONTEXT,
+                                                            self.memory_plan.n_ctx_train or _DEFAULT_CONTEXT):
+            import warnings
+            warnings.warn(f"n_ctx {self.memory_plan.n_ctx} chosen to fit the memory available "
+                          f"({self.memory_plan.available} bytes, {self.memory_plan.machine.source})",
+                          stacklevel=2)
+            a["n_ctx"] = self.memory_plan.n_ctx
         self._engine = _core.Engine(self.model_path, a["n_ctx"], a["n_threads"], a["kv_memory"],
                                     a["kv_type"], a["max_seqs"], a["max_batch_tokens"],
                                     a["page_size"], a["prefix_cache"],
@@ -408,6 +420,19 @@ class LLM:
         self._template = None
         self._metadata = None
         self.load_time: float = time.perf_counter() - t0
+
+    @staticmethod
+    def plan(model_path, n_ctx: Optional[int] = None, n_threads: Optional[int] = None, *,
+             kv_memory: Optional[int] = None, kv_type: str = "f16", max_seqs: int = 16,
+             max_batch_tokens: int = 512, page_size: int = 32, draft_model=None,
+             speculative: str = "auto", **_ignored) -> "MemoryPlan":
+        """The memory plan of LLM(model_path, ...) without loading it (edgellm.MemoryPlan:
+        weights after repacking, KV per token and budget, scratch, load peak, total, and what
+        the machine can give). The constructor's other arguments are accepted and ignored."""
+        from .memory_plan import plan
+        return plan(model_path, n_ctx, n_threads, kv_memory=kv_memory, kv_type=kv_type,
+                    max_seqs=max_seqs, max_batch_tokens=max_batch_tokens, page_size=page_size,
+                    draft_model=draft_model, speculative=speculative)
 
     # ---- model facts ----
     @property

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <new>
 #include <random>
@@ -17,9 +18,30 @@ namespace {
 constexpr int32_t kDefaultMaxContext = 4096;
 constexpr int32_t kMaxContext = 1 << 24;  // tokens per sequence; python/edgellm/validation.py MAX_N_CTX
 
+// EDGELLM_MEMORY_LIMIT: bytes, or a number with K/M/G/T (powers of 1024; "KiB", "MB"... read the
+// same way); -1 when unset or unreadable. python/edgellm/memory_plan.py parses it identically.
+int64_t memory_limit_override() {
+  const char* e = std::getenv("EDGELLM_MEMORY_LIMIT");
+  if (!e || !*e) return -1;
+  char* end = nullptr;
+  const double v = std::strtod(e, &end);
+  if (end == e || !(v >= 0)) return -1;
+  double mul = 1;
+  switch (*end == ' ' ? end[1] : *end) {
+    case 'k': case 'K': mul = 1024.0; break;
+    case 'm': case 'M': mul = 1024.0 * 1024; break;
+    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; break;
+    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; break;
+    default: break;
+  }
+  return static_cast<int64_t>(v * mul);
+}
+
 // Bytes this process could still allocate: MemAvailable (Linux), capped by a cgroup v2 memory
 // limit when one is set; -1 when unknown (the KV is then sized without this check).
+// EDGELLM_MEMORY_LIMIT replaces it (tests simulate a small machine with it).
 int64_t available_memory_bytes() {
+  if (const int64_t forced = memory_limit_override(); forced >= 0) return forced;
   int64_t avail = -1;
   {
     std::ifstream f("/proc/meminfo");

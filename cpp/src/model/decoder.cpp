@@ -12,10 +12,6 @@
 #include "quant/quant.h"
 
 namespace edgellm {
-namespace {
-constexpr int kDefaultPageSizeHint = 64;  // attention scratch is sized for pages up to this; larger regrow once
-}
-
 DecoderModel::DecoderModel(std::shared_ptr<GgufFile> file, const Architecture& arch, ModelConfig config,
                            const LoadOptions& opts)
     : arch_(arch) {
@@ -53,7 +49,7 @@ DecoderModel::DecoderModel(std::shared_ptr<GgufFile> file, const Architecture& a
   rope_[0] = Rope(c.rope_type, c.n_rot, c.rope_global, factors);
   rope_[1] = Rope(c.rope_type, c.n_rot, c.rope_local, factors);
 
-  scratch_page_size_ = kDefaultPageSizeHint;
+  scratch_page_size_ = kAttentionScratchPageHint;  // larger pages regrow once
   scratch_.allocate(c, max_batch_tokens_, nt, scratch_page_size_);
 
   if (opts.n_gpu_layers != 0) {

@@ -52,6 +52,27 @@ void ForwardScratch::allocate(const ModelConfig& c, int T, int n_threads, int pa
   query_blocks.reserve(T);
 }
 
+namespace {
+size_t aligned_floats(size_t n) { return std::max<size_t>(64, (n * sizeof(float) + 63) / 64 * 64); }
+}  // namespace
+
+size_t ForwardScratch::forward_bytes(const ModelConfig& c, int T) {
+  const size_t t = static_cast<size_t>(T);
+  size_t b = 3 * aligned_floats(t * c.n_embd) + aligned_floats(t * c.n_embd_q()) + aligned_floats(t * c.n_embd_attn()) +
+             aligned_floats(t * c.n_embd_k()) + aligned_floats(t * c.n_embd_v()) + 2 * aligned_floats(t * c.n_ff) +
+             2 * aligned_floats(t * c.n_rot);
+  const int64_t widest = std::max({c.n_embd, c.n_ff, c.n_embd_attn()});
+  b += ActivationQuantizer::reserve_bytes(T, widest);
+  b += 2 * t * sizeof(int32_t) + t * sizeof(QueryBlock);  // out_rows, query_blocks
+  return b;
+}
+
+size_t ForwardScratch::attention_bytes(const ModelConfig& c, int n_threads, int page_size_hint) {
+  const size_t per = (kernels::paged_attention_scratch_floats(c.n_head / c.n_head_kv, c.head_dim_k, c.head_dim_v,
+                                                              page_size_hint) + 15) / 16 * 16;
+  return aligned_floats(per * static_cast<size_t>(n_threads));
+}
+
 ForwardPass::ForwardPass(const DecoderState& s, const Batch& batch, KVCache& kv)
     : x(s.scratch->x.data()),
       h(s.scratch->h.data()),

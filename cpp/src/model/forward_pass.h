@@ -71,7 +71,14 @@ struct ForwardScratch {
   std::vector<QueryBlock> query_blocks;  // the batch cut into attention blocks (capacity T)
 
   void allocate(const ModelConfig& c, int max_tokens, int n_threads, int page_size_hint);
+  // What allocate() takes, split into the per-token arrays + activation slots and the
+  // per-thread attention scratch (model/memory_plan.h sizes the plan with it).
+  static size_t forward_bytes(const ModelConfig& c, int max_tokens);
+  static size_t attention_bytes(const ModelConfig& c, int n_threads, int page_size_hint);
 };
+
+// Pages the attention scratch is sized for at load (larger ones regrow it once).
+constexpr int kAttentionScratchPageHint = 64;
 
 // The model state a forward pass reads (owned by DecoderModel).
 struct DecoderState {

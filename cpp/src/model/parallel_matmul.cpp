@@ -61,6 +61,10 @@ void ActivationQuantizer::reserve(int64_t max_rows, int64_t max_width) {
   for (Slot& s : slots_) s.data.assign(static_cast<size_t>(max_rows * max_width * 4 + 64), 0);
 }
 
+size_t ActivationQuantizer::reserve_bytes(int64_t max_rows, int64_t max_width) {
+  return kSlots * static_cast<size_t>(max_rows * max_width * 4 + 64);
+}
+
 void ActivationQuantizer::reset(const float* src, int64_t rows, int64_t width, int64_t src_stride) {
   src_ = src;
   rows_ = rows;

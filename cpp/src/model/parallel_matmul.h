@@ -45,6 +45,8 @@ class ActivationQuantizer {
  public:
   // Room for max_rows rows of up to max_width elements in up to kSlots formats.
   void reserve(int64_t max_rows, int64_t max_width);
+  // Bytes reserve() allocates (and writes: the slots are zero-filled).
+  static size_t reserve_bytes(int64_t max_rows, int64_t max_width);
   // Starts a new input: previous quantizations are forgotten.
   void reset(const float* src, int64_t rows, int64_t width, int64_t src_stride);
   // The input in `type` (quantized on first request, in parallel over rows); row stride in

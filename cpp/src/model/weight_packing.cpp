@@ -42,8 +42,6 @@ PackedWeights pack_weights(const std::vector<Matrix*>& mats, ThreadPool& pool) {
   PackedWeights out;
   if (!packing_enabled()) return out;
   const auto t0 = std::chrono::steady_clock::now();
-  const kernels::KernelTable& k = kernels::active();
-
   struct Job {
     Matrix* m;
     size_t offset;
@@ -51,10 +49,10 @@ PackedWeights pack_weights(const std::vector<Matrix*>& mats, ThreadPool& pool) {
   std::vector<Job> jobs;
   size_t total = 0;
   for (Matrix* m : mats) {
-    if (!can_pack(*m, k)) continue;
+    const size_t bytes = packed_matrix_bytes(*m);
+    if (bytes == 0) continue;
     jobs.push_back({m, total});
-    const size_t bytes = kernels::packed_group_bytes(m->type, m->n_in) * static_cast<size_t>(m->n_out / kernels::kPackRows);
-    total += (bytes + 63) / 64 * 64;  // K-quant units are a little larger than the GGUF blocks
+    total += bytes;
   }
   if (jobs.empty()) return out;
   void* mem = nullptr;
@@ -92,6 +90,12 @@ PackedWeights pack_weights(const std::vector<Matrix*>& mats, ThreadPool& pool) {
   }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
+}
+
+size_t packed_matrix_bytes(const Matrix& m) {
+  if (!packing_enabled() || !can_pack(m, kernels::active())) return 0;
+  const size_t bytes = kernels::packed_group_bytes(m.type, m.n_in) * static_cast<size_t>(m.n_out / kernels::kPackRows);
+  return (bytes + 63) / 64 * 64;  // K-quant units are a little larger than the GGUF blocks
 }
 
 bool use_packed(const Matrix& m) {

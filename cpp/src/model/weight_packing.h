@@ -32,6 +32,11 @@ struct PackedWeights {
 // may appear once only. EDGELLM_REPACK=0 in the environment disables packing (A/B measurement).
 PackedWeights pack_weights(const std::vector<Matrix*>& mats, ThreadPool& pool);
 
+// Bytes pack_weights gives `m` in its buffer (64-byte rounded), or 0 when it would stay in the
+// GGUF layout (not packable, EDGELLM_REPACK=0, no packed kernel in the active table). The one
+// sizing rule the loader and the memory plan (model/memory_plan.h) share.
+size_t packed_matrix_bytes(const Matrix& m);
+
 // Whether a matmul with `m` runs on its packed copy now (packed and the active table has the kernel).
 bool use_packed(const Matrix& m);
 // The activation format a matmul with `m` reads: Q8_R for packed weights, else vec_dot_type.

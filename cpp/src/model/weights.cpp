@@ -59,6 +59,8 @@ Vector WeightLoader::vector(const std::string& name, int64_t n, bool optional) {
   if (n % dtype_info(t->type).block_elems != 0)
     throw ModelFormatError(file_.path() + ": tensor " + name + " of " + std::to_string(n) + " elements is not whole " +
                            dtype_name(t->type) + " blocks");
+  converted_bytes_ += static_cast<size_t>(n) * sizeof(float);
+  if (plan_only_) return v;  // v.data stays null: the plan only counts the copy
   std::unique_ptr<float[]> copy(new float[n]);
   quant::dequantize_row(t->type, t->data, copy.get(), n);
   v.data = copy.get();

@@ -34,7 +34,9 @@ struct Vector {
 
 class WeightLoader {
  public:
-  explicit WeightLoader(const GgufFile& file) : file_(file) {}
+  // plan_only: bind and check everything but convert nothing (vector() returns a view with a
+  // null data pointer and counts the bytes the copy would take: model/memory_plan.h).
+  explicit WeightLoader(const GgufFile& file, bool plan_only = false) : file_(file), plan_only_(plan_only) {}
 
   // Binds `name` as a matrix with n_in columns and n_out rows. A missing tensor throws unless
   // `optional`; a wrong shape or a type without a matmul kernel throws ModelFormatError naming
@@ -45,12 +47,16 @@ class WeightLoader {
 
   // Copies made for non-F32 vectors; the model keeps them alive.
   std::vector<std::unique_ptr<float[]>>& owned() { return owned_; }
+  // Bytes of the f32 copies made (or, plan_only, that would be made).
+  size_t converted_bytes() const { return converted_bytes_; }
 
  private:
   const TensorInfo* find(const std::string& name, bool optional) const;
   std::string shape_of(const TensorInfo& t) const;
 
   const GgufFile& file_;
+  bool plan_only_ = false;
+  size_t converted_bytes_ = 0;
   std::vector<std::unique_ptr<float[]>> owned_;
 };
 

@@ -1,0 +1,438 @@
+"""The memory plan: what a model will take before it is loaded, and whether the machine has it.
+
+    plan = edgellm.LLM.plan("smollm2", n_ctx=8192)      # or edgellm.memory_plan.plan(...)
+    plan.total, plan.available, plan.fits               # bytes; bytes or None; bool
+    print(plan.table())                                 # `edgellm plan MODEL` prints this
+
+The bytes come from the C++ planner (cpp/src/model/memory_plan.h, `_core.MemoryPlanner`),
+which reads the GGUF header and tensor table only and sizes each part with the loader's and
+the engine's own rules. What the machine can give is read here: /proc/meminfo's MemAvailable,
+capped by the cgroup's limit less its usage (v2 memory.max - memory.current, v1
+memory.limit_in_bytes - memory.usage_in_bytes). Swap is reported, never counted (a Raspberry
+Pi may have none). EDGELLM_MEMORY_LIMIT (bytes, or with K/M/G/T, powers of 1024: "512M",
+"1.5G") replaces the machine's figure: a small machine simulated, or a cap you choose.
+
+LLM(...) and `edgellm serve` run the same check before they touch memory: a plan that does
+not fit raises MemoryPlanError (a ContextLengthError) naming the numbers and what would fit;
+with n_ctx unset the largest context that fits is chosen instead (a warning says so).
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from . import _core
+
+__all__ = ["MemoryPlan", "MachineMemory", "MemoryPlanError", "machine_memory", "plan",
+           "parse_bytes"]
+
+_DEFAULT_MAX_CONTEXT = 4096  # the engine's default n_ctx cap (engine.cpp)
+_MIN_AUTO_CONTEXT = 256      # the smallest context chosen automatically
+
+
+class MemoryPlanError(_core.ContextLengthError):
+    """The model, at the configuration asked for, needs more memory than the machine can give.
+    `.plan` is the MemoryPlan; `.suggestions` what would fit (a list of strings)."""
+
+    def __init__(self, message: str, plan: "Optional[MemoryPlan]" = None,
+                 suggestions: Optional[List[str]] = None):
+        super().__init__(message)
+        self.plan = plan
+        self.suggestions = suggestions or []
+
+
+def parse_bytes(text: str) -> int:
+    """'123', '512M', '1.5 GiB', '2g' -> bytes (K/M/G/T are powers of 1024)."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)(i?[bB])?\s*", str(text))
+    if not m:
+        raise _core.InvalidRequestError(
+            f"EDGELLM_MEMORY_LIMIT must be bytes or a number with K/M/G/T, got {text!r}")
+    mul = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2).lower()]
+    return int(float(m.group(1)) * mul)
+
+
+def _gb(n: Optional[int]) -> str:
+    if n is None:
+        return "unknown"
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.2f} GiB"
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):.1f} MiB"
+    return f"{n / (1 << 10):.1f} KiB"
+
+
+# ---- what the machine can give -------------------------------------------------------------
+
+@dataclass
+class MachineMemory:
+    """Bytes this process can still use. available: the smallest of the sources (None if none
+    could be read); source names it ("MemAvailable", "cgroup", "EDGELLM_MEMORY_LIMIT")."""
+    available: Optional[int]
+    source: str
+    mem_available: Optional[int] = None
+    mem_total: Optional[int] = None
+    swap_total: Optional[int] = None
+    swap_free: Optional[int] = None
+    cgroup_limit: Optional[int] = None
+    cgroup_usage: Optional[int] = None
+    cgroup_path: Optional[str] = None
+    override: Optional[int] = None
+
+
+def _read_int(path: Path) -> Optional[int]:
+    try:
+        s = path.read_text().strip()
+    except OSError:
+        return None
+    return int(s) if s.isdigit() else None  # "max" (v2, no limit) -> None
+
+
+def _cgroup_dirs(root: Path) -> List[Path]:
+    """The process's own cgroup folder(s) under root, then root itself."""
+    dirs: List[Path] = []
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            parts = line.split(":", 2)
+            if len(parts) == 3 and parts[2].startswith("/"):
+                sub = parts[2].lstrip("/")
+                if parts[1] in ("", "memory") or "memory" in parts[1].split(","):
+                    for base in (root, root / "memory"):
+                        d = base / sub
+                        if sub and d not in dirs:
+                            dirs.append(d)
+    except OSError:
+        pass
+    for d in (root, root / "memory"):
+        if d not in dirs:
+            dirs.append(d)
+    return dirs
+
+
+def machine_memory() -> MachineMemory:
+    """MemAvailable capped by the cgroup's room (EDGELLM_MEMORY_LIMIT overrides both).
+    EDGELLM_CGROUP_ROOT (tests only) reads the cgroup files under another folder."""
+    info: Dict[str, int] = {}
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            key, _, rest = line.partition(":")
+            fields = rest.split()
+            if fields and fields[0].isdigit():
+                info[key] = int(fields[0]) * (1024 if len(fields) > 1 else 1)
+    except OSError:
+        pass
+    m = MachineMemory(available=None, source="unknown", mem_available=info.get("MemAvailable"),
+                      mem_total=info.get("MemTotal"), swap_total=info.get("SwapTotal"),
+                      swap_free=info.get("SwapFree"))
+    root = Path(os.environ.get("EDGELLM_CGROUP_ROOT") or "/sys/fs/cgroup")
+    for d in _cgroup_dirs(root):
+        for lim_name, use_name in (("memory.max", "memory.current"),
+                                   ("memory.limit_in_bytes", "memory.usage_in_bytes")):
+            lim, use = _read_int(d / lim_name), _read_int(d / use_name)
+            # v1 writes "no limit" as a huge number (page-rounded LONG_MAX)
+            if lim is not None and use is not None and lim < (1 << 60):
+                m.cgroup_limit, m.cgroup_usage, m.cgroup_path = lim, use, str(d / lim_name)
+                break
+        if m.cgroup_limit is not None:
+            break
+    if m.mem_available is not None:
+        m.available, m.source = m.mem_available, "MemAvailable"
+    if m.cgroup_limit is not None:
+        room = max(0, m.cgroup_limit - m.cgroup_usage)
+        if m.available is None or room < m.available:
+            m.available, m.source = room, "cgroup"
+    env = os.environ.get("EDGELLM_MEMORY_LIMIT")
+    if env:
+        m.override = parse_bytes(env)
+        m.available, m.source = m.override, "EDGELLM_MEMORY_LIMIT"
+    return m
+
+
+# ---- the plan ------------------------------------------------------------------------------
+
+@dataclass
+class MemoryPlan:
+    """Bytes per part of one model at one configuration (cpp/src/model/memory_plan.h) and what
+    the machine can give. total = max(load_peak, weights + scratch + runtime + kv_budget)."""
+    path: str
+    arch: str
+    n_ctx: int
+    n_ctx_train: int
+    n_layer: int
+    n_threads: int
+    page_size: int
+    max_seqs: int
+    max_batch_tokens: int
+    kv_type: str
+    file_bytes: int
+    weights_packed: int       # repacked copies the loader builds (anonymous memory)
+    weights_mapped: int       # read in place from the mapping (unpacked matrices, norms, header)
+    weights_converted: int    # f32 copies of non-F32 vectors
+    embedding_mapped: int     # token embedding rows, paged in per token used (not in total)
+    matrices_packed: int
+    matrices_mapped: int
+    kv_bytes_per_token_full: int
+    kv_bytes_per_token_window: int
+    kv_layers_full: int
+    kv_layers_window: int
+    window: int
+    kv_page_bytes_full: int
+    kv_page_bytes_window: int
+    kv_budget: int
+    scratch_forward: int
+    scratch_attention: int
+    metadata_heap: int
+    tokenizer_heap: int
+    tokenizer_load_transient: int  # its second parse of the metadata (freed, kept by malloc)
+    engine_buffers: int   # the engine's logits row and sampling copy
+    runtime: int          # metadata + tokenizer + transient + engine buffers
+    load_peak: int
+    total: int
+    # the draft model's part (speculative decoding with draft_model), included in total
+    draft: Optional["MemoryPlan"] = None
+    draft_kv: int = 0
+    machine: MachineMemory = field(default_factory=lambda: MachineMemory(None, "unknown"))
+
+    @property
+    def weights(self) -> int:
+        return self.weights_packed + self.weights_mapped + self.weights_converted
+
+    @property
+    def scratch(self) -> int:
+        return self.scratch_forward + self.scratch_attention
+
+    @property
+    def available(self) -> Optional[int]:
+        return self.machine.available
+
+    @property
+    def fits(self) -> bool:
+        return self.available is None or self.total <= self.available
+
+    def to_dict(self) -> Dict[str, Any]:
+        d = asdict(self)
+        d.update(weights=self.weights, scratch=self.scratch, available=self.available,
+                 fits=self.fits)
+        if self.draft is not None:
+            d["draft"] = self.draft.to_dict()
+        return d
+
+    def table(self) -> str:
+        """The plan as `edgellm plan` prints it."""
+        rows = [
+            ("model", f"{self.path} ({self.arch}, {self.n_layer} layers, file {_gb(self.file_bytes)})"),
+            ("config", f"n_ctx {self.n_ctx} (trained {self.n_ctx_train}), kv_type {self.kv_type}, "
+                       f"max_seqs {self.max_seqs}, max_batch_tokens {self.max_batch_tokens}, "
+                       f"threads {self.n_threads}"),
+            ("weights, repacked", f"{_gb(self.weights_packed)} ({self.matrices_packed} matrices, copied)"),
+            ("weights, mapped", f"{_gb(self.weights_mapped)} ({self.matrices_mapped} matrices in "
+                                "place, norms, header)"),
+            ("weights, converted", _gb(self.weights_converted)),
+            ("token embedding", f"{_gb(self.embedding_mapped)} mapped, paged in per token used "
+                                "(not counted)"),
+        ]
+        kv = f"{self.kv_bytes_per_token_full} B/token full ({self.kv_layers_full} layers)"
+        if self.window:
+            kv += (f", {self.kv_bytes_per_token_window} B/token sliding window "
+                   f"{self.window} ({self.kv_layers_window} layers)")
+        rows += [
+            ("KV per token", kv),
+            ("KV budget", f"{_gb(self.kv_budget)} (committed as written)"),
+            ("scratch", f"{_gb(self.scratch)} (forward {_gb(self.scratch_forward)} for "
+                        f"{self.max_batch_tokens} tokens, attention {_gb(self.scratch_attention)} "
+                        f"for {self.n_threads} threads)"),
+            ("runtime", f"{_gb(self.runtime)} (metadata {_gb(self.metadata_heap)}, tokenizer "
+                        f"{_gb(self.tokenizer_heap)} + {_gb(self.tokenizer_load_transient)} while "
+                        f"built, engine buffers {_gb(self.engine_buffers)})"),
+        ]
+        if self.draft is not None:
+            rows.append(("draft model", f"{_gb(self.draft.weights + self.draft.scratch + self.draft.runtime)}"
+                                        f" + KV {_gb(self.draft_kv)} ({self.draft.path})"))
+        rows += [
+            ("peak during load", _gb(self.load_peak)),
+            ("total", f"{_gb(self.total)} ({self.total} bytes)"),
+        ]
+        m = self.machine
+        avail = f"{_gb(m.available)} ({m.source})"
+        if m.source != "EDGELLM_MEMORY_LIMIT":
+            extra = []
+            if m.mem_available is not None and m.source != "MemAvailable":
+                extra.append(f"MemAvailable {_gb(m.mem_available)}")
+            if m.cgroup_limit is not None:
+                extra.append(f"cgroup {_gb(m.cgroup_limit)} - {_gb(m.cgroup_usage)} used")
+            if extra:
+                avail += ": " + ", ".join(extra)
+        rows.append(("available", avail))
+        rows.append(("swap", "off" if not m.swap_total else f"{_gb(m.swap_total)} (not counted)"))
+        rows.append(("fits", "yes" if self.fits else f"NO: short by {_gb(self.total - self.available)}"))
+        width = max(len(k) for k, _ in rows)
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+class _Planner:
+    """One model's header, read once per process (per path, size and mtime: the heap it
+    measured stays the same for later plans); plan() for any configuration."""
+    _cache: Dict[Any, Any] = {}
+
+    def __init__(self, path: str):
+        self.path = path
+        try:
+            st = os.stat(path)
+            key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+        except OSError:
+            key = None  # the C++ reader says what is wrong
+        core = self._cache.get(key) if key else None
+        if core is None:
+            core = _core.MemoryPlanner(path)
+            if key:
+                if len(self._cache) > 16:
+                    self._cache.clear()
+                self._cache[key] = core
+        self.core = core
+
+    def raw(self, n_ctx: int, kv_memory: int, kv_type: str, max_seqs: int, max_batch_tokens: int,
+            page_size: int, n_threads: int) -> Dict[str, Any]:
+        return self.core.plan(n_ctx, kv_memory, kv_type, max_seqs, max_batch_tokens, page_size,
+                              n_threads)
+
+
+def _build(target: _Planner, draft: Optional[_Planner], machine: MachineMemory,
+           a: Dict[str, Any]) -> MemoryPlan:
+    d = target.raw(a["n_ctx"], a["kv_memory"], a["kv_type"], a["max_seqs"], a["max_batch_tokens"],
+                   a["page_size"], a["n_threads"])
+    p = MemoryPlan(**d, machine=machine)
+    if draft is not None:
+        dd = draft.raw(p.n_ctx, 0, a["kv_type"], a["max_seqs"], a["max_batch_tokens"],
+                       a["page_size"], a["n_threads"])
+        p.draft = MemoryPlan(**dd, machine=machine)
+        # engine.cpp: the draft's pool holds as many positions as the target's sequences can
+        ctx_pages = -(-p.n_ctx // p.page_size)
+        pages = ctx_pages * (p.max_seqs + 1)
+        if p.kv_page_bytes_full > 0:
+            pages = min(pages, p.kv_budget // p.kv_page_bytes_full)
+        p.draft_kv = pages * p.draft.kv_page_bytes_full
+        p.total += p.draft.weights + p.draft.scratch + p.draft.runtime + p.draft_kv
+        p.load_peak += p.draft.load_peak
+    return p
+
+
+def _suggestions(target: _Planner, draft: Optional[_Planner], machine: MachineMemory,
+                 a: Dict[str, Any], p: MemoryPlan) -> List[str]:
+    avail = machine.available or 0
+    out: List[str] = []
+    fixed = p.total - p.kv_budget
+    if fixed >= avail:
+        return [f"the model alone (weights, scratch, runtime: {_gb(fixed)}) is more than the "
+                f"{_gb(avail)} available: a smaller or more quantized model is needed"]
+    if a["kv_memory"]:
+        out.append(f"kv_memory={avail - fixed} (at most; {_gb(avail - fixed)})")
+    else:
+        best = _largest_n_ctx(target, draft, machine, a, p.n_ctx)
+        if best:
+            out.append(f"n_ctx={best} (-c {best})")
+        if a["kv_type"] != "q8_0":
+            q = _build(target, draft, machine, dict(a, n_ctx=p.n_ctx, kv_type="q8_0"))
+            if q.fits:
+                out.append(f"kv_type=\"q8_0\" at n_ctx {p.n_ctx} ({_gb(q.total)}; --kv-type q8_0)")
+        # a smaller KV budget at this context: fewer full-length sequences at once (the
+        # default holds two); short requests still share it many at a time
+        room = avail - fixed
+        if room >= p.kv_page_bytes_full + p.kv_page_bytes_window:
+            seqs = room / max(1, p.kv_budget / 2)
+            out.append(f"kv_memory={room} ({_gb(room)}: {seqs:.2f} full-length sequences at "
+                       f"n_ctx {p.n_ctx} instead of 2; --kv-memory {room})")
+    return out
+
+
+def _largest_n_ctx(target: _Planner, draft: Optional[_Planner], machine: MachineMemory,
+                   a: Dict[str, Any], upper: int) -> int:
+    """The largest n_ctx (a multiple of the page size, <= upper) whose plan fits; 0 if none."""
+    step = a["page_size"]
+    lo, hi = 1, max(1, upper // step)
+    if not _build(target, draft, machine, dict(a, n_ctx=step)).fits:
+        return 0
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _build(target, draft, machine, dict(a, n_ctx=mid * step)).fits:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo * step
+
+
+def _refusal(p: MemoryPlan, suggestions: List[str], kv_memory: int) -> str:
+    m = p.machine
+    per_token = p.kv_bytes_per_token_full + p.kv_bytes_per_token_window
+    parts = [f"weights {_gb(p.weights)}", f"KV {_gb(p.kv_budget)} ({per_token} bytes per token)",
+             f"scratch {_gb(p.scratch)}", f"runtime {_gb(p.runtime)}"]
+    if p.draft is not None:
+        parts.append(f"draft model {_gb(p.draft.weights + p.draft.scratch + p.draft.runtime + p.draft_kv)}")
+    where = m.source
+    if m.source == "cgroup":
+        where = f"cgroup {m.cgroup_path}: {m.cgroup_limit} limit - {m.cgroup_usage} used"
+    swap = "swap off" if not m.swap_total else f"swap {_gb(m.swap_total)} not counted"
+    fixed = p.total - p.kv_budget
+    if m.available is not None and fixed >= m.available:
+        head = "the model does not fit in memory even without its KV cache"
+    elif kv_memory:
+        head = (f"kv_memory {kv_memory} bytes: the KV cache needs {p.kv_budget} bytes and the "
+                f"model {fixed} more")
+    else:
+        head = f"n_ctx {p.n_ctx} is beyond what memory allows"
+    msg = (f"{head}: {Path(p.path).name} at n_ctx {p.n_ctx}, kv_type {p.kv_type}, max_seqs "
+           f"{p.max_seqs} needs {p.total} bytes ({_gb(p.total)}: {', '.join(parts)}) but only "
+           f"{m.available} bytes ({_gb(m.available)}) of memory are available ({where}; {swap})")
+    if suggestions:
+        msg += "; what would fit: " + "; or ".join(suggestions)
+    return msg
+
+
+def _args(n_ctx=None, n_threads=None, kv_memory=None, kv_type="f16", max_seqs=16,
+          max_batch_tokens=512, page_size=32) -> Dict[str, Any]:
+    from .validation import check_engine_args
+    a = check_engine_args(n_ctx=n_ctx, n_threads=n_threads, kv_memory=kv_memory, kv_type=kv_type,
+                          max_seqs=max_seqs, max_batch_tokens=max_batch_tokens,
+                          page_size=page_size, n_gpu_layers=0, prefix_cache=True,
+                          draft_model=None, speculative="off", num_speculative_tokens=None,
+                          spec_adaptive=True)
+    a["kv_type"] = a["kv_type"].strip().lower()
+    return a
+
+
+def plan(model, n_ctx: Optional[int] = None, n_threads: Optional[int] = None, *,
+         kv_memory: Optional[int] = None, kv_type: str = "f16", max_seqs: int = 16,
+         max_batch_tokens: int = 512, page_size: int = 32, draft_model=None,
+         speculative: str = "auto", **_ignored) -> MemoryPlan:
+    """The memory plan of `model` (a path or known name) with LLM's arguments; nothing is
+    loaded. n_ctx None: the engine's default, min(trained, 4096) (what LLM would use, before
+    it shrinks a context that does not fit). Raises ModelFormatError for a bad file."""
+    from .models import resolve
+    a = _args(n_ctx, n_threads, kv_memory, kv_type, max_seqs, max_batch_tokens, page_size)
+    target = _Planner(str(resolve(model)))
+    draft = None
+    if draft_model is not None and str(speculative).strip().lower() in ("draft", "auto"):
+        draft = _Planner(str(resolve(draft_model)))
+    return _build(target, draft, machine_memory(), a)
+
+
+def check(path: str, a: Dict[str, Any], draft_path: str = "", auto_ctx: bool = True) -> MemoryPlan:
+    """LLM's check before load (a: check_engine_args' dict). Returns the plan to run with; when
+    it cannot fit raises MemoryPlanError, unless n_ctx was left to the default (a["n_ctx"] 0)
+    and auto_ctx: then the largest n_ctx that fits is planned and returned."""
+    target = _Planner(path)
+    draft = _Planner(draft_path) if draft_path else None
+    machine = machine_memory()
+    a = dict(a, kv_type=str(a["kv_type"]).strip().lower())
+    if a["kv_type"] not in ("f16", "f32", "q8_0"):
+        return _build(target, draft, machine, a)  # the engine says what is wrong with it
+    p = _build(target, draft, machine, a)
+    if p.fits:
+        return p
+    if auto_ctx and a["n_ctx"] == 0 and a["kv_memory"] == 0:
+        best = _largest_n_ctx(target, draft, machine, a, p.n_ctx)
+        if best >= min(_MIN_AUTO_CONTEXT, p.n_ctx):
+            return _build(target, draft, machine, dict(a, n_ctx=best))
+    sugg = _suggestions(target, draft, machine, a, p)
+    raise MemoryPlanError(_refusal(p, sugg, a["kv_memory"]), p, sugg)
