@@ -122,10 +122,14 @@ void touch(KVCache& kv, int group, int32_t page) {
 bool resident_within_budget(const KVCache& kv) {
   const int64_t r0 = kv.resident_bytes(0), r1 = kv.resident_bytes(1);
   if (r0 < 0 || r1 < 0) return true;  // the system cannot say (not Linux)
-  if (r0 + r1 > kv.bytes_budget())
+  // One OS page per pool of slack: under qemu-user (the aarch64 CI leg) mincore reports the
+  // first page of a never-touched anonymous reservation resident. The byte accounting below
+  // (bytes_touched) is checked exactly.
+  const int64_t slack = 2 * 4096;
+  if (r0 + r1 > kv.bytes_budget() + slack)
     std::fprintf(stderr, "resident %lld + %lld > budget %lld\n", static_cast<long long>(r0), static_cast<long long>(r1),
                  static_cast<long long>(kv.bytes_budget()));
-  return r0 + r1 <= kv.bytes_budget() && kv.bytes_touched() <= kv.bytes_budget();
+  return r0 + r1 <= kv.bytes_budget() + slack && kv.bytes_touched() <= kv.bytes_budget();
 }
 
 // Either pool can take the whole budget, never more; both together share it.
