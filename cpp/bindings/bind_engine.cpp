@@ -23,15 +23,6 @@ namespace py = pybind11;
 namespace edgellm::bindings {
 namespace {
 
-DType kv_dtype(const std::string& s) {
-  std::string u = s;
-  std::transform(u.begin(), u.end(), u.begin(), ::toupper);
-  if (u == "F32") return DType::F32;
-  if (u == "F16") return DType::F16;
-  if (u == "Q8_0") return DType::Q8_0;
-  throw InvalidRequestError("kv_type \"" + s + "\" is not supported (use f16, f32 or q8_0)");
-}
-
 SpecMode spec_mode(const std::string& s) {
   std::string u = s;
   std::transform(u.begin(), u.end(), u.begin(), ::tolower);

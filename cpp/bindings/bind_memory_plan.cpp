@@ -14,15 +14,6 @@ namespace py = pybind11;
 namespace edgellm::bindings {
 namespace {
 
-DType plan_kv_dtype(const std::string& s) {
-  std::string u = s;
-  std::transform(u.begin(), u.end(), u.begin(), ::toupper);
-  if (u == "F32") return DType::F32;
-  if (u == "F16") return DType::F16;
-  if (u == "Q8_0") return DType::Q8_0;
-  throw InvalidRequestError("kv_type \"" + s + "\" is not supported (use f16, f32 or q8_0)");
-}
-
 py::dict plan_dict(const MemoryPlan& p) {
   py::dict d;
   d["path"] = text(p.path);
@@ -79,7 +70,7 @@ void bind_memory_plan(py::module_& m) {
             MemoryPlanOptions o;
             o.n_ctx = n_ctx;
             o.kv_memory = kv_memory;
-            o.kv_type = plan_kv_dtype(kv_type);
+            o.kv_type = kv_dtype(kv_type);
             o.max_seqs = max_seqs;
             o.max_batch_tokens = max_batch_tokens;
             o.page_size = page_size;

@@ -1,10 +1,26 @@
 #pragma once
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
+#include <cctype>
 #include <string>
 #include <string_view>
 
+#include "common/dtype.h"
+#include "common/errors.h"
+
 namespace edgellm::bindings {
+
+// A KV cache element type by its Python name ("f16", "f32", "q8_0", any case): the engine and
+// the memory planner take the same spelling.
+inline DType kv_dtype(const std::string& s) {
+  std::string u = s;
+  std::transform(u.begin(), u.end(), u.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  if (u == "F32") return DType::F32;
+  if (u == "F16") return DType::F16;
+  if (u == "Q8_0") return DType::Q8_0;
+  throw InvalidRequestError("kv_type \"" + s + "\" is not supported (use f16, f32 or q8_0)");
+}
 
 // Bytes from a file or the engine (names, metadata, error messages) as a Python str that is
 // always valid: UTF-8 is decoded, any other byte becomes the four characters \xNN. pybind's

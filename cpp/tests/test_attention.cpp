@@ -98,6 +98,35 @@ struct Case {
 const std::vector<Case> kBasicCases = {Case{1, 0, 0},   Case{1, 69, 0},  Case{16, 0, 0}, Case{16, 40, 0}, Case{5, 33, 0},
                                        Case{1, 69, 5},  Case{16, 20, 5}, Case{7, 2, 5},  Case{3, 60, 1}};
 
+// The arguments of one call: KV head hk of `kv`, the block of case c, queries and outputs of
+// all heads at the given token strides.
+PagedAttentionArgs head_args(PagedKV& kv, int hk, int n_q, const Case& c, const float* q, int64_t q_token_stride,
+                             float* out, int64_t out_token_stride, float* scratch) {
+  PagedAttentionArgs a{};
+  a.n_tokens = c.n_tokens;
+  a.q_pos0 = c.q_pos0;
+  a.window = c.window;
+  a.q = q + hk * n_q * kv.hd_k;
+  a.q_token_stride = q_token_stride;
+  a.q_head_stride = kv.hd_k;
+  a.n_q = n_q;
+  a.kv_type = kv.type;
+  a.head_dim_k = kv.hd_k;
+  a.head_dim_v = kv.hd_v;
+  a.pages = kv.table.data();
+  a.page_size = kv.page_size;
+  a.k_base = kv.k_base(hk);
+  a.v_base = kv.v_base(hk);
+  a.page_stride = kv.page_stride;
+  a.k_row_bytes = kv.k_row;
+  a.v_row_bytes = kv.v_row;
+  a.out = out + hk * n_q * kv.hd_v;
+  a.out_token_stride = out_token_stride;
+  a.out_head_stride = kv.hd_v;
+  a.scratch = scratch;
+  return a;
+}
+
 // Max |difference| of `table` over `cases` against the dense float64 attention (against_naive)
 // or against the table `other`, on a cache of n_positions random keys and values.
 float max_error(const kernels::KernelTable& table, DType type, uint32_t seed, bool against_naive,
@@ -116,28 +145,8 @@ float max_error(const kernels::KernelTable& table, DType type, uint32_t seed, bo
     std::vector<float> scratch(kernels::paged_attention_scratch_floats(n_q, kv.hd_k, kv.hd_v, kv.page_size));
     for (int hk = 0; hk < kv.n_kv; ++hk) {
       std::vector<float> out(c.n_tokens * out_token_stride, -7.0f), ref(out.size(), -7.0f);
-      PagedAttentionArgs a{};
-      a.n_tokens = c.n_tokens;
-      a.q_pos0 = c.q_pos0;
-      a.window = c.window;
-      a.q = q.data() + hk * n_q * kv.hd_k;
-      a.q_token_stride = q_token_stride;
-      a.q_head_stride = kv.hd_k;
-      a.n_q = n_q;
-      a.kv_type = type;
-      a.head_dim_k = kv.hd_k;
-      a.head_dim_v = kv.hd_v;
-      a.pages = kv.table.data();
-      a.page_size = kv.page_size;
-      a.k_base = kv.k_base(hk);
-      a.v_base = kv.v_base(hk);
-      a.page_stride = kv.page_stride;
-      a.k_row_bytes = kv.k_row;
-      a.v_row_bytes = kv.v_row;
-      a.out = out.data() + hk * n_q * kv.hd_v;
-      a.out_token_stride = out_token_stride;
-      a.out_head_stride = kv.hd_v;
-      a.scratch = scratch.data();
+      PagedAttentionArgs a = head_args(kv, hk, n_q, c, q.data(), q_token_stride, out.data(), out_token_stride,
+                                       scratch.data());
       table.paged_attention(a);
       if (other) {
         PagedAttentionArgs b = a;
@@ -176,28 +185,8 @@ int exact_rows_mismatches(const kernels::KernelTable& table, DType type, uint32_
     std::vector<float> scratch(kernels::paged_attention_scratch_floats(n_q, kv.hd_k, kv.hd_v, kv.page_size));
     for (int hk = 0; hk < kv.n_kv; ++hk) {
       std::vector<float> block(c.n_tokens * out_token_stride, -7.0f), alone(block.size(), -7.0f);
-      PagedAttentionArgs a{};
-      a.n_tokens = c.n_tokens;
-      a.q_pos0 = c.q_pos0;
-      a.window = c.window;
-      a.q = q.data() + hk * n_q * kv.hd_k;
-      a.q_token_stride = q_token_stride;
-      a.q_head_stride = kv.hd_k;
-      a.n_q = n_q;
-      a.kv_type = type;
-      a.head_dim_k = kv.hd_k;
-      a.head_dim_v = kv.hd_v;
-      a.pages = kv.table.data();
-      a.page_size = kv.page_size;
-      a.k_base = kv.k_base(hk);
-      a.v_base = kv.v_base(hk);
-      a.page_stride = kv.page_stride;
-      a.k_row_bytes = kv.k_row;
-      a.v_row_bytes = kv.v_row;
-      a.out = block.data() + hk * n_q * kv.hd_v;
-      a.out_token_stride = out_token_stride;
-      a.out_head_stride = kv.hd_v;
-      a.scratch = scratch.data();
+      PagedAttentionArgs a = head_args(kv, hk, n_q, c, q.data(), q_token_stride, block.data(), out_token_stride,
+                                       scratch.data());
       a.exact_rows = true;
       table.paged_attention(a);
       for (int j = 0; j < c.n_tokens; ++j) {
