@@ -36,17 +36,34 @@ find_clang() {
     command -v "$c" >/dev/null 2>&1 && { echo "$c"; return; }
   done
 }
+# libFuzzer and the sanitizer runtimes ship apart from the compiler on Debian (clang-N without
+# its recommends has no libclang_rt.fuzzer): probe a link, install what is missing.
+links_fuzzer() {
+  local dir; dir=$(mktemp -d)
+  printf 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }\n' >"$dir/p.cpp"
+  "$1" -fsanitize=fuzzer,address,undefined "$dir/p.cpp" -o "$dir/p" >/dev/null 2>&1
+  local rc=$?; rm -rf "$dir"; return $rc
+}
 cxx=$(find_clang || true)
-if [ -z "$cxx" ]; then
+if [ -z "$cxx" ] || ! links_fuzzer "$cxx"; then
   sudo=""
   [ "$(id -u)" = 0 ] || { sudo -n true 2>/dev/null && sudo="sudo -n"; }
   if { [ "$(id -u)" = 0 ] || [ -n "$sudo" ]; } && command -v apt-get >/dev/null; then
-    say "installing clang"
+    pkgs=(clang)
+    if [ -n "$cxx" ]; then
+      major=$("$cxx" --version | grep -oE 'version [0-9]+' | grep -oE '[0-9]+' | head -1)
+      pkgs+=("libclang-rt-$major-dev")
+    else
+      pkgs+=(libclang-rt-dev)
+    fi
+    say "installing ${pkgs[*]}"
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends clang >/dev/null
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null \
+      || $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang >/dev/null || true
     cxx=$(find_clang || true)
   fi
-  [ -n "$cxx" ] || { echo "[fuzz] FAIL: needs clang++ with libFuzzer (apt-get install clang)" >&2; exit 1; }
+  { [ -n "$cxx" ] && links_fuzzer "$cxx"; } || {
+    echo "[fuzz] FAIL: needs clang++ with libFuzzer and the sanitizer runtimes (apt-get install clang libclang-rt-dev)" >&2; exit 1; }
 fi
 cc=${cxx/clang++/clang}
 
