@@ -134,6 +134,14 @@ py::dict stats_dict(const EngineStats& s) {
   d["preemptions"] = s.preemptions;
   d["context_shifts"] = s.context_shifts;
   d["requests_finished"] = s.requests_finished;
+  d["cache_disk_pages_read"] = s.cache_disk_pages_read;
+  d["cache_disk_pages_written"] = s.cache_disk_pages_written;
+  d["cache_disk_corrupt"] = s.cache_disk_corrupt;
+  d["cache_disk_write_dropped"] = s.cache_disk_write_dropped;
+  d["cache_disk_files"] = s.cache_disk_files;
+  d["cache_disk_bytes"] = s.cache_disk_bytes;
+  d["cache_disk_evicted"] = s.cache_disk_evicted;
+  d["cache_disk_hit_tokens"] = s.cache_disk_hit_tokens;
   d["busy_seconds"] = s.busy_seconds;
   d["tokens_per_second"] = s.tokens_per_second;
   d["spec_drafted"] = s.spec_drafted;
@@ -238,7 +246,8 @@ void bind_engine(py::module_& m) {
       .def(py::init([](const std::string& path, int n_ctx, int n_threads, int64_t kv_memory, const std::string& kv_type,
                        int max_seqs, int max_batch_tokens, int page_size, bool prefix_cache, int n_gpu_layers,
                        const std::string& speculative, int num_speculative_tokens, const std::string& draft_model,
-                       bool spec_adaptive, bool context_shift) {
+                       bool spec_adaptive, bool context_shift, const std::string& cache_dir,
+                       const std::string& cache_key, int64_t cache_max_bytes) {
              EngineConfig c;
              c.n_ctx = n_ctx;
              c.kv_memory = kv_memory;
@@ -248,6 +257,9 @@ void bind_engine(py::module_& m) {
              c.page_size = page_size;
              c.prefix_cache = prefix_cache;
              c.context_shift = context_shift;
+             c.cache_dir = cache_dir;
+             c.cache_key = cache_key;
+             c.cache_max_bytes = cache_max_bytes;
              c.spec.mode = spec_mode(speculative);
              if (num_speculative_tokens < 0 || num_speculative_tokens > 64)
                throw InvalidRequestError("num_speculative_tokens must be in 0..64 (0: the default), got " +
@@ -288,7 +300,8 @@ void bind_engine(py::module_& m) {
            py::arg("kv_type") = "f16", py::arg("max_seqs") = 16, py::arg("max_batch_tokens") = 512,
            py::arg("page_size") = 32, py::arg("prefix_cache") = true, py::arg("n_gpu_layers") = 0,
            py::arg("speculative") = "auto", py::arg("num_speculative_tokens") = 0, py::arg("draft_model") = "",
-           py::arg("spec_adaptive") = true, py::arg("context_shift") = false,
+           py::arg("spec_adaptive") = true, py::arg("context_shift") = false, py::arg("cache_dir") = "",
+           py::arg("cache_key") = "", py::arg("cache_max_bytes") = 0,
            "speculative: off | ngram (prompt lookup) | draft (draft_model proposes) | auto (n-gram, plus the draft "
            "model when one is given); num_speculative_tokens: most tokens drafted per step (0: the engine's "
            "default); spec_adaptive false: always draft that many when there is a proposal (tests, benchmarks).")
@@ -318,6 +331,37 @@ void bind_engine(py::module_& m) {
           "Queues an embedding request (pooling: -1 model default, 0 none, 1 mean, 2 cls, 3 last; normalize: "
           "llama.cpp's embd_normalize). Its one event carries 'embedding', float32 [rows, n_embd].")
       .def("abort", [](PyEngine& self, int64_t id) { self.get().abort(id); }, py::arg("request_id"))
+      .def(
+          "slot_save",
+          [](PyEngine& self, int slot, const std::string& file) {
+            Engine& e = self.get();
+            py::gil_scoped_release nogil;
+            const SlotResult r = e.slot_save(slot, file);
+            return std::make_pair(r.n_tokens, r.n_bytes);
+          },
+          py::arg("slot"), py::arg("file"), "Writes the slot's cached KV pages to file: (tokens saved, bytes written).")
+      .def(
+          "slot_restore",
+          [](PyEngine& self, int slot, const std::string& file) {
+            Engine& e = self.get();
+            py::gil_scoped_release nogil;
+            const SlotResult r = e.slot_restore(slot, file);
+            return std::make_pair(r.n_tokens, r.n_bytes);
+          },
+          py::arg("slot"), py::arg("file"), "Reads a slot file into the prefix cache: (tokens restored, bytes read).")
+      .def(
+          "slot_erase",
+          [](PyEngine& self, int slot) {
+            Engine& e = self.get();
+            py::gil_scoped_release nogil;
+            return e.slot_erase(slot);
+          },
+          py::arg("slot"), "Drops the slot's cached pages: tokens erased.")
+      .def("flush_cache", [](PyEngine& self) {
+        Engine& e = self.get();
+        py::gil_scoped_release nogil;
+        e.flush_cache();
+      }, "Waits until the persistent prefix cache's queued pages are on disk.")
       .def("stats", [](PyEngine& self) { return stats_dict(self.get().stats()); })
       .def(
           "eval_logits",

@@ -182,6 +182,18 @@ Engine::Engine(std::shared_ptr<EngineModel> model, std::shared_ptr<const EngineV
     draft_->set_catch_up_budget(cfg_.max_batch_tokens);  // a long prompt reaches the draft over several steps
   }
   if (cfg_.prefix_cache) cache_ = std::make_unique<PrefixCache>(*kv_);
+  if (!cfg_.cache_dir.empty()) {
+    if (!cache_) throw InvalidRequestError("cache_dir needs the prefix cache (prefix_cache is off)");
+    if (model_->kv_tied_to_serving_cache())
+      throw InvalidRequestError("cache_dir with GPU-offloaded layers is not supported: their KV lives in device "
+                                "memory (use n_gpu_layers=0, or no cache_dir)");
+    if (cfg_.cache_max_bytes < 0) throw InvalidRequestError("cache_max_bytes must be >= 0");
+    const int64_t max_bytes = cfg_.cache_max_bytes > 0 ? cfg_.cache_max_bytes : (2ll << 30);
+    store_ = std::make_unique<PageStore>(cfg_.cache_dir, cfg_.cache_key.empty() ? "model" : cfg_.cache_key,
+                                         PrefixCache::layout_of(*kv_), max_bytes);
+    cache_->set_store(store_.get());
+  }
+  slot_tokens_.assign(cfg_.max_seqs, {});
   sched_ = std::make_unique<Scheduler>(*kv_, cache_.get(), cfg_.max_seqs, cfg_.max_batch_tokens);
   eog_ = vocab_->eog_tokens();
   n_embd_ = std::max(0, model_->n_embd());
@@ -362,8 +374,22 @@ void Engine::abort(int64_t request_id) {
 }
 
 EngineStats Engine::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  EngineStats st;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    st = stats_;
+  }
+  if (store_) {  // the writer thread's counters, read now (the store locks its own)
+    const PageStoreStats d = store_->stats();
+    st.cache_disk_pages_read = d.pages_read;
+    st.cache_disk_pages_written = d.pages_written;
+    st.cache_disk_corrupt = d.corrupt;
+    st.cache_disk_write_dropped = d.write_dropped;
+    st.cache_disk_files = d.files;
+    st.cache_disk_bytes = d.bytes;
+    st.cache_disk_evicted = d.evicted;
+  }
+  return st;
 }
 
 bool Engine::idle() const {
@@ -400,6 +426,84 @@ void Engine::eval_logits(const std::vector<int32_t>& ids, float* out) {
   }
   cv_.notify_all();
   f.get();
+}
+
+void Engine::run_sync(const std::function<void()>& f) {
+  if (!thread_.joinable()) {
+    drain_inbox();
+    f();
+    return;
+  }
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> fut = done->get_future();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) throw RequestCancelled("the engine is shutting down");
+    tasks_.push_back([&f, done] {
+      try {
+        f();
+        done->set_value();
+      } catch (...) {
+        done->set_exception(std::current_exception());
+      }
+    });
+  }
+  cv_.notify_all();
+  fut.get();
+}
+
+void Engine::check_slot(int32_t slot) const {
+  if (slot < 0 || slot >= cfg_.max_seqs)
+    throw InvalidRequestError("slot id " + std::to_string(slot) + " is out of range [0, " +
+                              std::to_string(cfg_.max_seqs) + ")");
+  if (!cache_) throw InvalidRequestError("slot save / restore needs the prefix cache (prefix_cache is off)");
+  if (model_->kv_tied_to_serving_cache())
+    throw InvalidRequestError("slot save / restore with GPU-offloaded layers is not supported: their KV lives in "
+                              "device memory");
+}
+
+SlotResult Engine::slot_save(int32_t slot, const std::string& file) {
+  check_slot(slot);
+  SlotResult res;
+  run_sync([&] {
+    const std::vector<int32_t>& t = slot_tokens_[slot];
+    std::vector<PageRecord> recs = cache_->export_chain(t.data(), static_cast<int32_t>(t.size()));
+    res.n_tokens = static_cast<int32_t>(recs.size()) * kv_->page_size();
+    res.n_bytes = PageStore::write_slot(file, PrefixCache::layout_of(*kv_), t, recs);
+  });
+  return res;
+}
+
+SlotResult Engine::slot_restore(int32_t slot, const std::string& file) {
+  check_slot(slot);
+  std::vector<int32_t> tokens;
+  std::vector<PageRecord> recs;
+  SlotResult res;
+  res.n_bytes = PageStore::read_slot(file, PrefixCache::layout_of(*kv_), tokens, recs);  // off the engine thread
+  for (int32_t id : tokens)
+    if (id < 0 || id >= n_vocab_) throw InvalidRequestError("slot file '" + file + "' holds token ids outside the vocabulary");
+  run_sync([&] {
+    res.n_tokens = cache_->import_chain(tokens.data(), static_cast<int32_t>(tokens.size()), recs);
+    slot_tokens_[slot] = tokens;
+    publish_stats();
+  });
+  return res;
+}
+
+int32_t Engine::slot_erase(int32_t slot) {
+  check_slot(slot);
+  int32_t n = 0;
+  run_sync([&] {
+    std::vector<int32_t>& t = slot_tokens_[slot];
+    n = cache_->erase_chain(t.data(), static_cast<int32_t>(t.size()));
+    t.clear();
+    publish_stats();
+  });
+  return n;
+}
+
+void Engine::flush_cache() {
+  if (store_) store_->flush();
 }
 
 void Engine::do_eval(const std::vector<int32_t>& ids, float* out) {
@@ -928,6 +1032,9 @@ void Engine::finish(Sequence* s, const std::string& reason, OutputEvent ev) {
   for (Sequence* sib : s->siblings) sib->blocked = false;
   s->siblings.clear();
   std::shared_ptr<OutputChannel> out = s->out;
+  if (s->slot >= 0 && s->slot < static_cast<int>(slot_tokens_.size()) && !s->embedding)
+    slot_tokens_[s->slot].assign(s->tokens.begin(), s->tokens.begin() + std::min<size_t>(s->tokens.size(),
+                                                                                          std::max(0, s->n_computed)));
   sched_->finish(s);
   ++finished_;
   publish_stats();  // a caller that sees the last event also sees its pages returned
@@ -983,6 +1090,7 @@ void Engine::publish_stats() {
     st.prefix_cache_hits = cache_->hits();
     st.prefix_cache_queries = cache_->queries();
     st.prefix_cache_hit_tokens = cache_->hit_tokens();
+    st.cache_disk_hit_tokens = cache_->store_hit_tokens();
   }
   st.prompt_tokens_total = prompt_total_;
   st.generated_tokens_total = generated_total_;

@@ -26,6 +26,7 @@
 #include "engine/scheduler.h"
 #include "engine/spec_policy.h"
 #include "kv/kv_cache.h"
+#include "kv/page_store.h"
 #include "kv/prefix_cache.h"
 
 namespace edgellm {
@@ -61,6 +62,13 @@ struct EngineConfig {
   // n_keep tokens and the newer half of the rest (re-prefilled at positions 0..) and goes on,
   // instead of finishing with "length". Off: generation stops at the context's end.
   bool context_shift = false;
+  // Persistent prefix cache (kv/page_store.h): full KV pages written under cache_dir as they
+  // are registered, read back by lookups in any later process with the same cache_key (the
+  // model file's content hash, computed by the caller) and KV layout. cache_max_bytes bounds the
+  // files (least recently used removed first); 0 = 2 GiB. Needs prefix_cache.
+  std::string cache_dir;
+  std::string cache_key;
+  int64_t cache_max_bytes = 0;
   bool start_thread = true;      // false: the caller drives step() (tests)
   SpeculativeConfig spec;
 };
@@ -84,6 +92,11 @@ struct EngineStats {
   int64_t prompt_tokens_total = 0, generated_tokens_total = 0, tokens_processed = 0;
   int64_t steps = 0, preemptions = 0, requests_finished = 0;
   int64_t context_shifts = 0;   // context shifts (EngineConfig::context_shift)
+  // Persistent prefix cache: pages read from / written to cache_dir, files that failed their
+  // checks (deleted, never loaded), writes dropped (queue full, disk error), files there now.
+  int64_t cache_disk_pages_read = 0, cache_disk_pages_written = 0, cache_disk_corrupt = 0;
+  int64_t cache_disk_write_dropped = 0, cache_disk_files = 0, cache_disk_bytes = 0, cache_disk_evicted = 0;
+  int64_t cache_disk_hit_tokens = 0;
   double busy_seconds = 0.0;     // time spent in steps
   double tokens_per_second = 0.0;  // generated tokens per busy second (since start)
   // Speculative decoding: tokens proposed and verified, how many the target accepted, verify
@@ -91,6 +104,13 @@ struct EngineStats {
   int64_t spec_drafted = 0, spec_accepted = 0, spec_steps = 0;
   int64_t spec_draft_forwards = 0;
   double spec_draft_seconds = 0.0;
+};
+
+// llama.cpp's slot save / restore / erase (`POST /slots/{id}?action=...`): tokens whose KV was
+// written or read, the file's bytes.
+struct SlotResult {
+  int32_t n_tokens = 0;
+  int64_t n_bytes = 0;
 };
 
 struct SubmitOptions {
@@ -126,6 +146,17 @@ class Engine {
   // Runs on the engine thread between steps, in a slot of its own.
   void eval_logits(const std::vector<int32_t>& ids, float* out);
 
+  // Slots: a slot remembers the tokens of the last sequence that ran in it. save writes the
+  // prefix cache's full pages of those tokens (and the tokens) to `file`; restore reads such a
+  // file back into the prefix cache (a later request with that prefix reuses it) and makes it
+  // the slot's; erase drops the slot's cached pages. Throw InvalidRequestError (bad slot, no
+  // prefix cache, a file that is missing, corrupt or from another model / layout).
+  SlotResult slot_save(int32_t slot, const std::string& file);
+  SlotResult slot_restore(int32_t slot, const std::string& file);
+  int32_t slot_erase(int32_t slot);
+  // Blocks until the persistent cache's queued pages are written (no-op without cache_dir).
+  void flush_cache();
+
   // Runs one step on the calling thread (only when start_thread is false). False when idle.
   bool step();
   bool idle() const;
@@ -147,6 +178,9 @@ class Engine {
   void loop();
   void drain_inbox();
   void run_task(const std::function<void()>& task);
+  // Runs f on the engine thread between steps (directly when there is no thread) and waits.
+  void run_sync(const std::function<void()>& f);
+  void check_slot(int32_t slot) const;
   void sample_and_postprocess(const std::vector<ScheduledChunk>& plan);
   void postprocess_token(Sequence* s, int32_t token, TokenLogprob* lp);
   // The sequence's grammar mask on one logits row (EOG barred until the output is complete).
@@ -175,7 +209,9 @@ class Engine {
   int64_t seq_pages_max_ = 0;     // pages of positions one sequence can hold within the KV budget
   std::vector<int32_t> eog_;
   std::unique_ptr<KVCache> kv_;
+  std::unique_ptr<PageStore> store_;   // before cache_: the cache points at it
   std::unique_ptr<PrefixCache> cache_;
+  std::vector<std::vector<int32_t>> slot_tokens_;  // per slot: the last sequence's computed tokens
   std::unique_ptr<Scheduler> sched_;
 
   Batch batch_;

@@ -242,4 +242,20 @@ void KVCache::copy_page(int group, int32_t src, int32_t dst) {
   if (copy_page_hook) copy_page_hook(group, src, dst);
 }
 
+void KVCache::read_page(int group, int32_t page, uint8_t* dst) {
+  for (int l = 0; l < cfg_.n_layers; ++l) {
+    if (group_of(l) != group) continue;
+    std::memcpy(dst, k_page(l, page), layer_page_bytes());
+    dst += layer_page_bytes();
+  }
+}
+
+void KVCache::write_page(int group, int32_t page, const uint8_t* src) {
+  for (int l = 0; l < cfg_.n_layers; ++l) {
+    if (group_of(l) != group) continue;
+    std::memcpy(k_page(l, page), src, layer_page_bytes());
+    src += layer_page_bytes();
+  }
+}
+
 }  // namespace edgellm

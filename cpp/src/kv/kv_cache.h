@@ -106,6 +106,10 @@ class KVCache {
   void attach_page(int seq, int group, int32_t index, int32_t page);
   void set_n_positions(int seq, int32_t n) { n_pos_[seq] = n; }
   void copy_page(int group, int32_t src, int32_t dst);
+  // A page's bytes, all layers of its group in layer order (K then V each): group_page_bytes(g)
+  // bytes. The persistent prefix cache (kv/page_store.h) copies pages out and back with these.
+  void read_page(int group, int32_t page, uint8_t* dst);
+  void write_page(int group, int32_t page, const uint8_t* src);
   // Called after every copy_page: a GPU layer executor mirrors the copy in device memory.
   std::function<void(int group, int32_t src, int32_t dst)> copy_page_hook;
 

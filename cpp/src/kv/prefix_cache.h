@@ -10,12 +10,19 @@
 // later query can still see (those not wholly before k*P - window) is present; otherwise the
 // match is shortened until it is. Window pages trimmed from a sequence before it registered
 // them are simply absent, which shortens matches — never wrong, at worst recomputed.
+//
+// Persistence (set_store): every page registered is also queued for the PageStore (written as a
+// file on its thread), and a lookup that runs out of pages in memory goes on with the store's
+// files, each read, verified and copied into a freshly allocated page that then is an ordinary
+// entry. Slots (llama.cpp's /slots save / restore / erase) export, import and drop the chain of
+// one token sequence with the same records.
 #pragma once
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
 
 #include "kv/kv_cache.h"
+#include "kv/page_store.h"
 
 namespace edgellm {
 
@@ -23,6 +30,12 @@ class PrefixCache {
  public:
   explicit PrefixCache(KVCache& kv);
   ~PrefixCache();
+
+  // What a page's bytes mean for this KV cache (dtype, page size, layers, heads, dims, windows).
+  static PageLayout layout_of(const KVCache& kv);
+  // Persist pages to / find them in `store` (owned by the caller; null: memory only).
+  void set_store(PageStore* store) { store_ = store; }
+  PageStore* store() const { return store_; }
 
   // Attaches the longest usable cached prefix of tokens[0, n) (whole pages only) to the empty
   // sequence `seq` and returns its length in tokens (0 on a miss). Counts a query, and a hit
@@ -41,9 +54,20 @@ class PrefixCache {
   // Frees one page of `group` held only by the cache: least recently used, leaves of the chain
   // before the pages they extend (so cached chains stay reachable).
   // Returns false when there is none.
-  bool evict_one(int group);
+  // Entries used at or after tick `protect` are kept (a lookup in progress pins its chain).
+  bool evict_one(int group, uint64_t protect = UINT64_MAX);
   // Drops every entry (pages still used by sequences stay with them).
   void clear();
+
+  // Slots: the cached full pages of tokens[0, n), from the first page on while they are cached
+  // (copied out); the records' pages put back as entries (verified against `tokens`: each
+  // record's hash must be its chain hash over them), returning the tokens covered, which is
+  // fewer when the KV budget runs out; the chain's entries dropped, returning the tokens they held.
+  std::vector<PageRecord> export_chain(const int32_t* tokens, int32_t n);
+  int32_t import_chain(const int32_t* tokens, int32_t n, const std::vector<PageRecord>& records);
+  int32_t erase_chain(const int32_t* tokens, int32_t n);
+  // Tokens found in the store (pages read from files) by attach_prefix.
+  int64_t store_hit_tokens() const { return store_hit_tokens_; }
 
   int64_t queries() const { return queries_; }
   int64_t hits() const { return hits_; }
@@ -65,12 +89,20 @@ class PrefixCache {
     uint64_t last_used = 0;
   };
   const Entry* find(uint64_t hash, uint64_t parent, const int32_t* tokens) const;
+  // A page of `group` for an entry being loaded: free, else by evicting unpinned entries.
+  int32_t alloc_pinned(int group, uint64_t protect);
+  // Makes `r` an entry (its pages allocated and written); false when no page could be had.
+  bool insert_record(const PageRecord& r, bool with_window, uint64_t protect);
+  // Extends the in-memory match `hashes` of tokens[0, n) with pages from the store.
+  void load_from_store(const int32_t* tokens, int32_t n, std::vector<uint64_t>& hashes, uint64_t protect);
+  PageRecord record_of(uint64_t hash, const Entry& e);
 
   KVCache& kv_;
   int32_t max_window_ = 0;
   std::unordered_map<uint64_t, Entry> entries_;
   uint64_t tick_ = 0;
-  int64_t queries_ = 0, hits_ = 0, hit_tokens_ = 0;
+  int64_t queries_ = 0, hits_ = 0, hit_tokens_ = 0, store_hit_tokens_ = 0;
+  PageStore* store_ = nullptr;
 };
 
 }  // namespace edgellm

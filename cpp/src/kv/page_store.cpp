@@ -1,0 +1,460 @@
+#include "kv/page_store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "common/errors.h"
+
+namespace edgellm {
+namespace {
+
+constexpr char kPageMagic[8] = {'E', 'K', 'V', 'P', 'A', 'G', 'E', '1'};
+constexpr char kSlotMagic[8] = {'E', 'K', 'V', 'S', 'L', 'O', 'T', '1'};
+constexpr uint32_t kVersion = 1;
+
+constexpr uint64_t P1 = 0x9E3779B185EBCA87ull, P2 = 0xC2B2AE3D27D4EB4Full, P3 = 0x165667B19E3779F9ull;
+constexpr uint64_t P4 = 0x85EBCA77C2B2AE63ull, P5 = 0x27D4EB2F165667C5ull;
+
+inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+inline uint64_t load64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+inline uint64_t round64(uint64_t acc, uint64_t w) { return rotl(acc + w * P2, 31) * P1; }
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Little writer / reader over a byte vector (the files are written and read on the same kind of
+// machine: native byte order, checked by the magic + checksums).
+struct Out {
+  std::vector<uint8_t>& b;
+  template <class T>
+  void put(const T& v) {
+    const auto* p = reinterpret_cast<const uint8_t*>(&v);
+    b.insert(b.end(), p, p + sizeof(T));
+  }
+  void bytes(const void* p, size_t n) {
+    const auto* q = static_cast<const uint8_t*>(p);
+    b.insert(b.end(), q, q + n);
+  }
+};
+
+struct In {
+  const uint8_t* p;
+  size_t n, at = 0;
+  template <class T>
+  bool get(T& v) {
+    if (n - at < sizeof(T)) return false;
+    std::memcpy(&v, p + at, sizeof(T));
+    at += sizeof(T);
+    return true;
+  }
+};
+
+bool read_file(const std::string& path, std::vector<uint8_t>& out) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return false;
+  out.clear();
+  if (std::fseek(f, 0, SEEK_END) == 0) {
+    const long size = std::ftell(f);
+    if (size > 0) out.resize(static_cast<size_t>(size));
+    std::fseek(f, 0, SEEK_SET);
+  }
+  const size_t got = out.empty() ? 0 : std::fread(out.data(), 1, out.size(), f);
+  std::fclose(f);
+  out.resize(got);
+  return true;
+}
+
+// Writes `data` to `path` through a temporary file in the same directory and a rename.
+bool write_atomic(const std::string& path, const std::string& tmp, const std::vector<uint8_t>& data) {
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) return false;
+  bool ok = std::fwrite(data.data(), 1, data.size(), f) == data.size();
+  ok = (std::fclose(f) == 0) && ok;
+  if (ok) ok = std::rename(tmp.c_str(), path.c_str()) == 0;
+  if (!ok) std::remove(tmp.c_str());
+  return ok;
+}
+
+bool make_dirs(const std::string& dir) {
+  std::string cur;
+  for (size_t i = 0; i <= dir.size(); ++i) {
+    if (i == dir.size() || dir[i] == '/') {
+      if (!cur.empty() && ::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) return false;
+    }
+    if (i < dir.size()) cur += dir[i];
+  }
+  struct stat st {};
+  return ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::string hex16(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+uint64_t checksum64(const void* data, size_t n, uint64_t seed) {
+  const auto* b = static_cast<const uint8_t*>(data);
+  size_t i = 0;
+  uint64_t h;
+  if (n >= 32) {
+    uint64_t a0 = seed + P1 + P2, a1 = seed + P2, a2 = seed, a3 = seed - P1;
+    for (; i + 32 <= n; i += 32) {
+      a0 = round64(a0, load64(b + i));
+      a1 = round64(a1, load64(b + i + 8));
+      a2 = round64(a2, load64(b + i + 16));
+      a3 = round64(a3, load64(b + i + 24));
+    }
+    h = rotl(a0, 1) + rotl(a1, 7) + rotl(a2, 12) + rotl(a3, 18);
+    for (uint64_t a : {a0, a1, a2, a3}) h = (h ^ round64(0, a)) * P1 + P4;
+  } else {
+    h = seed + P5;
+  }
+  h += static_cast<uint64_t>(n);
+  for (; i + 8 <= n; i += 8) h = rotl(h ^ round64(0, load64(b + i)), 27) * P1 + P4;
+  for (; i < n; ++i) h = rotl(h ^ (b[i] * P5), 11) * P1;
+  h ^= h >> 33;
+  h *= P2;
+  h ^= h >> 29;
+  h *= P3;
+  h ^= h >> 32;
+  return h;
+}
+
+uint64_t PageLayout::hash() const {
+  std::string s = description + "|P=" + std::to_string(page_size) + "|F=" + std::to_string(full_bytes) +
+                  "|W=" + std::to_string(window_bytes);
+  return checksum64(s.data(), s.size(), 0x6b76);
+}
+
+// Record: magic, version, page_size, layout hash, hash, parent, depth, flags, full bytes, window
+// bytes, payload checksum, tokens, header checksum; then the payload (full, then window).
+std::vector<uint8_t> encode_record(const PageRecord& r, const PageLayout& layout) {
+  std::vector<uint8_t> b;
+  b.reserve(96 + r.tokens.size() * 4 + r.full.size() + r.window.size());
+  Out o{b};
+  o.bytes(kPageMagic, 8);
+  o.put(kVersion);
+  o.put(static_cast<uint32_t>(layout.page_size));
+  o.put(layout.hash());
+  o.put(r.hash);
+  o.put(r.parent);
+  o.put(r.depth);
+  o.put(static_cast<uint32_t>(r.window.empty() ? 0 : 1));
+  o.put(static_cast<uint64_t>(r.full.size()));
+  o.put(static_cast<uint64_t>(r.window.size()));
+  uint64_t pc = checksum64(r.full.data(), r.full.size(), 1);
+  pc = checksum64(r.window.data(), r.window.size(), pc);
+  o.put(pc);
+  o.bytes(r.tokens.data(), r.tokens.size() * sizeof(int32_t));
+  o.put(checksum64(b.data(), b.size(), 2));
+  o.bytes(r.full.data(), r.full.size());
+  o.bytes(r.window.data(), r.window.size());
+  return b;
+}
+
+size_t decode_record(const uint8_t* data, size_t n, const PageLayout& layout, PageRecord& out) {
+  In in{data, n};
+  if (n < 8 || std::memcmp(data, kPageMagic, 8) != 0) return 0;
+  in.at = 8;
+  uint32_t version = 0, page_size = 0, flags = 0;
+  uint64_t lhash = 0, full = 0, window = 0, pc = 0, hc = 0;
+  PageRecord r;
+  if (!in.get(version) || !in.get(page_size) || !in.get(lhash) || !in.get(r.hash) || !in.get(r.parent) ||
+      !in.get(r.depth) || !in.get(flags) || !in.get(full) || !in.get(window) || !in.get(pc))
+    return 0;
+  if (version != kVersion || page_size != static_cast<uint32_t>(layout.page_size) || lhash != layout.hash()) return 0;
+  if (full != layout.full_bytes || (window != 0 && window != layout.window_bytes) || (flags == 1) != (window != 0))
+    return 0;
+  if (r.depth < 0) return 0;
+  const size_t tok_bytes = static_cast<size_t>(page_size) * sizeof(int32_t);
+  if (n - in.at < tok_bytes + 8) return 0;
+  r.tokens.resize(page_size);
+  std::memcpy(r.tokens.data(), data + in.at, tok_bytes);
+  in.at += tok_bytes;
+  const size_t header_end = in.at;
+  if (!in.get(hc) || hc != checksum64(data, header_end, 2)) return 0;
+  if (n - in.at < full + window) return 0;
+  uint64_t got = checksum64(data + in.at, full, 1);
+  got = checksum64(data + in.at + full, window, got);
+  if (got != pc) return 0;
+  r.full.assign(data + in.at, data + in.at + full);
+  r.window.assign(data + in.at + full, data + in.at + full + window);
+  in.at += full + window;
+  out = std::move(r);
+  return in.at;
+}
+
+// ---- PageStore ----------------------------------------------------------------------------------
+
+PageStore::PageStore(const std::string& dir, const std::string& key, const PageLayout& layout, int64_t max_bytes)
+    : layout_(layout), max_bytes_(max_bytes) {
+  if (dir.empty()) throw InvalidRequestError("cache_dir is empty");
+  std::string k;
+  for (char c : key)
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') k += c;
+  if (k.empty()) throw InvalidRequestError("cache key is empty");
+  path_ = dir + "/" + k + "-" + hex16(layout.hash());
+  if (!make_dirs(path_))
+    throw InvalidRequestError("cache_dir '" + dir + "': cannot create '" + path_ + "' (" + std::strerror(errno) + ")");
+  scan();
+  writer_ = std::thread([this] { writer_loop(); });
+}
+
+PageStore::~PageStore() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (writer_.joinable()) writer_.join();
+}
+
+std::string PageStore::file_of(uint64_t hash) const { return path_ + "/" + hex16(hash) + ".kvp"; }
+
+void PageStore::scan() {
+  DIR* d = ::opendir(path_.c_str());
+  if (!d) return;
+  const int64_t now = now_ns();
+  std::lock_guard<std::mutex> lock(mu_);
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    struct stat st {};
+    const std::string full = path_ + "/" + name;
+    if (name.rfind(".tmp-", 0) == 0) {
+      // another process's unfinished write, or one killed mid-write: gone after 10 minutes
+      if (::stat(full.c_str(), &st) == 0 && now - static_cast<int64_t>(st.st_mtime) * 1000000000ll > 600ll * 1000000000ll)
+        std::remove(full.c_str());
+      continue;
+    }
+    if (name.size() != 20 || name.compare(16, 4, ".kvp") != 0) continue;
+    char* end = nullptr;
+    const uint64_t h = std::strtoull(name.substr(0, 16).c_str(), &end, 16);
+    if (!end || *end != '\0' || ::stat(full.c_str(), &st) != 0) continue;
+    FileInfo fi;
+    fi.bytes = st.st_size;
+    fi.stamp = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000ll + st.st_mtim.tv_nsec;
+    index_[h] = fi;
+    stats_.bytes += fi.bytes;
+  }
+  ::closedir(d);
+  stats_.files = static_cast<int64_t>(index_.size());
+  enforce_bound_locked();
+}
+
+bool PageStore::contains(uint64_t hash) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return index_.count(hash) != 0;
+}
+
+bool PageStore::load(uint64_t hash, uint64_t parent, const int32_t* tokens, PageRecord& out) {
+  const std::string file = file_of(hash);
+  std::vector<uint8_t> data;
+  if (!read_file(file, data)) {  // not there (or another process removed it)
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = index_.find(hash);
+    if (it != index_.end()) {
+      stats_.bytes -= it->second.bytes;
+      index_.erase(it);
+      stats_.files = static_cast<int64_t>(index_.size());
+    }
+    return false;
+  }
+  PageRecord r;
+  const size_t used = decode_record(data.data(), data.size(), layout_, r);
+  const bool ok = used == data.size() && r.hash == hash && r.parent == parent &&
+                  std::equal(r.tokens.begin(), r.tokens.end(), tokens);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = index_.find(hash);
+  if (!ok) {
+    // Fails a check (torn, truncated, overwritten, another layout under this name): never
+    // loaded, and removed so the next registration of this page writes it afresh.
+    std::remove(file.c_str());
+    if (it != index_.end()) {
+      stats_.bytes -= it->second.bytes;
+      index_.erase(it);
+    }
+    ++stats_.corrupt;
+    stats_.files = static_cast<int64_t>(index_.size());
+    return false;
+  }
+  const int64_t now = now_ns();
+  if (it == index_.end()) {
+    it = index_.emplace(hash, FileInfo{static_cast<int64_t>(data.size()), now}).first;
+    stats_.bytes += it->second.bytes;
+    stats_.files = static_cast<int64_t>(index_.size());
+  }
+  it->second.stamp = now;
+  ::utimensat(AT_FDCWD, file.c_str(), nullptr, 0);  // LRU order survives restarts
+  ++stats_.pages_read;
+  out = std::move(r);
+  return true;
+}
+
+void PageStore::put(PageRecord r) {
+  const int64_t bytes = static_cast<int64_t>(r.full.size() + r.window.size());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_ || index_.count(r.hash)) return;
+    if (queue_bytes_ + bytes > max_queue_bytes_ || bytes > max_bytes_) {
+      ++stats_.write_dropped;
+      return;
+    }
+    queue_bytes_ += bytes;
+    queue_.push_back(std::move(r));
+  }
+  cv_.notify_one();
+}
+
+void PageStore::flush() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+}
+
+PageStoreStats PageStore::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void PageStore::writer_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) {
+      if (stop_) break;
+      continue;
+    }
+    PageRecord r = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    write_one(r);
+    lock.lock();
+    queue_bytes_ -= static_cast<int64_t>(r.full.size() + r.window.size());
+    busy_ = false;
+    if (queue_.empty()) idle_cv_.notify_all();
+  }
+  idle_cv_.notify_all();
+}
+
+void PageStore::write_one(const PageRecord& r) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (index_.count(r.hash)) return;
+    ++seq_;
+  }
+  const std::vector<uint8_t> data = encode_record(r, layout_);
+  const std::string tmp = path_ + "/.tmp-" + std::to_string(::getpid()) + "-" + std::to_string(seq_);
+  const bool ok = write_atomic(file_of(r.hash), tmp, data);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!ok) {  // disk full, directory gone: the page stays in memory only
+    ++stats_.write_dropped;
+    return;
+  }
+  auto [it, fresh] = index_.emplace(r.hash, FileInfo{static_cast<int64_t>(data.size()), now_ns()});
+  if (fresh) stats_.bytes += it->second.bytes;
+  ++stats_.pages_written;
+  stats_.files = static_cast<int64_t>(index_.size());
+  enforce_bound_locked();
+}
+
+void PageStore::enforce_bound_locked() {
+  if (stats_.bytes <= max_bytes_) return;
+  // Down to 90 % of the bound, oldest first, so that eviction runs once per many writes.
+  std::vector<std::pair<int64_t, uint64_t>> order;
+  order.reserve(index_.size());
+  for (const auto& [h, fi] : index_) order.emplace_back(fi.stamp, h);
+  std::sort(order.begin(), order.end());
+  const int64_t target = max_bytes_ - max_bytes_ / 10;
+  for (const auto& [stamp, h] : order) {
+    if (stats_.bytes <= target) break;
+    auto it = index_.find(h);
+    std::remove(file_of(h).c_str());
+    stats_.bytes -= it->second.bytes;
+    index_.erase(it);
+    ++stats_.evicted;
+  }
+  stats_.files = static_cast<int64_t>(index_.size());
+}
+
+// ---- slot files ---------------------------------------------------------------------------------
+// magic, version, page_size, layout hash, n_tokens, n_records, tokens, header checksum; records.
+
+int64_t PageStore::write_slot(const std::string& file, const PageLayout& layout, const std::vector<int32_t>& tokens,
+                              const std::vector<PageRecord>& records) {
+  std::vector<uint8_t> b;
+  Out o{b};
+  o.bytes(kSlotMagic, 8);
+  o.put(kVersion);
+  o.put(static_cast<uint32_t>(layout.page_size));
+  o.put(layout.hash());
+  o.put(static_cast<uint64_t>(tokens.size()));
+  o.put(static_cast<uint64_t>(records.size()));
+  o.bytes(tokens.data(), tokens.size() * sizeof(int32_t));
+  o.put(checksum64(b.data(), b.size(), 3));
+  for (const auto& r : records) {
+    const auto rec = encode_record(r, layout);
+    o.bytes(rec.data(), rec.size());
+  }
+  const std::string tmp = file + ".tmp-" + std::to_string(::getpid());
+  if (!write_atomic(file, tmp, b))
+    throw InvalidRequestError("cannot write slot file '" + file + "': " + std::strerror(errno));
+  return static_cast<int64_t>(b.size());
+}
+
+int64_t PageStore::read_slot(const std::string& file, const PageLayout& layout, std::vector<int32_t>& tokens,
+                             std::vector<PageRecord>& records) {
+  std::vector<uint8_t> data;
+  if (!read_file(file, data)) throw InvalidRequestError("slot file '" + file + "' not found");
+  const std::string bad = "slot file '" + file + "' ";
+  In in{data.data(), data.size()};
+  if (data.size() < 8 || std::memcmp(data.data(), kSlotMagic, 8) != 0)
+    throw InvalidRequestError(bad + "is not an edgellm slot file");
+  in.at = 8;
+  uint32_t version = 0, page_size = 0;
+  uint64_t lhash = 0, n_tokens = 0, n_records = 0, hc = 0;
+  if (!in.get(version) || !in.get(page_size) || !in.get(lhash) || !in.get(n_tokens) || !in.get(n_records))
+    throw InvalidRequestError(bad + "is truncated");
+  if (version != kVersion) throw InvalidRequestError(bad + "has version " + std::to_string(version));
+  if (page_size != static_cast<uint32_t>(layout.page_size) || lhash != layout.hash())
+    throw InvalidRequestError(bad + "was saved from another model or KV layout (" +
+                              "page size " + std::to_string(page_size) + ")");
+  if (n_tokens > (data.size() - in.at) / sizeof(int32_t) || n_records > n_tokens / std::max<uint32_t>(1, page_size))
+    throw InvalidRequestError(bad + "is truncated or corrupt");
+  tokens.resize(n_tokens);
+  std::memcpy(tokens.data(), data.data() + in.at, n_tokens * sizeof(int32_t));
+  in.at += n_tokens * sizeof(int32_t);
+  const size_t header_end = in.at;
+  if (!in.get(hc) || hc != checksum64(data.data(), header_end, 3))
+    throw InvalidRequestError(bad + "is corrupt (header checksum)");
+  records.clear();
+  for (uint64_t i = 0; i < n_records; ++i) {
+    PageRecord r;
+    const size_t used = decode_record(data.data() + in.at, data.size() - in.at, layout, r);
+    if (used == 0) throw InvalidRequestError(bad + "is corrupt (page " + std::to_string(i) + ")");
+    in.at += used;
+    records.push_back(std::move(r));
+  }
+  if (in.at != data.size()) throw InvalidRequestError(bad + "has trailing bytes");
+  return static_cast<int64_t>(data.size());
+}
+
+}  // namespace edgellm
