@@ -291,6 +291,12 @@ class _MarkerSet:
         return len(ids) == 1 and self._tok.token_text(ids[0]) == text
 
 
+def _slot_id(slot) -> int:
+    if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < 2**31:
+        raise InvalidRequestError(f"slot id must be a non-negative integer, got {slot!r}")
+    return slot
+
+
 def _is_batch(prompt) -> bool:
     """A list of prompts (strings or id lists), as opposed to one prompt given as ids."""
     return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and \
@@ -339,6 +345,15 @@ class LLM:
     benchmarks). stats() counts spec_drafted / spec_accepted / spec_acceptance; a completion's
     timings carry draft_n / draft_n_accepted when something was drafted for it.
 
+    cache_dir: a persistent prefix cache (serve --cache-dir). Full KV pages of every prompt and
+    reply are also written under this directory (one checksummed file per page, named by the
+    model file's SHA-256, the KV layout and the token-hash chain; atomic renames; at most
+    cache_max_bytes, default 2 GiB, least recently used removed first), and a prompt whose prefix
+    is not in memory is looked up there: a new process reopening a long conversation reads its
+    KV back instead of recomputing it. A file that fails its checks is deleted, never loaded.
+    stats(): cache_disk_pages_read / _written / _corrupt, cache_disk_hit_tokens. slot_save /
+    slot_restore / slot_erase: llama.cpp's slot files over the same page records.
+
     context_shift (llama.cpp's --context-shift; default False): a sequence that fills n_ctx
     while generating keeps its first SamplingParams.n_keep tokens and the newer half of the
     rest, which are prefilled again at positions 0.., and goes on generating instead of ending
@@ -354,7 +369,7 @@ class LLM:
                  chat_template: Optional[str] = None, n_gpu_layers: int = 0,
                  prefix_cache: bool = True, draft_model=None, speculative: str = "auto",
                  num_speculative_tokens: Optional[int] = None, spec_adaptive: bool = True,
-                 context_shift: bool = False):
+                 context_shift: bool = False, cache_dir=None, cache_max_bytes: Optional[int] = None):
         from .models import resolve
         from .validation import check_engine_args
 
@@ -365,7 +380,8 @@ class LLM:
                               n_gpu_layers=n_gpu_layers, prefix_cache=prefix_cache,
                               draft_model=draft_model, speculative=speculative,
                               num_speculative_tokens=num_speculative_tokens,
-                              spec_adaptive=spec_adaptive, context_shift=context_shift)
+                              spec_adaptive=spec_adaptive, context_shift=context_shift,
+                              cache_dir=cache_dir, cache_max_bytes=cache_max_bytes)
         path = resolve(model_path)
         self.model_path = str(path)
         # The draft is only loaded where it is used ("draft", "auto"); with "off" / "ngram" it
@@ -384,6 +400,13 @@ class LLM:
                           f"({self.memory_plan.available} bytes, {self.memory_plan.machine.source})",
                           stacklevel=2)
             a["n_ctx"] = self.memory_plan.n_ctx
+        cache_path, cache_key = "", ""
+        if a["cache_dir"]:
+            from .cache_dir import prepare
+            try:
+                cache_path, cache_key = prepare(a["cache_dir"], self.model_path)
+            except OSError as e:
+                raise InvalidRequestError(f"cache_dir {a['cache_dir']!r}: {e.strerror or e}") from None
         self._engine = _core.Engine(self.model_path, a["n_ctx"], a["n_threads"], a["kv_memory"],
                                     a["kv_type"], a["max_seqs"], a["max_batch_tokens"],
                                     a["page_size"], a["prefix_cache"],
@@ -391,7 +414,14 @@ class LLM:
                                     speculative=a["speculative"],
                                     num_speculative_tokens=a["num_speculative_tokens"],
                                     draft_model=draft_path, spec_adaptive=a["spec_adaptive"],
-                                    context_shift=a["context_shift"])
+                                    context_shift=a["context_shift"],
+                                    cache_dir=cache_path, cache_key=cache_key,
+                                    cache_max_bytes=a["cache_max_bytes"])
+        # the persistent prefix cache's directory (None without one)
+        self.cache_dir: Optional[str] = cache_path or None
+        if cache_path:
+            from . import cache_dir as _cache_dir
+            _cache_dir.track(self)
         self.context_shift: bool = self._engine.context_shift
         # speculative decoding as configured: the mode, the loaded draft (None without one)
         self.speculative: str = self._engine.speculative
@@ -837,10 +867,33 @@ class LLM:
     def stats(self) -> dict:
         return dict(self._engine.stats())
 
+    # ---- persistent prefix cache and slots ----
+    def flush_cache(self) -> None:
+        """Wait until the pages cache_dir is being sent are written (close() and exit do too)."""
+        self._engine.flush_cache()
+
+    def slot_save(self, slot: int, path) -> dict:
+        """llama.cpp's slot save: the KV of slot `slot`'s last sequence (its full pages in the
+        prefix cache) and its tokens, to `path`. {"n_saved": tokens, "n_written": bytes}."""
+        n, b = self._engine.slot_save(_slot_id(slot), os.fspath(path))
+        return {"n_saved": n, "n_written": b}
+
+    def slot_restore(self, slot: int, path) -> dict:
+        """Reads a slot_save file into the prefix cache (a later prompt with those tokens reuses
+        them) and makes it slot `slot`'s. A missing, corrupt or foreign file (another model, KV
+        type or page size) is an InvalidRequestError; nothing of it is loaded.
+        {"n_restored": tokens, "n_read": bytes}."""
+        n, b = self._engine.slot_restore(_slot_id(slot), os.fspath(path))
+        return {"n_restored": n, "n_read": b}
+
+    def slot_erase(self, slot: int) -> dict:
+        """Drops slot `slot`'s cached pages. {"n_erased": tokens}."""
+        return {"n_erased": self._engine.slot_erase(_slot_id(slot))}
+
     def close(self) -> None:
         eng = getattr(self, "_engine", None)
         if eng is not None and not eng.closed:
-            eng.close()
+            eng.close()  # queued cache_dir pages are written first
 
     def __enter__(self) -> "LLM":
         return self

@@ -391,11 +391,32 @@ def check_engine_args(**args: Any) -> Dict[str, Any]:
         "n_gpu_layers": integer(-1, MAX_INT32)(args["n_gpu_layers"], "n_gpu_layers"),
         "prefix_cache": boolean(args["prefix_cache"], "prefix_cache"),
         "context_shift": boolean(args.get("context_shift", False), "context_shift"),
+        "cache_dir": _cache_dir(args.get("cache_dir")),
+        "cache_max_bytes": opt(integer(1, 2**63 - 1), "cache_max_bytes", zero_ok=True)
+        if "cache_max_bytes" in args else 0,
     }
+    if out["cache_dir"] and not out["prefix_cache"]:
+        raise fail("cache_dir needs the prefix cache: leave prefix_cache on, or give no cache_dir",
+                   "cache_dir")
     out.update(check_speculative(args.get("speculative", "auto"),
                                  args.get("num_speculative_tokens"),
                                  args.get("draft_model"), args.get("spec_adaptive", True)))
     return out
+
+
+def _cache_dir(v: Any) -> str:
+    """cache_dir: None / "" for none, else a path (str or os.PathLike)."""
+    import os
+    if v is None:
+        return ""
+    if not isinstance(v, (str, os.PathLike)) or isinstance(v, bool):
+        raise bad_type("cache_dir", v, "a directory path")
+    v = os.fspath(v)
+    if isinstance(v, bytes) or "\0" in v:
+        raise fail("'cache_dir' must be a text path without NUL characters", "cache_dir")
+    if v and os.path.exists(v) and not os.path.isdir(v):
+        raise fail(f"'cache_dir' {short(v)} exists and is not a directory", "cache_dir")
+    return v
 
 
 def check_speculative(speculative: Any = "auto", num_speculative_tokens: Any = None,

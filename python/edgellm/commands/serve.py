@@ -166,13 +166,23 @@ def _embedding_options(config) -> None:
               help="llama-server's --context-shift: when a sequence fills the context while "
                    "generating, keep its first n_keep tokens (a request field; -1 = the prompt) and "
                    "the newer half of the rest, and go on instead of stopping.")
+@click.option("--cache-dir", "cache_dir", default=None, type=click.Path(file_okay=False),
+              help="Persistent prefix cache: full KV pages of prompts and replies are kept as files "
+                   "in this folder (per model file, checksummed, LRU-bounded) and read back after "
+                   "a restart instead of recomputed.")
+@click.option("--cache-max-bytes", "cache_max_bytes", default=None, type=click.IntRange(1),
+              help="Bound on --cache-dir's files for this model [default: 2 GiB].")
+@click.option("--slot-save-path", "slot_save_path", default=None, type=click.Path(file_okay=False),
+              help="llama-server's --slot-save-path: the folder of POST /slots/{id}?action=save|"
+                   "restore files.")
 @spec_options()
 def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_size, kv_memory,
             threads, timeout, chat_template, alias, max_batch_tokens, shutdown_grace,
             max_body_size, read_timeout, log_level, engine_factory, n_gpu_layers, cors_origins="*", cors_methods="GET, POST, DELETE, OPTIONS",
             cors_headers="*", cors_credentials=True, n_predict=-1, seed=-1, temperature=None,
             slots_endpoint=True, metrics_endpoint=True, tags=None, reasoning="auto",
-            verbose=False, spec="auto", draft=None, draft_max=None, context_shift=False):
+            verbose=False, spec="auto", draft=None, draft_max=None, context_shift=False,
+            cache_dir=None, cache_max_bytes=None, slot_save_path=None):
     """Serve MODEL (a .gguf path or a known model name) over an OpenAI-compatible HTTP API.
 
     Sampling parameters a request leaves out take edgellm's (llama.cpp's) defaults, as
@@ -203,6 +213,12 @@ def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_s
         config.draft_model = draft if factories else _resolve_model(draft, "--draft")
     config.verbose = verbose
     config.context_shift = context_shift
+    config.cache_dir = cache_dir
+    config.cache_max_bytes = cache_max_bytes
+    if slot_save_path:
+        import os
+        os.makedirs(slot_save_path, exist_ok=True)
+        config.slot_save_path = os.path.abspath(slot_save_path)
     _embedding_options(config)  # --pooling, --embd-normalize, --embedding
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 

@@ -64,6 +64,10 @@ class ServerConfig:
     num_speculative_tokens: Optional[int] = None  # None = the engine's default
     # llama-server's --context-shift: a full context keeps n_keep + the newer half and goes on
     context_shift: bool = False
+    # the persistent prefix cache (LLM(cache_dir=...)) and llama-server's --slot-save-path
+    cache_dir: Optional[str] = None
+    cache_max_bytes: Optional[int] = None
+    slot_save_path: Optional[str] = None
 
     @property
     def hosts(self) -> list:

@@ -41,6 +41,8 @@ def default_loader(config: ServerConfig):
         draft_model=getattr(config, "draft_model", None),
         num_speculative_tokens=getattr(config, "num_speculative_tokens", None),
         context_shift=getattr(config, "context_shift", False),
+        cache_dir=getattr(config, "cache_dir", None),
+        cache_max_bytes=getattr(config, "cache_max_bytes", None),
     )
     if getattr(config, "reasoning", "auto") == "off":  # llama-server's --reasoning off
         llm.llm.chat_template_defaults["enable_thinking"] = False

@@ -979,6 +979,58 @@ class LlamaCppAPI:
         self.metrics.request_done("slots", 200)
         return JSONResponse([self._slot(i, i < running) for i in range(self.config.parallel)])
 
+    async def slot_action(self, request: Request) -> Response:
+        """POST /slots/{id}?action=save|restore|erase (llama-server's, under --slot-save-path):
+        the slot's cached KV pages to / from a file in that folder, or dropped."""
+        name = "slots"
+        try:
+            if not self.config.slots_endpoint:
+                raise not_supported("This server does not support slots endpoint (start it with --slots)")
+            folder = getattr(self.config, "slot_save_path", None)
+            action = request.query_params.get("action", "")
+            if action not in ("save", "restore", "erase"):
+                raise invalid(f"Invalid action {action!r}: one of save, restore, erase", "action")
+            if not folder and action != "erase":
+                raise not_supported("This server does not support slots action: start it with "
+                                    "--slot-save-path DIR")
+            raw = request.path_params.get("id_slot", "")
+            if not raw.isdigit() or int(raw) >= self.config.parallel:
+                raise invalid(f"Invalid slot id {raw!r}: 0..{self.config.parallel - 1}", "id_slot")
+            slot = int(raw)
+            llm = self.host.require_ready()
+            inner = getattr(llm, "llm", llm)
+            if action == "erase":
+                n = (await _off_loop(inner.slot_erase, slot))["n_erased"]
+                self.metrics.request_done(name, 200)
+                return JSONResponse({"id_slot": slot, "n_erased": n})
+            body = await _read_json(request)
+            if not isinstance(body, dict):
+                raise invalid("the request body must be a JSON object", None, "invalid_type")
+            filename = body.get("filename")
+            if not isinstance(filename, str):
+                raise invalid("'filename' (a string) is required", "filename")
+            if not _valid_filename(filename):
+                raise invalid("Invalid filename: a plain file name (no folders, no '..')", "filename")
+            import os
+            path = os.path.join(folder, filename)
+            t0 = time.perf_counter()
+            if action == "save":
+                r = await _off_loop(inner.slot_save, slot, path)
+                out = {"id_slot": slot, "filename": filename, "n_saved": r["n_saved"],
+                       "n_written": r["n_written"],
+                       "timings": {"save_ms": (time.perf_counter() - t0) * 1e3}}
+            else:
+                r = await _off_loop(inner.slot_restore, slot, path)
+                out = {"id_slot": slot, "filename": filename, "n_restored": r["n_restored"],
+                       "n_read": r["n_read"],
+                       "timings": {"restore_ms": (time.perf_counter() - t0) * 1e3}}
+        except APIError as e:
+            return self.routes._fail(name, e)
+        except Exception as e:  # noqa: BLE001
+            return self.routes._fail(name, _engine_error(e))
+        self.metrics.request_done(name, 200)
+        return JSONResponse(out)
+
     # --- /metrics ------------------------------------------------------------------------------------
     async def metrics_endpoint(self, request: Request) -> Response:
         if not self.config.metrics_endpoint:
@@ -990,6 +1042,16 @@ class LlamaCppAPI:
         # raw, to keep llama-server's capitalisation (Starlette lowercases header names)
         out.raw_headers.append((b"Process-Start-Time-Unix", str(int(self.started_at)).encode()))
         return out
+
+
+def _valid_filename(name: str) -> bool:
+    """A slot file name: 1..255 bytes of UTF-8, no path separator, NUL or control character, not
+    '.' or '..', no leading or trailing space or dot-only name (llama.cpp's fs_validate_filename)."""
+    if not name or len(name.encode("utf-8", "surrogatepass")) > 255 or name in (".", ".."):
+        return False
+    if name.strip() != name or name.strip(".") == "":
+        return False
+    return not any(c in '/\\:' or ord(c) < 32 or ord(c) == 127 for c in name)
 
 
 def llamacpp_metrics(stats: Optional[dict], m) -> str:
@@ -1080,6 +1142,7 @@ def register(app_routes: list, routes) -> LlamaCppAPI:
         Route("/apply-template", api.apply_template, methods=["POST"]),
         Route("/props", api.props, methods=["GET"]),
         Route("/slots", api.slots, methods=["GET"]),
+        Route("/slots/{id_slot}", api.slot_action, methods=["POST"]),
         Route("/chat/completions/input_tokens", api.chat_input_tokens, methods=["POST"]),
         Route("/v1/chat/completions/input_tokens", api.chat_input_tokens, methods=["POST"]),
     ]
