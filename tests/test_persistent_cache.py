@@ -208,7 +208,7 @@ def test_server_slot_save_restore(smollm2_path, tmp_path):
     finally:
         s.stop()
     s = ts.ServerProcess(smollm2_path, "--ctx-size", "2048", "--parallel", "1",
-                         "--slot-save-path", str(slots)).wait_ready()
+                         "--slot-save-path", str(slots), "--cache-dir", str(tmp_path / "kv")).wait_ready()
     try:
         r = s.post("/slots/0?action=restore", {"filename": "chat.bin"})
         assert r.status_code == 200, r.text
@@ -218,6 +218,17 @@ def test_server_slot_save_restore(smollm2_path, tmp_path):
         assert again["timings"]["prompt_n"] < first["timings"]["prompt_n"] - 32
         r = s.post("/slots/0?action=erase", {})
         assert r.status_code == 200 and r.json() == {"id_slot": 0, "n_erased": saved["n_saved"]}
+        r = s.post("/completion", {"prompt": PROMPT_TEXT[3000:4500], "n_predict": 4}, timeout=300)
+        assert r.status_code == 200
+        import time
+        deadline = time.monotonic() + 30  # written on the engine's writer thread, soon after
+        while True:
+            m = s.metrics()  # --cache-dir: that completion's pages went to disk
+            if m["edgellm_cache_disk_pages_written_total"] >= 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert m["edgellm_cache_disk_pages_written_total"] >= 1
+        assert m["edgellm_cache_disk_corrupt_total"] == 0
     finally:
         s.stop()
     s = ts.ServerProcess(smollm2_path, "--ctx-size", "512", "--parallel", "1").wait_ready()

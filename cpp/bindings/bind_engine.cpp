@@ -142,6 +142,7 @@ py::dict stats_dict(const EngineStats& s) {
   d["cache_disk_bytes"] = s.cache_disk_bytes;
   d["cache_disk_evicted"] = s.cache_disk_evicted;
   d["cache_disk_hit_tokens"] = s.cache_disk_hit_tokens;
+  d["cache_disk"] = s.cache_disk;
   d["busy_seconds"] = s.busy_seconds;
   d["tokens_per_second"] = s.tokens_per_second;
   d["spec_drafted"] = s.spec_drafted;

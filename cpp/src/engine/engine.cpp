@@ -381,6 +381,7 @@ EngineStats Engine::stats() const {
   }
   if (store_) {  // the writer thread's counters, read now (the store locks its own)
     const PageStoreStats d = store_->stats();
+    st.cache_disk = true;
     st.cache_disk_pages_read = d.pages_read;
     st.cache_disk_pages_written = d.pages_written;
     st.cache_disk_corrupt = d.corrupt;

@@ -97,6 +97,7 @@ struct EngineStats {
   int64_t cache_disk_pages_read = 0, cache_disk_pages_written = 0, cache_disk_corrupt = 0;
   int64_t cache_disk_write_dropped = 0, cache_disk_files = 0, cache_disk_bytes = 0, cache_disk_evicted = 0;
   int64_t cache_disk_hit_tokens = 0;
+  bool cache_disk = false;      // a cache_dir is in use
   double busy_seconds = 0.0;     // time spent in steps
   double tokens_per_second = 0.0;  // generated tokens per busy second (since start)
   // Speculative decoding: tokens proposed and verified, how many the target accepted, verify

@@ -153,6 +153,19 @@ class ServerMetrics:
                        "Context shifts (--context-shift): a full context kept its first n_keep "
                        "tokens and the newer half of the rest and went on generating",
                        [("", e["context_shifts"])])
+            if e.get("cache_disk"):  # --cache-dir
+                for key, name, help_ in (
+                        ("cache_disk_pages_read", "edgellm_cache_disk_pages_read_total",
+                         "Persistent prefix cache: KV pages read back from --cache-dir"),
+                        ("cache_disk_pages_written", "edgellm_cache_disk_pages_written_total",
+                         "Persistent prefix cache: KV pages written to --cache-dir"),
+                        ("cache_disk_corrupt", "edgellm_cache_disk_corrupt_total",
+                         "Persistent prefix cache: files that failed their checks (deleted, "
+                         "never loaded)")):
+                    metric(name, "counter", help_, [("", e.get(key, 0))])
+                metric("edgellm_cache_disk_bytes", "gauge",
+                       "Persistent prefix cache: bytes of this model's files in --cache-dir",
+                       [("", e.get("cache_disk_bytes", 0))])
             queries = e.get("prefix_cache_queries", 0)
             metric("edgellm_prefix_cache_hit_ratio", "gauge",
                    "Prefix cache hits / lookups since start",
