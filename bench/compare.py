@@ -15,7 +15,12 @@ every weight matrix once, so tg t/s can be at most bandwidth / weight bytes.
 Batched decode (--batch N): edgellm only. llama-cpp-python exposes no multi-sequence API
 above the raw llama_batch structs, so the peer's column stays empty.
 
-The peer: --peer-python, else $EDGELLM_PEER_PYTHON, else /opt/peer/venv/bin/python.
+The peer: --peer-python, else $EDGELLM_PEER_PYTHON, else /opt/peer/venv/bin/python; or
+--llama-bench BIN: llama.cpp's own llama-bench binary from the same tree instead (the same
+method; -o json). ik_llama.cpp (the fastest CPU fork) beside it: --ik-bench BIN, else
+$EDGELLM_IK_BENCH, else /opt/peer/ik/build/bin/llama-bench when it exists; run with `-rtr 1`
+(run-time repacking, its fastest CPU path) and the same -t / -p / -n / -r. Build it from
+github.com/ikawrakow/ik_llama.cpp with -DGGML_NATIVE=ON (bench/README.md).
 """
 import argparse
 import gc
@@ -23,6 +28,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -66,6 +72,27 @@ def cpu_model() -> str:
     return platform.processor() or "?"
 
 
+IK_DEFAULT = "/opt/peer/ik/build/bin/llama-bench"
+
+
+def run_llama_bench(binary: str, path: str, threads: int, n_prompt: int, n_gen: int, reps: int,
+                    extra=()) -> dict:
+    """llama-bench (llama.cpp's or ik_llama.cpp's) -> {test: {avg_ts, stddev_ts}}."""
+    cmd = [binary, "-m", path, "-t", str(threads), "-p", str(n_prompt), "-n", str(n_gen),
+           "-r", str(reps), "-o", "json", *extra]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=7200)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stderr[-2000:]}")
+    text = r.stdout[r.stdout.index("["):]
+    out = {}
+    for e in json.loads(text):
+        if e.get("n_prompt", 0) > 0 and e.get("n_gen", 0) == 0:
+            out[f"pp{e['n_prompt']}"] = {"avg_ts": e["avg_ts"], "stddev_ts": e["stddev_ts"]}
+        elif e.get("n_gen", 0) > 0 and e.get("n_prompt", 0) == 0:
+            out[f"tg{e['n_gen']}"] = {"avg_ts": e["avg_ts"], "stddev_ts": e["stddev_ts"]}
+    return out
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("models", nargs="+", help="known model names or GGUF paths")
@@ -76,6 +103,9 @@ def main():
     p.add_argument("--batch", default="", help="comma-separated stream counts for batched decode (edgellm only)")
     p.add_argument("--peer-python")
     p.add_argument("--no-peer", action="store_true", help="measure edgellm only")
+    p.add_argument("--llama-bench", help="llama.cpp's llama-bench binary, instead of llama-cpp-python")
+    p.add_argument("--ik-bench", help="ik_llama.cpp's llama-bench binary (run with -rtr 1)")
+    p.add_argument("--no-ik", action="store_true", help="leave ik_llama.cpp out")
     p.add_argument("-o", "--output", choices=["md", "json"], default="md")
     a = p.parse_args()
     ensure_edgellm_importable()
@@ -85,7 +115,9 @@ def main():
 
     batches = [int(x) for x in a.batch.split(",") if x.strip()]
     peer_py = None
-    if not a.no_peer:
+    ik = None if a.no_ik else (a.ik_bench or os.environ.get("EDGELLM_IK_BENCH")
+                               or (IK_DEFAULT if os.path.exists(IK_DEFAULT) else None))
+    if not a.no_peer and not a.llama_bench:
         try:
             peer_py = find_peer_python(a.peer_python)
         except PeerMissing as e:
@@ -104,11 +136,18 @@ def main():
         del bench
         gc.collect()
         peer = {}
-        if peer_py:
+        if a.llama_bench and not a.no_peer:
+            print(f"{info.label}: llama.cpp llama-bench ...", file=sys.stderr, flush=True)
+            peer = run_llama_bench(a.llama_bench, path, a.threads, a.n_prompt, a.n_gen, a.reps)
+        elif peer_py:
             print(f"{info.label}: peer ...", file=sys.stderr, flush=True)
             res = run_peer(peer_py, "throughput", path, "--threads", a.threads, "--n-prompt", a.n_prompt,
                            "--n-gen", a.n_gen, "--reps", a.reps)
             peer = {r["test"]: r for r in res["results"]}
+        ikr = {}
+        if ik:
+            print(f"{info.label}: ik_llama.cpp llama-bench -rtr 1 ...", file=sys.stderr, flush=True)
+            ikr = run_llama_bench(ik, path, a.threads, a.n_prompt, a.n_gen, a.reps, ("-rtr", "1"))
         floor_ts = bw * 1e9 / info.weight_bytes
         for test, r in ours.items():
             pr = peer.get(test)
@@ -116,11 +155,15 @@ def main():
                    "edgellm_ts": r.avg_ts, "edgellm_sd": r.stddev_ts,
                    "peer_ts": pr["avg_ts"] if pr else None, "peer_sd": pr["stddev_ts"] if pr else None,
                    "ratio": r.avg_ts / pr["avg_ts"] if pr else None,
+                   "ik_ts": ikr[test]["avg_ts"] if test in ikr else None,
+                   "ik_sd": ikr[test]["stddev_ts"] if test in ikr else None,
+                   "ik_ratio": r.avg_ts / ikr[test]["avg_ts"] if test in ikr else None,
                    "weight_bytes": info.weight_bytes, "bandwidth_gbs": bw, "load_avg": load}
             if test.startswith("tg") and r.n_seqs == 1:
                 row["floor_ts"] = floor_ts
                 row["edgellm_floor_pct"] = 100 * r.avg_ts / floor_ts
                 row["peer_floor_pct"] = 100 * pr["avg_ts"] / floor_ts if pr else None
+                row["ik_floor_pct"] = 100 * ikr[test]["avg_ts"] / floor_ts if test in ikr else None
             rows.append(row)
     if a.output == "json":
         json.dump({"cpu": cpu_model(), "bandwidth_gbs": bw, "rows": rows}, sys.stdout, indent=2)
@@ -128,15 +171,19 @@ def main():
         return
     print(f"CPU: {cpu_model()}, {os.cpu_count()} CPUs; {a.threads} threads; read bandwidth {bw:.1f} GB/s; "
           f"load average {load:.2f}; {a.reps} reps\n")
-    print("| model | test | edgellm t/s | peer t/s | ratio | edgellm % of bw floor | peer % of bw floor |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| model | test | edgellm t/s | llama.cpp t/s | ratio | ik_llama.cpp t/s | ratio | "
+          "edgellm % of bw floor | llama.cpp % | ik % |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
         peer = f"{r['peer_ts']:.2f} ± {r['peer_sd']:.2f}" if r["peer_ts"] is not None else "—"
         ratio = f"{r['ratio']:.2f}×" if r["ratio"] is not None else "—"
+        ikt = f"{r['ik_ts']:.2f} ± {r['ik_sd']:.2f}" if r["ik_ts"] is not None else "—"
+        ikq = f"{r['ik_ratio']:.2f}×" if r["ik_ratio"] is not None else "—"
         ef = f"{r['edgellm_floor_pct']:.0f}%" if "edgellm_floor_pct" in r else ""
         pf = f"{r['peer_floor_pct']:.0f}%" if r.get("peer_floor_pct") is not None else ""
+        kf = f"{r['ik_floor_pct']:.0f}%" if r.get("ik_floor_pct") is not None else ""
         print(f"| {r['model']} | {r['test']} | {r['edgellm_ts']:.2f} ± {r['edgellm_sd']:.2f} | {peer} | {ratio} | "
-              f"{ef} | {pf} |")
+              f"{ikt} | {ikq} | {ef} | {pf} | {kf} |")
 
 
 if __name__ == "__main__":

@@ -260,9 +260,17 @@ void PageStore::scan() {
   enforce_bound_locked();
 }
 
-bool PageStore::contains(uint64_t hash) const {
+bool PageStore::contains(uint64_t hash) {
   std::lock_guard<std::mutex> lock(mu_);
-  return index_.count(hash) != 0;
+  if (index_.count(hash)) return true;
+  // Another process sharing the directory may have written it since the scan.
+  struct stat st {};
+  if (::stat(file_of(hash).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  index_[hash] = FileInfo{static_cast<int64_t>(st.st_size),
+                          static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000ll + st.st_mtim.tv_nsec};
+  stats_.bytes += st.st_size;
+  stats_.files = static_cast<int64_t>(index_.size());
+  return true;
 }
 
 bool PageStore::load(uint64_t hash, uint64_t parent, const int32_t* tokens, PageRecord& out) {

@@ -73,8 +73,9 @@ class PageStore {
   const PageLayout& layout() const { return layout_; }
   const std::string& path() const { return path_; }
 
-  // Whether a file for `hash` is known (written or found at start). Cheap: no disk access.
-  bool contains(uint64_t hash) const;
+  // Whether a file for `hash` is there: known (written, or found at start), else one stat (a
+  // process sharing the directory may have written it since).
+  bool contains(uint64_t hash);
   // Reads and verifies the file of `hash`: true and `out` filled when it exists, passes every
   // check and holds exactly (parent, tokens). A file that fails a check is deleted (corrupt).
   bool load(uint64_t hash, uint64_t parent, const int32_t* tokens, PageRecord& out);

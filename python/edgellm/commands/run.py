@@ -38,9 +38,13 @@ def _stdin_text() -> str:
               help="An answer that fills the context keeps going: the conversation so far is kept "
                    "and the older half of the answer is dropped from the context (llama.cpp's "
                    "--context-shift).")
+@click.option("--cache-dir", "cache_dir", default=None, type=click.Path(file_okay=False),
+              help="Persistent prefix cache: KV pages of the conversation are kept as files in this "
+                   "folder, so a conversation loaded again (/load) or a piped prompt seen before "
+                   "is not prefilled again after a restart.")
 @spec_options()
 def command(model, prompt, system, temperature, ctx_size, threads, chat_template, verbose, seed,
-            num_predict, n_gpu_layers, spec, draft, draft_max, context_shift=False):
+            num_predict, n_gpu_layers, spec, draft, draft_max, context_shift=False, cache_dir=None):
     """Chat with MODEL (a GGUF path or a known model name) in the terminal, or answer PROMPT."""
     spec_args = spec_kwargs(spec, draft, draft_max)
     from edgellm import EdgeLLMError, LLM, SamplingParams
@@ -70,7 +74,8 @@ def command(model, prompt, system, temperature, ctx_size, threads, chat_template
 
     def load(n_ctx):
         return LLM(model, n_ctx=n_ctx, n_threads=threads, chat_template=chat_template, max_seqs=1,
-                   n_gpu_layers=n_gpu_layers, context_shift=context_shift, **spec_args)
+                   n_gpu_layers=n_gpu_layers, context_shift=context_shift, cache_dir=cache_dir,
+                   **spec_args)
 
     try:
         llm = load(ctx_size)
