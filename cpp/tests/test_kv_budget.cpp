@@ -230,10 +230,12 @@ void test_too_small_budget_still_preempts() {
 void test_stats_and_refusals() {
   Engine e(gemma_like(), std::make_shared<fake::FakeVocab>(), config(0));
   const EngineStats st = e.stats();
-  // two units of (64 full pages + 9 window pages of 5 layer pages each)
-  CHECK(st.kv_bytes_total == 2 * (64 + 9 * 5) * kLayerPage);
+  // KVCache::default_budget: two contexts of 64 full pages, and the window pages of those 128
+  // pages' tokens split among 16 sequences of at most 9 window pages: min(128, 16 x 9) = 128, of
+  // 5 layer pages each
+  CHECK(st.kv_bytes_total == (2 * 64 + 128 * 5) * kLayerPage);
   CHECK(st.page_bytes_full == kLayerPage && st.page_bytes_window == 5 * kLayerPage);
-  CHECK(st.pages_full_total == 218 && st.pages_window_total == 43 && st.pages_total == 218);
+  CHECK(st.pages_full_total == 768 && st.pages_window_total == 153 && st.pages_total == 768);
   CHECK(st.kv_bytes_used == 0 && st.kv_bytes_resident == 0);
   CHECK(run_streams(e, 16, 16, 16) == 16);
   const EngineStats after = e.stats();

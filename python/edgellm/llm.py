@@ -324,7 +324,8 @@ class LLM:
 
     n_ctx: max tokens per sequence (default min(trained context, 4096)). kv_memory: bytes for
     the paged KV cache, one budget for all sequences and both layer groups (full attention and
-    sliding window; default: two full-context sequences' worth, which short requests share many
+    sliding window; default: two full contexts' worth of tokens, in every layer group however many
+    sequences share them (KVCache::default_budget), which short requests share many
     at a time; committed as it is written; when it runs out the newest sequence is preempted and
     recomputed later). stats(): kv_bytes_used of kv_bytes_total, preemptions, pages.
     kv_type: "f16" (default), "q8_0" or "f32". max_seqs: sequences decoded together.

@@ -103,21 +103,21 @@ Engine::Engine(std::shared_ptr<EngineModel> model, std::shared_ptr<const EngineV
   kc.max_seqs = cfg_.max_seqs + 1;  // the last slot is eval_logits'
   eval_slot_ = cfg_.max_seqs;
 
-  // Pool sizing: one byte budget for both layer groups. A "sequence unit" is one full context in
-  // the full-attention group plus what a sliding-window sequence holds at once (window + one batch
-  // of new tokens) in the window group; the default budget is two units. Pages of either group are
-  // taken while the bytes in use, both groups together, fit the budget (KVCacheConfig::budget_bytes),
-  // so 16 short sequences can use it as well as one long one; each pool is reserved large enough
-  // to hold the whole budget alone and committed only where written (kv/kv_cache.h).
+  // Pool sizing: one byte budget for both layer groups. The default (KVCache::default_budget) is
+  // two full contexts' worth of tokens, with the window pages those tokens need however they are
+  // split among max_seqs sequences. Pages of either group are taken while the bytes in use, both
+  // groups together, fit the budget (KVCacheConfig::budget_bytes), so 16 short sequences can use
+  // it as well as one long one; each pool is reserved large enough to hold the whole budget alone
+  // and committed only where written (kv/kv_cache.h).
   int32_t window = 0;
   for (int32_t w : kc.layer_window) window = std::max(window, w);
   const int64_t ctx_pages = ceil_div(n_ctx_, kc.page_size);
-  seq_window_pages_ =
-      window > 0 ? std::min<int64_t>(ctx_pages, ceil_div(window + cfg_.max_batch_tokens, kc.page_size) + 1) : 0;
+  seq_window_pages_ = KVCache::seq_window_pages(kc, n_ctx_, cfg_.max_batch_tokens);
   const int64_t full_bytes = static_cast<int64_t>(KVCache::page_bytes(kc, false));
   const int64_t window_bytes = static_cast<int64_t>(KVCache::page_bytes(kc, true));
-  const double unit_bytes = static_cast<double>(full_bytes) * ctx_pages + static_cast<double>(window_bytes) * seq_window_pages_;
-  const double need = cfg_.kv_memory > 0 ? static_cast<double>(cfg_.kv_memory) : 2.0 * unit_bytes;
+  const double default_bytes =
+      static_cast<double>(KVCache::default_budget(kc, n_ctx_, cfg_.max_batch_tokens, cfg_.max_seqs));
+  const double need = cfg_.kv_memory > 0 ? static_cast<double>(cfg_.kv_memory) : default_bytes;
   const int64_t smallest = full_bytes + (window > 0 ? window_bytes : 0);  // one page of each group
   if (need < static_cast<double>(smallest))
     throw InvalidRequestError("kv_memory " + std::to_string(cfg_.kv_memory) + " bytes is too small for one KV page (" +
@@ -136,7 +136,7 @@ Engine::Engine(std::shared_ptr<EngineModel> model, std::shared_ptr<const EngineV
       throw ContextLengthError("kv_memory " + std::to_string(cfg_.kv_memory) + " bytes: the KV cache needs " + needs +
                                " but only " + have + "; lower kv_memory");
     throw ContextLengthError("n_ctx " + std::to_string(n_ctx_) + " is beyond what memory allows: the KV cache for two " +
-                             "full-context sequences (about " + std::to_string(static_cast<int64_t>(unit_bytes / n_ctx_)) +
+                             "full contexts (about " + std::to_string(static_cast<int64_t>(default_bytes / (2.0 * n_ctx_))) +
                              " bytes per token) needs " + needs + " but only " + have +
                              "; lower n_ctx, or set kv_memory to share less");
   }

@@ -52,7 +52,7 @@ struct SpeculativeConfig {
 
 struct EngineConfig {
   int32_t n_ctx = 0;             // max tokens per sequence; 0 = min(model context, 4096)
-  int64_t kv_memory = 0;         // KV bytes, both layer groups together; 0 = two full-context sequences' worth
+  int64_t kv_memory = 0;         // KV bytes, both layer groups together; 0 = two full contexts' worth of tokens (KVCache::default_budget)
   DType kv_type = DType::F16;    // F16, F32 or Q8_0
   int32_t max_seqs = 16;         // sequences decoded together
   int32_t max_batch_tokens = 512;

@@ -60,6 +60,24 @@ KVCache::KVCache(const KVCacheConfig& cfg) : cfg_(cfg) {
 
 KVCache::~KVCache() = default;
 
+int64_t KVCache::seq_window_pages(const KVCacheConfig& cfg, int32_t n_ctx, int32_t max_batch_tokens) {
+  int32_t window = 0;
+  for (int32_t w : cfg.layer_window) window = std::max(window, w);
+  if (window == 0) return 0;
+  const int64_t ctx_pages = (static_cast<int64_t>(n_ctx) + cfg.page_size - 1) / cfg.page_size;
+  const int64_t w = (static_cast<int64_t>(window) + max_batch_tokens + cfg.page_size - 1) / cfg.page_size + 1;
+  return std::min<int64_t>(ctx_pages, w);
+}
+
+int64_t KVCache::default_budget(const KVCacheConfig& cfg, int32_t n_ctx, int32_t max_batch_tokens, int32_t max_seqs) {
+  const int64_t ctx_pages = (static_cast<int64_t>(n_ctx) + cfg.page_size - 1) / cfg.page_size;
+  const int64_t seq_w = seq_window_pages(cfg, n_ctx, max_batch_tokens);
+  const int64_t window_pages = std::min<int64_t>(2 * ctx_pages, std::max(2, max_seqs) * seq_w);
+  const double bytes = static_cast<double>(page_bytes(cfg, false)) * 2.0 * static_cast<double>(ctx_pages) +
+                       static_cast<double>(page_bytes(cfg, true)) * static_cast<double>(window_pages);
+  return bytes > 9.0e18 ? static_cast<int64_t>(9.0e18) : static_cast<int64_t>(bytes);
+}
+
 size_t KVCache::layer_page_bytes() const {
   return static_cast<size_t>(cfg_.n_kv_heads) * cfg_.page_size * (k_row_bytes() + v_row_bytes());
 }

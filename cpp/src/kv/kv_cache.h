@@ -59,6 +59,15 @@ class KVCache {
   // Pages needed to hold n tokens per pool for a config, and the bytes of one page (all layers
   // of its group, K and V): the engine sizes pools from a memory budget with these.
   static size_t page_bytes(const KVCacheConfig& cfg, bool window_group);
+  // Window-group pages one sequence holds at most: its window plus one batch of new tokens (and
+  // a page of slack), never more than a full context (0 without window layers).
+  static int64_t seq_window_pages(const KVCacheConfig& cfg, int32_t n_ctx, int32_t max_batch_tokens);
+  // The default byte budget (kv_memory 0): two full contexts' worth of tokens, as full-attention
+  // pages, plus the window pages those tokens need at most however they are split among
+  // `max_seqs` sequences -- each holds min(its length, seq_window_pages) -- so 16 short
+  // sequences fit as well as two long ones: min(2 ctx, max(2, max_seqs) x seq_window) pages.
+  // The engine and the memory plan (model/memory_plan.cpp) both size from this.
+  static int64_t default_budget(const KVCacheConfig& cfg, int32_t n_ctx, int32_t max_batch_tokens, int32_t max_seqs);
 
   const KVCacheConfig& config() const { return cfg_; }
   int page_size() const { return cfg_.page_size; }

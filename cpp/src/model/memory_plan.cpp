@@ -45,7 +45,6 @@ int64_t metadata_heap_estimate(const GgufFile& f) {
   return b;
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 
 }  // namespace
@@ -110,10 +109,10 @@ void MemoryPlanner::read(const std::string& path) {
   // The token embedding is read a row per token from the mapping: unless the output head reads
   // all of it in place (tied and not packed), only the rows of tokens used are paged in.
   if (!(tied && packed_matrix_bytes(output) == 0)) embedding_ = static_cast<int64_t>(token_embd.info->nbytes);
-  // 1-D tensors (norms, biases, rope factors): F32 ones read in place, others converted once
-  // (their source pages touched at load).
+  // 1-D tensors bound as vectors (norms, biases) are f32 copies (counted in converted_ by the
+  // loader); their source pages are touched once at load: one OS page each at most.
   for (const TensorInfo& t : file->tensors())
-    if (t.n_dims == 1) mapped_ += static_cast<int64_t>(t.nbytes);
+    if (t.n_dims == 1) mapped_ += std::min<int64_t>(static_cast<int64_t>(t.nbytes), 4096);
   mapped_ += header_bytes_;
 
   // The tokenizer: built from this parse of the file (the loader's Tokenizer::from_gguf parses
@@ -180,12 +179,8 @@ MemoryPlan MemoryPlanner::plan(const MemoryPlanOptions& o) const {
   p.kv_page_bytes_window = p.window > 0 ? static_cast<int64_t>(KVCache::page_bytes(kc, true)) : 0;
   p.kv_bytes_per_token_full = p.kv_page_bytes_full / o.page_size;
   p.kv_bytes_per_token_window = p.kv_page_bytes_window / o.page_size;
-  const int64_t ctx_pages = ceil_div(p.n_ctx, o.page_size);
-  const int64_t seq_window_pages =
-      p.window > 0 ? std::min<int64_t>(ctx_pages, ceil_div(p.window + o.max_batch_tokens, o.page_size) + 1) : 0;
-  const double unit = static_cast<double>(p.kv_page_bytes_full) * ctx_pages +
-                      static_cast<double>(p.kv_page_bytes_window) * seq_window_pages;
-  const int64_t need = o.kv_memory > 0 ? o.kv_memory : static_cast<int64_t>(2.0 * unit);
+  // the engine's default (engine.cpp sizes its pools with the same function)
+  const int64_t need = o.kv_memory > 0 ? o.kv_memory : KVCache::default_budget(kc, p.n_ctx, o.max_batch_tokens, o.max_seqs);
   // KVCache: the budget, at most what whole pages of the pools hold
   int64_t capacity = 0;
   if (p.kv_layers_full > 0 && p.kv_page_bytes_full > 0) capacity += need / p.kv_page_bytes_full * p.kv_page_bytes_full;

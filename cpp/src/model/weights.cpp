@@ -52,17 +52,21 @@ Vector WeightLoader::vector(const std::string& name, int64_t n, bool optional) {
     throw ModelFormatError(file_.path() + ": tensor " + name + " has shape " + shape_of(*t) + ", expected {" +
                            std::to_string(n) + "}");
   v.n = n;
-  if (t->type == DType::F32 && reinterpret_cast<uintptr_t>(t->data) % alignof(float) == 0) {
-    v.data = reinterpret_cast<const float*>(t->data);
-    return v;
-  }
-  if (n % dtype_info(t->type).block_elems != 0)
+  // Every vector is copied, F32 ones too: a norm or bias read in place from the mapping each
+  // forward pass faults its page in again, and where the kernel maps page-cache folios larger
+  // than a page (large folios, file THP) that one fault maps the neighbouring weight matrices'
+  // pages as well -- the sources packing gave back -- adding megabytes of resident memory the
+  // memory plan does not count (seen: 9 MB on SmolLM2). The copies are a few KB per layer.
+  if (t->type != DType::F32 && n % dtype_info(t->type).block_elems != 0)
     throw ModelFormatError(file_.path() + ": tensor " + name + " of " + std::to_string(n) + " elements is not whole " +
                            dtype_name(t->type) + " blocks");
   converted_bytes_ += static_cast<size_t>(n) * sizeof(float);
   if (plan_only_) return v;  // v.data stays null: the plan only counts the copy
   std::unique_ptr<float[]> copy(new float[n]);
-  quant::dequantize_row(t->type, t->data, copy.get(), n);
+  if (t->type == DType::F32)
+    std::memcpy(copy.get(), t->data, static_cast<size_t>(n) * sizeof(float));
+  else
+    quant::dequantize_row(t->type, t->data, copy.get(), n);
   v.data = copy.get();
   owned_.push_back(std::move(copy));
   return v;

@@ -42,10 +42,10 @@ class WeightLoader {
   // `optional`; a wrong shape or a type without a matmul kernel throws ModelFormatError naming
   // the tensor.
   Matrix matrix(const std::string& name, int64_t n_in, int64_t n_out, bool optional = false);
-  // Binds `name` as a vector of n elements (converted to f32 if stored otherwise).
+  // Binds `name` as a vector of n elements: an f32 copy (converted if stored otherwise).
   Vector vector(const std::string& name, int64_t n, bool optional = false);
 
-  // Copies made for non-F32 vectors; the model keeps them alive.
+  // The vectors' copies; the model keeps them alive.
   std::vector<std::unique_ptr<float[]>>& owned() { return owned_; }
   // Bytes of the f32 copies made (or, plan_only, that would be made).
   size_t converted_bytes() const { return converted_bytes_; }
