@@ -42,6 +42,7 @@ VALUE_MAP = {
     "--tags": "--tags",
     "--reasoning": "--reasoning",
     "-to": "--timeout",
+    "--slot-save-path": "--slot-save-path",
 }
 # llama-server switch -> edgellm serve switch
 SWITCH_MAP = {
@@ -97,7 +98,6 @@ REFUSED = {
     "--models-preset": "router mode (several models)",
     "--no-models-autoload": "router mode (several models)",
     "--reranking": "reranking", "--rerank": "reranking",
-    "--slot-save-path": "saving and restoring slots",
     "--grp-attn-n": "group attention (self-extend)", "--grp-attn-w": "group attention (self-extend)",
     "--lora": "LoRA adapters",
     "--mmproj-url": "multimodal input", "--media-path": "multimodal input",

@@ -984,15 +984,14 @@ class LlamaCppAPI:
         the slot's cached KV pages to / from a file in that folder, or dropped."""
         name = "slots"
         try:
-            if not self.config.slots_endpoint:
-                raise not_supported("This server does not support slots endpoint (start it with --slots)")
+            # as llama-server: independent of --no-slots (GET /slots), all actions need the folder
             folder = getattr(self.config, "slot_save_path", None)
+            if not folder:
+                raise not_supported("This server does not support slots action: start it with "
+                                    "--slot-save-path DIR")
             action = request.query_params.get("action", "")
             if action not in ("save", "restore", "erase"):
                 raise invalid(f"Invalid action {action!r}: one of save, restore, erase", "action")
-            if not folder and action != "erase":
-                raise not_supported("This server does not support slots action: start it with "
-                                    "--slot-save-path DIR")
             raw = request.path_params.get("id_slot", "")
             if not raw.isdigit() or int(raw) >= self.config.parallel:
                 raise invalid(f"Invalid slot id {raw!r}: 0..{self.config.parallel - 1}", "id_slot")
