@@ -246,8 +246,9 @@ void PageStore::scan() {
       continue;
     }
     if (name.size() != 20 || name.compare(16, 4, ".kvp") != 0) continue;
+    const std::string digits = name.substr(0, 16);  // alive while `end` points into it
     char* end = nullptr;
-    const uint64_t h = std::strtoull(name.substr(0, 16).c_str(), &end, 16);
+    const uint64_t h = std::strtoull(digits.c_str(), &end, 16);
     if (!end || *end != '\0' || ::stat(full.c_str(), &st) != 0) continue;
     FileInfo fi;
     fi.bytes = st.st_size;
