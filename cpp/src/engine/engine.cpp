@@ -406,27 +406,7 @@ void Engine::eval_logits(const std::vector<int32_t>& ids, float* out) {
                                 " is outside the vocabulary [0, " + std::to_string(n_vocab_) + ")");
   if (static_cast<int64_t>(ids.size()) > n_ctx_)
     throw ContextLengthError("eval_logits: " + std::to_string(ids.size()) + " tokens > n_ctx " + std::to_string(n_ctx_));
-  if (!thread_.joinable()) {
-    drain_inbox();
-    do_eval(ids, out);
-    return;
-  }
-  auto done = std::make_shared<std::promise<void>>();
-  std::future<void> f = done->get_future();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stop_) throw RequestCancelled("the engine is shutting down");
-    tasks_.push_back([this, &ids, out, done] {
-      try {
-        do_eval(ids, out);
-        done->set_value();
-      } catch (...) {
-        done->set_exception(std::current_exception());
-      }
-    });
-  }
-  cv_.notify_all();
-  f.get();
+  run_sync([&] { do_eval(ids, out); });
 }
 
 void Engine::run_sync(const std::function<void()>& f) {

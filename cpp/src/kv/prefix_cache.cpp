@@ -156,14 +156,19 @@ bool PrefixCache::evict_one(int group, uint64_t protect) {
     e.page_window = -1;
     return true;
   }
+  erase_entry(victim);
+  return true;
+}
+
+void PrefixCache::erase_entry(std::unordered_map<uint64_t, Entry>::iterator it) {
+  Entry& e = it->second;
   kv_.unref_page(0, e.page_full);
   if (e.page_window >= 0) kv_.unref_page(1, e.page_window);
   if (e.depth > 0) {
     auto parent = entries_.find(e.parent);
     if (parent != entries_.end() && parent->second.children > 0) --parent->second.children;
   }
-  entries_.erase(victim);
-  return true;
+  entries_.erase(it);
 }
 
 void PrefixCache::clear() {
@@ -328,17 +333,7 @@ int32_t PrefixCache::erase_chain(const int32_t* tokens, int32_t n) {
     chain.push_back(next);
     h = next;
   }
-  for (size_t c = chain.size(); c-- > 0;) {  // leaves first
-    auto it = entries_.find(chain[c]);
-    Entry& e = it->second;
-    kv_.unref_page(0, e.page_full);
-    if (e.page_window >= 0) kv_.unref_page(1, e.page_window);
-    if (e.depth > 0) {
-      auto parent = entries_.find(e.parent);
-      if (parent != entries_.end() && parent->second.children > 0) --parent->second.children;
-    }
-    entries_.erase(it);
-  }
+  for (size_t c = chain.size(); c-- > 0;) erase_entry(entries_.find(chain[c]));  // leaves first
   return static_cast<int32_t>(chain.size()) * P;
 }
 

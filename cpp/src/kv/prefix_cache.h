@@ -96,6 +96,8 @@ class PrefixCache {
   // Extends the in-memory match `hashes` of tokens[0, n) with pages from the store.
   void load_from_store(const int32_t* tokens, int32_t n, std::vector<uint64_t>& hashes, uint64_t protect);
   PageRecord record_of(uint64_t hash, const Entry& e);
+  // Drops an entry: its pages unreferenced, its parent's child count decremented.
+  void erase_entry(std::unordered_map<uint64_t, Entry>::iterator it);
 
   KVCache& kv_;
   int32_t max_window_ = 0;
