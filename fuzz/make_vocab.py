@@ -10,8 +10,8 @@ the harnesses never map the model. With --seeds, also writes SEED_DIR/real-<name
 model's header, its metadata with the long tokenizer arrays cut to their first 64 entries, and
 the infos and data of its three smallest tensors (the GGUF harness's seeds from real files).
 
-No dependencies beyond the standard library: the GGUF layout (shared/research/
-llamacpp-internals.md section 1) is walked directly.
+No dependencies beyond the standard library: the GGUF layout (docs/formats.md §1)
+is walked directly.
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@
 #include "engine/engine.h"
 #include "engine/model_backend.h"
 #include "engine/sampler.h"
-#include "engine/thread_pool.h"
+#include "common/thread_pool.h"
 
 namespace py = pybind11;
 

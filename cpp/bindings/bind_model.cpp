@@ -10,9 +10,9 @@
 
 #include "bindings.h"
 #include "common/errors.h"
-#include "engine/thread_pool.h"
+#include "common/thread_pool.h"
 #include "model/model.h"
-#include "model/runner.h"
+#include "tools/runner.h"
 
 namespace py = pybind11;
 

@@ -25,7 +25,7 @@
 #include "grammar/json_value.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
-#include "model/runner.h"
+#include "tools/runner.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 

@@ -12,7 +12,7 @@
 #include "common/errors.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
-#include "model/runner.h"
+#include "tools/runner.h"
 #include "test_util.h"
 
 using namespace edgellm;

@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "engine/thread_pool.h"
+#include "common/thread_pool.h"
 #include "test_util.h"
 
 using namespace edgellm;

@@ -1,7 +1,7 @@
 // The CUDA LayerExecutor (backend/layer_executor.h): the last n layers of a decoder on the GPU.
 //
 // One generic layer covers every supported architecture, driven by which weights the layer has
-// (as the CPU layer functions of model/llama.cpp, qwen2.cpp, qwen3.cpp, gemma3.cpp do):
+// (as the CPU layer functions of model/arch/llama.cpp, qwen2.cpp, qwen3.cpp, gemma3.cpp do):
 //   h = rmsnorm(x) * attn_norm
 //   q, k, v = Wq h (+bq), Wk h (+bk), Wv h (+bv); per-head q/k norms if present;
 //   RoPE (NORM or NEOX, local or global table), q *= attn_scale; K/V stored in device pages;

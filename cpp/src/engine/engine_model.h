@@ -1,5 +1,5 @@
 // What the engine needs from a model and from a vocabulary. The real implementations wrap
-// Model and Tokenizer (engine/model_backend.cpp); tests plug in a fake model whose logits are
+// Model and Tokenizer (engine/model_backend.h); tests plug in a fake model whose logits are
 // a hash of the tokens it finds in the KV cache, which makes any paging mistake visible.
 #pragma once
 #include <cstdint>

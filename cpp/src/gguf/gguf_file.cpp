@@ -1,7 +1,7 @@
 // GGUF parsing and validation. The file is untrusted input: every count, length, offset and
 // size is checked against the bytes that remain BEFORE anything is allocated or read, and all
 // size arithmetic is done on uint64 with explicit overflow checks. Layout facts: see
-// shared/research/llamacpp-internals.md §1.
+// docs/formats.md §1.
 #include "gguf/gguf_file.h"
 
 #include <fcntl.h>

@@ -1,5 +1,5 @@
 // The architecture registry. Each supported `general.architecture` has one file under model/
-// (llama.cpp, gemma3.cpp, qwen2.cpp, qwen3.cpp) that says three things about it: which
+// arch/ (llama.cpp, gemma3.cpp, qwen2.cpp, qwen3.cpp) that says three things about it: which
 // hyper-parameters it reads beyond the common ones, which tensors it binds, and what one
 // layer computes, written with the building blocks of forward_pass.h.
 #pragma once

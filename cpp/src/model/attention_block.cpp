@@ -1,9 +1,9 @@
-// The attention sub-layer (research/llamacpp-internals.md §4): projections, Q/K head norms,
+// The attention sub-layer (docs/formats.md §4): projections, Q/K head norms,
 // RoPE, Q scaling, the KV cache write and paged attention, output projection.
 #include <cstring>
 
 #include "common/fp16.h"
-#include "engine/thread_pool.h"
+#include "common/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
 #include "model/weight_packing.h"

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "common/errors.h"
-#include "engine/thread_pool.h"
+#include "common/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
 #include "model/weight_packing.h"
@@ -57,7 +57,7 @@ DecoderModel::DecoderModel(std::shared_ptr<GgufFile> file, const Architecture& a
     r.config = &config_;
     r.layers = &layers_;
     r.rope_freq_factors = factors;
-    r.gelu_ffn = config_.arch == "gemma3";  // the one GeGLU architecture (model/gemma3.cpp)
+    r.gelu_ffn = config_.arch == "gemma3";  // the one GeGLU architecture (model/arch/gemma3.cpp)
     r.n_gpu_layers = opts.n_gpu_layers;
     r.max_batch_tokens = max_batch_tokens_;
     gpu_ = make_gpu_executor(r);  // nullptr (with a warning) when no GPU can take them

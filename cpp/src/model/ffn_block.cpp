@@ -1,6 +1,6 @@
 // The gated feed-forward sub-layer: SwiGLU (llama, qwen) or GeGLU with tanh-GELU (gemma3).
 // Gate and up read the same input, so it is quantized once and both run in one region.
-#include "engine/thread_pool.h"
+#include "common/thread_pool.h"
 #include "kernels/kernels.h"
 #include "model/weight_packing.h"
 #include "model/forward_pass.h"

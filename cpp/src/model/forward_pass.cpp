@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <new>
 
-#include "engine/thread_pool.h"
+#include "common/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
 

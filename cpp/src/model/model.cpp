@@ -1,7 +1,7 @@
 #include "model/model.h"
 
 #include "common/errors.h"
-#include "engine/thread_pool.h"
+#include "common/thread_pool.h"
 #include "model/architecture.h"
 #include "model/decoder.h"
 

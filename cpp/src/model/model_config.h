@@ -1,4 +1,4 @@
-// What a model is, read from GGUF metadata (research/llamacpp-internals.md §1.5, §4): sizes,
+// What a model is, read from GGUF metadata (docs/formats.md §1.5, §4): sizes,
 // norms, RoPE, attention spans and scales. The common keys are read in model_config.cpp; each
 // architecture's file then fills in what is particular to it (RoPE flavour, sliding windows,
 // scales, soft-capping).

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "engine/thread_pool.h"
+#include "common/thread_pool.h"
 #include "kernels/kernels.h"
 #include "kernels/packed.h"
 #include "model/weight_packing.h"

@@ -1,4 +1,4 @@
-// Rotary position embedding (research/llamacpp-internals.md §3.6, §4.2–4.3).
+// Rotary position embedding (docs/formats.md §3.6, §4.2–4.3).
 //
 // theta_i(pos) = pos * freq_base^(-2i/n_rot) / freq_factor_i * freq_scale, i < n_rot/2.
 // NORM rotates the pairs (x[2i], x[2i+1]); NEOX rotates (x[i], x[i + n_rot/2]); dims >= n_rot

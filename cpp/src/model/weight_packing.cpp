@@ -8,7 +8,7 @@
 #include <cstring>
 #include <new>
 
-#include "engine/thread_pool.h"
+#include "common/thread_pool.h"
 #include "kernels/kernels.h"
 #include "kernels/packed.h"
 #include "quant/quant.h"

@@ -1,5 +1,5 @@
 // GGUF block layouts, byte for byte as llama.cpp writes them (see
-// shared/research/llamacpp-internals.md §2). Every field is little-endian; `d`, `m`, `dmin` are
+// docs/formats.md §2). Every field is little-endian; `d`, `m`, `dmin` are
 // IEEE half unless noted. These structs are the contract between the reference code in quant/
 // and every SIMD kernel.
 #pragma once

@@ -1,5 +1,5 @@
 // Per-type scalar reference code for every block format (layouts in quant/blocks.h, math in
-// shared/research/llamacpp-internals.md §2). SIMD kernels call these for tails and test against
+// docs/formats.md §2). SIMD kernels call these for tails and test against
 // them; quant.h dispatches to them by DType.
 //
 // Naming: dequantize_row_<type>, quantize_row_<type> (type in lower case, e.g. q4_k) and

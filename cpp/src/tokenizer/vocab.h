@@ -1,7 +1,7 @@
 // The tokenizer vocabulary of a GGUF model: token texts, scores and types, BPE merges, special
 // ids and flags, plus the lookup tables built once at load (text -> id, merge pair -> rank,
 // special-token candidates, end-of-generation set). Key names and defaults follow llama.cpp
-// (shared/research/llamacpp-internals.md §1.6, §7).
+// (docs/formats.md §1.6, §7).
 #pragma once
 #include <cstdint>
 #include <optional>

@@ -42,7 +42,7 @@ inline __m256i scaled_dot_acc(__m256i acc, __m256i u, const int8_t* x, __m256i s
   return madd16_acc(acc, _mm256_maddubs_epi16(u, load256(x)), scale16);
 }
 
-// Q4_K / Q5_K: 6-bit scales and mins packed in 12 bytes (llamacpp-internals §2.3). Returns 8
+// Q4_K / Q5_K: 6-bit scales and mins packed in 12 bytes (docs/formats.md §2.3). Returns 8
 // scales in bytes 0..7 and 8 mins in bytes 8..15.
 inline void unpack_scales_mins_k4(const uint8_t* s, uint8_t out[16]) {
   uint32_t v[3];
@@ -147,7 +147,7 @@ struct KQ6 {
       const uint8_t* ql = b.ql + 64 * half;
       const __m256i qh = load256(b.qh + 32 * half);
       const __m256i ql0 = load256(ql), ql1 = load256(ql + 32);
-      // Four 32-element groups; group g takes 2 high bits from qh >> 2g (llamacpp-internals §2.3).
+      // Four 32-element groups; group g takes 2 high bits from qh >> 2g (docs/formats.md §2.3).
       const __m256i g0 = _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(_mm256_and_si256(qh, low2), 4));
       const __m256i g1 = _mm256_or_si256(_mm256_and_si256(ql1, low4),
                                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), low2), 4));
@@ -201,7 +201,7 @@ struct KQ3 {
   using Block = block_q3_K;
   static KRow row(const Block& b) {
     KRow k;
-    // 16 six-bit scales (llamacpp-internals §2.3): scale i has low 4 bits from nibble i of
+    // 16 six-bit scales (docs/formats.md §2.3): scale i has low 4 bits from nibble i of
     // bytes 0..7 (low nibbles first) and high 2 bits from bits 2·(i/4) of byte 8 + i%4; minus 32.
     uint64_t lo8;
     uint32_t hi4;

@@ -1,4 +1,4 @@
-// arch "gemma3" (Gemma 3 text models). research/llamacpp-internals.md §4.3:
+// arch "gemma3" (Gemma 3 text models). docs/formats.md §4.3:
 // - embeddings scaled by sqrt(n_embd); norm weights already carry Gemma's +1 (added by the
 //   converter), so every norm is a plain rmsnorm(x) * w;
 // - per-head RMS norms on Q and K before NEOX RoPE; Q scaled by 1/sqrt(head_dim) (27B, with

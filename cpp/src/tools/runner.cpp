@@ -1,4 +1,4 @@
-#include "model/runner.h"
+#include "tools/runner.h"
 
 #include <algorithm>
 #include <string>

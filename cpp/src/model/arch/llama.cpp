@@ -1,6 +1,6 @@
 // arch "llama" (Llama 1-3, SmolLM/SmolLM2, TinyLlama): pre-norm layers, SwiGLU FFN, NORM RoPE on
 // the converter's pre-permuted Q/K rows, attention scale 1/sqrt(head_dim), optional biases and
-// Llama-3 rope_freqs factors. research/llamacpp-internals.md §4.2.
+// Llama-3 rope_freqs factors. docs/formats.md §4.2.
 #include "common/errors.h"
 #include "model/architecture.h"
 #include "model/forward_pass.h"
