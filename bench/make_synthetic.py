@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 #   Q5_0/Q5_1/Q4_1 appear only as fallbacks for odd shapes.
 SCALE = {"Q4_0": (0.003, 0.006), "Q4_1": (0.001, 0.003), "Q5_0": (0.0015, 0.003), "Q5_1": (0.0006, 0.0015),
          "Q8_0": (0.0002, 0.0004), "Q4_K": (1e-4, 2e-4), "Q5_K": (5e-5, 1e-4), "Q6_K": (1e-5, 2e-5)}
-# Byte offsets of the fp16 fields inside each block (research brief §2.2-2.3).
+# Byte offsets of the fp16 fields inside each block (docs/formats.md §2.2-2.3).
 FP16_AT = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q4_K": [0, 2], "Q5_K": [0, 2],
            "Q6_K": [208]}
 BLOCK = {"Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24), "Q8_0": (32, 34),

@@ -1,4 +1,4 @@
-// Per-sequence token sampler. The chain runs in a fixed order (llama.cpp's, research §6.2):
+// Per-sequence token sampler. The chain runs in a fixed order (llama.cpp's; docs/ENGINE.md):
 //
 //   logit_bias → masks (EOG before min_tokens / with ignore_eos, stop tokens before min_tokens)
 //   → penalties (repetition, frequency, presence over the last repeat_last_n tokens, prompt included)

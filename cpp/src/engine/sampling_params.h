@@ -1,5 +1,5 @@
-// Per-request sampling parameters. Defaults follow llama.cpp's common_params_sampling (see
-// research brief §6.1) so a user moving from llama.cpp gets the same behaviour.
+// Per-request sampling parameters. Defaults follow llama.cpp's common_params_sampling, so a
+// user moving from llama.cpp gets the same behaviour.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -1,7 +1,7 @@
 """Re-quantize a GGUF model with edgellm's own block quantizers (_core.quant_quantize) and
 write it with the `gguf` package's GGUFWriter.
 
-Type choice per tensor follows llama.cpp's llama-quantize (research brief §2.5):
+Type choice per tensor follows llama.cpp's llama-quantize (docs/formats.md §2.5):
 - 1-D tensors (norms, biases) and ffn_gate_inp are copied unchanged;
 - output.weight, or token_embd.weight when the output projection is tied to it, gets Q6_K
   (Q8_0 when the file type is Q8_0, the file type itself for F16/BF16/F32);

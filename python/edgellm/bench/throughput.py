@@ -1,5 +1,5 @@
 """Prompt-processing and generation throughput with llama-bench's method
-(research brief §8.2), on the C++ forward pass directly (_core.ModelRunner / BatchRunner):
+(bench/README.md), on the C++ forward pass directly (_core.ModelRunner / BatchRunner):
 
 - warm-up: one full prompt run plus one generation step, discarded;
 - each repetition starts from an empty KV cache;
