@@ -217,7 +217,7 @@ _K_TYPES = {QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K}
 
 
 def quantize_activations(x: np.ndarray, weight_type) -> np.ndarray:
-    """x rounded through the activation format llama.cpp pairs with weight_type (§2.4):
+    """x rounded through the activation format llama.cpp pairs with weight_type (docs/formats.md §2.4):
     Q8_0/Q8_1 (32-blocks, d = amax/127 stored as fp16), Q8_K (256-blocks, f32 d = -max/127),
     F16; F32 weights take x as is."""
     shape = x.shape

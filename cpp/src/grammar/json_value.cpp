@@ -1,5 +1,7 @@
 #include "grammar/json_value.h"
 
+#include "common/hex_digit.h"
+
 #include <cstdio>
 #include <cstdlib>
 
@@ -147,12 +149,9 @@ class JsonParser {
   uint32_t hex4() {
     uint32_t v = 0;
     for (int i = 0; i < 4; ++i, ++pos_) {
-      const char h = peek();
-      v <<= 4;
-      if (h >= '0' && h <= '9') v |= static_cast<uint32_t>(h - '0');
-      else if (h >= 'a' && h <= 'f') v |= static_cast<uint32_t>(h - 'a' + 10);
-      else if (h >= 'A' && h <= 'F') v |= static_cast<uint32_t>(h - 'A' + 10);
-      else fail("expected 4 hex digits after \\u");
+      const int d = hex_digit_value(peek());
+      if (d < 0) fail("expected 4 hex digits after \\u");
+      v = (v << 4) | static_cast<uint32_t>(d);
     }
     return v;
   }

@@ -9,6 +9,7 @@
 #include <cctype>
 
 #include "common/errors.h"
+#include "common/hex_digit.h"
 #include "grammar/grammar_ast.h"
 
 namespace edgellm::grammar {
@@ -154,12 +155,8 @@ class RegexParser {
   uint32_t parse_hex(int digits) {
     uint32_t v = 0;
     for (int i = 0; i < digits; ++i) {
-      const char h = peek();
-      int d;
-      if (h >= '0' && h <= '9') d = h - '0';
-      else if (h >= 'a' && h <= 'f') d = h - 'a' + 10;
-      else if (h >= 'A' && h <= 'F') d = h - 'A' + 10;
-      else fail("expected hex digits");
+      const int d = hex_digit_value(peek());
+      if (d < 0) fail("expected hex digits");
       v = v * 16 + static_cast<uint32_t>(d);
       ++pos_;
     }

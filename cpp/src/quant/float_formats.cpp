@@ -1,4 +1,4 @@
-// F32, F16 and BF16 rows: conversions and dot products (§2.1).
+// F32, F16 and BF16 rows: conversions and dot products (docs/formats.md §2.1).
 #include <cstring>
 
 #include "common/fp16.h"

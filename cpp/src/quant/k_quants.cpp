@@ -1,4 +1,4 @@
-// K-quant super-blocks of 256 elements (§2.3): Q2_K, Q3_K, Q4_K, Q5_K, Q6_K weights and the Q8_K
+// K-quant super-blocks of 256 elements (docs/formats.md §2.3): Q2_K, Q3_K, Q4_K, Q5_K, Q6_K weights and the Q8_K
 // activation format. Dequantization is llama.cpp's math exactly; the weight quantizers are our
 // own least-squares scale search (see reference.h).
 #include <cmath>

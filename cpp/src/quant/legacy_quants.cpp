@@ -1,5 +1,5 @@
 // The 32-element "legacy" blocks Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the Q8_1 activation format
-// (§2.2): element j of a block is the low nibble of qs[j], element j+16 the high nibble; the Q5
+// (docs/formats.md §2.2): element j of a block is the low nibble of qs[j], element j+16 the high nibble; the Q5
 // fifth bit of element j is bit j of the little-endian u32 qh.
 #include <cmath>
 #include <cstring>

@@ -13,7 +13,7 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 // choice of scales, for the activation formats Q8_0/Q8_1/Q8_K exactly llama.cpp's rounding rule).
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 
-// The activation format a weight type is dotted against (§2.4): Q8_0, Q8_1, Q8_K, F16, BF16 or F32.
+// The activation format a weight type is dotted against (docs/formats.md §2.4): Q8_0, Q8_1, Q8_K, F16, BF16 or F32.
 DType vec_dot_type(DType weight);
 
 // dot(weight row, activation row) over n elements; `act` is in vec_dot_type(weight).

@@ -84,7 +84,7 @@ inline void get_scales_q3_k(const uint8_t* s, int8_t* out) {
 }
 
 // ---- dot products: weight row · activation row already in vec_dot_type(weight) ----
-// Integer products are summed per block in int32, then scaled in f32 (llama.cpp's math, §2.4);
+// Integer products are summed per block in int32, then scaled in f32 (llama.cpp's math, docs/formats.md §2.4);
 // float formats accumulate in double.
 float vec_dot_f32(int64_t n, const float* x, const float* y);
 float vec_dot_f16(int64_t n, const uint16_t* x, const uint16_t* y);

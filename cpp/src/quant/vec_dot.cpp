@@ -1,4 +1,4 @@
-// Scalar dot products of a weight row with an activation row in vec_dot_type(weight) (§2.4).
+// Scalar dot products of a weight row with an activation row in vec_dot_type(weight) (docs/formats.md §2.4).
 // Products of integer levels are summed per block in int32 and scaled per block in f32, the
 // shape every SIMD kernel follows, so their results agree to float rounding.
 #include "common/fp16.h"

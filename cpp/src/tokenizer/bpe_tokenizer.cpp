@@ -2,6 +2,7 @@
 // codepoints, then merge adjacent symbols by merge rank (lowest first, ties leftmost).
 #include <queue>
 
+#include "tokenizer/merge_symbols.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
@@ -24,10 +25,6 @@ class BpeTokenizer final : public Tokenizer {
   }
 
  private:
-  struct Symbol {
-    int32_t prev, next;
-    size_t start, n;
-  };
   struct Bigram {
     int32_t rank;
     int32_t left, right;
@@ -42,13 +39,7 @@ class BpeTokenizer final : public Tokenizer {
       int32_t id = vocab_.find(w);
       if (id != kNoToken) { out.push_back(id); return; }
     }
-    std::vector<Symbol> sym;
-    for (size_t off = 0; off < w.size();) {
-      size_t len = std::min(unicode::utf8_len(uint8_t(w[off])), w.size() - off);
-      int32_t idx = int32_t(sym.size());
-      sym.push_back({idx - 1, off + len == w.size() ? -1 : idx + 1, off, len});
-      off += len;
-    }
+    std::vector<MergeSymbol> sym = utf8_symbols(w);
     std::priority_queue<Bigram> queue;
     auto try_add = [&](int32_t l, int32_t r) {
       if (l < 0 || r < 0) return;
@@ -61,13 +52,10 @@ class BpeTokenizer final : public Tokenizer {
     while (!queue.empty()) {
       Bigram b = queue.top();
       queue.pop();
-      Symbol& l = sym[b.left];
-      Symbol& r = sym[b.right];
+      const MergeSymbol& l = sym[b.left];
+      const MergeSymbol& r = sym[b.right];
       if (l.n == 0 || r.n == 0 || l.n != b.n_left || r.n != b.n_right) continue;  // outdated
-      l.n += r.n;
-      r.n = 0;
-      l.next = r.next;
-      if (r.next >= 0) sym[r.next].prev = b.left;
+      join_symbols(sym, b.left, b.right);
       try_add(l.prev, b.left);
       try_add(b.left, l.next);
     }

@@ -28,6 +28,19 @@ inline bool is_l(uint16_t f) { return f & kLetter; }
 inline bool is_n(uint16_t f) { return f & kNumber; }
 inline uint32_t ascii_lower(uint32_t c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
 
+// The English contractions 's 't 're 've 'm 'll 'd at `pos` (which holds the apostrophe):
+// their length in code points, 0 when none starts there. `any_case`: (?i:...) as llama3's.
+size_t contraction_len(const Span& s, size_t pos, bool any_case) {
+  auto at = [&](size_t i) { return any_case ? ascii_lower(s.cp(i)) : s.cp(i); };
+  if (pos + 1 >= s.end) return 0;
+  const uint32_t n1 = at(pos + 1);
+  if (n1 == 's' || n1 == 't' || n1 == 'm' || n1 == 'd') return 2;
+  if (pos + 2 >= s.end) return 0;
+  const uint32_t n2 = at(pos + 2);
+  if ((n1 == 'r' && n2 == 'e') || (n1 == 'v' && n2 == 'e') || (n1 == 'l' && n2 == 'l')) return 3;
+  return 0;
+}
+
 // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 void split_gpt2(const Span& s, std::vector<size_t>& out) {
   size_t pos = s.begin, prev = s.begin;
@@ -35,15 +48,8 @@ void split_gpt2(const Span& s, std::vector<size_t>& out) {
   while (pos < s.end) {
     const uint32_t c = s.cp(pos);
     const uint16_t fc = s.f(pos);
-    if (c == '\'' && pos + 1 < s.end) {
-      uint32_t n1 = s.cp(pos + 1);
-      if (n1 == 's' || n1 == 't' || n1 == 'm' || n1 == 'd') { pos += 2; add(pos); continue; }
-      if (pos + 2 < s.end) {
-        uint32_t n2 = s.cp(pos + 2);
-        if ((n1 == 'r' && n2 == 'e') || (n1 == 'v' && n2 == 'e') || (n1 == 'l' && n2 == 'l')) {
-          pos += 3; add(pos); continue;
-        }
-      }
+    if (c == '\'') {
+      if (const size_t n = contraction_len(s, pos, false)) { pos += n; add(pos); continue; }
     }
     uint16_t f2 = c == ' ' ? s.f(pos + 1) : fc;
     if (is_l(f2)) {
@@ -84,15 +90,8 @@ void split_llama3(const Span& s, size_t max_digits, std::vector<size_t>& out) {
   while (pos < s.end) {
     const uint32_t c = s.cp(pos);
     const uint16_t fc = s.f(pos);
-    if (c == '\'' && pos + 1 < s.end) {
-      uint32_t n1 = ascii_lower(s.cp(pos + 1));
-      if (n1 == 's' || n1 == 't' || n1 == 'm' || n1 == 'd') { pos += 2; add(pos); continue; }
-      if (pos + 2 < s.end) {
-        uint32_t n2 = ascii_lower(s.cp(pos + 2));
-        if ((n1 == 'r' && n2 == 'e') || (n1 == 'v' && n2 == 'e') || (n1 == 'l' && n2 == 'l')) {
-          pos += 3; add(pos); continue;
-        }
-      }
+    if (c == '\'') {
+      if (const size_t n = contraction_len(s, pos, true)) { pos += n; add(pos); continue; }
     }
     if (!(c == '\r' || c == '\n' || is_n(fc))) {
       if (is_l(fc) || is_l(s.f(pos + 1))) {

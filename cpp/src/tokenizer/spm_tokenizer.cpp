@@ -4,6 +4,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "tokenizer/merge_symbols.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 
@@ -28,10 +29,6 @@ class SpmTokenizer final : public Tokenizer {
   }
 
  private:
-  struct Symbol {
-    int32_t prev, next;
-    size_t start, n;
-  };
   struct Bigram {
     float score;
     int32_t left, right;
@@ -43,11 +40,11 @@ class SpmTokenizer final : public Tokenizer {
   struct Session {
     const SpmTokenizer& tk;
     const std::string& text;
-    std::vector<Symbol> sym;
+    std::vector<MergeSymbol> sym;
     std::unordered_map<std::string, std::pair<int32_t, int32_t>> rev_merge;
     std::priority_queue<Bigram> queue;
 
-    std::string_view str(const Symbol& s) const { return std::string_view(text).substr(s.start, s.n); }
+    std::string_view str(const MergeSymbol& s) const { return std::string_view(text).substr(s.start, s.n); }
 
     void try_add(int32_t l, int32_t r) {
       if (l < 0 || r < 0) return;
@@ -58,7 +55,7 @@ class SpmTokenizer final : public Tokenizer {
       rev_merge[joined] = {l, r};
     }
 
-    void resegment(const Symbol& s, std::vector<int32_t>& out) const {
+    void resegment(const MergeSymbol& s, std::vector<int32_t>& out) const {
       std::string_view piece = str(s);
       int32_t id = tk.vocab_.find(piece);
       if (id != kNoToken) { out.push_back(id); return; }
@@ -73,23 +70,15 @@ class SpmTokenizer final : public Tokenizer {
     }
 
     void run(std::vector<int32_t>& out) {
-      for (size_t off = 0; off < text.size();) {
-        size_t len = std::min(unicode::utf8_len(uint8_t(text[off])), text.size() - off);
-        int32_t idx = int32_t(sym.size());
-        sym.push_back({idx - 1, off + len == text.size() ? -1 : idx + 1, off, len});
-        off += len;
-      }
+      sym = utf8_symbols(text);
       for (int32_t i = 1; i < int32_t(sym.size()); ++i) try_add(i - 1, i);
       while (!queue.empty()) {
         Bigram b = queue.top();
         queue.pop();
-        Symbol& l = sym[b.left];
-        Symbol& r = sym[b.right];
+        const MergeSymbol& l = sym[b.left];
+        const MergeSymbol& r = sym[b.right];
         if (l.n == 0 || r.n == 0 || l.n + r.n != b.size) continue;
-        l.n += r.n;
-        r.n = 0;
-        l.next = r.next;
-        if (r.next >= 0) sym[r.next].prev = b.left;
+        join_symbols(sym, b.left, b.right);
         try_add(l.prev, b.left);
         try_add(b.left, l.next);
       }
