@@ -53,6 +53,19 @@ inline edgellm::SamplingParams greedy(int32_t max_tokens) {
   return p;
 }
 
+// Plain sampling at `temperature` (no top-k / top-p / min-p truncation), seeded.
+inline edgellm::SamplingParams sampled(float temperature, int32_t max_tokens, uint64_t seed) {
+  edgellm::SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  p.max_tokens = max_tokens;
+  p.has_seed = true;
+  p.seed = seed;
+  return p;
+}
+
 // Steps the engine until it has nothing left to do (or max_steps).
 inline void run_until_idle(edgellm::Engine& e, int max_steps = 100000) {
   for (int i = 0; i < max_steps && e.step(); ++i) {

@@ -215,14 +215,7 @@ void test_fork_n() {
 
   // Sampled: completions differ from each other but repeat with the same seed.
   auto run = [&](uint64_t seed) {
-    SamplingParams q;
-    q.temperature = 1.0f;
-    q.top_k = 0;
-    q.top_p = 1.0f;
-    q.min_p = 0.0f;
-    q.max_tokens = 20;
-    q.has_seed = true;
-    q.seed = seed;
+    SamplingParams q = fixtures::sampled(1.0f, 20, seed);
     q.n = 2;
     auto c = std::make_shared<OutputChannel>();
     e.submit(prompt, q, c);

@@ -256,13 +256,7 @@ std::vector<double> target_dist(const std::vector<int32_t>& history, const Sampl
 void test_sampling_rule_distribution() {
   auto model = std::make_shared<fake::FakeModel>();
   const std::vector<int32_t> prompt = make_prompt(6, 300);
-  SamplingParams p;
-  p.temperature = 0.8f;
-  p.top_k = 0;
-  p.top_p = 1.0f;
-  p.min_p = 0.0f;
-  p.max_tokens = 3;
-  p.has_seed = true;
+  SamplingParams p = fixtures::sampled(0.8f, 3, 0);
   // Exact marginals of the 2nd and 3rd generated tokens (the 1st comes from the prefill row; the
   // 2nd and 3rd from verification rows 0 and 1 when drafts are in flight).
   std::vector<double> m2(fake::kVocab, 0.0), m3(fake::kVocab, 0.0);
