@@ -21,6 +21,7 @@ from conftest import load_golden, require_model
 from reference.golden_rules import evaluate
 
 core = pytest.importorskip("edgellm._core")
+testing = pytest.importorskip("edgellm._testing")
 
 STATUS = core.cuda_status()
 needs_gpu = pytest.mark.skipif(not STATUS["available"], reason=f"no usable CUDA GPU: {STATUS['reason']}")
@@ -45,20 +46,20 @@ def test_status_is_consistent():
 @pytest.mark.skipif(core.cuda_built(), reason="CUDA build: the kernels are there")
 def test_cpu_only_build_kernels_say_built_without_cuda():
     with pytest.raises(core.EdgeLLMError, match="built without CUDA"):
-        core.cuda_softmax(np.ones((1, 4), np.float32))
+        testing.cuda_softmax(np.ones((1, 4), np.float32))
     with pytest.raises(core.EdgeLLMError, match="built without CUDA"):
-        core.cuda_matmul("F32", np.zeros(128, np.uint8), 32, 1, np.zeros((1, 32), np.float32))
+        testing.cuda_matmul("F32", np.zeros(128, np.uint8), 32, 1, np.zeros((1, 32), np.float32))
 
 
 def test_kernel_arguments_are_checked():
     with pytest.raises(core.InvalidRequestError, match="K must be a multiple"):
-        core.cuda_matmul("Q4_K", np.zeros(144, np.uint8), 32, 1, np.zeros((1, 32), np.float32))
+        testing.cuda_matmul("Q4_K", np.zeros(144, np.uint8), 32, 1, np.zeros((1, 32), np.float32))
     with pytest.raises(core.InvalidRequestError, match="rows × row_bytes"):
-        core.cuda_matmul("Q8_0", np.zeros(10, np.uint8), 32, 1, np.zeros((1, 32), np.float32))
+        testing.cuda_matmul("Q8_0", np.zeros(10, np.uint8), 32, 1, np.zeros((1, 32), np.float32))
     with pytest.raises(core.InvalidRequestError, match="unknown tensor type"):
-        core.cuda_matmul("Q9_9", np.zeros(10, np.uint8), 32, 1, np.zeros((1, 32), np.float32))
+        testing.cuda_matmul("Q9_9", np.zeros(10, np.uint8), 32, 1, np.zeros((1, 32), np.float32))
     with pytest.raises(core.InvalidRequestError, match="mode"):
-        core.cuda_rope("sideways", np.zeros((1, 2), np.float32), np.zeros((1, 1, 2), np.float32))
+        testing.cuda_rope("sideways", np.zeros((1, 2), np.float32), np.zeros((1, 1, 2), np.float32))
 
 
 def _load_in_subprocess(path, n_gpu_layers):
@@ -115,7 +116,7 @@ def test_matmul_matches_dequantized_reference(wtype, ncols):
     rows, K = 67, 512
     raw, exact = _random_weights(rng, wtype, rows, K)
     x = rng.standard_normal((ncols, K)).astype(np.float32)
-    y = core.cuda_matmul(wtype, raw, K, rows, x)
+    y = testing.cuda_matmul(wtype, raw, K, rows, x)
     ref = x.astype(np.float64) @ exact.T
     scale = np.abs(x).astype(np.float64) @ np.abs(exact).T + 1e-6
     assert y.shape == (ncols, rows)
@@ -128,11 +129,11 @@ def test_rmsnorm_matches_cpu(n):
     rng = np.random.default_rng(n)
     x = rng.standard_normal((5, n)).astype(np.float32) * 3
     w = rng.standard_normal(n).astype(np.float32)
-    got = core.cuda_rmsnorm(x, w, 1e-6)
-    plain = core.cuda_rmsnorm(x, None, 1e-6)
+    got = testing.cuda_rmsnorm(x, w, 1e-6)
+    plain = testing.cuda_rmsnorm(x, None, 1e-6)
     for r in range(5):
-        np.testing.assert_allclose(got[r], core.kernel_op("scalar", "rmsnorm", x[r], w, 1e-6), rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(plain[r], core.kernel_op("scalar", "rmsnorm", x[r], None, 1e-6), rtol=1e-5,
+        np.testing.assert_allclose(got[r], testing.kernel_op("scalar", "rmsnorm", x[r], w, 1e-6), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(plain[r], testing.kernel_op("scalar", "rmsnorm", x[r], None, 1e-6), rtol=1e-5,
                                    atol=1e-6)
 
 
@@ -141,9 +142,9 @@ def test_rmsnorm_matches_cpu(n):
 def test_softmax_matches_cpu(n):
     rng = np.random.default_rng(n)
     x = (rng.standard_normal((3, n)) * 10).astype(np.float32)
-    got = core.cuda_softmax(x)
+    got = testing.cuda_softmax(x)
     for r in range(3):
-        np.testing.assert_allclose(got[r], core.kernel_op("scalar", "softmax", x[r]), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(got[r], testing.kernel_op("scalar", "softmax", x[r]), rtol=1e-5, atol=1e-7)
 
 
 @needs_gpu
@@ -152,8 +153,8 @@ def test_gating_matches_cpu(act):
     rng = np.random.default_rng(7)
     g = (rng.standard_normal(3000) * 4).astype(np.float32)
     u = rng.standard_normal(3000).astype(np.float32)
-    ref = core.kernel_op("scalar", f"{act}_mul", g, u)
-    np.testing.assert_allclose(core.cuda_gated(act, g, u), ref, rtol=1e-5, atol=1e-6)
+    ref = testing.kernel_op("scalar", f"{act}_mul", g, u)
+    np.testing.assert_allclose(testing.cuda_gated(act, g, u), ref, rtol=1e-5, atol=1e-6)
 
 
 def _rope_reference(mode, table, x, scale):
@@ -183,7 +184,7 @@ def test_rope_matches_reference(mode, n_rot, head_dim, scale):
     table = np.empty((T, n_rot), np.float32)
     table[:, 0::2], table[:, 1::2] = np.cos(theta), np.sin(theta)
     x = rng.standard_normal((T, heads, head_dim)).astype(np.float32)
-    got = core.cuda_rope(mode, table, x, scale)
+    got = testing.cuda_rope(mode, table, x, scale)
     np.testing.assert_allclose(got, _rope_reference(mode, table, x, scale), rtol=1e-5, atol=1e-5)
 
 
@@ -239,7 +240,7 @@ def test_paged_attention_matches_dense_reference(kv_type, n_head, n_kv, dk, dv, 
     pages, kval, vval = _random_cache(rng, kv_type, n_pages, P, n_kv, dk, dv)
     pos = np.array([0, 1, 15, 16, 100, 170, 171, 191], np.int32)  # decode-like and prefill-like positions
     q = rng.standard_normal((len(pos), n_head, dk)).astype(np.float32) / math.sqrt(dk)
-    out, after = core.cuda_attention(kv_type, pages, P, n_kv, dk, dv, table, q, pos, window)
+    out, after = testing.cuda_attention(kv_type, pages, P, n_kv, dk, dv, table, q, pos, window)
     assert np.array_equal(after, pages), "attention must not write the cache"
     ref = _attention_reference(q, pos, table, kval, vval, P, window)
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
@@ -257,7 +258,7 @@ def test_kv_store_then_attend(kv_type):
     k_new = rng.standard_normal((len(pos), n_kv, d)).astype(np.float32)
     v_new = rng.standard_normal((len(pos), n_kv, d)).astype(np.float32)
     q = rng.standard_normal((len(pos), n_head, d)).astype(np.float32) / 8
-    out, after = core.cuda_attention(kv_type, pages, P, n_kv, d, d, table, q, pos, 0, k_new, v_new)
+    out, after = testing.cuda_attention(kv_type, pages, P, n_kv, d, d, table, q, pos, 0, k_new, v_new)
     # The stored rows equal the CPU's conversion of the new K/V; positions 0..4 are untouched.
     row = len(_pack_rows(kv_type, k_new[0, :1])[0][0])
     page_bytes = 2 * n_kv * P * row

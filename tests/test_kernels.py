@@ -17,6 +17,7 @@ import zlib
 import pytest
 
 core = pytest.importorskip("edgellm._core")
+testing = pytest.importorskip("edgellm._testing")
 
 SIMD_ISAS = [i for i in core.available_isas() if i != "scalar"]
 
@@ -60,7 +61,7 @@ def dequantized_abs_bound(wtype, w, K, rows, x):
     """Σ_k |w_rk · x_ck| for every (c, r), from the dequantized operands: the tolerance scale."""
     act = core.quant_vec_dot_type(wtype)
     wf = np.abs(core.quant_dequantize(wtype, np.frombuffer(w, np.uint8), rows * K).reshape(rows, K))
-    xf = np.stack([np.abs(core.quant_dequantize(act, np.frombuffer(core.kernel_quantize("scalar", act, row),
+    xf = np.stack([np.abs(core.quant_dequantize(act, np.frombuffer(testing.kernel_quantize("scalar", act, row),
                                                                     np.uint8), K)) for row in x])
     return xf.astype(np.float64) @ wf.T.astype(np.float64)
 
@@ -74,8 +75,8 @@ def rng(request):
 def check_matmul(isa, wtype, K, rows, ncols, r0, r1, rng, quantize_isa="scalar"):
     w = random_weights(wtype, rows, K, rng)
     x = (rng.standard_normal((ncols, K)) * rng.uniform(0.1, 10, (ncols, 1))).astype(np.float32)
-    y = core.kernel_matmul(isa, wtype, w, K, rows, x, r0, r1, quantize_isa=quantize_isa)
-    y_ref = core.kernel_matmul("scalar", wtype, w, K, rows, x, r0, r1)
+    y = testing.kernel_matmul(isa, wtype, w, K, rows, x, r0, r1, quantize_isa=quantize_isa)
+    y_ref = testing.kernel_matmul("scalar", wtype, w, K, rows, x, r0, r1)
     assert y.shape == (ncols, rows)
     bound = dequantized_abs_bound(wtype, w, K, rows, x)
     tol = 1e-5 * bound + 1e-30
@@ -129,8 +130,8 @@ def test_matmul_extreme_levels(isa, rng):
             if wtype == "Q6_K":
                 raw[:, 192:208] = np.uint8(0x80 if fill else 0x7F)  # int8 scales ±128/127
             w = raw.tobytes()
-            y = core.kernel_matmul(isa, wtype, w, K, rows, x, quantize_isa="scalar")
-            y_ref = core.kernel_matmul("scalar", wtype, w, K, rows, x)
+            y = testing.kernel_matmul(isa, wtype, w, K, rows, x, quantize_isa="scalar")
+            y_ref = testing.kernel_matmul("scalar", wtype, w, K, rows, x)
             np.testing.assert_allclose(y, y_ref, rtol=1e-5, atol=1e-6, err_msg=f"{wtype} fill {fill:#x}")
 
 
@@ -165,8 +166,8 @@ def activation_cases(act, rng):
 @pytest.mark.parametrize("act", ACT_TYPES)
 def test_quantizer_bit_exact(isa, act, rng):
     for i, x in enumerate(activation_cases(act, rng)):
-        got = core.kernel_quantize(isa, act, x)
-        ref = core.kernel_quantize("scalar", act, x)
+        got = testing.kernel_quantize(isa, act, x)
+        ref = testing.kernel_quantize("scalar", act, x)
         assert got == ref, f"{isa} {act} case {i}: first difference at byte " \
                            f"{next(k for k in range(len(ref)) if got[k] != ref[k])}"
 
@@ -184,8 +185,8 @@ def test_float_ops_match_scalar(isa, n, rng):
     for name, kw, rtol in [("rmsnorm", dict(b=b, scalar=1e-6), 1e-6), ("rmsnorm", dict(scalar=1e-5), 1e-6),
                            ("softmax", {}, 1e-5), ("axpy", dict(b=b, scalar=0.37), 1e-6),
                            ("add", dict(b=b), 0), ("silu_mul", dict(b=b), 1e-5), ("gelu_mul", dict(b=b), 1e-5)]:
-        got = core.kernel_op(isa, name, a, **kw)
-        ref = core.kernel_op("scalar", name, a, **kw)
+        got = testing.kernel_op(isa, name, a, **kw)
+        ref = testing.kernel_op("scalar", name, a, **kw)
         scale = np.abs(ref).max() + 1e-30
         atol = rtol * 1e-2 * scale
         if name in ("silu_mul", "gelu_mul"):
@@ -196,16 +197,16 @@ def test_float_ops_match_scalar(isa, n, rng):
         bound = rtol * np.abs(ref.astype(np.float64)) + atol
         assert (err <= bound).all(), (f"{isa} {name} n={n}: {int((err > bound).sum())} elements off, worst "
                                       f"{float((err - bound).max()):.3g} over the bound")
-    got = core.kernel_op(isa, "dot", a, b)
-    ref = core.kernel_op("scalar", "dot", a, b)
+    got = testing.kernel_op(isa, "dot", a, b)
+    ref = testing.kernel_op("scalar", "dot", a, b)
     assert abs(got - ref) <= 1e-5 * float(np.abs(a.astype(np.float64) * b).sum())
 
 
 @pytest.mark.parametrize("isa", SIMD_ISAS)
 def test_softmax_extremes(isa):
     x = np.array([-np.inf, 0.0, -1000.0, 88.0, 88.0, -87.0] + [1.0] * 11, np.float32)
-    got = core.kernel_op(isa, "softmax", x)
-    ref = core.kernel_op("scalar", "softmax", x)
+    got = testing.kernel_op(isa, "softmax", x)
+    ref = testing.kernel_op("scalar", "softmax", x)
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-30)
     assert abs(got.sum() - 1.0) < 1e-5
 
@@ -216,8 +217,8 @@ def test_gelu_silu_tails(isa):
     g = np.array([-200.0, -20.0, -9.0, -3.0, -0.5, 0.0, 0.5, 3.0, 9.0, 20.0, 200.0], np.float32)
     u = np.ones_like(g)
     for name in ("gelu_mul", "silu_mul"):
-        got = core.kernel_op(isa, name, g, u)
-        ref = core.kernel_op("scalar", name, g, u)
+        got = testing.kernel_op(isa, name, g, u)
+        ref = testing.kernel_op("scalar", name, g, u)
         assert np.isfinite(got).all()
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6, err_msg=name)
 
@@ -252,15 +253,15 @@ def test_bad_arguments_raise_typed_errors():
     x = np.zeros((1, 32), np.float32)
     w = bytes(18)
     with pytest.raises(core.InvalidRequestError, match="isa 'sse9'"):
-        core.kernel_matmul("sse9", "Q4_0", w, 32, 1, x)
+        testing.kernel_matmul("sse9", "Q4_0", w, 32, 1, x)
     with pytest.raises(core.InvalidRequestError, match="wtype 'Q9_9'"):
-        core.kernel_matmul("scalar", "Q9_9", w, 32, 1, x)
+        testing.kernel_matmul("scalar", "Q9_9", w, 32, 1, x)
     with pytest.raises(core.InvalidRequestError, match="w: 17 bytes"):
-        core.kernel_matmul("scalar", "Q4_0", bytes(17), 32, 1, x)
+        testing.kernel_matmul("scalar", "Q4_0", bytes(17), 32, 1, x)
     with pytest.raises(core.InvalidRequestError, match="r0 <= r1"):
-        core.kernel_matmul("scalar", "Q4_0", w, 32, 1, x, 0, 2)
+        testing.kernel_matmul("scalar", "Q4_0", w, 32, 1, x, 0, 2)
     with pytest.raises(core.InvalidRequestError, match="unknown op"):
-        core.kernel_op("scalar", "tanh", np.zeros(4, np.float32))
+        testing.kernel_op("scalar", "tanh", np.zeros(4, np.float32))
 
 
 @pytest.mark.parametrize("isa", core.available_isas())
@@ -270,8 +271,8 @@ def test_row_length_not_a_block_multiple_is_rejected(isa):
     for wtype, K in [("Q4_0", 48), ("Q4_K", 576), ("Q6_K", 100), ("Q8_0", 33)]:
         msg = "multiple" if isa == "scalar" else f"matmul: row length K = {K} is not a multiple of the {wtype} block"
         with pytest.raises(core.InvalidRequestError, match=msg):
-            core.kernel_matmul(isa, wtype, b"", K, 1, np.zeros((1, K), np.float32))
+            testing.kernel_matmul(isa, wtype, b"", K, 1, np.zeros((1, K), np.float32))
     for act, n in [("Q8_0", 48), ("Q8_1", 31), ("Q8_K", 576)]:
         msg = "multiple" if isa == "scalar" else f"quantize: row length K = {n} is not a multiple of the {act} block"
         with pytest.raises(core.InvalidRequestError, match=msg):
-            core.kernel_quantize(isa, act, np.zeros(n, np.float32))
+            testing.kernel_quantize(isa, act, np.zeros(n, np.float32))

@@ -1,11 +1,11 @@
-"""The sampler chain on fixed logits (edgellm._core test surface): draw statistics, each
+"""The sampler chain on fixed logits (edgellm._testing hooks): draw statistics, each
 truncation step, penalties, masks, log-probs and seeding."""
 import math
 
 import numpy as np
 import pytest
 
-from edgellm import InvalidRequestError, SamplingParams, _core
+from edgellm import InvalidRequestError, SamplingParams, _testing
 
 
 def core(**kw):
@@ -37,7 +37,7 @@ CHI2_7_999 = 24.32
 @pytest.mark.parametrize("temperature", [1.0, 0.7, 1.8])
 def test_draws_follow_softmax_over_temperature(temperature):
     n = 10000
-    draws = _core.sample_tokens(LOGITS, plain(temperature), 1234, n)
+    draws = _testing.sample_tokens(LOGITS, plain(temperature), 1234, n)
     counts = np.bincount(draws, minlength=len(LOGITS)).astype(np.float64)
     assert chi_square(counts, softmax(LOGITS / temperature), n) < CHI2_7_999
 
@@ -45,7 +45,7 @@ def test_draws_follow_softmax_over_temperature(temperature):
 def test_chi_square_detects_wrong_temperature():
     # The statistic has power: draws at T=1 are far from softmax(logits / 2).
     n = 10000
-    counts = np.bincount(_core.sample_tokens(LOGITS, plain(1.0), 7, n), minlength=8).astype(np.float64)
+    counts = np.bincount(_testing.sample_tokens(LOGITS, plain(1.0), 7, n), minlength=8).astype(np.float64)
     assert chi_square(counts, softmax(LOGITS / 2.0), n) > 10 * CHI2_7_999
 
 
@@ -54,15 +54,15 @@ def test_greedy_and_degenerate_truncation_equal_argmax():
     for seed in range(20):
         logits = rng.normal(size=200).astype(np.float32)
         best = int(np.argmax(logits))
-        assert _core.sample_once(logits, core(temperature=0.0), seed)[0] == best
-        assert _core.sample_once(logits, core(temperature=1.5, top_k=1, min_p=0.0), seed)[0] == best
-        assert _core.sample_once(logits, core(temperature=1.5, top_k=0, top_p=1e-6, min_p=0.0), seed)[0] == best
+        assert _testing.sample_once(logits, core(temperature=0.0), seed)[0] == best
+        assert _testing.sample_once(logits, core(temperature=1.5, top_k=1, min_p=0.0), seed)[0] == best
+        assert _testing.sample_once(logits, core(temperature=1.5, top_k=0, top_p=1e-6, min_p=0.0), seed)[0] == best
 
 
 def test_top_k_keeps_the_k_largest():
-    kept = _core.truncate_candidates(LOGITS, "top_k", 3)
+    kept = _testing.truncate_candidates(LOGITS, "top_k", 3)
     assert kept == [0, 1, 6]
-    assert _core.truncate_candidates(LOGITS, "top_k", 0) == list(range(8))
+    assert _testing.truncate_candidates(LOGITS, "top_k", 0) == list(range(8))
 
 
 def test_top_p_keeps_smallest_prefix_reaching_p():
@@ -71,17 +71,17 @@ def test_top_p_keeps_smallest_prefix_reaching_p():
     cum = np.cumsum(p[order])
     for top_p in (0.3, 0.5, 0.8, 0.95):
         k = int(np.searchsorted(cum, top_p) + 1)
-        assert _core.truncate_candidates(LOGITS, "top_p", top_p) == sorted(order[:k].tolist())
+        assert _testing.truncate_candidates(LOGITS, "top_p", top_p) == sorted(order[:k].tolist())
 
 
 def test_min_p_removes_tokens_below_fraction_of_max():
     p = softmax(LOGITS)
     for min_p in (0.05, 0.2, 0.5, 0.9):
         want = sorted(np.nonzero(p >= min_p * p.max() * (1 - 1e-6))[0].tolist())
-        assert _core.truncate_candidates(LOGITS, "min_p", min_p) == want
+        assert _testing.truncate_candidates(LOGITS, "min_p", min_p) == want
     # and the draws never pick a removed token
-    draws = set(_core.sample_tokens(LOGITS, core(temperature=1.0, top_k=0, top_p=1.0, min_p=0.5), 3, 2000))
-    assert draws <= set(_core.truncate_candidates(LOGITS, "min_p", 0.5))
+    draws = set(_testing.sample_tokens(LOGITS, core(temperature=1.0, top_k=0, top_p=1.0, min_p=0.5), 3, 2000))
+    assert draws <= set(_testing.truncate_candidates(LOGITS, "min_p", 0.5))
 
 
 def test_typical_p_keeps_tokens_nearest_the_entropy():
@@ -90,13 +90,13 @@ def test_typical_p_keeps_tokens_nearest_the_entropy():
     order = np.argsort(np.abs(-np.log(p) - h), kind="stable")
     cum = np.cumsum(p[order])
     k = int(np.nonzero(cum > 0.5)[0][0] + 1)
-    assert _core.truncate_candidates(LOGITS, "typical_p", 0.5) == sorted(order[:k].tolist())
+    assert _testing.truncate_candidates(LOGITS, "typical_p", 0.5) == sorted(order[:k].tolist())
 
 
 def test_penalties_change_logits_as_documented():
     logits = np.array([2.0, -2.0, 1.0, 0.5, -0.5], dtype=np.float32)
     history = [0, 1, 1, 4, 3, 3, 3]
-    out = _core.apply_penalties(logits, history, 64, 2.0, 0.25, 0.5)
+    out = _testing.apply_penalties(logits, history, 64, 2.0, 0.25, 0.5)
     # token 0: count 1, positive -> /2 ; then -1*0.25 - 0.5
     # token 1: count 2, negative -> *2 ; then -2*0.25 - 0.5
     # token 2: absent, unchanged
@@ -105,36 +105,36 @@ def test_penalties_change_logits_as_documented():
     want = np.array([2 / 2 - 0.75, -4.0 - 1.0, 1.0, 0.25 - 1.25, -1.0 - 0.75], dtype=np.float32)
     np.testing.assert_allclose(out, want, rtol=0, atol=1e-6)
     # only the last repeat_last_n tokens count: window [3, 3] -> token 3 count 2
-    out = _core.apply_penalties(logits, history, 2, 2.0, 0.25, 0.5)
+    out = _testing.apply_penalties(logits, history, 2, 2.0, 0.25, 0.5)
     want = logits.copy()
     want[3] = 0.25 - 0.5 - 0.5
     np.testing.assert_allclose(out, want, atol=1e-6)
     # repeat_last_n = 0 disables; -1 uses everything
-    np.testing.assert_array_equal(_core.apply_penalties(logits, history, 0, 2.0, 0.25, 0.5), logits)
-    np.testing.assert_allclose(_core.apply_penalties(logits, history, -1, 2.0, 0.25, 0.5),
-                               _core.apply_penalties(logits, history, 64, 2.0, 0.25, 0.5))
+    np.testing.assert_array_equal(_testing.apply_penalties(logits, history, 0, 2.0, 0.25, 0.5), logits)
+    np.testing.assert_allclose(_testing.apply_penalties(logits, history, -1, 2.0, 0.25, 0.5),
+                               _testing.apply_penalties(logits, history, 64, 2.0, 0.25, 0.5))
 
 
 def test_penalty_counts_prompt_tokens_in_greedy_choice():
     logits = np.array([3.0, 2.9, 0.0], dtype=np.float32)
     # token 0 in the history (prompt) is penalised below token 1
-    assert _core.sample_once(logits, core(temperature=0, repetition_penalty=1.1), 0, [0])[0] == 1
-    assert _core.sample_once(logits, core(temperature=0), 0, [0])[0] == 0
+    assert _testing.sample_once(logits, core(temperature=0, repetition_penalty=1.1), 0, [0])[0] == 1
+    assert _testing.sample_once(logits, core(temperature=0), 0, [0])[0] == 0
 
 
 def test_logit_bias_and_eog_masks():
     logits = np.array([5.0, 1.0, 0.0, 0.0], dtype=np.float32)
-    assert _core.sample_once(logits, core(temperature=0, logit_bias={2: 10.0}), 0)[0] == 2
-    assert _core.sample_once(logits, core(temperature=0, logit_bias={0: -math.inf}), 0)[0] == 1
+    assert _testing.sample_once(logits, core(temperature=0, logit_bias={2: 10.0}), 0)[0] == 2
+    assert _testing.sample_once(logits, core(temperature=0, logit_bias={0: -math.inf}), 0)[0] == 1
     # token 0 is end-of-generation: masked before min_tokens and with ignore_eos
-    assert _core.sample_once(logits, core(temperature=0), 0, [], 0, [0])[0] == 0
-    assert _core.sample_once(logits, core(temperature=0, min_tokens=3), 0, [], 2, [0])[0] == 1
-    assert _core.sample_once(logits, core(temperature=0, min_tokens=3), 0, [], 3, [0])[0] == 0
-    assert _core.sample_once(logits, core(temperature=0, ignore_eos=True), 0, [], 10, [0])[0] == 1
+    assert _testing.sample_once(logits, core(temperature=0), 0, [], 0, [0])[0] == 0
+    assert _testing.sample_once(logits, core(temperature=0, min_tokens=3), 0, [], 2, [0])[0] == 1
+    assert _testing.sample_once(logits, core(temperature=0, min_tokens=3), 0, [], 3, [0])[0] == 0
+    assert _testing.sample_once(logits, core(temperature=0, ignore_eos=True), 0, [], 10, [0])[0] == 1
     # stop_token_ids are masked before min_tokens too
-    assert _core.sample_once(logits, core(temperature=0, min_tokens=1, stop_token_ids=[0]), 0, [], 0)[0] == 1
+    assert _testing.sample_once(logits, core(temperature=0, min_tokens=1, stop_token_ids=[0]), 0, [], 0)[0] == 1
     with pytest.raises(InvalidRequestError):
-        _core.sample_once(np.array([1.0, 2.0], dtype=np.float32),
+        _testing.sample_once(np.array([1.0, 2.0], dtype=np.float32),
                           core(temperature=0, logit_bias={0: -math.inf, 1: -math.inf}), 0)
 
 
@@ -143,23 +143,23 @@ def test_logprobs_are_before_truncation_and_temperature():
     want = np.log(softmax(logits.astype(np.float64)))
     for params in (core(temperature=0.3, top_k=1, logprobs=3), core(temperature=0, logprobs=3),
                    core(temperature=2.0, min_p=0.5, logprobs=3)):
-        tok, lp, top = _core.sample_once(logits, params, 5)
+        tok, lp, top = _testing.sample_once(logits, params, 5)
         assert tok == 0
         assert lp == pytest.approx(want[0], abs=1e-5)
         assert [t for t, _ in top] == [0, 1, 2]
         assert [l for _, l in top] == pytest.approx(want[:3].tolist(), abs=1e-5)
     # after bias: the distribution the sampler saw
-    tok, lp, top = _core.sample_once(logits, core(temperature=0, logit_bias={3: 5.0}, logprobs=1), 5)
+    tok, lp, top = _testing.sample_once(logits, core(temperature=0, logit_bias={3: 5.0}, logprobs=1), 5)
     biased = logits.copy()
     biased[3] += 5.0
     assert tok == 3 and lp == pytest.approx(np.log(softmax(biased.astype(np.float64)))[3], abs=1e-5)
-    assert _core.sample_once(logits, core(temperature=0), 5)[1] is None
+    assert _testing.sample_once(logits, core(temperature=0), 5)[1] is None
 
 
 def test_same_seed_same_draws_different_seed_differs():
-    a = _core.sample_tokens(LOGITS, plain(1.0), 99, 200)
-    b = _core.sample_tokens(LOGITS, plain(1.0), 99, 200)
-    c = _core.sample_tokens(LOGITS, plain(1.0), 100, 200)
+    a = _testing.sample_tokens(LOGITS, plain(1.0), 99, 200)
+    b = _testing.sample_tokens(LOGITS, plain(1.0), 99, 200)
+    c = _testing.sample_tokens(LOGITS, plain(1.0), 100, 200)
     assert a == b
     assert a != c
 
@@ -182,14 +182,14 @@ def test_top_p_on_a_large_flat_vocabulary(top_p):
     order = np.argsort(-logits, kind="stable")
     cum = np.cumsum(p[order])
     k = int(np.searchsorted(cum, top_p) + 1)
-    kept = _core.truncate_candidates(logits, "top_p", top_p)
+    kept = _testing.truncate_candidates(logits, "top_p", top_p)
     assert abs(len(kept) - k) <= 1  # float32 vs float64 sums may move the cut by one
     assert set(kept) <= set(order[:k + 1].tolist())
 
 
 def test_top_k_draws_follow_renormalized_softmax_of_the_k_best():
     n = 10000
-    draws = _core.sample_tokens(LOGITS, core(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0), 11, n)
+    draws = _testing.sample_tokens(LOGITS, core(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0), 11, n)
     counts = np.bincount(draws, minlength=len(LOGITS)).astype(np.float64)
     best = [0, 6, 1]
     assert counts.sum() == counts[best].sum()

@@ -1,4 +1,5 @@
-// _core.Engine, _core.SamplingParams, _core.OutputChannel and the sampler test surface.
+// _core.Engine, _core.SamplingParams and _core.OutputChannel (the sampler test surface is in
+// testing/bind_sampler.cpp).
 // Python threads only submit and receive: every wait on an OutputChannel and every engine call
 // that can block releases the GIL; events become Python objects in C++, one dict per event.
 #include <pybind11/numpy.h>
@@ -15,7 +16,6 @@
 #include "engine/draft_proposer.h"
 #include "engine/engine.h"
 #include "engine/model_backend.h"
-#include "engine/sampler.h"
 #include "common/thread_pool.h"
 
 namespace py = pybind11;
@@ -76,7 +76,7 @@ py::dict event_dict(const OutputEvent& ev) {
     d["progress"] = pr;
   }
   if (ev.finished) {
-    d["finish_reason"] = ev.finish_reason;
+    d["finish_reason"] = to_string(ev.finish_reason);
     if (ev.has_stop_string) d["stop_reason"] = utf8(ev.stop_string);
     else if (ev.stop_token >= 0) d["stop_reason"] = ev.stop_token;
     else d["stop_reason"] = py::none();
@@ -152,11 +152,6 @@ py::dict stats_dict(const EngineStats& s) {
   d["spec_draft_seconds"] = s.spec_draft_seconds;
   d["spec_acceptance"] = s.spec_drafted > 0 ? static_cast<double>(s.spec_accepted) / s.spec_drafted : 0.0;
   return d;
-}
-
-std::vector<float> row_from(const py::array_t<float, py::array::c_style | py::array::forcecast>& a) {
-  if (a.ndim() != 1) throw InvalidRequestError("logits must be a 1-D float array");
-  return std::vector<float>(a.data(), a.data() + a.size());
 }
 
 // The engine plus what it was built from; the Python Engine object owns all of it.
@@ -404,69 +399,6 @@ void bind_engine(py::module_& m) {
       .def_property_readonly("draft_model_path", [](PyEngine& self) { return self.draft_path; },
                              "The loaded draft model's path (empty without one).");
 
-  // ---- sampler test surface ----
-  m.def(
-      "sample_tokens",
-      [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits, const SamplingParams& p,
-         uint64_t seed, int n_draws, std::vector<int32_t> history, int n_generated, std::vector<int32_t> eog) {
-        const std::vector<float> row = row_from(logits);
-        std::vector<int32_t> out;
-        {
-          py::gil_scoped_release nogil;
-          Sampler s(p, eog, seed);
-          std::vector<float> work;
-          for (int i = 0; i < n_draws; ++i) {
-            work = row;
-            out.push_back(s.sample(work.data(), static_cast<int32_t>(work.size()), history, n_generated));
-          }
-        }
-        return out;
-      },
-      py::arg("logits"), py::arg("params"), py::arg("seed"), py::arg("n_draws") = 1, py::arg("history") = std::vector<int32_t>(),
-      py::arg("n_generated") = 0, py::arg("eog") = std::vector<int32_t>(),
-      "Draws n_draws tokens from one row of logits with one sampler (its RNG continues between draws).");
-  m.def(
-      "sample_once",
-      [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits, const SamplingParams& p,
-         uint64_t seed, std::vector<int32_t> history, int n_generated, std::vector<int32_t> eog) {
-        std::vector<float> row = row_from(logits);
-        Sampler s(p, eog, seed);
-        TokenLogprob lp;
-        const int32_t t = s.sample(row.data(), static_cast<int32_t>(row.size()), history, n_generated, &lp);
-        py::list top;
-        for (const auto& x : lp.top) top.append(py::make_tuple(x.first, x.second));
-        return py::make_tuple(t, p.logprobs >= 0 ? py::cast(lp.logprob) : py::none(), top);
-      },
-      py::arg("logits"), py::arg("params"), py::arg("seed"), py::arg("history") = std::vector<int32_t>(),
-      py::arg("n_generated") = 0, py::arg("eog") = std::vector<int32_t>(),
-      "One sampling step: (token, its log-prob or None, [(id, logprob)] top list).");
-  m.def(
-      "apply_penalties",
-      [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits, std::vector<int32_t> history,
-         int last_n, float repeat, float frequency, float presence) {
-        std::vector<float> row = row_from(logits);
-        Sampler::apply_penalties(row.data(), static_cast<int32_t>(row.size()), history, last_n, repeat, frequency, presence);
-        return py::array_t<float>(static_cast<py::ssize_t>(row.size()), row.data());
-      },
-      py::arg("logits"), py::arg("history"), py::arg("last_n"), py::arg("repeat"), py::arg("frequency") = 0.0f,
-      py::arg("presence") = 0.0f);
-  m.def(
-      "truncate_candidates",
-      [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits, const std::string& step, double value) {
-        const std::vector<float> row = row_from(logits);
-        std::vector<Candidate> c;
-        for (int32_t i = 0; i < static_cast<int32_t>(row.size()); ++i) c.push_back({i, row[i]});
-        if (step == "top_k") Sampler::top_k(c, static_cast<int32_t>(value));
-        else if (step == "top_p") Sampler::top_p(c, static_cast<float>(value));
-        else if (step == "min_p") Sampler::min_p(c, static_cast<float>(value));
-        else if (step == "typical_p") Sampler::typical(c, static_cast<float>(value));
-        else throw InvalidRequestError("unknown truncation step '" + step + "' (top_k, top_p, min_p, typical_p)");
-        std::vector<int32_t> ids;
-        for (const auto& x : c) ids.push_back(x.id);
-        std::sort(ids.begin(), ids.end());
-        return ids;
-      },
-      py::arg("logits"), py::arg("step"), py::arg("value"), "Ids kept by one truncation step (sorted).");
   m.def("has_constraint_factory", &has_constraint_factory);
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <exception>
 #include <string>
 #include <string_view>
 
@@ -31,13 +32,38 @@ inline pybind11::str text(std::string_view s) {
   if (!o) throw pybind11::error_already_set();
   return pybind11::reinterpret_steal<pybind11::str>(o);
 }
+// The Python classes of the C++ error types (common/errors.h), created by _core.
+struct ErrorClasses {
+  pybind11::object base, model_format, invalid_request, context_length, cancelled;
+};
+// Raises the exception in flight as its Python class (for a pybind11 exception translator).
+// Messages may quote bytes from a file that are not UTF-8: PyErr_SetString would replace the
+// error with a UnicodeDecodeError, so the message is decoded with \xNN escapes (text()).
+inline void raise_as_python(std::exception_ptr p, const ErrorClasses& c) {
+  const auto raise = [](const pybind11::object& type, const std::exception& e) {
+    PyErr_SetObject(type.ptr(), text(e.what()).ptr());
+  };
+  try {
+    if (p) std::rethrow_exception(p);
+  } catch (const ModelFormatError& e) {
+    raise(c.model_format, e);
+  } catch (const ContextLengthError& e) {
+    raise(c.context_length, e);
+  } catch (const InvalidRequestError& e) {
+    raise(c.invalid_request, e);
+  } catch (const RequestCancelled& e) {
+    raise(c.cancelled, e);
+  } catch (const Error& e) {
+    raise(c.base, e);
+  }
+}
+
 void bind_gguf(pybind11::module_& m);       // bind_gguf.cpp: ModelFile
 void bind_quant(pybind11::module_& m);      // bind_quant.cpp: block formats (tests, quantize CLI)
 void bind_tokenizer(pybind11::module_& m);  // bind_tokenizer.cpp
 void bind_model(pybind11::module_& m);      // bind_model.cpp
 void bind_memory_plan(pybind11::module_& m);  // bind_memory_plan.cpp: MemoryPlanner
 void bind_engine(pybind11::module_& m);     // bind_engine.cpp: LLM engine, sampling
-void bind_kernels(pybind11::module_& m);    // bind_kernels.cpp: kernel tables (tests)
-void bind_grammar(pybind11::module_& m);
-void bind_cuda(pybind11::module_& m);      // bind_cuda.cpp: CUDA status, GPU kernel test surface    // bind_grammar.cpp: constrained decoding (factory + test surface)
+void bind_grammar(pybind11::module_& m);    // bind_grammar.cpp: constrained decoding (factory + test surface)
+void bind_cuda(pybind11::module_& m);       // bind_cuda.cpp: CUDA status
 }  // namespace edgellm::bindings

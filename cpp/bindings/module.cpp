@@ -1,5 +1,6 @@
 // edgellm._core: the pybind11 module. Each subsystem binds itself in its own bind_*.cpp;
-// this file maps the C++ error types to Python exceptions and calls them in order.
+// this file maps the C++ error types to Python exceptions and calls them in order. Test hooks
+// (single kernels, GPU ops, sampler steps) are edgellm._testing (testing/module.cpp).
 #include <pybind11/pybind11.h>
 
 #include "bindings.h"
@@ -8,6 +9,7 @@
 #include "kernels/kernels.h"
 
 namespace py = pybind11;
+using edgellm::bindings::ErrorClasses;
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "edgellm C++ engine";
@@ -33,26 +35,8 @@ PYBIND11_MODULE(_core, m) {
   m.attr("ContextLengthError") = context_length;
   m.attr("RequestCancelled") = cancelled;
 
-  // Messages may quote bytes from a file that are not UTF-8: PyErr_SetString would replace the
-  // error with a UnicodeDecodeError, so the message is decoded with \xNN escapes.
-  py::register_exception_translator([](std::exception_ptr p) {
-    const auto raise = [](const py::object& type, const std::exception& e) {
-      PyErr_SetObject(type.ptr(), edgellm::bindings::text(e.what()).ptr());
-    };
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const edgellm::ModelFormatError& e) {
-      raise(model_format, e);
-    } catch (const edgellm::ContextLengthError& e) {
-      raise(context_length, e);
-    } catch (const edgellm::InvalidRequestError& e) {
-      raise(invalid_request, e);
-    } catch (const edgellm::RequestCancelled& e) {
-      raise(cancelled, e);
-    } catch (const edgellm::Error& e) {
-      raise(base, e);
-    }
-  });
+  static const ErrorClasses classes{base, model_format, invalid_request, context_length, cancelled};
+  py::register_exception_translator([](std::exception_ptr p) { edgellm::bindings::raise_as_python(p, classes); });
 
   // ---- machine facts ----
   m.def("isa", [] { return std::string(edgellm::kernels::isa_name(edgellm::kernels::active().isa)); },
@@ -76,7 +60,6 @@ PYBIND11_MODULE(_core, m) {
   edgellm::bindings::bind_model(m);
   edgellm::bindings::bind_memory_plan(m);
   edgellm::bindings::bind_engine(m);
-  edgellm::bindings::bind_kernels(m);
   edgellm::bindings::bind_grammar(m);
   edgellm::bindings::bind_cuda(m);
 }

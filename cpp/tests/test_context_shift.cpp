@@ -91,7 +91,7 @@ std::map<int32_t, Result> drain(OutputChannel& ch) {
     r.tokens.insert(r.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
     if (ev.finished) {
       r.finished = true;
-      r.finish_reason = ev.finish_reason;
+      r.finish_reason = to_string(ev.finish_reason);
       r.error = ev.error;
       r.completion_tokens = ev.completion_tokens;
       r.context_shifts = ev.timings.context_shifts;

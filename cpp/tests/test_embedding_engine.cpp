@@ -15,6 +15,7 @@
 #include "engine/embedding.h"
 #include "engine/engine.h"
 #include "fake_model.h"
+#include "fixtures.h"
 #include "test_util.h"
 
 using namespace edgellm;
@@ -27,21 +28,9 @@ std::vector<int32_t> make_prompt(int32_t n, int32_t salt) {
   return p;
 }
 
-EngineConfig small_config() {
-  EngineConfig c;
-  c.n_ctx = 256;
-  c.kv_type = DType::F32;
-  c.page_size = 16;
-  c.max_seqs = 8;
-  c.max_batch_tokens = 128;
-  c.start_thread = false;
-  return c;
-}
+using fixtures::run_until_idle;
 
-void run_until_idle(Engine& e) {
-  for (int i = 0; i < 100000 && e.step(); ++i) {
-  }
-}
+EngineConfig small_config() { return fixtures::engine_config(256, 8); }
 
 // Hidden rows of every prompt position, from the token list alone.
 std::vector<std::vector<float>> reference_rows(const std::vector<int32_t>& prompt) {
@@ -101,7 +90,7 @@ Result drain(OutputChannel& ch) {
     r.tokens.insert(r.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
     if (ev.finished) {
       r.finished = true;
-      r.reason = ev.finish_reason;
+      r.reason = to_string(ev.finish_reason);
       r.error = ev.error;
       r.vec = ev.embedding;
       r.rows = ev.embedding_rows;

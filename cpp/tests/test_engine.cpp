@@ -11,6 +11,7 @@
 #include "common/errors.h"
 #include "engine/engine.h"
 #include "fake_model.h"
+#include "fixtures.h"
 #include "test_util.h"
 
 using namespace edgellm;
@@ -26,24 +27,10 @@ struct Collected {
 };
 
 using fake::make_prompt;
+using fixtures::greedy;
+using fixtures::run_until_idle;
 
-SamplingParams greedy(int32_t max_tokens) {
-  SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = max_tokens;
-  return p;
-}
-
-EngineConfig small_config() {
-  EngineConfig c;
-  c.n_ctx = 512;
-  c.kv_type = DType::F32;
-  c.page_size = 16;
-  c.max_seqs = 16;
-  c.max_batch_tokens = 128;
-  c.start_thread = false;
-  return c;
-}
+EngineConfig small_config() { return fixtures::engine_config(); }
 
 // Drains the events of a channel into per-index results.
 void collect(OutputChannel& ch, std::map<int32_t, Collected>& out) {
@@ -54,16 +41,11 @@ void collect(OutputChannel& ch, std::map<int32_t, Collected>& out) {
     c.tokens.insert(c.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
     if (ev.finished) {
       c.finished = true;
-      c.finish_reason = ev.finish_reason;
+      c.finish_reason = to_string(ev.finish_reason);
       c.stop_string = ev.stop_string;
       c.error = ev.error;
       c.cached_tokens = ev.cached_tokens;
     }
-  }
-}
-
-void run_until_idle(Engine& e, int max_steps = 100000) {
-  for (int i = 0; i < max_steps && e.step(); ++i) {
   }
 }
 
@@ -233,14 +215,7 @@ void test_fork_n() {
 
   // Sampled: completions differ from each other but repeat with the same seed.
   auto run = [&](uint64_t seed) {
-    SamplingParams q;
-    q.temperature = 1.0f;
-    q.top_k = 0;
-    q.top_p = 1.0f;
-    q.min_p = 0.0f;
-    q.max_tokens = 20;
-    q.has_seed = true;
-    q.seed = seed;
+    SamplingParams q = fixtures::sampled(1.0f, 20, seed);
     q.n = 2;
     auto c = std::make_shared<OutputChannel>();
     e.submit(prompt, q, c);

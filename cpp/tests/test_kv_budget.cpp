@@ -108,19 +108,19 @@ KVCacheConfig gemma_like_cache(int64_t budget_layer_pages) {
   c.dtype = DType::F32;
   c.max_seqs = 4;
   c.budget_bytes = budget_layer_pages * kLayerPage;
-  c.pages_full = c.budget_bytes / static_cast<int64_t>(KVCache::page_bytes(c, false));
-  c.pages_window = c.budget_bytes / static_cast<int64_t>(KVCache::page_bytes(c, true));
+  c.pages_full = c.budget_bytes / static_cast<int64_t>(KVCache::page_bytes(c, KvGroup::Full));
+  c.pages_window = c.budget_bytes / static_cast<int64_t>(KVCache::page_bytes(c, KvGroup::Window));
   return c;
 }
 
 // Writes every layer of a page, as the model would (that is what commits memory).
-void touch(KVCache& kv, int group, int32_t page) {
+void touch(KVCache& kv, KvGroup group, int32_t page) {
   for (int l = 0; l < kv.config().n_layers; ++l)
     if (kv.group_of(l) == group) std::memset(kv.k_page(l, page), 0x5a, static_cast<size_t>(kLayerPage));
 }
 
 bool resident_within_budget(const KVCache& kv) {
-  const int64_t r0 = kv.resident_bytes(0), r1 = kv.resident_bytes(1);
+  const int64_t r0 = kv.resident_bytes(KvGroup::Full), r1 = kv.resident_bytes(KvGroup::Window);
   if (r0 < 0 || r1 < 0) return true;  // the system cannot say (not Linux)
   // One OS page per pool of slack: under qemu-user (the aarch64 CI leg) mincore reports the
   // first page of a never-touched anonymous reservation resident. The byte accounting below
@@ -135,25 +135,25 @@ bool resident_within_budget(const KVCache& kv) {
 // Either pool can take the whole budget, never more; both together share it.
 void test_pools_share_one_budget() {
   KVCache kv(gemma_like_cache(20));  // 20 full pages or 4 window pages (a window page = 5 full ones)
-  CHECK(kv.pages_total(0) == 20 && kv.pages_total(1) == 4);
+  CHECK(kv.pages_total(KvGroup::Full) == 20 && kv.pages_total(KvGroup::Window) == 4);
   CHECK(kv.bytes_budget() == 20 * kLayerPage);
   std::vector<int32_t> full, win;
-  for (int32_t p; (p = kv.alloc_page(0)) >= 0;) full.push_back(p);
+  for (int32_t p; (p = kv.alloc_page(KvGroup::Full)) >= 0;) full.push_back(p);
   CHECK(full.size() == 20);
-  CHECK(kv.alloc_page(1) < 0);  // nothing left for the other pool
-  CHECK(kv.bytes_used() == kv.bytes_budget() && kv.pages_free(0) == 0 && kv.pages_free(1) == 0);
-  for (int32_t p : full) kv.unref_page(0, p);
+  CHECK(kv.alloc_page(KvGroup::Window) < 0);  // nothing left for the other pool
+  CHECK(kv.bytes_used() == kv.bytes_budget() && kv.pages_free(KvGroup::Full) == 0 && kv.pages_free(KvGroup::Window) == 0);
+  for (int32_t p : full) kv.unref_page(KvGroup::Full, p);
   CHECK(kv.pages_used() == 0 && kv.bytes_used() == 0);
-  CHECK(kv.pages_free(0) == 20 && kv.pages_free(1) == 4);
-  for (int32_t p; (p = kv.alloc_page(1)) >= 0;) win.push_back(p);
+  CHECK(kv.pages_free(KvGroup::Full) == 20 && kv.pages_free(KvGroup::Window) == 4);
+  for (int32_t p; (p = kv.alloc_page(KvGroup::Window)) >= 0;) win.push_back(p);
   CHECK(win.size() == 4);
-  CHECK(kv.alloc_page(0) < 0);
-  for (int32_t p : win) kv.unref_page(1, p);
+  CHECK(kv.alloc_page(KvGroup::Full) < 0);
+  for (int32_t p : win) kv.unref_page(KvGroup::Window, p);
   // a mix: 2 window pages (10) leave room for exactly 10 full ones
   CHECK(kv.can_allocate(10, 2) && !kv.can_allocate(11, 2) && !kv.can_allocate(0, 5));
   // reserve() takes pages of both groups at once or none
   CHECK(kv.reserve(0, 32));  // 2 full + 2 window = 12
-  CHECK(kv.pages_used(0) == 2 && kv.pages_used(1) == 2);
+  CHECK(kv.pages_used(KvGroup::Full) == 2 && kv.pages_used(KvGroup::Window) == 2);
   CHECK(!kv.reserve(1, 32));  // 12 more do not fit
   CHECK(kv.pages_used() == 4);
   CHECK(kv.reserve(1, 16));  // 6 more do
@@ -169,34 +169,34 @@ void test_pools_share_one_budget() {
 void test_resident_memory_stays_within_the_budget() {
   KVCache kv(gemma_like_cache(20));
   CHECK(kv.bytes_touched() == 0);
-  CHECK(kv.resident_bytes(0) <= 0 && kv.resident_bytes(1) <= 0);
+  CHECK(kv.resident_bytes(KvGroup::Full) <= 0 && kv.resident_bytes(KvGroup::Window) <= 0);
   for (int round = 0; round < 3; ++round) {
     std::vector<int32_t> full, win;
-    for (int32_t p; (p = kv.alloc_page(0)) >= 0;) {
-      touch(kv, 0, p);
+    for (int32_t p; (p = kv.alloc_page(KvGroup::Full)) >= 0;) {
+      touch(kv, KvGroup::Full, p);
       full.push_back(p);
     }
     CHECK(full.size() == 20);
     CHECK(resident_within_budget(kv));
-    const int64_t r_full = kv.resident_bytes(0);
+    const int64_t r_full = kv.resident_bytes(KvGroup::Full);
     CHECK(r_full < 0 || r_full == 20 * kLayerPage);
-    for (int32_t p : full) kv.unref_page(0, p);
-    for (int32_t p; (p = kv.alloc_page(1)) >= 0;) {
-      touch(kv, 1, p);
+    for (int32_t p : full) kv.unref_page(KvGroup::Full, p);
+    for (int32_t p; (p = kv.alloc_page(KvGroup::Window)) >= 0;) {
+      touch(kv, KvGroup::Window, p);
       win.push_back(p);
       CHECK(resident_within_budget(kv));
     }
     CHECK(win.size() == 4);
-    const int64_t r_given = kv.resident_bytes(0), r_win = kv.resident_bytes(1);
+    const int64_t r_given = kv.resident_bytes(KvGroup::Full), r_win = kv.resident_bytes(KvGroup::Window);
     CHECK(r_given < 0 || (r_given == 0 && r_win == 20 * kLayerPage));  // the full pool gave all back
-    for (int32_t p : win) kv.unref_page(1, p);
+    for (int32_t p : win) kv.unref_page(KvGroup::Window, p);
     // half and half, then back: the warm pages of each pool are reused before anything is given back
     const int64_t given_back = kv.pages_decommitted();
-    const int32_t w = kv.alloc_page(1);
-    touch(kv, 1, w);
+    const int32_t w = kv.alloc_page(KvGroup::Window);
+    touch(kv, KvGroup::Window, w);
     CHECK(kv.pages_decommitted() == given_back);  // a warm window page was free
     CHECK(resident_within_budget(kv));
-    kv.unref_page(1, w);
+    kv.unref_page(KvGroup::Window, w);
   }
   CHECK(kv.pages_decommitted() > 0);
   CHECK(kv.pages_used() == 0);
@@ -210,7 +210,7 @@ void test_no_budget_means_per_pool_limits() {
   KVCache kv(c);
   CHECK(kv.bytes_budget() == 3 * kLayerPage + 3 * 5 * kLayerPage);
   CHECK(kv.reserve(0, 32) && !kv.reserve(1, 32) && kv.reserve(1, 16));
-  CHECK(kv.pages_free(0) == 0 && kv.pages_free(1) == 0);
+  CHECK(kv.pages_free(KvGroup::Full) == 0 && kv.pages_free(KvGroup::Window) == 0);
   kv.release(0);
   kv.release(1);
   CHECK(kv.pages_used() == 0 && kv.pages_decommitted() == 0);

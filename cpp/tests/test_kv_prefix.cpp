@@ -4,31 +4,18 @@
 
 #include "kv/kv_cache.h"
 #include "kv/prefix_cache.h"
+#include "fixtures.h"
 #include "test_util.h"
 
 using namespace edgellm;
 
 namespace {
 
-KVCacheConfig config(int64_t pages, int32_t window) {
-  KVCacheConfig c;
-  c.n_layers = window ? 2 : 1;
-  c.n_kv_heads = 1;
-  c.head_dim_k = c.head_dim_v = 32;
-  c.layer_window.assign(c.n_layers, 0);
-  if (window) c.layer_window[1] = window;
-  c.page_size = 16;
-  c.dtype = DType::F32;
-  c.max_seqs = 4;
-  c.pages_full = pages;
-  c.pages_window = window ? pages : 0;
-  return c;
-}
+using fixtures::tokens;
 
-std::vector<int32_t> tokens(int n, int salt) {
-  std::vector<int32_t> t;
-  for (int i = 0; i < n; ++i) t.push_back((i * 7 + salt) % 101);
-  return t;
+// One full-attention layer, plus a window layer when window > 0; one KV head, F32.
+KVCacheConfig config(int64_t pages, int32_t window) {
+  return fixtures::kv_config(window ? 2 : 1, 1, pages, window, DType::F32);
 }
 
 void test_match_and_refcounts() {
@@ -42,13 +29,13 @@ void test_match_and_refcounts() {
   CHECK(cur.pages == 3);
   CHECK(cache.entries() == 3);
   const int32_t p0 = kv.page_table(0, 0)[0];
-  CHECK(kv.refcount(0, p0) == 2);
+  CHECK(kv.refcount(KvGroup::Full, p0) == 2);
   kv.release(0);
-  CHECK(kv.refcount(0, p0) == 1);
-  CHECK(cache.reclaimable_pages(0) == 3);
+  CHECK(kv.refcount(KvGroup::Full, p0) == 1);
+  CHECK(cache.reclaimable_pages(KvGroup::Full) == 3);
   // Same tokens: 3 pages, capped by n.
   CHECK(cache.attach_prefix(1, t.data(), 49) == 48);
-  CHECK(kv.page_table(0, 1)[0] == p0 && kv.refcount(0, p0) == 2);
+  CHECK(kv.page_table(0, 1)[0] == p0 && kv.refcount(KvGroup::Full, p0) == 2);
   CHECK(kv.n_positions(1) == 48);
   kv.release(1);
   CHECK(cache.attach_prefix(1, t.data(), 47) == 32);
@@ -77,17 +64,17 @@ void test_eviction_lru() {
   kv.set_n_positions(0, 32);
   cache.register_pages(0, b.data(), 32, cb);
   kv.release(0);
-  CHECK(kv.pages_free(0) == 0);
+  CHECK(kv.pages_free(KvGroup::Full) == 0);
   // Touch a: b becomes least recently used, and its deeper page goes first.
   CHECK(cache.attach_prefix(1, a.data(), 32) == 32);
-  CHECK(cache.evict_one(0));
+  CHECK(cache.evict_one(KvGroup::Full));
   CHECK(cache.attach_prefix(2, b.data(), 32) == 16);
   kv.release(2);
   // a's pages are held by seq 1: not evictable.
-  CHECK(cache.evict_one(0));   // b's first page
-  CHECK(!cache.evict_one(0));
+  CHECK(cache.evict_one(KvGroup::Full));   // b's first page
+  CHECK(!cache.evict_one(KvGroup::Full));
   kv.release(1);
-  CHECK(cache.evict_one(0) && cache.evict_one(0));
+  CHECK(cache.evict_one(KvGroup::Full) && cache.evict_one(KvGroup::Full));
   CHECK(kv.pages_used() == 0 && cache.entries() == 0);
 }
 
@@ -107,7 +94,7 @@ void test_window_pages() {
   CHECK(win.size() == 4 && win[0] == -1 && win[1] == -1 && win[2] >= 0 && win[3] >= 0);
   kv.release(1);
   // Evicting window pages (oldest, deepest first) shortens later matches instead of breaking them.
-  CHECK(cache.evict_one(1));  // page 3's window page
+  CHECK(cache.evict_one(KvGroup::Window));  // page 3's window page
   CHECK(cache.attach_prefix(1, t.data(), 64) == 48);
   kv.release(1);
   // Pages registered after the window moved on carry no window page: not reusable as the end

@@ -14,31 +14,18 @@
 #include "kv/kv_cache.h"
 #include "kv/page_store.h"
 #include "kv/prefix_cache.h"
+#include "fixtures.h"
 #include "test_util.h"
 
 using namespace edgellm;
 
 namespace {
 
-KVCacheConfig config(int64_t pages, int32_t window, DType dt = DType::F16) {
-  KVCacheConfig c;
-  c.n_layers = window ? 3 : 2;
-  c.n_kv_heads = 2;
-  c.head_dim_k = c.head_dim_v = 32;
-  c.layer_window.assign(c.n_layers, 0);
-  if (window) c.layer_window[1] = window;
-  c.page_size = 16;
-  c.dtype = dt;
-  c.max_seqs = 4;
-  c.pages_full = pages;
-  c.pages_window = window ? pages : 0;
-  return c;
-}
+using fixtures::tokens;
 
-std::vector<int32_t> tokens(int n, int salt) {
-  std::vector<int32_t> t;
-  for (int i = 0; i < n; ++i) t.push_back((i * 7 + salt) % 101);
-  return t;
+// Two full-attention layers, plus a window layer (layer 1) when window > 0; two KV heads.
+KVCacheConfig config(int64_t pages, int32_t window, DType dt = DType::F16) {
+  return fixtures::kv_config(window ? 3 : 2, 2, pages, window, dt);
 }
 
 std::string temp_dir() {
@@ -50,14 +37,14 @@ std::string temp_dir() {
 // Computes "KV" for positions [0, n) of seq: every page filled with bytes from (seed, page index
 // in the sequence), as a forward pass would write them.
 void fill(KVCache& kv, int seq, int32_t n, uint32_t seed) {
-  for (int g = 0; g < 2; ++g) {
-    if (g == 1 && !kv.has_window_group()) continue;
+  for (KvGroup g : kKvGroups) {
+    if (g == KvGroup::Window && !kv.has_window_group()) continue;
     int layer = 0;
     while (kv.group_of(layer) != g) ++layer;
     const auto& table = kv.page_table(layer, seq);
     for (size_t i = 0; i < table.size(); ++i) {
       if (table[i] < 0) continue;
-      std::mt19937 rng(seed * 1000 + static_cast<uint32_t>(i) * 10 + g);
+      std::mt19937 rng(seed * 1000 + static_cast<uint32_t>(i) * 10 + kv_group_index(g));
       std::vector<uint8_t> bytes(kv.group_page_bytes(g));
       for (auto& b : bytes) b = static_cast<uint8_t>(rng());
       kv.write_page(g, table[i], bytes.data());
@@ -66,7 +53,7 @@ void fill(KVCache& kv, int seq, int32_t n, uint32_t seed) {
   kv.set_n_positions(seq, n);
 }
 
-std::vector<uint8_t> page_bytes(KVCache& kv, int g, int32_t page) {
+std::vector<uint8_t> page_bytes(KVCache& kv, KvGroup g, int32_t page) {
   std::vector<uint8_t> b(kv.group_page_bytes(g));
   kv.read_page(g, page, b.data());
   return b;
@@ -139,8 +126,8 @@ void test_restart(int32_t window) {
     PrefixCache::Cursor cur;
     cache.register_pages(0, t.data(), 100, cur);
     for (int i = 0; i < 6; ++i) {
-      full_before.push_back(page_bytes(kv, 0, kv.page_table(0, 0)[i]));
-      if (window) window_before.push_back(page_bytes(kv, 1, kv.page_table(1, 0)[i]));
+      full_before.push_back(page_bytes(kv, KvGroup::Full, kv.page_table(0, 0)[i]));
+      if (window) window_before.push_back(page_bytes(kv, KvGroup::Window, kv.page_table(1, 0)[i]));
     }
     store.flush();
     CHECK(store.stats().pages_written == 6);
@@ -158,13 +145,13 @@ void test_restart(int32_t window) {
     CHECK(store.stats().pages_read == 6);
     CHECK(cache.store_hit_tokens() == 96);
     for (int i = 0; i < 6; ++i) {
-      CHECK(page_bytes(kv, 0, kv.page_table(0, 0)[i]) == full_before[i]);
+      CHECK(page_bytes(kv, KvGroup::Full, kv.page_table(0, 0)[i]) == full_before[i]);
       if (window) {
         const int32_t wp = kv.page_table(1, 0)[i];
         // only the pages a query at 96.. can see are loaded
         const bool visible = (i + 1) * 16 > 96 - window;
         CHECK((wp >= 0) == visible);
-        if (wp >= 0) CHECK(page_bytes(kv, 1, wp) == window_before[i]);
+        if (wp >= 0) CHECK(page_bytes(kv, KvGroup::Window, wp) == window_before[i]);
       }
     }
     kv.release(0);
@@ -290,12 +277,12 @@ void test_slot_files(int32_t window) {
     fill(kv, 0, 70, 4);
     PrefixCache::Cursor cur;
     cache.register_pages(0, t.data(), 70, cur);
-    p0 = page_bytes(kv, 0, kv.page_table(0, 0)[0]);
+    p0 = page_bytes(kv, KvGroup::Full, kv.page_table(0, 0)[0]);
     kv.release(0);
     auto recs = cache.export_chain(t.data(), 70);
     CHECK(recs.size() == 4);
     const int64_t n = PageStore::write_slot(file, PrefixCache::layout_of(kv), t, recs);
-    CHECK(n > 4 * static_cast<int64_t>(kv.group_page_bytes(0)));
+    CHECK(n > 4 * static_cast<int64_t>(kv.group_page_bytes(KvGroup::Full)));
     CHECK(cache.erase_chain(t.data(), 70) == 64);
     CHECK(cache.entries() == 0 && kv.pages_used() == 0);
   }
@@ -307,7 +294,7 @@ void test_slot_files(int32_t window) {
   CHECK(back == t && recs.size() == 4);
   CHECK(cache.import_chain(back.data(), static_cast<int32_t>(back.size()), recs) == 64);
   CHECK(cache.attach_prefix(0, t.data(), 69) == 64);
-  CHECK(page_bytes(kv, 0, kv.page_table(0, 0)[0]) == p0);
+  CHECK(page_bytes(kv, KvGroup::Full, kv.page_table(0, 0)[0]) == p0);
   kv.release(0);
   // records that do not belong to the tokens: refused
   auto wrong = back;
@@ -361,7 +348,7 @@ void test_load_evicts_unpinned() {
   PrefixCache::Cursor cur;
   cache.register_pages(0, u.data(), 128, cur);
   kv.release(0);
-  CHECK(kv.pages_free(0) == 0);
+  CHECK(kv.pages_free(KvGroup::Full) == 0);
   // t is on disk only: loading its 3 pages (63 tokens) evicts 3 of u's cached pages
   cache.set_store(&store);
   CHECK(cache.attach_prefix(1, t.data(), 63) == 48);

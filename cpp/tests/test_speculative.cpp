@@ -18,6 +18,7 @@
 #include "engine/engine.h"
 #include "engine/spec_policy.h"
 #include "fake_model.h"
+#include "fixtures.h"
 #include "test_util.h"
 
 using namespace edgellm;
@@ -65,14 +66,10 @@ class NoisyDraft : public fake::FakeModel {
 
 using fake::make_prompt;
 
+using fixtures::greedy;
+
 EngineConfig config(SpecMode mode, int32_t max_draft = 6, bool adaptive = false) {
-  EngineConfig c;
-  c.n_ctx = 512;
-  c.kv_type = DType::F32;
-  c.page_size = 16;
-  c.max_seqs = 16;
-  c.max_batch_tokens = 128;
-  c.start_thread = false;
+  EngineConfig c = fixtures::engine_config();
   c.spec.mode = mode;
   c.spec.max_draft = max_draft;
   c.spec.adaptive = adaptive;
@@ -85,10 +82,7 @@ struct Result {
   int32_t draft_n = 0, draft_n_accepted = 0;
 };
 
-void run_until_idle(Engine& e) {
-  for (int i = 0; i < 200000 && e.step(); ++i) {
-  }
-}
+void run_until_idle(Engine& e) { fixtures::run_until_idle(e, 200000); }
 
 Result drain(OutputChannel& ch) {
   Result r;
@@ -97,7 +91,7 @@ Result drain(OutputChannel& ch) {
     r.tokens.insert(r.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
     r.text += ev.text;
     if (ev.finished) {
-      r.finish_reason = ev.finish_reason;
+      r.finish_reason = to_string(ev.finish_reason);
       r.error = ev.error;
       r.draft_n = ev.timings.draft_n;
       r.draft_n_accepted = ev.timings.draft_n_accepted;
@@ -124,13 +118,6 @@ std::vector<Result> run(std::shared_ptr<EngineModel> model, EngineConfig cfg, co
   CHECK(st.running == 0 && st.waiting == 0);
   if (stats) *stats = st;
   return out;
-}
-
-SamplingParams greedy(int32_t max_tokens) {
-  SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = max_tokens;
-  return p;
 }
 
 bool same_tokens(const std::vector<Result>& a, const std::vector<Result>& b, const char* what) {
@@ -269,13 +256,7 @@ std::vector<double> target_dist(const std::vector<int32_t>& history, const Sampl
 void test_sampling_rule_distribution() {
   auto model = std::make_shared<fake::FakeModel>();
   const std::vector<int32_t> prompt = make_prompt(6, 300);
-  SamplingParams p;
-  p.temperature = 0.8f;
-  p.top_k = 0;
-  p.top_p = 1.0f;
-  p.min_p = 0.0f;
-  p.max_tokens = 3;
-  p.has_seed = true;
+  SamplingParams p = fixtures::sampled(0.8f, 3, 0);
   // Exact marginals of the 2nd and 3rd generated tokens (the 1st comes from the prefill row; the
   // 2nd and 3rd from verification rows 0 and 1 when drafts are in flight).
   std::vector<double> m2(fake::kVocab, 0.0), m3(fake::kVocab, 0.0);

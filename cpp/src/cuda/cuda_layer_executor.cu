@@ -61,7 +61,7 @@ struct DeviceKv {
 // The hook owns the device pages, so they live exactly as long as the host cache (the executor
 // only holds them weakly, by cache address).
 void install_copy_hook(KVCache& kv, std::shared_ptr<DeviceKv> d) {
-  kv.copy_page_hook = [d = std::move(d)](int g, int32_t src, int32_t dst) { d->copy_page(g, src, dst); };
+  kv.copy_page_hook = [d = std::move(d)](KvGroup g, int32_t src, int32_t dst) { d->copy_page(kv_group_index(g), src, dst); };
 }
 
 class CudaLayerExecutor final : public LayerExecutor {
@@ -184,10 +184,10 @@ std::shared_ptr<DeviceKv> CudaLayerExecutor::device_kv(KVCache& kv) {
     throw InvalidRequestError(std::string("CUDA: KV cache type ") + dtype_name(kv.dtype()) + " is not supported on the GPU");
   auto d = std::make_shared<DeviceKv>();
   d->page_stride = stride;
-  d->pages[0] = kv.pages_total(0);
-  d->pages[1] = kv.pages_total(1);
+  d->pages[0] = kv.pages_total(KvGroup::Full);
+  d->pages[1] = kv.pages_total(KvGroup::Window);
   for (int il = first_; il < c_.n_layer; ++il) {
-    const int g = kv.group_of(il);
+    const int g = kv_group_index(kv.group_of(il));
     d->group.push_back(g);
     d->layer.emplace_back(stride * static_cast<size_t>(d->pages[g]),
                           "the KV cache of the GPU layers (load with a smaller n_gpu_layers or kv_memory)");
@@ -216,7 +216,7 @@ void CudaLayerExecutor::run(const Batch& batch, KVCache& kv, float* x) {
     host_off_[g].assign(T, 0);
     int rep = -1;  // an offloaded layer of this group stands for its page tables
     for (int il = first_; il < c_.n_layer && rep < 0; ++il)
-      if (kv.group_of(il) == g) rep = il;
+      if (kv_group_index(kv.group_of(il)) == g) rep = il;
     if (rep < 0) continue;
     std::map<int32_t, int32_t> seen;
     for (int t = 0; t < T; ++t) {
@@ -284,7 +284,7 @@ void CudaLayerExecutor::layer(int il, int T, const DeviceKv& dkv, const KVCache&
   rope(neox, table, c_.n_rot, q, T, c_.n_head, c_.head_dim_k, c_.attn_scale, s);
   rope(neox, table, c_.n_rot, k, T, c_.n_head_kv, c_.head_dim_k, 1.0f, s);
 
-  const int g = kv.group_of(il);
+  const int g = kv_group_index(kv.group_of(il));
   KvLayerView view{};
   view.base = dkv.layer[il - first_].get<uint8_t>();
   view.page_stride = dkv.page_stride;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <new>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -113,8 +114,8 @@ Engine::Engine(std::shared_ptr<EngineModel> model, std::shared_ptr<const EngineV
   for (int32_t w : kc.layer_window) window = std::max(window, w);
   const int64_t ctx_pages = ceil_div(n_ctx_, kc.page_size);
   seq_window_pages_ = KVCache::seq_window_pages(kc, n_ctx_, cfg_.max_batch_tokens);
-  const int64_t full_bytes = static_cast<int64_t>(KVCache::page_bytes(kc, false));
-  const int64_t window_bytes = static_cast<int64_t>(KVCache::page_bytes(kc, true));
+  const int64_t full_bytes = static_cast<int64_t>(KVCache::page_bytes(kc, KvGroup::Full));
+  const int64_t window_bytes = static_cast<int64_t>(KVCache::page_bytes(kc, KvGroup::Window));
   const double default_bytes =
       static_cast<double>(KVCache::default_budget(kc, n_ctx_, cfg_.max_batch_tokens, cfg_.max_seqs));
   const double need = cfg_.kv_memory > 0 ? static_cast<double>(cfg_.kv_memory) : default_bytes;
@@ -293,7 +294,7 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params
     }
     if (i > 0) {
       s->parent = p.seqs[0].get();
-      s->blocked = true;
+      s->status = SequenceStatus::Blocked;
       p.seqs[0]->siblings.push_back(s.get());
     }
     p.seqs.push_back(std::move(s));
@@ -661,7 +662,7 @@ void Engine::sample_and_postprocess(const std::vector<ScheduledChunk>& plan) {
       for (Sequence* sib : s->siblings) {
         std::shared_ptr<Sequence> sp = sched_->find(sib);
         if (!sp) continue;
-        sp->blocked = false;
+        sp->unblock();
         if (sched_->fork_into(s, sp)) group.push_back(sp);
         // else: admitted later like any waiting sequence (prefix cache shares the full pages)
       }
@@ -721,7 +722,7 @@ void Engine::propose_drafts() {
     s->draft.clear();
     s->draft_q.clear();
     s->draft_from_model = false;
-    if (s->embedding || s->want_prompt_logprobs || s->blocked || !s->siblings.empty() || s->remaining() != 1) continue;
+    if (s->embedding || s->want_prompt_logprobs || s->blocked() || !s->siblings.empty() || s->remaining() != 1) continue;
     // Every accepted draft and the token after them must fit max_tokens and the context.
     int32_t left = n_ctx_ - static_cast<int32_t>(s->tokens.size()) - 1;
     if (s->max_tokens >= 0) left = std::min(left, s->max_tokens - s->n_generated() - 1);
@@ -864,8 +865,8 @@ void Engine::postprocess_token(Sequence* s, int32_t token, TokenLogprob* lp) {
   s->tokens.push_back(token);
   if (s->ngram) s->ngram->push(token);
   const auto now = Clock::now();
-  if (!s->first_token) {
-    s->first_token = true;
+  if (!s->has_first_token()) {
+    s->advance(SequenceStatus::Decode);
     s->t_first = now;
   }
   s->t_last = now;
@@ -875,60 +876,66 @@ void Engine::postprocess_token(Sequence* s, int32_t token, TokenLogprob* lp) {
   ev.index = s->index;
   ev.token_ids.push_back(token);
   if (lp) ev.logprobs.push_back(*lp);
-  std::string reason;
+  std::optional<FinishReason> reason;
   const auto& params = s->sampler->params();
   if (std::find(eog_.begin(), eog_.end(), token) != eog_.end()) {
-    reason = "stop";
+    reason = FinishReason::Stop;
   } else if (std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), token) !=
              params.stop_token_ids.end()) {
-    reason = "stop";
+    reason = FinishReason::Stop;
     ev.stop_token = token;
   } else {
     StopMatcher::Step st = s->stop.push(vocab_->piece(token));
     ev.text = std::move(st.text);
     if (st.stop_index >= 0) {
-      reason = "stop";
+      reason = FinishReason::Stop;
       ev.stop_string = params.stop[st.stop_index];
       ev.has_stop_string = true;
     }
   }
   bool shift = false;
-  if (reason.empty()) {
-    if (s->max_tokens >= 0 && s->n_generated() >= s->max_tokens) reason = "length";
+  if (!reason) {
+    if (s->max_tokens >= 0 && s->n_generated() >= s->max_tokens) reason = FinishReason::Length;
     else if (static_cast<int32_t>(s->tokens.size()) >= n_ctx_) {
       if (cfg_.context_shift && !s->embedding) shift = true;  // keep generating on the kept tokens
-      else reason = "length";
+      else reason = FinishReason::Length;
     }
   }
-  if (!reason.empty() && !ev.has_stop_string) ev.text += s->stop.flush();
+  if (reason && !ev.has_stop_string) ev.text += s->stop.flush();
   if (s->index == 0 && !s->prompt_logprobs_sent && params.prompt_logprobs >= 0 && !s->want_prompt_logprobs) {
     ev.prompt_logprobs = s->prompt_logprobs;
     ev.has_prompt_logprobs = true;
     s->prompt_logprobs_sent = true;
   }
   if (!s->stream) {
-    s->text += ev.text;
-    s->out_tokens.push_back(token);
-    if (lp) s->out_logprobs.push_back(*lp);
-    if (reason.empty()) {
+    if (!reason) {
+      s->text += ev.text;
+      s->out_tokens.push_back(token);
+      if (lp) s->out_logprobs.push_back(*lp);
       if (ev.has_prompt_logprobs) s->prompt_logprobs = std::move(ev.prompt_logprobs);
       if (shift) shift_context(s);
       return;
     }
-    ev.text = std::move(s->text);
-    ev.token_ids = std::move(s->out_tokens);
-    ev.logprobs = std::move(s->out_logprobs);
+    take_accumulated(s, ev);
     if (s->index == 0 && params.prompt_logprobs >= 0) {
       ev.prompt_logprobs = std::move(s->prompt_logprobs);
       ev.has_prompt_logprobs = true;
     }
   }
-  if (reason.empty()) {
+  if (!reason) {
     s->out->push(std::move(ev));
     if (shift) shift_context(s);
     return;
   }
-  finish(s, reason, std::move(ev));
+  finish(s, *reason, std::move(ev));
+}
+
+void Engine::take_accumulated(Sequence* s, OutputEvent& ev) {
+  ev.text = std::move(s->text) + ev.text;
+  s->out_tokens.insert(s->out_tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+  ev.token_ids = std::move(s->out_tokens);
+  s->out_logprobs.insert(s->out_logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+  ev.logprobs = std::move(s->out_logprobs);
 }
 
 // llama-server's context shift (n_keep, n_discard = half of what follows it), done exactly: the
@@ -949,12 +956,8 @@ void Engine::shift_context(Sequence* s) {
   if (n_discard < 1) {  // nothing can go (n_ctx < 5): end as without context shift
     OutputEvent ev;
     ev.text = s->stop.flush();
-    if (!s->stream) {
-      ev.text = std::move(s->text) + ev.text;
-      ev.token_ids = std::move(s->out_tokens);
-      ev.logprobs = std::move(s->out_logprobs);
-    }
-    finish(s, "length", std::move(ev));
+    if (!s->stream) take_accumulated(s, ev);
+    finish(s, FinishReason::Length, std::move(ev));
     return;
   }
   s->tokens.erase(s->tokens.begin() + n_keep, s->tokens.begin() + n_keep + n_discard);
@@ -964,7 +967,7 @@ void Engine::shift_context(Sequence* s) {
   s->draft.clear();
   s->draft_q.clear();
   if (draft_ && s->slot >= 0) draft_->release(s->slot);  // its draft KV follows the old positions
-  for (Sequence* sib : s->siblings) sib->blocked = false;  // (siblings fork before the first token)
+  for (Sequence* sib : s->siblings) sib->unblock();  // (siblings fork before the first token)
   s->siblings.clear();
   sched_->restart(s);
 }
@@ -987,30 +990,33 @@ void Engine::finish_embedding(Sequence* s) {
   OutputEvent ev;
   ev.embedding = s->embd.finish(&ev.embedding_rows);
   const auto now = Clock::now();
-  s->first_token = true;  // timings: prompt_ms runs to the moment the vector is ready
+  s->advance(SequenceStatus::Decode);  // timings: prompt_ms runs to the moment the vector is ready
   s->t_first = s->t_last = now;
-  finish(s, "stop", std::move(ev));
+  finish(s, FinishReason::Stop, std::move(ev));
 }
 
-void Engine::finish(Sequence* s, const std::string& reason, OutputEvent ev) {
+void Engine::finish(Sequence* s, FinishReason reason, OutputEvent ev) {
   ev.index = s->index;
   ev.finished = true;
   ev.finish_reason = reason;
   ev.prompt_tokens = s->n_prompt;
   ev.completion_tokens = std::max(0, s->n_generated());
   ev.cached_tokens = s->cached_tokens;
-  ev.timings.prompt_n = s->index == 0 ? s->n_prompt - s->cached_tokens : 0;
-  ev.timings.predicted_n = ev.completion_tokens;
-  ev.timings.draft_n = s->draft_n;
-  ev.timings.draft_n_accepted = s->draft_n_accepted;
-  ev.timings.context_shifts = s->context_shifts;
-  if (s->first_token) {
-    ev.timings.prompt_ms = ms_between(s->t_start, s->t_first);
-    ev.timings.predicted_ms = ms_between(s->t_first, s->t_last);
+  if (reason != FinishReason::Cancelled) {  // a cancelled completion reports no timings
+    ev.timings.prompt_n = s->index == 0 ? s->n_prompt - s->cached_tokens : 0;
+    ev.timings.predicted_n = ev.completion_tokens;
+    ev.timings.draft_n = s->draft_n;
+    ev.timings.draft_n_accepted = s->draft_n_accepted;
+    ev.timings.context_shifts = s->context_shifts;
+    if (s->has_first_token()) {
+      ev.timings.prompt_ms = ms_between(s->t_start, s->t_first);
+      ev.timings.predicted_ms = ms_between(s->t_first, s->t_last);
+    }
   }
+  s->advance(SequenceStatus::Finished);
   if (s->index == 0) prompt_total_ += s->prompt_computed;
   // Siblings still waiting for this sequence's prompt compute it themselves now.
-  for (Sequence* sib : s->siblings) sib->blocked = false;
+  for (Sequence* sib : s->siblings) sib->unblock();
   s->siblings.clear();
   std::shared_ptr<OutputChannel> out = s->out;
   if (s->slot >= 0 && s->slot < static_cast<int>(slot_tokens_.size()) && !s->embedding)
@@ -1025,46 +1031,33 @@ void Engine::finish(Sequence* s, const std::string& reason, OutputEvent ev) {
 void Engine::fail(Sequence* s, const std::string& message) {
   OutputEvent ev;
   ev.error = message;
-  finish(s, "error", std::move(ev));
+  finish(s, FinishReason::Error, std::move(ev));
 }
 
 void Engine::do_abort(int64_t id) {
   std::vector<std::shared_ptr<Sequence>> seqs = sched_->remove_request(id);
   if (!seqs.empty()) publish_stats();
-  for (const auto& s : seqs) {
+  for (const auto& s : seqs) {  // already out of the scheduler: finish() only reports them
     OutputEvent ev;
-    ev.index = s->index;
-    ev.finished = true;
-    ev.finish_reason = "cancelled";
-    ev.prompt_tokens = s->n_prompt;
-    ev.completion_tokens = std::max(0, s->n_generated());
-    ev.cached_tokens = s->cached_tokens;
-    if (!s->stream) {
-      ev.text = s->text;
-      ev.token_ids = s->out_tokens;
-      ev.logprobs = s->out_logprobs;
-    }
-    if (s->index == 0) prompt_total_ += s->prompt_computed;
-    s->siblings.clear();
-    ++finished_;
-    publish_stats();
-    s->out->push(std::move(ev));
+    if (!s->stream) take_accumulated(s.get(), ev);
+    finish(s.get(), FinishReason::Cancelled, std::move(ev));
   }
 }
 
 void Engine::publish_stats() {
   EngineStats st;
   st.pages_allocated = kv_->pages_used();
-  if (cache_) st.pages_cached = cache_->reclaimable_pages(0) + cache_->reclaimable_pages(1);
+  if (cache_)
+    for (KvGroup g : kKvGroups) st.pages_cached += cache_->reclaimable_pages(g);
   st.pages_used = st.pages_allocated - st.pages_cached;
-  st.pages_full_total = kv_->pages_total(0);
-  st.pages_window_total = kv_->pages_total(1);
+  st.pages_full_total = kv_->pages_total(KvGroup::Full);
+  st.pages_window_total = kv_->pages_total(KvGroup::Window);
   st.pages_total = std::max(st.pages_full_total, st.pages_window_total);  // the most out at once
   st.kv_bytes_total = kv_->bytes_budget();
   st.kv_bytes_used = kv_->bytes_used();
   st.kv_bytes_resident = kv_->bytes_touched();
-  st.page_bytes_full = static_cast<int64_t>(KVCache::page_bytes(kv_->config(), false));
-  st.page_bytes_window = static_cast<int64_t>(KVCache::page_bytes(kv_->config(), true));
+  st.page_bytes_full = static_cast<int64_t>(KVCache::page_bytes(kv_->config(), KvGroup::Full));
+  st.page_bytes_window = static_cast<int64_t>(KVCache::page_bytes(kv_->config(), KvGroup::Window));
   st.running = static_cast<int64_t>(sched_->n_running());
   st.waiting = static_cast<int64_t>(sched_->n_waiting());
   if (cache_) {

@@ -195,8 +195,12 @@ class Engine {
   void finish_embedding(Sequence* s);
   // Context shift of a sequence whose tokens filled n_ctx (see EngineConfig::context_shift).
   void shift_context(Sequence* s);
-  void finish(Sequence* s, const std::string& reason, OutputEvent ev);
+  // The one end of a completion (stop, length, error, abort): completes its final event (counts,
+  // timings), frees its slot and pages, and pushes the event.
+  void finish(Sequence* s, FinishReason reason, OutputEvent ev);
   void fail(Sequence* s, const std::string& message);
+  // Not streaming: the text, tokens and log-probs accumulated so far go before ev's own.
+  static void take_accumulated(Sequence* s, OutputEvent& ev);
   void do_abort(int64_t id);
   void do_eval(const std::vector<int32_t>& ids, float* out);
   void publish_stats();

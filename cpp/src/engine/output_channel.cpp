@@ -4,6 +4,16 @@
 
 namespace edgellm {
 
+const char* to_string(FinishReason r) {
+  switch (r) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Cancelled: return "cancelled";
+    case FinishReason::Error: return "error";
+  }
+  return "error";
+}
+
 void OutputChannel::push(OutputEvent ev) {
   {
     std::lock_guard<std::mutex> lock(mu_);

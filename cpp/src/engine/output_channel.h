@@ -33,6 +33,15 @@ struct PromptProgress {
   double time_ms = 0.0;    // since the request's first progress event (0 on it)
 };
 
+// Why a completion ended. to_string gives the names Python and the HTTP API see.
+enum class FinishReason {
+  Stop,       // end-of-generation token, a stop token id or a stop string
+  Length,     // max_tokens, or the end of the context
+  Cancelled,  // Engine::abort
+  Error,      // OutputEvent::error says what went wrong
+};
+const char* to_string(FinishReason r);
+
 struct OutputEvent {
   int32_t index = 0;                     // completion index (n > 1)
   std::string text;                      // new text (whole UTF-8 characters; all text when not streaming)
@@ -41,11 +50,11 @@ struct OutputEvent {
   std::vector<TokenLogprob> prompt_logprobs;  // once, on the first event of completion 0
   bool has_prompt_logprobs = false;
   bool finished = false;
-  std::string finish_reason;             // "stop" | "length" | "cancelled" | "error"
+  FinishReason finish_reason = FinishReason::Stop;  // when finished
   int32_t stop_token = -1;               // stop_token_ids entry that ended it
   std::string stop_string;               // stop string that ended it
   bool has_stop_string = false;
-  std::string error;                     // finish_reason "error": what went wrong
+  std::string error;                     // FinishReason::Error: what went wrong
   int32_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
   Timings timings;
   // Embedding requests, on the final event: embedding_rows vectors of n_embd floats, row-major

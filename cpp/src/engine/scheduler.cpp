@@ -25,11 +25,12 @@ bool Scheduler::reserve_evicting(int slot, int32_t n) {
     // Both groups draw on one byte budget, so a cached page of either helps: first a group that
     // is short on its own, then one the sequence needs pages of, then any.
     bool evicted = false;
-    for (int g = 0; g < 2 && !evicted; ++g)
-      if (kv_.pages_needed(slot, n, g) > kv_.pages_free(g)) evicted = cache_->evict_one(g);
-    for (int g = 0; g < 2 && !evicted; ++g)
-      if (kv_.pages_needed(slot, n, g) > 0) evicted = cache_->evict_one(g);
-    for (int g = 0; g < 2 && !evicted; ++g) evicted = cache_->evict_one(g);
+    for (KvGroup g : kKvGroups)
+      if (!evicted && kv_.pages_needed(slot, n, g) > kv_.pages_free(g)) evicted = cache_->evict_one(g);
+    for (KvGroup g : kKvGroups)
+      if (!evicted && kv_.pages_needed(slot, n, g) > 0) evicted = cache_->evict_one(g);
+    for (KvGroup g : kKvGroups)
+      if (!evicted) evicted = cache_->evict_one(g);
     if (!evicted) return false;
   }
   return true;
@@ -87,8 +88,8 @@ void Scheduler::add_chunk(Sequence* s, int32_t n, Batch& batch, std::vector<Sche
     c.n_tokens += nd;
     c.n_rows += nd;
   }
-  if (!s->started) {
-    s->started = true;
+  if (!s->started()) {
+    s->advance(SequenceStatus::Prefill);
     s->t_start = Clock::now();
   }
   plan.push_back(c);
@@ -135,7 +136,7 @@ void Scheduler::schedule(Batch& batch, std::vector<ScheduledChunk>& plan) {
 
   // Waiting sequences, first come first served; siblings blocked on their parent are skipped.
   while (budget > 0 && !free_slots_.empty()) {
-    auto it = std::find_if(waiting_.begin(), waiting_.end(), [](const auto& s) { return !s->blocked; });
+    auto it = std::find_if(waiting_.begin(), waiting_.end(), [](const auto& s) { return !s->blocked(); });
     if (it == waiting_.end()) break;
     std::shared_ptr<Sequence> s = *it;
     const int slot = acquire_slot();
@@ -146,7 +147,7 @@ void Scheduler::schedule(Batch& batch, std::vector<ScheduledChunk>& plan) {
       const int32_t hit = cache_->attach_prefix(slot, s->tokens.data(), static_cast<int32_t>(s->tokens.size()) - 1);
       s->n_computed = hit;
       s->cache_cursor = {};
-      if (!s->started) s->cached_tokens = hit;
+      if (!s->started()) s->cached_tokens = hit;
     }
     int32_t k = std::min(s->remaining(), budget);
     if (s->want_prompt_logprobs) k = std::min(k, kPromptLogprobChunk);
@@ -227,10 +228,10 @@ bool Scheduler::fork_into(Sequence* parent, const std::shared_ptr<Sequence>& chi
   const int slot = acquire_slot();
   while (!kv_.fork(parent->slot, slot, parent->n_computed)) {
     bool evicted = false;
-    for (int g = 0; g < 2 && !evicted; ++g)
-      if (cache_ && kv_.pages_free(g) < 1) evicted = cache_->evict_one(g);
-    for (int g = 0; g < 2 && !evicted; ++g)
-      if (cache_) evicted = cache_->evict_one(g);  // the budget is shared: any cached page helps
+    for (KvGroup g : kKvGroups)
+      if (!evicted && cache_ && kv_.pages_free(g) < 1) evicted = cache_->evict_one(g);
+    for (KvGroup g : kKvGroups)
+      if (!evicted && cache_) evicted = cache_->evict_one(g);  // the budget is shared: any cached page helps
     if (!evicted) {
       release_slot(slot);
       return false;
@@ -239,7 +240,7 @@ bool Scheduler::fork_into(Sequence* parent, const std::shared_ptr<Sequence>& chi
   child->slot = slot;
   child->n_computed = parent->n_computed;
   child->cache_cursor = parent->cache_cursor;
-  child->started = true;
+  child->advance(SequenceStatus::Prefill);
   child->t_start = parent->t_start;
   auto w = std::find(waiting_.begin(), waiting_.end(), child);
   if (w != waiting_.end()) waiting_.erase(w);

@@ -33,6 +33,16 @@ struct SpecAcceptance {
   double alpha() const { return (accepted + 1.0) / (accepted + rejected + 2.0); }
 };
 
+// Where a sequence is in its life. It only moves forward (advance()): a preempted sequence keeps
+// its status (Prefill or Decode) while it waits to be admitted again.
+enum class SequenceStatus {
+  Blocked,   // n > 1, completions 1..: waiting for completion 0 to compute the prompt (then fork it)
+  Waiting,   // not admitted yet
+  Prefill,   // admitted at least once (t_start set), no token yet
+  Decode,    // first token sampled (t_first set); an embedding: its vector is ready
+  Finished,  // its last event was built (Engine::finish)
+};
+
 struct Sequence {
   int64_t request_id = 0;
   int32_t index = 0;                   // completion index within the request
@@ -55,7 +65,7 @@ struct Sequence {
   // n > 1: completions 1.. wait for completion 0 to compute the prompt, then fork its pages.
   Sequence* parent = nullptr;
   std::vector<Sequence*> siblings;     // on completion 0: those still waiting to fork
-  bool blocked = false;
+  SequenceStatus status = SequenceStatus::Waiting;
 
   bool want_prompt_logprobs = false;   // rows for every prompt token still to be produced
   std::vector<TokenLogprob> prompt_logprobs;
@@ -77,7 +87,6 @@ struct Sequence {
   int32_t progress_sent = -1;          // `processed` of the last progress event; -1: none yet
   Clock::time_point t_progress;        // when the first progress event was sent
   int32_t prompt_computed = 0;         // prompt tokens computed by this sequence
-  bool started = false, first_token = false;
   Clock::time_point t_start, t_first, t_last;
   int32_t preemptions = 0;
   // Context shift: tokens dropped from `tokens` so far (they stay in the output already sent;
@@ -100,6 +109,17 @@ struct Sequence {
   SpecAcceptance accept_draft;
   int32_t draft_ngram_n = 0;
   int32_t draft_n = 0, draft_n_accepted = 0;  // this completion's totals (timings)
+
+  bool blocked() const { return status == SequenceStatus::Blocked; }
+  bool started() const { return status >= SequenceStatus::Prefill; }
+  bool has_first_token() const { return status >= SequenceStatus::Decode; }
+  void advance(SequenceStatus to) {
+    if (status < to) status = to;
+  }
+  // A blocked sibling computes the prompt itself from now on (or forks it right away).
+  void unblock() {
+    if (status == SequenceStatus::Blocked) status = SequenceStatus::Waiting;
+  }
 
   int32_t n_generated() const { return static_cast<int32_t>(tokens.size()) + n_shifted - n_prompt; }
   int32_t remaining() const { return static_cast<int32_t>(tokens.size()) - n_computed; }

@@ -13,9 +13,9 @@ namespace {
 int32_t entries_for(int32_t n_positions, int page_size) { return (n_positions + page_size - 1) / page_size; }
 }  // namespace
 
-size_t KVCache::page_bytes(const KVCacheConfig& cfg, bool window_group) {
+size_t KVCache::page_bytes(const KVCacheConfig& cfg, KvGroup group) {
   int layers = 0;
-  for (int32_t w : cfg.layer_window) layers += ((w > 0) == window_group);
+  for (int32_t w : cfg.layer_window) layers += ((w > 0) == (group == KvGroup::Window));
   const size_t per_layer = static_cast<size_t>(cfg.n_kv_heads) * cfg.page_size *
                            (row_bytes(cfg.dtype, cfg.head_dim_k) + row_bytes(cfg.dtype, cfg.head_dim_v));
   return per_layer * layers;
@@ -32,16 +32,13 @@ KVCache::KVCache(const KVCacheConfig& cfg) : cfg_(cfg) {
   if (cfg.budget_bytes < 0) throw std::invalid_argument("KVCacheConfig: negative budget_bytes");
   layer_index_.resize(cfg.n_layers);
   for (int l = 0; l < cfg.n_layers; ++l) layer_index_[l] = n_layers_in_group_[group_of(l)]++;
-  const int64_t pages[2] = {n_layers_in_group_[0] ? cfg.pages_full : 0, n_layers_in_group_[1] ? cfg.pages_window : 0};
-  storage_.resize(2);
-  base_.assign(2, nullptr);
-  refs_.resize(2);
-  warm_.resize(2);
-  cold_.resize(2);
-  tables_.assign(2, std::vector<std::vector<int32_t>>(cfg.max_seqs));
+  PerKvGroup<int64_t> pages;
+  pages[KvGroup::Full] = n_layers_in_group_[KvGroup::Full] ? cfg.pages_full : 0;
+  pages[KvGroup::Window] = n_layers_in_group_[KvGroup::Window] ? cfg.pages_window : 0;
+  for (KvGroup g : kKvGroups) tables_[g].assign(cfg.max_seqs, {});
   n_pos_.assign(cfg.max_seqs, 0);
   int64_t capacity_bytes = 0;
-  for (int g = 0; g < 2; ++g) {
+  for (KvGroup g : kKvGroups) {
     page_bytes_[g] = layer_page_bytes() * n_layers_in_group_[g];
     if (pages[g] <= 0) continue;
     if (pages[g] > INT32_MAX)
@@ -73,8 +70,8 @@ int64_t KVCache::default_budget(const KVCacheConfig& cfg, int32_t n_ctx, int32_t
   const int64_t ctx_pages = (static_cast<int64_t>(n_ctx) + cfg.page_size - 1) / cfg.page_size;
   const int64_t seq_w = seq_window_pages(cfg, n_ctx, max_batch_tokens);
   const int64_t window_pages = std::min<int64_t>(2 * ctx_pages, std::max(2, max_seqs) * seq_w);
-  const double bytes = static_cast<double>(page_bytes(cfg, false)) * 2.0 * static_cast<double>(ctx_pages) +
-                       static_cast<double>(page_bytes(cfg, true)) * static_cast<double>(window_pages);
+  const double bytes = static_cast<double>(page_bytes(cfg, KvGroup::Full)) * 2.0 * static_cast<double>(ctx_pages) +
+                       static_cast<double>(page_bytes(cfg, KvGroup::Window)) * static_cast<double>(window_pages);
   return bytes > 9.0e18 ? static_cast<int64_t>(9.0e18) : static_cast<int64_t>(bytes);
 }
 
@@ -83,7 +80,7 @@ size_t KVCache::layer_page_bytes() const {
 }
 
 uint8_t* KVCache::k_page(int layer, int32_t page) {
-  const int g = group_of(layer);
+  const KvGroup g = group_of(layer);
   const size_t idx = static_cast<size_t>(layer_index_[layer]) * refs_[g].size() + page;
   return base_[g] + idx * layer_page_bytes();
 }
@@ -92,7 +89,7 @@ uint8_t* KVCache::v_page(int layer, int32_t page) {
   return k_page(layer, page) + static_cast<size_t>(cfg_.n_kv_heads) * cfg_.page_size * k_row_bytes();
 }
 
-int64_t KVCache::pages_needed(int seq, int32_t n, int group) const {
+int64_t KVCache::pages_needed(int seq, int32_t n, KvGroup group) const {
   if (n_layers_in_group_[group] == 0) return 0;
   const auto& t = tables_[group][seq];
   const int32_t want = entries_for(n, cfg_.page_size);
@@ -103,16 +100,18 @@ int64_t KVCache::pages_needed(int seq, int32_t n, int group) const {
   return need;
 }
 
-int64_t KVCache::pages_free(int group) const {
+int64_t KVCache::pages_free(KvGroup group) const {
   const int64_t listed = static_cast<int64_t>(warm_[group].size() + cold_[group].size());
   if (page_bytes_[group] == 0 || listed == 0) return 0;
   return std::min<int64_t>(listed, (budget_ - used_bytes_) / static_cast<int64_t>(page_bytes_[group]));
 }
 
 bool KVCache::can_allocate(int64_t n_full, int64_t n_window) const {
-  const int64_t n[2] = {n_full, n_window};
+  PerKvGroup<int64_t> n;
+  n[KvGroup::Full] = n_full;
+  n[KvGroup::Window] = n_window;
   int64_t bytes = 0;
-  for (int g = 0; g < 2; ++g) {
+  for (KvGroup g : kKvGroups) {
     if (n[g] <= 0) continue;
     if (n[g] > static_cast<int64_t>(warm_[g].size() + cold_[g].size())) return false;
     bytes += n[g] * static_cast<int64_t>(page_bytes_[g]);
@@ -121,8 +120,8 @@ bool KVCache::can_allocate(int64_t n_full, int64_t n_window) const {
 }
 
 bool KVCache::reserve(int seq, int32_t n) {
-  if (!can_allocate(pages_needed(seq, n, 0), pages_needed(seq, n, 1))) return false;
-  for (int g = 0; g < 2; ++g) {
+  if (!can_allocate(pages_needed(seq, n, KvGroup::Full), pages_needed(seq, n, KvGroup::Window))) return false;
+  for (KvGroup g : kKvGroups) {
     if (n_layers_in_group_[g] == 0) continue;
     auto& t = tables_[g][seq];
     const int32_t next = n_pos_[seq] / cfg_.page_size;
@@ -139,15 +138,15 @@ bool KVCache::reserve(int seq, int32_t n) {
 }
 
 void KVCache::trim_window(int seq, int32_t pos) {
-  if (n_layers_in_group_[1] == 0) return;
+  if (n_layers_in_group_[KvGroup::Window] == 0) return;
   int32_t window = 0;
   for (int32_t w : cfg_.layer_window) window = w > window ? w : window;
-  auto& t = tables_[1][seq];
+  auto& t = tables_[KvGroup::Window][seq];
   // A future query at q >= pos sees keys >= q - window + 1; page i ends at (i+1)*P - 1.
   for (size_t i = 0; i < t.size(); ++i) {
     if (static_cast<int64_t>(i + 1) * cfg_.page_size > static_cast<int64_t>(pos) - window) break;
     if (t[i] >= 0) {
-      unref_page(1, t[i]);
+      unref_page(KvGroup::Window, t[i]);
       t[i] = -1;
     }
   }
@@ -158,7 +157,7 @@ void KVCache::release(int seq) { truncate(seq, 0); }
 void KVCache::truncate(int seq, int32_t n) {
   if (n >= n_pos_[seq] && n > 0) return;
   const int32_t keep = entries_for(n, cfg_.page_size);
-  for (int g = 0; g < 2; ++g) {
+  for (KvGroup g : kKvGroups) {
     auto& t = tables_[g][seq];
     while (static_cast<int32_t>(t.size()) > keep) {
       if (t.back() >= 0) unref_page(g, t.back());
@@ -169,13 +168,14 @@ void KVCache::truncate(int seq, int32_t n) {
 }
 
 bool KVCache::fork(int src, int dst, int32_t n) {
-  if (!tables_[0][dst].empty() || !tables_[1][dst].empty())
+  if (!tables_[KvGroup::Full][dst].empty() || !tables_[KvGroup::Window][dst].empty())
     throw std::logic_error("KVCache::fork: destination sequence is not empty");
   if (n > n_pos_[src]) n = n_pos_[src];
   const int32_t full = n / cfg_.page_size;
   const bool partial = n % cfg_.page_size != 0;
-  if (partial && !can_allocate(n_layers_in_group_[0] ? 1 : 0, n_layers_in_group_[1] ? 1 : 0)) return false;
-  for (int g = 0; g < 2; ++g) {
+  if (partial && !can_allocate(n_layers_in_group_[KvGroup::Full] ? 1 : 0, n_layers_in_group_[KvGroup::Window] ? 1 : 0))
+    return false;
+  for (KvGroup g : kKvGroups) {
     if (n_layers_in_group_[g] == 0) continue;
     const auto& s = tables_[g][src];
     auto& d = tables_[g][dst];
@@ -193,7 +193,7 @@ bool KVCache::fork(int src, int dst, int32_t n) {
   return true;
 }
 
-int32_t KVCache::alloc_page(int group) {
+int32_t KVCache::alloc_page(KvGroup group) {
   const int64_t pb = static_cast<int64_t>(page_bytes_[group]);
   if (warm_[group].empty() && cold_[group].empty()) return -1;
   if (used_bytes_ + pb > budget_) return -1;
@@ -202,7 +202,7 @@ int32_t KVCache::alloc_page(int group) {
     p = warm_[group].back();
     warm_[group].pop_back();
   } else {
-    if (touched_bytes_ + pb > budget_) decommit_until(1 - group, touched_bytes_ + pb - budget_);
+    if (touched_bytes_ + pb > budget_) decommit_until(other_group(group), touched_bytes_ + pb - budget_);
     p = cold_[group].back();
     cold_[group].pop_back();
     touched_bytes_ += pb;
@@ -213,7 +213,7 @@ int32_t KVCache::alloc_page(int group) {
   return p;
 }
 
-void KVCache::decommit_until(int group, int64_t bytes) {
+void KVCache::decommit_until(KvGroup group, int64_t bytes) {
   // Only the other pool can have warm free pages here (this one's warm list was empty), and
   // its warm pages alone cover the excess: touched = used + warm(other) and used + one page
   // fits the budget.
@@ -231,14 +231,14 @@ void KVCache::decommit_until(int group, int64_t bytes) {
   }
 }
 
-int64_t KVCache::resident_bytes(int group) const {
+int64_t KVCache::resident_bytes(KvGroup group) const {
   if (!storage_[group]) return 0;
   return ReservedMemory::resident_bytes(storage_[group]->data(), storage_[group]->size());
 }
 
-void KVCache::ref_page(int group, int32_t page) { ++refs_[group][page]; }
+void KVCache::ref_page(KvGroup group, int32_t page) { ++refs_[group][page]; }
 
-void KVCache::unref_page(int group, int32_t page) {
+void KVCache::unref_page(KvGroup group, int32_t page) {
   if (--refs_[group][page] == 0) {
     warm_[group].push_back(page);
     --n_alloc_[group];
@@ -246,13 +246,13 @@ void KVCache::unref_page(int group, int32_t page) {
   }
 }
 
-void KVCache::attach_page(int seq, int group, int32_t index, int32_t page) {
+void KVCache::attach_page(int seq, KvGroup group, int32_t index, int32_t page) {
   auto& t = tables_[group][seq];
   if (static_cast<int32_t>(t.size()) <= index) t.resize(index + 1, -1);
   t[index] = page;
 }
 
-void KVCache::copy_page(int group, int32_t src, int32_t dst) {
+void KVCache::copy_page(KvGroup group, int32_t src, int32_t dst) {
   for (int l = 0; l < cfg_.n_layers; ++l) {
     if (group_of(l) != group) continue;
     std::memcpy(k_page(l, dst), k_page(l, src), layer_page_bytes());
@@ -260,7 +260,7 @@ void KVCache::copy_page(int group, int32_t src, int32_t dst) {
   if (copy_page_hook) copy_page_hook(group, src, dst);
 }
 
-void KVCache::read_page(int group, int32_t page, uint8_t* dst) {
+void KVCache::read_page(KvGroup group, int32_t page, uint8_t* dst) {
   for (int l = 0; l < cfg_.n_layers; ++l) {
     if (group_of(l) != group) continue;
     std::memcpy(dst, k_page(l, page), layer_page_bytes());
@@ -268,7 +268,7 @@ void KVCache::read_page(int group, int32_t page, uint8_t* dst) {
   }
 }
 
-void KVCache::write_page(int group, int32_t page, const uint8_t* src) {
+void KVCache::write_page(KvGroup group, int32_t page, const uint8_t* src) {
   for (int l = 0; l < cfg_.n_layers; ++l) {
     if (group_of(l) != group) continue;
     std::memcpy(k_page(l, page), src, layer_page_bytes());

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "kv/kv_group.h"
 #include "kv/reserved_memory.h"
 
 namespace edgellm {
@@ -58,7 +59,7 @@ class KVCache {
 
   // Pages needed to hold n tokens per pool for a config, and the bytes of one page (all layers
   // of its group, K and V): the engine sizes pools from a memory budget with these.
-  static size_t page_bytes(const KVCacheConfig& cfg, bool window_group);
+  static size_t page_bytes(const KVCacheConfig& cfg, KvGroup group);
   // Window-group pages one sequence holds at most: its window plus one batch of new tokens (and
   // a page of slack), never more than a full context (0 without window layers).
   static int64_t seq_window_pages(const KVCacheConfig& cfg, int32_t n_ctx, int32_t max_batch_tokens);
@@ -73,7 +74,7 @@ class KVCache {
   int page_size() const { return cfg_.page_size; }
   DType dtype() const { return cfg_.dtype; }
   int window(int layer) const { return cfg_.layer_window[layer]; }
-  int group_of(int layer) const { return cfg_.layer_window[layer] > 0 ? 1 : 0; }
+  KvGroup group_of(int layer) const { return cfg_.layer_window[layer] > 0 ? KvGroup::Window : KvGroup::Full; }
   size_t k_row_bytes() const { return row_bytes(cfg_.dtype, cfg_.head_dim_k); }
   size_t v_row_bytes() const { return row_bytes(cfg_.dtype, cfg_.head_dim_v); }
 
@@ -94,7 +95,7 @@ class KVCache {
   // allocating nothing, when a pool has too few free pages or the pages would not fit the budget.
   bool reserve(int seq, int32_t n);
   // Pages reserve() would allocate in `group` for `seq` to reach n positions.
-  int64_t pages_needed(int seq, int32_t n, int group) const;
+  int64_t pages_needed(int seq, int32_t n, KvGroup group) const;
   // After the tokens up to position `pos` (exclusive) were computed: return window-group pages of
   // `seq` that no future query can see (wholly before pos - window).
   void trim_window(int seq, int32_t pos);
@@ -106,31 +107,31 @@ class KVCache {
   // reference; a partially filled last page is copied so dst can write into it.
   bool fork(int src, int dst, int32_t n);
 
-  // Page-level access for prefix caching (group 0 = full, 1 = window).
-  int32_t alloc_page(int group);   // -1 when the pool is empty
-  void ref_page(int group, int32_t page);
-  void unref_page(int group, int32_t page);  // returns the page to the free list at refcount 0
-  int32_t refcount(int group, int32_t page) const { return refs_[group][page]; }
+  // Page-level access for prefix caching.
+  int32_t alloc_page(KvGroup group);   // -1 when the pool is empty
+  void ref_page(KvGroup group, int32_t page);
+  void unref_page(KvGroup group, int32_t page);  // returns the page to the free list at refcount 0
+  int32_t refcount(KvGroup group, int32_t page) const { return refs_[group][page]; }
   // Put page `page` (already referenced by the caller) at table index `index` of `seq`.
-  void attach_page(int seq, int group, int32_t index, int32_t page);
+  void attach_page(int seq, KvGroup group, int32_t index, int32_t page);
   void set_n_positions(int seq, int32_t n) { n_pos_[seq] = n; }
-  void copy_page(int group, int32_t src, int32_t dst);
+  void copy_page(KvGroup group, int32_t src, int32_t dst);
   // A page's bytes, all layers of its group in layer order (K then V each): group_page_bytes(g)
   // bytes. The persistent prefix cache (kv/page_store.h) copies pages out and back with these.
-  void read_page(int group, int32_t page, uint8_t* dst);
-  void write_page(int group, int32_t page, const uint8_t* src);
+  void read_page(KvGroup group, int32_t page, uint8_t* dst);
+  void write_page(KvGroup group, int32_t page, const uint8_t* src);
   // Called after every copy_page: a GPU layer executor mirrors the copy in device memory.
-  std::function<void(int group, int32_t src, int32_t dst)> copy_page_hook;
+  std::function<void(KvGroup group, int32_t src, int32_t dst)> copy_page_hook;
 
   // Capacity of a pool: its page ids are [0, pages_total).
-  int64_t pages_total(int group) const { return static_cast<int64_t>(refs_[group].size()); }
+  int64_t pages_total(KvGroup group) const { return static_cast<int64_t>(refs_[group].size()); }
   // Pages of `group` that could be taken now (free list and budget), if the other pool takes none.
-  int64_t pages_free(int group) const;
-  // Whether n_full pages of group 0 and n_window of group 1 could be taken now, together.
+  int64_t pages_free(KvGroup group) const;
+  // Whether n_full Full pages and n_window Window pages could be taken now, together.
   bool can_allocate(int64_t n_full, int64_t n_window) const;
-  int64_t pages_used() const { return n_alloc_[0] + n_alloc_[1]; }  // out of the free lists
-  int64_t pages_used(int group) const { return n_alloc_[group]; }
-  bool has_window_group() const { return !refs_[1].empty(); }
+  int64_t pages_used() const { return n_alloc_[KvGroup::Full] + n_alloc_[KvGroup::Window]; }  // out of the free lists
+  int64_t pages_used(KvGroup group) const { return n_alloc_[group]; }
+  bool has_window_group() const { return !refs_[KvGroup::Window].empty(); }
 
   // Bytes: the budget, the pages out of the free lists, the pages written since they were last
   // given back (an upper bound of the storage's resident memory, up to partial OS pages at range
@@ -139,26 +140,26 @@ class KVCache {
   int64_t bytes_used() const { return used_bytes_; }
   int64_t bytes_touched() const { return touched_bytes_; }
   int64_t pages_decommitted() const { return decommitted_; }
-  size_t group_page_bytes(int group) const { return page_bytes_[group]; }
+  size_t group_page_bytes(KvGroup group) const { return page_bytes_[group]; }
   // Resident bytes of a pool's storage now (mincore; -1 if unknown). Walks the whole reservation.
-  int64_t resident_bytes(int group) const;
+  int64_t resident_bytes(KvGroup group) const;
 
  private:
   size_t layer_page_bytes() const;
   // Gives free warm pages of `group` back to the system until `bytes` more fit under the budget.
-  void decommit_until(int group, int64_t bytes);
+  void decommit_until(KvGroup group, int64_t bytes);
   KVCacheConfig cfg_;
   std::vector<int> layer_index_;          // index of a layer within its group
-  int n_layers_in_group_[2] = {0, 0};
-  std::vector<std::unique_ptr<ReservedMemory>> storage_;  // per group: [layer in group][page][K then V]
-  std::vector<uint8_t*> base_;                       // per group: storage_[g]->data() (or null)
-  std::vector<std::vector<int32_t>> refs_;           // per group: refcount per page
-  std::vector<std::vector<int32_t>> warm_;           // per group: free pages written before (stack)
-  std::vector<std::vector<int32_t>> cold_;           // per group: free pages never written / given back (stack)
-  int64_t n_alloc_[2] = {0, 0};
-  size_t page_bytes_[2] = {0, 0};                    // one page of a group, all its layers
+  PerKvGroup<int> n_layers_in_group_;
+  PerKvGroup<std::unique_ptr<ReservedMemory>> storage_;  // [layer in group][page][K then V]
+  PerKvGroup<uint8_t*> base_;                        // storage_[g]->data() (or null)
+  PerKvGroup<std::vector<int32_t>> refs_;            // refcount per page
+  PerKvGroup<std::vector<int32_t>> warm_;            // free pages written before (stack)
+  PerKvGroup<std::vector<int32_t>> cold_;            // free pages never written / given back (stack)
+  PerKvGroup<int64_t> n_alloc_;
+  PerKvGroup<size_t> page_bytes_;                    // one page of a group, all its layers
   int64_t budget_ = 0, used_bytes_ = 0, touched_bytes_ = 0, decommitted_ = 0;
-  std::vector<std::vector<std::vector<int32_t>>> tables_;  // [group][seq] -> pages
+  PerKvGroup<std::vector<std::vector<int32_t>>> tables_;  // [group][seq] -> pages
   std::vector<int32_t> n_pos_;            // positions held per seq
 };
 

@@ -73,15 +73,15 @@ int32_t PrefixCache::attach_prefix(int seq, const int32_t* tokens, int32_t n) {
   for (int32_t i = 0; i < k; ++i) {
     Entry& e = entries_.at(hashes[i]);
     e.last_used = tick_;
-    kv_.ref_page(0, e.page_full);
-    kv_.attach_page(seq, 0, i, e.page_full);
+    kv_.ref_page(KvGroup::Full, e.page_full);
+    kv_.attach_page(seq, KvGroup::Full, i, e.page_full);
     if (kv_.has_window_group()) {
       const bool visible = static_cast<int64_t>(i + 1) * P > static_cast<int64_t>(k) * P - max_window_;
       if (visible) {
-        kv_.ref_page(1, e.page_window);
-        kv_.attach_page(seq, 1, i, e.page_window);
+        kv_.ref_page(KvGroup::Window, e.page_window);
+        kv_.attach_page(seq, KvGroup::Window, i, e.page_window);
       } else {
-        kv_.attach_page(seq, 1, i, -1);
+        kv_.attach_page(seq, KvGroup::Window, i, -1);
       }
     }
   }
@@ -96,13 +96,13 @@ void PrefixCache::register_pages(int seq, const int32_t* tokens, int32_t n_compu
   const std::vector<int32_t>* window = nullptr;
   if (kv_.has_window_group()) {
     for (int l = 0; l < kv_.config().n_layers; ++l)
-      if (kv_.group_of(l) == 1) {
+      if (kv_.group_of(l) == KvGroup::Window) {
         window = &kv_.page_table(l, seq);
         break;
       }
   }
   int layer0 = 0;
-  while (layer0 < kv_.config().n_layers && kv_.group_of(layer0) != 0) ++layer0;
+  while (layer0 < kv_.config().n_layers && kv_.group_of(layer0) != KvGroup::Full) ++layer0;
   if (layer0 == kv_.config().n_layers) return;  // no full-attention layers: nothing to share
   const auto& table = kv_.page_table(layer0, seq);
   for (; (cursor.pages + 1) * P <= n_computed; ++cursor.pages) {
@@ -115,10 +115,10 @@ void PrefixCache::register_pages(int seq, const int32_t* tokens, int32_t n_compu
       e.parent = cursor.hash;
       e.tokens.assign(t, t + P);
       e.page_full = table[i];
-      kv_.ref_page(0, e.page_full);
+      kv_.ref_page(KvGroup::Full, e.page_full);
       if (window && i < static_cast<int32_t>(window->size()) && (*window)[i] >= 0) {
         e.page_window = (*window)[i];
-        kv_.ref_page(1, e.page_window);
+        kv_.ref_page(KvGroup::Window, e.page_window);
       }
       e.depth = i;
       e.last_used = ++tick_;
@@ -135,7 +135,7 @@ void PrefixCache::register_pages(int seq, const int32_t* tokens, int32_t n_compu
   }
 }
 
-bool PrefixCache::evict_one(int group, uint64_t protect) {
+bool PrefixCache::evict_one(KvGroup group, uint64_t protect) {
   auto victim = entries_.end();
   auto better = [&](const Entry& e, const Entry& v) {
     const bool e_leaf = e.children == 0, v_leaf = v.children == 0;
@@ -145,14 +145,14 @@ bool PrefixCache::evict_one(int group, uint64_t protect) {
   };
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
     const Entry& e = it->second;
-    const int32_t page = group == 0 ? e.page_full : e.page_window;
+    const int32_t page = e.page(group);
     if (page < 0 || kv_.refcount(group, page) != 1 || e.last_used >= protect) continue;
     if (victim == entries_.end() || better(e, victim->second)) victim = it;
   }
   if (victim == entries_.end()) return false;
   Entry& e = victim->second;
-  if (group == 1) {
-    kv_.unref_page(1, e.page_window);
+  if (group == KvGroup::Window) {
+    kv_.unref_page(KvGroup::Window, e.page_window);
     e.page_window = -1;
     return true;
   }
@@ -162,8 +162,8 @@ bool PrefixCache::evict_one(int group, uint64_t protect) {
 
 void PrefixCache::erase_entry(std::unordered_map<uint64_t, Entry>::iterator it) {
   Entry& e = it->second;
-  kv_.unref_page(0, e.page_full);
-  if (e.page_window >= 0) kv_.unref_page(1, e.page_window);
+  kv_.unref_page(KvGroup::Full, e.page_full);
+  if (e.page_window >= 0) kv_.unref_page(KvGroup::Window, e.page_window);
   if (e.depth > 0) {
     auto parent = entries_.find(e.parent);
     if (parent != entries_.end() && parent->second.children > 0) --parent->second.children;
@@ -173,16 +173,16 @@ void PrefixCache::erase_entry(std::unordered_map<uint64_t, Entry>::iterator it) 
 
 void PrefixCache::clear() {
   for (auto& kv : entries_) {
-    kv_.unref_page(0, kv.second.page_full);
-    if (kv.second.page_window >= 0) kv_.unref_page(1, kv.second.page_window);
+    kv_.unref_page(KvGroup::Full, kv.second.page_full);
+    if (kv.second.page_window >= 0) kv_.unref_page(KvGroup::Window, kv.second.page_window);
   }
   entries_.clear();
 }
 
-int64_t PrefixCache::reclaimable_pages(int group) const {
+int64_t PrefixCache::reclaimable_pages(KvGroup group) const {
   int64_t n = 0;
   for (const auto& kv : entries_) {
-    const int32_t page = group == 0 ? kv.second.page_full : kv.second.page_window;
+    const int32_t page = kv.second.page(group);
     if (page >= 0 && kv_.refcount(group, page) == 1) ++n;
   }
   return n;
@@ -194,8 +194,8 @@ PageLayout PrefixCache::layout_of(const KVCache& kv) {
   const KVCacheConfig& c = kv.config();
   PageLayout l;
   l.page_size = c.page_size;
-  l.full_bytes = kv.group_page_bytes(0);
-  l.window_bytes = kv.has_window_group() ? kv.group_page_bytes(1) : 0;
+  l.full_bytes = kv.group_page_bytes(KvGroup::Full);
+  l.window_bytes = kv.has_window_group() ? kv.group_page_bytes(KvGroup::Window) : 0;
   std::string d = "dtype=" + std::to_string(static_cast<int>(c.dtype)) + ",layers=" + std::to_string(c.n_layers) +
                   ",kv_heads=" + std::to_string(c.n_kv_heads) + ",dk=" + std::to_string(c.head_dim_k) +
                   ",dv=" + std::to_string(c.head_dim_v) + ",windows=";
@@ -210,35 +210,35 @@ PageRecord PrefixCache::record_of(uint64_t hash, const Entry& e) {
   r.parent = e.parent;
   r.depth = e.depth;
   r.tokens = e.tokens;
-  r.full.resize(kv_.group_page_bytes(0));
-  kv_.read_page(0, e.page_full, r.full.data());
+  r.full.resize(kv_.group_page_bytes(KvGroup::Full));
+  kv_.read_page(KvGroup::Full, e.page_full, r.full.data());
   if (e.page_window >= 0) {
-    r.window.resize(kv_.group_page_bytes(1));
-    kv_.read_page(1, e.page_window, r.window.data());
+    r.window.resize(kv_.group_page_bytes(KvGroup::Window));
+    kv_.read_page(KvGroup::Window, e.page_window, r.window.data());
   }
   return r;
 }
 
-int32_t PrefixCache::alloc_pinned(int group, uint64_t protect) {
+int32_t PrefixCache::alloc_pinned(KvGroup group, uint64_t protect) {
   int32_t p = kv_.alloc_page(group);
   // the budget is shared: a cached page of either group makes room
-  while (p < 0 && (evict_one(group, protect) || evict_one(1 - group, protect))) p = kv_.alloc_page(group);
+  while (p < 0 && (evict_one(group, protect) || evict_one(other_group(group), protect))) p = kv_.alloc_page(group);
   return p;
 }
 
 bool PrefixCache::insert_record(const PageRecord& r, bool with_window, uint64_t protect) {
-  const int32_t full = alloc_pinned(0, protect);
+  const int32_t full = alloc_pinned(KvGroup::Full, protect);
   if (full < 0) return false;
   int32_t window = -1;
   if (with_window && !r.window.empty() && kv_.has_window_group()) {
-    window = alloc_pinned(1, protect);
+    window = alloc_pinned(KvGroup::Window, protect);
     if (window < 0) {
-      kv_.unref_page(0, full);
+      kv_.unref_page(KvGroup::Full, full);
       return false;
     }
-    kv_.write_page(1, window, r.window.data());
+    kv_.write_page(KvGroup::Window, window, r.window.data());
   }
-  kv_.write_page(0, full, r.full.data());
+  kv_.write_page(KvGroup::Full, full, r.full.data());
   Entry e;
   e.parent = r.parent;
   e.tokens = r.tokens;

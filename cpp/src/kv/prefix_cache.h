@@ -55,7 +55,7 @@ class PrefixCache {
   // before the pages they extend (so cached chains stay reachable).
   // Returns false when there is none.
   // Entries used at or after tick `protect` are kept (a lookup in progress pins its chain).
-  bool evict_one(int group, uint64_t protect = UINT64_MAX);
+  bool evict_one(KvGroup group, uint64_t protect = UINT64_MAX);
   // Drops every entry (pages still used by sequences stay with them).
   void clear();
 
@@ -74,7 +74,7 @@ class PrefixCache {
   int64_t hit_tokens() const { return hit_tokens_; }
   int64_t entries() const { return static_cast<int64_t>(entries_.size()); }
   // Pages of `group` that only the cache holds (reclaimable on demand).
-  int64_t reclaimable_pages(int group) const;
+  int64_t reclaimable_pages(KvGroup group) const;
 
   static uint64_t chain_hash(uint64_t parent, const int32_t* tokens, int32_t n);
 
@@ -87,10 +87,11 @@ class PrefixCache {
     int32_t depth = 0;
     int32_t children = 0;  // cached pages that extend this one
     uint64_t last_used = 0;
+    int32_t page(KvGroup g) const { return g == KvGroup::Full ? page_full : page_window; }
   };
   const Entry* find(uint64_t hash, uint64_t parent, const int32_t* tokens) const;
   // A page of `group` for an entry being loaded: free, else by evicting unpinned entries.
-  int32_t alloc_pinned(int group, uint64_t protect);
+  int32_t alloc_pinned(KvGroup group, uint64_t protect);
   // Makes `r` an entry (its pages allocated and written); false when no page could be had.
   bool insert_record(const PageRecord& r, bool with_window, uint64_t protect);
   // Extends the in-memory match `hashes` of tokens[0, n) with pages from the store.

@@ -103,10 +103,10 @@ void DecoderModel::validate(const Batch& b, KVCache& kv, const float* logits, co
   // One layer of each group stands for its group's page tables.
   int group_layer[2] = {-1, -1};
   for (int il = 0; il < c.n_layer; ++il)
-    if (group_layer[kv.group_of(il)] < 0) group_layer[kv.group_of(il)] = il;
+    if (group_layer[kv_group_index(kv.group_of(il))] < 0) group_layer[kv_group_index(kv.group_of(il))] = il;
   const int P = kv.page_size();
-  for (int g = 0; g < 2; ++g) {
-    const int l = group_layer[g];
+  for (KvGroup g : kKvGroups) {
+    const int l = group_layer[kv_group_index(g)];
     if (l < 0 || kv.pages_total(g) < 2) continue;
     // attention.h addresses page i of a head as base + i * stride: check the cache agrees.
     const size_t stride = static_cast<size_t>(kc.n_kv_heads) * P * (kv.k_row_bytes() + kv.v_row_bytes());

@@ -175,8 +175,8 @@ MemoryPlan MemoryPlanner::plan(const MemoryPlanOptions& o) const {
     p.window = std::max(p.window, w);
     ++(w > 0 ? p.kv_layers_window : p.kv_layers_full);
   }
-  p.kv_page_bytes_full = static_cast<int64_t>(KVCache::page_bytes(kc, false));
-  p.kv_page_bytes_window = p.window > 0 ? static_cast<int64_t>(KVCache::page_bytes(kc, true)) : 0;
+  p.kv_page_bytes_full = static_cast<int64_t>(KVCache::page_bytes(kc, KvGroup::Full));
+  p.kv_page_bytes_window = p.window > 0 ? static_cast<int64_t>(KVCache::page_bytes(kc, KvGroup::Window)) : 0;
   p.kv_bytes_per_token_full = p.kv_page_bytes_full / o.page_size;
   p.kv_bytes_per_token_window = p.kv_page_bytes_window / o.page_size;
   // the engine's default (engine.cpp sizes its pools with the same function)

@@ -1,5 +1,5 @@
 // Test surface of the kernel tables: run one entry of a named ISA's table on numpy data, so
-// tests/test_kernels.py can compare every SIMD table against the scalar one.
+// tests/test_kernels.py can compare every SIMD table against the scalar one (edgellm._testing).
 //   kernel_matmul(isa, wtype, w, K, rows, x[ncols, K], r0=0, r1=rows, quantize_isa=None) -> y[ncols, rows]
 //   kernel_quantize(isa, act_type, x[n]) -> bytes
 //   kernel_op(isa, name, a, b=None, scalar=0.0) -> ndarray or float
@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "bindings.h"
 #include "common/errors.h"
 #include "kernels/kernels.h"
 #include "quant/quant.h"
+#include "testing.h"
 
 namespace py = pybind11;
 
