@@ -72,12 +72,7 @@ void MemoryPlanner::read(const std::string& path) {
 
   // The loader's own steps, binding only: config, architecture, every tensor checked by name,
   // shape and type (a corrupt or unsupported file fails here as it would in Model::load).
-  config_ = read_common_config(*file);
-  const Architecture* arch = find_architecture(config_.arch);
-  if (!arch)
-    throw ModelFormatError(file->path() + ": architecture \"" + config_.arch + "\" (general.architecture) is not " +
-                           "supported; supported: " + supported_architectures());
-  arch->hparams(*file, config_);
+  const Architecture& arch = read_model_config(*file, config_);
   const ModelConfig& c = config_;
   WeightLoader ld(*file, /*plan_only=*/true);
   Matrix token_embd = ld.matrix("token_embd.weight", c.n_embd, c.n_vocab);
@@ -87,7 +82,7 @@ void MemoryPlanner::read(const std::string& path) {
   if (tied) output = token_embd;
   ld.vector("rope_freqs.weight", c.n_rot / 2, /*optional=*/true);
   std::vector<LayerWeights> layers(c.n_layer);
-  for (int il = 0; il < c.n_layer; ++il) arch->tensors(ld, c, il, layers[il]);
+  for (int il = 0; il < c.n_layer; ++il) bind_layer(ld, c, arch.layer, il, layers[il]);
   converted_ = static_cast<int64_t>(ld.converted_bytes());
 
   // Matrices: packed (an anonymous copy; the mapped source released) or read in place.

@@ -15,13 +15,9 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
 
 std::unique_ptr<Model> Model::load(std::shared_ptr<GgufFile> file, const LoadOptions& opts) {
   if (!file) throw InvalidRequestError("Model::load: no file");
-  ModelConfig config = read_common_config(*file);
-  const Architecture* arch = find_architecture(config.arch);
-  if (!arch)
-    throw ModelFormatError(file->path() + ": architecture \"" + config.arch + "\" (general.architecture) is not " +
-                           "supported; supported: " + supported_architectures());
-  arch->hparams(*file, config);
-  return std::make_unique<DecoderModel>(std::move(file), *arch, std::move(config), opts);
+  ModelConfig config;
+  const Architecture& arch = read_model_config(*file, config);
+  return std::make_unique<DecoderModel>(std::move(file), arch, std::move(config), opts);
 }
 
 KVCacheConfig Model::kv_config() const {
