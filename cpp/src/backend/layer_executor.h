@@ -3,8 +3,8 @@
 // residual stream to run(), which computes layers [first_layer(), n_layer) in place, and then
 // runs the output head on the CPU. An executor runs the same layer definition as the CPU
 // (run_layer of model/architecture.h, driven by the architecture's LayerSpec) over its own
-// building blocks. The executor keeps its layers' weights and their KV pages
-// in its own memory (same page ids as the host KVCache, whose tables stay the one truth).
+// building blocks. It keeps its layers' weights and their KV pages in its own memory (same
+// page ids as the host KVCache, whose tables stay the one truth).
 //
 // make_gpu_executor() is compiled into every build: with CUDA off, or with no usable GPU, it
 // prints a warning and returns nullptr, and the model runs wholly on the CPU.

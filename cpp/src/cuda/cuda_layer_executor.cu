@@ -349,11 +349,8 @@ size_t bytes_needed(const OffloadRequest& r, int n) {
   size_t total = 0;
   for (int il = c.n_layer - n; il < c.n_layer; ++il) {
     const LayerWeights& w = (*r.layers)[il];
-    for (const Matrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down})
-      total += m->row_bytes * static_cast<size_t>(m->n_out);
-    for (const Vector* v : {&w.attn_norm, &w.bq, &w.bk, &w.bv, &w.bo, &w.q_norm, &w.k_norm, &w.post_attn_norm,
-                            &w.ffn_norm, &w.b_gate, &w.b_up, &w.b_down, &w.post_ffn_norm})
-      total += sizeof(float) * v->n;
+    for (const Matrix* m : w.matrices()) total += m->row_bytes * static_cast<size_t>(m->n_out);
+    for (const Vector* v : w.vectors()) total += sizeof(float) * v->n;
   }
   const size_t T = static_cast<size_t>(r.max_batch_tokens);
   total += sizeof(float) * T * (3 * c.n_embd + c.n_embd_q() + c.n_embd_k() + c.n_embd_v() + c.n_embd_attn() +
@@ -372,7 +369,7 @@ std::unique_ptr<LayerExecutor> make_layer_executor(const OffloadRequest& r, int 
   }
   for (int il = c.n_layer - n; il < c.n_layer; ++il) {
     const LayerWeights& w = (*r.layers)[il];
-    for (const Matrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down})
+    for (const Matrix* m : w.matrices())
       if (!matmul_supports(m->type)) {
         *why_not = "tensor " + (m->info ? m->info->name : std::string("of layer ") + std::to_string(il)) +
                    " has type " + dtype_name(m->type) + ", which the CUDA matmul does not handle";

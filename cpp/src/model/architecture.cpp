@@ -15,24 +15,24 @@ const Architecture& qwen2_architecture();
 const Architecture& qwen3_architecture();
 
 namespace {
-const Architecture* const* all_architectures() {
-  static const Architecture* const list[] = {&gemma3_architecture(), &llama_architecture(), &qwen2_architecture(),
-                                             &qwen3_architecture(), nullptr};
-  return list;
-}
-
 std::string layer_tensor(int il, const char* name) { return "blk." + std::to_string(il) + "." + name; }
 }  // namespace
 
+const std::vector<const Architecture*>& architectures() {
+  static const std::vector<const Architecture*> list = {&gemma3_architecture(), &llama_architecture(),
+                                                        &qwen2_architecture(), &qwen3_architecture()};
+  return list;
+}
+
 const Architecture* find_architecture(const std::string& name) {
-  for (const Architecture* const* a = all_architectures(); *a; ++a)
-    if (name == (*a)->name) return *a;
+  for (const Architecture* a : architectures())
+    if (name == a->name) return a;
   return nullptr;
 }
 
 std::string supported_architectures() {
   std::string s;
-  for (const Architecture* const* a = all_architectures(); *a; ++a) s += (s.empty() ? "" : ", ") + std::string((*a)->name);
+  for (const Architecture* a : architectures()) s += (s.empty() ? "" : ", ") + std::string(a->name);
   return s;
 }
 

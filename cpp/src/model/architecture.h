@@ -9,7 +9,9 @@
 // architecture.cpp's registry; a layer feature no LayerSpec field describes is a new field,
 // read by run_layer or by both backends' building blocks.
 #pragma once
+#include <array>
 #include <string>
+#include <vector>
 
 #include "gguf/gguf_file.h"
 #include "model/model_config.h"
@@ -44,6 +46,8 @@ struct Architecture {
   void (*hparams)(const GgufFile& file, ModelConfig& config);
 };
 
+// The registry: every supported architecture, by name.
+const std::vector<const Architecture*>& architectures();
 // nullptr when `name` is not supported.
 const Architecture* find_architecture(const std::string& name);
 // "gemma3, llama, qwen2, qwen3"
@@ -65,6 +69,15 @@ struct LayerWeights {
   Matrix gate, up, down;
   Vector b_gate, b_up, b_down;   // optional FFN biases
   Vector post_ffn_norm;          // LayerSpec::post_norms: on the FFN output
+
+  // Every matrix and every vector member, for code that walks them all (packing, sizing,
+  // device uploads); absent ones are empty.
+  std::array<Matrix*, 7> matrices() { return {&wq, &wk, &wv, &wo, &gate, &up, &down}; }
+  std::array<const Matrix*, 7> matrices() const { return {&wq, &wk, &wv, &wo, &gate, &up, &down}; }
+  std::array<const Vector*, 13> vectors() const {
+    return {&attn_norm, &bq, &bk, &bv, &bo, &q_norm, &k_norm, &post_attn_norm,
+            &ffn_norm, &b_gate, &b_up, &b_down, &post_ffn_norm};
+  }
 };
 
 // Binds layer il's tensors ("blk.<il>.*") as `spec` says, shapes checked against the config: the

@@ -70,10 +70,8 @@ DecoderModel::DecoderModel(std::shared_ptr<GgufFile> file, const Architecture& a
   // Repack what the CPU multiplies (layers on the GPU read the GGUF blocks as they are).
   std::vector<Matrix*> mats{&output_};
   const int cpu_layers = c.n_layer - gpu_layers_;
-  for (int il = 0; il < cpu_layers; ++il) {
-    LayerWeights& w = layers_[il];
-    for (Matrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down}) mats.push_back(m);
-  }
+  for (int il = 0; il < cpu_layers; ++il)
+    for (Matrix* m : layers_[il].matrices()) mats.push_back(m);
   packed_ = pack_weights(mats, *threads_);
 }
 

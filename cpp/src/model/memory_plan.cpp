@@ -12,6 +12,7 @@
 #include "kv/kv_cache.h"
 #include "model/architecture.h"
 #include "model/forward_pass.h"
+#include "model/model.h"
 #include "model/weight_packing.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
@@ -88,7 +89,7 @@ void MemoryPlanner::read(const std::string& path) {
   // Matrices: packed (an anonymous copy; the mapped source released) or read in place.
   std::vector<const Matrix*> mats{&output};
   for (const LayerWeights& w : layers)
-    for (const Matrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down}) mats.push_back(m);
+    for (const Matrix* m : w.matrices()) mats.push_back(m);
   std::set<const TensorInfo*> seen;
   for (const Matrix* m : mats) {
     if (!*m || !seen.insert(m->info).second) continue;
@@ -157,12 +158,7 @@ MemoryPlan MemoryPlanner::plan(const MemoryPlanOptions& o) const {
   p.matrices_mapped = n_mapped_;
 
   // The KV budget, by engine.cpp's rule (Engine::Engine; test_memory_plan checks they agree).
-  KVCacheConfig kc;
-  kc.n_layers = c.n_layer;
-  kc.n_kv_heads = c.n_head_kv;
-  kc.head_dim_k = c.head_dim_k;
-  kc.head_dim_v = c.head_dim_v;
-  kc.layer_window = c.layer_window;
+  KVCacheConfig kc = kv_config_for(c);
   kc.page_size = o.page_size;
   kc.dtype = o.kv_type;
   kc.max_seqs = o.max_seqs + 1;

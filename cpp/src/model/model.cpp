@@ -20,14 +20,16 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<GgufFile> file, const LoadOpt
   return std::make_unique<DecoderModel>(std::move(file), arch, std::move(config), opts);
 }
 
-KVCacheConfig Model::kv_config() const {
+KVCacheConfig kv_config_for(const ModelConfig& c) {
   KVCacheConfig k;
-  k.n_layers = config_.n_layer;
-  k.n_kv_heads = config_.n_head_kv;
-  k.head_dim_k = config_.head_dim_k;
-  k.head_dim_v = config_.head_dim_v;
-  k.layer_window = config_.layer_window;
+  k.n_layers = c.n_layer;
+  k.n_kv_heads = c.n_head_kv;
+  k.head_dim_k = c.head_dim_k;
+  k.head_dim_v = c.head_dim_v;
+  k.layer_window = c.layer_window;
   return k;
 }
+
+KVCacheConfig Model::kv_config() const { return kv_config_for(config_); }
 
 }  // namespace edgellm
