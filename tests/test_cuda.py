@@ -336,12 +336,7 @@ def test_golden_rule_offloaded(model_name, golden_name, ngl, kv_type):
     runner = core.ModelRunner(model, n_ctx=2048, kv_type=kv_type)
     result = evaluate(runner, load_golden(golden_name), name=f"{golden_name} ngl={ngl} kv={kv_type}")
     print(result.summary())
-    assert result.rule2_ok, result.summary()
-    if kv_type == "F32":
-        assert result.rule3_ok, result.summary()
-    else:
-        assert result.mean_err <= result.err_limit, result.summary()
-        assert not result.decisive_misses, result.summary()
+    result.check(kv_type)
 
 
 @needs_gpu
