@@ -1,5 +1,7 @@
 # Optional CUDA backend (-DEDGELLM_CUDA=ON; `CMAKE_ARGS="-DEDGELLM_CUDA=ON" pip install .`).
-# Included by CMakeLists.txt only when the option is on, so the default build needs no toolkit.
+# Included by CMakeLists.txt only when the option is on, so the default build needs no toolkit,
+# and before it makes any target (each then starts with these CUDA_ARCHITECTURES); it defines
+# the object library edgellm_cuda, which CMakeLists.txt adds to edgellm_core.
 #
 # EDGELLM_CUDA_ARCHS: the GPU architectures compiled to SASS, plus PTX of the last one so newer
 # GPUs can JIT it. The release default covers Turing (sm_75) through Hopper (sm_90); CI passes a
@@ -32,11 +34,6 @@ target_compile_options(edgellm_cuda PRIVATE
                              --Werror=all-warnings>
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
 set_target_properties(edgellm_cuda PROPERTIES POSITION_INDEPENDENT_CODE ON CUDA_RUNTIME_LIBRARY Static)
-
-target_sources(edgellm_core PRIVATE $<TARGET_OBJECTS:edgellm_cuda>)
-# PUBLIC: the bindings (bind_cuda.cpp) and backend/gpu_offload.cpp see it too.
-target_compile_definitions(edgellm_core PUBLIC EDGELLM_HAVE_CUDA=1)
-target_link_libraries(edgellm_core PUBLIC CUDA::cudart_static)
 message(STATUS "edgellm: CUDA backend on, architectures ${CMAKE_CUDA_ARCHITECTURES}")
 
 # GPU-free self-check (run by .ci/run): the kernels' dequantizers against the CPU reference.

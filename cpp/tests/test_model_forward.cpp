@@ -1,5 +1,6 @@
-// Model::forward on tiny random F32 models written by this test (llama and gemma3 with a
-// sliding window): batching invariances and the errors of bad batches. The numeric comparison
+// Model::forward on tiny random F32 models written by this test, one per registered
+// architecture (with the tensors its LayerSpec asks for; a sliding window where the
+// architecture reads one): batching invariances and the errors of bad batches. The numeric comparison
 // against an independent reference is in tests/test_model_forward.py; this runs the same code
 // paths under the sanitizers (EDGELLM_SANITIZE=ON) without Python.
 #include <cmath>
@@ -11,6 +12,7 @@
 
 #include "common/errors.h"
 #include "kv/kv_cache.h"
+#include "model/architecture.h"
 #include "model/model.h"
 #include "tools/runner.h"
 #include "test_util.h"
@@ -86,7 +88,9 @@ class GgufWriter {
 
 constexpr int kEmbd = 32, kHeads = 4, kKv = 2, kHd = 32, kFf = 64, kVocab = 40, kLayers = 2;
 
-std::string write_tiny(const std::string& arch, const std::string& path) {
+std::string write_tiny(const Architecture& architecture, const std::string& path) {
+  const std::string arch = architecture.name;
+  const LayerSpec& spec = architecture.layer;
   std::mt19937 rng(7);
   std::normal_distribution<float> g;
   auto rnd = [&](size_t n, float std, float mean = 0) {
@@ -107,10 +111,9 @@ std::string write_tiny(const std::string& arch, const std::string& path) {
   w.u32(a + "attention.value_length", kHd);
   w.f32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
   w.u32(a + "vocab_size", kVocab);
-  if (arch == "gemma3") {
-    w.u32(a + "attention.sliding_window", 3);
-    w.u32(a + "attention.sliding_window_pattern", 2);  // layer 0 local, layer 1 global
-  }
+  // Read by architectures with sliding-window layers (gemma3), ignored by the others.
+  w.u32(a + "attention.sliding_window", 3);
+  w.u32(a + "attention.sliding_window_pattern", 2);  // layer 0 local, layer 1 global
   w.tensor("token_embd.weight", {kEmbd, kVocab}, rnd(kEmbd * kVocab, 1.0f));
   w.tensor("output_norm.weight", {kEmbd}, rnd(kEmbd, 0.1f, 1.0f));
   for (int il = 0; il < kLayers; ++il) {
@@ -124,9 +127,16 @@ std::string write_tiny(const std::string& arch, const std::string& path) {
     w.tensor(b + "ffn_gate.weight", {kEmbd, kFf}, rnd(kEmbd * kFf, 0.2f));
     w.tensor(b + "ffn_up.weight", {kEmbd, kFf}, rnd(kEmbd * kFf, 0.2f));
     w.tensor(b + "ffn_down.weight", {kFf, kEmbd}, rnd(kEmbd * kFf, 0.2f));
-    if (arch == "gemma3") {
+    if (spec.qkv_bias) {
+      w.tensor(b + "attn_q.bias", {kHeads * kHd}, rnd(kHeads * kHd, 0.2f));
+      w.tensor(b + "attn_k.bias", {kKv * kHd}, rnd(kKv * kHd, 0.2f));
+      w.tensor(b + "attn_v.bias", {kKv * kHd}, rnd(kKv * kHd, 0.2f));
+    }
+    if (spec.qk_norm) {
       w.tensor(b + "attn_q_norm.weight", {kHd}, rnd(kHd, 0.1f, 1.0f));
       w.tensor(b + "attn_k_norm.weight", {kHd}, rnd(kHd, 0.1f, 1.0f));
+    }
+    if (spec.post_norms) {
       w.tensor(b + "post_attention_norm.weight", {kEmbd}, rnd(kEmbd, 0.1f, 1.0f));
       w.tensor(b + "post_ffw_norm.weight", {kEmbd}, rnd(kEmbd, 0.1f, 1.0f));
     }
@@ -231,8 +241,9 @@ void check_hidden_rows(const std::shared_ptr<Model>& model) {
   CHECK(throws<InvalidRequestError>([&] { model->forward(batch, kv3, nullptr, alone.data()); }));
 }
 
-void check_arch(const std::string& arch) {
-  const std::string path = write_tiny(arch, "/tmp/edgellm_test_model_" + arch + ".gguf");
+void check_arch(const Architecture& architecture) {
+  const std::string arch = architecture.name;
+  const std::string path = write_tiny(architecture, "/tmp/edgellm_test_model_" + arch + ".gguf");
   LoadOptions opts;
   opts.n_threads = 3;
   opts.max_batch_tokens = 16;
@@ -320,7 +331,7 @@ void check_arch(const std::string& arch) {
 }  // namespace
 
 int main() {
-  check_arch("llama");
-  check_arch("gemma3");
+  for (const Architecture* a : architectures()) check_arch(*a);  // gemma3, llama, qwen2, qwen3
+  CHECK(architectures().size() >= 4);
   return test_util::report();
 }

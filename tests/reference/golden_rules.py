@@ -42,6 +42,16 @@ class GoldenResult:
     def rule3_ok(self) -> bool:
         return self.mean_err <= self.err_limit and self.agree >= self.peer_agree - 0.02
 
+    def check(self, kv_type: str) -> None:
+        """Asserts the rule for a cache of kv_type: rule 2 always; rule 3 with an F32 cache; with
+        a rounded (F16) cache the mean error within the limit and no miss at a decisive step."""
+        assert self.rule2_ok, self.summary()
+        if kv_type == "F32":
+            assert self.rule3_ok, self.summary()
+        else:
+            assert self.mean_err <= self.err_limit, self.summary()
+            assert not self.decisive_misses, self.summary()
+
     def summary(self) -> str:
         return (f"{self.name}: teacher-forced mean err {self.mean_err:.5f} (limit {self.err_limit:.5f}, "
                 f"llama.cpp {self.peer_mean_err:.5f}), argmax agreement {self.agree:.4f} "

@@ -1,8 +1,10 @@
 // The seam between the model's forward pass and an accelerator. A LayerExecutor takes over the
 // last layers of the model: DecoderModel runs layers [0, first_layer()) on the CPU, hands the
 // residual stream to run(), which computes layers [first_layer(), n_layer) in place, and then
-// runs the output head on the CPU. The executor keeps its layers' weights and their KV pages
-// in its own memory (same page ids as the host KVCache, whose tables stay the one truth).
+// runs the output head on the CPU. An executor runs the same layer definition as the CPU
+// (run_layer of model/architecture.h, driven by the architecture's LayerSpec) over its own
+// building blocks. It keeps its layers' weights and their KV pages in its own memory (same
+// page ids as the host KVCache, whose tables stay the one truth).
 //
 // make_gpu_executor() is compiled into every build: with CUDA off, or with no usable GPU, it
 // prints a warning and returns nullptr, and the model runs wholly on the CPU.
@@ -34,9 +36,9 @@ class LayerExecutor {
 
 struct OffloadRequest {
   const ModelConfig* config = nullptr;
+  const LayerSpec* layer = nullptr;          // the architecture's layer, run by run_layer
   const std::vector<LayerWeights>* layers = nullptr;
   const float* rope_freq_factors = nullptr;  // rope_freqs.weight, or nullptr
-  bool gelu_ffn = false;                     // GeGLU (gemma3) instead of SwiGLU
   int n_gpu_layers = 0;                      // -1: all
   int max_batch_tokens = 512;
 };

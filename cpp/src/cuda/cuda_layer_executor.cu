@@ -1,13 +1,13 @@
 // The CUDA LayerExecutor (backend/layer_executor.h): the last n layers of a decoder on the GPU.
 //
-// One generic layer covers every supported architecture, driven by which weights the layer has
-// (as the CPU layer functions of model/arch/llama.cpp, qwen2.cpp, qwen3.cpp, gemma3.cpp do):
-//   h = rmsnorm(x) * attn_norm
-//   q, k, v = Wq h (+bq), Wk h (+bk), Wv h (+bv); per-head q/k norms if present;
-//   RoPE (NORM or NEOX, local or global table), q *= attn_scale; K/V stored in device pages;
-//   out = Wo · paged_attention (+bo); out = rmsnorm(out) * post_attn_norm if present; x += out
-//   h = rmsnorm(x) * ffn_norm; out = Wdown (act(Wgate h + b) ⊙ (Wup h + b)) (+b);
-//   out = rmsnorm(out) * post_ffn_norm if present; x += out
+// Each layer is run_layer (model/architecture.h), the same definition and LayerSpec the CPU
+// runs, over DevicePass below: the GPU counterparts of model/forward_pass.h's building blocks.
+//   rmsnorm          h = rmsnorm(x) * norm per token (also in place on a sub-layer's output)
+//   self_attention   q, k, v = Wq h (+bq), Wk h (+bk), Wv h (+bv); per-head q/k norms if bound;
+//                    RoPE (NORM or NEOX, the layer's local or global table), q *= attn_scale;
+//                    K/V stored in device pages; out = Wo · paged_attention (+bo)
+//   gated_ffn        out = Wdown (act(Wgate h + b) ⊙ (Wup h + b)) (+b)
+//   add_residual     x += out
 //
 // Device KV pages mirror the host KVCache page ids for the offloaded layers: the host page
 // tables are copied up every forward, and KVCache::copy_page_hook mirrors copy-on-write.
@@ -21,6 +21,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_kernels.cuh"
 #include "cuda/device_buffer.cuh"
+#include "model/architecture.h"
 #include "model/rope.h"
 
 namespace edgellm::cuda {
@@ -33,6 +34,7 @@ struct DevMatrix {
   int64_t n_in = 0, n_out = 0;
 };
 
+// A layer's weights in device memory, members named as in LayerWeights (run_layer reads them).
 struct DevLayer {
   DevMatrix wq, wk, wv, wo, gate, up, down;
   const float *attn_norm = nullptr, *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;
@@ -64,6 +66,97 @@ void install_copy_hook(KVCache& kv, std::shared_ptr<DeviceKv> d) {
   kv.copy_page_hook = [d = std::move(d)](KvGroup g, int32_t src, int32_t dst) { d->copy_page(kv_group_index(g), src, dst); };
 }
 
+// Device scratch of one executor, sized for max_batch_tokens at load.
+struct DeviceScratch {
+  DeviceBuffer x, h, out, q, k, v, attn, gate, up, rope_table[2], pos, table_off[2], tables;
+};
+
+// The building blocks run_layer is written with, on the GPU, for one run() over T tokens whose
+// positions, RoPE tables and page tables are already in the scratch.
+class DevicePass {
+ public:
+  DevicePass(const ModelConfig& c, DeviceScratch& sc, const DeviceKv& dkv, const KVCache& kv, int first, int T,
+             cudaStream_t stream)
+      : x(sc.x.get<float>()), h(sc.h.get<float>()), out(sc.out.get<float>()), c_(c), sc_(sc), dkv_(dkv), kv_(kv),
+        first_(first), T_(T), s_(stream) {}
+
+  float* x;
+  float* h;
+  float* out;
+
+  void rmsnorm(const float* src, const float* w, float* dst) {
+    cuda::rmsnorm(src, w, dst, T_, c_.n_embd, c_.rms_eps, s_);
+  }
+  void add_residual(const float* src) { add(src, x, static_cast<int64_t>(T_) * c_.n_embd, s_); }
+  void self_attention(const DevLayer& w, int il);
+  void gated_ffn(const DevLayer& w, int il, FfnActivation act);
+
+ private:
+  void mm(const DevMatrix& w, const float* in, float* y) {
+    matmul(w.type, w.data, w.row_bytes, w.n_in, w.n_out, in, w.n_in, T_, y, w.n_out, s_);
+  }
+
+  const ModelConfig& c_;
+  DeviceScratch& sc_;
+  const DeviceKv& dkv_;
+  const KVCache& kv_;
+  int first_, T_;
+  cudaStream_t s_;
+};
+
+void DevicePass::self_attention(const DevLayer& w, int il) {
+  const int T = T_;
+  float* q = sc_.q.get<float>();
+  float* k = sc_.k.get<float>();
+  float* v = sc_.v.get<float>();
+  const float eps = c_.rms_eps;
+  mm(w.wq, h, q);
+  mm(w.wk, h, k);
+  mm(w.wv, h, v);
+  if (w.bq) add_bias(w.bq, q, T, c_.n_embd_q(), s_);
+  if (w.bk) add_bias(w.bk, k, T, c_.n_embd_k(), s_);
+  if (w.bv) add_bias(w.bv, v, T, c_.n_embd_v(), s_);
+  if (w.q_norm) cuda::rmsnorm(q, w.q_norm, q, static_cast<int64_t>(T) * c_.n_head, c_.head_dim_k, eps, s_);
+  if (w.k_norm) cuda::rmsnorm(k, w.k_norm, k, static_cast<int64_t>(T) * c_.n_head_kv, c_.head_dim_k, eps, s_);
+  const int variant = c_.is_swa(il) ? 1 : 0;
+  const bool neox = c_.rope_type == RopeType::Neox;
+  const float* table = sc_.rope_table[variant].get<float>();
+  rope(neox, table, c_.n_rot, q, T, c_.n_head, c_.head_dim_k, c_.attn_scale, s_);
+  rope(neox, table, c_.n_rot, k, T, c_.n_head_kv, c_.head_dim_k, 1.0f, s_);
+
+  const int g = kv_group_index(kv_.group_of(il));
+  KvLayerView view{};
+  view.base = dkv_.layer[il - first_].get<uint8_t>();
+  view.page_stride = dkv_.page_stride;
+  view.k_row = kv_.k_row_bytes();
+  view.v_row = kv_.v_row_bytes();
+  view.page_size = kv_.page_size();
+  view.n_kv = c_.n_head_kv;
+  view.head_dim_k = c_.head_dim_k;
+  view.head_dim_v = c_.head_dim_v;
+  view.type = kv_.dtype();
+  const int32_t* pos = sc_.pos.get<int32_t>();
+  const int32_t* off = sc_.table_off[g].get<int32_t>();
+  const int32_t* tables = sc_.tables.get<int32_t>();
+  store_kv(view, k, v, pos, off, tables, T, s_);
+  paged_attention(view, q, c_.n_embd_q(), c_.n_head, pos, off, tables, c_.layer_window[il], T, sc_.attn.get<float>(),
+                  c_.n_embd_attn(), s_);
+  mm(w.wo, sc_.attn.get<float>(), out);
+  if (w.bo) add_bias(w.bo, out, T, c_.n_embd, s_);
+}
+
+void DevicePass::gated_ffn(const DevLayer& w, int il, FfnActivation act) {
+  float* gate = sc_.gate.get<float>();
+  float* up = sc_.up.get<float>();
+  mm(w.gate, h, gate);
+  mm(w.up, h, up);
+  if (w.b_gate) add_bias(w.b_gate, gate, T_, c_.n_ff, s_);
+  if (w.b_up) add_bias(w.b_up, up, T_, c_.n_ff, s_);
+  gated(act == FfnActivation::GeluTanh, gate, up, gate, static_cast<int64_t>(T_) * c_.n_ff, s_);
+  mm(w.down, gate, out);
+  if (w.b_down) add_bias(w.b_down, out, T_, c_.n_embd, s_);
+}
+
 class CudaLayerExecutor final : public LayerExecutor {
  public:
   CudaLayerExecutor(const OffloadRequest& r, int n, const std::string& device);
@@ -80,20 +173,17 @@ class CudaLayerExecutor final : public LayerExecutor {
   const float* upload_vector(const Vector& v);
   DevMatrix upload_matrix(const Matrix& m);
   std::shared_ptr<DeviceKv> device_kv(KVCache& kv);
-  void layer(int il, int T, const DeviceKv& dkv, const KVCache& kv);
-  void mm(const DevMatrix& w, const float* x, int T, float* y);
 
   ModelConfig c_;
+  LayerSpec spec_;
   int first_;
-  bool gelu_;
   std::string device_;
   cudaStream_t stream_ = nullptr;
   std::vector<DeviceBuffer> weights_;
   std::vector<DevLayer> layers_;  // by il - first_
   Rope rope_[2];
   int max_tokens_;
-  // Scratch, sized for max_tokens_.
-  DeviceBuffer x_, h_, out_, q_, k_, v_, attn_, gate_, up_, rope_table_[2], pos_, table_off_[2], tables_;
+  DeviceScratch sc_;
   std::vector<float> host_rope_[2];
   std::vector<int32_t> host_tables_, host_off_[2];
   // Device pages per live host cache.
@@ -101,7 +191,7 @@ class CudaLayerExecutor final : public LayerExecutor {
 };
 
 CudaLayerExecutor::CudaLayerExecutor(const OffloadRequest& r, int n, const std::string& device)
-    : c_(*r.config), first_(r.config->n_layer - n), gelu_(r.gelu_ffn), device_(device),
+    : c_(*r.config), spec_(*r.layer), first_(r.config->n_layer - n), device_(device),
       max_tokens_(r.max_batch_tokens) {
   check(cudaSetDevice(0), "set device");
   check(cudaStreamCreate(&stream_), "stream create");
@@ -133,20 +223,20 @@ CudaLayerExecutor::CudaLayerExecutor(const OffloadRequest& r, int n, const std::
     d.post_ffn_norm = upload_vector(w.post_ffn_norm);
   }
   const size_t T = static_cast<size_t>(max_tokens_), f = sizeof(float);
-  x_ = DeviceBuffer(T * c_.n_embd * f, "activations");
-  h_ = DeviceBuffer(T * c_.n_embd * f, "activations");
-  out_ = DeviceBuffer(T * c_.n_embd * f, "activations");
-  q_ = DeviceBuffer(T * c_.n_embd_q() * f, "queries");
-  k_ = DeviceBuffer(T * c_.n_embd_k() * f, "keys");
-  v_ = DeviceBuffer(T * c_.n_embd_v() * f, "values");
-  attn_ = DeviceBuffer(T * c_.n_embd_attn() * f, "attention output");
-  gate_ = DeviceBuffer(T * c_.n_ff * f, "FFN activations");
-  up_ = DeviceBuffer(T * c_.n_ff * f, "FFN activations");
+  sc_.x = DeviceBuffer(T * c_.n_embd * f, "activations");
+  sc_.h = DeviceBuffer(T * c_.n_embd * f, "activations");
+  sc_.out = DeviceBuffer(T * c_.n_embd * f, "activations");
+  sc_.q = DeviceBuffer(T * c_.n_embd_q() * f, "queries");
+  sc_.k = DeviceBuffer(T * c_.n_embd_k() * f, "keys");
+  sc_.v = DeviceBuffer(T * c_.n_embd_v() * f, "values");
+  sc_.attn = DeviceBuffer(T * c_.n_embd_attn() * f, "attention output");
+  sc_.gate = DeviceBuffer(T * c_.n_ff * f, "FFN activations");
+  sc_.up = DeviceBuffer(T * c_.n_ff * f, "FFN activations");
   for (int g = 0; g < 2; ++g) {
-    rope_table_[g] = DeviceBuffer(T * std::max(c_.n_rot, 2) * f, "RoPE table");
-    table_off_[g] = DeviceBuffer(T * sizeof(int32_t), "page table offsets");
+    sc_.rope_table[g] = DeviceBuffer(T * std::max(c_.n_rot, 2) * f, "RoPE table");
+    sc_.table_off[g] = DeviceBuffer(T * sizeof(int32_t), "page table offsets");
   }
-  pos_ = DeviceBuffer(T * sizeof(int32_t), "positions");
+  sc_.pos = DeviceBuffer(T * sizeof(int32_t), "positions");
   check(cudaDeviceSynchronize(), "weight upload");
 }
 
@@ -197,10 +287,6 @@ std::shared_ptr<DeviceKv> CudaLayerExecutor::device_kv(KVCache& kv) {
   return d;
 }
 
-void CudaLayerExecutor::mm(const DevMatrix& w, const float* x, int T, float* y) {
-  matmul(w.type, w.data, w.row_bytes, w.n_in, w.n_out, x, w.n_in, T, y, w.n_out, stream_);
-}
-
 void CudaLayerExecutor::run(const Batch& batch, KVCache& kv, float* x) {
   const int T = batch.size();
   if (T == 0) return;
@@ -231,94 +317,30 @@ void CudaLayerExecutor::run(const Batch& batch, KVCache& kv, float* x) {
     }
   }
   if (host_tables_.empty()) host_tables_.push_back(0);
-  if (tables_.bytes() < host_tables_.size() * sizeof(int32_t))
-    tables_ = DeviceBuffer(std::max<size_t>(host_tables_.size() * 2, 1024) * sizeof(int32_t), "page tables");
+  if (sc_.tables.bytes() < host_tables_.size() * sizeof(int32_t))
+    sc_.tables = DeviceBuffer(std::max<size_t>(host_tables_.size() * 2, 1024) * sizeof(int32_t), "page tables");
 
   for (int v = 0; v < 2; ++v) {
     const int stride = rope_[v].table_stride();
     host_rope_[v].resize(static_cast<size_t>(T) * std::max(stride, 1));
     for (int t = 0; t < T; ++t) rope_[v].fill(batch.pos[t], host_rope_[v].data() + static_cast<size_t>(t) * stride);
-    check(cudaMemcpyAsync(rope_table_[v].get(), host_rope_[v].data(), host_rope_[v].size() * sizeof(float),
+    check(cudaMemcpyAsync(sc_.rope_table[v].get(), host_rope_[v].data(), host_rope_[v].size() * sizeof(float),
                           cudaMemcpyHostToDevice, stream_), "upload");
-    check(cudaMemcpyAsync(table_off_[v].get(), host_off_[v].data(), T * sizeof(int32_t), cudaMemcpyHostToDevice,
+    check(cudaMemcpyAsync(sc_.table_off[v].get(), host_off_[v].data(), T * sizeof(int32_t), cudaMemcpyHostToDevice,
                           stream_), "upload");
   }
-  check(cudaMemcpyAsync(tables_.get(), host_tables_.data(), host_tables_.size() * sizeof(int32_t),
+  check(cudaMemcpyAsync(sc_.tables.get(), host_tables_.data(), host_tables_.size() * sizeof(int32_t),
                         cudaMemcpyHostToDevice, stream_), "upload");
-  check(cudaMemcpyAsync(pos_.get(), batch.pos.data(), T * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "upload");
+  check(cudaMemcpyAsync(sc_.pos.get(), batch.pos.data(), T * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "upload");
   const size_t x_bytes = static_cast<size_t>(T) * c_.n_embd * sizeof(float);
-  check(cudaMemcpyAsync(x_.get(), x, x_bytes, cudaMemcpyHostToDevice, stream_), "activation upload");
+  check(cudaMemcpyAsync(sc_.x.get(), x, x_bytes, cudaMemcpyHostToDevice, stream_), "activation upload");
 
-  for (int il = first_; il < c_.n_layer; ++il) layer(il, T, dkv, kv);
+  DevicePass pass(c_, sc_, dkv, kv, first_, T, stream_);
+  for (int il = first_; il < c_.n_layer; ++il) run_layer(spec_, pass, layers_[il - first_], il);
 
   check(cudaGetLastError(), "kernel launch");
-  check(cudaMemcpyAsync(x, x_.get(), x_bytes, cudaMemcpyDeviceToHost, stream_), "activation download");
+  check(cudaMemcpyAsync(x, sc_.x.get(), x_bytes, cudaMemcpyDeviceToHost, stream_), "activation download");
   check(cudaStreamSynchronize(stream_), "forward");
-}
-
-void CudaLayerExecutor::layer(int il, int T, const DeviceKv& dkv, const KVCache& kv) {
-  const DevLayer& w = layers_[il - first_];
-  const int64_t E = c_.n_embd;
-  float* x = x_.get<float>();
-  float* h = h_.get<float>();
-  float* out = out_.get<float>();
-  float* q = q_.get<float>();
-  float* k = k_.get<float>();
-  float* v = v_.get<float>();
-  const float eps = c_.rms_eps;
-  cudaStream_t s = stream_;
-
-  // ---- attention ----
-  rmsnorm(x, w.attn_norm, h, T, E, eps, s);
-  mm(w.wq, h, T, q);
-  mm(w.wk, h, T, k);
-  mm(w.wv, h, T, v);
-  if (w.bq) add_bias(w.bq, q, T, c_.n_embd_q(), s);
-  if (w.bk) add_bias(w.bk, k, T, c_.n_embd_k(), s);
-  if (w.bv) add_bias(w.bv, v, T, c_.n_embd_v(), s);
-  if (w.q_norm) rmsnorm(q, w.q_norm, q, static_cast<int64_t>(T) * c_.n_head, c_.head_dim_k, eps, s);
-  if (w.k_norm) rmsnorm(k, w.k_norm, k, static_cast<int64_t>(T) * c_.n_head_kv, c_.head_dim_k, eps, s);
-  const int variant = c_.is_swa(il) ? 1 : 0;
-  const bool neox = c_.rope_type == RopeType::Neox;
-  const float* table = rope_table_[variant].get<float>();
-  rope(neox, table, c_.n_rot, q, T, c_.n_head, c_.head_dim_k, c_.attn_scale, s);
-  rope(neox, table, c_.n_rot, k, T, c_.n_head_kv, c_.head_dim_k, 1.0f, s);
-
-  const int g = kv_group_index(kv.group_of(il));
-  KvLayerView view{};
-  view.base = dkv.layer[il - first_].get<uint8_t>();
-  view.page_stride = dkv.page_stride;
-  view.k_row = kv.k_row_bytes();
-  view.v_row = kv.v_row_bytes();
-  view.page_size = kv.page_size();
-  view.n_kv = c_.n_head_kv;
-  view.head_dim_k = c_.head_dim_k;
-  view.head_dim_v = c_.head_dim_v;
-  view.type = kv.dtype();
-  const int32_t* pos = pos_.get<int32_t>();
-  const int32_t* off = table_off_[g].get<int32_t>();
-  const int32_t* tables = tables_.get<int32_t>();
-  store_kv(view, k, v, pos, off, tables, T, s);
-  paged_attention(view, q, c_.n_embd_q(), c_.n_head, pos, off, tables, c_.layer_window[il], T, attn_.get<float>(),
-                  c_.n_embd_attn(), s);
-  mm(w.wo, attn_.get<float>(), T, out);
-  if (w.bo) add_bias(w.bo, out, T, E, s);
-  if (w.post_attn_norm) rmsnorm(out, w.post_attn_norm, out, T, E, eps, s);
-  add(out, x, T * E, s);
-
-  // ---- feed-forward ----
-  rmsnorm(x, w.ffn_norm, h, T, E, eps, s);
-  float* gate = gate_.get<float>();
-  float* up = up_.get<float>();
-  mm(w.gate, h, T, gate);
-  mm(w.up, h, T, up);
-  if (w.b_gate) add_bias(w.b_gate, gate, T, c_.n_ff, s);
-  if (w.b_up) add_bias(w.b_up, up, T, c_.n_ff, s);
-  gated(gelu_, gate, up, gate, static_cast<int64_t>(T) * c_.n_ff, s);
-  mm(w.down, gate, T, out);
-  if (w.b_down) add_bias(w.b_down, out, T, E, s);
-  if (w.post_ffn_norm) rmsnorm(out, w.post_ffn_norm, out, T, E, eps, s);
-  add(out, x, T * E, s);
 }
 
 // Bytes the executor will allocate for n layers (weights + scratch), before any allocation.
@@ -327,11 +349,8 @@ size_t bytes_needed(const OffloadRequest& r, int n) {
   size_t total = 0;
   for (int il = c.n_layer - n; il < c.n_layer; ++il) {
     const LayerWeights& w = (*r.layers)[il];
-    for (const Matrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down})
-      total += m->row_bytes * static_cast<size_t>(m->n_out);
-    for (const Vector* v : {&w.attn_norm, &w.bq, &w.bk, &w.bv, &w.bo, &w.q_norm, &w.k_norm, &w.post_attn_norm,
-                            &w.ffn_norm, &w.b_gate, &w.b_up, &w.b_down, &w.post_ffn_norm})
-      total += sizeof(float) * v->n;
+    for (const Matrix* m : w.matrices()) total += m->row_bytes * static_cast<size_t>(m->n_out);
+    for (const Vector* v : w.vectors()) total += sizeof(float) * v->n;
   }
   const size_t T = static_cast<size_t>(r.max_batch_tokens);
   total += sizeof(float) * T * (3 * c.n_embd + c.n_embd_q() + c.n_embd_k() + c.n_embd_v() + c.n_embd_attn() +
@@ -350,7 +369,7 @@ std::unique_ptr<LayerExecutor> make_layer_executor(const OffloadRequest& r, int 
   }
   for (int il = c.n_layer - n; il < c.n_layer; ++il) {
     const LayerWeights& w = (*r.layers)[il];
-    for (const Matrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down})
+    for (const Matrix* m : w.matrices())
       if (!matmul_supports(m->type)) {
         *why_not = "tensor " + (m->info ? m->info->name : std::string("of layer ") + std::to_string(il)) +
                    " has type " + dtype_name(m->type) + ", which the CUDA matmul does not handle";

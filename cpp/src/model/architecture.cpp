@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "common/errors.h"
+
 namespace edgellm {
 
 // One accessor per architecture file. Listed explicitly (not self-registered from static
@@ -13,37 +15,48 @@ const Architecture& qwen2_architecture();
 const Architecture& qwen3_architecture();
 
 namespace {
-const Architecture* const* all_architectures() {
-  static const Architecture* const list[] = {&gemma3_architecture(), &llama_architecture(), &qwen2_architecture(),
-                                             &qwen3_architecture(), nullptr};
-  return list;
-}
+std::string layer_tensor(int il, const char* name) { return "blk." + std::to_string(il) + "." + name; }
 }  // namespace
 
+const std::vector<const Architecture*>& architectures() {
+  static const std::vector<const Architecture*> list = {&gemma3_architecture(), &llama_architecture(),
+                                                        &qwen2_architecture(), &qwen3_architecture()};
+  return list;
+}
+
 const Architecture* find_architecture(const std::string& name) {
-  for (const Architecture* const* a = all_architectures(); *a; ++a)
-    if (name == (*a)->name) return *a;
+  for (const Architecture* a : architectures())
+    if (name == a->name) return a;
   return nullptr;
 }
 
 std::string supported_architectures() {
   std::string s;
-  for (const Architecture* const* a = all_architectures(); *a; ++a) s += (s.empty() ? "" : ", ") + std::string((*a)->name);
+  for (const Architecture* a : architectures()) s += (s.empty() ? "" : ", ") + std::string(a->name);
   return s;
 }
 
-std::string layer_tensor(int il, const char* name) { return "blk." + std::to_string(il) + "." + name; }
+const Architecture& read_model_config(const GgufFile& file, ModelConfig& config) {
+  config = read_common_config(file);
+  const Architecture* arch = find_architecture(config.arch);
+  if (!arch)
+    throw ModelFormatError(file.path() + ": architecture \"" + config.arch + "\" (general.architecture) is not " +
+                           "supported; supported: " + supported_architectures());
+  arch->hparams(file, config);
+  return *arch;
+}
 
-void bind_llama_style_layer(WeightLoader& ld, const ModelConfig& c, int il, LayerWeights& w) {
+void bind_layer(WeightLoader& ld, const ModelConfig& c, const LayerSpec& spec, int il, LayerWeights& w) {
   auto t = [&](const char* n) { return layer_tensor(il, n); };
+  const bool optional_qkv_bias = !spec.qkv_bias;
   w.attn_norm = ld.vector(t("attn_norm.weight"), c.n_embd);
   w.wq = ld.matrix(t("attn_q.weight"), c.n_embd, c.n_embd_q());
   w.wk = ld.matrix(t("attn_k.weight"), c.n_embd, c.n_embd_k());
   w.wv = ld.matrix(t("attn_v.weight"), c.n_embd, c.n_embd_v());
   w.wo = ld.matrix(t("attn_output.weight"), c.n_embd_attn(), c.n_embd);
-  w.bq = ld.vector(t("attn_q.bias"), c.n_embd_q(), true);
-  w.bk = ld.vector(t("attn_k.bias"), c.n_embd_k(), true);
-  w.bv = ld.vector(t("attn_v.bias"), c.n_embd_v(), true);
+  w.bq = ld.vector(t("attn_q.bias"), c.n_embd_q(), optional_qkv_bias);
+  w.bk = ld.vector(t("attn_k.bias"), c.n_embd_k(), optional_qkv_bias);
+  w.bv = ld.vector(t("attn_v.bias"), c.n_embd_v(), optional_qkv_bias);
   w.bo = ld.vector(t("attn_output.bias"), c.n_embd, true);
   w.ffn_norm = ld.vector(t("ffn_norm.weight"), c.n_embd);
   w.gate = ld.matrix(t("ffn_gate.weight"), c.n_embd, c.n_ff);
@@ -52,6 +65,14 @@ void bind_llama_style_layer(WeightLoader& ld, const ModelConfig& c, int il, Laye
   w.b_gate = ld.vector(t("ffn_gate.bias"), c.n_ff, true);
   w.b_up = ld.vector(t("ffn_up.bias"), c.n_ff, true);
   w.b_down = ld.vector(t("ffn_down.bias"), c.n_embd, true);
+  if (spec.qk_norm) {
+    w.q_norm = ld.vector(t("attn_q_norm.weight"), c.head_dim_k);
+    w.k_norm = ld.vector(t("attn_k_norm.weight"), c.head_dim_k);
+  }
+  if (spec.post_norms) {
+    w.post_attn_norm = ld.vector(t("post_attention_norm.weight"), c.n_embd);
+    w.post_ffn_norm = ld.vector(t("post_ffw_norm.weight"), c.n_embd);
+  }
 }
 
 }  // namespace edgellm

@@ -1,9 +1,17 @@
 // The architecture registry. Each supported `general.architecture` has one file under model/
-// arch/ (llama.cpp, gemma3.cpp, qwen2.cpp, qwen3.cpp) that says three things about it: which
-// hyper-parameters it reads beyond the common ones, which tensors it binds, and what one
-// layer computes, written with the building blocks of forward_pass.h.
+// arch/ (llama.cpp, gemma3.cpp, qwen2.cpp, qwen3.cpp) that says two things about it: which
+// hyper-parameters it reads beyond the common ones (into ModelConfig: RoPE flavour and bases,
+// sliding windows per layer, scales, soft-capping), and what its layers are made of (a
+// LayerSpec: which tensors they bind, where the norms sit, which FFN activation). A layer is
+// then one definition, run_layer below, that every backend runs: the CPU forward pass
+// (model/forward_pass.h) and the CUDA executor (cuda/cuda_layer_executor.cu) each supply the
+// same few building blocks. Adding an architecture is its file plus its line in
+// architecture.cpp's registry; a layer feature no LayerSpec field describes is a new field,
+// read by run_layer or by both backends' building blocks.
 #pragma once
+#include <array>
 #include <string>
+#include <vector>
 
 #include "gguf/gguf_file.h"
 #include "model/model_config.h"
@@ -11,40 +19,90 @@
 
 namespace edgellm {
 
-class ForwardPass;
+enum class FfnActivation { SiLU, GeluTanh };
 
-// Every tensor a layer of a supported architecture may have; absent ones stay empty.
-struct LayerWeights {
-  Vector attn_norm;
-  Matrix wq, wk, wv, wo;
-  Vector bq, bk, bv, bo;         // qwen2: Q/K/V biases; llama: optional output bias
-  Vector q_norm, k_norm;         // per-head RMS norms before RoPE (gemma3, qwen3)
-  Vector post_attn_norm;         // gemma3: on the attention output, before the residual add
-  Vector ffn_norm;
-  Matrix gate, up, down;
-  Vector b_gate, b_up, b_down;   // llama: optional FFN biases
-  Vector post_ffn_norm;          // gemma3: on the FFN output, before the residual add
+// What one transformer layer of an architecture is, as data (docs/formats.md §4). Every layer is
+// pre-norm: h = rmsnorm(x) * norm; out = sub-layer(h); x += out, for attention then a gated FFN.
+// Per-layer variation (sliding window or not, the RoPE variant that goes with it) is in
+// ModelConfig::layer_window / rope_for, filled by the architecture's hparams.
+struct LayerSpec {
+  // FFN: out = Wdown · (act(Wgate h) ⊙ Wup h); SwiGLU (SiLU) or GeGLU with tanh-GELU.
+  FfnActivation ffn_activation = FfnActivation::SiLU;
+  // attn_q/k/v.bias are required (else optional, as attn_output.bias and the ffn_* biases are);
+  // biases are added after their projection, before Q/K norms and RoPE.
+  bool qkv_bias = false;
+  // attn_q_norm / attn_k_norm: per-head RMS norms on Q and K before RoPE.
+  bool qk_norm = false;
+  // post_attention_norm / post_ffw_norm: each sub-layer's output is RMS-normed before its
+  // residual add.
+  bool post_norms = false;
 };
 
 struct Architecture {
   const char* name;
+  LayerSpec layer;
   // Completes the config after read_common_config (RoPE flavour, windows, scales); may throw
   // ModelFormatError naming a key.
   void (*hparams)(const GgufFile& file, ModelConfig& config);
-  // Binds layer `il`'s tensors ("blk.<il>.*"), shapes checked against the config.
-  void (*tensors)(WeightLoader& loader, const ModelConfig& config, int il, LayerWeights& w);
-  // One transformer layer: reads and updates the residual stream of `f`.
-  void (*layer)(ForwardPass& f, const LayerWeights& w, int il);
 };
 
+// The registry: every supported architecture, by name.
+const std::vector<const Architecture*>& architectures();
 // nullptr when `name` is not supported.
 const Architecture* find_architecture(const std::string& name);
 // "gemma3, llama, qwen2, qwen3"
 std::string supported_architectures();
 
-// The llama-style attention and FFN tensor set of layer il (attn_norm, attn_q/k/v/output with
-// optional biases, ffn_norm, ffn_gate/up/down with optional biases); archs add their extras.
-void bind_llama_style_layer(WeightLoader& loader, const ModelConfig& c, int il, LayerWeights& w);
-std::string layer_tensor(int il, const char* name);  // "blk.<il>.<name>"
+// The whole config of `file` (read_common_config, then its architecture's hparams) and the
+// architecture. Throws ModelFormatError for an unsupported general.architecture, naming the
+// supported ones.
+const Architecture& read_model_config(const GgufFile& file, ModelConfig& config);
+
+// Every tensor a layer of a supported architecture may have; absent ones stay empty.
+struct LayerWeights {
+  Vector attn_norm;
+  Matrix wq, wk, wv, wo;
+  Vector bq, bk, bv, bo;         // LayerSpec::qkv_bias: Q/K/V biases; optional output bias
+  Vector q_norm, k_norm;         // LayerSpec::qk_norm: per-head RMS norms before RoPE
+  Vector post_attn_norm;         // LayerSpec::post_norms: on the attention output
+  Vector ffn_norm;
+  Matrix gate, up, down;
+  Vector b_gate, b_up, b_down;   // optional FFN biases
+  Vector post_ffn_norm;          // LayerSpec::post_norms: on the FFN output
+
+  // Every matrix and every vector member, for code that walks them all (packing, sizing,
+  // device uploads); absent ones are empty.
+  std::array<Matrix*, 7> matrices() { return {&wq, &wk, &wv, &wo, &gate, &up, &down}; }
+  std::array<const Matrix*, 7> matrices() const { return {&wq, &wk, &wv, &wo, &gate, &up, &down}; }
+  std::array<const Vector*, 13> vectors() const {
+    return {&attn_norm, &bq, &bk, &bv, &bo, &q_norm, &k_norm, &post_attn_norm,
+            &ffn_norm, &b_gate, &b_up, &b_down, &post_ffn_norm};
+  }
+};
+
+// Binds layer il's tensors ("blk.<il>.*") as `spec` says, shapes checked against the config: the
+// llama set (attn_norm, attn_q/k/v/output with optional biases, ffn_norm, ffn_gate/up/down with
+// optional biases), then what the spec adds.
+void bind_layer(WeightLoader& loader, const ModelConfig& c, const LayerSpec& spec, int il, LayerWeights& w);
+
+// One transformer layer, the one definition every backend runs. `f` is the backend's pass:
+// residual stream f.x, sub-layer input f.h and output f.out, and the building blocks
+//   f.rmsnorm(src, norm, dst)          dst = rmsnorm(src) * norm, per token; dst may be src
+//   f.self_attention(w, il)            out = attention sub-layer of layer il on h
+//   f.gated_ffn(w, il, activation)     out = FFN sub-layer on h
+//   f.add_residual(src)                x += src
+// `w` is that backend's copy of the layer's weights (members named as in LayerWeights).
+template <class Pass, class Weights>
+void run_layer(const LayerSpec& spec, Pass& f, const Weights& w, int il) {
+  f.rmsnorm(f.x, w.attn_norm, f.h);
+  f.self_attention(w, il);  // + Q/K/V biases, Q/K head norms, RoPE (local or global), Q scaled
+  if (spec.post_norms) f.rmsnorm(f.out, w.post_attn_norm, f.out);
+  f.add_residual(f.out);
+
+  f.rmsnorm(f.x, w.ffn_norm, f.h);
+  f.gated_ffn(w, il, spec.ffn_activation);
+  if (spec.post_norms) f.rmsnorm(f.out, w.post_ffn_norm, f.out);
+  f.add_residual(f.out);
+}
 
 }  // namespace edgellm

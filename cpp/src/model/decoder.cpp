@@ -31,7 +31,7 @@ DecoderModel::DecoderModel(std::shared_ptr<GgufFile> file, const Architecture& a
   if (!output_) output_ = token_embd_;  // tied output head
   rope_freqs_ = ld.vector("rope_freqs.weight", c.n_rot / 2, /*optional=*/true);
   layers_.resize(c.n_layer);
-  for (int il = 0; il < c.n_layer; ++il) arch_.tensors(ld, c, il, layers_[il]);
+  for (int il = 0; il < c.n_layer; ++il) bind_layer(ld, c, arch_.layer, il, layers_[il]);
   owned_ = std::move(ld.owned());
 
   const int nt = threads_->size();
@@ -57,7 +57,7 @@ DecoderModel::DecoderModel(std::shared_ptr<GgufFile> file, const Architecture& a
     r.config = &config_;
     r.layers = &layers_;
     r.rope_freq_factors = factors;
-    r.gelu_ffn = config_.arch == "gemma3";  // the one GeGLU architecture (model/arch/gemma3.cpp)
+    r.layer = &arch_.layer;
     r.n_gpu_layers = opts.n_gpu_layers;
     r.max_batch_tokens = max_batch_tokens_;
     gpu_ = make_gpu_executor(r);  // nullptr (with a warning) when no GPU can take them
@@ -70,10 +70,8 @@ DecoderModel::DecoderModel(std::shared_ptr<GgufFile> file, const Architecture& a
   // Repack what the CPU multiplies (layers on the GPU read the GGUF blocks as they are).
   std::vector<Matrix*> mats{&output_};
   const int cpu_layers = c.n_layer - gpu_layers_;
-  for (int il = 0; il < cpu_layers; ++il) {
-    LayerWeights& w = layers_[il];
-    for (Matrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down}) mats.push_back(m);
-  }
+  for (int il = 0; il < cpu_layers; ++il)
+    for (Matrix* m : layers_[il].matrices()) mats.push_back(m);
   packed_ = pack_weights(mats, *threads_);
 }
 
@@ -224,7 +222,7 @@ void DecoderModel::forward(const Batch& batch, KVCache& kv, float* logits, float
   f.prepare_rope();
   f.plan_query_blocks();
   const int n_cpu_layers = gpu_ ? gpu_->first_layer() : config_.n_layer;
-  for (int il = 0; il < n_cpu_layers; ++il) arch_.layer(f, layers_[il], il);
+  for (int il = 0; il < n_cpu_layers; ++il) run_layer(arch_.layer, f, layers_[il], il);
   if (gpu_) gpu_->run(batch, kv, f.x);  // the rest, with their KV pages in device memory
   if (hidden) output_hidden(batch, f.x, hidden);
   output_head(batch, f.x, logits);

@@ -1,6 +1,7 @@
-// The building blocks an architecture's layer function is written with, and the scratch they
-// run in. A ForwardPass lives for one Model::forward call; it holds the residual stream of the
-// batch's tokens and runs every op on the model's thread pool through the kernel table.
+// The building blocks the CPU runs an architecture's layer with (run_layer in
+// model/architecture.h), and the scratch they run in. A ForwardPass lives for one
+// Model::forward call; it holds the residual stream of the batch's tokens and runs every op on
+// the model's thread pool through the kernel table. For a llama layer run_layer calls
 //
 //   f.rmsnorm(f.x, w.attn_norm, f.h);    // h = rmsnorm(x) * attn_norm
 //   f.self_attention(w, il);             // out = Wo · attention(RoPE(Wq h), RoPE(Wk h), Wv h)
@@ -24,8 +25,6 @@
 namespace edgellm {
 
 class ThreadPool;
-
-enum class FfnActivation { SiLU, GeluTanh };
 
 // 64-byte aligned array, allocated once.
 template <class T>

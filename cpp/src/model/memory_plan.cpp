@@ -12,6 +12,7 @@
 #include "kv/kv_cache.h"
 #include "model/architecture.h"
 #include "model/forward_pass.h"
+#include "model/model.h"
 #include "model/weight_packing.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
@@ -72,12 +73,7 @@ void MemoryPlanner::read(const std::string& path) {
 
   // The loader's own steps, binding only: config, architecture, every tensor checked by name,
   // shape and type (a corrupt or unsupported file fails here as it would in Model::load).
-  config_ = read_common_config(*file);
-  const Architecture* arch = find_architecture(config_.arch);
-  if (!arch)
-    throw ModelFormatError(file->path() + ": architecture \"" + config_.arch + "\" (general.architecture) is not " +
-                           "supported; supported: " + supported_architectures());
-  arch->hparams(*file, config_);
+  const Architecture& arch = read_model_config(*file, config_);
   const ModelConfig& c = config_;
   WeightLoader ld(*file, /*plan_only=*/true);
   Matrix token_embd = ld.matrix("token_embd.weight", c.n_embd, c.n_vocab);
@@ -87,13 +83,13 @@ void MemoryPlanner::read(const std::string& path) {
   if (tied) output = token_embd;
   ld.vector("rope_freqs.weight", c.n_rot / 2, /*optional=*/true);
   std::vector<LayerWeights> layers(c.n_layer);
-  for (int il = 0; il < c.n_layer; ++il) arch->tensors(ld, c, il, layers[il]);
+  for (int il = 0; il < c.n_layer; ++il) bind_layer(ld, c, arch.layer, il, layers[il]);
   converted_ = static_cast<int64_t>(ld.converted_bytes());
 
   // Matrices: packed (an anonymous copy; the mapped source released) or read in place.
   std::vector<const Matrix*> mats{&output};
   for (const LayerWeights& w : layers)
-    for (const Matrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down}) mats.push_back(m);
+    for (const Matrix* m : w.matrices()) mats.push_back(m);
   std::set<const TensorInfo*> seen;
   for (const Matrix* m : mats) {
     if (!*m || !seen.insert(m->info).second) continue;
@@ -162,12 +158,7 @@ MemoryPlan MemoryPlanner::plan(const MemoryPlanOptions& o) const {
   p.matrices_mapped = n_mapped_;
 
   // The KV budget, by engine.cpp's rule (Engine::Engine; test_memory_plan checks they agree).
-  KVCacheConfig kc;
-  kc.n_layers = c.n_layer;
-  kc.n_kv_heads = c.n_head_kv;
-  kc.head_dim_k = c.head_dim_k;
-  kc.head_dim_v = c.head_dim_v;
-  kc.layer_window = c.layer_window;
+  KVCacheConfig kc = kv_config_for(c);
   kc.page_size = o.page_size;
   kc.dtype = o.kv_type;
   kc.max_seqs = o.max_seqs + 1;

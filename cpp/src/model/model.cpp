@@ -15,23 +15,21 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
 
 std::unique_ptr<Model> Model::load(std::shared_ptr<GgufFile> file, const LoadOptions& opts) {
   if (!file) throw InvalidRequestError("Model::load: no file");
-  ModelConfig config = read_common_config(*file);
-  const Architecture* arch = find_architecture(config.arch);
-  if (!arch)
-    throw ModelFormatError(file->path() + ": architecture \"" + config.arch + "\" (general.architecture) is not " +
-                           "supported; supported: " + supported_architectures());
-  arch->hparams(*file, config);
-  return std::make_unique<DecoderModel>(std::move(file), *arch, std::move(config), opts);
+  ModelConfig config;
+  const Architecture& arch = read_model_config(*file, config);
+  return std::make_unique<DecoderModel>(std::move(file), arch, std::move(config), opts);
 }
 
-KVCacheConfig Model::kv_config() const {
+KVCacheConfig kv_config_for(const ModelConfig& c) {
   KVCacheConfig k;
-  k.n_layers = config_.n_layer;
-  k.n_kv_heads = config_.n_head_kv;
-  k.head_dim_k = config_.head_dim_k;
-  k.head_dim_v = config_.head_dim_v;
-  k.layer_window = config_.layer_window;
+  k.n_layers = c.n_layer;
+  k.n_kv_heads = c.n_head_kv;
+  k.head_dim_k = c.head_dim_k;
+  k.head_dim_v = c.head_dim_v;
+  k.layer_window = c.layer_window;
   return k;
 }
+
+KVCacheConfig Model::kv_config() const { return kv_config_for(config_); }
 
 }  // namespace edgellm

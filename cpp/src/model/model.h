@@ -24,6 +24,10 @@ struct LoadOptions {
   std::shared_ptr<ThreadPool> threads;
 };
 
+// The KV geometry a model of config `c` needs (layer windows, heads, dims): Model::kv_config,
+// and the memory plan's before any load.
+KVCacheConfig kv_config_for(const ModelConfig& c);
+
 class Model {
  public:
   virtual ~Model();  // out of line: ThreadPool is incomplete here

@@ -12,7 +12,6 @@
 
 #include "common/errors.h"
 #include "model/architecture.h"
-#include "model/forward_pass.h"
 
 namespace edgellm {
 namespace {
@@ -60,31 +59,14 @@ void gemma3_hparams(const GgufFile& file, ModelConfig& c) {
   c.logit_softcap = file.find_f32(arch_key(c, "final_logit_softcapping")).value_or(0.0f);
 }
 
-void gemma3_tensors(WeightLoader& ld, const ModelConfig& c, int il, LayerWeights& w) {
-  bind_llama_style_layer(ld, c, il, w);
-  auto t = [&](const char* n) { return layer_tensor(il, n); };
-  w.q_norm = ld.vector(t("attn_q_norm.weight"), c.head_dim_k);
-  w.k_norm = ld.vector(t("attn_k_norm.weight"), c.head_dim_k);
-  w.post_attn_norm = ld.vector(t("post_attention_norm.weight"), c.n_embd);
-  w.post_ffn_norm = ld.vector(t("post_ffw_norm.weight"), c.n_embd);
-}
-
-void gemma3_layer(ForwardPass& f, const LayerWeights& w, int il) {
-  f.rmsnorm(f.x, w.attn_norm, f.h);
-  f.self_attention(w, il);  // Q/K head norms, RoPE (local or global), Q scaled
-  f.rmsnorm(f.out, w.post_attn_norm, f.out);
-  f.add_residual(f.out);
-
-  f.rmsnorm(f.x, w.ffn_norm, f.h);
-  f.gated_ffn(w, il, FfnActivation::GeluTanh);
-  f.rmsnorm(f.out, w.post_ffn_norm, f.out);
-  f.add_residual(f.out);
-}
-
 }  // namespace
 
 const Architecture& gemma3_architecture() {
-  static const Architecture arch{"gemma3", gemma3_hparams, gemma3_tensors, gemma3_layer};
+  LayerSpec layer;
+  layer.ffn_activation = FfnActivation::GeluTanh;
+  layer.qk_norm = true;
+  layer.post_norms = true;
+  static const Architecture arch{"gemma3", layer, gemma3_hparams};
   return arch;
 }
 

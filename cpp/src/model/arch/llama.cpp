@@ -3,7 +3,6 @@
 // Llama-3 rope_freqs factors. docs/formats.md §4.2.
 #include "common/errors.h"
 #include "model/architecture.h"
-#include "model/forward_pass.h"
 
 namespace edgellm {
 namespace {
@@ -17,24 +16,11 @@ void llama_hparams(const GgufFile& file, ModelConfig& c) {
                            " for arch llama");
 }
 
-void llama_tensors(WeightLoader& ld, const ModelConfig& c, int il, LayerWeights& w) {
-  bind_llama_style_layer(ld, c, il, w);
-}
-
-void llama_layer(ForwardPass& f, const LayerWeights& w, int il) {
-  f.rmsnorm(f.x, w.attn_norm, f.h);
-  f.self_attention(w, il);
-  f.add_residual(f.out);
-
-  f.rmsnorm(f.x, w.ffn_norm, f.h);
-  f.gated_ffn(w, il, FfnActivation::SiLU);
-  f.add_residual(f.out);
-}
-
 }  // namespace
 
 const Architecture& llama_architecture() {
-  static const Architecture arch{"llama", llama_hparams, llama_tensors, llama_layer};
+  LayerSpec layer;  // the plain pre-norm layer: SwiGLU, no Q/K norms, biases optional
+  static const Architecture arch{"llama", layer, llama_hparams};
   return arch;
 }
 
