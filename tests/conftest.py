@@ -79,24 +79,35 @@ def shared_dir() -> Path:
     return Path(env).expanduser() if env else REPO_ROOT.parent / "shared"
 
 
-def load_golden(name: str) -> dict:
-    """shared/golden/<name>.json, e.g. load_golden("smollm2-135m-q4_1")."""
+def _load_shared(folder: str, what: str, name: str) -> dict:
     stem = name[:-5] if name.endswith(".json") else name
-    path = shared_dir() / "golden" / f"{stem}.json"
+    path = shared_dir() / folder / f"{stem}.json"
     if not path.is_file():
-        _missing(f"golden file missing: {path} (set EDGELLM_SHARED to the shared/ folder)")
+        _missing(f"{what} file missing: {path} (set EDGELLM_SHARED to the shared/ folder)")
     with open(path, encoding="utf-8") as f:
         return json.load(f)
+
+
+def load_golden(name: str) -> dict:
+    """shared/golden/<name>.json, e.g. load_golden("smollm2-135m-q4_1")."""
+    return _load_shared("golden", "golden", name)
 
 
 def load_fixture_spec(name: str) -> dict:
     """shared/fixtures/<name>.json (tiny random-weight models' expected outputs)."""
-    stem = name[:-5] if name.endswith(".json") else name
-    path = shared_dir() / "fixtures" / f"{stem}.json"
-    if not path.is_file():
-        _missing(f"fixture file missing: {path} (set EDGELLM_SHARED to the shared/ folder)")
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return _load_shared("fixtures", "fixture", name)
+
+
+def check_golden_rules(result, kv_type: str) -> None:
+    """reference.golden_rules' verdict on one run: rule 2 always; with an F32 KV cache rule 3,
+    with F16 the mean error within its limit and no decisive misses."""
+    print(result.summary())
+    assert result.rule2_ok, result.summary()
+    if kv_type == "F32":
+        assert result.rule3_ok, result.summary()
+    else:
+        assert result.mean_err <= result.err_limit, result.summary()
+        assert not result.decisive_misses, result.summary()
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from conftest import load_golden, require_model
+from conftest import check_golden_rules, load_golden, require_model
 from reference.golden_rules import evaluate
 
 core = pytest.importorskip("edgellm._core")
@@ -312,13 +312,7 @@ def test_golden_rule_offloaded(model_name, golden_name, ngl, kv_type):
     assert model.n_gpu_layers == (n_layer if ngl == -1 else ngl)
     runner = core.ModelRunner(model, n_ctx=2048, kv_type=kv_type)
     result = evaluate(runner, load_golden(golden_name), name=f"{golden_name} ngl={ngl} kv={kv_type}")
-    print(result.summary())
-    assert result.rule2_ok, result.summary()
-    if kv_type == "F32":
-        assert result.rule3_ok, result.summary()
-    else:
-        assert result.mean_err <= result.err_limit, result.summary()
-        assert not result.decisive_misses, result.summary()
+    check_golden_rules(result, kv_type)
 
 
 @needs_gpu

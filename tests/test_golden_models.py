@@ -11,7 +11,7 @@ decisive (top-1 minus top-2 log-prob >= 0.5).
 """
 import pytest
 
-from conftest import load_golden, require_model
+from conftest import check_golden_rules, load_golden, require_model
 from reference.golden_rules import evaluate
 
 core = pytest.importorskip("edgellm._core")
@@ -40,10 +40,4 @@ def test_golden_rule(model_name, golden_name, kv_type):
     data = load_golden(golden_name)
     runner = core.ModelRunner(_model(model_name), n_ctx=2048, kv_type=kv_type)
     result = evaluate(runner, data, name=f"{golden_name} kv={kv_type}")
-    print(result.summary())
-    assert result.rule2_ok, result.summary()
-    if kv_type == "F32":
-        assert result.rule3_ok, result.summary()
-    else:
-        assert result.mean_err <= result.err_limit, result.summary()
-        assert not result.decisive_misses, result.summary()
+    check_golden_rules(result, kv_type)
