@@ -79,24 +79,23 @@ def shared_dir() -> Path:
     return Path(env).expanduser() if env else REPO_ROOT.parent / "shared"
 
 
-def load_golden(name: str) -> dict:
-    """shared/golden/<name>.json, e.g. load_golden("smollm2-135m-q4_1")."""
+def _load_shared(folder: str, what: str, name: str) -> dict:
     stem = name[:-5] if name.endswith(".json") else name
-    path = shared_dir() / "golden" / f"{stem}.json"
+    path = shared_dir() / folder / f"{stem}.json"
     if not path.is_file():
-        _missing(f"golden file missing: {path} (set EDGELLM_SHARED to the shared/ folder)")
+        _missing(f"{what} file missing: {path} (set EDGELLM_SHARED to the shared/ folder)")
     with open(path, encoding="utf-8") as f:
         return json.load(f)
+
+
+def load_golden(name: str) -> dict:
+    """shared/golden/<name>.json, e.g. load_golden("smollm2-135m-q4_1")."""
+    return _load_shared("golden", "golden", name)
 
 
 def load_fixture_spec(name: str) -> dict:
     """shared/fixtures/<name>.json (tiny random-weight models' expected outputs)."""
-    stem = name[:-5] if name.endswith(".json") else name
-    path = shared_dir() / "fixtures" / f"{stem}.json"
-    if not path.is_file():
-        _missing(f"fixture file missing: {path} (set EDGELLM_SHARED to the shared/ folder)")
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return _load_shared("fixtures", "fixture", name)
 
 
 @pytest.fixture(scope="session")

@@ -138,9 +138,9 @@ def _special(llm, text):
 
 
 def _chat_ids(llm, messages, **kw):
-    ids, _, _ = llm._chat_request(messages, edgellm.SamplingParams(max_tokens=1), kw.pop("tools", None),
-                                  kw.pop("tool_choice", None), None, kw.pop("chat_template_kwargs", None),
-                                  **kw)
+    ids, _, _ = llm.chat_renderer.request(messages, edgellm.SamplingParams(max_tokens=1),
+                                          kw.pop("tools", None), kw.pop("tool_choice", None), None,
+                                          kw.pop("chat_template_kwargs", None), **kw)
     return ids
 
 
@@ -386,14 +386,14 @@ def test_async_chat_renders_off_the_loop(chatml_llm):
                 ticks.append(time.monotonic())
                 await asyncio.sleep(0.02)
         task = asyncio.ensure_future(ticker())
-        saved = chatml_llm._template
-        chatml_llm._template = HOSTILE["nested range loops"]
+        saved = chatml_llm.chat_renderer._template
+        chatml_llm.chat_renderer._template = HOSTILE["nested range loops"]
         try:
             agen = allm.chat_stream_chunks(HI, edgellm.SamplingParams(max_tokens=2))
             with pytest.raises(ChatTemplateError, match="time limit"):
                 await agen.__anext__()
         finally:
-            chatml_llm._template = saved
+            chatml_llm.chat_renderer._template = saved
         gaps = [b - a for a, b in zip(ticks, ticks[1:])]
         out = await allm.chat([{"role": "user", "content": INJECT}], edgellm.SamplingParams(max_tokens=2))
         stop.set()

@@ -255,6 +255,7 @@ def test_set_parameter_reaches_the_engine_and_stop_accumulates():
     ("/set parameter temperature hot", "temperature takes a number"),
     ("/set parameter temperature -1", "temperature must be >= 0"),
     ("/set parameter top_p 2", "top_p must be in [0, 1]"),
+    ("/set parameter typical_p 0", "typical_p must be in (0, 1]"),  # SamplingParams' rule
     ("/set parameter top_k 1.5", "top_k takes a whole number"),
     ("/set parameter num_predict 0", "num_predict must be >= 1"),
     ("/set parameter warp 9", "unknown parameter 'warp'"),

@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -30,16 +29,12 @@ pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 REPO = Path(__file__).resolve().parent.parent
 KEY = "test-key"
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from server_helpers import free_port, openai_error  # noqa: E402
 
 
 class ServerProcess:
     def __init__(self, model: Path, *args: str, api_key: str = KEY):
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.headers = {"Authorization": f"Bearer {api_key}"}
         env = dict(os.environ)
@@ -112,13 +107,7 @@ MESSAGES = [{"role": "user", "content": "Name three colours."}]
 GREEDY = dict(temperature=0, max_tokens=16)
 
 
-def _error(r, status):
-    assert r.status_code == status, r.text
-    err = r.json()["error"]
-    # OpenAI's envelope; llama-server's context numbers may ride along
-    assert {"message", "type", "param", "code"} <= set(err) <= \
-        {"message", "type", "param", "code", "n_prompt_tokens", "n_ctx"}
-    return err
+_error = openai_error
 
 
 # --- the OpenAI client ---------------------------------------------------------------------------

@@ -11,7 +11,6 @@ Three parts:
 """
 import asyncio
 import json
-import socket
 import threading
 import time
 from pathlib import Path
@@ -24,7 +23,6 @@ edgellm = pytest.importorskip("edgellm", reason="edgellm._core is not built (scr
 anthropic = pytest.importorskip("anthropic")
 pytest.importorskip("uvicorn")
 
-import uvicorn  # noqa: E402
 
 import edgellm.llm  # noqa: E402
 from edgellm.chat_output import ChatDelta, ToolCallDelta  # noqa: E402
@@ -32,6 +30,7 @@ from edgellm.llm import CompletionChunk, Usage  # noqa: E402
 from edgellm.server import ServerConfig, create_app  # noqa: E402
 from edgellm.server import anthropic_api as api  # noqa: E402
 from edgellm.server.errors import APIError  # noqa: E402
+from server_helpers import AppServer, free_port  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 KEY = "test-key"
@@ -101,44 +100,19 @@ class ScriptedLLM:
         pass
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class InProcessServer:
+class InProcessServer(AppServer):
     def __init__(self, engine=None, loader=None, **cfg):
         self.engine = engine or ScriptedLLM()
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = ServerConfig(model="fake-model", alias="fake", port=self.port, **cfg)
+        port = free_port()
+        config = ServerConfig(model="fake-model", alias="fake", port=port, **cfg)
         app = create_app(config, loader=loader or (lambda c: self.engine),
                          params_factory=edgellm.llm.SamplingParams)
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port,
-                                                    log_level="warning", lifespan="on"))
-        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve()),
-                                       daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.01)
-
-    def wait_ready(self):
-        deadline = time.monotonic() + 10
-        while httpx.get(self.url + "/health").status_code != 200:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        return self
+        self.start(app, port)
+        self.wait_started()
 
     def client(self, **kw):
         kw.setdefault("api_key", KEY)
         return anthropic.Anthropic(base_url=self.url, max_retries=0, **kw)
-
-    def stop(self):
-        self.server.should_exit = True
-        self.thread.join(10)
 
 
 @pytest.fixture

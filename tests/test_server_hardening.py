@@ -26,6 +26,7 @@ import pytest
 pytest.importorskip("edgellm", reason="edgellm._core is not built (scripts/dev-build.sh)")
 pytest.importorskip("uvicorn")
 
+from server_helpers import AppServer, free_port  # noqa: E402
 from test_server_unit import (CHAT, FakeAsyncLLM, RunningServer, SamplingParams,  # noqa: E402
                               _first_health, _serve)
 
@@ -371,40 +372,18 @@ def test_python_errors_in_a_route_are_typed(exc, status):
         s.stop()
 
 
-class Served:
+class Served(AppServer):
     """create_app over the stand-in engine with its own SamplingParams factory, on a socket."""
 
     def __init__(self, params_factory, engine=None):
-        import asyncio
-
-        import uvicorn
         from edgellm.server import ServerConfig, create_app
 
-        from test_server_unit import _free_port
-
         self.engine = engine or FakeAsyncLLM()
-        port = _free_port()
-        self.url = f"http://127.0.0.1:{port}"
+        port = free_port()
         app = create_app(ServerConfig(model="fake", port=port), loader=lambda c: self.engine,
                          params_factory=params_factory)
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                                    log_level="critical", lifespan="on"))
-        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve()),
-                                       daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                if httpx.get(self.url + "/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.02)
-
-    def stop(self):
-        self.server.should_exit = True
-        self.thread.join(10)
+        self.start(app, port, log_level="critical")
+        self.wait_ready()
 
 
 @pytest.mark.parametrize("exc, status", [(RecursionError("deep schema"), 400),

@@ -9,8 +9,6 @@ Three layers:
 """
 import asyncio
 import json
-import socket
-import threading
 import time
 from pathlib import Path
 
@@ -21,13 +19,13 @@ edgellm = pytest.importorskip("edgellm", reason="edgellm._core is not built (scr
 openai = pytest.importorskip("openai")
 pytest.importorskip("uvicorn")
 
-import uvicorn  # noqa: E402
 
 import edgellm.llm  # noqa: E402
 from edgellm.chat_output import ChatDelta, ToolCallDelta  # noqa: E402
 from edgellm.llm import CompletionChunk, Usage  # noqa: E402
 from edgellm.server import ServerConfig, create_app  # noqa: E402
 from edgellm.server.errors import APIError  # noqa: E402
+from server_helpers import THINK_TEMPLATE, AppServer, free_port  # noqa: E402
 from edgellm.server.responses_api import (  # noqa: E402
     OutputBuilder, ResponseStore, StoredResponse, conversation, parse_request)
 
@@ -36,12 +34,6 @@ WEATHER = {"type": "function", "name": "get_weather",
            "description": "Get the current weather for a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                           "required": ["city"]}}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _rejects(body, param, code=None):
@@ -429,35 +421,18 @@ class ScriptedLLM:
                 self.aborted += 1
 
 
-class RunningServer:
+class RunningServer(AppServer):
     def __init__(self, engine, **cfg):
         self.engine = engine
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = ServerConfig(model="fake-model", alias="fake", port=self.port, **cfg)
+        port = free_port()
+        config = ServerConfig(model="fake-model", alias="fake", port=port, **cfg)
         self.app = create_app(config, loader=lambda c: engine,
                               params_factory=edgellm.llm.SamplingParams)
-        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port,
-                                                    log_level="warning", lifespan="on"))
-        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve()),
-                                       daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                if httpx.get(self.url + "/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.02)
+        self.start(self.app, port)
+        self.wait_ready()
 
     def client(self):
         return openai.OpenAI(base_url=self.url + "/v1", api_key="none", max_retries=0)
-
-    def stop(self):
-        self.server.should_exit = True
-        self.thread.join(10)
 
 
 @pytest.fixture
@@ -946,13 +921,6 @@ def test_real_json_schema_output(qwen):
     _check_against_schema(data, schema)
     assert data["name"] == "Ann" and data["age"] == 30
     assert r.text.format.type == "json_schema"
-
-
-THINK_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n"
-    "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n"
-    "{% else %}<think>\n{% endif %}{% endif %}")
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ pytest.importorskip("edgellm._core", reason="edgellm._core is not built (scripts
 openai = pytest.importorskip("openai")
 jsonschema = pytest.importorskip("jsonschema")
 
+from server_helpers import THINK_TEMPLATE  # noqa: E402
 from test_server import KEY, ServerProcess  # noqa: E402
 
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]
@@ -198,13 +199,6 @@ def test_langchain_bind_tools_and_structured_output(server):
         "Alice is 31 years old. Extract the person.")
     assert isinstance(out, Person), out
     assert out.name and isinstance(out.age, int)
-
-
-THINK_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n"
-    "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n"
-    "{% else %}<think>\n{% endif %}{% endif %}")
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ tests/test_server.py.
 """
 import asyncio
 import json
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -20,7 +19,6 @@ import pytest
 edgellm = pytest.importorskip("edgellm", reason="edgellm._core is not built (scripts/dev-build.sh)")
 pytest.importorskip("uvicorn")
 
-import uvicorn  # noqa: E402
 
 from edgellm.server import ServerConfig, create_app  # noqa: E402
 from edgellm.server import protocol  # noqa: E402
@@ -28,6 +26,7 @@ from edgellm.server.errors import APIError  # noqa: E402
 from edgellm.server.metrics import Histogram  # noqa: E402
 from edgellm.llm import CompletionChunk, TokenLogprob, TopLogprob, Usage  # noqa: E402
 import edgellm.llm  # noqa: E402
+from server_helpers import AppServer, free_port, openai_error  # noqa: E402
 
 
 # --- a stand-in engine -------------------------------------------------------------------------
@@ -167,44 +166,15 @@ class FakeAsyncLLM:
 
 # --- running the app on a real socket -----------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class RunningServer:
+class RunningServer(AppServer):
     def __init__(self, engine=None, loader=None, **cfg):
         self.engine = engine or FakeAsyncLLM()
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = ServerConfig(model="fake-model", alias="fake", port=self.port, **cfg)
+        port = free_port()
+        config = ServerConfig(model="fake-model", alias="fake", port=port, **cfg)
         self.app = create_app(config, loader=loader or (lambda c: self.engine),
                               params_factory=SamplingParams)
-        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port,
-                                                    log_level="warning", lifespan="on"))
-        self.server.install_signal_handlers = lambda: None  # older uvicorn
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.01)
-
-    def _run(self):
-        # capture_signals only acts in the main thread; this is a worker thread
-        asyncio.run(self.server.serve())
-
-    def wait_ready(self):
-        deadline = time.monotonic() + 10
-        while httpx.get(self.url + "/health").status_code != 200:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        return self
-
-    def stop(self):
-        self.server.should_exit = True
-        self.thread.join(10)
+        self.start(self.app, port)
+        self.wait_started()
 
 
 @pytest.fixture
@@ -423,13 +393,7 @@ def test_openai_client_accepts_the_shapes(server):
 
 # --- failures -----------------------------------------------------------------------------------
 
-def _error(r, status):
-    assert r.status_code == status, r.text
-    err = r.json()["error"]
-    # OpenAI's envelope; llama-server's context numbers may ride along
-    assert {"message", "type", "param", "code"} <= set(err) <= \
-        {"message", "type", "param", "code", "n_prompt_tokens", "n_ctx"}
-    return err
+_error = openai_error
 
 
 def test_bad_json_and_wrong_types(server):
@@ -642,7 +606,7 @@ def _serve(*args, **env_vars):
     env["PYTHONPATH"] = os.pathsep.join(paths + [str(root / "tests"), env.get("PYTHONPATH", "")])
     if env.get("EDGELLM_BUILD_DIR"):
         env["EDGELLM_BUILD_DIR"] = os.path.abspath(env["EDGELLM_BUILD_DIR"])
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "edgellm", "serve", "fake.gguf", "--port", str(port),
          "--engine-factory", "test_server_unit:cli_fake_engine", "--log-level", "warning", *args],

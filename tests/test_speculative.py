@@ -585,7 +585,7 @@ def test_server_timings_and_metrics(spec_server, smollm2_path):
 def test_serve_cli_builds_the_config(monkeypatch, smollm2_path, qwen_path):
     """`edgellm serve --spec/--draft/--draft-max` reach ServerConfig and the default loader."""
     import edgellm.commands.serve as serve
-    from edgellm.server import engine as server_engine
+    from edgellm.server import admission
 
     seen = {}
 
@@ -607,10 +607,10 @@ def test_serve_cli_builds_the_config(monkeypatch, smollm2_path, qwen_path):
     assert seen["config"].speculative == "off" and seen["config"].draft_model is None
 
     made = {}
-    monkeypatch.setattr("edgellm.llm.AsyncLLM", lambda *a, **kw: made.update(kw) or None)
+    monkeypatch.setattr("edgellm.async_llm.AsyncLLM", lambda *a, **kw: made.update(kw) or None)
     cfg.model_path = str(qwen_path)
     try:
-        server_engine.default_loader(cfg)
+        admission.default_loader(cfg)
     except AttributeError:
         pass  # the stand-in is None
     assert made["speculative"] == "draft" and made["draft_model"] == str(qwen_path)

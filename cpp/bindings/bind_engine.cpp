@@ -1,7 +1,7 @@
 // _core.Engine, _core.SamplingParams and _core.OutputChannel (the sampler test surface is in
 // testing/bind_sampler.cpp).
 // Python threads only submit and receive: every wait on an OutputChannel and every engine call
-// that can block releases the GIL; events become Python objects in C++, one dict per event.
+// that can block releases the GIL; events reach Python as _core.OutputEvent objects.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -59,54 +59,90 @@ py::list logprobs_list(const std::vector<TokenLogprob>& v) {
   return out;
 }
 
-py::dict event_dict(const OutputEvent& ev) {
-  py::dict d;
-  d["index"] = ev.index;
-  d["text"] = utf8(ev.text);
-  d["token_ids"] = ev.token_ids;
-  d["logprobs"] = logprobs_list(ev.logprobs);
-  d["finished"] = ev.finished;
-  if (ev.has_prompt_logprobs) d["prompt_logprobs"] = logprobs_list(ev.prompt_logprobs);
-  if (ev.has_progress) {  // return_progress: a prefill-progress event (no text, no tokens)
-    py::dict pr;
-    pr["total"] = ev.progress.total;
-    pr["cache"] = ev.progress.cache;
-    pr["processed"] = ev.progress.processed;
-    pr["time_ms"] = ev.progress.time_ms;
-    d["progress"] = pr;
+// The properties of _core.OutputEvent that are built on access: progress, stop_reason, embedding, timings.
+py::object progress_dict(const OutputEvent& ev) {
+  if (!ev.has_progress) return py::none();  // return_progress: a prefill-progress event (no text, no tokens)
+  py::dict pr;
+  pr["total"] = ev.progress.total;
+  pr["cache"] = ev.progress.cache;
+  pr["processed"] = ev.progress.processed;
+  pr["time_ms"] = ev.progress.time_ms;
+  return std::move(pr);
+}
+
+py::object stop_reason(const OutputEvent& ev) {
+  if (!ev.finished) return py::none();
+  if (ev.has_stop_string) return utf8(ev.stop_string);
+  if (ev.stop_token >= 0) return py::int_(ev.stop_token);
+  return py::none();
+}
+
+py::object embedding_array(const OutputEvent& ev) {
+  if (!ev.finished || ev.embedding_rows <= 0) return py::none();  // embedding request: float32 [rows, n_embd]
+  const py::ssize_t rows = ev.embedding_rows, dim = static_cast<py::ssize_t>(ev.embedding.size()) / rows;
+  return py::array_t<float>({rows, dim}, ev.embedding.data());
+}
+
+py::object timings_dict(const OutputEvent& ev) {
+  if (!ev.finished) return py::none();
+  const Timings& tm = ev.timings;
+  py::dict t;
+  t["prompt_n"] = tm.prompt_n;
+  t["prompt_ms"] = tm.prompt_ms;
+  t["prompt_per_second"] = tm.prompt_ms > 0 ? 1e3 * tm.prompt_n / tm.prompt_ms : 0.0;
+  t["predicted_n"] = tm.predicted_n;
+  t["predicted_ms"] = tm.predicted_ms;
+  // The first token comes with the prompt; the rate is over the tokens after it.
+  t["predicted_per_second"] = tm.predicted_ms > 0 ? 1e3 * (tm.predicted_n - 1) / tm.predicted_ms : 0.0;
+  if (tm.context_shifts > 0) t["context_shifts"] = tm.context_shifts;  // only when it shifted
+  // Speculative decoding: as llama-server, only when something was drafted for this completion.
+  if (tm.draft_n > 0) {
+    t["draft_n"] = tm.draft_n;
+    t["draft_n_accepted"] = tm.draft_n_accepted;
   }
-  if (ev.finished) {
-    d["finish_reason"] = to_string(ev.finish_reason);
-    if (ev.has_stop_string) d["stop_reason"] = utf8(ev.stop_string);
-    else if (ev.stop_token >= 0) d["stop_reason"] = ev.stop_token;
-    else d["stop_reason"] = py::none();
-    d["error"] = text(ev.error);
-    d["prompt_tokens"] = ev.prompt_tokens;
-    d["completion_tokens"] = ev.completion_tokens;
-    d["cached_tokens"] = ev.cached_tokens;
-    d["context_shifts"] = ev.timings.context_shifts;
-    if (ev.embedding_rows > 0) {  // embedding request: float32 [rows, n_embd]
-      const py::ssize_t rows = ev.embedding_rows, dim = static_cast<py::ssize_t>(ev.embedding.size()) / rows;
-      d["embedding"] = py::array_t<float>({rows, dim}, ev.embedding.data());
-    }
-    py::dict t;
-    t["prompt_n"] = ev.timings.prompt_n;
-    t["prompt_ms"] = ev.timings.prompt_ms;
-    t["prompt_per_second"] = ev.timings.prompt_ms > 0 ? 1e3 * ev.timings.prompt_n / ev.timings.prompt_ms : 0.0;
-    t["predicted_n"] = ev.timings.predicted_n;
-    t["predicted_ms"] = ev.timings.predicted_ms;
-    // The first token comes with the prompt; the rate is over the tokens after it.
-    t["predicted_per_second"] =
-        ev.timings.predicted_ms > 0 ? 1e3 * (ev.timings.predicted_n - 1) / ev.timings.predicted_ms : 0.0;
-    if (ev.timings.context_shifts > 0) t["context_shifts"] = ev.timings.context_shifts;  // only when it shifted
-    // Speculative decoding: as llama-server, only when something was drafted for this completion.
-    if (ev.timings.draft_n > 0) {
-      t["draft_n"] = ev.timings.draft_n;
-      t["draft_n_accepted"] = ev.timings.draft_n_accepted;
-    }
-    d["timings"] = t;
-  }
-  return d;
+  return std::move(t);
+}
+
+void bind_output_event(py::module_& m) {
+  using E = OutputEvent;
+  py::class_<E>(m, "OutputEvent",
+                "One event of a request (OutputChannel.pop / try_pop), read-only. The fields of the last event "
+                "of a completion (finished) are None or 0 on the others.")
+      .def_readonly("index", &E::index, "Completion index (n > 1).")
+      .def_property_readonly("text", [](const E& e) { return utf8(e.text); },
+                             "New text (whole UTF-8 characters; all of it when not streaming).")
+      .def_readonly("token_ids", &E::token_ids, "New tokens (all of them when not streaming).")
+      .def_property_readonly("logprobs", [](const E& e) { return logprobs_list(e.logprobs); },
+                             "Per new token when logprobs were asked for: (id, logprob, [(id, logprob)]).")
+      .def_property_readonly("prompt_logprobs",
+                             [](const E& e) -> py::object {
+                               if (!e.has_prompt_logprobs) return py::none();
+                               return logprobs_list(e.prompt_logprobs);
+                             },
+                             "Once, on the first event of completion 0 when prompt_logprobs were asked for.")
+      .def_readonly("finished", &E::finished)
+      .def_property_readonly("finish_reason",
+                             [](const E& e) -> py::object {
+                               if (!e.finished) return py::none();
+                               return py::str(to_string(e.finish_reason));
+                             },
+                             "\"stop\" | \"length\" | \"cancelled\" | \"error\" on the last event, else None.")
+      .def_property_readonly("stop_reason", &stop_reason, "The stop string (str) or stop token id (int) that ended it.")
+      .def_property_readonly("error", [](const E& e) { return text(e.error); }, "finish_reason \"error\": what went wrong.")
+      .def_readonly("prompt_tokens", &E::prompt_tokens)
+      .def_readonly("completion_tokens", &E::completion_tokens)
+      .def_readonly("cached_tokens", &E::cached_tokens)
+      .def_property_readonly("context_shifts", [](const E& e) { return e.timings.context_shifts; })
+      .def_property_readonly("timings", &timings_dict,
+                             "On the last event: prompt_n / _ms / _per_second, predicted_n / _ms / _per_second, and "
+                             "context_shifts, draft_n / draft_n_accepted when nonzero.")
+      .def_property_readonly("progress", &progress_dict,
+                             "return_progress: {total, cache, processed, time_ms} on a prefill-progress event.")
+      .def_property_readonly("embedding", &embedding_array, "Embedding requests: float32 [rows, n_embd].")
+      .def("__repr__", [](const E& e) {
+        return "<OutputEvent index=" + std::to_string(e.index) + " tokens=" + std::to_string(e.token_ids.size()) +
+               (e.finished ? " finished " + to_string(e.finish_reason) : std::string()) + ">";
+      });
 }
 
 py::dict stats_dict(const EngineStats& s) {
@@ -171,6 +207,7 @@ struct PyEngine {
 }  // namespace
 
 void bind_engine(py::module_& m) {
+  bind_output_event(m);
   py::class_<SamplingParams>(m, "SamplingParams", "Per-request sampling parameters (C++ side of edgellm.SamplingParams).")
       .def(py::init<>())
       .def_readwrite("max_tokens", &SamplingParams::max_tokens)
@@ -226,13 +263,13 @@ void bind_engine(py::module_& m) {
               got = ch.pop(ev, static_cast<int64_t>(timeout_s * 1000.0));
             }
             if (!got) return py::none();
-            return event_dict(ev);
+            return py::cast(std::move(ev));
           },
-          py::arg("timeout_s") = 0.1, "The next event dict, waiting up to timeout_s (GIL released); None on timeout.")
+          py::arg("timeout_s") = 0.1, "The next OutputEvent, waiting up to timeout_s (GIL released); None on timeout.")
       .def("try_pop", [](OutputChannel& ch) -> py::object {
         OutputEvent ev;
         if (!ch.try_pop(ev)) return py::none();
-        return event_dict(ev);
+        return py::cast(std::move(ev));
       })
       .def_property_readonly("done", &OutputChannel::done, "Every last event sent and consumed.")
       .def_property_readonly("all_sent", &OutputChannel::all_sent,
@@ -325,7 +362,7 @@ void bind_engine(py::module_& m) {
           },
           py::arg("prompt"), py::arg("channel"), py::arg("pooling") = -1, py::arg("normalize") = 2,
           "Queues an embedding request (pooling: -1 model default, 0 none, 1 mean, 2 cls, 3 last; normalize: "
-          "llama.cpp's embd_normalize). Its one event carries 'embedding', float32 [rows, n_embd].")
+          "llama.cpp's embd_normalize). Its one event's .embedding is float32 [rows, n_embd].")
       .def("abort", [](PyEngine& self, int64_t id) { self.get().abort(id); }, py::arg("request_id"))
       .def(
           "slot_save",

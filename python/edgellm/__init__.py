@@ -16,16 +16,10 @@ from ._core import (  # noqa: E402
 )
 from .model_file import ModelFile  # noqa: E402
 from .memory_plan import MemoryPlan, MemoryPlanError  # noqa: E402
-from .llm import (  # noqa: E402
-    LLM,
-    AsyncLLM,
-    Completion,
-    CompletionChunk,
-    SamplingParams,
-    TokenLogprob,
-    TopLogprob,
-    Usage,
-)
+from .sampling_params import SamplingParams  # noqa: E402
+from .outputs import Completion, CompletionChunk, TokenLogprob, TopLogprob, Usage  # noqa: E402
+from .llm import LLM  # noqa: E402
+from .async_llm import AsyncLLM  # noqa: E402
 
 __version__ = "0.1.0"
 

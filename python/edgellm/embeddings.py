@@ -23,7 +23,6 @@ which and by how much. Nothing is ever truncated.
 from __future__ import annotations
 
 import asyncio
-import os
 from dataclasses import dataclass, field
 from typing import List, Sequence, Union
 
@@ -31,10 +30,9 @@ import numpy as np
 
 from . import _core
 from ._core import ContextLengthError, InvalidRequestError
+from ._engine_client import POLL_S, WakePipe
 
 __all__ = ["Embeddings", "POOLING_TYPES", "pooling_code", "normalize_code"]
-
-_POLL_S = 0.1
 
 # llama.cpp's llama_pooling_type numbering (GGUF <arch>.pooling_type).
 POOLING_TYPES = {"none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
@@ -134,7 +132,8 @@ def _prepare(llm, texts, normalize, pooling):
     """Token ids of every input, checked before anything is submitted."""
     pool = pooling_code(pooling)
     norm = normalize_code(normalize)
-    ids = [llm._prompt_ids(t) for t in _inputs(texts)]
+    client = llm.engine_client
+    ids = [client.prompt_ids(t) for t in _inputs(texts)]
     n_ctx = llm.n_ctx
     for i, x in enumerate(ids):
         if not x:
@@ -144,27 +143,27 @@ def _prepare(llm, texts, normalize, pooling):
             raise ContextLengthError(f"embedding input {i} is too large: {len(x)} tokens > n_ctx "
                                      f"{n_ctx} by {len(x) - n_ctx} (it is not truncated)")
     if pool == -1:
-        pool = int(llm._engine.default_pooling)
+        pool = int(client.engine.default_pooling)
     return ids, pool, norm
 
 
-def _result(events: List[dict], pool: int, norm: int) -> Embeddings:
+def _result(events: list, pool: int, norm: int) -> Embeddings:
     data, counts, timings = [], [], []
     for ev in events:
-        if ev.get("finish_reason") == "error":
-            raise _core.EdgeLLMError(ev.get("error") or "embedding failed in the engine")
-        if ev.get("finish_reason") == "cancelled" or "embedding" not in ev:
+        if ev.finish_reason == "error":
+            raise _core.EdgeLLMError(ev.error or "embedding failed in the engine")
+        m = ev.embedding
+        if ev.finish_reason == "cancelled" or m is None:
             raise _core.RequestCancelled("the embedding request was cancelled")
-        m = ev["embedding"]
         data.append(m if pool == POOLING_TYPES["none"] else m[0])
-        counts.append(int(ev["prompt_tokens"]))
-        timings.append(dict(ev.get("timings", {})))
+        counts.append(int(ev.prompt_tokens))
+        timings.append(dict(ev.timings or {}))
     return Embeddings(data, counts, pooling_name(pool), norm, timings)
 
 
 def embeddings_sync(llm, texts, normalize=True, pooling=None) -> Embeddings:
     ids, pool, norm = _prepare(llm, texts, normalize, pooling)
-    engine = llm._engine
+    engine = llm.engine_client.engine
     channels, rids, events = [], [], {}
     try:
         for x in ids:
@@ -173,8 +172,8 @@ def embeddings_sync(llm, texts, normalize=True, pooling=None) -> Embeddings:
             channels.append(ch)
         for i, ch in enumerate(channels):
             while i not in events:
-                ev = ch.pop(_POLL_S)
-                if ev is not None and ev["finished"]:
+                ev = ch.pop(POLL_S)
+                if ev is not None and ev.finished:
                     events[i] = ev
     finally:
         for i, rid in enumerate(rids):
@@ -183,57 +182,11 @@ def embeddings_sync(llm, texts, normalize=True, pooling=None) -> Embeddings:
     return _result([events[i] for i in range(len(ids))], pool, norm)
 
 
-class _SharedPipe:
-    """One wake-up pipe for all channels of a call (each OutputChannel writes a byte to it per
-    event), so a call with many inputs uses two file descriptors, not two per input. It is
-    closed only once the engine has sent every channel's last event."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop):
-        self._loop = loop
-        self._rfd, self._wfd = os.pipe()
-        os.set_blocking(self._rfd, False)
-        os.set_blocking(self._wfd, False)
-        self._ready = asyncio.Event()
-        self._closing = self._closed = False
-        self.channels: List = []
-        loop.add_reader(self._rfd, self._on_readable)
-
-    def channel(self):
-        ch = _core.OutputChannel(self._wfd)
-        self.channels.append(ch)
-        return ch
-
-    def _on_readable(self) -> None:
-        try:
-            while os.read(self._rfd, 4096):
-                pass
-        except (BlockingIOError, InterruptedError):
-            pass
-        self._ready.set()
-        if self._closing:
-            self._close_if_done()
-
-    async def wait(self) -> None:
-        await self._ready.wait()
-        self._ready.clear()
-
-    def _close_if_done(self) -> None:
-        if not self._closed and all(ch.all_sent for ch in self.channels):
-            self._closed = True
-            self._loop.remove_reader(self._rfd)
-            os.close(self._rfd)
-            os.close(self._wfd)
-
-    def close(self) -> None:
-        self._closing = True
-        self._close_if_done()
-
-
 async def embeddings_async(allm, texts, normalize=True, pooling=None) -> Embeddings:
     llm = allm.llm
     ids, pool, norm = _prepare(llm, texts, normalize, pooling)
-    engine = llm._engine
-    pipe = _SharedPipe(asyncio.get_running_loop())
+    engine = llm.engine_client.engine
+    pipe = WakePipe(asyncio.get_running_loop())
     rids, events = [], {}
     try:
         for x in ids:
@@ -242,7 +195,7 @@ async def embeddings_async(allm, texts, normalize=True, pooling=None) -> Embeddi
         while pending:
             for i in list(pending):
                 ev = pipe.channels[i].try_pop()
-                while ev is not None and not ev["finished"]:
+                while ev is not None and not ev.finished:
                     ev = pipe.channels[i].try_pop()
                 if ev is not None:
                     events[i] = ev

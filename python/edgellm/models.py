@@ -426,9 +426,10 @@ def describe(name: str) -> str:
             f"{spec.arch:<7} {spec.description}{note}  {path}")
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[List[str]] = None, prog: str = "python -m edgellm.models") -> int:
+    """The models command line (`edgellm models`, models/fetch.py, python -m edgellm.models)."""
     parser = argparse.ArgumentParser(
-        prog="python -m edgellm.models",
+        prog=prog,
         description=f"Fetch the real test models into the cache ({cache_dir()}; "
                     "set EDGELLM_MODELS to move it).",
     )

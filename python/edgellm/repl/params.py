@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
-from ..llm import SamplingParams
+from ..sampling_params import SamplingParams
 
 __all__ = ["ParameterError", "ParamSpec", "PARAMETERS", "Parameters"]
 
@@ -28,8 +28,8 @@ def _float(name: str, lo: float = -math.inf, hi: float = math.inf, lo_open: bool
         except ValueError:
             raise ParameterError(f"{name} takes a number, got {text!r}") from None
         if math.isnan(v) or v < lo or v > hi or (lo_open and v == lo):
-            lo_sign = ">" if lo_open else ">="
-            bound = f"{lo_sign} {lo:g}" if hi == math.inf else f"in [{lo:g}, {hi:g}]"
+            lo_sign, lo_bracket = (">", "(") if lo_open else (">=", "[")
+            bound = f"{lo_sign} {lo:g}" if hi == math.inf else f"in {lo_bracket}{lo:g}, {hi:g}]"
             raise ParameterError(f"{name} must be {bound}, got {text}")
         return v
     return parse
@@ -64,7 +64,8 @@ PARAMETERS: Dict[str, ParamSpec] = {s.name: s for s in (
     ParamSpec("top_p", "top_p", _float("top_p", 0.0, 1.0), "nucleus sampling mass; 1 off"),
     ParamSpec("min_p", "min_p", _float("min_p", 0.0, 1.0),
               "drop tokens below min_p x the top probability; 0 off"),
-    ParamSpec("typical_p", "typical_p", _float("typical_p", 0.0, 1.0), "locally typical sampling; 1 off"),
+    ParamSpec("typical_p", "typical_p", _float("typical_p", 0.0, 1.0, lo_open=True),
+              "locally typical sampling; 1 off"),
     ParamSpec("seed", "seed", _int("seed", allow_unset=True), "random seed; -1 = random each answer"),
     ParamSpec("num_predict", "max_tokens", _int("num_predict", lo=1, allow_unset=True),
               "most tokens per answer; -1 = until the model stops or the context is full"),

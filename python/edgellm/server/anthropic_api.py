@@ -24,11 +24,11 @@ from starlette.responses import JSONResponse, Response
 
 from edgellm.chat_output import ChatDelta
 
-from .engine import ChunkStream
+from .admission import ChunkStream
 from .errors import APIError, invalid, timed_out
 from .protocol import (_bad_type, _short, anything, boolean, integer, number, obj,
                        stop_strings, string)
-from .routes import CLIENT_CLOSED, ClientGone, Routes, engine_error, off_loop, read_json
+from .routes import CLIENT_CLOSED, Routes, engine_error, off_loop, read_json
 from .sse import EventStreamResponse
 
 log = logging.getLogger("edgellm.server")
@@ -729,22 +729,14 @@ class AnthropicRoutes(Routes):
                 if chunk.finish_reason is not None:
                     builder.finish(chunk)
                 item = await stream.next()
-
-        try:
-            await self._race(collect(), request, deadline)
             if builder.stop_reason is None:
                 raise APIError(500, "the engine stream ended without a finish reason",
                                "server_error")
-        except ClientGone:
-            self.metrics.request_done(endpoint, CLIENT_CLOSED)
-            log.info("client disconnected while waiting; request aborted")
-            return Response(status_code=CLIENT_CLOSED)
-        except BaseException as e:  # noqa: BLE001
-            if isinstance(e, asyncio.CancelledError):
-                raise
-            return self._afail(endpoint, engine_error(e, "messages"))
-        finally:
-            await asyncio.shield(self._close(stream, admission))
+
+        failed = await self._collect(endpoint, collect, request, deadline, stream, admission,
+                                     lambda e: self._afail(endpoint, engine_error(e, "messages")))
+        if failed is not None:
+            return failed
         self.metrics.request_done(endpoint, 200)
         return JSONResponse(builder.message(), headers=self._headers())
 

@@ -13,7 +13,7 @@ from . import anthropic_api, llamacpp_api
 from .auth import BearerAuth
 from .config import ServerConfig
 from .cors import CORS
-from .engine import EngineHost, default_loader, default_params_factory
+from .admission import EngineHost, default_loader, default_params_factory
 from .embeddings import EmbeddingRoutes
 from .errors import APIError, ErrorGuard
 from .limits import BodyLimit

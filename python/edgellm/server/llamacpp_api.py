@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 import edgellm
 
 from . import protocol
-from .engine import ChunkStream
+from .admission import ChunkStream
 from .errors import APIError, invalid
 from .progress import progress_of, progress_timings, prompt_progress
 from .sse import EventStreamResponse, sse
@@ -117,22 +117,25 @@ def _inert_default(default):
     return check
 
 
+# The fields SamplingParams takes as they are have its rules (edgellm.validation); the others
+# are llama-server's own: n_predict / max_tokens -1, a negative temperature (greedy), seed -1.
+_rule = protocol.sampling_rule
 _SAMPLING = {
     "n_predict": _int_or_minus1,
     "max_tokens": _int_or_minus1,
     "temperature": protocol.number(),          # llama-server: <= 0 is greedy
-    "top_k": protocol.integer(),
-    "top_p": protocol.number(0.0, 1.0, lo_open=True),
-    "min_p": protocol.number(0.0, 1.0),
-    "typical_p": protocol.number(0.0, 1.0),
-    "repeat_penalty": protocol.number(0.0),
-    "repeat_last_n": _int_or_minus1,
-    "presence_penalty": protocol.number(),
-    "frequency_penalty": protocol.number(),
+    "top_k": _rule("top_k"),
+    "top_p": _rule("top_p"),
+    "min_p": _rule("min_p"),
+    "typical_p": _rule("typical_p"),
+    "repeat_penalty": _rule("repetition_penalty"),
+    "repeat_last_n": _rule("repeat_last_n"),   # -1: the whole context
+    "presence_penalty": _rule("presence_penalty"),
+    "frequency_penalty": _rule("frequency_penalty"),
     "seed": protocol.integer(),
     "stop": protocol.stop_strings,
     "ignore_eos": protocol.boolean,
-    "n_probs": protocol.integer(0, protocol.MAX_TOP_LOGPROBS),
+    "n_probs": _rule("logprobs"),
     "n_keep": protocol.integer(-1),      # --context-shift: tokens kept at the start; -1 = the prompt
     "n_discard": protocol.integer(0),    # --context-shift: tokens dropped per shift; 0 = half
     "min_keep": protocol.integer(0),
@@ -180,20 +183,6 @@ for _k in _OFF_SAMPLER_SETTINGS:
 COMPLETION_FIELDS = {**_SAMPLING, **_OFF_SAMPLERS, **_SERVER, **_ACCEPTED_INERT}
 INFILL_FIELDS = {**COMPLETION_FIELDS, "input_prefix": protocol.anything,
                  "input_suffix": protocol.anything, "input_extra": protocol.anything}
-
-
-def check_fields(body: Any, allowed: Dict[str, Any]) -> JSON:
-    if not isinstance(body, dict):
-        raise invalid("the request body must be a JSON object", None, "invalid_type")
-    out = {}
-    for key, value in body.items():
-        check = allowed.get(key)
-        if check is None:
-            raise invalid(f"unknown field '{key}'", key, "unknown_field")
-        if value is None:
-            continue
-        out[key] = check(value, key)
-    return out
 
 
 # --- prompts ----------------------------------------------------------------------------------
@@ -551,7 +540,8 @@ class LlamaCppAPI:
         return await self._native(request, "infill", infill=True)
 
     def _prepare(self, llm, body: Any, infill: bool):
-        fields = check_fields(body, INFILL_FIELDS if infill else COMPLETION_FIELDS)
+        fields = protocol.check_fields(body, INFILL_FIELDS if infill else COMPLETION_FIELDS,
+                                        name_type=False)
         if fields.get("lora"):
             raise invalid("'lora' adapters are not supported", "lora", "unsupported")
         if infill:

@@ -218,10 +218,12 @@ class GenerationRequest:
     extra: JSON = field(default_factory=dict)
 
 
-def _check_fields(body: JSON, allowed: Dict[str, Callable]) -> JSON:
+def check_fields(body: JSON, allowed: Dict[str, Callable], name_type: bool = True) -> JSON:
+    """A request body's fields, each checked by allowed[name] (unknown fields are a 400, null
+    ones absent). name_type: the 400 for a body that is no object names what it is."""
     if not isinstance(body, dict):
-        raise invalid(f"the request body must be a JSON object, got {_type_name(body)}", None,
-                      "invalid_type")
+        got = f", got {_type_name(body)}" if name_type else ""
+        raise invalid(f"the request body must be a JSON object{got}", None, "invalid_type")
     out = {}
     for key, value in body.items():
         check = allowed.get(key)
@@ -344,7 +346,7 @@ def _llamacpp_fields(fields: JSON) -> JSON:
 
 
 def parse_chat(body: Any) -> GenerationRequest:
-    fields = _llamacpp_fields(_check_fields(body, {**{k: c for k, (c, _) in _SAMPLING.items()},
+    fields = _llamacpp_fields(check_fields(body, {**{k: c for k, (c, _) in _SAMPLING.items()},
                                                    **_COMMON, **_INERT, **_CHAT_ONLY,
                                                    **_LLAMACPP}))
     if "messages" not in fields:
@@ -391,7 +393,7 @@ def parse_chat(body: Any) -> GenerationRequest:
 
 
 def parse_completion(body: Any) -> GenerationRequest:
-    fields = _llamacpp_fields(_check_fields(body, {**{k: c for k, (c, _) in _SAMPLING.items()},
+    fields = _llamacpp_fields(check_fields(body, {**{k: c for k, (c, _) in _SAMPLING.items()},
                                                    **_COMMON, **_INERT, **_COMPLETION_ONLY,
                                                    **_LLAMACPP}))
     if "prompt" not in fields:
@@ -417,7 +419,7 @@ def parse_completion(body: Any) -> GenerationRequest:
 
 
 def parse_tokenize(body: Any) -> JSON:
-    fields = _check_fields(body, {"content": string, "add_special": boolean,
+    fields = check_fields(body, {"content": string, "add_special": boolean,
                                   "parse_special": boolean, "with_pieces": boolean,
                                   "model": string})
     if "content" not in fields:
@@ -430,7 +432,7 @@ def parse_tokenize(body: Any) -> JSON:
 
 
 def parse_detokenize(body: Any) -> List[int]:
-    fields = _check_fields(body, {"tokens": anything, "model": string})
+    fields = check_fields(body, {"tokens": anything, "model": string})
     toks = fields.get("tokens", [])
     if not isinstance(toks, list) or not all(
             isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in toks):

@@ -21,7 +21,6 @@ mapping, closing the engine stream) is the chat route's, reused from routes.Rout
 import asyncio
 import inspect
 import json
-import logging
 import secrets
 import time
 from collections import OrderedDict
@@ -34,15 +33,14 @@ from starlette.responses import JSONResponse, Response
 from edgellm.chat_output import ChatDelta, new_call_id
 
 from . import protocol
-from .engine import ChunkStream
+from .admission import ChunkStream
 from .errors import APIError, invalid, timed_out
 from .progress import progress_of, progress_timings, prompt_progress
 from .protocol import _bad_type, _short, boolean, integer, number, obj, string
-from .routes import CLIENT_CLOSED, ClientGone, Routes, engine_error, read_json
+from .routes import CLIENT_CLOSED, Routes, engine_error, read_json
 from .responses import timings
 from .sse import EventStreamResponse
 
-log = logging.getLogger("edgellm.server")
 
 JSON = Dict[str, Any]
 ENDPOINT = "responses"
@@ -1039,18 +1037,10 @@ class ResponsesAPI:
                     last["usage"] = chunk.usage
                 item = await stream.next()
 
-        try:
-            await routes._race(collect(), request, deadline)
-        except ClientGone:
-            self.metrics.request_done(ENDPOINT, CLIENT_CLOSED)
-            log.info("client disconnected while waiting; request aborted")
-            return Response(status_code=CLIENT_CLOSED)
-        except BaseException as e:  # noqa: BLE001
-            if isinstance(e, asyncio.CancelledError):
-                raise
-            return routes._fail(ENDPOINT, engine_error(e, "input"))
-        finally:
-            await asyncio.shield(routes._close(stream, admission))
+        failed = await routes._collect(ENDPOINT, collect, request, deadline, stream, admission,
+                                       lambda e: routes._fail(ENDPOINT, engine_error(e, "input")))
+        if failed is not None:
+            return failed
 
         status, reason = self._status(last["finish"])
         builder.finish("incomplete" if status == "incomplete" else "completed")

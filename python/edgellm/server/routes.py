@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 import edgellm
 
 from . import protocol
-from .engine import ChunkStream, EngineHost
+from .admission import ChunkStream, EngineHost
 from .errors import APIError, from_exception, invalid, timed_out
 from .progress import progress_of, progress_timings, prompt_progress
 from .responses import Choice, Formatter
@@ -244,18 +244,10 @@ class Routes:
                 choices[index].add(chunk)
                 item = await stream.next()
 
-        try:
-            await self._race(collect(), request, deadline)
-        except ClientGone:
-            self.metrics.request_done(endpoint, CLIENT_CLOSED)
-            log.info("client disconnected while waiting; request aborted")
-            return Response(status_code=CLIENT_CLOSED)
-        except BaseException as e:  # noqa: BLE001
-            if isinstance(e, asyncio.CancelledError):
-                raise
-            return self._fail(endpoint, engine_error(e, prompt_param))
-        finally:
-            await asyncio.shield(self._close(stream, admission))
+        failed = await self._collect(endpoint, collect, request, deadline, stream, admission,
+                                     lambda e: self._fail(endpoint, engine_error(e, prompt_param)))
+        if failed is not None:
+            return failed
         self.metrics.request_done(endpoint, 200)
         ordered = [choices[i] for i in sorted(choices)]
         body = fmt.response(ordered, want_logprobs, prompts)
@@ -367,6 +359,25 @@ class Routes:
             if isinstance(e, asyncio.CancelledError):
                 raise
             return fail(e)
+
+    async def _collect(self, endpoint: str, collect, request: Request, deadline: Optional[float],
+                       stream: ChunkStream, admission, fail) -> Optional[Response]:
+        """Await collect() (the chunks of a non-streaming answer) against the client and the
+        deadline, then close the stream and release the admission. None when it finished, else
+        the answer to send: 499 when the client left, fail(exception) for an error."""
+        try:
+            await self._race(collect(), request, deadline)
+        except ClientGone:
+            self.metrics.request_done(endpoint, CLIENT_CLOSED)
+            log.info("client disconnected while waiting; request aborted")
+            return Response(status_code=CLIENT_CLOSED)
+        except BaseException as e:  # noqa: BLE001
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            return fail(e)
+        finally:
+            await asyncio.shield(self._close(stream, admission))
+        return None
 
     @staticmethod
     async def _close(stream: Optional[ChunkStream], admission) -> None:

@@ -26,7 +26,7 @@ log = logging.getLogger("edgellm.server")
 
 def default_loader(config: ServerConfig):
     """Build the engine the way `edgellm serve` asks for it."""
-    from edgellm.llm import AsyncLLM  # heavy; imported only when a model is really served
+    from edgellm.async_llm import AsyncLLM  # heavy; imported only when a model is really served
 
     llm = AsyncLLM(
         config.model_path or config.model,
@@ -50,7 +50,7 @@ def default_loader(config: ServerConfig):
 
 
 def default_params_factory(**kwargs):
-    from edgellm.llm import SamplingParams
+    from edgellm.sampling_params import SamplingParams
 
     return SamplingParams(**kwargs)
 

@@ -1,0 +1,204 @@
+"""Chat prompts: the model's template, the conversation rendered and tokenized, tool-call
+constraints, and the parse of what the model wrote (`LLM.chat*` and `AsyncLLM.chat*`).
+
+`ChatRenderer` holds one model's template choice and chat format; edgellm.chat_template renders
+(sandboxed, with `limits`), edgellm.chat_output detects the format and parses the output.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, Mapping, Optional
+
+from . import _core
+from ._core import InvalidRequestError
+from .chat_output import check_tools
+from .outputs import ChatCompletion, Completion, CompletionChunk
+from .sampling_params import SamplingParams
+from .validation import validate_messages
+
+__all__ = ["ChatRenderer", "finish_chat", "parse_chunk"]
+
+
+class _MarkerSet:
+    """`marker in vocab` without listing the whole vocabulary: one special-token lookup."""
+
+    def __init__(self, tok):
+        self._tok = tok
+
+    def __contains__(self, text) -> bool:
+        ids = self._tok.encode(text, False, True)
+        return len(ids) == 1 and self._tok.token_text(ids[0]) == text
+
+
+class ChatRenderer:
+    """One model's chat side. defaults: template variables every render gets unless a request's
+    chat_template_kwargs say otherwise; limits: of one render (edgellm.chat_template.render_chat:
+    time_limit seconds, max_output characters)."""
+
+    def __init__(self, tok, arch: str, override: Optional[str] = None):
+        self.tok = tok
+        self._arch = arch
+        self._override = override
+        self.defaults: Dict[str, Any] = {}
+        self.limits: Dict[str, Any] = {}
+        self._template: Optional[str] = None
+        self._format = None
+
+    @property
+    def template(self) -> str:
+        """The template in use: the override, the GGUF's, or a built-in for the architecture."""
+        if self._template is None:
+            from .chat_template import choose_template
+            self._template = choose_template(self.tok.chat_template, self._arch,
+                                             _MarkerSet(self.tok), self._override)
+        return self._template
+
+    @property
+    def chat_format(self):
+        if self._format is None:
+            from .chat_output import ChatFormat
+            from .chat_template import template_source
+            self._format = ChatFormat.detect(template_source(self.template))
+        return self._format
+
+    def apply(self, messages, add_generation_prompt: bool, tools, chat_template_kwargs,
+              shield=None) -> str:
+        """The rendered conversation (LLM.apply_chat_template); with `shield`, what the caller
+        wrote has its control-token texts held (edgellm.chat_template.ContentShield)."""
+        from .chat_template import prepare_messages, render_chat
+
+        tok = self.tok
+        bos = tok.token_text(tok.bos_id) if tok.bos_id is not None else ""
+        eos = tok.token_text(tok.eos_id) if tok.eos_id is not None else ""
+        msgs = prepare_messages(messages)
+        kwargs = {**self.defaults, **dict(chat_template_kwargs or {})}
+        if shield is not None:  # what the caller wrote is text: its control-token texts are held
+            msgs, tools, kwargs = shield.protect(msgs), shield.protect(tools), shield.protect(kwargs)
+        if tools:
+            extra_system = self.chat_format.tool_system_prompt(tools)
+            if extra_system:
+                if msgs and msgs[0].get("role") in ("system", "developer"):
+                    first = dict(msgs[0])
+                    first["content"] = (first.get("content") or "") + "\n\n" + extra_system
+                    msgs[0] = first
+                else:
+                    msgs.insert(0, {"role": "system", "content": extra_system})
+        return render_chat(msgs, self.template, bos_token=bos, eos_token=eos,
+                           add_generation_prompt=add_generation_prompt, tools=tools or None,
+                           time_limit=self.limits.get("time_limit"),
+                           max_output=self.limits.get("max_output"), **kwargs)
+
+    def ids(self, text: str, plain_ranges=()) -> List[int]:
+        """A rendered prompt's ids: markup as special tokens, plain_ranges as text, one BOS."""
+        ids = list(self.tok.encode(text, True, True, list(plain_ranges)))
+        bos = self.tok.bos_id
+        if len(ids) >= 2 and bos is not None and ids[0] == bos and ids[1] == bos:
+            ids = ids[1:]  # the template wrote BOS itself
+        return ids
+
+    def _shield(self, messages, tools, chat_template_kwargs):
+        from .chat_template import ContentShield
+
+        shield = ContentShield(self.tok.find_control_tokens)
+        shield.pick_marks(messages, tools, chat_template_kwargs)
+        return shield
+
+    def prompt_ids(self, messages, tools=None, chat_template_kwargs=None) -> List[int]:
+        """LLM.chat_prompt_ids."""
+        shield = self._shield(messages, tools, chat_template_kwargs)
+        text = self.apply(messages, True, tools, chat_template_kwargs, shield)
+        return self.ids(*shield.restore(text))
+
+    def shielded_prompt(self, messages, tools=None, tool_choice=None, chat_template_kwargs=None,
+                        add_generation_prompt=None, continue_final_message=None):
+        """LLM.chat_prompt: (prompt text, plain ranges)."""
+        shield = self._shield(messages, tools, chat_template_kwargs)
+        text = self.prompt_text(messages, tools, tool_choice, chat_template_kwargs,
+                                add_generation_prompt, continue_final_message, shield)
+        return shield.restore(text)
+
+    def prompt_text(self, messages, tools, tool_choice, chat_template_kwargs,
+                    add_generation_prompt, continue_final_message, shield=None) -> str:
+        """LLM.render_chat_prompt (a conversation ending with the assistant's is continued)."""
+        msgs = list(messages)
+        last = msgs[-1] if msgs and isinstance(msgs[-1], Mapping) else {}
+        ends_assistant = last.get("role") == "assistant"
+        if continue_final_message and add_generation_prompt:
+            raise InvalidRequestError("add_generation_prompt and continue_final_message cannot both be true")
+        prefill = bool(continue_final_message) if continue_final_message is not None else \
+            (ends_assistant and add_generation_prompt is None)
+        use_tools = tools if (tools and tool_choice != "none") else None
+        if not prefill:
+            return self.apply(msgs, add_generation_prompt is not False, use_tools,
+                              chat_template_kwargs, shield)
+        if not ends_assistant:
+            raise InvalidRequestError("continue_final_message: the last message must be the assistant's")
+        if last.get("tool_calls"):
+            raise InvalidRequestError("an assistant message with tool calls cannot be continued")
+        if len(msgs) >= 2 and isinstance(msgs[-2], Mapping) and msgs[-2].get("role") == "assistant" \
+                and continue_final_message is None:
+            raise InvalidRequestError("the conversation ends with two assistant messages: only the "
+                                      "last one can be continued")
+        content = last.get("content") or ""
+        if not isinstance(content, str):
+            content = "\n\n".join(p.get("text", "") for p in content
+                                   if isinstance(p, Mapping) and p.get("type") == "text")
+        head = self.apply(msgs[:-1], True, use_tools, chat_template_kwargs, shield)
+        return head + (shield.protect(content) if shield is not None else content)
+
+    def request(self, messages, params: Optional[SamplingParams], tools, tool_choice,
+                parallel_tool_calls, chat_template_kwargs, add_generation_prompt=None,
+                continue_final_message=None):
+        """(prompt ids, params with the tool-call constraint, parser factory) for one chat."""
+        validate_messages(messages)
+        params = params or SamplingParams()
+        tools = check_tools(tools, tool_choice)
+        use_tools = bool(tools) and tool_choice != "none"
+        text, plain = self.shielded_prompt(messages, tools, tool_choice, chat_template_kwargs,
+                                           add_generation_prompt, continue_final_message)
+        ids = self.ids(text, plain)
+        fmt = self.chat_format
+        if use_tools:
+            forced = tool_choice == "required" or isinstance(tool_choice, dict)
+            has_constraint = bool(params.json_schema or params.grammar or params.regex or
+                                  (params.response_format and params.response_format.get("type") != "text"))
+            if has_constraint and forced:
+                raise InvalidRequestError("tool_choice 'required' or a named function cannot be combined "
+                                          "with response_format / json_schema / grammar")
+            if not has_constraint:
+                # llama-server's default: one call per turn unless parallel calls are asked for
+                parallel = bool(parallel_tool_calls)
+                gbnf, triggers = fmt.tool_grammar(_core.json_schema_to_gbnf, tools, tool_choice,
+                                                  parallel, prompt=text)
+                params = dataclasses.replace(params, grammar=gbnf, grammar_triggers=triggers or None)
+        def new_parser():
+            return fmt.parser(tools if use_tools else None, tool_choice, prompt=text)
+        return ids, params, new_parser
+
+
+def finish_chat(c: Completion, parser) -> ChatCompletion:
+    """A Completion read by the chat-format parser: content, reasoning, tool calls."""
+    parser.feed(c.text)
+    parser.finish()
+    fields = {f: getattr(c, f) for f in Completion.__dataclass_fields__}
+    out = ChatCompletion(**fields)
+    out.content = parser.content
+    out.reasoning_content = parser.reasoning_content or None
+    out.tool_calls = list(parser.tool_calls) or None
+    if out.tool_calls and out.finish_reason == "stop":
+        out.finish_reason = "tool_calls"
+    return out
+
+
+def parse_chunk(ch: CompletionChunk, parsers: Dict[int, Any], new_parser) -> CompletionChunk:
+    """Attach the parsed ChatDelta of this chunk's text (one parser per choice index)."""
+    parser = parsers.get(ch.index)
+    if parser is None:
+        parser = parsers[ch.index] = new_parser()
+    delta = parser.feed(ch.text)
+    if ch.finish_reason is not None:
+        delta.extend(parser.finish())
+        if parser.tool_calls and ch.finish_reason == "stop":
+            ch.finish_reason = "tool_calls"
+    ch.delta = delta
+    return ch
