@@ -16,12 +16,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
-#include "kernels/x86/simd_x86.h"
-
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
-#include "kernels/x86/float_ops_x86.inc.h"  // exp_ps
-#pragma GCC diagnostic pop
+#include "kernels/x86/simd_x86.h"  // exp_ps
 
 namespace edgellm::kernels {
 namespace {

@@ -6,13 +6,6 @@
 #pragma once
 #include "kernels/x86/matmul_legacy_x86.inc.h"
 
-// GCC 12's AVX-512 insert/convert intrinsics start from _mm512_undefined_*() and trip its own
-// -W(maybe-)uninitialized inside <avx512fintrin.h> (a false positive; the lanes are all written).
-// Not popped: the warnings surface where the templates below are instantiated, at the unit's end.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 
 namespace edgellm::kernels {
 namespace {
@@ -92,9 +85,7 @@ struct LegacyPairTile {
       const int64_t nb = a.K / 32;
       const Block* w[R];
       const Act* x[C];
-      for (int i = 0; i < R; ++i) w[i] = static_cast<const Block*>(a.w) + (r + i) * nb;
-      for (int j = 0; j < C; ++j)
-        x[j] = reinterpret_cast<const Act*>(static_cast<const uint8_t*>(a.x) + (c + j) * a.x_stride);
+      tile_operands(a, r, c, nb, w, x);
 
       __m512 acc[R][C];
       float acc_min[R][C];
@@ -158,19 +149,9 @@ struct LegacyPairTile {
   };
 };
 
-template <class T, int kDecodeRows, int kTileRows>
-void matmul_legacy_pairs(const MatmulArgs& a) {
-  if (a.K % 32 != 0) throw_bad_row_length("matmul", T::kType, a.K);
-  run_tiles<LegacyPairTile<T>::template Fn, kDecodeRows, kTileRows>(a);
-}
-
 template <int kDecodeRows, int kTileRows>
 void fill_matmul_legacy_avx512_pairs(KernelTable& t) {
-  t.matmul[static_cast<int>(DType::Q4_0)] = matmul_legacy_pairs<PairQ4_0, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q4_1)] = matmul_legacy_pairs<PairQ4_1, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q5_0)] = matmul_legacy_pairs<PairQ5_0, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q5_1)] = matmul_legacy_pairs<PairQ5_1, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q8_0)] = matmul_legacy_pairs<PairQ8_0, kDecodeRows, kTileRows>;
+  fill_tiled<LegacyPairTile, 32, kDecodeRows, kTileRows, PairQ4_0, PairQ4_1, PairQ5_0, PairQ5_1, PairQ8_0>(t);
 }
 
 }  // namespace

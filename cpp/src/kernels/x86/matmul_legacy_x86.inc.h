@@ -2,11 +2,10 @@
 // Q8_1 activations. Per block: an exact int32 dot of the quants, converted once and FMA'd with
 // d_w·d_x in f32 (plus m_w·s_x for the types with a min), as quant::vec_dot does.
 //
-// A weight block is unpacked into 32 unsigned bytes once per tile (see matmul_tiling_x86.inc.h);
+// A weight block is unpacked into 32 unsigned bytes once per tile (see kernels/tiling.inc.h);
 // the traits below say how its sign or offset is handled.
 #pragma once
-#include "kernels/kernel_errors.h"
-#include "kernels/x86/matmul_tiling_x86.inc.h"
+#include "kernels/tiling.inc.h"
 #include "kernels/x86/simd_x86.h"
 #include "quant/blocks.h"
 
@@ -95,9 +94,7 @@ struct LegacyTile {
       const int64_t nb = a.K / 32;
       const Block* w[R];
       const Act* x[C];
-      for (int i = 0; i < R; ++i) w[i] = static_cast<const Block*>(a.w) + (r + i) * nb;
-      for (int j = 0; j < C; ++j)
-        x[j] = reinterpret_cast<const Act*>(static_cast<const uint8_t*>(a.x) + (c + j) * a.x_stride);
+      tile_operands(a, r, c, nb, w, x);
 
       __m256 acc[R][C];
       float acc_min[R][C];
@@ -138,19 +135,9 @@ struct LegacyTile {
   };
 };
 
-template <class T, int kDecodeRows, int kTileRows>
-void matmul_legacy(const MatmulArgs& a) {
-  if (a.K % 32 != 0) throw_bad_row_length("matmul", T::kType, a.K);
-  run_tiles<LegacyTile<T>::template Fn, kDecodeRows, kTileRows>(a);
-}
-
 template <int kDecodeRows, int kTileRows>
 void fill_matmul_legacy_x86(KernelTable& t) {
-  t.matmul[static_cast<int>(DType::Q4_0)] = matmul_legacy<LegacyQ4_0, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q4_1)] = matmul_legacy<LegacyQ4_1, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q5_0)] = matmul_legacy<LegacyQ5_0, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q5_1)] = matmul_legacy<LegacyQ5_1, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q8_0)] = matmul_legacy<LegacyQ8_0, kDecodeRows, kTileRows>;
+  fill_tiled<LegacyTile, 32, kDecodeRows, kTileRows, LegacyQ4_0, LegacyQ4_1, LegacyQ5_0, LegacyQ5_1, LegacyQ8_0>(t);
 }
 
 }  // namespace
