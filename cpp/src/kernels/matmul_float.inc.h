@@ -38,12 +38,11 @@ struct FloatTile {
   template <int R, int C>
   struct Fn {
     static void run(const MatmulArgs& a, int64_t r, int64_t c) {
-      const E* w[R];
-      const E* x[C];
-      tile_operands(a, r, c, a.K, w, x);
+      const TileOperands<E, E, R, C> op(a, r, c, a.K);
+      const E* const* w = op.w;
+      const E* const* x = op.x;
       typename V::F acc[R][C];
-      for (int i = 0; i < R; ++i)
-        for (int j = 0; j < C; ++j) acc[i][j] = V::zero();
+      fill_tile(acc, V::zero());
       int64_t k = 0;
       constexpr int64_t kLine = 64 / sizeof(E);  // elements per cache line
       for (; k + V::kLanes <= a.K; k += V::kLanes) {

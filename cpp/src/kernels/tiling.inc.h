@@ -47,13 +47,23 @@ void run_tiles(const MatmulArgs& a) {
 }
 
 // The operands of a tile: its R weight rows (`per_row` elements of type W apart: blocks, or
-// floats) from row r, and its C activation rows (x_stride bytes apart) from column c.
+// floats) from row r, and its C activation rows of type X (x_stride bytes apart) from column c.
 template <class W, class X, int R, int C>
-inline void tile_operands(const MatmulArgs& a, int64_t r, int64_t c, int64_t per_row, const W* (&w)[R],
-                          const X* (&x)[C]) {
-  for (int i = 0; i < R; ++i) w[i] = static_cast<const W*>(a.w) + (r + i) * per_row;
-  for (int j = 0; j < C; ++j)
-    x[j] = reinterpret_cast<const X*>(static_cast<const uint8_t*>(a.x) + (c + j) * a.x_stride);
+struct TileOperands {
+  const W* w[R];
+  const X* x[C];
+  TileOperands(const MatmulArgs& a, int64_t r, int64_t c, int64_t per_row) {
+    for (int i = 0; i < R; ++i) w[i] = static_cast<const W*>(a.w) + (r + i) * per_row;
+    for (int j = 0; j < C; ++j)
+      x[j] = reinterpret_cast<const X*>(static_cast<const uint8_t*>(a.x) + (c + j) * a.x_stride);
+  }
+};
+
+// Every accumulator of an R × C tile set to v.
+template <class V, int R, int C>
+inline void fill_tile(V (&acc)[R][C], V v) {
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < C; ++j) acc[i][j] = v;
 }
 
 // The matmul of one block-quantized weight type: T is the type's traits (T::kType), Tile<T> its

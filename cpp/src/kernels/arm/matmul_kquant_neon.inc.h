@@ -185,17 +185,15 @@ struct NeonKQuantTile {
     static void run(const MatmulArgs& a, int64_t r, int64_t c) {
       using Block = typename T::Block;
       const int64_t nb = a.K / QK_K;
-      const Block* w[R];
-      const block_q8_K* x[C];
-      tile_operands(a, r, c, nb, w, x);
+      const TileOperands<Block, block_q8_K, R, C> op(a, r, c, nb);
 
       float acc[R][C] = {};
       NeonKBlock kb;
       for (int64_t b = 0; b < nb; ++b) {
         for (int i = 0; i < R; ++i) {
-          T::unpack(w[i][b], kb);
+          T::unpack(op.w[i][b], kb);
           for (int j = 0; j < C; ++j) {
-            const block_q8_K& xb = x[j][b];
+            const block_q8_K& xb = op.x[j][b];
             int32x4_t isum = vdupq_n_s32(0);
             for (int s = 0; s < 16; ++s)
               isum = vmlaq_n_s32(isum, dot_s8(vdupq_n_s32(0), kb.q[s], load_s8(xb.qs + 16 * s)), kb.scales[s]);

@@ -95,23 +95,17 @@ struct NeonLegacyTile {
   template <int R, int C>
   struct Fn {
     static void run(const MatmulArgs& a, int64_t r, int64_t c) {
-      using Block = typename T::Block;
-      using Act = typename T::Act;
       const int64_t nb = a.K / 32;
-      const Block* w[R];
-      const Act* x[C];
-      tile_operands(a, r, c, nb, w, x);
-
+      const TileOperands<typename T::Block, typename T::Act, R, C> op(a, r, c, nb);
       float32x4_t acc[R][C];
-      float acc_min[R][C];
-      for (int i = 0; i < R; ++i)
-        for (int j = 0; j < C; ++j) acc[i][j] = vdupq_n_f32(0.0f), acc_min[i][j] = 0.0f;
+      float acc_min[R][C] = {};
+      fill_tile(acc, vdupq_n_f32(0.0f));
 
       for (int64_t b = 0; b < nb; ++b) {
         NeonLegacyBlock wb[R];
-        for (int i = 0; i < R; ++i) wb[i] = T::unpack(w[i][b]);
+        for (int i = 0; i < R; ++i) wb[i] = T::unpack(op.w[i][b]);
         for (int j = 0; j < C; ++j) {
-          const Act& xb = x[j][b];
+          const auto& xb = op.x[j][b];
           const int8x16_t x0 = load_s8(xb.qs), x1 = load_s8(xb.qs + 16);
           const float dx = half_to_float(xb.d);
           float sx = 0.0f;

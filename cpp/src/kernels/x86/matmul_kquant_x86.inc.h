@@ -238,19 +238,15 @@ struct KQuantTile {
     static void run(const MatmulArgs& a, int64_t r, int64_t c) {
       using Block = typename T::Block;
       const int64_t nb = a.K / QK_K;
-      const Block* w[R];
-      const block_q8_K* x[C];
-      tile_operands(a, r, c, nb, w, x);
-
+      const TileOperands<Block, block_q8_K, R, C> op(a, r, c, nb);
       __m256 acc[R][C];
-      for (int i = 0; i < R; ++i)
-        for (int j = 0; j < C; ++j) acc[i][j] = _mm256_setzero_ps();
+      fill_tile(acc, _mm256_setzero_ps());
 
       for (int64_t b = 0; b < nb; ++b) {
         const block_q8_K* xb[C];
-        for (int j = 0; j < C; ++j) xb[j] = x[j] + b;
+        for (int j = 0; j < C; ++j) xb[j] = op.x[j] + b;
         for (int i = 0; i < R; ++i) {
-          const Block& wb = w[i][b];
+          const Block& wb = op.w[i][b];
           // Decode streams weights from DRAM in short per-row runs the hardware prefetcher barely
           // learns: fetch the same block of the next row group (R rows down) one tile ahead.
           const char* next = reinterpret_cast<const char*>(&wb) + R * nb * sizeof(Block);

@@ -90,16 +90,11 @@ struct LegacyTile {
   struct Fn {
     static void run(const MatmulArgs& a, int64_t r, int64_t c) {
       using Block = typename T::Block;
-      using Act = typename T::Act;
       const int64_t nb = a.K / 32;
-      const Block* w[R];
-      const Act* x[C];
-      tile_operands(a, r, c, nb, w, x);
-
+      const TileOperands<Block, typename T::Act, R, C> op(a, r, c, nb);
       __m256 acc[R][C];
-      float acc_min[R][C];
-      for (int i = 0; i < R; ++i)
-        for (int j = 0; j < C; ++j) acc[i][j] = _mm256_setzero_ps(), acc_min[i][j] = 0.0f;
+      float acc_min[R][C] = {};
+      fill_tile(acc, _mm256_setzero_ps());
 
       for (int64_t b = 0; b < nb; ++b) {
         // Activation side, once per tile and block.
@@ -107,7 +102,7 @@ struct LegacyTile {
         __m256 dx[C];
         float sx[C];
         for (int j = 0; j < C; ++j) {
-          const Act& xb = x[j][b];
+          const auto& xb = op.x[j][b];
           xq[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
           dx[j] = _mm256_set1_ps(half_to_float(xb.d));
           if constexpr (T::kMin) sx[j] = half_to_float(xb.s);
@@ -119,8 +114,8 @@ struct LegacyTile {
         }
         for (int i = 0; i < R; ++i) {
           // Prefetch the same block of the next row group, one tile ahead (see matmul_kquant_x86.inc.h).
-          _mm_prefetch(reinterpret_cast<const char*>(&w[i][b]) + R * nb * sizeof(Block) + 64, _MM_HINT_T0);
-          const UnpackedLegacy u = T::unpack(w[i][b]);
+          _mm_prefetch(reinterpret_cast<const char*>(&op.w[i][b]) + R * nb * sizeof(Block) + 64, _MM_HINT_T0);
+          const UnpackedLegacy u = T::unpack(op.w[i][b]);
           const __m256 dw = _mm256_set1_ps(u.d);
           for (int j = 0; j < C; ++j) {
             const __m256i s = T::kSignTrick ? dot_s8s8_acc(xinit[j], u.u, u.q, xq[j]) : dot_u8s8_acc(xinit[j], u.u, xq[j]);
