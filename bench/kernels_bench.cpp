@@ -9,12 +9,15 @@
 //
 // Build (after scripts/dev-build.sh build/<dir>):
 //   g++ -O2 -std=c++17 -Icpp/src bench/kernels_bench.cpp build/<dir>/libedgellm_core.a -lpthread -o /tmp/kb
-//   /tmp/kb [table ...] [type ...] [cols=N]
-//     tables: avx512, avx512-vl256, avx512-kq256, avx2, scalar (default: all this CPU runs; scalar
-//     is measured for decode only); avx512-vl256 / avx512-kq256 are the AVX-512 table with the
-//     256-bit legacy / K-quant matmul, kept to re-measure the 512-bit forms.
-//     types: Q4_0 .. F16 (default: all). cols=N: prefill columns (default 64).
+//   /tmp/kb [table ...] [type ...] [cols=N] [shape=KxROWS ...]
+//     tables: avx512, avx2, scalar, and avx512-packed, avx2-packed: that table's matmul over
+//     row-interleaved weights (kernels/packed.h, Q8_R activations), what the loader uses for the
+//     packable types; its GB/s count the GGUF bytes the packed matrix holds (default: all this
+//     CPU runs; scalar is measured for decode only).
+//     types: Q4_0 .. F16 (default: all). cols=N: prefill columns (default 64). shape=KxROWS: only
+//     these matrix shapes (default: the six below).
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -29,21 +32,16 @@
 #include "common/dtype.h"
 #include "common/fp16.h"
 #include "kernels/kernels.h"
+#include "kernels/packed.h"
 #include "quant/quant.h"
 
 using namespace edgellm;
 using Clock = std::chrono::steady_clock;
 
-#if defined(__x86_64__)
-namespace edgellm::kernels {
-void fill_avx512_matmul_legacy_vl256(KernelTable& t);  // x86/avx512/matmul_legacy_avx512.cpp
-void fill_avx512_matmul_kquant_vl256(KernelTable& t);  // x86/avx512/matmul_kquant_avx512.cpp
-}
-#endif
-
 struct Variant {
   std::string name;
   const kernels::KernelTable* table;
+  bool packed;  // the table's packed_matmul over row-interleaved weights
 };
 
 namespace {
@@ -105,9 +103,12 @@ struct Timing {
 // Seconds per matmul over `calls` calls cycling through `mats` weight matrices. Each call is timed
 // on its own (thread 0, barrier to barrier); the median is the sustained figure and the best one
 // what the kernel does when nothing else runs — on a shared machine the two differ.
-Timing time_matmul(const kernels::KernelTable& t, DType wt, int64_t K, int64_t rows, int64_t ncols,
+Timing time_matmul(const Variant& v, DType wt, int64_t K, int64_t rows, int64_t ncols,
                    const std::vector<std::vector<uint8_t>>& mats, int nthreads, int calls) {
-  const DType at = quant::vec_dot_type(wt);
+  const kernels::KernelTable& t = *v.table;
+  const DType at = v.packed ? DType::Q8_R : quant::vec_dot_type(wt);
+  const kernels::MatmulFn fn = v.packed ? t.packed_matmul[static_cast<int>(wt)] : t.matmul[static_cast<int>(wt)];
+  const int64_t align = v.packed ? kernels::kPackRows : 1;  // packed rows split on 16-row groups
   const size_t xs = row_bytes(at, K);
   std::vector<float> xf(K * ncols);
   std::mt19937 rng(7);
@@ -118,12 +119,12 @@ Timing time_matmul(const kernels::KernelTable& t, DType wt, int64_t K, int64_t r
   SpinBarrier barrier(nthreads);
   std::vector<double> secs(calls);
   auto worker = [&](int ith) {
-    const int64_t r0 = rows * ith / nthreads, r1 = rows * (ith + 1) / nthreads;
+    const int64_t r0 = rows / align * ith / nthreads * align, r1 = rows / align * (ith + 1) / nthreads * align;
     barrier.wait();
     auto t0 = Clock::now();
     for (int i = 0; i < calls; ++i) {
       kernels::MatmulArgs a{mats[i % mats.size()].data(), K, r0, r1, xq.data(), xs, ncols, y.data(), rows};
-      t.matmul[static_cast<int>(wt)](a);
+      fn(a);
       barrier.wait();
       if (ith == 0) {
         const auto t1 = Clock::now();
@@ -150,23 +151,11 @@ Timing time_matmul(const kernels::KernelTable& t, DType wt, int64_t K, int64_t r
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Tables to compare; "avx512-vl256" is the AVX-512 table with the 256-bit legacy-block matmul,
-  // kept to re-measure the choice of the 512-bit block-pair form.
-  static kernels::KernelTable vl256, kq256;
   std::vector<Variant> all;
   for (kernels::Isa isa : {kernels::Isa::Avx512, kernels::Isa::Avx2, kernels::Isa::Scalar})
     if (const kernels::KernelTable* t = kernels::table_for(isa)) {
-      all.push_back({kernels::isa_name(isa), t});
-#if defined(__x86_64__)
-      if (isa == kernels::Isa::Avx512) {
-        vl256 = *t;
-        kernels::fill_avx512_matmul_legacy_vl256(vl256);
-        all.push_back({"avx512-vl256", &vl256});
-        kq256 = *t;
-        kernels::fill_avx512_matmul_kquant_vl256(kq256);
-        all.push_back({"avx512-kq256", &kq256});
-      }
-#endif
+      all.push_back({kernels::isa_name(isa), t, false});
+      if (isa != kernels::Isa::Scalar) all.push_back({std::string(kernels::isa_name(isa)) + "-packed", t, true});
     }
   const DType all_types[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F16};
   std::vector<Variant> variants;
@@ -184,7 +173,14 @@ int main(int argc, char** argv) {
     if (std::strncmp(argv[i], "cols=", 5) == 0) pcols = std::max(2, std::atoi(argv[i] + 5));
   // (K, rows): SmolLM2-135M, 1.7B-shape attention/FFN, Qwen2.5-0.5B FFN up and down (the
   // down projection is its K-quant matrix), 1.7B-shape FFN up and down.
-  const int64_t shapes[][2] = {{576, 1536}, {2048, 2048}, {896, 4864}, {4864, 896}, {2048, 8192}, {8192, 2048}};
+  std::vector<std::array<int64_t, 2>> shapes = {{576, 1536}, {2048, 2048}, {896, 4864},
+                                                {4864, 896}, {2048, 8192}, {8192, 2048}};
+  std::vector<std::array<int64_t, 2>> chosen;
+  for (int i = 1; i < argc; ++i) {
+    long long k = 0, r = 0;
+    if (std::sscanf(argv[i], "shape=%lldx%lld", &k, &r) == 2) chosen.push_back({k, r});
+  }
+  if (!chosen.empty()) shapes = chosen;
   const size_t kPoolBytes = 256u << 20;  // well above the L3 the weights would otherwise sit in
   std::mt19937 rng(1);
 
@@ -197,19 +193,26 @@ int main(int argc, char** argv) {
       const int64_t K = s[0], rows = s[1];
       if (K % dtype_info(wt).block_elems != 0) continue;  // a model stores such rows in another type
       const size_t mbytes = row_bytes(wt, K) * rows;
-      std::vector<std::vector<uint8_t>> pool;
-      pool.push_back(random_weights(wt, rows, K, rng));
-      while (pool.size() * mbytes < kPoolBytes) pool.push_back(pool[0]);
-      const std::vector<std::vector<uint8_t>> one(1, pool[0]);
+      const std::vector<uint8_t> gguf = random_weights(wt, rows, K, rng);
+      std::vector<uint8_t> packed;
+      if (kernels::packable(wt) && rows % kernels::kPackRows == 0) {
+        packed.resize(kernels::packed_group_bytes(wt, K) * (rows / kernels::kPackRows));
+        kernels::pack_rows(wt, gguf.data(), packed.data(), K, 0, rows / kernels::kPackRows);
+      }
       for (const Variant& v : variants) {
+        if (v.packed && (packed.empty() || !v.table->packed_matmul[static_cast<int>(wt)])) continue;
+        const std::vector<uint8_t>& w = v.packed ? packed : gguf;
+        std::vector<std::vector<uint8_t>> pool(1, w);
+        while (pool.size() * w.size() < kPoolBytes) pool.push_back(w);
+        const std::vector<std::vector<uint8_t>> one(1, w);
         const bool scalar = v.table->isa == kernels::Isa::Scalar;
         const int calls = scalar ? 8 : static_cast<int>(std::max<size_t>(200, (1024u << 20) / mbytes));
         char cells[4][32] = {"-", "-", "-", "-"};
         for (int nt = 1; nt <= 2; ++nt) {
-          const Timing d = time_matmul(*v.table, wt, K, rows, 1, pool, nt, calls);
+          const Timing d = time_matmul(v, wt, K, rows, 1, pool, nt, calls);
           std::snprintf(cells[nt - 1], 32, "%6.1f (%5.1f)", mbytes / d.median / 1e9, mbytes / d.best / 1e9);
           if (!scalar) {
-            const Timing p = time_matmul(*v.table, wt, K, rows, pcols, one, nt, 12);
+            const Timing p = time_matmul(v, wt, K, rows, pcols, one, nt, 12);
             const double flop = 2.0 * K * rows * pcols;
             std::snprintf(cells[nt + 1], 32, "%6.1f (%5.1f)", flop / p.median / 1e9, flop / p.best / 1e9);
           }

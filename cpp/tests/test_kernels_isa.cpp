@@ -1,14 +1,19 @@
 // Every kernel table this machine runs (avx2 / avx512 natively on x86, neon / neon-dotprod on
 // aarch64 or under qemu-aarch64), entry by entry, against the generic scalar table:
 //
+// This file is the kernel-vs-reference contract (tests/test_kernels.py only checks what the Python
+// binding adds: argument errors, EDGELLM_ISA in a fresh process); row-interleaved weights are
+// test_packed.cpp's.
+//
 // - matmul for every weight type: random valid blocks (random levels, fp16 scales of both signs),
-//   odd row counts and row sub-ranges [r0, r1), ncols 1..8 (1..9 and several K for K-quants):
+//   odd row counts and row sub-ranges [r0, r1), ncols 1..8 and 17 (1..9 and several K for K-quants):
 //   |y_simd − y_scalar| ≤ 1e-5 · Σ|w·x| over the dequantized operands, rows and padding outside
 //   [r0, r1) untouched; then all-extreme levels (no int16 saturation) and the production path
 //   with the table's own activation quantizer;
 // - activation quantizers (Q8_0, Q8_1, Q8_K, F16, BF16): byte-for-byte equal to the scalar ones,
 //   rounding ties, all-zero blocks, Q8_K's sign choice and float special values included;
-// - float ops: equal within float tolerance, lengths that leave vector tails;
+// - float ops: equal within float tolerance, lengths that leave vector tails, softmax at the
+//   edges of exp's range, SiLU / GELU far out on both sides (finite);
 // - dispatch: EDGELLM_ISA names select exactly the tables this CPU runs, and the path actually
 //   taken is the expected one. A runner that knows the CPU says so through the environment:
 //   EDGELLM_EXPECT_ISA (the name active() must report) and EDGELLM_EXPECT_ISAS (the exact
@@ -35,6 +40,7 @@
 #include "kernels/kernels.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
+#include "block_fields.h"
 #include "test_util.h"
 
 using namespace edgellm;
@@ -52,22 +58,7 @@ const DType kActTypes[] = {DType::Q8_0, DType::Q8_1, DType::Q8_K, DType::F16, DT
 
 int idx(DType t) { return static_cast<int>(t); }
 
-// Byte offsets of a block's fp16 scale fields (d, and m / dmin where the format has one).
-std::vector<size_t> half_fields(DType t) {
-  switch (t) {
-    case DType::Q4_0: return {offsetof(block_q4_0, d)};
-    case DType::Q4_1: return {offsetof(block_q4_1, d), offsetof(block_q4_1, m)};
-    case DType::Q5_0: return {offsetof(block_q5_0, d)};
-    case DType::Q5_1: return {offsetof(block_q5_1, d), offsetof(block_q5_1, m)};
-    case DType::Q8_0: return {offsetof(block_q8_0, d)};
-    case DType::Q2_K: return {offsetof(block_q2_K, d), offsetof(block_q2_K, dmin)};
-    case DType::Q3_K: return {offsetof(block_q3_K, d)};
-    case DType::Q4_K: return {offsetof(block_q4_K, d), offsetof(block_q4_K, dmin)};
-    case DType::Q5_K: return {offsetof(block_q5_K, d), offsetof(block_q5_K, dmin)};
-    case DType::Q6_K: return {offsetof(block_q6_K, d)};
-    default: return {};
-  }
-}
+using test_blocks::half_fields;
 
 bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 int block_elems(DType t) {
@@ -179,7 +170,7 @@ void test_matmul(const KernelTable& t, std::mt19937& rng) {
     if (!t.matmul[idx(wt)]) continue;
     const int64_t K = block_elems(wt) == QK_K ? 2 * QK_K : (block_elems(wt) == 32 ? 5 * 32 : 200);
     const int rows = 11;
-    for (int ncols : {1, 2, 3, 4, 5, 8}) {
+    for (int ncols : {1, 2, 3, 4, 5, 8, 17}) {
       check_matmul(t, wt, K, rows, ncols, 0, rows, rng);
       check_matmul(t, wt, K, rows, ncols, 3, 10, rng);  // odd sub-range: remainder tiles
     }
@@ -370,6 +361,19 @@ void test_float_ops(const KernelTable& t, std::mt19937& rng) {
     sum += y1[i];
   }
   CHECK_NEAR(sum, 1.0, 1e-5);
+  // SiLU / GELU far out on both sides: → x·up or 0, no NaN from exp overflow.
+  const std::vector<float> gate = {-200.0f, -20.0f, -9.0f, -3.0f, -0.5f, 0.0f, 0.5f, 3.0f, 9.0f, 20.0f, 200.0f};
+  const std::vector<float> up(gate.size(), 1.0f);
+  for (int gelu = 0; gelu < 2; ++gelu) {
+    std::vector<float> o1(gate.size()), o2(gate.size());
+    (gelu ? t.gelu_mul : t.silu_mul)(gate.data(), up.data(), o1.data(), static_cast<int64_t>(gate.size()));
+    (gelu ? ref.gelu_mul : ref.silu_mul)(gate.data(), up.data(), o2.data(), static_cast<int64_t>(gate.size()));
+    int bad = 0;
+    for (size_t i = 0; i < gate.size(); ++i)
+      if (!std::isfinite(o1[i]) || !(std::fabs(o1[i] - o2[i]) <= 1e-5f * std::fabs(o2[i]) + 1e-6f)) ++bad;
+    if (bad) report_fail(isa_label(t) + (gelu ? " gelu_mul" : " silu_mul") + " tails: " + std::to_string(bad) + " bad");
+    CHECK(bad == 0);
+  }
 }
 
 // The NEON tables must really hold NEON code: every entry the x86 tables override is replaced

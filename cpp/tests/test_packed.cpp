@@ -24,6 +24,7 @@
 #include "kernels/packed.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
+#include "block_fields.h"
 #include "test_util.h"
 
 using namespace edgellm;
@@ -41,20 +42,7 @@ bool is_k(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::
 int64_t units(DType t, int n) { return n * (is_k(t) ? 256 : 32); }
 int idx(DType t) { return static_cast<int>(t); }
 
-// Byte offsets of the fp16 fields of a block: d first, then m / dmin where the format has one.
-std::vector<size_t> half_fields(DType t) {
-  switch (t) {
-    case DType::Q4_0: return {offsetof(block_q4_0, d)};
-    case DType::Q4_1: return {offsetof(block_q4_1, d), offsetof(block_q4_1, m)};
-    case DType::Q5_0: return {offsetof(block_q5_0, d)};
-    case DType::Q5_1: return {offsetof(block_q5_1, d), offsetof(block_q5_1, m)};
-    case DType::Q8_0: return {offsetof(block_q8_0, d)};
-    case DType::Q4_K: return {offsetof(block_q4_K, d), offsetof(block_q4_K, dmin)};
-    case DType::Q5_K: return {offsetof(block_q5_K, d), offsetof(block_q5_K, dmin)};
-    case DType::Q6_K: return {offsetof(block_q6_K, d)};
-    default: return {};
-  }
-}
+using test_blocks::half_fields;
 
 std::vector<uint8_t> random_weights(DType t, int rows, int64_t K, std::mt19937& rng, bool extreme = false) {
   std::vector<uint8_t> w(row_bytes(t, K) * rows);

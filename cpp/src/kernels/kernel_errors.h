@@ -11,4 +11,7 @@ namespace edgellm::kernels {
 // Throws InvalidRequestError: a matmul row length K that is not a multiple of `t`'s block size.
 [[noreturn]] void throw_bad_row_length(const char* op, DType t, int64_t K);
 
+// Throws std::invalid_argument: a packed matmul's rows [r0, r1) that are not whole 16-row groups.
+[[noreturn]] void throw_bad_packed_rows(int64_t r0, int64_t r1);
+
 }  // namespace edgellm::kernels

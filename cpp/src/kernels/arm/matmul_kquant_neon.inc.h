@@ -8,9 +8,8 @@
 // signed levels and need no min term; Q2_K, Q4_K and Q5_K have real mins. A super-block's
 // quants are unpacked once per tile (for R rows) and reused for C activation columns.
 #pragma once
-#include "kernels/arm/matmul_tiling_neon.inc.h"
 #include "kernels/arm/simd_neon.h"
-#include "kernels/kernel_errors.h"
+#include "kernels/tiling.inc.h"
 #include "quant/blocks.h"
 
 namespace edgellm::kernels {
@@ -186,19 +185,15 @@ struct NeonKQuantTile {
     static void run(const MatmulArgs& a, int64_t r, int64_t c) {
       using Block = typename T::Block;
       const int64_t nb = a.K / QK_K;
-      const Block* w[R];
-      const block_q8_K* x[C];
-      for (int i = 0; i < R; ++i) w[i] = static_cast<const Block*>(a.w) + (r + i) * nb;
-      for (int j = 0; j < C; ++j)
-        x[j] = reinterpret_cast<const block_q8_K*>(static_cast<const uint8_t*>(a.x) + (c + j) * a.x_stride);
+      const TileOperands<Block, block_q8_K, R, C> op(a, r, c, nb);
 
       float acc[R][C] = {};
       NeonKBlock kb;
       for (int64_t b = 0; b < nb; ++b) {
         for (int i = 0; i < R; ++i) {
-          T::unpack(w[i][b], kb);
+          T::unpack(op.w[i][b], kb);
           for (int j = 0; j < C; ++j) {
-            const block_q8_K& xb = x[j][b];
+            const block_q8_K& xb = op.x[j][b];
             int32x4_t isum = vdupq_n_s32(0);
             for (int s = 0; s < 16; ++s)
               isum = vmlaq_n_s32(isum, dot_s8(vdupq_n_s32(0), kb.q[s], load_s8(xb.qs + 16 * s)), kb.scales[s]);
@@ -218,19 +213,9 @@ struct NeonKQuantTile {
   };
 };
 
-template <class T, int kDecodeRows, int kTileRows>
-void neon_matmul_kquant(const MatmulArgs& a) {
-  if (a.K % QK_K != 0) throw_bad_row_length("matmul", T::kType, a.K);
-  neon_run_tiles<NeonKQuantTile<T>::template Fn, kDecodeRows, kTileRows>(a);
-}
-
 template <int kDecodeRows, int kTileRows>
 void fill_matmul_kquant_neon(KernelTable& t) {
-  t.matmul[static_cast<int>(DType::Q2_K)] = neon_matmul_kquant<NeonKQ2, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q3_K)] = neon_matmul_kquant<NeonKQ3, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q4_K)] = neon_matmul_kquant<NeonKQ4, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q5_K)] = neon_matmul_kquant<NeonKQ5, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q6_K)] = neon_matmul_kquant<NeonKQ6, kDecodeRows, kTileRows>;
+  fill_tiled<NeonKQuantTile, QK_K, kDecodeRows, kTileRows, NeonKQ2, NeonKQ3, NeonKQ4, NeonKQ5, NeonKQ6>(t);
 }
 
 }  // namespace

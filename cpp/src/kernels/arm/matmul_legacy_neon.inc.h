@@ -6,9 +6,8 @@
 // (Q4_0: nibble − 8, Q5_0: 5-bit − 16, Q8_0 as stored; the types with a min keep 0..15 / 0..31)
 // and no offset correction is needed.
 #pragma once
-#include "kernels/arm/matmul_tiling_neon.inc.h"
 #include "kernels/arm/simd_neon.h"
-#include "kernels/kernel_errors.h"
+#include "kernels/tiling.inc.h"
 #include "quant/blocks.h"
 
 namespace edgellm::kernels {
@@ -96,25 +95,17 @@ struct NeonLegacyTile {
   template <int R, int C>
   struct Fn {
     static void run(const MatmulArgs& a, int64_t r, int64_t c) {
-      using Block = typename T::Block;
-      using Act = typename T::Act;
       const int64_t nb = a.K / 32;
-      const Block* w[R];
-      const Act* x[C];
-      for (int i = 0; i < R; ++i) w[i] = static_cast<const Block*>(a.w) + (r + i) * nb;
-      for (int j = 0; j < C; ++j)
-        x[j] = reinterpret_cast<const Act*>(static_cast<const uint8_t*>(a.x) + (c + j) * a.x_stride);
-
+      const TileOperands<typename T::Block, typename T::Act, R, C> op(a, r, c, nb);
       float32x4_t acc[R][C];
-      float acc_min[R][C];
-      for (int i = 0; i < R; ++i)
-        for (int j = 0; j < C; ++j) acc[i][j] = vdupq_n_f32(0.0f), acc_min[i][j] = 0.0f;
+      float acc_min[R][C] = {};
+      fill_tile(acc, vdupq_n_f32(0.0f));
 
       for (int64_t b = 0; b < nb; ++b) {
         NeonLegacyBlock wb[R];
-        for (int i = 0; i < R; ++i) wb[i] = T::unpack(w[i][b]);
+        for (int i = 0; i < R; ++i) wb[i] = T::unpack(op.w[i][b]);
         for (int j = 0; j < C; ++j) {
-          const Act& xb = x[j][b];
+          const auto& xb = op.x[j][b];
           const int8x16_t x0 = load_s8(xb.qs), x1 = load_s8(xb.qs + 16);
           const float dx = half_to_float(xb.d);
           float sx = 0.0f;
@@ -132,19 +123,9 @@ struct NeonLegacyTile {
   };
 };
 
-template <class T, int kDecodeRows, int kTileRows>
-void neon_matmul_legacy(const MatmulArgs& a) {
-  if (a.K % 32 != 0) throw_bad_row_length("matmul", T::kType, a.K);
-  neon_run_tiles<NeonLegacyTile<T>::template Fn, kDecodeRows, kTileRows>(a);
-}
-
 template <int kDecodeRows, int kTileRows>
 void fill_matmul_legacy_neon(KernelTable& t) {
-  t.matmul[static_cast<int>(DType::Q4_0)] = neon_matmul_legacy<NeonQ4_0, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q4_1)] = neon_matmul_legacy<NeonQ4_1, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q5_0)] = neon_matmul_legacy<NeonQ5_0, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q5_1)] = neon_matmul_legacy<NeonQ5_1, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q8_0)] = neon_matmul_legacy<NeonQ8_0, kDecodeRows, kTileRows>;
+  fill_tiled<NeonLegacyTile, 32, kDecodeRows, kTileRows, NeonQ4_0, NeonQ4_1, NeonQ5_0, NeonQ5_1, NeonQ8_0>(t);
 }
 
 }  // namespace

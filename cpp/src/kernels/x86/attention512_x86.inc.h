@@ -10,7 +10,7 @@
 namespace edgellm::kernels {
 namespace {
 
-// exp_ps of float_ops_x86.inc.h on 16 lanes: the same Cody–Waite reduction, degree-7 polynomial
+// simd_x86.h's exp_ps on 16 lanes: the same Cody–Waite reduction, degree-7 polynomial
 // and two-step 2^n scaling, so both widths round identically.
 inline __m512 exp_ps512(__m512 x) {
   const __mmask16 nan_mask = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);

@@ -16,12 +16,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
-#include "kernels/x86/simd_x86.h"
-
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
-#include "kernels/x86/float_ops_x86.inc.h"  // exp_ps
-#pragma GCC diagnostic pop
+#include "kernels/x86/simd_x86.h"  // exp_ps
 
 namespace edgellm::kernels {
 namespace {
@@ -107,6 +102,26 @@ inline void attention_accumulate(float* o, const float* w, const float* v, int n
   }
 }
 
+// The oldest key position any query of the block sees (its sliding window, or 0).
+inline int32_t attention_first_key(const PagedAttentionArgs& a) {
+  return a.window > 0 && a.q_pos0 - a.window + 1 > 0 ? a.q_pos0 - a.window + 1 : 0;
+}
+
+// Keys are walked one run at a time: [p0, p1] with p1 the end of p0's page or `last`. Converts
+// the run's K and V rows into kbuf / vbuf and returns p1.
+inline int32_t attention_load_run(const PagedAttentionArgs& a, int32_t p0, int32_t last, float* kbuf, float* vbuf) {
+  const int P = a.page_size;
+  const int32_t p1 = std::min<int32_t>(last, (p0 / P + 1) * P - 1);
+  const size_t page = static_cast<size_t>(a.pages[p0 / P]);
+  const size_t slot = static_cast<size_t>(p0 % P);
+  const int rows = p1 - p0 + 1;
+  attention_load_rows(a.kv_type, a.k_base + page * a.page_stride + slot * a.k_row_bytes, a.k_row_bytes, rows,
+                      a.head_dim_k, kbuf);
+  attention_load_rows(a.kv_type, a.v_base + page * a.page_stride + slot * a.v_row_bytes, a.v_row_bytes, rows,
+                      a.head_dim_v, vbuf);
+  return p1;
+}
+
 // Row-wise path: one query at a time, each score an 8-wide dot + horizontal sum. Kept for blocks
 // of a few queries (decode with a small GQA group), where the tiled path below would leave most
 // lanes idle (attention_use_tiles).
@@ -128,16 +143,8 @@ inline void paged_attention_rowwise(const PagedAttentionArgs& a) {
       std::memset(out_row(j, h), 0, sizeof(float) * hd_v);
     }
   const int32_t last = a.q_pos0 + a.n_tokens - 1;
-  const int32_t first = a.window > 0 && a.q_pos0 - a.window + 1 > 0 ? a.q_pos0 - a.window + 1 : 0;
-  for (int32_t p0 = first; p0 <= last;) {
-    const int32_t p1 = std::min<int32_t>(last, (p0 / P + 1) * P - 1);  // run ends with its page
-    const size_t page = static_cast<size_t>(a.pages[p0 / P]);
-    const size_t slot = static_cast<size_t>(p0 % P);
-    const int rows = p1 - p0 + 1;
-    attention_load_rows(a.kv_type, a.k_base + page * a.page_stride + slot * a.k_row_bytes, a.k_row_bytes, rows, hd_k,
-                        kbuf);
-    attention_load_rows(a.kv_type, a.v_base + page * a.page_stride + slot * a.v_row_bytes, a.v_row_bytes, rows, hd_v,
-                        vbuf);
+  for (int32_t p0 = attention_first_key(a); p0 <= last;) {
+    const int32_t p1 = attention_load_run(a, p0, last, kbuf, vbuf);
     for (int j = 0; j < a.n_tokens; ++j) {
       const int32_t pos = a.q_pos0 + j;
       const int32_t lo = std::max(p0, a.window > 0 ? pos - a.window + 1 : 0);
@@ -399,16 +406,9 @@ void paged_attention_tiled(const PagedAttentionArgs& a) {
     }
   }
   const int32_t last = a.q_pos0 + a.n_tokens - 1;
-  const int32_t first = a.window > 0 && a.q_pos0 - a.window + 1 > 0 ? a.q_pos0 - a.window + 1 : 0;
-  for (int32_t p0 = first; p0 <= last;) {
-    const int32_t p1 = std::min<int32_t>(last, (p0 / P + 1) * P - 1);  // run ends with its page
-    const size_t page = static_cast<size_t>(a.pages[p0 / P]);
-    const size_t slot = static_cast<size_t>(p0 % P);
+  for (int32_t p0 = attention_first_key(a); p0 <= last;) {
+    const int32_t p1 = attention_load_run(a, p0, last, kbuf, vbuf);
     const int rows = p1 - p0 + 1;
-    attention_load_rows(a.kv_type, a.k_base + page * a.page_stride + slot * a.k_row_bytes, a.k_row_bytes, rows, hd_k,
-                        kbuf);
-    attention_load_rows(a.kv_type, a.v_base + page * a.page_stride + slot * a.v_row_bytes, a.v_row_bytes, rows, hd_v,
-                        vbuf);
     // Groups of at most kQVecs vectors, balanced (7 vectors → 3 + 2 + 2, not 3 + 3 + 1): a group of
     // one vector loads a key scalar per FMA, its score tile runs well below the FMA peak.
     const int nvec = ldq / W, n_groups = (nvec + T::kQVecs - 1) / T::kQVecs;

@@ -1,7 +1,6 @@
 // f32 vector ops for the x86 tables: rmsnorm, softmax, dot, axpy, silu·up, gelu_tanh·up, add.
 // Reductions that the reference does in double (rmsnorm's sum of squares, softmax's sum) are
-// done in double lanes here too. exp is a vectorized Cody–Waite reduction + degree-7 polynomial
-// (max rel. error ≈ 2 ulp on the normal range); tanh-GELU is evaluated as x·sigmoid(2y), the
+// done in double lanes here too. exp is simd_x86.h's exp_ps; tanh-GELU is evaluated as x·sigmoid(2y), the
 // same function as 0.5x(1 + tanh y) without its cancellation for negative x.
 #pragma once
 #include <cmath>
@@ -11,33 +10,6 @@
 
 namespace edgellm::kernels {
 namespace {
-
-inline __m256 exp_ps(__m256 x) {
-  const __m256 nan_mask = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
-  // Below −104 the result underflows to 0, above 89 it overflows to inf; clamping keeps n in int
-  // range and the two-step 2^n scaling below produces both ends (and subnormals) correctly.
-  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-104.0f)), _mm256_set1_ps(89.0f));
-  const __m256 fn = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(fn, _mm256_set1_ps(0.693145751953125f), xc);
-  r = _mm256_fnmadd_ps(fn, _mm256_set1_ps(1.428606765330187045e-06f), r);
-  __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  const __m256i n = _mm256_cvtps_epi32(fn);
-  const __m256i n1 = _mm256_srai_epi32(n, 1);
-  const __m256i n2 = _mm256_sub_epi32(n, n1);
-  const __m256i bias = _mm256_set1_epi32(127);
-  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
-  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
-  const __m256 res = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
-  return _mm256_blendv_ps(res, x, nan_mask);
-}
 
 // Runs f(v) → v over n floats in 8-lane steps; the tail goes through a zero-padded buffer so it
 // sees exactly the same arithmetic as the body.

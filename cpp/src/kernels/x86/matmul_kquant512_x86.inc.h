@@ -32,13 +32,6 @@
 
 #include "kernels/x86/matmul_kquant_x86.inc.h"
 
-// GCC 12's AVX-512 insert/convert intrinsics start from _mm512_undefined_*() and trip its own
-// -W(maybe-)uninitialized inside <avx512fintrin.h> (a false positive; the lanes are all written).
-// Not popped: the warnings surface where the templates below are instantiated, at the unit's end.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 
 // The tile body must become straight-line code over registers: GCC otherwise keeps a call to the
 // row unpacking and leaves the R×C accumulator array in memory, rolled over i (measured: a third

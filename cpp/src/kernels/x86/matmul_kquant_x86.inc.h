@@ -9,8 +9,7 @@
 // unpacking; the tile skeleton (scales decoded and quants unpacked once per tile, reused for C
 // columns) is shared.
 #pragma once
-#include "kernels/kernel_errors.h"
-#include "kernels/x86/matmul_tiling_x86.inc.h"
+#include "kernels/tiling.inc.h"
 #include "kernels/x86/simd_x86.h"
 #include "quant/blocks.h"
 
@@ -64,19 +63,23 @@ inline __m256i mins_pairs16(const uint8_t* m8) {
   return _mm256_set_m128i(_mm_unpackhi_epi16(m, m), _mm_unpacklo_epi16(m, m));
 }
 
+// Q4_K / Q5_K row constants: 8 sub-block scales, the 8 mins as 16 bsum pairs, d and dmin.
+template <class Block>
+inline KRow row_k4(const Block& b) {
+  KRow k;
+  uint8_t sm[16];
+  unpack_scales_mins_k4(b.scales, sm);
+  for (int i = 0; i < 8; ++i) k.scales[i] = sm[i];
+  k.d = half_to_float(b.d);
+  k.dmin = half_to_float(b.dmin);
+  k.mins16 = mins_pairs16(sm + 8);
+  return k;
+}
+
 struct KQ4 {
   static constexpr DType kType = DType::Q4_K;
   using Block = block_q4_K;
-  static KRow row(const Block& b) {
-    KRow k;
-    uint8_t sm[16];
-    unpack_scales_mins_k4(b.scales, sm);
-    for (int i = 0; i < 8; ++i) k.scales[i] = sm[i];
-    k.d = half_to_float(b.d);
-    k.dmin = half_to_float(b.dmin);
-    k.mins16 = mins_pairs16(sm + 8);
-    return k;
-  }
+  static KRow row(const Block& b) { return row_k4(b); }
   template <int C>
   static void dot(const Block& b, const KRow& k, const block_q8_K* const* xb, __m256i* isum) {
     const __m256i low4 = _mm256_set1_epi8(0x0F);
@@ -96,16 +99,7 @@ struct KQ4 {
 struct KQ5 {
   static constexpr DType kType = DType::Q5_K;
   using Block = block_q5_K;
-  static KRow row(const Block& b) {
-    KRow k;
-    uint8_t sm[16];
-    unpack_scales_mins_k4(b.scales, sm);
-    for (int i = 0; i < 8; ++i) k.scales[i] = sm[i];
-    k.d = half_to_float(b.d);
-    k.dmin = half_to_float(b.dmin);
-    k.mins16 = mins_pairs16(sm + 8);
-    return k;
-  }
+  static KRow row(const Block& b) { return row_k4(b); }
   template <int C>
   static void dot(const Block& b, const KRow& k, const block_q8_K* const* xb, __m256i* isum) {
     const __m256i low4 = _mm256_set1_epi8(0x0F);
@@ -244,20 +238,15 @@ struct KQuantTile {
     static void run(const MatmulArgs& a, int64_t r, int64_t c) {
       using Block = typename T::Block;
       const int64_t nb = a.K / QK_K;
-      const Block* w[R];
-      const block_q8_K* x[C];
-      for (int i = 0; i < R; ++i) w[i] = static_cast<const Block*>(a.w) + (r + i) * nb;
-      for (int j = 0; j < C; ++j) x[j] = act_row_k(a, c + j);
-
+      const TileOperands<Block, block_q8_K, R, C> op(a, r, c, nb);
       __m256 acc[R][C];
-      for (int i = 0; i < R; ++i)
-        for (int j = 0; j < C; ++j) acc[i][j] = _mm256_setzero_ps();
+      fill_tile(acc, _mm256_setzero_ps());
 
       for (int64_t b = 0; b < nb; ++b) {
         const block_q8_K* xb[C];
-        for (int j = 0; j < C; ++j) xb[j] = x[j] + b;
+        for (int j = 0; j < C; ++j) xb[j] = op.x[j] + b;
         for (int i = 0; i < R; ++i) {
-          const Block& wb = w[i][b];
+          const Block& wb = op.w[i][b];
           // Decode streams weights from DRAM in short per-row runs the hardware prefetcher barely
           // learns: fetch the same block of the next row group (R rows down) one tile ahead.
           const char* next = reinterpret_cast<const char*>(&wb) + R * nb * sizeof(Block);
@@ -281,19 +270,9 @@ struct KQuantTile {
   };
 };
 
-template <class T, int kDecodeRows, int kTileRows>
-void matmul_kquant(const MatmulArgs& a) {
-  if (a.K % QK_K != 0) throw_bad_row_length("matmul", T::kType, a.K);
-  run_tiles<KQuantTile<T>::template Fn, kDecodeRows, kTileRows>(a);
-}
-
 template <int kDecodeRows, int kTileRows>
 void fill_matmul_kquant_x86(KernelTable& t) {
-  t.matmul[static_cast<int>(DType::Q2_K)] = matmul_kquant<KQ2, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q3_K)] = matmul_kquant<KQ3, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q4_K)] = matmul_kquant<KQ4, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q5_K)] = matmul_kquant<KQ5, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q6_K)] = matmul_kquant<KQ6, kDecodeRows, kTileRows>;
+  fill_tiled<KQuantTile, QK_K, kDecodeRows, kTileRows, KQ2, KQ3, KQ4, KQ5, KQ6>(t);
 }
 
 }  // namespace

@@ -6,13 +6,6 @@
 #pragma once
 #include "kernels/x86/matmul_legacy_x86.inc.h"
 
-// GCC 12's AVX-512 insert/convert intrinsics start from _mm512_undefined_*() and trip its own
-// -W(maybe-)uninitialized inside <avx512fintrin.h> (a false positive; the lanes are all written).
-// Not popped: the warnings surface where the templates below are instantiated, at the unit's end.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 
 namespace edgellm::kernels {
 namespace {
@@ -90,16 +83,10 @@ struct LegacyPairTile {
       using Block = typename T::Block;
       using Act = typename T::Act;
       const int64_t nb = a.K / 32;
-      const Block* w[R];
-      const Act* x[C];
-      for (int i = 0; i < R; ++i) w[i] = static_cast<const Block*>(a.w) + (r + i) * nb;
-      for (int j = 0; j < C; ++j)
-        x[j] = reinterpret_cast<const Act*>(static_cast<const uint8_t*>(a.x) + (c + j) * a.x_stride);
-
+      const TileOperands<Block, Act, R, C> op(a, r, c, nb);
       __m512 acc[R][C];
-      float acc_min[R][C];
-      for (int i = 0; i < R; ++i)
-        for (int j = 0; j < C; ++j) acc[i][j] = _mm512_setzero_ps(), acc_min[i][j] = 0.0f;
+      float acc_min[R][C] = {};
+      fill_tile(acc, _mm512_setzero_ps());
 
       int64_t b = 0;
       for (; b + 2 <= nb; b += 2) {
@@ -107,8 +94,8 @@ struct LegacyPairTile {
         __m512 dx[C];
         float sx[C][2];
         for (int j = 0; j < C; ++j) {
-          const Act& xa = x[j][b];
-          const Act& xb = x[j][b + 1];
+          const Act& xa = op.x[j][b];
+          const Act& xb = op.x[j][b + 1];
           xq[j] = _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.qs))),
                                      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs)), 1);
           dx[j] = pair_bcast(half_to_float(xa.d), half_to_float(xb.d));
@@ -121,8 +108,8 @@ struct LegacyPairTile {
         }
         for (int i = 0; i < R; ++i) {
           // Prefetch the same blocks of the next row group, one tile ahead (see matmul_kquant_x86.inc.h).
-          _mm_prefetch(reinterpret_cast<const char*>(&w[i][b]) + R * nb * sizeof(Block) + 64, _MM_HINT_T0);
-          const UnpackedLegacyPair u = T::unpack2(w[i][b], w[i][b + 1]);
+          _mm_prefetch(reinterpret_cast<const char*>(&op.w[i][b]) + R * nb * sizeof(Block) + 64, _MM_HINT_T0);
+          const UnpackedLegacyPair u = T::unpack2(op.w[i][b], op.w[i][b + 1]);
           __mmask64 neg = 0;
           if constexpr (T::kSignTrick) neg = _mm512_movepi8_mask(u.q);
           for (int j = 0; j < C; ++j) {
@@ -137,14 +124,14 @@ struct LegacyPairTile {
       float tail[R][C] = {};
       if (b < nb) {  // odd block count: the last block through the 256-bit body
         for (int j = 0; j < C; ++j) {
-          const Act& xb = x[j][b];
+          const Act& xb = op.x[j][b];
           const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
           const float dx = half_to_float(xb.d);
           __m256i xinit = _mm256_setzero_si256();
           if constexpr (T::kOffset != 0)
             xinit = _mm256_sub_epi32(xinit, dot_u8s8_acc(_mm256_setzero_si256(), _mm256_set1_epi8(T::kOffset), xq));
           for (int i = 0; i < R; ++i) {
-            const UnpackedLegacy u = T::unpack(w[i][b]);
+            const UnpackedLegacy u = T::unpack(op.w[i][b]);
             const __m256i s = T::kSignTrick ? dot_s8s8_acc(xinit, u.u, u.q, xq) : dot_u8s8_acc(xinit, u.u, xq);
             tail[i][j] = hsum(_mm256_cvtepi32_ps(s)) * (u.d * dx);
             if constexpr (T::kMin) tail[i][j] += u.m * half_to_float(xb.s);
@@ -158,19 +145,9 @@ struct LegacyPairTile {
   };
 };
 
-template <class T, int kDecodeRows, int kTileRows>
-void matmul_legacy_pairs(const MatmulArgs& a) {
-  if (a.K % 32 != 0) throw_bad_row_length("matmul", T::kType, a.K);
-  run_tiles<LegacyPairTile<T>::template Fn, kDecodeRows, kTileRows>(a);
-}
-
 template <int kDecodeRows, int kTileRows>
 void fill_matmul_legacy_avx512_pairs(KernelTable& t) {
-  t.matmul[static_cast<int>(DType::Q4_0)] = matmul_legacy_pairs<PairQ4_0, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q4_1)] = matmul_legacy_pairs<PairQ4_1, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q5_0)] = matmul_legacy_pairs<PairQ5_0, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q5_1)] = matmul_legacy_pairs<PairQ5_1, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q8_0)] = matmul_legacy_pairs<PairQ8_0, kDecodeRows, kTileRows>;
+  fill_tiled<LegacyPairTile, 32, kDecodeRows, kTileRows, PairQ4_0, PairQ4_1, PairQ5_0, PairQ5_1, PairQ8_0>(t);
 }
 
 }  // namespace

@@ -2,11 +2,10 @@
 // Q8_1 activations. Per block: an exact int32 dot of the quants, converted once and FMA'd with
 // d_w·d_x in f32 (plus m_w·s_x for the types with a min), as quant::vec_dot does.
 //
-// A weight block is unpacked into 32 unsigned bytes once per tile (see matmul_tiling_x86.inc.h);
+// A weight block is unpacked into 32 unsigned bytes once per tile (see kernels/tiling.inc.h);
 // the traits below say how its sign or offset is handled.
 #pragma once
-#include "kernels/kernel_errors.h"
-#include "kernels/x86/matmul_tiling_x86.inc.h"
+#include "kernels/tiling.inc.h"
 #include "kernels/x86/simd_x86.h"
 #include "quant/blocks.h"
 
@@ -91,18 +90,11 @@ struct LegacyTile {
   struct Fn {
     static void run(const MatmulArgs& a, int64_t r, int64_t c) {
       using Block = typename T::Block;
-      using Act = typename T::Act;
       const int64_t nb = a.K / 32;
-      const Block* w[R];
-      const Act* x[C];
-      for (int i = 0; i < R; ++i) w[i] = static_cast<const Block*>(a.w) + (r + i) * nb;
-      for (int j = 0; j < C; ++j)
-        x[j] = reinterpret_cast<const Act*>(static_cast<const uint8_t*>(a.x) + (c + j) * a.x_stride);
-
+      const TileOperands<Block, typename T::Act, R, C> op(a, r, c, nb);
       __m256 acc[R][C];
-      float acc_min[R][C];
-      for (int i = 0; i < R; ++i)
-        for (int j = 0; j < C; ++j) acc[i][j] = _mm256_setzero_ps(), acc_min[i][j] = 0.0f;
+      float acc_min[R][C] = {};
+      fill_tile(acc, _mm256_setzero_ps());
 
       for (int64_t b = 0; b < nb; ++b) {
         // Activation side, once per tile and block.
@@ -110,7 +102,7 @@ struct LegacyTile {
         __m256 dx[C];
         float sx[C];
         for (int j = 0; j < C; ++j) {
-          const Act& xb = x[j][b];
+          const auto& xb = op.x[j][b];
           xq[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
           dx[j] = _mm256_set1_ps(half_to_float(xb.d));
           if constexpr (T::kMin) sx[j] = half_to_float(xb.s);
@@ -122,8 +114,8 @@ struct LegacyTile {
         }
         for (int i = 0; i < R; ++i) {
           // Prefetch the same block of the next row group, one tile ahead (see matmul_kquant_x86.inc.h).
-          _mm_prefetch(reinterpret_cast<const char*>(&w[i][b]) + R * nb * sizeof(Block) + 64, _MM_HINT_T0);
-          const UnpackedLegacy u = T::unpack(w[i][b]);
+          _mm_prefetch(reinterpret_cast<const char*>(&op.w[i][b]) + R * nb * sizeof(Block) + 64, _MM_HINT_T0);
+          const UnpackedLegacy u = T::unpack(op.w[i][b]);
           const __m256 dw = _mm256_set1_ps(u.d);
           for (int j = 0; j < C; ++j) {
             const __m256i s = T::kSignTrick ? dot_s8s8_acc(xinit[j], u.u, u.q, xq[j]) : dot_u8s8_acc(xinit[j], u.u, xq[j]);
@@ -138,19 +130,9 @@ struct LegacyTile {
   };
 };
 
-template <class T, int kDecodeRows, int kTileRows>
-void matmul_legacy(const MatmulArgs& a) {
-  if (a.K % 32 != 0) throw_bad_row_length("matmul", T::kType, a.K);
-  run_tiles<LegacyTile<T>::template Fn, kDecodeRows, kTileRows>(a);
-}
-
 template <int kDecodeRows, int kTileRows>
 void fill_matmul_legacy_x86(KernelTable& t) {
-  t.matmul[static_cast<int>(DType::Q4_0)] = matmul_legacy<LegacyQ4_0, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q4_1)] = matmul_legacy<LegacyQ4_1, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q5_0)] = matmul_legacy<LegacyQ5_0, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q5_1)] = matmul_legacy<LegacyQ5_1, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::Q8_0)] = matmul_legacy<LegacyQ8_0, kDecodeRows, kTileRows>;
+  fill_tiled<LegacyTile, 32, kDecodeRows, kTileRows, LegacyQ4_0, LegacyQ4_1, LegacyQ5_0, LegacyQ5_1, LegacyQ8_0>(t);
 }
 
 }  // namespace

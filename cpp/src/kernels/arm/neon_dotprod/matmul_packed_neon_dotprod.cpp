@@ -15,22 +15,17 @@
 // Q8_R half sums). Q8_0's u = q + 128 is not a valid signed byte: it is XOR-ed with 0x80 back to
 // the signed q, and then needs no −128·Σx correction at all.
 //
-// A tile is NQ quads (4·NQ rows) × C columns: each sub-block's slices are unpacked once per quad
+// A tile (kernels/packed_driver.inc.h) is NQ quads (4·NQ rows) × C columns: each sub-block's slices are unpacked once per quad
 // and reused by all C columns. Multi-column tiles take 2 quads × 4 columns (8 float accumulators,
 // 8 unpacked slices, 2 activation registers per column and the constants fit the 32 vector
 // registers); a single column (decode) takes the whole 16-row group in one pass so each 64-byte
 // line of the matrix is consumed whole when it arrives from DRAM.
 //
 // No speed figures: this was written and checked under qemu (no ARM hardware at hand).
-#include <arm_neon.h>
-
-#include <algorithm>
 #include <cstring>
-#include <stdexcept>
 
-#include "kernels/kernel_errors.h"
-#include "kernels/kernels.h"
-#include "kernels/packed.h"
+#include "kernels/arm/simd_neon.h"
+#include "kernels/packed_driver.inc.h"
 
 #if !defined(__ARM_FEATURE_DOTPROD)
 #error "this unit must be compiled with -march=armv8.2-a+dotprod"
@@ -44,13 +39,6 @@ template <DType T>
 struct P : PackedFormat<T> {
   static constexpr int kOffset = T == DType::Q8_0 ? 0 : PackedFormat<T>::kOffset;  // signed q: no offset (see top)
 };
-
-template <DType T>
-constexpr size_t sub_bytes() { return P<T>::kSubBytes; }
-template <DType T>
-constexpr int subs() { return P<T>::kSubs; }
-template <DType T>
-constexpr size_t unit_bytes() { return P<T>::kUnitBytes; }
 
 // The 8 slices of quad q (rows 4q..4q+3) of one sub-block as signed bytes.
 template <DType T>
@@ -126,117 +114,52 @@ inline float32x4_t i8x4_to_f32(const uint8_t* p) {
   return vcvtq_f32_s32(vmovl_s16(vget_low_s16(w)));
 }
 
-// Rows 4·q0 .. 4·(q0 + NQ) of one group (NQ quads of 4 rows) × C columns, all K. y points at
-// (column 0, row 4·q0); columns are ldy apart.
-template <DType T, int C, int NQ>
-void tile(const uint8_t* group, int q0, int64_t nu, const uint8_t* x, size_t x_stride, float* y, int64_t ldy) {
-  float32x4_t acc[NQ][C];
-  for (int qq = 0; qq < NQ; ++qq)
-    for (int j = 0; j < C; ++j) acc[qq][j] = vdupq_n_f32(0.0f);
-  for (int64_t b = 0; b < nu; ++b) {
-    const uint8_t* unit = group + b * unit_bytes<T>();
-    for (int sb = 0; sb < subs<T>(); ++sb) {
-      const int64_t xi = b * subs<T>() + sb;
-      for (int qq = 0; qq < NQ; ++qq) {
-        const int q = q0 + qq;
-        // Per-row constants of this sub-block and quad (packed.h): da, db (Q6_K only differs), mn.
-        const float32x4_t d = half4_to_f32(unit + 8 * q);
-        float32x4_t da = d, db = d, mn = vdupq_n_f32(0.0f);
-        if constexpr (P<T>::kMin) mn = half4_to_f32(unit + 32 + 8 * q);  // Q4_1/Q5_1: m itself; K: dmin
-        if constexpr (P<T>::kK && P<T>::kMin) {
-          da = db = vmulq_f32(u8x4_to_f32(unit + 64 + 16 * sb + 4 * q), d);
-          mn = vmulq_f32(u8x4_to_f32(unit + 192 + 16 * sb + 4 * q), mn);  // subtracted below
-        }
-        if constexpr (P<T>::kSix) {
-          da = vmulq_f32(i8x4_to_f32(unit + 32 + 16 * (2 * sb) + 4 * q), d);
-          db = vmulq_f32(i8x4_to_f32(unit + 32 + 16 * (2 * sb + 1) + 4 * q), d);
-        }
-        int8x16_t w[8];
-        unpack_quad<T>(unit + P<T>::kHeader + sb * sub_bytes<T>(), q, w);
-        for (int j = 0; j < C; ++j) {
-          const block_q8_r& xb = reinterpret_cast<const block_q8_r*>(x + j * x_stride)[xi];
-          const int8x16_t x0 = vld1q_s8(xb.qs), x1 = vld1q_s8(xb.qs + 16);
-          float32x4_t& a = acc[qq][j];
-          if constexpr (P<T>::kSix) {
-            // Elements 0..15 and 16..31 have their own scales.
-            const int32x4_t sa = dot_lo(vdupq_n_s32(-P<T>::kOffset * xb.s[0]), w, x0);
-            const int32x4_t sbv = dot_hi(vdupq_n_s32(-P<T>::kOffset * xb.s[1]), w, x1);
-            a = vfmaq_f32(a, vcvtq_f32_s32(sa), vmulq_n_f32(da, xb.d));
-            a = vfmaq_f32(a, vcvtq_f32_s32(sbv), vmulq_n_f32(db, xb.d));
-          } else {
-            const int32x4_t init = vdupq_n_s32(-P<T>::kOffset * (xb.s[0] + xb.s[1]));
-            const int32x4_t s = dot_hi(dot_lo(init, w, x0), w, x1);
-            a = vfmaq_f32(a, vcvtq_f32_s32(s), vmulq_n_f32(da, xb.d));
-          }
-          if constexpr (P<T>::kMin) {
-            const float32x4_t sx = vdupq_n_f32(xb.d * static_cast<float>(xb.s[0] + xb.s[1]));
-            if constexpr (P<T>::kK)
-              a = vfmsq_f32(a, mn, sx);
-            else
-              a = vfmaq_f32(a, mn, sx);
-          }
-        }
-      }
-    }
+// The neon-dotprod primitives of kernels/packed_driver.inc.h: a part is a quad (4 rows, one
+// register); multi-column tiles take 2 quads × 4 columns (see top).
+struct PackedNeonDotprod {
+  static constexpr int kPartRows = 4;
+  static constexpr int kTileParts = 2;
+  template <DType T>
+  static constexpr int offset() { return P<T>::kOffset; }
+  template <DType T>
+  static constexpr int max_cols() { return 4; }
+  template <DType T>
+  static int cols(int64_t) { return 4; }
+
+  template <DType T>
+  struct Slices {
+    int8x16_t w[8];
+  };
+  template <DType T>
+  static void unpack(const uint8_t* sub, int q, Slices<T>& s) { unpack_quad<T>(sub, q, s.w); }
+  template <DType T, int H>
+  static int32x4_t dot_half(const Slices<T>& s, const int8_t* xq, int32x4_t init) {
+    if constexpr (H == 0)
+      return dot_lo(init, s.w, vld1q_s8(xq));
+    else
+      return dot_hi(init, s.w, vld1q_s8(xq + 16));
   }
-  for (int qq = 0; qq < NQ; ++qq)
-    for (int j = 0; j < C; ++j) vst1q_f32(y + j * ldy + 4 * qq, acc[qq][j]);
-}
-
-constexpr int kCols = 4;   // columns of a multi-column tile
-constexpr int kQuads = 2;  // quads of a multi-column tile
-
-// Runs tile<T, n, kQuads> for 1 ≤ n ≤ C.
-template <DType T, int C>
-void tile_n(int n, const uint8_t* group, int q0, int64_t nu, const uint8_t* x, size_t xs, float* y, int64_t ldy) {
-  if constexpr (C > 1)
-    if (n < C) return tile_n<T, C - 1>(n, group, q0, nu, x, xs, y, ldy);
-  tile<T, C, kQuads>(group, q0, nu, x, xs, y, ldy);
-}
-
-// Columns are taken in blocks of kColBlock so that a block's activations (kColBlock · K · 1.25
-// bytes) stay in L2 while every row group of the chunk passes over them.
-constexpr int64_t kColBlock = 64;
-
-template <DType T>
-void packed_matmul(const MatmulArgs& a) {
-  constexpr int64_t kUnit = P<T>::kK ? 256 : 32;
-  if (a.K % kUnit != 0) throw_bad_row_length("matmul", T, a.K);
-  // A plain const char* message: this unit must not instantiate std::string code (kernel_errors.h).
-  if (a.r0 % kPackRows != 0 || a.r1 % kPackRows != 0)
-    throw std::invalid_argument("packed matmul: rows do not start and end on 16-row groups");
-  const int64_t nu = a.K / kUnit;
-  const size_t group_bytes = unit_bytes<T>() * static_cast<size_t>(nu);
-  const auto* w = static_cast<const uint8_t*>(a.w);
-  const auto* x = static_cast<const uint8_t*>(a.x);
-  for (int64_t cb = 0; cb < a.ncols; cb += kColBlock) {
-    const int64_t ce = std::min(a.ncols, cb + kColBlock);
-    for (int64_t r = a.r0; r < a.r1; r += kPackRows) {
-      const uint8_t* group = w + static_cast<size_t>(r / kPackRows) * group_bytes;
-      if (ce - cb == 1) {  // one column: the whole group in one pass (see top)
-        tile<T, 1, 4>(group, 0, nu, x + cb * a.x_stride, a.x_stride, a.y + cb * a.ldy + r, a.ldy);
-        continue;
-      }
-      for (int q0 = 0; q0 < 4; q0 += kQuads)
-        for (int64_t c = cb; c < ce; c += kCols) {
-          const int n = static_cast<int>(std::min<int64_t>(kCols, ce - c));
-          tile_n<T, kCols>(n, group, q0, nu, x + c * a.x_stride, a.x_stride, a.y + c * a.ldy + r + 4 * q0, a.ldy);
-        }
-    }
+  template <DType T>
+  static int32x4_t dot(const Slices<T>& s, const int8_t* xq, int32x4_t init) {
+    return dot_hi(dot_lo(init, s.w, vld1q_s8(xq)), s.w, vld1q_s8(xq + 16));
   }
-}
+
+  using F = float32x4_t;
+  static F zero() { return vdupq_n_f32(0.0f); }
+  static F set1(float v) { return vdupq_n_f32(v); }
+  static int32x4_t set1_i32(int32_t v) { return vdupq_n_s32(v); }
+  static F mul(F a, F b) { return vmulq_f32(a, b); }
+  static F fmadd(F a, F b, F acc) { return vfmaq_f32(acc, a, b); }
+  static F fnmadd(F a, F b, F acc) { return vfmsq_f32(acc, a, b); }
+  static F cvt(int32x4_t v) { return vcvtq_f32_s32(v); }
+  static void store(float* y, F v) { vst1q_f32(y, v); }
+  static F half_rows(const uint8_t* p) { return half4_to_f32(p); }
+  static F u8_rows(const uint8_t* p) { return u8x4_to_f32(p); }
+  static F i8_rows(const uint8_t* p) { return i8x4_to_f32(p); }
+};
 
 }  // namespace
 
-void fill_neon_dotprod_matmul_packed(KernelTable& t) {
-  t.packed_matmul[static_cast<int>(DType::Q4_0)] = packed_matmul<DType::Q4_0>;
-  t.packed_matmul[static_cast<int>(DType::Q4_1)] = packed_matmul<DType::Q4_1>;
-  t.packed_matmul[static_cast<int>(DType::Q5_0)] = packed_matmul<DType::Q5_0>;
-  t.packed_matmul[static_cast<int>(DType::Q5_1)] = packed_matmul<DType::Q5_1>;
-  t.packed_matmul[static_cast<int>(DType::Q8_0)] = packed_matmul<DType::Q8_0>;
-  t.packed_matmul[static_cast<int>(DType::Q4_K)] = packed_matmul<DType::Q4_K>;
-  t.packed_matmul[static_cast<int>(DType::Q5_K)] = packed_matmul<DType::Q5_K>;
-  t.packed_matmul[static_cast<int>(DType::Q6_K)] = packed_matmul<DType::Q6_K>;
-}
+void fill_neon_dotprod_matmul_packed(KernelTable& t) { fill_packed_matmul<PackedNeonDotprod>(t); }
 
 }  // namespace edgellm::kernels

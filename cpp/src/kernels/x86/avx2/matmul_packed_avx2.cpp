@@ -17,18 +17,19 @@
 // (at most 2·128·127 = 32512), which also needs no −128·Σx correction. It relies on Q8_R quants
 // lying in [−127, 127] (Q8_0's d = amax/127), as −(−128) does not exist in int8.
 //
-// A tile is one half of a 16-row group (8 rows) × C columns (C ≤ kCols of the type), so each
-// sub-block's slices are decoded once and reused by all C columns; a single column takes both
-// halves in one pass (see tile).
-#include <immintrin.h>
-
-#include <algorithm>
+// A tile (kernels/packed_driver.inc.h) is one half of a 16-row group (8 rows) × C columns
+// (C ≤ kCols of the type), so each sub-block's slices are decoded once and reused by all C
+// columns; a single column takes both halves in one pass.
+//
+// Why halves for prefill: with both halves in one pass the 16 unpacked slices alone fill the 16
+// ymm registers and the compiler spills the shared activation broadcasts instead (measured ~30%
+// slower at 64 columns); the second pass finds the group's lines in L1/L2. Single-column decode
+// has no column to reuse slices for, so nothing needs to stay in registers, and one pass that
+// consumes each 64-byte line whole keeps a DRAM-bound matrix (an LM head) streaming at full rate.
 #include <cstring>
-#include <stdexcept>
 
-#include "kernels/kernel_errors.h"
-#include "kernels/kernels.h"
-#include "kernels/packed.h"
+#include "kernels/packed_driver.inc.h"
+#include "kernels/x86/simd_x86.h"
 
 namespace edgellm::kernels {
 namespace {
@@ -50,19 +51,6 @@ struct P : PackedFormat<T> {
   static constexpr int kGroup = F::kSix ? 2 : F::kHigh ? 4 : F::kNib ? 8 : 1;
   static constexpr int kCols = F::kHigh || F::kSix ? 8 : 5;
 };
-
-template <DType T>
-constexpr size_t sub_bytes() { return P<T>::kSubBytes; }
-template <DType T>
-constexpr int subs() { return P<T>::kSubs; }
-template <DType T>
-constexpr size_t unit_bytes() { return P<T>::kUnitBytes; }
-
-inline int32_t load_i32(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
 
 // Byte i of the result is 0xFF where bit i of m is set, else 0 (i = 0..31).
 inline __m256i bits_to_bytes(uint32_t m) {
@@ -151,123 +139,46 @@ inline __m256 half8_to_ps(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// Rows 8·h0 .. 8·(h0 + NH) of one group (NH halves of 8 rows) × C columns, all K. y points at
-// (column 0, row 8·h0); columns are ldy apart.
-//
-// Two shapes are used. Prefill (NH = 1): the halves are separate tiles, the second pass finding
-// the group's lines in L1/L2, because with both halves in one pass the 16 unpacked slices alone
-// fill the 16 ymm registers and the compiler spills the shared activation broadcasts instead
-// (measured ~30% slower at 64 columns). Single-column decode (NH = 2, C = 1): there is no column
-// to reuse slices for, so nothing needs to stay in registers, and one pass that consumes each
-// 64-byte line whole keeps a DRAM-bound matrix (an LM head) streaming at full rate, where two
-// passes halve the work done per line fetched on the first.
-template <DType T, int C, int NH>
-void tile(const uint8_t* group, int h0, int64_t nu, const uint8_t* x, size_t x_stride, float* y, int64_t ldy) {
-  __m256 acc[NH][C];
-  for (int hh = 0; hh < NH; ++hh)
-    for (int j = 0; j < C; ++j) acc[hh][j] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nu; ++b) {
-    const uint8_t* unit = group + b * unit_bytes<T>();
-    for (int sb = 0; sb < subs<T>(); ++sb) {
-      const int64_t xi = b * subs<T>() + sb;
-      for (int hh = 0; hh < NH; ++hh) {
-        const int h = h0 + hh;
-        // Per-row constants of this sub-block and half (packed.h): da, db (Q6_K only differs), mn.
-        const __m256 d = half8_to_ps(unit + 16 * h);
-        __m256 da = d, db = d, mn = _mm256_setzero_ps();
-        if constexpr (P<T>::kMin) mn = half8_to_ps(unit + 32 + 16 * h);  // Q4_1/Q5_1: m itself; K: dmin
-        if constexpr (P<T>::kK && P<T>::kMin) {
-          da = db = _mm256_mul_ps(u8x8_to_ps(unit + 64 + 16 * sb + 8 * h), d);
-          mn = _mm256_mul_ps(u8x8_to_ps(unit + 192 + 16 * sb + 8 * h), mn);  // subtracted below
-        }
-        if constexpr (P<T>::kSix) {
-          da = _mm256_mul_ps(i8x8_to_ps(unit + 32 + 16 * (2 * sb) + 8 * h), d);
-          db = _mm256_mul_ps(i8x8_to_ps(unit + 32 + 16 * (2 * sb + 1) + 8 * h), d);
-        }
-        __m256i u[8], sg[8];
-        unpack_half<T>(unit + P<T>::kHeader + sb * sub_bytes<T>(), h, u, sg);
-        for (int j = 0; j < C; ++j) {
-          const block_q8_r& xb = reinterpret_cast<const block_q8_r*>(x + j * x_stride)[xi];
-          const __m256 dx = _mm256_set1_ps(xb.d);
-          __m256& a = acc[hh][j];
-          if constexpr (P<T>::kSix) {
-            // Elements 0..15 and 16..31 have their own scales.
-            const __m256i sa = dot_slices<T>(u, sg, xb.qs, 0, 4, _mm256_set1_epi32(-P<T>::kOffset * xb.s[0]));
-            const __m256i sbv = dot_slices<T>(u, sg, xb.qs, 4, 4, _mm256_set1_epi32(-P<T>::kOffset * xb.s[1]));
-            a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sa), _mm256_mul_ps(da, dx), a);
-            a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sbv), _mm256_mul_ps(db, dx), a);
-          } else {
-            const __m256i init =
-                P<T>::kOffset ? _mm256_set1_epi32(-P<T>::kOffset * (xb.s[0] + xb.s[1])) : _mm256_setzero_si256();
-            const __m256i s = dot_slices<T>(u, sg, xb.qs, 0, 8, init);
-            a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(da, dx), a);
-          }
-          if constexpr (P<T>::kMin) {
-            const __m256 sx = _mm256_set1_ps(xb.d * static_cast<float>(xb.s[0] + xb.s[1]));
-            if constexpr (P<T>::kK)
-              a = _mm256_fnmadd_ps(mn, sx, a);
-            else
-              a = _mm256_fmadd_ps(mn, sx, a);
-          }
-        }
-      }
-    }
+// The AVX2 primitives of kernels/packed_driver.inc.h: a part is a half (8 rows, one ymm).
+struct PackedAvx2 {
+  static constexpr int kPartRows = 8;
+  static constexpr int kTileParts = 1;  // prefill tiles take one half (see top)
+  template <DType T>
+  static constexpr int offset() { return P<T>::kOffset; }
+  template <DType T>
+  static constexpr int max_cols() { return P<T>::kCols; }
+  template <DType T>
+  static int cols(int64_t) { return P<T>::kCols; }
+
+  template <DType T>
+  struct Slices {
+    __m256i u[8], sg[8];  // unsigned quants; Q8_0: |q| and the signed q
+  };
+  template <DType T>
+  static void unpack(const uint8_t* sub, int h, Slices<T>& s) { unpack_half<T>(sub, h, s.u, s.sg); }
+  template <DType T>
+  static __m256i dot(const Slices<T>& s, const int8_t* xq, __m256i init) { return dot_slices<T>(s.u, s.sg, xq, 0, 8, init); }
+  template <DType T, int H>
+  static __m256i dot_half(const Slices<T>& s, const int8_t* xq, __m256i init) {
+    return dot_slices<T>(s.u, s.sg, xq, 4 * H, 4, init);
   }
-  for (int hh = 0; hh < NH; ++hh)
-    for (int j = 0; j < C; ++j) _mm256_storeu_ps(y + j * ldy + 8 * hh, acc[hh][j]);
-}
 
-// Runs tile<T, n, 1> (one half) for 1 ≤ n ≤ C.
-template <DType T, int C>
-void tile_n(int n, const uint8_t* group, int h, int64_t nu, const uint8_t* x, size_t xs, float* y, int64_t ldy) {
-  if constexpr (C > 1)
-    if (n < C) return tile_n<T, C - 1>(n, group, h, nu, x, xs, y, ldy);
-  tile<T, C, 1>(group, h, nu, x, xs, y, ldy);
-}
-
-// Columns are taken in blocks of kColBlock so that a block's activations (kColBlock · K · 1.25
-// bytes) stay in L2 while every row group of the chunk passes over them.
-constexpr int64_t kColBlock = 64;
-
-template <DType T>
-void packed_matmul(const MatmulArgs& a) {
-  constexpr int64_t kUnit = P<T>::kK ? 256 : 32;
-  if (a.K % kUnit != 0) throw_bad_row_length("matmul", T, a.K);
-  // A plain const char* message: this unit must not instantiate std::string code (kernel_errors.h).
-  if (a.r0 % kPackRows != 0 || a.r1 % kPackRows != 0)
-    throw std::invalid_argument("packed matmul: rows do not start and end on 16-row groups");
-  const int64_t nu = a.K / kUnit;
-  const size_t group_bytes = unit_bytes<T>() * static_cast<size_t>(nu);
-  const auto* w = static_cast<const uint8_t*>(a.w);
-  const auto* x = static_cast<const uint8_t*>(a.x);
-  for (int64_t cb = 0; cb < a.ncols; cb += kColBlock) {
-    const int64_t ce = std::min(a.ncols, cb + kColBlock);
-    for (int64_t r = a.r0; r < a.r1; r += kPackRows) {
-      const uint8_t* group = w + static_cast<size_t>(r / kPackRows) * group_bytes;
-      if (ce - cb == 1) {  // one column: both halves in one pass (see tile)
-        tile<T, 1, 2>(group, 0, nu, x + cb * a.x_stride, a.x_stride, a.y + cb * a.ldy + r, a.ldy);
-        continue;
-      }
-      for (int h = 0; h < 2; ++h)
-        for (int64_t c = cb; c < ce; c += P<T>::kCols) {
-          const int n = static_cast<int>(std::min<int64_t>(P<T>::kCols, ce - c));
-          tile_n<T, P<T>::kCols>(n, group, h, nu, x + c * a.x_stride, a.x_stride, a.y + c * a.ldy + r + 8 * h, a.ldy);
-        }
-    }
-  }
-}
+  using F = __m256;
+  static F zero() { return _mm256_setzero_ps(); }
+  static F set1(float v) { return _mm256_set1_ps(v); }
+  static __m256i set1_i32(int32_t v) { return _mm256_set1_epi32(v); }
+  static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F fmadd(F a, F b, F acc) { return _mm256_fmadd_ps(a, b, acc); }
+  static F fnmadd(F a, F b, F acc) { return _mm256_fnmadd_ps(a, b, acc); }
+  static F cvt(__m256i v) { return _mm256_cvtepi32_ps(v); }
+  static void store(float* y, F v) { _mm256_storeu_ps(y, v); }
+  static F half_rows(const uint8_t* p) { return half8_to_ps(p); }
+  static F u8_rows(const uint8_t* p) { return u8x8_to_ps(p); }
+  static F i8_rows(const uint8_t* p) { return i8x8_to_ps(p); }
+};
 
 }  // namespace
 
-void fill_avx2_matmul_packed(KernelTable& t) {
-  t.packed_matmul[static_cast<int>(DType::Q4_0)] = packed_matmul<DType::Q4_0>;
-  t.packed_matmul[static_cast<int>(DType::Q4_1)] = packed_matmul<DType::Q4_1>;
-  t.packed_matmul[static_cast<int>(DType::Q5_0)] = packed_matmul<DType::Q5_0>;
-  t.packed_matmul[static_cast<int>(DType::Q5_1)] = packed_matmul<DType::Q5_1>;
-  t.packed_matmul[static_cast<int>(DType::Q8_0)] = packed_matmul<DType::Q8_0>;
-  t.packed_matmul[static_cast<int>(DType::Q4_K)] = packed_matmul<DType::Q4_K>;
-  t.packed_matmul[static_cast<int>(DType::Q5_K)] = packed_matmul<DType::Q5_K>;
-  t.packed_matmul[static_cast<int>(DType::Q6_K)] = packed_matmul<DType::Q6_K>;
-}
+void fill_avx2_matmul_packed(KernelTable& t) { fill_packed_matmul<PackedAvx2>(t); }
 
 }  // namespace edgellm::kernels

@@ -1,8 +1,8 @@
 // AVX-512 VNNI matmul over row-interleaved weights (kernels/packed.h): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
 // Q4_K, Q5_K, Q6_K, against Q8_R activations.
 //
-// A tile is one 16-row group × C activation columns (C ≤ 6). Per 32-element block the group's
-// quants are unpacked once into 8 slice registers (lane r = 4 elements of row r), then for each
+// A tile (kernels/packed_driver.inc.h) is one 16-row group × C activation columns (C ≤ 6). Per
+// 32-element block the group's quants are unpacked once into 8 slice registers (lane r = 4 elements of row r), then for each
 // column 8 vpdpbusd against broadcast 4-byte groups of the column's Q8_R quants give the 16 rows'
 // exact int32 block dots in one register; the offset is removed as an exact integer
 // (−offset·Σx), and one convert + one FMA by d_w·d_x (+ one FMA by m_w for the min types)
@@ -11,23 +11,10 @@
 // Versus the GGUF-layout kernels (matmul_legacy512_x86.inc.h: per (row, column) a dpbusd, a
 // convert, a multiply and an FMA for 64 elements) this does ~12 instructions per 512 MACs instead
 // of ~40, and decode touches each weight byte once in a sequential stream.
-#include <immintrin.h>
-
-#include <algorithm>
 #include <cstring>
-#include <stdexcept>
-#include <string>
 
-#include "kernels/kernel_errors.h"
-#include "kernels/kernels.h"
-#include "kernels/packed.h"
-
-// GCC 12's AVX-512 convert intrinsics start from _mm512_undefined_*() and trip its own
-// -W(maybe-)uninitialized inside <avx512fintrin.h> (a false positive, as in matmul_legacy512_x86.inc.h).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
+#include "kernels/packed_driver.inc.h"
+#include "kernels/x86/simd_x86.h"
 
 namespace edgellm::kernels {
 namespace {
@@ -35,19 +22,6 @@ namespace {
 // The layout's per-type constants (kernels/packed.h).
 template <DType T>
 struct P : PackedFormat<T> {};
-
-template <DType T>
-constexpr size_t sub_bytes() { return P<T>::kSubBytes; }
-template <DType T>
-constexpr int subs() { return P<T>::kSubs; }
-template <DType T>
-constexpr size_t unit_bytes() { return P<T>::kUnitBytes; }
-
-inline int32_t load_i32(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
 
 // The 8 slices of one sub-block as unsigned bytes.
 template <DType T>
@@ -94,120 +68,55 @@ inline __m512 half16_to_ps(const uint8_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-// 16 rows (one group) × C columns, all K. y points at (column c, row r); columns are ldy apart.
-template <DType T, int C>
-void tile(const uint8_t* group, int64_t nu, const uint8_t* x, size_t x_stride, float* y, int64_t ldy) {
-  __m512 acc[C];
-  for (int j = 0; j < C; ++j) acc[j] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nu; ++b) {
-    const uint8_t* unit = group + b * unit_bytes<T>();
-    const __m512 d = half16_to_ps(unit);
-    __m512 dmin = _mm512_setzero_ps();
-    if constexpr (P<T>::kMin) dmin = half16_to_ps(unit + 32);  // Q4_1/Q5_1: m itself; K: dmin
-    for (int sb = 0; sb < subs<T>(); ++sb) {
-      // Per-row constants of this sub-block (packed.h): da, db (Q6_K only differs), mn.
-      __m512 da = d, db = d, mn = dmin;
-      if constexpr (P<T>::kK && P<T>::kMin) {
-        da = db = _mm512_mul_ps(u8x16_to_ps(unit + 64 + 16 * sb), d);
-        mn = _mm512_mul_ps(u8x16_to_ps(unit + 192 + 16 * sb), dmin);  // subtracted below
-      }
-      if constexpr (P<T>::kSix) {
-        da = _mm512_mul_ps(i8x16_to_ps(unit + 32 + 16 * (2 * sb)), d);
-        db = _mm512_mul_ps(i8x16_to_ps(unit + 32 + 16 * (2 * sb + 1)), d);
-      }
-      __m512i u[8];
-      unpack_slices<T>(unit + P<T>::kHeader + sb * sub_bytes<T>(), u);
-      const int64_t xi = b * subs<T>() + sb;
-      for (int j = 0; j < C; ++j) {
-        const block_q8_r& xb = reinterpret_cast<const block_q8_r*>(x + j * x_stride)[xi];
-        // Two chains of four dots: elements 0..15 and 16..31 (Q6_K scales them apart).
-        __m512i s0, s1;
-        if constexpr (P<T>::kSix) {
-          s0 = _mm512_set1_epi32(-P<T>::kOffset * xb.s[0]);
-          s1 = _mm512_set1_epi32(-P<T>::kOffset * xb.s[1]);
-        } else {
-          s0 = P<T>::kOffset ? _mm512_set1_epi32(-P<T>::kOffset * (xb.s[0] + xb.s[1])) : _mm512_setzero_si512();
-          s1 = _mm512_setzero_si512();
-        }
-        for (int g = 0; g < 4; ++g) {
-          s0 = _mm512_dpbusd_epi32(s0, u[g], _mm512_set1_epi32(load_i32(xb.qs + 4 * g)));
-          s1 = _mm512_dpbusd_epi32(s1, u[g + 4], _mm512_set1_epi32(load_i32(xb.qs + 16 + 4 * g)));
-        }
-        const __m512 dx = _mm512_set1_ps(xb.d);
-        if constexpr (P<T>::kSix) {
-          acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(da, dx), acc[j]);
-          acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(db, dx), acc[j]);
-        } else {
-          acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(da, dx), acc[j]);
-        }
-        if constexpr (P<T>::kMin) {
-          const __m512 sx = _mm512_set1_ps(xb.d * static_cast<float>(xb.s[0] + xb.s[1]));
-          if constexpr (P<T>::kK)
-            acc[j] = _mm512_fnmadd_ps(mn, sx, acc[j]);
-          else
-            acc[j] = _mm512_fmadd_ps(mn, sx, acc[j]);
-        }
-      }
-    }
-  }
-  for (int j = 0; j < C; ++j) _mm512_storeu_ps(y + j * ldy, acc[j]);
-}
-
-template <DType T>
-void tile_n(int n, const uint8_t* group, int64_t nu, const uint8_t* x, size_t xs, float* y, int64_t ldy) {
-  switch (n) {
-    case 1: tile<T, 1>(group, nu, x, xs, y, ldy); break;
-    case 2: tile<T, 2>(group, nu, x, xs, y, ldy); break;
-    case 3: tile<T, 3>(group, nu, x, xs, y, ldy); break;
-    case 4: tile<T, 4>(group, nu, x, xs, y, ldy); break;
-    case 5: tile<T, 5>(group, nu, x, xs, y, ldy); break;
-    default: tile<T, 6>(group, nu, x, xs, y, ldy); break;
-  }
-}
-
-// Columns are taken in blocks of kColBlock so that a block's activations (kColBlock · K · 1.25
-// bytes) stay in L2 while every row group of the chunk passes over them.
-constexpr int64_t kColBlock = 64;
-
-template <DType T>
-void packed_matmul(const MatmulArgs& a) {
-  constexpr int64_t kUnit = P<T>::kK ? 256 : 32;
-  if (a.K % kUnit != 0) throw_bad_row_length("matmul", T, a.K);
-  if (a.r0 % kPackRows != 0 || a.r1 % kPackRows != 0)
-    throw std::invalid_argument("packed matmul: rows [" + std::to_string(a.r0) + ", " + std::to_string(a.r1) +
-                                ") do not start and end on 16-row groups");
-  const int64_t nu = a.K / kUnit;
-  const size_t group_bytes = unit_bytes<T>() * static_cast<size_t>(nu);
-  const auto* w = static_cast<const uint8_t*>(a.w);
-  const auto* x = static_cast<const uint8_t*>(a.x);
+// The AVX-512 primitives of kernels/packed_driver.inc.h: a part is the whole 16-row group (one zmm).
+struct PackedAvx512 {
+  static constexpr int kPartRows = 16;
+  static constexpr int kTileParts = 1;
+  template <DType T>
+  static constexpr int offset() { return P<T>::kOffset; }
+  template <DType T>
+  static constexpr int max_cols() { return 6; }
   // Tile width: 4 columns for small batches (decode of a few sequences), 6 for prefill. Measured
   // (2 threads): 8-wide tiles ran batched decode at 575 t/s (Gemma 3, 8 streams) against 920 with
   // 4-wide ones — GCC spills at 8 accumulators + 8 slices — and 6-wide tiles prefill best
   // (SmolLM2 pp512 3708 vs 3529 with 4-wide).
-  const int W = a.ncols >= 32 ? 6 : 4;
-  for (int64_t cb = 0; cb < a.ncols; cb += kColBlock) {
-    const int64_t ce = std::min(a.ncols, cb + kColBlock);
-    for (int64_t r = a.r0; r < a.r1; r += kPackRows) {
-      const uint8_t* group = w + static_cast<size_t>(r / kPackRows) * group_bytes;
-      for (int64_t c = cb; c < ce; c += W) {
-        const int n = static_cast<int>(std::min<int64_t>(W, ce - c));
-        tile_n<T>(n, group, nu, x + c * a.x_stride, a.x_stride, a.y + c * a.ldy + r, a.ldy);
-      }
-    }
+  template <DType T>
+  static int cols(int64_t ncols) { return ncols >= 32 ? 6 : 4; }
+
+  template <DType T>
+  struct Slices {
+    __m512i u[8];
+  };
+  template <DType T>
+  static void unpack(const uint8_t* sub, int, Slices<T>& s) { unpack_slices<T>(sub, s.u); }
+  // Two chains of four dots: elements 0..15 and 16..31 (Q6_K scales them apart).
+  template <DType T, int H>
+  static __m512i dot_half(const Slices<T>& s, const int8_t* xq, __m512i acc) {
+    for (int g = 0; g < 4; ++g)
+      acc = _mm512_dpbusd_epi32(acc, s.u[4 * H + g], _mm512_set1_epi32(load_i32(xq + 16 * H + 4 * g)));
+    return acc;
   }
-}
+  template <DType T>
+  static __m512i dot(const Slices<T>& s, const int8_t* xq, __m512i init) {
+    return _mm512_add_epi32(dot_half<T, 0>(s, xq, init), dot_half<T, 1>(s, xq, _mm512_setzero_si512()));
+  }
+
+  using F = __m512;
+  static F zero() { return _mm512_setzero_ps(); }
+  static F set1(float v) { return _mm512_set1_ps(v); }
+  static __m512i set1_i32(int32_t v) { return _mm512_set1_epi32(v); }
+  static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F fmadd(F a, F b, F acc) { return _mm512_fmadd_ps(a, b, acc); }
+  static F fnmadd(F a, F b, F acc) { return _mm512_fnmadd_ps(a, b, acc); }
+  static F cvt(__m512i v) { return _mm512_cvtepi32_ps(v); }
+  static void store(float* y, F v) { _mm512_storeu_ps(y, v); }
+  static F half_rows(const uint8_t* p) { return half16_to_ps(p); }
+  static F u8_rows(const uint8_t* p) { return u8x16_to_ps(p); }
+  static F i8_rows(const uint8_t* p) { return i8x16_to_ps(p); }
+};
 
 }  // namespace
 
-void fill_avx512_matmul_packed(KernelTable& t) {
-  t.packed_matmul[static_cast<int>(DType::Q4_0)] = packed_matmul<DType::Q4_0>;
-  t.packed_matmul[static_cast<int>(DType::Q4_1)] = packed_matmul<DType::Q4_1>;
-  t.packed_matmul[static_cast<int>(DType::Q5_0)] = packed_matmul<DType::Q5_0>;
-  t.packed_matmul[static_cast<int>(DType::Q5_1)] = packed_matmul<DType::Q5_1>;
-  t.packed_matmul[static_cast<int>(DType::Q8_0)] = packed_matmul<DType::Q8_0>;
-  t.packed_matmul[static_cast<int>(DType::Q4_K)] = packed_matmul<DType::Q4_K>;
-  t.packed_matmul[static_cast<int>(DType::Q5_K)] = packed_matmul<DType::Q5_K>;
-  t.packed_matmul[static_cast<int>(DType::Q6_K)] = packed_matmul<DType::Q6_K>;
-}
+void fill_avx512_matmul_packed(KernelTable& t) { fill_packed_matmul<PackedAvx512>(t); }
 
 }  // namespace edgellm::kernels

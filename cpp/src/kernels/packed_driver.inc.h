@@ -1,0 +1,148 @@
+// The matmul over row-interleaved weights (kernels/packed.h), once for every ISA: the tile (per
+// 32-element sub-block: the rows' constants, the unpacked slices, per column an exact int32 dot
+// with the offset removed as −offset·Σx, one convert and one FMA by d_w·d_x, one FMA for the
+// mins) and the driver (column blocks, 16-row groups, tiles). Everything that touches registers
+// is the ISA's, in I (x86/avx2, x86/avx512, arm/neon_dotprod matmul_packed_*.cpp):
+//
+//   kPartRows                 rows one register holds (a "part" of the 16-row group: 8, 16, 4)
+//   kTileParts                parts a multi-column tile takes (a single column takes the whole group)
+//   offset<T>(), max_cols<T>()  the offset the dots remove (0 where quants are dotted signed), the
+//                             widest tile; cols<T>(ncols) the width used for a matmul of ncols
+//   Slices<T>, unpack<T>(sub, part, s)  the 8 slices of one part of one sub-block
+//   dot<T>(s, xq, init), dot_half<T, H>(s, xq, init)  init + the part's rows' int32 dots of all 32
+//                             elements / of elements 16H..16H+15 with the activation quants xq
+//   F, I32 and zero, set1, set1_i32, mul, fmadd (acc + a·b), fnmadd (acc − a·b), cvt, store;
+//   half_rows / u8_rows / i8_rows(p): kPartRows fp16 / u8 / i8 per-row constants as f32
+//
+// Like tiling.inc.h it has no intrinsics and lives in an anonymous namespace (each ISA unit
+// compiles its own copy with its own flags).
+#pragma once
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/kernel_errors.h"
+#include "kernels/kernels.h"
+#include "kernels/packed.h"
+
+namespace edgellm::kernels {
+namespace {
+
+// Parts [p0, p0 + NP) of one group × C columns, all K. y points at (column 0, first row of part
+// p0); columns are ldy apart.
+template <class I, DType T, int C, int NP>
+void packed_tile(const uint8_t* group, int p0, int64_t nu, const uint8_t* x, size_t x_stride, float* y, int64_t ldy) {
+  using Fmt = PackedFormat<T>;
+  using F = typename I::F;
+  constexpr int kOffset = I::template offset<T>();
+  constexpr int kR = I::kPartRows;
+  F acc[NP][C];
+  for (int pp = 0; pp < NP; ++pp)
+    for (int j = 0; j < C; ++j) acc[pp][j] = I::zero();
+  for (int64_t b = 0; b < nu; ++b) {
+    const uint8_t* unit = group + b * Fmt::kUnitBytes;
+    for (int sb = 0; sb < Fmt::kSubs; ++sb) {
+      const int64_t xi = b * Fmt::kSubs + sb;
+      for (int pp = 0; pp < NP; ++pp) {
+        const int p = p0 + pp;
+        // Per-row constants of this sub-block and part (packed.h): da, db (Q6_K only differs), mn.
+        const F d = I::half_rows(unit + 2 * kR * p);
+        F da = d, db = d, mn = I::zero();
+        if constexpr (Fmt::kMin) mn = I::half_rows(unit + 32 + 2 * kR * p);  // Q4_1/Q5_1: m itself; K: dmin
+        if constexpr (Fmt::kK && Fmt::kMin) {
+          da = db = I::mul(I::u8_rows(unit + 64 + 16 * sb + kR * p), d);
+          mn = I::mul(I::u8_rows(unit + 192 + 16 * sb + kR * p), mn);  // subtracted below
+        }
+        if constexpr (Fmt::kSix) {
+          da = I::mul(I::i8_rows(unit + 32 + 16 * (2 * sb) + kR * p), d);
+          db = I::mul(I::i8_rows(unit + 32 + 16 * (2 * sb + 1) + kR * p), d);
+        }
+        typename I::template Slices<T> s;
+        I::template unpack<T>(unit + Fmt::kHeader + sb * Fmt::kSubBytes, p, s);
+        for (int j = 0; j < C; ++j) {
+          const block_q8_r& xb = reinterpret_cast<const block_q8_r*>(x + j * x_stride)[xi];
+          const F dx = I::set1(xb.d);
+          F& a = acc[pp][j];
+          if constexpr (Fmt::kSix) {
+            // Elements 0..15 and 16..31 have their own scales.
+            const auto sa = I::template dot_half<T, 0>(s, xb.qs, I::set1_i32(-kOffset * xb.s[0]));
+            const auto sbv = I::template dot_half<T, 1>(s, xb.qs, I::set1_i32(-kOffset * xb.s[1]));
+            a = I::fmadd(I::cvt(sa), I::mul(da, dx), a);
+            a = I::fmadd(I::cvt(sbv), I::mul(db, dx), a);
+          } else {
+            const auto sum = I::template dot<T>(s, xb.qs, I::set1_i32(-kOffset * (xb.s[0] + xb.s[1])));
+            a = I::fmadd(I::cvt(sum), I::mul(da, dx), a);
+          }
+          if constexpr (Fmt::kMin) {
+            const F sx = I::set1(xb.d * static_cast<float>(xb.s[0] + xb.s[1]));
+            if constexpr (Fmt::kK)
+              a = I::fnmadd(mn, sx, a);
+            else
+              a = I::fmadd(mn, sx, a);
+          }
+        }
+      }
+    }
+  }
+  for (int pp = 0; pp < NP; ++pp)
+    for (int j = 0; j < C; ++j) I::store(y + j * ldy + kR * pp, acc[pp][j]);
+}
+
+// Runs packed_tile<I, T, n, I::kTileParts> for 1 ≤ n ≤ C.
+template <class I, DType T, int C>
+void packed_tile_n(int n, const uint8_t* group, int p0, int64_t nu, const uint8_t* x, size_t xs, float* y,
+                   int64_t ldy) {
+  if constexpr (C > 1)
+    if (n < C) return packed_tile_n<I, T, C - 1>(n, group, p0, nu, x, xs, y, ldy);
+  packed_tile<I, T, C, I::kTileParts>(group, p0, nu, x, xs, y, ldy);
+}
+
+// Columns are taken in blocks of kPackedColBlock so that a block's activations (64 · K · 1.25
+// bytes) stay in L2 while every row group of the chunk passes over them.
+constexpr int64_t kPackedColBlock = 64;
+
+template <class I, DType T>
+void packed_matmul(const MatmulArgs& a) {
+  constexpr int64_t kUnit = PackedFormat<T>::kUnitElems;
+  constexpr int kParts = kPackRows / I::kPartRows;
+  if (a.K % kUnit != 0) throw_bad_row_length("matmul", T, a.K);
+  if (a.r0 % kPackRows != 0 || a.r1 % kPackRows != 0) throw_bad_packed_rows(a.r0, a.r1);
+  const int64_t nu = a.K / kUnit;
+  const size_t group_bytes = PackedFormat<T>::kUnitBytes * static_cast<size_t>(nu);
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  const auto* x = static_cast<const uint8_t*>(a.x);
+  const int W = I::template cols<T>(a.ncols);
+  for (int64_t cb = 0; cb < a.ncols; cb += kPackedColBlock) {
+    const int64_t ce = std::min(a.ncols, cb + kPackedColBlock);
+    for (int64_t r = a.r0; r < a.r1; r += kPackRows) {
+      const uint8_t* group = w + static_cast<size_t>(r / kPackRows) * group_bytes;
+      // One column (decode): the whole group in one pass, so each 64-byte line of a DRAM-bound
+      // matrix is consumed whole when it arrives; there is no column to reuse slices for.
+      if (ce - cb == 1) {
+        packed_tile<I, T, 1, kParts>(group, 0, nu, x + cb * a.x_stride, a.x_stride, a.y + cb * a.ldy + r, a.ldy);
+        continue;
+      }
+      for (int p0 = 0; p0 < kParts; p0 += I::kTileParts)
+        for (int64_t c = cb; c < ce; c += W) {
+          const int n = static_cast<int>(std::min<int64_t>(W, ce - c));
+          packed_tile_n<I, T, I::template max_cols<T>()>(n, group, p0, nu, x + c * a.x_stride, a.x_stride,
+                                                         a.y + c * a.ldy + r + I::kPartRows * p0, a.ldy);
+        }
+    }
+  }
+}
+
+// t.packed_matmul for every packable type.
+template <class I>
+void fill_packed_matmul(KernelTable& t) {
+  t.packed_matmul[static_cast<int>(DType::Q4_0)] = packed_matmul<I, DType::Q4_0>;
+  t.packed_matmul[static_cast<int>(DType::Q4_1)] = packed_matmul<I, DType::Q4_1>;
+  t.packed_matmul[static_cast<int>(DType::Q5_0)] = packed_matmul<I, DType::Q5_0>;
+  t.packed_matmul[static_cast<int>(DType::Q5_1)] = packed_matmul<I, DType::Q5_1>;
+  t.packed_matmul[static_cast<int>(DType::Q8_0)] = packed_matmul<I, DType::Q8_0>;
+  t.packed_matmul[static_cast<int>(DType::Q4_K)] = packed_matmul<I, DType::Q4_K>;
+  t.packed_matmul[static_cast<int>(DType::Q5_K)] = packed_matmul<I, DType::Q5_K>;
+  t.packed_matmul[static_cast<int>(DType::Q6_K)] = packed_matmul<I, DType::Q6_K>;
+}
+
+}  // namespace
+}  // namespace edgellm::kernels
