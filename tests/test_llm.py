@@ -115,6 +115,29 @@ def test_chunked_prefill_and_preemption_keep_outputs(model):
         assert pages_back_to_zero(llm)
 
 
+def test_output_events_are_read_only_objects(smollm):
+    """_core.OutputEvent: attributes, not a dict; the last event's fields are None / 0 before."""
+    ch = _core.OutputChannel()
+    core = SamplingParams(max_tokens=3, temperature=0, ignore_eos=True, logprobs=2).to_core(smollm.n_vocab)
+    smollm.engine_client.submit(smollm.tokenize("The capital of France is"), core, ch, True)
+    events = []
+    while not events or not events[-1].finished:
+        ev = ch.pop(1.0)
+        if ev is not None:
+            events.append(ev)
+    assert all(isinstance(ev, _core.OutputEvent) and isinstance(ev.text, str) for ev in events)
+    assert [len(ev.token_ids) for ev in events if ev.token_ids] == [1, 1, 1]
+    first, last = events[0], events[-1]
+    assert first.finish_reason is None and first.timings is None and first.stop_reason is None
+    assert len(first.logprobs) == 1 and len(first.logprobs[0][2]) == 2  # (id, logprob, top 2)
+    assert last.finish_reason == "length" and last.completion_tokens == 3 and last.error == ""
+    assert last.prompt_tokens == len(smollm.tokenize("The capital of France is"))
+    assert {"prompt_n", "prompt_ms", "predicted_n", "predicted_ms"} <= set(last.timings)
+    assert last.embedding is None and last.progress is None and last.prompt_logprobs is None
+    with pytest.raises(AttributeError):
+        last.text = "x"
+
+
 def test_prefix_cache_hit_gives_identical_output(smollm):
     prompt = _BASE[13]
     first = smollm.generate(prompt, greedy(10))

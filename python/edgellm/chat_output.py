@@ -8,7 +8,8 @@ completion, as they stream, into `ChatDelta`s: plain content, reasoning content 
 fragments (name first, then arguments in pieces), holding back any text that may be the start
 of a marker so that no marker text ever leaks into `content`.
 
-Interface used by the API layers (llm.py, the server's OpenAI, Anthropic and Responses routes):
+Interface used by the API layers (_chat.py under LLM and AsyncLLM, the server's OpenAI,
+Anthropic and Responses routes):
 
     fmt = ChatFormat.detect(template_source)           # one per model
     parser = fmt.parser(tools, tool_choice)            # one per completion

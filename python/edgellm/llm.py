@@ -36,6 +36,7 @@ __all__ = [
     "ChatCompletion", "LLM", "AsyncLLM",
 ]
 
+
 def __getattr__(name):  # AsyncLLM lives in edgellm.async_llm (which imports this module)
     if name == "AsyncLLM":
         from .async_llm import AsyncLLM

@@ -1,8 +1,8 @@
 """What a request parameter may be: one definition for the library and the server.
 
-`SamplingParams` (edgellm.llm) checks its fields with `validate_sampling`, and the OpenAI /
-Anthropic / llama-server request parsers (edgellm.server.protocol) check the same fields with
-the same rules (`SAMPLING_RULES`), so `temperature=-1` is refused the same way whether it comes
+`SamplingParams` (edgellm.sampling_params) checks its fields with `validate_sampling`, and the
+OpenAI / Anthropic / llama-server request parsers (edgellm.server.protocol) check the same fields
+with the same rules (`SAMPLING_RULES`), so `temperature=-1` is refused the same way whether it comes
 from Python or from JSON. Every failure is an `edgellm.InvalidRequestError` whose message names
 the field, with `.param` (the field's name, as the caller spelt it) and `.code`
 ("invalid_type" or "invalid_value") set; the server answers it as a 400 in OpenAI's envelope.
