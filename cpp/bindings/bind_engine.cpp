@@ -141,7 +141,7 @@ void bind_output_event(py::module_& m) {
       .def_property_readonly("embedding", &embedding_array, "Embedding requests: float32 [rows, n_embd].")
       .def("__repr__", [](const E& e) {
         return "<OutputEvent index=" + std::to_string(e.index) + " tokens=" + std::to_string(e.token_ids.size()) +
-               (e.finished ? " finished " + to_string(e.finish_reason) : std::string()) + ">";
+               (e.finished ? std::string(" finished ") + to_string(e.finish_reason) : std::string()) + ">";
       });
 }
 

@@ -1,5 +1,5 @@
 // The decoder-only transformer every supported architecture is: token embeddings, n_layer
-// layers (the architecture's layer function), final norm, output head. Owns the bound weights,
+// layers (run_layer with the architecture's LayerSpec), final norm, output head. Owns the bound weights,
 // the load-time matmul plans, the RoPE variants and the forward scratch.
 #pragma once
 #include <memory>

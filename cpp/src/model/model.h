@@ -1,6 +1,6 @@
 // A loaded model: configuration from GGUF metadata, weight views into the mapping, and the
 // forward pass of its architecture. Architectures (one file each under model/arch/, listed in
-// model/architecture.cpp) are looked up by `general.architecture`.
+// model/architecture.cpp's registry) are looked up by `general.architecture`.
 #pragma once
 #include <cstdint>
 #include <memory>
