@@ -40,7 +40,7 @@
 #include "kernels/kernels.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
-#include "block_fields.h"
+#include "kernel_test_data.h"
 #include "test_util.h"
 
 using namespace edgellm;
@@ -58,7 +58,7 @@ const DType kActTypes[] = {DType::Q8_0, DType::Q8_1, DType::Q8_K, DType::F16, DT
 
 int idx(DType t) { return static_cast<int>(t); }
 
-using test_blocks::half_fields;
+using kernel_test::half_fields;
 
 bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 int block_elems(DType t) {
@@ -109,13 +109,7 @@ void check_matmul(const KernelTable& simd, DType wt, int64_t K, int rows, int nc
   const KernelTable& ref = kernels::generic_table();
   const DType act = quant::vec_dot_type(wt);
   const std::vector<uint8_t> w = random_weights(wt, rows, K, rng);
-  std::normal_distribution<float> g;
-  std::uniform_real_distribution<float> scale(0.1f, 10.0f);
-  std::vector<float> x(static_cast<size_t>(ncols) * K);
-  for (int c = 0; c < ncols; ++c) {
-    const float s = scale(rng);
-    for (int64_t k = 0; k < K; ++k) x[c * K + k] = g(rng) * s;
-  }
+  const std::vector<float> x = kernel_test::random_activations(ncols, K, rng);
   const size_t xs = row_bytes(act, K);
   std::vector<uint8_t> xq(xs * ncols), xq_ref(xs * ncols);
   for (int c = 0; c < ncols; ++c) {

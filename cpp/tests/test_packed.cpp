@@ -24,7 +24,7 @@
 #include "kernels/packed.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
-#include "block_fields.h"
+#include "kernel_test_data.h"
 #include "test_util.h"
 
 using namespace edgellm;
@@ -42,7 +42,8 @@ bool is_k(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::
 int64_t units(DType t, int n) { return n * (is_k(t) ? 256 : 32); }
 int idx(DType t) { return static_cast<int>(t); }
 
-using test_blocks::half_fields;
+using kernel_test::half_fields;
+using kernel_test::random_activations;
 
 std::vector<uint8_t> random_weights(DType t, int rows, int64_t K, std::mt19937& rng, bool extreme = false) {
   std::vector<uint8_t> w(row_bytes(t, K) * rows);
@@ -96,16 +97,6 @@ void test_round_trip(std::mt19937& rng) {
   CHECK(threw);
 }
 
-std::vector<float> random_x(int ncols, int64_t K, std::mt19937& rng) {
-  std::normal_distribution<float> g;
-  std::uniform_real_distribution<float> scale(0.1f, 10.0f);
-  std::vector<float> x(static_cast<size_t>(ncols) * K);
-  for (int c = 0; c < ncols; ++c) {
-    const float s = scale(rng);
-    for (int64_t k = 0; k < K; ++k) x[c * K + k] = g(rng) * s;
-  }
-  return x;
-}
 
 std::vector<uint8_t> quantize_r(const std::vector<float>& x, int ncols, int64_t K) {
   const size_t xs = row_bytes(DType::Q8_R, K);
@@ -144,7 +135,7 @@ void test_reference(std::mt19937& rng) {
       const int64_t K = units(t, is_k(t) ? 2 : 4);
       const auto w = random_weights(t, rows, K, rng, extreme);
       const auto p = pack(t, w, rows, K);
-      const auto xq = quantize_r(random_x(ncols, K, rng), ncols, K);
+      const auto xq = quantize_r(random_activations(ncols, K, rng), ncols, K);
       std::vector<float> y(static_cast<size_t>(rows) * ncols);
       kernels::MatmulArgs a{p.data(), K, 0, rows, xq.data(), row_bytes(DType::Q8_R, K), ncols, y.data(), rows};
       kernels::packed_matmul_ref(t, a);
@@ -162,7 +153,7 @@ void check_table(const KernelTable& k, DType t, int rows, int64_t K, int ncols, 
                  std::mt19937& rng) {
   const auto w = random_weights(t, rows, K, rng, extreme);
   const auto p = pack(t, w, rows, K);
-  const auto xq = quantize_r(random_x(ncols, K, rng), ncols, K);
+  const auto xq = quantize_r(random_activations(ncols, K, rng), ncols, K);
   const size_t xs = row_bytes(DType::Q8_R, K);
   const int64_t ldy = rows + 5;
   const float kSentinel = 12345.5f;
@@ -231,7 +222,7 @@ void test_quantizer(std::mt19937& rng) {
     if (!k) continue;
     CHECK(k->quantize[idx(DType::Q8_R)] != nullptr);
     const int64_t K = 256;
-    std::vector<float> x = random_x(1, K, rng);
+    std::vector<float> x = random_activations(1, K, rng);
     for (int i = 0; i < 32; ++i) x[i] = 0.0f;                      // an all-zero block
     for (int i = 32; i < 64; ++i) x[i] = (i % 2 ? 1.0f : -0.5f) * 127.0f / 127.0f * (i - 32) / 2.0f;  // ties
     std::vector<uint8_t> a(row_bytes(DType::Q8_R, K)), b(a.size()), q80(row_bytes(DType::Q8_0, K));

@@ -183,10 +183,8 @@ struct NeonKQuantTile {
   template <int R, int C>
   struct Fn {
     static void run(const MatmulArgs& a, int64_t r, int64_t c) {
-      using Block = typename T::Block;
-      const int64_t nb = a.K / QK_K;
-      const TileOperands<Block, block_q8_K, R, C> op(a, r, c, nb);
-
+      const int64_t nb = a.K / QK_K;  // super-blocks per row
+      const TileOperands<typename T::Block, block_q8_K, R, C> op(a, r, c, nb);
       float acc[R][C] = {};
       NeonKBlock kb;
       for (int64_t b = 0; b < nb; ++b) {

@@ -1,13 +1,16 @@
-// Where a weight block keeps its fp16 scales: what the kernel tests (test_kernels_isa.cpp,
-// test_packed.cpp) overwrite with finite values after filling blocks with random bytes.
+// Test operands shared by the kernel tests (test_kernels_isa.cpp, test_packed.cpp): where a
+// weight block keeps its fp16 scales (overwritten with finite values after filling blocks with
+// random bytes), and random activation rows.
 #pragma once
 #include <cstddef>
+#include <cstdint>
+#include <random>
 #include <vector>
 
 #include "common/dtype.h"
 #include "quant/blocks.h"
 
-namespace test_blocks {
+namespace kernel_test {
 
 // Byte offsets of a block's fp16 fields: d first, then m / dmin where the format has one.
 inline std::vector<size_t> half_fields(edgellm::DType t) {
@@ -27,4 +30,16 @@ inline std::vector<size_t> half_fields(edgellm::DType t) {
   }
 }
 
-}  // namespace test_blocks
+// ncols rows of K floats: normal values, each row scaled by its own factor in [0.1, 10).
+inline std::vector<float> random_activations(int ncols, int64_t K, std::mt19937& rng) {
+  std::normal_distribution<float> g;
+  std::uniform_real_distribution<float> scale(0.1f, 10.0f);
+  std::vector<float> x(static_cast<size_t>(ncols) * K);
+  for (int c = 0; c < ncols; ++c) {
+    const float s = scale(rng);
+    for (int64_t k = 0; k < K; ++k) x[c * K + k] = g(rng) * s;
+  }
+  return x;
+}
+
+}  // namespace kernel_test
