@@ -64,23 +64,23 @@ def test_content_parts_are_flattened():
 
 def test_choose_template():
     from edgellm.chat_template import choose_template
-    assert choose_template("{{ x }}", "llama", ["<|im_start|>"]) == "{{ x }}"
-    assert choose_template(None, "gemma3", []) == "gemma"
-    assert choose_template(None, "llama", ["a", "<|im_start|>", "b"]) == "chatml"
-    assert choose_template(None, "llama", {"<|start_header_id|>"}) == "llama3"
-    assert choose_template(None, "qwen2", []) == "chatml"
-    assert choose_template("{{ x }}", "llama", [], override="gemma") == "gemma"
-    assert choose_template("{{ x }}", "llama", [], override="Llama-3") == "llama3"
+    assert choose_template("{{ x }}", ["<|im_start|>"]) == "{{ x }}"
+    assert choose_template(None, ["<bos>", "<start_of_turn>", "<end_of_turn>"]) == "gemma"
+    assert choose_template(None, ["a", "<|im_start|>", "b"]) == "chatml"
+    assert choose_template(None, {"<|start_header_id|>"}) == "llama3"
+    assert choose_template(None, []) == "chatml"
+    assert choose_template("{{ x }}", [], override="gemma") == "gemma"
+    assert choose_template("{{ x }}", [], override="Llama-3") == "llama3"
 
 
 def test_override_with_jinja_file(tmp_path):
     from edgellm.chat_template import choose_template, render_chat, ChatTemplateError
     p = tmp_path / "mine.jinja"
     p.write_text("{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}")
-    tmpl = choose_template("{{ other }}", "llama", [], override=str(p))
+    tmpl = choose_template("{{ other }}", [], override=str(p))
     assert render_chat([{"role": "user", "content": "x"}], tmpl) == "[user]x"
     with pytest.raises(ChatTemplateError, match="unknown chat template"):
-        choose_template(None, "llama", [], override="no-such-template")
+        choose_template(None, [], override="no-such-template")
 
 
 def test_hf_environment_features():
@@ -114,7 +114,7 @@ def test_template_errors_surface_clearly():
 def test_smollm2_own_template():
     from edgellm.chat_template import choose_template, render_chat
     tok = tokenizer("smollm2")
-    tmpl = choose_template(tok.chat_template, tok.arch, tok.tokens)
+    tmpl = choose_template(tok.chat_template, tok.tokens)
     assert tmpl == tok.chat_template
     plain = render_chat([{"role": "user", "content": "Hi"}], tmpl)
     assert plain == ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
@@ -133,7 +133,7 @@ def test_gemma_uses_builtin_form():
     from edgellm.chat_template import choose_template, render_chat
     tok = tokenizer("gemma3")
     assert tok.chat_template is None
-    tmpl = choose_template(tok.chat_template, tok.arch, tok.tokens)
+    tmpl = choose_template(tok.chat_template, tok.tokens)
     assert tmpl == "gemma"
     prompt = render_chat([{"role": "system", "content": "Sys"}, {"role": "user", "content": "Hi"}], tmpl)
     assert prompt == "<start_of_turn>user\nSys\n\nHi<end_of_turn>\n<start_of_turn>model\n"
@@ -145,7 +145,7 @@ def test_gemma_uses_builtin_form():
 def test_qwen_template_plain_system_and_tools():
     from edgellm.chat_template import choose_template, render_chat
     tok = tokenizer("qwen2.5-coder-0.5b")
-    tmpl = choose_template(tok.chat_template, tok.arch, tok.tokens)
+    tmpl = choose_template(tok.chat_template, tok.tokens)
     plain = render_chat([{"role": "user", "content": "Write hello world"}], tmpl)
     assert plain == ("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
                      "<|im_start|>user\nWrite hello world<|im_end|>\n<|im_start|>assistant\n")

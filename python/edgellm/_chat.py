@@ -35,9 +35,8 @@ class ChatRenderer:
     chat_template_kwargs say otherwise; limits: of one render (edgellm.chat_template.render_chat:
     time_limit seconds, max_output characters)."""
 
-    def __init__(self, tok, arch: str, override: Optional[str] = None):
+    def __init__(self, tok, override: Optional[str] = None):
         self.tok = tok
-        self._arch = arch
         self._override = override
         self.defaults: Dict[str, Any] = {}
         self.limits: Dict[str, Any] = {}
@@ -46,11 +45,10 @@ class ChatRenderer:
 
     @property
     def template(self) -> str:
-        """The template in use: the override, the GGUF's, or a built-in for the architecture."""
+        """The template in use: the override, the GGUF's, or a built-in picked by the vocabulary."""
         if self._template is None:
             from .chat_template import choose_template
-            self._template = choose_template(self.tok.chat_template, self._arch,
-                                             _MarkerSet(self.tok), self._override)
+            self._template = choose_template(self.tok.chat_template, _MarkerSet(self.tok), self._override)
         return self._template
 
     @property

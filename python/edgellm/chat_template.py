@@ -3,11 +3,11 @@
 The model's own Jinja template (GGUF `tokenizer.chat_template`) is rendered the way Hugging Face
 `apply_chat_template` renders it: a sandboxed jinja2 environment with trim_blocks/lstrip_blocks,
 the loopcontrols extension, `raise_exception`, `strftime_now` and a `tojson` that keeps non-ASCII
-text as is. Models without a template get a built-in one chosen by architecture or by the special
-tokens of their vocabulary (`choose_template`). Built-in templates emit no BOS: tokenizing the
+text as is. Models without a template get a built-in one chosen by the special tokens of their
+vocabulary (`choose_template`). Built-in templates emit no BOS: tokenizing the
 prompt with add_special=True adds it, exactly once.
 
-    tmpl = choose_template(tok.chat_template, tok.arch, tok.tokens)
+    tmpl = choose_template(tok.chat_template, tok.tokens)
     prompt = render_chat(messages, tmpl, bos_token="<s>", eos_token="</s>")
 """
 from __future__ import annotations
@@ -115,13 +115,13 @@ def _builtin_name(name: str) -> Optional[str]:
     return key if key in BUILTIN_TEMPLATES else None
 
 
-def choose_template(metadata_template: Optional[str], arch: Optional[str] = None,
+def choose_template(metadata_template: Optional[str],
                     vocab_tokens: Optional[Container] = None, override: Optional[str] = None) -> str:
     """The template to render with: a built-in name or a Jinja source string.
 
     `override` (a user's --chat-template: a built-in name, a path to a .jinja file, or Jinja
-    text) wins; then the file's own template; then a built-in picked by architecture or by the
-    vocabulary's special tokens; chatml when nothing matches (as llama.cpp does).
+    text) wins; then the file's own template; then a built-in picked by the vocabulary's special
+    tokens (the architecture name is not consulted: Gemma vocabularies carry <start_of_turn>); chatml when nothing matches (as llama.cpp does).
     """
     if override:
         name = _builtin_name(override)
@@ -137,9 +137,6 @@ def choose_template(metadata_template: Optional[str], arch: Optional[str] = None
             "not an existing .jinja file and not Jinja text")
     if metadata_template:
         return metadata_template
-    arch = (arch or "").lower()
-    if arch.startswith("gemma"):
-        return "gemma"
     # any container answers `marker in tokens` (LLM passes a lookup, not the whole vocabulary);
     # other iterables are made a set once
     tokens = vocab_tokens if vocab_tokens is not None else ()

@@ -139,7 +139,7 @@ class LLM:
         # engine printed a warning saying why and runs on the CPU).
         self.n_gpu_layers: int = self._engine.n_gpu_layers
         # the chat template, its format and render settings (AsyncLLM's too)
-        self.chat_renderer = ChatRenderer(self._tok, self._engine.arch, chat_template)
+        self.chat_renderer = ChatRenderer(self._tok, chat_template)
         self._metadata = None
         self.load_time: float = time.perf_counter() - t0
 
