@@ -387,3 +387,11 @@ def test_prefix_cache_on_sliding_window_model(gemma3_path):
             assert fresh.generate(other, greedy(6)).token_ids == third.token_ids
         finally:
             fresh.close()
+
+
+def test_chat_template_is_public(smollm):
+    """LLM.chat_template: what /props and the REPL's /template show (the GGUF's own template here)."""
+    from edgellm.chat_template import template_source
+    from edgellm.repl.model_facts import template_text
+    assert "<|im_start|>" in template_source(smollm.chat_template)
+    assert "<|im_start|>" in template_text(smollm)

@@ -27,6 +27,7 @@ class FakeLLM:
     model_path = "/models/fake.gguf"
     isa = "scalar"
     n_threads = 1
+    chat_template = "chatml"
 
     def __init__(self, n_ctx=4096, load_time=0.25):
         self.n_ctx = n_ctx
@@ -380,7 +381,7 @@ def test_show_info_parameters_template():
     assert re.search(r"context length\s+8192", text) and re.search(r"embedding length\s+64", text)
     assert re.search(r"User defined parameters:\n  top_k\s+7", text)
     assert re.search(r"num_ctx\s+4096", text)
-    assert "(the chat template is not available" in text  # the fake has no template
+    assert "{# built-in template 'chatml' #}" in text and "<|im_start|>" in text
 
 
 def test_num_ctx_reloads_the_model():

@@ -52,6 +52,7 @@ class FakeAsyncLLM:
     isa = "fake"
     model_path = "/fake/model.gguf"
     metadata = {"general.architecture": "fake"}
+    chat_template = "chatml"
 
     def __init__(self, token_delay=0.002, prefill_delay=0.0):
         self.token_delay = token_delay

@@ -203,6 +203,11 @@ class LLM:
 
     # ---- chat (edgellm._chat) ----
     @property
+    def chat_template(self) -> str:
+        """The template chat requests render with: a built-in name ("chatml", ...) or Jinja source."""
+        return self.chat_renderer.template
+
+    @property
     def chat_format(self):
         """How this model's chat template writes tool calls and reasoning (edgellm.chat_output)."""
         return self.chat_renderer.chat_format

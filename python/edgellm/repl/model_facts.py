@@ -110,12 +110,7 @@ def template_text(llm) -> str:
     """The chat template the model is rendered with, as Jinja source."""
     from ..chat_template import BUILTIN_TEMPLATES
 
-    # LLM has no public accessor for the chosen template yet; it keeps the choice in
-    # _chat_template() (a built-in name or Jinja source).
-    choose = getattr(llm, "chat_template_source", None) or getattr(llm, "_chat_template", None)
-    if choose is None:
-        return "(the chat template is not available for this model)"
-    chosen = choose() if callable(choose) else choose
+    chosen = llm.chat_template
     if chosen in BUILTIN_TEMPLATES:
         return f"{{# built-in template {chosen!r} #}}\n{BUILTIN_TEMPLATES[chosen]}"
     return str(chosen)

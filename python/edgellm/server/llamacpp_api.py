@@ -884,16 +884,10 @@ class LlamaCppAPI:
 
     # --- /props and /slots -------------------------------------------------------------------------
     def _template_source(self, llm) -> str:
+        """The Jinja source of the template chat requests render with (llama-server's /props)."""
+        from edgellm.chat_template import template_source
         inner = getattr(llm, "llm", llm)
-        try:
-            t = inner._chat_template()
-        except Exception:  # noqa: BLE001
-            return ""
-        try:
-            from edgellm.chat_template import BUILTIN_TEMPLATES
-            return BUILTIN_TEMPLATES.get(t, t)
-        except Exception:  # noqa: BLE001
-            return t or ""
+        return template_source(inner.chat_template)
 
     def _slot(self, i: int, busy: bool, params=None) -> JSON:
         out = {"id": i, "n_ctx": self.host.n_ctx or 0, "speculative": self._speculative(),
