@@ -24,8 +24,8 @@ struct Matrix {
   const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
 };
 
-// A 1-D f32 vector (norm weights, biases, RoPE frequency factors). Points into the mapping when
-// the file stores it as F32, else into a converted copy the loader owns.
+// A 1-D f32 vector (norm weights, biases, RoPE frequency factors). Always points into an f32 copy
+// the loader owns (also for F32 files: released weight pages must not be faulted back in).
 struct Vector {
   const float* data = nullptr;
   int64_t n = 0;
