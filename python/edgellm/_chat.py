@@ -68,7 +68,10 @@ class ChatRenderer:
         tok = self.tok
         bos = tok.token_text(tok.bos_id) if tok.bos_id is not None else ""
         eos = tok.token_text(tok.eos_id) if tok.eos_id is not None else ""
-        msgs = prepare_messages(messages)
+        from .chat_output import HARMONY
+
+        harmony = self.chat_format.tool_format == HARMONY
+        msgs = prepare_messages(messages, reasoning_field="thinking" if harmony else None)
         kwargs = {**self.defaults, **dict(chat_template_kwargs or {})}
         if shield is not None:  # what the caller wrote is text: its control-token texts are held
             msgs, tools, kwargs = shield.protect(msgs), shield.protect(tools), shield.protect(kwargs)

@@ -1,8 +1,9 @@
 """What a chat model's raw output text means: content, reasoning and tool calls.
 
 The chat template decides how a model writes a tool call (Hermes/Qwen `<tool_call>{...}</tool_call>`,
-Llama 3.x JSON or `<|python_tag|>`, Mistral `[TOOL_CALLS]`, or a generic JSON object) and how it
-thinks (`<think>...</think>`). `ChatFormat.detect(template)` reads that from the template source
+Llama 3.x JSON or `<|python_tag|>`, Mistral `[TOOL_CALLS]`, gpt-oss's harmony headers
+(edgellm.harmony), or a generic JSON object) and how it thinks (`<think>...</think>`, harmony's
+analysis channel). `ChatFormat.detect(template)` reads that from the template source
 itself, never from the model's name. A `ChatOutputParser` then turns the text pieces of one
 completion, as they stream, into `ChatDelta`s: plain content, reasoning content and tool-call
 fragments (name first, then arguments in pieces), holding back any text that may be the start
@@ -24,6 +25,9 @@ import re
 import secrets
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from . import harmony
+from .harmony import is_harmony_template
 
 __all__ = ["ToolCall", "ToolCallDelta", "ChatDelta", "ChatFormat", "ChatOutputParser",
            "new_call_id"]
@@ -94,6 +98,7 @@ class ChatDelta:
 # ---- tool-call formats ------------------------------------------------------------------------
 
 HERMES, LLAMA3, MISTRAL, GENERIC = "hermes", "llama3", "mistral", "generic"
+HARMONY = "harmony"  # gpt-oss: channels and recipients in message headers (edgellm.harmony)
 
 _NAME_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*')
 
@@ -221,6 +226,8 @@ class ChatFormat:
     def detect(cls, template_source: str) -> "ChatFormat":
         src = template_source or ""
         takes_tools = "tools" in src
+        if is_harmony_template(src):
+            return cls(HARMONY, takes_tools, None)
         if "<tool_call>" in src:
             fmt = HERMES
         elif "[TOOL_CALLS]" in src:
@@ -247,6 +254,8 @@ class ChatFormat:
         """(GBNF, triggers) for tool calls: triggers empty means the whole output is a call
         (tool_choice required or named) -- after the reasoning block when the template thinks;
         else the grammar switches on at a trigger (auto)."""
+        if self.tool_format == HARMONY:
+            return harmony.tool_grammar(json_schema_to_gbnf, tools, tool_choice, prompt)
         picked = chosen_tools(tools, tool_choice)
         rules: List[str] = []
         alts: List[str] = []
@@ -298,6 +307,8 @@ class ChatFormat:
     def parser(self, tools: Optional[Sequence[Dict[str, Any]]] = None, tool_choice: Any = None,
                prompt: str = "") -> "ChatOutputParser":
         use_tools = bool(tools) and tool_choice != "none"
+        if self.tool_format == HARMONY:
+            return harmony.HarmonyParser(use_tools)
         in_think = False
         if self.think and prompt.rstrip().endswith(self.think[0]):
             in_think = True  # the template opened the thinking block itself

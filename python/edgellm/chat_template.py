@@ -157,16 +157,21 @@ def template_source(template: Optional[str]) -> str:
     return BUILTIN_TEMPLATES[name] if name else template
 
 
-def prepare_messages(messages: Iterable[Mapping]) -> list:
+def prepare_messages(messages: Iterable[Mapping], reasoning_field: Optional[str] = None) -> list:
     """OpenAI chat messages as Hugging Face templates expect them: a tool call's `arguments`
     as an object (OpenAI sends a JSON string; rendering that string with `tojson` would encode
-    it twice) and an assistant message without content as empty text."""
+    it twice) and an assistant message without content as empty text. `reasoning_field`: the
+    name the template reads an assistant's reasoning under when it is not `reasoning_content`
+    (gpt-oss's harmony template: "thinking"); the caller's reasoning_content is given that name."""
     out = []
     for m in messages:
         if not isinstance(m, Mapping):
             out.append(m)
             continue
         msg = dict(m)
+        if reasoning_field and msg.get("role") == "assistant" and reasoning_field not in msg \
+                and isinstance(msg.get("reasoning_content"), str):
+            msg[reasoning_field] = msg["reasoning_content"]
         calls = msg.get("tool_calls")
         if calls:
             fixed = []

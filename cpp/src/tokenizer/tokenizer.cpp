@@ -103,7 +103,7 @@ Tokenizer::PlainRanges Tokenizer::find_control_tokens(std::string_view text) con
   for (size_t i = 0; i < text.size();) {
     size_t best = 0;
     match_specials_at(text, i, [&](size_t end, int32_t rank) {
-      if (vocab_.attrs[vocab_.special_candidates[rank]] & (kAttrControl | kAttrUnknown)) best = end - i;
+      if (vocab_.attrs[vocab_.special_candidates[rank]] & (kAttrControl | kAttrUnknown | kAttrMarkup)) best = end - i;
     });
     if (best) {
       out.push_back({i, i + best});
@@ -146,7 +146,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
   for (int32_t id : present_specials(text, parse_special)) {
     const std::string& st = vocab_.tokens[id];
     const uint32_t attr = vocab_.attrs[id];
-    const bool guarded = !plain.empty() && (attr & (kAttrControl | kAttrUnknown));
+    const bool guarded = !plain.empty() && (attr & (kAttrControl | kAttrUnknown | kAttrMarkup));
     std::vector<Fragment> next;
     next.reserve(frags.size() + 4);
     for (const Fragment& f : frags) {

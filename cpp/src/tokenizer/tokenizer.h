@@ -24,7 +24,7 @@ class Tokenizer {
   // parse_special: CONTROL/UNKNOWN token texts in `text` become their ids (USER_DEFINED always do).
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
 
-  // Byte ranges [begin, end) of `text` that are plain text: a CONTROL/UNKNOWN token whose text
+  // Byte ranges [begin, end) of `text` that are plain text: a CONTROL/UNKNOWN (or markup) token whose text
   // overlaps one of them is not parsed there (it is tokenized as ordinary text, contiguous with
   // what surrounds it), as if parse_special were false for those bytes only. Chat prompts pass
   // the ranges that came from message content, so content cannot forge the template's markup.
@@ -32,7 +32,7 @@ class Tokenizer {
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special,
                               const PlainRanges& plain) const;
 
-  // Where CONTROL/UNKNOWN token texts occur in `text`: non-overlapping [begin, end) byte ranges,
+  // Where CONTROL/UNKNOWN (and markup, vocab.h) token texts occur in `text`: non-overlapping [begin, end) byte ranges,
   // left to right, the longest match at each position.
   PlainRanges find_control_tokens(std::string_view text) const;
 

@@ -164,6 +164,24 @@ void finalize_vocab(Vocab& v) {
   }
   for (int32_t id : {v.eos, v.eot, v.eom})
     if (id != kNoToken) v.is_eog[id] = 1;
+  // The harmony format (gpt-oss) writes its message headers with special tokens that must
+  // reach the output text, and ends a turn that goes on (analysis → final) with <|end|>: the
+  // headers are USER_DEFINED (rendered, always parsed), and where <|return|> and <|call|> end
+  // generation <|end|> does not — as llama.cpp treats these vocabularies.
+  for (const char* t : {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"})
+    if (int32_t id = v.find(t); id != kNoToken) v.attrs[id] = kAttrUserDefined | kAttrMarkup;
+  // (Solar Open: <|calls|> and <|flush|> likewise.)
+  auto eog_text = [&](const char* t) {
+    int32_t id = v.find(t);
+    return id != kNoToken && v.is_eog[id];
+  };
+  if ((eog_text("<|return|>") && (eog_text("<|call|>") || eog_text("<|calls|>"))) ||
+      (eog_text("<|flush|>") && (eog_text("<|call|>") || eog_text("<|calls|>")))) {
+    if (int32_t id = v.find("<|end|>"); id != kNoToken && v.is_eog[id]) {
+      v.is_eog[id] = 0;
+      v.attrs[id] = kAttrUserDefined | kAttrMarkup;
+    }
+  }
   v.eog_ids.clear();
   for (size_t i = 0; i < n; ++i)
     if (v.is_eog[i]) v.eog_ids.push_back(int32_t(i));

@@ -24,6 +24,10 @@ enum TokenAttr : uint32_t {
   kAttrUndefined = 0, kAttrUnknown = 1 << 0, kAttrUnused = 1 << 1, kAttrNormal = 1 << 2,
   kAttrControl = 1 << 3, kAttrUserDefined = 1 << 4, kAttrByte = 1 << 5,
   kAttrNormalized = 1 << 6, kAttrLstrip = 1 << 7, kAttrRstrip = 1 << 8, kAttrSingleWord = 1 << 9,
+  // Ours, not llama.cpp's: a CONTROL token made USER_DEFINED so that it reaches the output text
+  // (harmony's message headers). It is still markup: inside a caller's text (plain ranges) it is
+  // held as text like a CONTROL token.
+  kAttrMarkup = 1u << 16,
 };
 
 enum class VocabType { Spm, Bpe };
