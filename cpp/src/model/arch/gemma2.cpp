@@ -1,4 +1,4 @@
-// arch "gemma2" (Gemma 2 2B/9B/27B). docs/formats.md §4.5: the gemma3 layer without Q/K norms,
+// arch "gemma2" (Gemma 2 2B/9B/27B). docs/formats.md §4.7: the gemma3 layer without Q/K norms,
 // plus soft-capping:
 // - embeddings scaled by sqrt(n_embd); norm weights already carry Gemma's +1 (the converter adds
 //   it), so every norm is a plain rmsnorm(x) * w;
