@@ -45,6 +45,7 @@ def write_tiny_model(
     n_rot: Optional[int] = None,
     longrope: bool = True,
     fused_qkv: bool = True,
+    tokenizer: Optional[Callable[["gguf.GGUFWriter"], None]] = None,
 ):
     """Writes a model; 2-D weights are stored as `weight_type` (F32, F16, Q4_0, Q4_1, Q5_0,
     Q5_1, Q8_0 or "mixed": a rotation through the legacy quant types), 1-D tensors as F32.
@@ -54,7 +55,8 @@ def write_tiny_model(
     (every layer). gemma2: attn_softcap / softcap are attn_logit_softcapping /
     final_logit_softcapping (None: not written, the defaults 50 / 30 apply). phi3: n_rot rotated
     dims (default head_dim), longrope writes rope_factors_short/long with an original context of
-    128 (of 512) and its attention factor, fused_qkv stores attn_qkv (else attn_q/k/v)."""
+    128 (of 512) and its attention factor, fused_qkv stores attn_qkv (else attn_q/k/v).
+    tokenizer(writer) may add tokenizer keys (n_vocab must match its token count)."""
     assert arch in ARCHS
     rng = np.random.Generator(np.random.PCG64(seed))
     w = gguf.GGUFWriter(str(path), arch)
@@ -103,6 +105,8 @@ def write_tiny_model(
             w.add_final_logit_softcapping(softcap)
     w.add_vocab_size(n_vocab)
     w.add_file_type(0)
+    if tokenizer is not None:
+        tokenizer(w)
 
     kinds = {"F32": [QT.F32], "F16": [QT.F16], "mixed": [QT.Q8_0, QT.Q4_0, QT.Q5_0, QT.Q4_1, QT.Q5_1]}
     rotation = kinds[weight_type] if weight_type in kinds else [QT[weight_type]]
