@@ -122,12 +122,13 @@ ModelConfig read_common_config(const GgufFile& f) {
     if (!(*factor > 0.0f) || !std::isfinite(*factor)) bad(f, key("rope.scaling.factor"), "must be positive");
     c.rope_global.freq_scale = 1.0f / *factor;
   }
-  if (auto af = f.find_f32(key("rope.scaling.attn_factor"))) {
+  // LongRoPE (§4.6): 0 in either key means absent, as the converters write no other defaults.
+  if (auto af = f.find_f32(key("rope.scaling.attn_factor")); af && *af != 0.0f) {
     if (!(*af > 0.0f) || !std::isfinite(*af)) bad(f, key("rope.scaling.attn_factor"), "must be positive");
     c.rope_global.attn_factor = *af;
   }
-  c.n_ctx_orig = positive(f, key("rope.scaling.original_context_length"),
-                          f.find_u32(key("rope.scaling.original_context_length")).value_or(c.n_ctx_train));
+  const uint32_t n_ctx_orig = f.find_u32(key("rope.scaling.original_context_length")).value_or(0);
+  c.n_ctx_orig = n_ctx_orig ? positive(f, key("rope.scaling.original_context_length"), n_ctx_orig) : c.n_ctx_train;
   c.rope_local = c.rope_global;
 
   // Embedding pooling (llama.cpp's enum); absent in most decoder GGUFs: the engine then means.
