@@ -86,3 +86,34 @@ def test_llm_renders_the_files_template_and_chats(model):
                 llm.apply_chat_template([{"role": "system", "content": "S"}] + msgs)
     finally:
         llm.close()
+
+
+def test_engine_n_ctx_picks_phi3s_longrope_factors(tmp_path):
+    # The engine loads the model for its n_ctx: beyond the original context (128 here) the long
+    # factors, else the short ones, as the reference does for the same context.
+    import numpy as np
+
+    import edgellm
+    from reference.forward import ReferenceModel
+
+    path = str(write_tiny_vocab_arch_model(tmp_path / "phi3.gguf", "phi3", **MODELS["phi3"]))
+    ids = [259, 72, 105, 263, 120, 32, 97, 98, 260, 99]
+    got = {}
+    for n_ctx in (64, 512):
+        llm = edgellm.LLM(path, n_ctx=n_ctx, n_threads=1, kv_type="f32")
+        try:
+            got[n_ctx] = np.asarray(llm.eval_logits(ids))
+        finally:
+            llm.close()
+        np.testing.assert_allclose(got[n_ctx], ReferenceModel(path, n_ctx=n_ctx).forward(ids), rtol=0, atol=1e-4)
+    assert np.abs(got[64] - got[512]).max() > 1e-2
+
+
+def test_memory_plan_counts_fused_views_as_matrices(model):
+    import edgellm
+
+    arch, path = model
+    p = edgellm.LLM.plan(path, n_ctx=64)
+    # 3 layers of q, k, v, o, gate, up, down (phi3's as views of attn_qkv and ffn_up), plus the
+    # output head (phi3's output.weight, gemma2's tied token_embd)
+    assert p.matrices_packed + p.matrices_mapped == 3 * 7 + 1

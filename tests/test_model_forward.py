@@ -174,6 +174,8 @@ def test_gemma2_softcaps_windows_and_defaults(tiny):
     cfg = core.Model(bare).config
     assert cfg["layer_window"] == [4096, 0, 4096] and cfg["attn_softcap"] == 50.0 and cfg["logit_softcap"] == 30.0
     np.testing.assert_allclose(engine_logits(bare, PROMPT), ReferenceModel(bare).forward(PROMPT), rtol=0, atol=1e-4)
+    # query_pre_attn_scalar is n_embd / n_head for the 27B (46 layers), else head_dim.
+    assert core.Model(tiny("gemma2", n_layer=46)).config["attn_scale"] == pytest.approx((64 / 4) ** -0.5)
     # A chunked prompt, windows crossing pages, Q8_0 weights: still the reference.
     q8 = tiny("gemma2", weight_type="Q8_0")
     model = core.Model(q8, n_threads=2, max_batch_tokens=5)
