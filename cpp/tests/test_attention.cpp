@@ -237,9 +237,10 @@ int main() {
   }
   // The SIMD tables pick their code path by the block's query count (tokens × GQA group) and tile
   // keys and queries: sweep every block size 1..16 at varied positions, windows that end inside
-  // page runs (and a one-key window), with and without a score soft-cap, page sizes that are not multiples of the key tile, the
-  // models' group sizes (1, 3 SmolLM2, 4 Gemma 3, 7 Qwen2.5) and head dims (64, 128, 256), and
-  // head dims that are not a multiple of any vector width (F32/F16 only: Q8_0 blocks are 32 wide).
+  // page runs (and a one-key window), with and without a score soft-cap, page sizes that are not
+  // multiples of the key tile, the models' group sizes (1, 3 SmolLM2, 4 Gemma 3, 7 Qwen2.5) and
+  // head dims (64, 128, 256), and head dims that are not a multiple of any vector width (F32/F16
+  // only: Q8_0 blocks are 32 wide).
   std::vector<Case> sweep;
   for (int nt = 1; nt <= kernels::kAttentionMaxBlockTokens; ++nt) {
     const int32_t windows[] = {0, 13, 40, 1};

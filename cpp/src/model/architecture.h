@@ -1,9 +1,9 @@
 // The architecture registry. Each supported `general.architecture` has one file under model/
-// arch/ (llama.cpp, gemma2.cpp, gemma3.cpp, phi3.cpp, qwen2.cpp, qwen3.cpp) that says two things about it: which
-// hyper-parameters it reads beyond the common ones (into ModelConfig: RoPE flavour and bases,
-// sliding windows per layer, scales, soft-capping), and what its layers are made of (a
-// LayerSpec: which tensors they bind, where the norms sit, which FFN activation). A layer is
-// then one definition, run_layer below, that every backend runs: the CPU forward pass
+// arch/ (llama.cpp, gemma2.cpp, gemma3.cpp, phi3.cpp, qwen2.cpp, qwen3.cpp) that says two things
+// about it: which hyper-parameters it reads beyond the common ones (into ModelConfig: RoPE
+// flavour and bases, sliding windows per layer, scales, soft-capping), and what its layers are
+// made of (a LayerSpec: which tensors they bind, where the norms sit, which FFN activation). A
+// layer is then one definition, run_layer below, that every backend runs: the CPU forward pass
 // (model/forward_pass.h) and the CUDA executor (cuda/cuda_layer_executor.cu) each supply the
 // same few building blocks. Adding an architecture is its file plus its line in
 // architecture.cpp's registry; a layer feature no LayerSpec field describes is a new field,

@@ -148,7 +148,8 @@ std::vector<bool> read_sliding_layers(const GgufFile& file, const ModelConfig& c
   const GgufValue* v = file.find(key);
   if (v && v->is_array()) {
     if (v->elem_type != GgufType::BOOL)
-      bad(file, key, std::string("is an array of ") + gguf_type_name(v->elem_type) + ", expected BOOL (or a UINT32 period)");
+      bad(file, key,
+          std::string("is an array of ") + gguf_type_name(v->elem_type) + ", expected BOOL (or a UINT32 period)");
     if (v->array_len != static_cast<uint64_t>(c.n_layer))
       bad(file, key, "has " + std::to_string(v->array_len) + " entries, expected one per layer (" +
                          std::to_string(c.n_layer) + ")");
