@@ -9,6 +9,15 @@ SmolLM2-135M file (same vocabulary), in Q4_0, Q4_K_M and Q8_0:
     python bench/make_synthetic.py                      # -> ~/.cache/edgellm/synthetic/
     python bench/make_synthetic.py --type Q8_0 --layers 4 --out-dir /tmp/syn
 
+Other shapes: --preset phi3.5-mini (arch phi3: dim 3072, 32 layers, 32 heads, FFN 8192, vocab
+32064, fused attn_qkv / ffn_up, LongRoPE factors, untied output) and --preset gemma2-2b (arch
+gemma2: dim 2304, 26 layers, 8 heads / 4 KV heads of 256, FFN 9216, vocab 256000, soft-caps,
+alternating 4096-token windows). Their tokenizer is a placeholder SentencePiece vocabulary of
+the right size (<unk> <s> </s>, the 256 byte tokens, then filler pieces) unless --tokenizer-from
+names a GGUF with exactly that many tokens:
+
+    python bench/make_synthetic.py --preset phi3.5-mini --type Q4_K_M
+
 Tensor types follow llama-quantize's mix (python/edgellm/bench/quantize.py: plan_types), e.g.
 Q4_K_M puts Q6_K on the tied embedding/output and on half the attn_v/ffn_down.
 
@@ -53,19 +62,60 @@ def random_blocks(rng, qtype, n_rows, ne0):
     return raw.reshape(n_rows, (ne0 // be) * bb)
 
 
+# Shapes of real models (those the defaults do not give); each sets the arguments it names.
+PRESETS = {
+    "phi3.5-mini": dict(arch="phi3", dim=3072, layers=32, ffn=8192, heads=32, kv_heads=32, head_dim=96,
+                        vocab=32064, ctx=131072, tied=False, name="phi3.5-mini-shape"),
+    "gemma2-2b": dict(arch="gemma2", dim=2304, layers=26, ffn=9216, heads=8, kv_heads=4, head_dim=256,
+                      vocab=256000, ctx=8192, tied=True, name="gemma2-2b-shape"),
+}
+
+
 def shapes(a):
-    """(name, ne in ggml order) of a llama model, file order; tied output (no output.weight)."""
-    hd = a.dim // a.heads
+    """(name, ne in ggml order) of a model of arch a.arch, file order; output.weight unless tied."""
+    hd = a.head_dim
     out = [("token_embd.weight", (a.dim, a.vocab))]
     for i in range(a.layers):
         b = f"blk.{i}."
-        out += [(b + "attn_norm.weight", (a.dim,)), (b + "attn_q.weight", (a.dim, a.heads * hd)),
-                (b + "attn_k.weight", (a.dim, a.kv_heads * hd)), (b + "attn_v.weight", (a.dim, a.kv_heads * hd)),
-                (b + "attn_output.weight", (a.heads * hd, a.dim)), (b + "ffn_norm.weight", (a.dim,)),
-                (b + "ffn_gate.weight", (a.dim, a.ffn)), (b + "ffn_up.weight", (a.dim, a.ffn)),
-                (b + "ffn_down.weight", (a.ffn, a.dim))]
+        out.append((b + "attn_norm.weight", (a.dim,)))
+        if a.arch == "phi3":  # Q, K, V rows in one tensor
+            out.append((b + "attn_qkv.weight", (a.dim, (a.heads + 2 * a.kv_heads) * hd)))
+        else:
+            out += [(b + "attn_q.weight", (a.dim, a.heads * hd)), (b + "attn_k.weight", (a.dim, a.kv_heads * hd)),
+                    (b + "attn_v.weight", (a.dim, a.kv_heads * hd))]
+        out.append((b + "attn_output.weight", (a.heads * hd, a.dim)))
+        if a.arch == "gemma2":
+            out.append((b + "post_attention_norm.weight", (a.dim,)))
+        out.append((b + "ffn_norm.weight", (a.dim,)))
+        if a.arch == "phi3":  # gate rows, then up rows
+            out.append((b + "ffn_up.weight", (a.dim, 2 * a.ffn)))
+        else:
+            out += [(b + "ffn_gate.weight", (a.dim, a.ffn)), (b + "ffn_up.weight", (a.dim, a.ffn))]
+        out.append((b + "ffn_down.weight", (a.ffn, a.dim)))
+        if a.arch == "gemma2":
+            out.append((b + "post_ffw_norm.weight", (a.dim,)))
     out.append(("output_norm.weight", (a.dim,)))
+    if not a.tied:
+        out.append(("output.weight", (a.dim, a.vocab)))
+    if a.arch == "phi3":  # LongRoPE divisors (1 + 0.1 N(0, 1): positive)
+        out += [("rope_factors_long.weight", (hd // 2,)), ("rope_factors_short.weight", (hd // 2,))]
     return out
+
+
+def placeholder_spm_vocab(n_vocab):
+    """(key, value, type, sub_type) of a SentencePiece vocabulary of n_vocab pieces: <unk> <s> </s>,
+    the byte tokens, then filler pieces; enough to load, tokenize and generate for timing."""
+    import gguf
+
+    T = gguf.GGUFValueType
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    tokens += [f"\u2581p{i}" for i in range(n_vocab - len(tokens))]
+    types = [2, 3, 3] + [6] * 256 + [1] * (n_vocab - 259)
+    scores = [0.0] * 259 + [-float(i) for i in range(n_vocab - 259)]
+    return [("tokenizer.ggml.model", "llama", T.STRING, None), ("tokenizer.ggml.tokens", tokens, T.ARRAY, T.STRING),
+            ("tokenizer.ggml.scores", scores, T.ARRAY, T.FLOAT32), ("tokenizer.ggml.token_type", types, T.ARRAY, T.INT32),
+            ("tokenizer.ggml.bos_token_id", 1, T.UINT32, None), ("tokenizer.ggml.eos_token_id", 2, T.UINT32, None),
+            ("tokenizer.ggml.unknown_token_id", 0, T.UINT32, None)]
 
 
 def write_model(a, ftype, out_path, tokenizer_fields):
@@ -77,22 +127,35 @@ def write_model(a, ftype, out_path, tokenizer_fields):
     rng = np.random.default_rng(a.seed)
     tensors = [SimpleNamespace(name=n, shape=ne, tensor_type=gguf.GGMLQuantizationType.F32) for n, ne in shapes(a)]
     plans = plan_types(tensors, ftype, a.layers)
-    w = gguf.GGUFWriter(str(out_path), "llama")
-    w.add_name(f"synthetic-llama-{a.dim}x{a.layers}-{ftype}")
+    w = gguf.GGUFWriter(str(out_path), a.arch)
+    w.add_name(f"synthetic-{a.arch}-{a.dim}x{a.layers}-{ftype}")
     w.add_context_length(a.ctx)
     w.add_embedding_length(a.dim)
     w.add_block_count(a.layers)
     w.add_feed_forward_length(a.ffn)
     w.add_head_count(a.heads)
     w.add_head_count_kv(a.kv_heads)
-    w.add_rope_dimension_count(a.dim // a.heads)
-    w.add_rope_freq_base(130000.0)
-    w.add_layer_norm_rms_eps(1e-5)
+    w.add_key_length(a.head_dim)
+    w.add_value_length(a.head_dim)
+    w.add_rope_dimension_count(a.head_dim)
+    w.add_rope_freq_base(130000.0 if a.arch == "llama" else 10000.0)
+    w.add_layer_norm_rms_eps(1e-5 if a.arch != "gemma2" else 1e-6)
+    if a.arch == "phi3":  # Phi-3.5-mini's: LongRoPE from 4096 to 131072 tokens, a window beyond it
+        w.add_rope_scaling_orig_ctx_len(4096)
+        w.add_rope_scaling_attn_factors(float(np.sqrt(1 + np.log(a.ctx / 4096) / np.log(4096))))
+        w.add_sliding_window(262144)
+    if a.arch == "gemma2":  # Gemma 2 2B's
+        w.add_sliding_window(4096)
+        w.add_attn_logit_softcapping(50.0)
+        w.add_final_logit_softcapping(30.0)
     w.add_vocab_size(a.vocab)
     w.add_file_type(FTYPE_IDS[ftype])
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     for f in tokenizer_fields:
-        w.add_key_value(f.name, f.contents(), f.types[0], sub_type=f.types[-1] if len(f.types) > 1 else None)
+        if isinstance(f, tuple):
+            w.add_key_value(*f)
+        else:
+            w.add_key_value(f.name, f.contents(), f.types[0], sub_type=f.types[-1] if len(f.types) > 1 else None)
     for p in plans:
         ne = p.ne
         np_shape = tuple(reversed(ne))
@@ -140,6 +203,11 @@ def main():
                                                                       "Q5_1", "Q4_K_S", "Q5_K_M", "Q6_K"],
                    help="repeatable; default Q4_0, Q4_K_M and Q8_0")
     p.add_argument("--out-dir", default=os.path.expanduser("~/.cache/edgellm/synthetic"))
+    p.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                   help="a real model's shape and architecture (shape arguments given as well win)")
+    p.add_argument("--arch", choices=["llama", "phi3", "gemma2"], default="llama")
+    p.add_argument("--head-dim", type=int, default=None, help="default dim / heads")
+    p.add_argument("--untied", dest="tied", action="store_false", help="write an output.weight")
     p.add_argument("--dim", type=int, default=2048)
     p.add_argument("--layers", type=int, default=24)
     p.add_argument("--ffn", type=int, default=8192)
@@ -151,12 +219,20 @@ def main():
                    help="GGUF whose tokenizer.* keys are copied (default: the cached SmolLM2-135M)")
     p.add_argument("--name", default="smollm2-1.7b-shape")
     p.add_argument("--seed", type=int, default=0)
+    preset = p.parse_known_args()[0].preset
+    if preset:  # its values become the defaults: --layers 4 --preset phi3.5-mini is a 4-layer Phi
+        p.set_defaults(**PRESETS[preset])
     a = p.parse_args()
-    if a.tokenizer_from is None:
-        sys.path.insert(0, str(HERE.parent / "python"))
-        from edgellm.models import model_path
-        a.tokenizer_from = str(model_path("smollm2"))
-    fields = tokenizer_fields_from(a.tokenizer_from, a.vocab)
+    if a.head_dim is None:
+        a.head_dim = a.dim // a.heads
+    if a.tokenizer_from is None and a.arch != "llama":
+        fields = placeholder_spm_vocab(a.vocab)
+    else:
+        if a.tokenizer_from is None:
+            sys.path.insert(0, str(HERE.parent / "python"))
+            from edgellm.models import model_path
+            a.tokenizer_from = str(model_path("smollm2"))
+        fields = tokenizer_fields_from(a.tokenizer_from, a.vocab)
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for ftype in a.types or ["Q4_0", "Q4_K_M", "Q8_0"]:

@@ -185,3 +185,44 @@ def test_builtin_command_r():
     assert out == ("<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>You are a test.<|END_OF_TURN_TOKEN|>"
                    "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hi there<|END_OF_TURN_TOKEN|>"
                    "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>")
+
+
+# The templates Phi-3.5-mini-instruct and Gemma 2 instruct GGUFs carry as tokenizer.chat_template.
+PHI35_TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] == 'system' and message['content'] %}"
+    "{{'<|system|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'user' %}"
+    "{{'<|user|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'assistant' %}"
+    "{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}")
+GEMMA2_TEMPLATE = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+    "{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}"
+    "{% endif %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}")
+
+
+def test_phi3_and_gemma2_own_templates_render():
+    from edgellm.chat_template import ChatTemplateError, render_chat
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"}]
+    assert render_chat(msgs, PHI35_TEMPLATE, bos_token="<s>", eos_token="<|endoftext|>") == (
+        "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello.<|end|>\n"
+        "<|user|>\nBye<|end|>\n<|assistant|>\n")
+    assert render_chat(msgs[1:], GEMMA2_TEMPLATE, bos_token="<bos>", eos_token="<eos>") == (
+        "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n"
+        "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n")
+    with pytest.raises(ChatTemplateError, match="System role not supported"):
+        render_chat(msgs, GEMMA2_TEMPLATE, bos_token="<bos>", eos_token="<eos>")
+
+
+def test_builtin_phi3_and_its_choice_by_vocabulary():
+    from edgellm.chat_template import choose_template, render_chat
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+    assert render_chat(msgs, "phi3") == "<|system|>\nS<|end|>\n<|user|>\nU<|end|>\n<|assistant|>\n"
+    assert render_chat(msgs, "phi3") == render_chat(msgs, PHI35_TEMPLATE, bos_token="<s>", eos_token="</s>")
+    # A Phi-3 vocabulary (no template in the file) gets phi3, not zephyr; zephyr's stays zephyr.
+    assert choose_template(None, ["<s>", "<|assistant|>", "<|end|>", "<|user|>"]) == "phi3"
+    assert choose_template(None, ["<|assistant|>", "<|user|>"]) == "zephyr"
+    assert choose_template(None, [], override="Phi-3") == "phi3"

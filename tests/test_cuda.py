@@ -306,9 +306,11 @@ def test_every_architecture_offloaded_matches_reference(tmp_path, arch, ngl):
     # The GPU runs run_layer with the architecture's LayerSpec (model/architecture.h), as the CPU
     # does: each registered architecture (qwen3 has no real model here) on a tiny F32 model of 3
     # layers, wholly offloaded or split (layer 0 on the CPU; a local and a global layer on the GPU).
+    # gemma2's attention soft-cap is not in the CUDA attention kernel: the executor refuses it
+    # (a warning, every layer on the CPU), never runs it uncapped.
     path = str(write_tiny_model(tmp_path / f"{arch}.gguf", arch))
     model = core.Model(path, n_threads=2, n_gpu_layers=ngl)
-    assert model.n_gpu_layers == (3 if ngl == -1 else ngl)
+    assert model.n_gpu_layers == (0 if arch == "gemma2" else 3 if ngl == -1 else ngl)
     got = core.ModelRunner(model, n_ctx=128, kv_type="F32").eval(TINY_PROMPT, all_logits=True)
     ref = ReferenceModel(path).forward(TINY_PROMPT)
     np.testing.assert_allclose(got, ref, rtol=0, atol=2e-4)

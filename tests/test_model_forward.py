@@ -4,8 +4,10 @@
 - F32 weights, F32 KV cache: logits equal the float64 reference to ~1e-4.
 - Quantized weights: equal to the reference when it rounds matmul inputs the way the engine
   quantizes activations (Q8_0 blocks), so the quantized kernels are checked tightly too.
-- Sliding windows (gemma3): prompts longer than the window; tokens outside every window of the
-  last position cannot change its logits.
+- Sliding windows (gemma3, gemma2, phi3): prompts longer than the window; tokens outside every
+  window of the last position cannot change its logits.
+- phi3: fused attn_qkv / ffn_up, partial rotary, LongRoPE's factors picked by the context;
+  gemma2: attention and final logit soft-capping, alternating windows, the defaults of its keys.
 - Batches: two sequences in one batch equal separate runs; chunked evaluation equals one batch;
   thread counts do not change results.
 """
@@ -95,6 +97,92 @@ def test_gemma3_window_pattern_as_bool_array_and_softcap(tiny):
 def test_llama_rope_freq_factors_and_untied_gemma(tiny):
     for path in (tiny("llama", rope_freqs=True), tiny("gemma3", tied_output=False, sliding_window=0)):
         np.testing.assert_allclose(engine_logits(path, PROMPT), ReferenceModel(path).forward(PROMPT), rtol=0, atol=1e-4)
+
+
+def test_phi3_longrope_factors_follow_the_context(tiny):
+    # Original context 128 of 512 trained: a model run at n_ctx 512 (the default here) takes the
+    # long factors, at 64 the short ones; both with the attention factor on cos/sin, n_rot 24 of 32.
+    path = tiny("phi3", n_rot=24)
+    cfg = core.Model(path).config
+    assert cfg["n_ctx_orig"] == 128 and cfg["n_rot"] == 24 and cfg["rope_type"] == "neox"
+    assert abs(cfg["rope_attn_factor"] - (1 + np.log(4) / np.log(128)) ** 0.5) < 1e-6
+    assert cfg["layer_window"] == [4, 4, 4]  # attention.sliding_window on every layer
+    long_ = engine_logits(path, PROMPT)
+    short = core.ModelRunner(core.Model(path, n_threads=2, n_ctx=64), n_ctx=64, kv_type="F32").eval(PROMPT, all_logits=True)
+    np.testing.assert_allclose(long_, ReferenceModel(path).forward(PROMPT), rtol=0, atol=1e-4)
+    np.testing.assert_allclose(short, ReferenceModel(path, n_ctx=64).forward(PROMPT), rtol=0, atol=1e-4)
+    assert np.abs(long_ - short).max() > 1e-2
+    # Phi-3-mini-4k style: no LongRoPE, separate q/k/v tensors, no window (0 = Phi-4's "none").
+    plain = tiny("phi3", longrope=False, fused_qkv=False, sliding_window=0)
+    assert core.Model(plain).config["layer_window"] == [0, 0, 0]
+    np.testing.assert_allclose(engine_logits(plain, PROMPT), ReferenceModel(plain).forward(PROMPT), rtol=0, atol=1e-4)
+    # A window as long as the trained context is none (Phi-3.5 stores 262144 of 131072).
+    assert core.Model(tiny("phi3", sliding_window=512)).config["layer_window"] == [0, 0, 0]
+
+
+def test_phi3_missing_and_misshaped_fused_tensors_are_named(tmp_path):
+    import gguf
+    src = gguf.GGUFReader(str(write_tiny_model(tmp_path / "ok.gguf", "phi3")))
+
+    def rewrite(name, drop=(), reshape=None):
+        w = gguf.GGUFWriter(str(tmp_path / name), "phi3")
+        for f in src.fields.values():
+            if f.name.startswith("GGUF.") or f.name == "general.architecture":
+                continue
+            t = f.types[0]
+            if t == gguf.GGUFValueType.ARRAY:
+                w.add_key_value(f.name, f.contents(), t, sub_type=f.types[-1])
+            else:
+                w.add_key_value(f.name, f.contents(), t)
+        for t in src.tensors:
+            if t.name in drop:
+                continue
+            a = np.asarray(t.data)
+            if t.name == reshape:
+                a = a[: a.shape[0] // 2]
+            w.add_tensor(t.name, a)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        return str(tmp_path / name)
+
+    with pytest.raises(core.ModelFormatError, match=r"required tensor blk\.0\.attn_qkv\.weight is missing"):
+        core.Model(rewrite("noqkv.gguf", drop={"blk.0.attn_qkv.weight"}))
+    with pytest.raises(core.ModelFormatError, match=r"blk\.1\.ffn_up\.weight has shape \{64, 128\}, expected \{64, 256\}"):
+        core.Model(rewrite("halfup.gguf", reshape="blk.1.ffn_up.weight"))
+    with pytest.raises(core.ModelFormatError, match=r"rope_factors_long\.weight is missing"):
+        core.Model(rewrite("nolong.gguf", drop={"rope_factors_long.weight"}))
+
+
+def test_gemma2_softcaps_windows_and_defaults(tiny):
+    path = tiny("gemma2", n_layer=4, softcap=8.0, attn_softcap=2.0)
+    cfg = core.Model(path).config
+    assert cfg["layer_window"] == [4, 0, 4, 0]  # period 2: even layers local
+    assert cfg["attn_softcap"] == 2.0 and cfg["logit_softcap"] == 8.0
+    assert cfg["embed_scale"] == pytest.approx(8.0) and cfg["attn_scale"] == pytest.approx(32 ** -0.5)
+    assert cfg["rope_freq_base_swa"] == cfg["rope_freq_base"] and cfg["rope_type"] == "neox"
+    got = engine_logits(path, PROMPT)
+    np.testing.assert_allclose(got, ReferenceModel(path).forward(PROMPT), rtol=0, atol=1e-4)
+    assert np.abs(got).max() <= 8.0
+    # The attention cap bites: without it the answer differs.
+    loose = tiny("gemma2", n_layer=4, softcap=8.0, attn_softcap=0.0)
+    assert core.Model(loose).config["attn_softcap"] == 0.0
+    assert np.abs(engine_logits(loose, PROMPT) - got).max() > 1e-3
+    # Keys absent: window 4096 on even layers, caps 50 and 30 (llama.cpp's defaults).
+    bare = tiny("gemma2", sliding_window=None, attn_softcap=None, softcap=None)
+    cfg = core.Model(bare).config
+    assert cfg["layer_window"] == [4096, 0, 4096] and cfg["attn_softcap"] == 50.0 and cfg["logit_softcap"] == 30.0
+    np.testing.assert_allclose(engine_logits(bare, PROMPT), ReferenceModel(bare).forward(PROMPT), rtol=0, atol=1e-4)
+    # query_pre_attn_scalar is n_embd / n_head for the 27B (46 layers), else head_dim.
+    assert core.Model(tiny("gemma2", n_layer=46)).config["attn_scale"] == pytest.approx((64 / 4) ** -0.5)
+    # A chunked prompt, windows crossing pages, Q8_0 weights: still the reference.
+    q8 = tiny("gemma2", weight_type="Q8_0")
+    model = core.Model(q8, n_threads=2, max_batch_tokens=5)
+    runner = core.ModelRunner(model, n_ctx=64, kv_type="F32", page_size=4)
+    ids = (PROMPT * 2)[:25]
+    ref = ReferenceModel(q8, simulate_activation_quant=True).forward(ids)
+    np.testing.assert_allclose(runner.eval(ids, all_logits=True), ref, rtol=0, atol=2e-3 * np.abs(ref).max())
 
 
 def test_local_layers_ignore_keys_outside_the_window(tiny):
@@ -233,7 +321,7 @@ def test_unsupported_arch_and_missing_key_and_bad_shape(tmp_path):
         w.close()
         return str(p)
 
-    with pytest.raises(core.ModelFormatError, match=r"mamba.*not supported.*gemma3, llama, qwen2, qwen3"):
+    with pytest.raises(core.ModelFormatError, match=r"mamba.*not supported.*gemma2, gemma3, llama, phi3, qwen2, qwen3"):
         core.Model(write("mamba"))
     with pytest.raises(core.ModelFormatError, match=r"llama\.block_count"):
         core.Model(write("llama", drop_key="block_count"))

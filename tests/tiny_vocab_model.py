@@ -102,6 +102,29 @@ def write_tiny_vocab_model(path, weight_type: str = "F32", seed: int = 0, tied: 
     return path
 
 
+def write_tiny_vocab_arch_model(path, arch: str, chat_template: str = None, control_tokens=(), **kw):
+    """A tests/reference/fixtures.py model of `arch` (phi3, gemma2, ...) with this module's
+    byte-level BPE vocabulary (plus control_tokens) and optionally a chat template."""
+    from reference.fixtures import write_tiny_model
+
+    tokens, types, merges = vocab()
+    tokens, types = tokens + list(control_tokens), types + [3] * len(control_tokens)
+
+    def add_tokenizer(w):
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("gpt2")
+        w.add_token_list(tokens)
+        w.add_token_types(types)
+        w.add_token_merges(merges)
+        w.add_bos_token_id(259)  # <|endoftext|>
+        w.add_eos_token_id(259)
+        w.add_add_bos_token(True)
+        if chat_template is not None:
+            w.add_chat_template(chat_template)
+
+    return write_tiny_model(path, arch, n_vocab=len(tokens), tokenizer=add_tokenizer, **kw)
+
+
 TEXT = ("When in the course of human events, it becomes necessary for one people to dissolve the political "
         "bands which have connected them with another, and to assume among the powers of the earth the "
         "separate and equal station to which the laws of nature entitle them, a decent respect to the "

@@ -309,6 +309,7 @@ void bind_engine(py::module_& m) {
              o.n_threads = n_threads;
              o.max_batch_tokens = max_batch_tokens;
              o.n_gpu_layers = n_gpu_layers;
+             o.n_ctx = n_ctx;  // the engine's n_ctx (0: the same default), for LongRoPE's factors
              e->model = std::shared_ptr<Model>(Model::load(path, o));
              e->tok = std::shared_ptr<Tokenizer>(Tokenizer::from_gguf(path));
              // A draft with speculation off (or n-gram only) is accepted and left unloaded. Its
@@ -320,6 +321,7 @@ void bind_engine(py::module_& m) {
                LoadOptions d;
                d.n_threads = n_threads;
                d.max_batch_tokens = max_batch_tokens;
+               d.n_ctx = n_ctx;
                d.threads = e->model->thread_pool();  // the target's workers: the two never run at once
                e->draft = std::shared_ptr<Model>(Model::load(draft_model, d));
                e->draft_path = draft_model;

@@ -44,6 +44,9 @@ py::dict config_dict(const ModelConfig& c) {
   d["attn_scale"] = c.attn_scale;
   d["embed_scale"] = c.embed_scale;
   d["logit_softcap"] = c.logit_softcap;
+  d["attn_softcap"] = c.attn_softcap;
+  d["rope_attn_factor"] = c.rope_global.attn_factor;
+  d["n_ctx_orig"] = c.n_ctx_orig;
   return d;
 }
 
@@ -110,17 +113,20 @@ class BatchRunner {
 
 void bind_model(py::module_& m) {
   py::class_<Model, std::shared_ptr<Model>>(m, "Model", "A GGUF model loaded for inference.")
-      .def(py::init([](const std::string& path, int n_threads, int max_batch_tokens, int n_gpu_layers) {
+      .def(py::init([](const std::string& path, int n_threads, int max_batch_tokens, int n_gpu_layers, int n_ctx) {
              LoadOptions o;
              o.n_threads = n_threads;
              o.max_batch_tokens = max_batch_tokens;
              o.n_gpu_layers = n_gpu_layers;
+             o.n_ctx = n_ctx;
              py::gil_scoped_release nogil;
              return std::shared_ptr<Model>(Model::load(path, o));
            }),
            py::arg("path"), py::arg("n_threads") = 0, py::arg("max_batch_tokens") = 512, py::arg("n_gpu_layers") = 0,
+           py::arg("n_ctx") = 0,
            "Loads `path`. n_threads = 0: physical cores. n_gpu_layers: last layers on the GPU (-1 = all; "
-           "a warning and the CPU when none can take them). Raises ModelFormatError.")
+           "a warning and the CPU when none can take them). n_ctx: tokens per sequence it will run (0: "
+           "min(n_ctx_train, 4096)); picks LongRoPE's long or short factors. Raises ModelFormatError.")
       .def_property_readonly("config", [](const Model& self) { return config_dict(self.config()); })
       .def_property_readonly("n_vocab", [](const Model& self) { return self.config().n_vocab; })
       .def_property_readonly("arch", [](const Model& self) { return self.config().arch; })

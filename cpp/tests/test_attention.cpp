@@ -1,6 +1,6 @@
 // Paged attention: the scalar reference against a dense float64 softmax attention over the same
 // (dequantized) keys and values, with scrambled page tables, blocks of query tokens, GQA groups,
-// sliding windows and every KV element type; then every kernel table this machine runs against
+// sliding windows, score soft-capping and every KV element type; then every kernel table this machine runs against
 // the reference, so a SIMD override is covered as soon as it lands.
 #include <algorithm>
 #include <cmath>
@@ -68,7 +68,7 @@ struct PagedKV {
 };
 
 // Dense float64 attention of query (token j, head i) of kv head `hk`.
-void naive(const PagedKV& kv, int hk, const float* q, int32_t pos, int32_t window, float* out) {
+void naive(const PagedKV& kv, int hk, const float* q, int32_t pos, int32_t window, float softcap, float* out) {
   std::vector<double> s;
   const int32_t lo = window > 0 ? std::max(0, pos - window + 1) : 0;
   double mx = -1e300;
@@ -76,6 +76,7 @@ void naive(const PagedKV& kv, int hk, const float* q, int32_t pos, int32_t windo
     const float* k = &kv.k_dense[(static_cast<size_t>(p) * kv.n_kv + hk) * kv.hd_k];
     double d = 0;
     for (int i = 0; i < kv.hd_k; ++i) d += static_cast<double>(q[i]) * k[i];
+    if (softcap > 0) d = softcap * std::tanh(d / softcap);
     s.push_back(d);
     mx = std::max(mx, d);
   }
@@ -93,10 +94,13 @@ struct Case {
   int n_tokens;
   int32_t q_pos0;
   int32_t window;
+  float softcap = 0.0f;  // Gemma 2's attention-logit soft-cap; the random scores have sd ~2.4
 };
 
 const std::vector<Case> kBasicCases = {Case{1, 0, 0},   Case{1, 69, 0},  Case{16, 0, 0}, Case{16, 40, 0}, Case{5, 33, 0},
-                                       Case{1, 69, 5},  Case{16, 20, 5}, Case{7, 2, 5},  Case{3, 60, 1}};
+                                       Case{1, 69, 5},  Case{16, 20, 5}, Case{7, 2, 5},  Case{3, 60, 1},
+                                       Case{1, 69, 0, 2.0f}, Case{16, 40, 0, 3.0f}, Case{5, 33, 5, 1.5f},
+                                       Case{16, 20, 5, 50.0f}};
 
 // The arguments of one call: KV head hk of `kv`, the block of case c, queries and outputs of
 // all heads at the given token strides.
@@ -106,6 +110,7 @@ PagedAttentionArgs head_args(PagedKV& kv, int hk, int n_q, const Case& c, const 
   a.n_tokens = c.n_tokens;
   a.q_pos0 = c.q_pos0;
   a.window = c.window;
+  a.softcap = c.softcap;
   a.q = q + hk * n_q * kv.hd_k;
   a.q_token_stride = q_token_stride;
   a.q_head_stride = kv.hd_k;
@@ -157,7 +162,8 @@ float max_error(const kernels::KernelTable& table, DType type, uint32_t seed, bo
         for (int h = 0; h < n_q; ++h) {
           const float* got = a.out + j * out_token_stride + h * kv.hd_v;
           std::vector<float> want(kv.hd_v);
-          if (against_naive) naive(kv, hk, a.q + j * q_token_stride + h * kv.hd_k, c.q_pos0 + j, c.window, want.data());
+          if (against_naive) naive(kv, hk, a.q + j * q_token_stride + h * kv.hd_k, c.q_pos0 + j, c.window, c.softcap,
+                                  want.data());
           else std::memcpy(want.data(), ref.data() + hk * n_q * kv.hd_v + j * out_token_stride + h * kv.hd_v, 4 * kv.hd_v);
           for (int i = 0; i < kv.hd_v; ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
         }
@@ -231,14 +237,16 @@ int main() {
   }
   // The SIMD tables pick their code path by the block's query count (tokens × GQA group) and tile
   // keys and queries: sweep every block size 1..16 at varied positions, windows that end inside
-  // page runs (and a one-key window), page sizes that are not multiples of the key tile, the
-  // models' group sizes (1, 3 SmolLM2, 4 Gemma 3, 7 Qwen2.5) and head dims (64, 128, 256), and
-  // head dims that are not a multiple of any vector width (F32/F16 only: Q8_0 blocks are 32 wide).
+  // page runs (and a one-key window), with and without a score soft-cap, page sizes that are not
+  // multiples of the key tile, the models' group sizes (1, 3 SmolLM2, 4 Gemma 3, 7 Qwen2.5) and
+  // head dims (64, 128, 256), and head dims that are not a multiple of any vector width (F32/F16
+  // only: Q8_0 blocks are 32 wide).
   std::vector<Case> sweep;
   for (int nt = 1; nt <= kernels::kAttentionMaxBlockTokens; ++nt) {
     const int32_t windows[] = {0, 13, 40, 1};
-    sweep.push_back(Case{nt, static_cast<int32_t>((nt * 37) % (100 - nt)), windows[nt % 4]});
-    sweep.push_back(Case{nt, static_cast<int32_t>(100 - nt), windows[(nt + 1) % 4]});
+    const float caps[] = {0.0f, 2.5f, 0.0f, 20.0f};
+    sweep.push_back(Case{nt, static_cast<int32_t>((nt * 37) % (100 - nt)), windows[nt % 4], caps[nt % 4]});
+    sweep.push_back(Case{nt, static_cast<int32_t>(100 - nt), windows[(nt + 1) % 4], caps[(nt + 3) % 4]});
   }
   const Shape shapes[] = {{1, 64, 64, 16}, {3, 64, 64, 32}, {4, 256, 256, 32}, {7, 64, 64, 8},
                           {4, 128, 128, 64}, {2, 40, 20, 13}, {5, 24, 8, 7}};

@@ -111,7 +111,7 @@ std::string write_tiny(const Architecture& architecture, const std::string& path
   w.u32(a + "attention.value_length", kHd);
   w.f32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
   w.u32(a + "vocab_size", kVocab);
-  // Read by architectures with sliding-window layers (gemma3), ignored by the others.
+  // Read by architectures with sliding-window layers (gemma2, gemma3, phi3), ignored by the others.
   w.u32(a + "attention.sliding_window", 3);
   w.u32(a + "attention.sliding_window_pattern", 2);  // layer 0 local, layer 1 global
   w.tensor("token_embd.weight", {kEmbd, kVocab}, rnd(kEmbd * kVocab, 1.0f));
@@ -119,13 +119,21 @@ std::string write_tiny(const Architecture& architecture, const std::string& path
   for (int il = 0; il < kLayers; ++il) {
     const std::string b = "blk." + std::to_string(il) + ".";
     w.tensor(b + "attn_norm.weight", {kEmbd}, rnd(kEmbd, 0.1f, 1.0f));
-    w.tensor(b + "attn_q.weight", {kEmbd, kHeads * kHd}, rnd(kEmbd * kHeads * kHd, 0.2f));
-    w.tensor(b + "attn_k.weight", {kEmbd, kKv * kHd}, rnd(kEmbd * kKv * kHd, 0.2f));
-    w.tensor(b + "attn_v.weight", {kEmbd, kKv * kHd}, rnd(kEmbd * kKv * kHd, 0.2f));
+    if (spec.fused_qkv) {  // rows Q, K, V in one matrix
+      w.tensor(b + "attn_qkv.weight", {kEmbd, (kHeads + 2 * kKv) * kHd}, rnd(kEmbd * (kHeads + 2 * kKv) * kHd, 0.2f));
+    } else {
+      w.tensor(b + "attn_q.weight", {kEmbd, kHeads * kHd}, rnd(kEmbd * kHeads * kHd, 0.2f));
+      w.tensor(b + "attn_k.weight", {kEmbd, kKv * kHd}, rnd(kEmbd * kKv * kHd, 0.2f));
+      w.tensor(b + "attn_v.weight", {kEmbd, kKv * kHd}, rnd(kEmbd * kKv * kHd, 0.2f));
+    }
     w.tensor(b + "attn_output.weight", {kHeads * kHd, kEmbd}, rnd(kEmbd * kHeads * kHd, 0.2f));
     w.tensor(b + "ffn_norm.weight", {kEmbd}, rnd(kEmbd, 0.1f, 1.0f));
-    w.tensor(b + "ffn_gate.weight", {kEmbd, kFf}, rnd(kEmbd * kFf, 0.2f));
-    w.tensor(b + "ffn_up.weight", {kEmbd, kFf}, rnd(kEmbd * kFf, 0.2f));
+    if (spec.fused_gate_up) {  // gate rows, then up rows
+      w.tensor(b + "ffn_up.weight", {kEmbd, 2 * kFf}, rnd(2 * kEmbd * kFf, 0.2f));
+    } else {
+      w.tensor(b + "ffn_gate.weight", {kEmbd, kFf}, rnd(kEmbd * kFf, 0.2f));
+      w.tensor(b + "ffn_up.weight", {kEmbd, kFf}, rnd(kEmbd * kFf, 0.2f));
+    }
     w.tensor(b + "ffn_down.weight", {kFf, kEmbd}, rnd(kEmbd * kFf, 0.2f));
     if (spec.qkv_bias) {
       w.tensor(b + "attn_q.bias", {kHeads * kHd}, rnd(kHeads * kHd, 0.2f));
@@ -331,7 +339,7 @@ void check_arch(const Architecture& architecture) {
 }  // namespace
 
 int main() {
-  for (const Architecture* a : architectures()) check_arch(*a);  // gemma3, llama, qwen2, qwen3
-  CHECK(architectures().size() >= 4);
+  for (const Architecture* a : architectures()) check_arch(*a);  // gemma2, gemma3, llama, phi3, qwen2, qwen3
+  CHECK(architectures().size() >= 6);
   return test_util::report();
 }

@@ -84,6 +84,14 @@ _ZEPHYR = (
     "{%- if add_generation_prompt -%}{{- '<|assistant|>\\n' -}}{%- endif -%}"
 )
 
+# Phi-3 / Phi-3.5 / Phi-4-mini: every turn <|role|>, newline, content, <|end|>, newline.
+_PHI3 = (
+    "{%- for message in messages -%}"
+    "{{- '<|' + message.role + '|>\\n' + message.content + '<|end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|assistant|>\\n' -}}{%- endif -%}"
+)
+
 # Cohere Command-R: turns between <|START_OF_TURN_TOKEN|> and <|END_OF_TURN_TOKEN|>, the roles as
 # SYSTEM / USER / CHATBOT tokens, content trimmed.
 _COMMAND_R = (
@@ -100,9 +108,11 @@ BUILTIN_TEMPLATES = {
     "gemma": _GEMMA,
     "llama3": _LLAMA3,
     "llama2": _LLAMA2,
+    "phi3": _PHI3,
     "zephyr": _ZEPHYR,
 }
-_ALIASES = {"llama-3": "llama3", "llama-2": "llama2", "gemma3": "gemma", "gemma2": "gemma", "qwen": "chatml"}
+_ALIASES = {"llama-3": "llama3", "llama-2": "llama2", "gemma3": "gemma", "gemma2": "gemma", "qwen": "chatml",
+            "phi-3": "phi3", "phi4-mini": "phi3"}
 
 
 def builtin_names() -> list:
@@ -142,6 +152,9 @@ def choose_template(metadata_template: Optional[str],
     tokens = vocab_tokens if vocab_tokens is not None else ()
     if not hasattr(tokens, "__contains__") or isinstance(tokens, (list, tuple)):
         tokens = set(tokens)
+    if "<|assistant|>" in tokens and "<|end|>" in tokens:  # Phi-3's turns end with <|end|>
+        if "<|im_start|>" not in tokens:
+            return "phi3"
     for marker, name in (("<|im_start|>", "chatml"), ("<|start_header_id|>", "llama3"),
                          ("<start_of_turn>", "gemma"), ("<|assistant|>", "zephyr"), ("[INST]", "llama2")):
         if marker in tokens:

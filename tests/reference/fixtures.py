@@ -2,12 +2,14 @@
 package for the forward-pass tests.
 
     write_tiny_model(path, "gemma3", weight_type="Q8_0", sliding_window=4)
+    write_tiny_model(path, "phi3", longrope=True, n_rot=24)   # fused attn_qkv / ffn_up, LongRoPE
 
 Dims are small but keep every block format whole (rows of 64/128 elements for Q-types of 32)
 and head_dim 32 so a Q8_0 KV cache works. The weights are seeded, so a file is reproducible.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
@@ -16,7 +18,7 @@ import gguf
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import quantize
 
-ARCHS = ("llama", "gemma3", "qwen2", "qwen3")
+ARCHS = ("llama", "gemma3", "qwen2", "qwen3", "phi3", "gemma2")
 
 
 def write_tiny_model(
@@ -33,15 +35,28 @@ def write_tiny_model(
     weight_type: str = "F32",
     seed: int = 0,
     sliding_window: int = 4,
-    sliding_window_pattern: Union[int, Sequence[bool], None] = 3,
+    sliding_window_pattern: Union[int, Sequence[bool], None, str] = "auto",
     rope_freqs: bool = False,
     rope_scaling_factor: Optional[float] = None,
     tied_output: Optional[bool] = None,
     softcap: Optional[float] = None,
     type_of: Optional[Callable[[str], Optional[str]]] = None,
+    attn_softcap: Optional[float] = 3.0,
+    n_rot: Optional[int] = None,
+    longrope: bool = True,
+    fused_qkv: bool = True,
+    tokenizer: Optional[Callable[["gguf.GGUFWriter"], None]] = None,
 ):
     """Writes a model; 2-D weights are stored as `weight_type` (F32, F16, Q4_0, Q4_1, Q5_0,
-    Q5_1, Q8_0 or "mixed": a rotation through the legacy quant types), 1-D tensors as F32."""
+    Q5_1, Q8_0 or "mixed": a rotation through the legacy quant types), 1-D tensors as F32.
+
+    sliding_window_pattern "auto": 3 for gemma3, not written for gemma2 (its default period 2
+    applies, as in converted Gemma 2 files). sliding_window applies to gemma3, gemma2 and phi3
+    (every layer). gemma2: attn_softcap / softcap are attn_logit_softcapping /
+    final_logit_softcapping (None: not written, the defaults 50 / 30 apply). phi3: n_rot rotated
+    dims (default head_dim), longrope writes rope_factors_short/long with an original context of
+    128 (of 512) and its attention factor, fused_qkv stores attn_qkv (else attn_q/k/v).
+    tokenizer(writer) may add tokenizer keys (n_vocab must match its token count)."""
     assert arch in ARCHS
     rng = np.random.Generator(np.random.PCG64(seed))
     w = gguf.GGUFWriter(str(path), arch)
@@ -54,12 +69,29 @@ def write_tiny_model(
     w.add_head_count_kv(n_head_kv)
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
-    w.add_rope_dimension_count(head_dim)
+    w.add_rope_dimension_count(n_rot or head_dim)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_rope_freq_base(10000.0 if arch == "llama" else 1000000.0)
     if rope_scaling_factor:
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(rope_scaling_factor)
+    if sliding_window_pattern == "auto":
+        sliding_window_pattern = 3 if arch == "gemma3" else None
+    if arch == "phi3":
+        if sliding_window is not None:
+            w.add_sliding_window(sliding_window)
+        if longrope:
+            w.add_rope_scaling_orig_ctx_len(128)
+            w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(512 / 128) / math.log(128)))
+    if arch == "gemma2":
+        if sliding_window is not None:
+            w.add_sliding_window(sliding_window)
+        if sliding_window_pattern is not None:
+            w.add_sliding_window_pattern(sliding_window_pattern)
+        if attn_softcap is not None:
+            w.add_attn_logit_softcapping(attn_softcap)
+        if softcap is not None:
+            w.add_final_logit_softcapping(softcap)
     if arch == "gemma3":
         if sliding_window:
             w.add_sliding_window(sliding_window)
@@ -73,6 +105,8 @@ def write_tiny_model(
             w.add_final_logit_softcapping(softcap)
     w.add_vocab_size(n_vocab)
     w.add_file_type(0)
+    if tokenizer is not None:
+        tokenizer(w)
 
     kinds = {"F32": [QT.F32], "F16": [QT.F16], "mixed": [QT.Q8_0, QT.Q4_0, QT.Q5_0, QT.Q4_1, QT.Q5_1]}
     rotation = kinds[weight_type] if weight_type in kinds else [QT[weight_type]]
@@ -99,9 +133,12 @@ def write_tiny_model(
     for il in range(n_layer):
         b = f"blk.{il}."
         vector(b + "attn_norm.weight", n_embd)
-        matrix(b + "attn_q.weight", n_head * head_dim, n_embd)
-        matrix(b + "attn_k.weight", n_head_kv * head_dim, n_embd)
-        matrix(b + "attn_v.weight", n_head_kv * head_dim, n_embd)
+        if arch == "phi3" and fused_qkv:  # rows: Q, then K, then V
+            matrix(b + "attn_qkv.weight", (n_head + 2 * n_head_kv) * head_dim, n_embd)
+        else:
+            matrix(b + "attn_q.weight", n_head * head_dim, n_embd)
+            matrix(b + "attn_k.weight", n_head_kv * head_dim, n_embd)
+            matrix(b + "attn_v.weight", n_head_kv * head_dim, n_embd)
         matrix(b + "attn_output.weight", n_embd, n_head * head_dim)
         if arch == "qwen2":
             vector(b + "attn_q.bias", n_head * head_dim, 0.0, 0.2)
@@ -110,19 +147,25 @@ def write_tiny_model(
         if arch in ("gemma3", "qwen3"):
             vector(b + "attn_q_norm.weight", head_dim)
             vector(b + "attn_k_norm.weight", head_dim)
-        if arch == "gemma3":
+        if arch in ("gemma3", "gemma2"):
             vector(b + "post_attention_norm.weight", n_embd)
         vector(b + "ffn_norm.weight", n_embd)
-        matrix(b + "ffn_gate.weight", n_ff, n_embd)
-        matrix(b + "ffn_up.weight", n_ff, n_embd)
+        if arch == "phi3":  # rows: gate, then up
+            matrix(b + "ffn_up.weight", 2 * n_ff, n_embd)
+        else:
+            matrix(b + "ffn_gate.weight", n_ff, n_embd)
+            matrix(b + "ffn_up.weight", n_ff, n_embd)
         matrix(b + "ffn_down.weight", n_embd, n_ff)
-        if arch == "gemma3":
+        if arch in ("gemma3", "gemma2"):
             vector(b + "post_ffw_norm.weight", n_embd)
     vector("output_norm.weight", n_embd)
     if rope_freqs:
         vector("rope_freqs.weight", head_dim // 2, 1.5, 0.4)
+    if arch == "phi3" and longrope:
+        vector("rope_factors_short.weight", (n_rot or head_dim) // 2, 1.2, 0.15)
+        vector("rope_factors_long.weight", (n_rot or head_dim) // 2, 3.0, 0.5)
     if tied_output is None:
-        tied_output = arch == "gemma3"
+        tied_output = arch in ("gemma3", "gemma2")
     if not tied_output:
         matrix("output.weight", n_vocab, n_embd, std=0.5)
     w.write_header_to_file()

@@ -1,9 +1,10 @@
 """A straightforward float64 forward pass for the architectures edgellm runs (llama, gemma3,
-qwen2, qwen3), written from the published math and independent of the C++ engine: weights are
+qwen2, qwen3, phi3, gemma2), written from the published math and independent of the C++ engine: weights are
 read and dequantized with the `gguf` package, every activation is a float64 numpy array, and
 attention is a dense masked softmax over the whole sequence.
 
     ref = ReferenceModel(path)            # or ReferenceModel(path, dtype=np.float32) for big models
+    ref = ReferenceModel(path, n_ctx=64)  # the context it runs (LongRoPE picks factors by it)
     logits = ref.forward([1, 2, 3])       # [n_tokens, n_vocab], positions 0..n-1
     acts = ref.forward(ids, trace=True)   # also returns per-layer residual streams
 
@@ -30,7 +31,8 @@ def _field(reader: gguf.GGUFReader, key: str, default=None):
 
 
 class ReferenceModel:
-    def __init__(self, path: str, dtype=np.float64, simulate_activation_quant: bool = False):
+    def __init__(self, path: str, dtype=np.float64, simulate_activation_quant: bool = False,
+                 n_ctx: Optional[int] = None):
         self.path = str(path)
         self.dtype = dtype
         # With simulate_activation_quant, each matmul input is rounded the way the engine
@@ -40,7 +42,7 @@ class ReferenceModel:
         r = gguf.GGUFReader(self.path)
         self.reader = r
         self.arch = arch = _field(r, "general.architecture")
-        if arch not in ("llama", "gemma3", "qwen2", "qwen3"):
+        if arch not in ("llama", "gemma3", "qwen2", "qwen3", "phi3", "gemma2"):
             raise ValueError(f"reference forward: unsupported arch {arch}")
         k = lambda s, d=None: _field(r, f"{arch}.{s}", d)  # noqa: E731
         self.n_embd = int(k("embedding_length"))
@@ -61,6 +63,43 @@ class ReferenceModel:
         self.attn_scale = 1.0 / math.sqrt(self.hd_k)
         self.embed_scale = 1.0
         self.softcap = 0.0
+        self.attn_softcap = 0.0
+        self.gelu = arch in ("gemma3", "gemma2")
+        # RoPE's cos and sin are multiplied by the attention factor (LongRoPE's
+        # sqrt(1 + ln(s) / ln(orig_ctx)) as the converter computes it).
+        self.rope_attn_factor = float(k("rope.scaling.attn_factor", 1.0))
+        n_ctx_train = int(k("context_length"))
+        self.n_ctx = n_ctx if n_ctx else min(n_ctx_train, 4096)  # the engine's default n_ctx
+        # LongRoPE (Phi-3): the long factors when the context run exceeds the original one.
+        self.n_ctx_orig = int(k("rope.scaling.original_context_length", n_ctx_train))
+        self.rope_factors = None
+        if "rope_freqs.weight" in {t.name for t in r.tensors}:
+            self.rope_factors = "rope_freqs.weight"
+        elif "rope_factors_long.weight" in {t.name for t in r.tensors}:
+            long = self.n_ctx > self.n_ctx_orig
+            self.rope_factors = "rope_factors_long.weight" if long else "rope_factors_short.weight"
+        if arch == "phi3":
+            n_swa = int(k("attention.sliding_window", 0))
+            if 0 < n_swa < n_ctx_train:  # every layer; a window beyond the context is none
+                self.window = [n_swa] * self.n_layer
+        if arch == "gemma2":
+            n_swa = int(k("attention.sliding_window", 4096))
+            pattern = k("attention.sliding_window_pattern", 2)  # layers 0, 2, 4, ... local
+            if n_swa > 0:
+                for il in range(self.n_layer):
+                    if isinstance(pattern, list):
+                        swa = bool(pattern[il])
+                    else:
+                        n = int(pattern)
+                        swa = n == 0 or il % n < n - 1
+                    self.window[il] = n_swa if swa else 0
+            self.freq_base_local = float(k("rope.freq_base_swa", self.freq_base))
+            # query_pre_attn_scalar: head_dim, except the 27B (46 layers): n_embd / n_head
+            if self.n_layer == 46:
+                self.attn_scale = 1.0 / math.sqrt(self.n_embd // self.n_head)
+            self.embed_scale = math.sqrt(self.n_embd)
+            self.attn_softcap = float(k("attn_logit_softcapping", 50.0))
+            self.softcap = float(k("final_logit_softcapping", 30.0))
         if arch == "gemma3":
             n_swa = int(k("attention.sliding_window", 0))
             pattern = k("attention.sliding_window_pattern", 6)
@@ -115,11 +154,11 @@ class ReferenceModel:
         """x: [n, heads, hd]; rotates the first n_rot dims of every head."""
         half = self.n_rot // 2
         inv = base ** (-2.0 * np.arange(half) / self.n_rot)
-        if self.has("rope_freqs.weight"):
-            inv = inv / self.w("rope_freqs.weight")
+        if self.rope_factors:
+            inv = inv / self.w(self.rope_factors)
         theta = pos[:, None].astype(np.float64) * inv[None, :] * scale  # [n, half]
-        cos = np.cos(theta)[:, None, :].astype(self.dtype)
-        sin = np.sin(theta)[:, None, :].astype(self.dtype)
+        cos = (np.cos(theta) * self.rope_attn_factor)[:, None, :].astype(self.dtype)
+        sin = (np.sin(theta) * self.rope_attn_factor)[:, None, :].astype(self.dtype)
         out = x.copy()
         if self.neox:
             a, b = x[..., :half], x[..., half:self.n_rot]
@@ -133,7 +172,8 @@ class ReferenceModel:
 
     def attention(self, q, k, v, pos, window):
         """q [n, H, hd_k], k [n, Hkv, hd_k], v [n, Hkv, hd_v] -> [n, H * hd_v]; causal, and with a
-        window w the key at p_k is masked for the query at p_q when p_q - p_k >= w."""
+        window w the key at p_k is masked for the query at p_q when p_q - p_k >= w. Scores are
+        soft-capped (c tanh(s / c), Gemma 2) before the mask and softmax."""
         n = q.shape[0]
         group = self.n_head // self.n_head_kv
         diff = pos[:, None] - pos[None, :]
@@ -144,6 +184,8 @@ class ReferenceModel:
         for h in range(self.n_head):
             kh = h // group
             s = q[:, h, :] @ k[:, kh, :].T
+            if self.attn_softcap > 0:
+                s = self.attn_softcap * np.tanh(s / self.attn_softcap)
             s = np.where(mask, -np.inf, s)
             s = s - s.max(axis=1, keepdims=True)
             p = np.exp(s)
@@ -169,9 +211,14 @@ class ReferenceModel:
         for il in range(self.n_layer):
             b = f"blk.{il}."
             h = self.rmsnorm(x, self.w(b + "attn_norm.weight"))
-            q = self.mm(h, b + "attn_q.weight")
-            k = self.mm(h, b + "attn_k.weight")
-            v = self.mm(h, b + "attn_v.weight")
+            if self.has(b + "attn_qkv.weight"):  # Phi-3: one matrix, rows Q then K then V
+                qkv = self.mm(h, b + "attn_qkv.weight")
+                nq, nk = self.n_head * self.hd_k, self.n_head_kv * self.hd_k
+                q, k, v = qkv[:, :nq].copy(), qkv[:, nq:nq + nk].copy(), qkv[:, nq + nk:].copy()
+            else:
+                q = self.mm(h, b + "attn_q.weight")
+                k = self.mm(h, b + "attn_k.weight")
+                v = self.mm(h, b + "attn_v.weight")
             for name, arr in (("attn_q.bias", q), ("attn_k.bias", k), ("attn_v.bias", v)):
                 bias = self.opt(b + name)
                 if bias is not None:
@@ -196,9 +243,13 @@ class ReferenceModel:
                 o = self.rmsnorm(o, self.w(b + "post_attention_norm.weight"))
             x = x + o
             h = self.rmsnorm(x, self.w(b + "ffn_norm.weight"))
-            g = self.mm(h, b + "ffn_gate.weight")
-            u = self.mm(h, b + "ffn_up.weight")
-            act = self.gelu_tanh(g) if self.arch == "gemma3" else self.silu(g)
+            if self.has(b + "ffn_gate.weight"):
+                g = self.mm(h, b + "ffn_gate.weight")
+                u = self.mm(h, b + "ffn_up.weight")
+            else:  # Phi-3: ffn_up holds gate rows, then up rows
+                gu = self.mm(h, b + "ffn_up.weight")
+                g, u = gu[:, :gu.shape[1] // 2], gu[:, gu.shape[1] // 2:]
+            act = self.gelu_tanh(g) if self.gelu else self.silu(g)
             d = self.mm(act * u, b + "ffn_down.weight")
             if self.has(b + "post_ffw_norm.weight"):
                 d = self.rmsnorm(d, self.w(b + "post_ffw_norm.weight"))

@@ -38,7 +38,7 @@ struct OffloadRequest {
   const ModelConfig* config = nullptr;
   const LayerSpec* layer = nullptr;          // the architecture's layer, run by run_layer
   const std::vector<LayerWeights>* layers = nullptr;
-  const float* rope_freq_factors = nullptr;  // rope_freqs.weight, or nullptr
+  const float* rope_freq_factors = nullptr;  // select_rope_factors (model/architecture.h), or nullptr
   int n_gpu_layers = 0;                      // -1: all
   int max_batch_tokens = 512;
 };

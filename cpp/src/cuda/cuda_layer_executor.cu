@@ -367,6 +367,10 @@ std::unique_ptr<LayerExecutor> make_layer_executor(const OffloadRequest& r, int 
                " exceeds the CUDA attention kernel's " + std::to_string(kMaxHeadDim);
     return nullptr;
   }
+  if (c.attn_softcap > 0.0f) {
+    *why_not = "attention logit soft-capping (" + c.arch + ") is not in the CUDA attention kernel";
+    return nullptr;
+  }
   for (int il = c.n_layer - n; il < c.n_layer; ++il) {
     const LayerWeights& w = (*r.layers)[il];
     for (const Matrix* m : w.matrices())

@@ -13,10 +13,10 @@
 #include <string>
 
 #include "common/errors.h"
+#include "model/model_config.h"  // default_context_length
 
 namespace edgellm {
 namespace {
-constexpr int32_t kDefaultMaxContext = 4096;
 constexpr int32_t kMaxContext = 1 << 24;  // tokens per sequence; python/edgellm/validation.py MAX_N_CTX
 
 // EDGELLM_MEMORY_LIMIT: bytes, or a number with K/M/G/T (powers of 1024; "KiB", "MB"... read the
@@ -96,7 +96,7 @@ Engine::Engine(std::shared_ptr<EngineModel> model, std::shared_ptr<const EngineV
   if (cfg_.kv_memory < 0) throw InvalidRequestError("kv_memory must be >= 0");
   n_vocab_ = model_->n_vocab();
   const int32_t trained = model_->context_length();
-  n_ctx_ = cfg_.n_ctx > 0 ? cfg_.n_ctx : std::min(trained > 0 ? trained : kDefaultMaxContext, kDefaultMaxContext);
+  n_ctx_ = cfg_.n_ctx > 0 ? cfg_.n_ctx : default_context_length(trained);
 
   KVCacheConfig kc = model_->kv_geometry();
   kc.page_size = cfg_.page_size;

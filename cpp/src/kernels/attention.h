@@ -5,7 +5,9 @@
 // consecutive positions q_pos0, q_pos0 + 1, ...; for each token, the n_q query heads that share
 // this KV head under grouped-query attention. A block lets an implementation read (and
 // convert) each cached key/value row once for all its queries during prefill; decode passes
-// blocks of one token. The caller has already scaled the queries (kq_scale = 1).
+// blocks of one token. The caller has already scaled the queries (kq_scale = 1). With a
+// soft-cap c > 0 (Gemma 2's attn_logit_softcapping) each score s becomes c·tanh(s / c) before
+// the softmax.
 //
 // Token j (position p = q_pos0 + j) attends to the keys at positions [lo, p], where lo = 0 for
 // full attention and lo = max(0, p - window + 1) on a sliding-window layer (key k is masked
@@ -26,6 +28,7 @@ struct PagedAttentionArgs {
   int n_tokens;           // query tokens in the block (>= 1)
   int32_t q_pos0;         // position of the first
   int32_t window;         // 0: full causal attention; w > 0: sliding window of w keys
+  float softcap;          // 0: none; c > 0: scores become c * tanh(score / c)
 
   const float* q;         // token j, head i at q + j * q_token_stride + i * q_head_stride
   int64_t q_token_stride, q_head_stride;  // in floats

@@ -10,7 +10,9 @@ namespace edgellm {
 // initializers): the core is a static library, and the linker drops object files nothing
 // refers to.
 const Architecture& llama_architecture();
+const Architecture& gemma2_architecture();
 const Architecture& gemma3_architecture();
+const Architecture& phi3_architecture();
 const Architecture& qwen2_architecture();
 const Architecture& qwen3_architecture();
 
@@ -19,8 +21,9 @@ std::string layer_tensor(int il, const char* name) { return "blk." + std::to_str
 }  // namespace
 
 const std::vector<const Architecture*>& architectures() {
-  static const std::vector<const Architecture*> list = {&gemma3_architecture(), &llama_architecture(),
-                                                        &qwen2_architecture(), &qwen3_architecture()};
+  static const std::vector<const Architecture*> list = {&gemma2_architecture(), &gemma3_architecture(),
+                                                        &llama_architecture(),  &phi3_architecture(),
+                                                        &qwen2_architecture(),  &qwen3_architecture()};
   return list;
 }
 
@@ -50,17 +53,30 @@ void bind_layer(WeightLoader& ld, const ModelConfig& c, const LayerSpec& spec, i
   auto t = [&](const char* n) { return layer_tensor(il, n); };
   const bool optional_qkv_bias = !spec.qkv_bias;
   w.attn_norm = ld.vector(t("attn_norm.weight"), c.n_embd);
-  w.wq = ld.matrix(t("attn_q.weight"), c.n_embd, c.n_embd_q());
-  w.wk = ld.matrix(t("attn_k.weight"), c.n_embd, c.n_embd_k());
-  w.wv = ld.matrix(t("attn_v.weight"), c.n_embd, c.n_embd_v());
+  if (spec.fused_qkv && !ld.has(t("attn_q.weight"))) {
+    const Matrix qkv = ld.matrix(t("attn_qkv.weight"), c.n_embd, c.n_embd_q() + c.n_embd_k() + c.n_embd_v());
+    w.wq = row_view(qkv, 0, c.n_embd_q());
+    w.wk = row_view(qkv, c.n_embd_q(), c.n_embd_k());
+    w.wv = row_view(qkv, c.n_embd_q() + c.n_embd_k(), c.n_embd_v());
+  } else {
+    w.wq = ld.matrix(t("attn_q.weight"), c.n_embd, c.n_embd_q());
+    w.wk = ld.matrix(t("attn_k.weight"), c.n_embd, c.n_embd_k());
+    w.wv = ld.matrix(t("attn_v.weight"), c.n_embd, c.n_embd_v());
+  }
   w.wo = ld.matrix(t("attn_output.weight"), c.n_embd_attn(), c.n_embd);
   w.bq = ld.vector(t("attn_q.bias"), c.n_embd_q(), optional_qkv_bias);
   w.bk = ld.vector(t("attn_k.bias"), c.n_embd_k(), optional_qkv_bias);
   w.bv = ld.vector(t("attn_v.bias"), c.n_embd_v(), optional_qkv_bias);
   w.bo = ld.vector(t("attn_output.bias"), c.n_embd, true);
   w.ffn_norm = ld.vector(t("ffn_norm.weight"), c.n_embd);
-  w.gate = ld.matrix(t("ffn_gate.weight"), c.n_embd, c.n_ff);
-  w.up = ld.matrix(t("ffn_up.weight"), c.n_embd, c.n_ff);
+  if (spec.fused_gate_up) {
+    const Matrix gate_up = ld.matrix(t("ffn_up.weight"), c.n_embd, 2 * static_cast<int64_t>(c.n_ff));
+    w.gate = row_view(gate_up, 0, c.n_ff);
+    w.up = row_view(gate_up, c.n_ff, c.n_ff);
+  } else {
+    w.gate = ld.matrix(t("ffn_gate.weight"), c.n_embd, c.n_ff);
+    w.up = ld.matrix(t("ffn_up.weight"), c.n_embd, c.n_ff);
+  }
   w.down = ld.matrix(t("ffn_down.weight"), c.n_ff, c.n_embd);
   w.b_gate = ld.vector(t("ffn_gate.bias"), c.n_ff, true);
   w.b_up = ld.vector(t("ffn_up.bias"), c.n_ff, true);
@@ -73,6 +89,25 @@ void bind_layer(WeightLoader& ld, const ModelConfig& c, const LayerSpec& spec, i
     w.post_attn_norm = ld.vector(t("post_attention_norm.weight"), c.n_embd);
     w.post_ffn_norm = ld.vector(t("post_ffw_norm.weight"), c.n_embd);
   }
+}
+
+RopeFactors bind_rope_factors(WeightLoader& ld, const ModelConfig& c) {
+  RopeFactors f;
+  f.freqs = ld.vector("rope_freqs.weight", c.n_rot / 2, /*optional=*/true);
+  f.short_factors = ld.vector("rope_factors_short.weight", c.n_rot / 2, /*optional=*/true);
+  f.long_factors = ld.vector("rope_factors_long.weight", c.n_rot / 2, /*optional=*/true);
+  // Bound vectors have n set also in plan-only loads (where data stays null).
+  if ((f.short_factors.n > 0) != (f.long_factors.n > 0))
+    throw ModelFormatError(ld.path() + ": required tensor " +
+                           (f.short_factors.n > 0 ? "rope_factors_long.weight" : "rope_factors_short.weight") +
+                           " is missing (LongRoPE needs both rope_factors_short and rope_factors_long)");
+  return f;
+}
+
+const float* select_rope_factors(const RopeFactors& f, const ModelConfig& c, int n_ctx) {
+  if (f.freqs) return f.freqs.data;
+  if (!f.long_factors) return nullptr;
+  return n_ctx > c.n_ctx_orig ? f.long_factors.data : f.short_factors.data;
 }
 
 }  // namespace edgellm

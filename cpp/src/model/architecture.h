@@ -1,9 +1,9 @@
 // The architecture registry. Each supported `general.architecture` has one file under model/
-// arch/ (llama.cpp, gemma3.cpp, qwen2.cpp, qwen3.cpp) that says two things about it: which
-// hyper-parameters it reads beyond the common ones (into ModelConfig: RoPE flavour and bases,
-// sliding windows per layer, scales, soft-capping), and what its layers are made of (a
-// LayerSpec: which tensors they bind, where the norms sit, which FFN activation). A layer is
-// then one definition, run_layer below, that every backend runs: the CPU forward pass
+// arch/ (llama.cpp, gemma2.cpp, gemma3.cpp, phi3.cpp, qwen2.cpp, qwen3.cpp) that says two things
+// about it: which hyper-parameters it reads beyond the common ones (into ModelConfig: RoPE
+// flavour and bases, sliding windows per layer, scales, soft-capping), and what its layers are
+// made of (a LayerSpec: which tensors they bind, where the norms sit, which FFN activation). A
+// layer is then one definition, run_layer below, that every backend runs: the CPU forward pass
 // (model/forward_pass.h) and the CUDA executor (cuda/cuda_layer_executor.cu) each supply the
 // same few building blocks. Adding an architecture is its file plus its line in
 // architecture.cpp's registry; a layer feature no LayerSpec field describes is a new field,
@@ -36,6 +36,12 @@ struct LayerSpec {
   // post_attention_norm / post_ffw_norm: each sub-layer's output is RMS-normed before its
   // residual add.
   bool post_norms = false;
+  // attn_qkv.weight, one matrix of n_embd_q + 2 n_embd_k rows (Q rows, then K, then V), may stand
+  // in for attn_q/k/v (which are used when present); bound as three row views of it.
+  bool fused_qkv = false;
+  // ffn_up.weight holds 2 n_ff rows, gate rows first, then up, and there is no ffn_gate;
+  // bound as two row views of it.
+  bool fused_gate_up = false;
 };
 
 struct Architecture {
@@ -50,7 +56,7 @@ struct Architecture {
 const std::vector<const Architecture*>& architectures();
 // nullptr when `name` is not supported.
 const Architecture* find_architecture(const std::string& name);
-// "gemma3, llama, qwen2, qwen3"
+// "gemma2, gemma3, llama, phi3, qwen2, qwen3"
 std::string supported_architectures();
 
 // The whole config of `file` (read_common_config, then its architecture's hparams) and the
@@ -84,6 +90,16 @@ struct LayerWeights {
 // llama set (attn_norm, attn_q/k/v/output with optional biases, ffn_norm, ffn_gate/up/down with
 // optional biases), then what the spec adds.
 void bind_layer(WeightLoader& loader, const ModelConfig& c, const LayerSpec& spec, int il, LayerWeights& w);
+
+// The model's RoPE frequency factors (model/rope.h), n_rot/2 each: Llama-3's rope_freqs.weight,
+// and LongRoPE's rope_factors_short / rope_factors_long.weight (both or neither; Phi-3).
+struct RopeFactors {
+  Vector freqs, short_factors, long_factors;
+};
+RopeFactors bind_rope_factors(WeightLoader& loader, const ModelConfig& c);
+// The factors a run of n_ctx tokens per sequence uses: rope_freqs; else the long LongRoPE
+// factors when n_ctx > c.n_ctx_orig, the short ones otherwise; nullptr when there are none.
+const float* select_rope_factors(const RopeFactors& f, const ModelConfig& c, int n_ctx);
 
 // One transformer layer, the one definition every backend runs. `f` is the backend's pass:
 // residual stream f.x, sub-layer input f.h and output f.out, and the building blocks

@@ -98,6 +98,7 @@ void ForwardPass::attend(int il) {
   const auto attention = kernels::active().paged_attention;
   kernels::PagedAttentionArgs base{};
   base.window = c_.layer_window[il];
+  base.softcap = c_.attn_softcap;
   base.q_token_stride = c_.n_embd_q();
   base.q_head_stride = c_.head_dim_k;
   base.n_q = group;

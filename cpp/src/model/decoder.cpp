@@ -29,7 +29,7 @@ DecoderModel::DecoderModel(std::shared_ptr<GgufFile> file, const Architecture& a
   output_norm_ = ld.vector("output_norm.weight", c.n_embd);
   output_ = ld.matrix("output.weight", c.n_embd, c.n_vocab, /*optional=*/true);
   if (!output_) output_ = token_embd_;  // tied output head
-  rope_freqs_ = ld.vector("rope_freqs.weight", c.n_rot / 2, /*optional=*/true);
+  rope_factors_ = bind_rope_factors(ld, c);
   layers_.resize(c.n_layer);
   for (int il = 0; il < c.n_layer; ++il) bind_layer(ld, c, arch_.layer, il, layers_[il]);
   owned_ = std::move(ld.owned());
@@ -45,7 +45,9 @@ DecoderModel::DecoderModel(std::shared_ptr<GgufFile> file, const Architecture& a
   }
   output_plan_ = plan_matmul({&output_}, nt);
 
-  const float* factors = rope_freqs_ ? rope_freqs_.data : nullptr;
+  if (opts.n_ctx < 0) throw InvalidRequestError("LoadOptions.n_ctx must be >= 0, got " + std::to_string(opts.n_ctx));
+  const int n_ctx = opts.n_ctx > 0 ? opts.n_ctx : default_context_length(c.n_ctx_train);
+  const float* factors = select_rope_factors(rope_factors_, c, n_ctx);
   rope_[0] = Rope(c.rope_type, c.n_rot, c.rope_global, factors);
   rope_[1] = Rope(c.rope_type, c.n_rot, c.rope_local, factors);
 

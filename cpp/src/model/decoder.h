@@ -31,7 +31,8 @@ class DecoderModel final : public Model {
 
   const Architecture& arch_;
   Matrix token_embd_, output_;
-  Vector output_norm_, rope_freqs_;
+  Vector output_norm_;
+  RopeFactors rope_factors_;
   std::vector<LayerWeights> layers_;
   std::vector<LayerPlans> plans_;
   MatmulPlan output_plan_;

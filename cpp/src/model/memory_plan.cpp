@@ -21,8 +21,6 @@
 namespace edgellm {
 namespace {
 
-constexpr int32_t kDefaultMaxContext = 4096;  // engine.cpp's default n_ctx cap
-
 // Bytes malloc has handed out and not taken back (all arenas, mmapped chunks included); -1 where
 // the C library cannot say.
 int64_t heap_in_use() {
@@ -81,7 +79,7 @@ void MemoryPlanner::read(const std::string& path) {
   Matrix output = ld.matrix("output.weight", c.n_embd, c.n_vocab, /*optional=*/true);
   const bool tied = !output;
   if (tied) output = token_embd;
-  ld.vector("rope_freqs.weight", c.n_rot / 2, /*optional=*/true);
+  bind_rope_factors(ld, c);
   std::vector<LayerWeights> layers(c.n_layer);
   for (int il = 0; il < c.n_layer; ++il) bind_layer(ld, c, arch.layer, il, layers[il]);
   converted_ = static_cast<int64_t>(ld.converted_bytes());
@@ -90,15 +88,17 @@ void MemoryPlanner::read(const std::string& path) {
   std::vector<const Matrix*> mats{&output};
   for (const LayerWeights& w : layers)
     for (const Matrix* m : w.matrices()) mats.push_back(m);
-  std::set<const TensorInfo*> seen;
+  // A tied head is token_embd again; a fused tensor's row views (Phi-3's attn_qkv) are each a
+  // matrix of their own, packed or mapped on their own.
+  std::set<std::pair<const TensorInfo*, const uint8_t*>> seen;
   for (const Matrix* m : mats) {
-    if (!*m || !seen.insert(m->info).second) continue;
+    if (!*m || !seen.insert({m->info, m->data}).second) continue;
     const int64_t p = static_cast<int64_t>(packed_matrix_bytes(*m));
     if (p > 0) {
       packed_ += p;
       ++n_packed_;
     } else {
-      mapped_ += static_cast<int64_t>(m->info->nbytes);
+      mapped_ += static_cast<int64_t>(m->row_bytes * static_cast<size_t>(m->n_out));
       ++n_mapped_;
     }
   }
@@ -142,8 +142,7 @@ MemoryPlan MemoryPlanner::plan(const MemoryPlanOptions& o) const {
   p.arch = c.arch;
   p.n_ctx_train = c.n_ctx_train;
   p.n_layer = c.n_layer;
-  p.n_ctx = o.n_ctx > 0 ? o.n_ctx
-                        : std::min(c.n_ctx_train > 0 ? c.n_ctx_train : kDefaultMaxContext, kDefaultMaxContext);
+  p.n_ctx = o.n_ctx > 0 ? o.n_ctx : default_context_length(c.n_ctx_train);
   p.n_threads = o.n_threads > 0 ? o.n_threads : std::max(1, cpu_features().physical_cores);
   p.page_size = o.page_size;
   p.max_seqs = o.max_seqs;

@@ -19,6 +19,9 @@ struct LoadOptions {
   int n_threads = 0;        // 0 = physical cores
   int max_batch_tokens = 512;  // largest batch forward() accepts (scratch is sized for it)
   int n_gpu_layers = 0;     // last layers to run on the GPU (-1 = all); backend/layer_executor.h
+  // Tokens per sequence the caller will run (the engine's n_ctx); 0 = default_context_length.
+  // Picks LongRoPE's long or short frequency factors (model/rope.h) where a model has them.
+  int n_ctx = 0;
   // Run on this pool instead of a new one (n_threads ignored): a draft model shares the target's
   // workers, as both only run from the engine thread, one after the other.
   std::shared_ptr<ThreadPool> threads;

@@ -122,6 +122,13 @@ ModelConfig read_common_config(const GgufFile& f) {
     if (!(*factor > 0.0f) || !std::isfinite(*factor)) bad(f, key("rope.scaling.factor"), "must be positive");
     c.rope_global.freq_scale = 1.0f / *factor;
   }
+  // LongRoPE (§4.6): 0 in either key means absent, as the converters write no other defaults.
+  if (auto af = f.find_f32(key("rope.scaling.attn_factor")); af && *af != 0.0f) {
+    if (!(*af > 0.0f) || !std::isfinite(*af)) bad(f, key("rope.scaling.attn_factor"), "must be positive");
+    c.rope_global.attn_factor = *af;
+  }
+  const uint32_t n_ctx_orig = f.find_u32(key("rope.scaling.original_context_length")).value_or(0);
+  c.n_ctx_orig = n_ctx_orig ? positive(f, key("rope.scaling.original_context_length"), n_ctx_orig) : c.n_ctx_train;
   c.rope_local = c.rope_global;
 
   // Embedding pooling (llama.cpp's enum); absent in most decoder GGUFs: the engine then means.
@@ -133,6 +140,36 @@ ModelConfig read_common_config(const GgufFile& f) {
   c.layer_window.assign(c.n_layer, 0);
   c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim_k));
   return c;
+}
+
+std::vector<bool> read_sliding_layers(const GgufFile& file, const ModelConfig& c, uint32_t default_period) {
+  const std::string key = arch_key(c, "attention.sliding_window_pattern");
+  std::vector<bool> swa(c.n_layer, false);
+  const GgufValue* v = file.find(key);
+  if (v && v->is_array()) {
+    if (v->elem_type != GgufType::BOOL)
+      bad(file, key,
+          std::string("is an array of ") + gguf_type_name(v->elem_type) + ", expected BOOL (or a UINT32 period)");
+    if (v->array_len != static_cast<uint64_t>(c.n_layer))
+      bad(file, key, "has " + std::to_string(v->array_len) + " entries, expected one per layer (" +
+                         std::to_string(c.n_layer) + ")");
+    for (int il = 0; il < c.n_layer; ++il) swa[il] = v->array_number(il) != 0;
+    return swa;
+  }
+  const uint32_t n = file.find_u32(key).value_or(default_period);
+  for (int il = 0; il < c.n_layer; ++il) swa[il] = n == 0 || static_cast<uint32_t>(il) % n < n - 1;
+  return swa;
+}
+
+float read_softcap(const GgufFile& file, const std::string& key, float fallback) {
+  const float v = file.find_f32(key).value_or(fallback);
+  if (!(v >= 0.0f) || !std::isfinite(v)) bad(file, key, "= " + std::to_string(v) + " must be finite and >= 0");
+  return v;
+}
+
+int32_t default_context_length(int32_t n_ctx_train) {
+  constexpr int32_t kDefaultMaxContext = 4096;
+  return std::min(n_ctx_train > 0 ? n_ctx_train : kDefaultMaxContext, kDefaultMaxContext);
 }
 
 }  // namespace edgellm

@@ -13,14 +13,16 @@ class GgufFile;
 
 enum class RopeType {
   Norm,  // rotate adjacent pairs (x[2i], x[2i+1]) — llama-arch GGUFs (Q/K rows pre-permuted)
-  Neox,  // rotate halves (x[i], x[i + n_rot/2]) — gemma3, qwen2, qwen3
+  Neox,  // rotate halves (x[i], x[i + n_rot/2]) — gemma2, gemma3, phi3, qwen2, qwen3
 };
 const char* rope_type_name(RopeType t);
 
-// One RoPE variant: theta_i = pos * freq_base^(-2i/n_rot) / freq_factor_i * freq_scale.
+// One RoPE variant: theta_i = pos * freq_base^(-2i/n_rot) / freq_factor_i * freq_scale; the
+// rotated pair is (x0 cos - x1 sin, x0 sin + x1 cos) * attn_factor.
 struct RopeParams {
   float freq_base = 10000.0f;
-  float freq_scale = 1.0f;  // 1 / rope.scaling.factor for linear scaling
+  float freq_scale = 1.0f;   // 1 / rope.scaling.factor for linear scaling
+  float attn_factor = 1.0f;  // rope.scaling.attn_factor (LongRoPE: sqrt(1 + ln(s) / ln(n_ctx_orig)))
 };
 
 struct ModelConfig {
@@ -42,6 +44,9 @@ struct ModelConfig {
   int n_rot = 0;            // rotated dims per head (rope.dimension_count); the rest pass through
   RopeParams rope_global;   // full-attention layers
   RopeParams rope_local;    // sliding-window layers (gemma3: rope.freq_base_swa, scale 1)
+  // rope.scaling.original_context_length (default n_ctx_train): with LongRoPE factors
+  // (rope_factors_long/short) a context beyond it runs the long ones (model/rope.h).
+  int n_ctx_orig = 0;
 
   int n_swa = 0;                     // sliding window in tokens; 0 = none
   std::vector<int32_t> layer_window; // per layer: 0 = full attention, else n_swa
@@ -49,6 +54,7 @@ struct ModelConfig {
   float attn_scale = 1.0f;    // multiplies Q before attention (kq_scale is then 1)
   float embed_scale = 1.0f;   // multiplies token embeddings (gemma3: sqrt(n_embd))
   float logit_softcap = 0.0f; // logits = c * tanh(logits / c) when > 0
+  float attn_softcap = 0.0f;  // attention scores = c * tanh(scores / c) before softmax when > 0 (gemma2)
   int pooling_type = -1;      // <arch>.pooling_type (0 none, 1 mean, 2 cls, 3 last, 4 rank); -1 absent
 
   bool is_swa(int layer) const { return layer_window[layer] > 0; }
@@ -66,5 +72,18 @@ ModelConfig read_common_config(const GgufFile& file);
 
 // "<arch>.<suffix>", the name of an architecture-scoped key.
 std::string arch_key(const ModelConfig& c, const char* suffix);
+
+// Which layers use the sliding window (gemma2, gemma3): <arch>.attention.sliding_window_pattern is
+// an integer N (layer il is local when il % N < N - 1; N = 0: all local; absent: default_period)
+// or one bool per layer. Throws ModelFormatError for a malformed key.
+std::vector<bool> read_sliding_layers(const GgufFile& file, const ModelConfig& c, uint32_t default_period);
+
+// A soft-capping value read from `key` (absent: `fallback`): finite and >= 0 (0 = off), else
+// ModelFormatError naming the key.
+float read_softcap(const GgufFile& file, const std::string& key, float fallback);
+
+// The context a model runs when its caller names none: the engine's default n_ctx,
+// min(n_ctx_train, 4096).
+int32_t default_context_length(int32_t n_ctx_train);
 
 }  // namespace edgellm

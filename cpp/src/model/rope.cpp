@@ -5,7 +5,7 @@
 namespace edgellm {
 
 Rope::Rope(RopeType type, int n_rot, const RopeParams& params, const float* freq_factors)
-    : type_(type), n_rot_(n_rot), inv_freq_(n_rot / 2) {
+    : type_(type), n_rot_(n_rot), inv_freq_(n_rot / 2), attn_factor_(params.attn_factor) {
   for (int i = 0; i < n_rot / 2; ++i) {
     double f = std::pow(static_cast<double>(params.freq_base), -2.0 * i / n_rot);
     if (freq_factors) f /= freq_factors[i];
@@ -16,8 +16,8 @@ Rope::Rope(RopeType type, int n_rot, const RopeParams& params, const float* freq
 void Rope::fill(int32_t pos, float* row) const {
   for (int i = 0; i < n_rot_ / 2; ++i) {
     const double theta = pos * inv_freq_[i];
-    row[2 * i] = static_cast<float>(std::cos(theta));
-    row[2 * i + 1] = static_cast<float>(std::sin(theta));
+    row[2 * i] = static_cast<float>(std::cos(theta) * attn_factor_);
+    row[2 * i + 1] = static_cast<float>(std::sin(theta) * attn_factor_);
   }
 }
 

@@ -2,7 +2,12 @@
 //
 // theta_i(pos) = pos * freq_base^(-2i/n_rot) / freq_factor_i * freq_scale, i < n_rot/2.
 // NORM rotates the pairs (x[2i], x[2i+1]); NEOX rotates (x[i], x[i + n_rot/2]); dims >= n_rot
-// pass through. Angles are computed in double from the exact inverse frequencies, so long
+// pass through. The table's cos and sin carry attn_factor (LongRoPE's attention factor), so the
+// rotated dims of Q and K are both scaled by it.
+//
+// Frequency factors: Llama-3's rope_freqs.weight, or LongRoPE's pair (Phi-3) rope_factors_short /
+// rope_factors_long.weight, the long ones when the context run exceeds n_ctx_orig
+// (select_rope_factors). Angles are computed in double from the exact inverse frequencies, so long
 // positions lose nothing to an iterated f32 product.
 //
 // A forward pass fills one table of (cos, sin) per token and RoPE variant once, then every head
@@ -33,6 +38,7 @@ class Rope {
   RopeType type_ = RopeType::Norm;
   int n_rot_ = 0;
   std::vector<double> inv_freq_;  // freq_base^(-2i/n_rot) / factor_i * freq_scale
+  float attn_factor_ = 1.0f;
 };
 
 }  // namespace edgellm

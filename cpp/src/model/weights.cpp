@@ -44,6 +44,14 @@ Matrix WeightLoader::matrix(const std::string& name, int64_t n_in, int64_t n_out
   return m;
 }
 
+Matrix row_view(const Matrix& m, int64_t first, int64_t n) {
+  Matrix v = m;
+  v.data = m.data + static_cast<size_t>(first) * m.row_bytes;
+  v.n_out = n;
+  v.packed = nullptr;
+  return v;
+}
+
 Vector WeightLoader::vector(const std::string& name, int64_t n, bool optional) {
   Vector v;
   const TensorInfo* t = find(name, optional);

@@ -24,6 +24,10 @@ struct Matrix {
   const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
 };
 
+// Rows [first, first + n) of `m` as a matrix of their own (a fused tensor's parts, e.g. Phi-3's
+// attn_qkv): the same tensor and element type, data offset by whole rows.
+Matrix row_view(const Matrix& m, int64_t first, int64_t n);
+
 // A 1-D f32 vector (norm weights, biases, RoPE frequency factors). Always points into an f32 copy
 // the loader owns (also for F32 files: released weight pages must not be faulted back in).
 struct Vector {
@@ -44,6 +48,10 @@ class WeightLoader {
   Matrix matrix(const std::string& name, int64_t n_in, int64_t n_out, bool optional = false);
   // Binds `name` as a vector of n elements: an f32 copy (converted if stored otherwise).
   Vector vector(const std::string& name, int64_t n, bool optional = false);
+  // Whether the file has a tensor `name`.
+  bool has(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
+  // The file's path, for error messages.
+  const std::string& path() const { return file_.path(); }
 
   // The vectors' copies; the model keeps them alive.
   std::vector<std::unique_ptr<float[]>>& owned() { return owned_; }

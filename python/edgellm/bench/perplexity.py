@@ -93,7 +93,8 @@ def perplexity(path: str, text: str, n_ctx: int = 512, n_batch: int = 512, n_thr
                          f"(use a longer text or a smaller -c)")
     if on_start is not None:
         on_start(len(chunks))
-    model = _core.Model(str(path), n_threads=n_threads, max_batch_tokens=max(1, min(n_batch, n_ctx)))
+    # n_ctx also picks LongRoPE's factors (phi3) as llama-perplexity's context does.
+    model = _core.Model(str(path), n_threads=n_threads, max_batch_tokens=max(1, min(n_batch, n_ctx)), n_ctx=n_ctx)
     # Scoring runs at full KV precision, as LLM.eval_logits does (the serving default is F16).
     runner = _core.ModelRunner(model, n_ctx=n_ctx, kv_type="F32")
     first = n_ctx // 2

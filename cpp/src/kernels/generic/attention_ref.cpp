@@ -1,5 +1,6 @@
 // Scalar reference of paged attention: one pass over the keys with an online softmax per query
-// (running max m, running sum l, output rescaled whenever the max grows), accumulating in f32.
+// (running max m, running sum l, output rescaled whenever the max grows), accumulating in f32;
+// scores soft-capped first when the args ask for it.
 #include <cmath>
 #include <cstring>
 
@@ -53,6 +54,7 @@ void paged_attention_ref(const PagedAttentionArgs& a) {
         const float* q = a.q + j * a.q_token_stride + h * a.q_head_stride;
         float s = 0.0f;
         for (int i = 0; i < a.head_dim_k; ++i) s += q[i] * k[i];
+        if (a.softcap > 0.0f) s = a.softcap * std::tanh(s / a.softcap);
         float* o = out_row(j, h);
         float& mq = m[j * a.n_q + h];
         float& lq = l[j * a.n_q + h];

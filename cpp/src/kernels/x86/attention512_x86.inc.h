@@ -66,6 +66,14 @@ struct AttnVec16 {
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(m_new, m_old, _CMP_GT_OQ), _mm512_set1_ps(1.0f),
                                 exp_ps512(_mm512_sub_ps(m_old, m_new)));
   }
+  // AttnVec8::softcap on 16 lanes, the same operations in the same order.
+  static V softcap(V s, float cap) {
+    const V e = exp_ps512(_mm512_mul_ps(_mm512_set1_ps(2.0f), _mm512_div_ps(s, _mm512_set1_ps(cap))));
+    const V t = _mm512_sub_ps(_mm512_set1_ps(1.0f),
+                              _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, _mm512_set1_ps(1.0f))));
+    const __mmask16 masked = _mm512_cmp_ps_mask(s, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
+    return _mm512_mask_blend_ps(masked, _mm512_mul_ps(_mm512_set1_ps(cap), t), s);
+  }
 };
 
 // Blocks that take tiles (attention_use_tiles) use the 16-lane ones from 8 queries, or at head dim

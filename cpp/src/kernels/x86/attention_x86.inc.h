@@ -156,6 +156,7 @@ inline void paged_attention_rowwise(const PagedAttentionArgs& a) {
         float mx = -INFINITY;
         for (int r = 0; r < n; ++r) {
           s[r] = attention_dot(q, kbuf + static_cast<size_t>(r0 + r) * hd_k, hd_k);
+          if (a.softcap > 0.0f) s[r] = a.softcap * std::tanh(s[r] / a.softcap);
           mx = std::max(mx, s[r]);
         }
         float* o = out_row(j, h);
@@ -240,6 +241,15 @@ struct AttnVec8 {
   static V rescale(V m_old, V m_new) {
     return _mm256_blendv_ps(_mm256_set1_ps(1.0f), exp_ps(_mm256_sub_ps(m_old, m_new)),
                             _mm256_cmp_ps(m_new, m_old, _CMP_GT_OQ));
+  }
+  // cap · tanh(s / cap), with tanh(x) = 1 - 2 / (exp(2x) + 1) (exact limits ±1: exp_ps saturates
+  // to 0 and to inf); -inf (a masked key) stays -inf.
+  static V softcap(V s, float cap) {
+    const V e = exp_ps(_mm256_mul_ps(_mm256_set1_ps(2.0f), _mm256_div_ps(s, _mm256_set1_ps(cap))));
+    const V t = _mm256_sub_ps(_mm256_set1_ps(1.0f),
+                              _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
+    const V masked = _mm256_cmp_ps(s, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ);
+    return _mm256_blendv_ps(_mm256_mul_ps(_mm256_set1_ps(cap), t), s, masked);
   }
 };
 
@@ -433,6 +443,12 @@ void paged_attention_tiled(const PagedAttentionArgs& a) {
         if (nv == 2) attention_scores<T, 2>(mr, k, hd_k, hd_k, qt + g0, ldq, s, ls, p, lo + g0, hi + g0);
         else attention_scores<T, 1>(mr, k, hd_k, hd_k, qt + g0, ldq, s, ls, p, lo + g0, hi + g0);
       }
+      if (a.softcap > 0.0f)  // Gemma 2: cap the scores before the softmax sees them
+        for (int r = 0; r < rows; ++r)
+          for (int v = 0; v < nv; ++v) {
+            float* sv = sbuf + r * ls + v * W;
+            T::store(sv, T::softcap(T::load(sv), a.softcap));
+          }
       for (int v = 0; v < nv; ++v) {  // online softmax, one lane per query
         const int lane = g0 + v * W;
         V mx = T::set1(-INFINITY);

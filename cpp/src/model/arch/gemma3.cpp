@@ -16,27 +16,6 @@
 namespace edgellm {
 namespace {
 
-// Which layers use the sliding window: attention.sliding_window_pattern is an integer N
-// (layer il is local when il % N < N - 1; N = 0: all local) or one bool per layer.
-std::vector<bool> sliding_layers(const GgufFile& file, const ModelConfig& c) {
-  const std::string key = arch_key(c, "attention.sliding_window_pattern");
-  std::vector<bool> swa(c.n_layer, false);
-  const GgufValue* v = file.find(key);
-  if (v && v->is_array()) {
-    if (v->elem_type != GgufType::BOOL)
-      throw ModelFormatError(file.path() + ": key " + key + " is an array of " + gguf_type_name(v->elem_type) +
-                             ", expected BOOL (or a UINT32 period)");
-    if (v->array_len != static_cast<uint64_t>(c.n_layer))
-      throw ModelFormatError(file.path() + ": key " + key + " has " + std::to_string(v->array_len) +
-                             " entries, expected one per layer (" + std::to_string(c.n_layer) + ")");
-    for (int il = 0; il < c.n_layer; ++il) swa[il] = v->array_number(il) != 0;
-    return swa;
-  }
-  const uint32_t n = file.find_u32(key).value_or(6);
-  for (int il = 0; il < c.n_layer; ++il) swa[il] = n == 0 || static_cast<uint32_t>(il) % n < n - 1;
-  return swa;
-}
-
 void gemma3_hparams(const GgufFile& file, ModelConfig& c) {
   c.rope_type = RopeType::Neox;
   const uint32_t n_swa = file.find_u32(arch_key(c, "attention.sliding_window")).value_or(0);
@@ -45,7 +24,7 @@ void gemma3_hparams(const GgufFile& file, ModelConfig& c) {
                            std::to_string(n_swa) + " is out of range");
   c.n_swa = static_cast<int>(n_swa);
   if (c.n_swa > 0) {
-    const std::vector<bool> swa = sliding_layers(file, c);
+    const std::vector<bool> swa = read_sliding_layers(file, c, 6);
     for (int il = 0; il < c.n_layer; ++il) c.layer_window[il] = swa[il] ? c.n_swa : 0;
   }
   c.rope_local.freq_base = file.find_f32(arch_key(c, "rope.freq_base_swa")).value_or(10000.0f);
