@@ -1,8 +1,10 @@
 // Row-interleaved ("packed") weights, kernels/packed.h:
-// - pack_rows / unpack_row round-trip every legacy type byte for byte (random blocks);
+// - pack_rows / unpack_row round-trip every 32-element type byte for byte (random blocks; MXFP4
+//   also with every exponent byte, its subnormal scales included);
 // - the scalar reference packed_matmul_ref equals a float64 dot of the dequantized operands
 //   (weights dequantized from the GGUF blocks by quant::dequantize_row, activations from the Q8_R
-//   blocks) within 1e-6·Σ|w·x|, for every packable type (Q4_0..Q8_0, Q4_K, Q5_K, Q6_K);
+//   blocks) within 1e-6·Σ|w·x|, for every packable type (Q4_0..Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL,
+//   IQ4_XS, MXFP4);
 // - every kernel table's packed_matmul equals packed_matmul_ref within 1e-5·Σ|w·x|: row-group
 //   sub-ranges, ncols 1..9, 16, 17 and 70 (crosses the 64-column block), sentinel rows and
 //   padding outside [r0, r1) untouched, extreme levels; rows not on 16-row groups are refused;
@@ -34,10 +36,11 @@ using kernels::KernelTable;
 
 namespace {
 
-const DType kLegacy[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0};
-const DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
-                        DType::Q4_K, DType::Q5_K, DType::Q6_K};
-bool is_k(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+// The 32-element types (unpack_row round-trips them).
+const DType kLegacy[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::IQ4_NL, DType::MXFP4};
+const DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K,
+                        DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
+bool is_k(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::IQ4_XS; }
 // A K that is whole units of t: n units of 32 (legacy) or 256 (K-quants).
 int64_t units(DType t, int n) { return n * (is_k(t) ? 256 : 32); }
 int idx(DType t) { return static_cast<int>(t); }
@@ -54,6 +57,10 @@ std::vector<uint8_t> random_weights(DType t, int rows, int64_t K, std::mt19937& 
     for (auto& b : w) b = b ? 0x80 : 0x7F;
   const size_t bb = row_bytes(t, is_k(t) ? 256 : 32);
   for (size_t off = 0; off < w.size(); off += bb) {
+    if (t == DType::MXFP4) {
+      w[off] = kernel_test::mxfp4_exponent(rng);
+      continue;
+    }
     const std::vector<size_t> f = half_fields(t);
     const uint16_t d = fp32_to_fp16(mag(rng) * (byte(rng) & 1 ? 1.0f : -1.0f));
     std::memcpy(&w[off + f[0]], &d, 2);
@@ -76,7 +83,8 @@ void test_round_trip(std::mt19937& rng) {
     for (int64_t K : {32, 96, 576}) {
       const int rows = 32;
       const auto w = random_weights(t, rows, K, rng);
-      CHECK(kernels::packed_group_bytes(t, K) * 2 == w.size());  // same size as the GGUF rows
+      if (t != DType::MXFP4)  // same size as the GGUF rows (MXFP4 keeps f32 scales: 320 vs 272 bytes a unit)
+        CHECK(kernels::packed_group_bytes(t, K) * 2 == w.size());
       const auto p = pack(t, w, rows, K);
       std::vector<uint8_t> back(row_bytes(t, K));
       bool same = true;
@@ -87,6 +95,21 @@ void test_round_trip(std::mt19937& rng) {
       if (!same) std::fprintf(stderr, "  FAIL: round trip %s K=%lld\n", dtype_name(t), static_cast<long long>(K));
       CHECK(same);
     }
+  {  // MXFP4 with every exponent byte: the packed f32 scale 2^(e−128) maps back to e, e = 0 and 1 included
+    const int rows = 16;
+    const int64_t K = 32 * 16;
+    auto w = random_weights(DType::MXFP4, rows, K, rng);
+    for (size_t b = 0; b < w.size() / sizeof(block_mxfp4); ++b) w[b * sizeof(block_mxfp4)] = static_cast<uint8_t>(b);
+    const auto p = pack(DType::MXFP4, w, rows, K);
+    std::vector<uint8_t> back(row_bytes(DType::MXFP4, K));
+    bool same = true;
+    for (int r = 0; r < rows; ++r) {
+      kernels::unpack_row(DType::MXFP4, p.data(), back.data(), K, r);
+      same = same && std::memcmp(back.data(), &w[r * back.size()], back.size()) == 0;
+    }
+    if (!same) std::fprintf(stderr, "  FAIL: round trip MXFP4, every exponent\n");
+    CHECK(same);
+  }
   bool threw = false;
   try {
     std::vector<uint8_t> dummy(1024);
