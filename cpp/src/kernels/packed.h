@@ -52,7 +52,7 @@
 
 #include "common/dtype.h"
 #include "kernels/kernels.h"
-#include "quant/reference.h"
+#include "quant/blocks.h"
 
 namespace edgellm::kernels {
 
@@ -95,7 +95,7 @@ struct PackedFormat {
 template <DType T>
 constexpr const int8_t* packed_levels() {
   static_assert(PackedFormat<T>::kLut, "packed_levels: not a table type");
-  return T == DType::MXFP4 ? quant::kMxfp4Values : quant::kIq4nlValues;
+  return T == DType::MXFP4 ? kMxfp4Values : kIq4nlValues;
 }
 // The 16 levels as bytes level + Bias (a byte-shuffle lookup table): Bias 128 gives the unsigned
 // u of the layout, 0 the signed levels.

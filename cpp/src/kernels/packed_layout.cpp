@@ -46,7 +46,7 @@ bool has_high_bit(DType t) { return with_format(t, [](auto f) { return f.kHigh; 
 int offset_of(DType t) { return with_format(t, [](auto f) { return f.kOffset; }); }
 // The table of a table type (packed.h), nullptr for the others.
 const int8_t* levels_of(DType t) {
-  return t == DType::MXFP4 ? quant::kMxfp4Values : (t == DType::IQ4_NL || t == DType::IQ4_XS) ? quant::kIq4nlValues : nullptr;
+  return t == DType::MXFP4 ? kMxfp4Values : (t == DType::IQ4_NL || t == DType::IQ4_XS) ? kIq4nlValues : nullptr;
 }
 // The E8M0 byte e of an MXFP4 scale 2^(e−128) (the inverse of quant::e8m0_to_fp32_half).
 uint8_t e8m0_of(float d) {

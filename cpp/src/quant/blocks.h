@@ -29,8 +29,8 @@ struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK
 // Activations only: f32 d (may be negative), bsums = sums of 16 consecutive qs.
 struct block_q8_K { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; };
 
-// Non-linear 4-bit formats: each nibble indexes a fixed 16-entry table (kIq4nlValues,
-// kMxfp4Values in quant/reference.h); element j of a 32-element (sub-)block is the low nibble of
+// Non-linear 4-bit formats: each nibble indexes a fixed 16-entry table of levels (below);
+// element j of a 32-element (sub-)block is the low nibble of
 // qs[j], element j+16 the high nibble, as in Q4_0.
 struct block_iq4_nl { uint16_t d; uint8_t qs[QK4_NL / 2]; };
 // Sub-block ib (0..7) has the 6-bit scale ls = (scales_l[ib/2] >> 4·(ib%2) & 0xF) |
@@ -39,6 +39,11 @@ struct block_iq4_xs { uint16_t d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]
 // e: E8M0 exponent; weight = 2^(e−128)·kMxfp4Values[q] (the table holds e2m1 values doubled).
 struct block_mxfp4 { uint8_t e; uint8_t qs[QK_MXFP4 / 2]; };
 #pragma pack(pop)
+
+// The level tables: IQ4_NL / IQ4_XS (sorted ascending) and MXFP4's e2m1 values doubled
+// (index 8 is −0), so that its scale is 2^(e−128).
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 static_assert(sizeof(block_q4_0) == 18, "q4_0");
 static_assert(sizeof(block_q4_1) == 20, "q4_1");

@@ -65,9 +65,7 @@ void quantize_row_q6_k(const float* x, block_q6_K* y, int64_t n);
 void quantize_row_q8_k(const float* x, block_q8_K* y, int64_t n);  // activation rule (see above)
 
 // ---- non-linear 4-bit formats: each nibble indexes a fixed table (docs/formats.md §2.5) ----
-// IQ4_NL / IQ4_XS levels (sorted ascending) and MXFP4's e2m1 values doubled (index 8 is −0).
-inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+// (The level tables kIq4nlValues, kMxfp4Values are in quant/blocks.h.)
 // MXFP4's scale 2^(e−128) (half the E8M0 value, as the table is doubled), exact for every e.
 inline float e8m0_to_fp32_half(uint8_t e) {
   return fp32_from_bits(e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23);
