@@ -48,8 +48,22 @@ int idx(DType t) { return static_cast<int>(t); }
 using kernel_test::half_fields;
 using kernel_test::random_activations;
 
-std::vector<uint8_t> random_weights(DType t, int rows, int64_t K, std::mt19937& rng, bool extreme = false) {
+// How test weights are made: random bytes (valid scales), all-extreme levels, or quant::quantize_row
+// of normal values (the blocks a real model file holds).
+enum Fill { kRandom = 0, kExtreme = 1, kQuantized = 2 };
+
+std::vector<uint8_t> random_weights(DType t, int rows, int64_t K, std::mt19937& rng, int fill = kRandom) {
   std::vector<uint8_t> w(row_bytes(t, K) * rows);
+  if (fill == kQuantized) {
+    std::normal_distribution<float> g(0.0f, 0.1f);
+    std::vector<float> x(K);
+    for (int r = 0; r < rows; ++r) {
+      for (auto& v : x) v = g(rng);
+      quant::quantize_row(t, x.data(), &w[row_bytes(t, K) * r], K);
+    }
+    return w;
+  }
+  const bool extreme = fill == kExtreme;
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_real_distribution<float> mag(0.002f, 0.05f);
   for (auto& b : w) b = extreme ? (byte(rng) & 1 ? 0xFF : 0x00) : static_cast<uint8_t>(byte(rng));
@@ -156,7 +170,7 @@ void test_reference(std::mt19937& rng) {
     for (bool extreme : {false, true}) {
       const int rows = 32, ncols = 3;
       const int64_t K = units(t, is_k(t) ? 2 : 4);
-      const auto w = random_weights(t, rows, K, rng, extreme);
+      const auto w = random_weights(t, rows, K, rng, extreme ? kExtreme : kRandom);
       const auto p = pack(t, w, rows, K);
       const auto xq = quantize_r(random_activations(ncols, K, rng), ncols, K);
       std::vector<float> y(static_cast<size_t>(rows) * ncols);
@@ -172,9 +186,10 @@ void test_reference(std::mt19937& rng) {
     }
 }
 
-void check_table(const KernelTable& k, DType t, int rows, int64_t K, int ncols, int r0, int r1, bool extreme,
+void check_table(const KernelTable& k, DType t, int rows, int64_t K, int ncols, int r0, int r1, int fill,
                  std::mt19937& rng) {
-  const auto w = random_weights(t, rows, K, rng, extreme);
+  const bool extreme = fill == kExtreme;
+  const auto w = random_weights(t, rows, K, rng, fill);
   const auto p = pack(t, w, rows, K);
   const auto xq = quantize_r(random_activations(ncols, K, rng), ncols, K);
   const size_t xs = row_bytes(DType::Q8_R, K);
@@ -204,7 +219,7 @@ void check_table(const KernelTable& k, DType t, int rows, int64_t K, int ncols, 
   if (bad) {
     std::ostringstream s;
     s << kernels::isa_name(k.isa) << " packed " << dtype_name(t) << " K=" << K << " rows [" << r0 << "," << r1 << ") of "
-      << rows << " ncols=" << ncols << (extreme ? " extreme" : "") << ": " << bad << " bad, worst err/tol " << worst;
+      << rows << " ncols=" << ncols << (extreme ? " extreme" : fill == kQuantized ? " quantized" : "") << ": " << bad << " bad, worst err/tol " << worst;
     std::fprintf(stderr, "  FAIL: %s\n", s.str().c_str());
   }
   CHECK(bad == 0);
@@ -219,10 +234,12 @@ void test_tables(std::mt19937& rng) {
       if (!k->packed_matmul[idx(t)]) continue;
       ++tables;
       for (int ncols : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 70})
-        check_table(*k, t, 48, units(t, 3), ncols, 0, 48, false, rng);
-      check_table(*k, t, 64, units(t, is_k(t) ? 2 : 18), 4, 16, 48, false, rng);  // a row-group sub-range
-      check_table(*k, t, 32, units(t, 1), 1, 16, 32, false, rng);                 // one unit
-      check_table(*k, t, 32, units(t, is_k(t) ? 6 : 48), 9, 0, 32, true, rng);    // extreme levels, long rows
+        check_table(*k, t, 48, units(t, 3), ncols, 0, 48, kRandom, rng);
+      check_table(*k, t, 64, units(t, is_k(t) ? 2 : 18), 4, 16, 48, kRandom, rng);  // a row-group sub-range
+      check_table(*k, t, 32, units(t, 1), 1, 16, 32, kRandom, rng);                 // one unit
+      check_table(*k, t, 32, units(t, is_k(t) ? 6 : 48), 9, 0, 32, kExtreme, rng);  // extreme levels, long rows
+      for (int ncols : {1, 14})                                                      // our quantizer's blocks
+        check_table(*k, t, 96, units(t, is_k(t) ? 1 : 8), ncols, 0, 96, kQuantized, rng);
       bool threw = false;
       try {
         std::vector<float> y(64);
