@@ -2,7 +2,8 @@
 (type mix as llama-quantize chooses it; see edgellm/bench/quantize.py)."""
 import click
 
-TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K_M", "Q4_K_S", "Q5_K_M", "Q6_K", "F16", "BF16")
+TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K_M", "Q4_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS",
+         "F16", "BF16")
 
 
 @click.command("quantize")
