@@ -1,4 +1,4 @@
-"""Models whose matrices are IQ4_NL, IQ4_XS or MXFP4 (docs/formats.md §2.5) run, through every
+"""Models whose matrices are IQ4_NL, IQ4_XS or MXFP4 (docs/formats.md §2.6) run, through every
 kernel table this machine has, packed (row-interleaved, the default) and in the GGUF layout
 (EDGELLM_REPACK=0), and their logits equal the numpy reference (tests/reference/forward.py, which
 decodes the weights with gguf's dequantize) when it rounds each matmul input the way that path

@@ -1,4 +1,4 @@
-// The non-linear 4-bit formats IQ4_NL, IQ4_XS and MXFP4 (docs/formats.md §2.5): every nibble is
+// The non-linear 4-bit formats IQ4_NL, IQ4_XS and MXFP4 (docs/formats.md §2.6): every nibble is
 // an index into a fixed 16-entry table of levels, scaled by the block's scale. Nibble order is
 // Q4_0's: element j of a 32-element (sub-)block is the low nibble of qs[j], element j+16 the
 // high one.

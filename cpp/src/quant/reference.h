@@ -64,7 +64,7 @@ void quantize_row_q5_k(const float* x, block_q5_K* y, int64_t n);
 void quantize_row_q6_k(const float* x, block_q6_K* y, int64_t n);
 void quantize_row_q8_k(const float* x, block_q8_K* y, int64_t n);  // activation rule (see above)
 
-// ---- non-linear 4-bit formats: each nibble indexes a fixed table (docs/formats.md §2.5) ----
+// ---- non-linear 4-bit formats: each nibble indexes a fixed table (docs/formats.md §2.6) ----
 // (The level tables kIq4nlValues, kMxfp4Values are in quant/blocks.h.)
 // MXFP4's scale 2^(e−128) (half the E8M0 value, as the table is doubled), exact for every e.
 inline float e8m0_to_fp32_half(uint8_t e) {
