@@ -7,8 +7,7 @@
 //
 // - matmul for every weight type: random valid blocks (random levels, fp16 scales of both signs),
 //   odd row counts and row sub-ranges [r0, r1), ncols 1..8 and 17 (1..9 and several K for K-quants;
-//   the table formats IQ4_NL, IQ4_XS, MXFP4 have GGUF-layout kernels on neon / neon-dotprod only,
-//   x86 keeps the scalar ones there and packs them):
+//   the table formats IQ4_NL, IQ4_XS, MXFP4 included, whose SIMD entries must not be the scalar ones):
 //   |y_simd − y_scalar| ≤ 1e-5 · Σ|w·x| over the dequantized operands, rows and padding outside
 //   [r0, r1) untouched; then all-extreme levels (no int16 saturation) and the production path
 //   with the table's own activation quantizer;
@@ -167,6 +166,8 @@ void test_matmul(const KernelTable& t, std::mt19937& rng) {
   all.insert(all.end(), std::begin(kLegacyWeights), std::end(kLegacyWeights));
   all.insert(all.end(), std::begin(kKWeights), std::end(kKWeights));
   all.insert(all.end(), std::begin(kTableWeights), std::end(kTableWeights));
+  if (t.isa != Isa::Scalar)
+    for (DType wt : kTableWeights) CHECK(t.matmul[idx(wt)] != kernels::generic_table().matmul[idx(wt)]);
   for (DType wt : all) {
     CHECK(t.matmul[idx(wt)] != nullptr);
     if (!t.matmul[idx(wt)]) continue;
