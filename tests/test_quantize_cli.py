@@ -157,6 +157,12 @@ def test_smollm2_iq4_xs_perplexity_close_to_q4_k(tmp_path):
         assert ppl["IQ4_XS"] < 1.05 * ref, f"llama-quantize IQ4_XS: {ref}"
 
 
+def test_help_lists_every_type():
+    from edgellm.commands.quantize import TYPES
+    out = " ".join(CliRunner().invoke(main, ["quantize", "--help"]).output.split())
+    assert all(t in out for t in TYPES), out
+
+
 def test_errors(tiny, tmp_path):
     r = quantize(tiny, tmp_path / "x.gguf", "Q3_K")
     assert r.exit_code == 2  # not a supported TYPE
