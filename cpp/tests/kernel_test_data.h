@@ -26,9 +26,15 @@ inline std::vector<size_t> half_fields(edgellm::DType t) {
     case DType::Q4_K: return {offsetof(edgellm::block_q4_K, d), offsetof(edgellm::block_q4_K, dmin)};
     case DType::Q5_K: return {offsetof(edgellm::block_q5_K, d), offsetof(edgellm::block_q5_K, dmin)};
     case DType::Q6_K: return {offsetof(edgellm::block_q6_K, d)};
-    default: return {};
+    case DType::IQ4_NL: return {offsetof(edgellm::block_iq4_nl, d)};
+    case DType::IQ4_XS: return {offsetof(edgellm::block_iq4_xs, d)};
+    default: return {};  // MXFP4: an E8M0 byte (see mxfp4_exponent)
   }
 }
+
+// A random MXFP4 E8M0 exponent byte of moderate scale (2^-28 .. 2^12), so that dot products of
+// random blocks stay finite in float.
+inline uint8_t mxfp4_exponent(std::mt19937& rng) { return static_cast<uint8_t>(100 + rng() % 41); }
 
 // ncols rows of K floats: normal values, each row scaled by its own factor in [0.1, 10).
 inline std::vector<float> random_activations(int ncols, int64_t K, std::mt19937& rng) {

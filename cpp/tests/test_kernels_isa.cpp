@@ -6,7 +6,8 @@
 // test_packed.cpp's.
 //
 // - matmul for every weight type: random valid blocks (random levels, fp16 scales of both signs),
-//   odd row counts and row sub-ranges [r0, r1), ncols 1..8 and 17 (1..9 and several K for K-quants):
+//   odd row counts and row sub-ranges [r0, r1), ncols 1..8 and 17 (1..9 and several K for K-quants;
+//   the table formats IQ4_NL, IQ4_XS, MXFP4 included, whose SIMD entries must not be the scalar ones):
 //   |y_simd − y_scalar| ≤ 1e-5 · Σ|w·x| over the dequantized operands, rows and padding outside
 //   [r0, r1) untouched; then all-extreme levels (no int16 saturation) and the production path
 //   with the table's own activation quantizer;
@@ -54,6 +55,8 @@ constexpr Isa kAllIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa:
 const DType kFloatWeights[] = {DType::F32, DType::F16, DType::BF16};
 const DType kLegacyWeights[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0};
 const DType kKWeights[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+// Table (non-linear) formats: IQ4_NL and MXFP4 in 32-element blocks, IQ4_XS in 256-element ones.
+const DType kTableWeights[] = {DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
 const DType kActTypes[] = {DType::Q8_0, DType::Q8_1, DType::Q8_K, DType::F16, DType::BF16};
 
 int idx(DType t) { return static_cast<int>(t); }
@@ -64,6 +67,7 @@ bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType
 int block_elems(DType t) {
   for (DType k : kKWeights)
     if (k == t) return QK_K;
+  if (t == DType::IQ4_XS) return QK_K;
   return is_float(t) ? 1 : 32;
 }
 size_t block_bytes(DType t) { return row_bytes(t, block_elems(t)); }
@@ -93,8 +97,10 @@ std::vector<uint8_t> random_weights(DType t, int rows, int64_t K, std::mt19937& 
   std::uniform_real_distribution<float> mag(0.002f, 0.05f);
   for (auto& b : w) b = static_cast<uint8_t>(byte(rng));
   const size_t bb = block_bytes(t);
-  for (size_t off = 0; off < w.size(); off += bb)
+  for (size_t off = 0; off < w.size(); off += bb) {
     for (size_t f : half_fields(t)) put_half(&w[off + f], mag(rng) * (byte(rng) & 1 ? 1.0f : -1.0f));
+    if (t == DType::MXFP4) w[off] = kernel_test::mxfp4_exponent(rng);
+  }
   return w;
 }
 
@@ -159,6 +165,9 @@ void test_matmul(const KernelTable& t, std::mt19937& rng) {
   std::vector<DType> all(std::begin(kFloatWeights), std::end(kFloatWeights));
   all.insert(all.end(), std::begin(kLegacyWeights), std::end(kLegacyWeights));
   all.insert(all.end(), std::begin(kKWeights), std::end(kKWeights));
+  all.insert(all.end(), std::begin(kTableWeights), std::end(kTableWeights));
+  if (t.isa != Isa::Scalar)
+    for (DType wt : kTableWeights) CHECK(t.matmul[idx(wt)] != kernels::generic_table().matmul[idx(wt)]);
   for (DType wt : all) {
     CHECK(t.matmul[idx(wt)] != nullptr);
     if (!t.matmul[idx(wt)]) continue;
@@ -198,7 +207,7 @@ void test_matmul_extremes(const KernelTable& t) {
   std::vector<float> x(ncols * K, 5.0f);
   for (int64_t k = 0; k < K; ++k) x[K + k] = -5.0f, x[2 * K + k] = k % 2 ? 5.0f : -5.0f;
   for (DType wt : {DType::Q8_0, DType::Q6_K, DType::Q5_K, DType::Q5_1, DType::Q4_K, DType::Q4_0, DType::Q3_K,
-                   DType::Q2_K}) {
+                   DType::Q2_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4}) {
     const DType act = quant::vec_dot_type(wt);
     const size_t xs = row_bytes(act, K);
     std::vector<uint8_t> xq(xs * ncols);
@@ -208,6 +217,7 @@ void test_matmul_extremes(const KernelTable& t) {
       const size_t bb = block_bytes(wt);
       for (size_t off = 0; off < w.size(); off += bb) {
         for (size_t f : half_fields(wt)) put_half(&w[off + f], 0.01f);
+        if (wt == DType::MXFP4) w[off] = 120;  // scale 2^-8
         if (wt == DType::Q6_K)  // int8 scales at their extremes
           std::memset(&w[off + offsetof(block_q6_K, scales)], fill ? 0x80 : 0x7F, QK_K / 16);
       }
@@ -378,6 +388,7 @@ void test_neon_overrides(const KernelTable& t) {
     for (DType wt : kFloatWeights) CHECK(t.matmul[idx(wt)] != g.matmul[idx(wt)]);
     for (DType wt : kLegacyWeights) CHECK(t.matmul[idx(wt)] != g.matmul[idx(wt)]);
     for (DType wt : kKWeights) CHECK(t.matmul[idx(wt)] != g.matmul[idx(wt)]);
+    for (DType wt : kTableWeights) CHECK(t.matmul[idx(wt)] != g.matmul[idx(wt)]);
     for (DType act : kActTypes) CHECK(t.quantize[idx(act)] != g.quantize[idx(act)]);
     CHECK(t.rmsnorm != g.rmsnorm && t.softmax != g.softmax && t.dot_f32 != g.dot_f32);
     CHECK(t.axpy_f32 != g.axpy_f32 && t.silu_mul != g.silu_mul && t.gelu_mul != g.gelu_mul && t.add_f32 != g.add_f32);
@@ -388,6 +399,7 @@ void test_neon_overrides(const KernelTable& t) {
     if (!neon) return;
     for (DType wt : kLegacyWeights) CHECK(t.matmul[idx(wt)] != neon->matmul[idx(wt)]);
     for (DType wt : kKWeights) CHECK(t.matmul[idx(wt)] != neon->matmul[idx(wt)]);
+    for (DType wt : kTableWeights) CHECK(t.matmul[idx(wt)] != neon->matmul[idx(wt)]);
     CHECK(t.quantize[idx(DType::Q8_0)] == neon->quantize[idx(DType::Q8_0)]);
   }
 }

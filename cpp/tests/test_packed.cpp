@@ -1,8 +1,10 @@
 // Row-interleaved ("packed") weights, kernels/packed.h:
-// - pack_rows / unpack_row round-trip every legacy type byte for byte (random blocks);
+// - pack_rows / unpack_row round-trip every 32-element type byte for byte (random blocks; MXFP4
+//   also with every exponent byte, its subnormal scales included);
 // - the scalar reference packed_matmul_ref equals a float64 dot of the dequantized operands
 //   (weights dequantized from the GGUF blocks by quant::dequantize_row, activations from the Q8_R
-//   blocks) within 1e-6·Σ|w·x|, for every packable type (Q4_0..Q8_0, Q4_K, Q5_K, Q6_K);
+//   blocks) within 1e-6·Σ|w·x|, for every packable type (Q4_0..Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL,
+//   IQ4_XS, MXFP4);
 // - every kernel table's packed_matmul equals packed_matmul_ref within 1e-5·Σ|w·x|: row-group
 //   sub-ranges, ncols 1..9, 16, 17 and 70 (crosses the 64-column block), sentinel rows and
 //   padding outside [r0, r1) untouched, extreme levels; rows not on 16-row groups are refused;
@@ -34,10 +36,11 @@ using kernels::KernelTable;
 
 namespace {
 
-const DType kLegacy[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0};
-const DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
-                        DType::Q4_K, DType::Q5_K, DType::Q6_K};
-bool is_k(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+// The 32-element types (unpack_row round-trips them).
+const DType kLegacy[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::IQ4_NL, DType::MXFP4};
+const DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K,
+                        DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
+bool is_k(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::IQ4_XS; }
 // A K that is whole units of t: n units of 32 (legacy) or 256 (K-quants).
 int64_t units(DType t, int n) { return n * (is_k(t) ? 256 : 32); }
 int idx(DType t) { return static_cast<int>(t); }
@@ -45,8 +48,22 @@ int idx(DType t) { return static_cast<int>(t); }
 using kernel_test::half_fields;
 using kernel_test::random_activations;
 
-std::vector<uint8_t> random_weights(DType t, int rows, int64_t K, std::mt19937& rng, bool extreme = false) {
+// How test weights are made: random bytes (valid scales), all-extreme levels, or quant::quantize_row
+// of normal values (the blocks a real model file holds).
+enum Fill { kRandom = 0, kExtreme = 1, kQuantized = 2 };
+
+std::vector<uint8_t> random_weights(DType t, int rows, int64_t K, std::mt19937& rng, int fill = kRandom) {
   std::vector<uint8_t> w(row_bytes(t, K) * rows);
+  if (fill == kQuantized) {
+    std::normal_distribution<float> g(0.0f, 0.1f);
+    std::vector<float> x(K);
+    for (int r = 0; r < rows; ++r) {
+      for (auto& v : x) v = g(rng);
+      quant::quantize_row(t, x.data(), &w[row_bytes(t, K) * r], K);
+    }
+    return w;
+  }
+  const bool extreme = fill == kExtreme;
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_real_distribution<float> mag(0.002f, 0.05f);
   for (auto& b : w) b = extreme ? (byte(rng) & 1 ? 0xFF : 0x00) : static_cast<uint8_t>(byte(rng));
@@ -54,6 +71,10 @@ std::vector<uint8_t> random_weights(DType t, int rows, int64_t K, std::mt19937& 
     for (auto& b : w) b = b ? 0x80 : 0x7F;
   const size_t bb = row_bytes(t, is_k(t) ? 256 : 32);
   for (size_t off = 0; off < w.size(); off += bb) {
+    if (t == DType::MXFP4) {
+      w[off] = kernel_test::mxfp4_exponent(rng);
+      continue;
+    }
     const std::vector<size_t> f = half_fields(t);
     const uint16_t d = fp32_to_fp16(mag(rng) * (byte(rng) & 1 ? 1.0f : -1.0f));
     std::memcpy(&w[off + f[0]], &d, 2);
@@ -76,7 +97,8 @@ void test_round_trip(std::mt19937& rng) {
     for (int64_t K : {32, 96, 576}) {
       const int rows = 32;
       const auto w = random_weights(t, rows, K, rng);
-      CHECK(kernels::packed_group_bytes(t, K) * 2 == w.size());  // same size as the GGUF rows
+      if (t != DType::MXFP4)  // same size as the GGUF rows (MXFP4 keeps f32 scales: 320 vs 272 bytes a unit)
+        CHECK(kernels::packed_group_bytes(t, K) * 2 == w.size());
       const auto p = pack(t, w, rows, K);
       std::vector<uint8_t> back(row_bytes(t, K));
       bool same = true;
@@ -87,6 +109,21 @@ void test_round_trip(std::mt19937& rng) {
       if (!same) std::fprintf(stderr, "  FAIL: round trip %s K=%lld\n", dtype_name(t), static_cast<long long>(K));
       CHECK(same);
     }
+  {  // MXFP4 with every exponent byte: the packed f32 scale 2^(e−128) maps back to e, e = 0 and 1 included
+    const int rows = 16;
+    const int64_t K = 32 * 16;
+    auto w = random_weights(DType::MXFP4, rows, K, rng);
+    for (size_t b = 0; b < w.size() / sizeof(block_mxfp4); ++b) w[b * sizeof(block_mxfp4)] = static_cast<uint8_t>(b);
+    const auto p = pack(DType::MXFP4, w, rows, K);
+    std::vector<uint8_t> back(row_bytes(DType::MXFP4, K));
+    bool same = true;
+    for (int r = 0; r < rows; ++r) {
+      kernels::unpack_row(DType::MXFP4, p.data(), back.data(), K, r);
+      same = same && std::memcmp(back.data(), &w[r * back.size()], back.size()) == 0;
+    }
+    if (!same) std::fprintf(stderr, "  FAIL: round trip MXFP4, every exponent\n");
+    CHECK(same);
+  }
   bool threw = false;
   try {
     std::vector<uint8_t> dummy(1024);
@@ -133,7 +170,7 @@ void test_reference(std::mt19937& rng) {
     for (bool extreme : {false, true}) {
       const int rows = 32, ncols = 3;
       const int64_t K = units(t, is_k(t) ? 2 : 4);
-      const auto w = random_weights(t, rows, K, rng, extreme);
+      const auto w = random_weights(t, rows, K, rng, extreme ? kExtreme : kRandom);
       const auto p = pack(t, w, rows, K);
       const auto xq = quantize_r(random_activations(ncols, K, rng), ncols, K);
       std::vector<float> y(static_cast<size_t>(rows) * ncols);
@@ -149,9 +186,10 @@ void test_reference(std::mt19937& rng) {
     }
 }
 
-void check_table(const KernelTable& k, DType t, int rows, int64_t K, int ncols, int r0, int r1, bool extreme,
+void check_table(const KernelTable& k, DType t, int rows, int64_t K, int ncols, int r0, int r1, int fill,
                  std::mt19937& rng) {
-  const auto w = random_weights(t, rows, K, rng, extreme);
+  const bool extreme = fill == kExtreme;
+  const auto w = random_weights(t, rows, K, rng, fill);
   const auto p = pack(t, w, rows, K);
   const auto xq = quantize_r(random_activations(ncols, K, rng), ncols, K);
   const size_t xs = row_bytes(DType::Q8_R, K);
@@ -181,7 +219,7 @@ void check_table(const KernelTable& k, DType t, int rows, int64_t K, int ncols, 
   if (bad) {
     std::ostringstream s;
     s << kernels::isa_name(k.isa) << " packed " << dtype_name(t) << " K=" << K << " rows [" << r0 << "," << r1 << ") of "
-      << rows << " ncols=" << ncols << (extreme ? " extreme" : "") << ": " << bad << " bad, worst err/tol " << worst;
+      << rows << " ncols=" << ncols << (extreme ? " extreme" : fill == kQuantized ? " quantized" : "") << ": " << bad << " bad, worst err/tol " << worst;
     std::fprintf(stderr, "  FAIL: %s\n", s.str().c_str());
   }
   CHECK(bad == 0);
@@ -196,10 +234,12 @@ void test_tables(std::mt19937& rng) {
       if (!k->packed_matmul[idx(t)]) continue;
       ++tables;
       for (int ncols : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 70})
-        check_table(*k, t, 48, units(t, 3), ncols, 0, 48, false, rng);
-      check_table(*k, t, 64, units(t, is_k(t) ? 2 : 18), 4, 16, 48, false, rng);  // a row-group sub-range
-      check_table(*k, t, 32, units(t, 1), 1, 16, 32, false, rng);                 // one unit
-      check_table(*k, t, 32, units(t, is_k(t) ? 6 : 48), 9, 0, 32, true, rng);    // extreme levels, long rows
+        check_table(*k, t, 48, units(t, 3), ncols, 0, 48, kRandom, rng);
+      check_table(*k, t, 64, units(t, is_k(t) ? 2 : 18), 4, 16, 48, kRandom, rng);  // a row-group sub-range
+      check_table(*k, t, 32, units(t, 1), 1, 16, 32, kRandom, rng);                 // one unit
+      check_table(*k, t, 32, units(t, is_k(t) ? 6 : 48), 9, 0, 32, kExtreme, rng);  // extreme levels, long rows
+      for (int ncols : {1, 14})                                                      // our quantizer's blocks
+        check_table(*k, t, 96, units(t, is_k(t) ? 1 : 8), ncols, 0, 96, kQuantized, rng);
       bool threw = false;
       try {
         std::vector<float> y(64);

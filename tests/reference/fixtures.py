@@ -21,6 +21,17 @@ from gguf.quants import quantize
 ARCHS = ("llama", "gemma3", "qwen2", "qwen3", "phi3", "gemma2")
 
 
+def _quantize(a: np.ndarray, qt) -> np.ndarray:
+    """gguf's quantizer, or edgellm's own for the types gguf cannot write (IQ4_NL, IQ4_XS); the
+    reference still decodes every type with gguf's dequantize."""
+    try:
+        return quantize(a, qt)
+    except NotImplementedError:
+        from edgellm import _core
+        rows = [np.asarray(_core.quant_quantize(qt.name, np.ascontiguousarray(r))) for r in a]
+        return np.stack(rows).astype(np.uint8)
+
+
 def write_tiny_model(
     path,
     arch: str,
@@ -123,7 +134,7 @@ def write_tiny_model(
         elif qt == QT.F16:
             w.add_tensor(name, a.astype(np.float16))
         else:
-            q = quantize(a, qt)
+            q = _quantize(a, qt)
             w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=qt)
 
     def vector(name, n, mean=1.0, std=0.1):

@@ -263,8 +263,8 @@ class ReferenceModel:
         return (logits, layers) if trace else logits
 
 
-_Q8_BLOCK_TYPES = {QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0}
-_K_TYPES = {QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K}
+_Q8_BLOCK_TYPES = {QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0, QT.IQ4_NL, QT.MXFP4}
+_K_TYPES = {QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.IQ4_XS}
 
 
 def quantize_activations(x: np.ndarray, weight_type) -> np.ndarray:

@@ -10,6 +10,7 @@ constexpr DTypeInfo kInfos[] = {
     {DType::Q8_0, "Q8_0", 32, 34},   {DType::Q8_1, "Q8_1", 32, 36},   {DType::Q2_K, "Q2_K", 256, 84},
     {DType::Q3_K, "Q3_K", 256, 110}, {DType::Q4_K, "Q4_K", 256, 144}, {DType::Q5_K, "Q5_K", 256, 176},
     {DType::Q6_K, "Q6_K", 256, 210}, {DType::Q8_K, "Q8_K", 256, 292}, {DType::BF16, "BF16", 1, 2},
+    {DType::IQ4_NL, "IQ4_NL", 32, 18}, {DType::IQ4_XS, "IQ4_XS", 256, 136}, {DType::MXFP4, "MXFP4", 32, 17},
 };
 // Formats the engine makes for itself; a file naming their ids is rejected like any unknown id.
 constexpr DTypeInfo kInternal[] = {

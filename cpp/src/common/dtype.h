@@ -21,7 +21,10 @@ enum class DType : uint32_t {
   Q5_K = 13,
   Q6_K = 14,
   Q8_K = 15,
+  IQ4_NL = 20,
+  IQ4_XS = 23,
   BF16 = 30,
+  MXFP4 = 39,
   // Internal formats (never in files; dtype_info(uint32_t) does not know them):
   // Q8_R: activations for the row-interleaved ("packed") weight kernels, kernels/packed.h.
   Q8_R = 63,

@@ -53,10 +53,10 @@ const char* ggml_type_name(uint32_t id) {
   switch (id) {
     case 4: return "Q4_2 (removed)"; case 5: return "Q4_3 (removed)";
     case 16: return "IQ2_XXS"; case 17: return "IQ2_XS"; case 18: return "IQ3_XXS"; case 19: return "IQ1_S";
-    case 20: return "IQ4_NL"; case 21: return "IQ3_S"; case 22: return "IQ2_S"; case 23: return "IQ4_XS";
+    case 21: return "IQ3_S"; case 22: return "IQ2_S";
     case 24: return "I8"; case 25: return "I16"; case 26: return "I32"; case 27: return "I64";
     case 28: return "F64"; case 29: return "IQ1_M"; case 34: return "TQ1_0"; case 35: return "TQ2_0";
-    case 39: return "MXFP4"; case 40: return "NVFP4"; case 41: return "Q1_0"; case 42: return "Q2_0";
+    case 40: return "NVFP4"; case 41: return "Q1_0"; case 42: return "Q2_0";
     default: return nullptr;
   }
 }

@@ -12,7 +12,7 @@
 //   dot<T>(s, xq, init), dot_half<T, H>(s, xq, init)  init + the part's rows' int32 dots of all 32
 //                             elements / of elements 16H..16H+15 with the activation quants xq
 //   F, I32 and zero, set1, set1_i32, mul, fmadd (acc + a·b), fnmadd (acc − a·b), cvt, store;
-//   half_rows / u8_rows / i8_rows(p): kPartRows fp16 / u8 / i8 per-row constants as f32
+//   half_rows / f32_rows / u8_rows / i8_rows(p): kPartRows fp16 / f32 / u8 / i8 per-row constants as f32
 //
 // Like tiling.inc.h it has no intrinsics and lives in an anonymous namespace (each ISA unit
 // compiles its own copy with its own flags).
@@ -45,8 +45,13 @@ void packed_tile(const uint8_t* group, int p0, int64_t nu, const uint8_t* x, siz
       for (int pp = 0; pp < NP; ++pp) {
         const int p = p0 + pp;
         // Per-row constants of this sub-block and part (packed.h): da, db (Q6_K only differs), mn.
-        const F d = I::half_rows(unit + 2 * kR * p);
+        F d;
+        if constexpr (Fmt::kF32Scale)
+          d = I::f32_rows(unit + 4 * kR * p);  // MXFP4
+        else
+          d = I::half_rows(unit + 2 * kR * p);
         F da = d, db = d, mn = I::zero();
+        if constexpr (Fmt::kSubScale) da = db = I::mul(I::i8_rows(unit + 32 + 16 * sb + kR * p), d);  // IQ4_XS
         if constexpr (Fmt::kMin) mn = I::half_rows(unit + 32 + 2 * kR * p);  // Q4_1/Q5_1: m itself; K: dmin
         if constexpr (Fmt::kK && Fmt::kMin) {
           da = db = I::mul(I::u8_rows(unit + 64 + 16 * sb + kR * p), d);
@@ -142,6 +147,9 @@ void fill_packed_matmul(KernelTable& t) {
   t.packed_matmul[static_cast<int>(DType::Q4_K)] = packed_matmul<I, DType::Q4_K>;
   t.packed_matmul[static_cast<int>(DType::Q5_K)] = packed_matmul<I, DType::Q5_K>;
   t.packed_matmul[static_cast<int>(DType::Q6_K)] = packed_matmul<I, DType::Q6_K>;
+  t.packed_matmul[static_cast<int>(DType::IQ4_NL)] = packed_matmul<I, DType::IQ4_NL>;
+  t.packed_matmul[static_cast<int>(DType::IQ4_XS)] = packed_matmul<I, DType::IQ4_XS>;
+  t.packed_matmul[static_cast<int>(DType::MXFP4)] = packed_matmul<I, DType::MXFP4>;
 }
 
 }  // namespace

@@ -33,6 +33,9 @@ auto with_format(DType t, F f) {
     case DType::Q4_K: return f(PackedFormat<DType::Q4_K>{});
     case DType::Q5_K: return f(PackedFormat<DType::Q5_K>{});
     case DType::Q6_K: return f(PackedFormat<DType::Q6_K>{});
+    case DType::IQ4_NL: return f(PackedFormat<DType::IQ4_NL>{});
+    case DType::IQ4_XS: return f(PackedFormat<DType::IQ4_XS>{});
+    case DType::MXFP4: return f(PackedFormat<DType::MXFP4>{});
     default: need(t); return f(PackedFormat<DType::Q4_0>{});  // not reached: need() throws
   }
 }
@@ -41,6 +44,16 @@ bool is_k(DType t) { return with_format(t, [](auto f) { return f.kK; }); }
 bool has_min(DType t) { return with_format(t, [](auto f) { return f.kMin; }); }
 bool has_high_bit(DType t) { return with_format(t, [](auto f) { return f.kHigh; }); }
 int offset_of(DType t) { return with_format(t, [](auto f) { return f.kOffset; }); }
+// The table of a table type (packed.h), nullptr for the others.
+const int8_t* levels_of(DType t) {
+  return t == DType::MXFP4 ? kMxfp4Values : (t == DType::IQ4_NL || t == DType::IQ4_XS) ? kIq4nlValues : nullptr;
+}
+// The E8M0 byte e of an MXFP4 scale 2^(e−128) (the inverse of quant::e8m0_to_fp32_half).
+uint8_t e8m0_of(float d) {
+  const uint32_t bits = fp32_to_bits(d);
+  if (bits >= (1u << 23)) return static_cast<uint8_t>((bits >> 23) + 1);
+  return bits == 0x00400000u ? 1 : 0;
+}
 
 size_t gguf_block_bytes(DType t) { return row_bytes(t, is_k(t) ? 256 : 32); }
 
@@ -61,8 +74,9 @@ Layout layout_of(DType t) {
 // One unit of one row, decoded.
 struct RowUnit {
   uint16_t d = 0, m = 0;          // legacy: fp16 d, m; K: fp16 d, dmin
+  float df = 0.0f;                // MXFP4: the f32 scale
   uint8_t sc[16] = {}, mn[8] = {};  // K: sub-block scales (Q6_K: 16 signed, stored as bytes) and mins
-  uint8_t u[256];                 // unsigned quants, element order
+  uint8_t u[256];                 // unsigned quants (table types: the table indices), element order
 };
 
 void decode_gguf(DType t, const uint8_t* p, RowUnit& o) {
@@ -134,6 +148,22 @@ void decode_gguf(DType t, const uint8_t* p, RowUnit& o) {
       }
       break;
     }
+    case DType::IQ4_NL: { auto* b = reinterpret_cast<const block_iq4_nl*>(p); o.d = b->d; nib32(b->qs, o.u); break; }
+    case DType::MXFP4: {
+      auto* b = reinterpret_cast<const block_mxfp4*>(p);
+      o.df = quant::e8m0_to_fp32_half(b->e);
+      nib32(b->qs, o.u);
+      break;
+    }
+    case DType::IQ4_XS: {
+      auto* b = reinterpret_cast<const block_iq4_xs*>(p);
+      o.d = b->d;
+      for (int j = 0; j < 8; ++j) {
+        o.sc[j] = static_cast<uint8_t>(quant::iq4_xs_scale(*b, j) - 32);
+        nib32(b->qs + 16 * j, o.u + 32 * j);
+      }
+      break;
+    }
     default: need(t);
   }
 }
@@ -164,6 +194,8 @@ void encode_gguf_legacy(DType t, const RowUnit& o, uint8_t* p) {
       for (int i = 0; i < 32; ++i) b->qs[i] = static_cast<int8_t>(o.u[i] - 128);
       break;
     }
+    case DType::IQ4_NL: { auto* b = reinterpret_cast<block_iq4_nl*>(p); b->d = o.d; nib32(b->qs); break; }
+    case DType::MXFP4: { auto* b = reinterpret_cast<block_mxfp4*>(p); b->e = e8m0_of(o.df); nib32(b->qs); break; }
     default: throw std::invalid_argument(std::string("packed layout: unpack_row does not handle ") + dtype_name(t));
   }
 }
@@ -172,7 +204,12 @@ void encode_gguf_legacy(DType t, const RowUnit& o, uint8_t* p) {
 // written whole (no read-modify-write), the 5th-bit planes are OR-ed in as 4-bit groups.
 void write_unit(DType t, const Layout& L, const RowUnit& o, int r, uint8_t* unit) {
   const bool kmin = t == DType::Q4_K || t == DType::Q5_K;
-  std::memcpy(unit + 2 * r, &o.d, 2);
+  if (t == DType::MXFP4)
+    std::memcpy(unit + 4 * r, &o.df, 4);
+  else
+    std::memcpy(unit + 2 * r, &o.d, 2);
+  if (t == DType::IQ4_XS)
+    for (int j = 0; j < 8; ++j) unit[32 + 16 * j + r] = o.sc[j];
   if (has_min(t) || kmin) std::memcpy(unit + 32 + 2 * r, &o.m, 2);
   if (kmin)
     for (int j = 0; j < 8; ++j) unit[64 + 16 * j + r] = o.sc[j], unit[192 + 16 * j + r] = o.mn[j];
@@ -208,8 +245,8 @@ void write_unit(DType t, const Layout& L, const RowUnit& o, int r, uint8_t* unit
   }
 }
 
-// Row r's unsigned quant of element e (0..31) of sub-block j of a packed unit.
-uint8_t read_u(DType t, const Layout& L, const uint8_t* unit, int r, int j, int e) {
+// Row r's stored quant of element e (0..31) of sub-block j of a packed unit (table types: the index).
+uint8_t read_stored(DType t, const Layout& L, const uint8_t* unit, int r, int j, int e) {
   const uint8_t* sub = unit + L.header + static_cast<size_t>(j) * L.sub;
   const int s = e / 4, q = 4 * r + e % 4;
   if (t == DType::Q8_0) return sub[64 * s + q];
@@ -224,11 +261,23 @@ uint8_t read_u(DType t, const Layout& L, const uint8_t* unit, int r, int j, int 
   return u;
 }
 
+// The same as the quant the dots use: table types look their index up (u = level + 128).
+uint8_t read_u(DType t, const Layout& L, const uint8_t* unit, int r, int j, int e) {
+  const uint8_t u = read_stored(t, L, unit, r, j, e);
+  const int8_t* levels = levels_of(t);
+  return levels ? static_cast<uint8_t>(levels[u] + 128) : u;
+}
+
 // The constants of sub-block j, row r (packed.h): da, db, mn (offset from offset_of).
 struct SubConsts {
   float da, db, mn;
 };
 SubConsts read_consts(DType t, const uint8_t* unit, int r, int j) {
+  if (t == DType::MXFP4) {
+    float df;
+    std::memcpy(&df, unit + 4 * r, 4);
+    return {df, df, 0.0f};
+  }
   uint16_t dh, mh;
   std::memcpy(&dh, unit + 2 * r, 2);
   const float d = fp16_to_fp32(dh);
@@ -246,6 +295,10 @@ SubConsts read_consts(DType t, const uint8_t* unit, int r, int j) {
       const auto sb = static_cast<int8_t>(unit[32 + 16 * (2 * j + 1) + r]);
       return {d * sa, d * sb, 0.0f};
     }
+    case DType::IQ4_XS: {
+      const float s = d * static_cast<float>(static_cast<int8_t>(unit[32 + 16 * j + r]));
+      return {s, s, 0.0f};
+    }
     default: return {d, d, 0.0f};
   }
 }
@@ -256,6 +309,7 @@ bool packable(DType t) {
   switch (t) {
     case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q8_0:
     case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
+    case DType::IQ4_NL: case DType::IQ4_XS: case DType::MXFP4:
       return true;
     default:
       return false;
@@ -303,9 +357,12 @@ void unpack_row(DType t, const void* packed, void* dst_row, int64_t K, int64_t r
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* unit = grp + static_cast<size_t>(b) * unit_bytes;
     RowUnit o;
-    std::memcpy(&o.d, unit + 2 * r, 2);
+    if (t == DType::MXFP4)
+      std::memcpy(&o.df, unit + 4 * r, 4);
+    else
+      std::memcpy(&o.d, unit + 2 * r, 2);
     if (has_min(t)) std::memcpy(&o.m, unit + 32 + 2 * r, 2);
-    for (int e = 0; e < 32; ++e) o.u[e] = read_u(t, L, unit, r, 0, e);
+    for (int e = 0; e < 32; ++e) o.u[e] = read_stored(t, L, unit, r, 0, e);
     encode_gguf_legacy(t, o, static_cast<uint8_t*>(dst_row) + static_cast<size_t>(b) * gb);
   }
 }

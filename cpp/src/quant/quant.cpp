@@ -50,6 +50,9 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     case DType::Q5_K: return dequantize_row_q5_k(as<block_q5_K>(src), dst, n);
     case DType::Q6_K: return dequantize_row_q6_k(as<block_q6_K>(src), dst, n);
     case DType::Q8_K: return dequantize_row_q8_k(as<block_q8_K>(src), dst, n);
+    case DType::IQ4_NL: return dequantize_row_iq4_nl(as<block_iq4_nl>(src), dst, n);
+    case DType::IQ4_XS: return dequantize_row_iq4_xs(as<block_iq4_xs>(src), dst, n);
+    case DType::MXFP4: return dequantize_row_mxfp4(as<block_mxfp4>(src), dst, n);
     case DType::Q8_R: break;  // the packed kernels' own format (kernels/packed.h)
   }
   unsupported("dequantize_row", t);
@@ -73,6 +76,9 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
     case DType::Q5_K: return quantize_row_q5_k(src, as<block_q5_K>(dst), n);
     case DType::Q6_K: return quantize_row_q6_k(src, as<block_q6_K>(dst), n);
     case DType::Q8_K: return quantize_row_q8_k(src, as<block_q8_K>(dst), n);
+    case DType::IQ4_NL: return quantize_row_iq4_nl(src, as<block_iq4_nl>(dst), n);
+    case DType::IQ4_XS: return quantize_row_iq4_xs(src, as<block_iq4_xs>(dst), n);
+    case DType::MXFP4: return quantize_row_mxfp4(src, as<block_mxfp4>(dst), n);
     case DType::Q8_R: break;  // the packed kernels' own format (kernels/packed.h)
   }
   unsupported("quantize_row", t);
@@ -85,14 +91,17 @@ DType vec_dot_type(DType weight) {
     case DType::BF16: return DType::BF16;
     case DType::Q4_0:
     case DType::Q5_0:
-    case DType::Q8_0: return DType::Q8_0;
+    case DType::Q8_0:
+    case DType::IQ4_NL:
+    case DType::MXFP4: return DType::Q8_0;
     case DType::Q4_1:
     case DType::Q5_1: return DType::Q8_1;
     case DType::Q2_K:
     case DType::Q3_K:
     case DType::Q4_K:
     case DType::Q5_K:
-    case DType::Q6_K: return DType::Q8_K;
+    case DType::Q6_K:
+    case DType::IQ4_XS: return DType::Q8_K;
     case DType::Q8_1:
     case DType::Q8_K:
     case DType::Q8_R: break;  // activation-only formats: never a weight
@@ -117,6 +126,9 @@ float vec_dot(DType weight, int64_t n, const void* w, const void* act) {
     case DType::Q4_K: return vec_dot_q4_K_q8_K(n, as<block_q4_K>(w), as<block_q8_K>(act));
     case DType::Q5_K: return vec_dot_q5_K_q8_K(n, as<block_q5_K>(w), as<block_q8_K>(act));
     case DType::Q6_K: return vec_dot_q6_K_q8_K(n, as<block_q6_K>(w), as<block_q8_K>(act));
+    case DType::IQ4_NL: return vec_dot_iq4_nl_q8_0(n, as<block_iq4_nl>(w), as<block_q8_0>(act));
+    case DType::IQ4_XS: return vec_dot_iq4_xs_q8_K(n, as<block_iq4_xs>(w), as<block_q8_K>(act));
+    case DType::MXFP4: return vec_dot_mxfp4_q8_0(n, as<block_mxfp4>(w), as<block_q8_0>(act));
     case DType::Q8_1:
     case DType::Q8_K:
     case DType::Q8_R: break;

@@ -9,8 +9,8 @@ namespace edgellm::quant {
 // Dequantize n elements (a multiple of the block size) of type t.
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 
-// Quantize n floats into type t (reference quantizers; for K-quants a simple but valid
-// choice of scales, for the activation formats Q8_0/Q8_1/Q8_K exactly llama.cpp's rounding rule).
+// Quantize n floats into type t (reference quantizers; for K-quants and IQ4_NL / IQ4_XS a simple
+// but valid choice of scales, for the activation formats Q8_0/Q8_1/Q8_K exactly llama.cpp's rounding rule).
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 
 // The activation format a weight type is dotted against (docs/formats.md §2.4): Q8_0, Q8_1, Q8_K, F16, BF16 or F32.

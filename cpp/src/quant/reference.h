@@ -17,6 +17,7 @@
 #pragma once
 #include <cstdint>
 
+#include "common/fp16.h"
 #include "quant/blocks.h"
 
 namespace edgellm::quant {
@@ -63,6 +64,29 @@ void quantize_row_q5_k(const float* x, block_q5_K* y, int64_t n);
 void quantize_row_q6_k(const float* x, block_q6_K* y, int64_t n);
 void quantize_row_q8_k(const float* x, block_q8_K* y, int64_t n);  // activation rule (see above)
 
+// ---- non-linear 4-bit formats: each nibble indexes a fixed table (docs/formats.md §2.6) ----
+// (The level tables kIq4nlValues, kMxfp4Values are in quant/blocks.h.)
+// MXFP4's scale 2^(e−128) (half the E8M0 value, as the table is doubled), exact for every e.
+inline float e8m0_to_fp32_half(uint8_t e) {
+  return fp32_from_bits(e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23);
+}
+// The 6-bit scale (0..63) of IQ4_XS sub-block ib (0..7); the multiplier is ls − 32.
+inline int iq4_xs_scale(const block_iq4_xs& b, int ib) {
+  return ((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((b.scales_h >> (2 * ib)) & 3) << 4);
+}
+void dequantize_row_iq4_nl(const block_iq4_nl* x, float* y, int64_t n);
+void dequantize_row_iq4_xs(const block_iq4_xs* x, float* y, int64_t n);
+void dequantize_row_mxfp4(const block_mxfp4* x, float* y, int64_t n);
+// IQ4_NL / IQ4_XS: per 32 elements a search over scales near max/|table extreme| (both signs)
+// minimising the x²-weighted squared error with the nearest level per element, then the
+// least-squares scale of the chosen levels; IQ4_XS quantizes the 8 scales to 6 bits against the
+// super-block d and re-picks the levels. Not llama.cpp's quantizer: bytes differ from llama-quantize's.
+void quantize_row_iq4_nl(const float* x, block_iq4_nl* y, int64_t n);
+void quantize_row_iq4_xs(const float* x, block_iq4_xs* y, int64_t n);
+// MXFP4: the gguf package's rule, byte-exact with it: e = floor(log2 amax) − 2 + 127, nearest
+// value (first on ties).
+void quantize_row_mxfp4(const float* x, block_mxfp4* y, int64_t n);
+
 // The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K scales[12] field.
 inline void get_scale_min_k4(int j, const uint8_t* s, uint8_t* sc, uint8_t* m) {
   if (j < 4) {
@@ -100,5 +124,9 @@ float vec_dot_q3_K_q8_K(int64_t n, const block_q3_K* x, const block_q8_K* y);
 float vec_dot_q4_K_q8_K(int64_t n, const block_q4_K* x, const block_q8_K* y);
 float vec_dot_q5_K_q8_K(int64_t n, const block_q5_K* x, const block_q8_K* y);
 float vec_dot_q6_K_q8_K(int64_t n, const block_q6_K* x, const block_q8_K* y);
+// Non-linear: Σ table[q]·q8 per block in int32 (IQ4_XS: times ls − 32 per sub-block).
+float vec_dot_iq4_nl_q8_0(int64_t n, const block_iq4_nl* x, const block_q8_0* y);
+float vec_dot_iq4_xs_q8_K(int64_t n, const block_iq4_xs* x, const block_q8_K* y);
+float vec_dot_mxfp4_q8_0(int64_t n, const block_mxfp4* x, const block_q8_0* y);
 
 }  // namespace edgellm::quant

@@ -19,6 +19,13 @@ int32_t block_sum(const int8_t* q8, Level level) {
   return sum;
 }
 
+// Σ table[nibble]·q8 over one 32-element block.
+int32_t dot_nibbles(const uint8_t* qs, const int8_t* table, const int8_t* q8) {
+  int32_t s = 0;
+  for (int j = 0; j < 16; ++j) s += table[qs[j] & 0xF] * q8[j] + table[qs[j] >> 4] * q8[j + 16];
+  return s;
+}
+
 }  // namespace
 
 float vec_dot_q4_0_q8_0(int64_t n, const block_q4_0* x, const block_q8_0* y) {
@@ -196,6 +203,34 @@ float vec_dot_q6_K_q8_K(int64_t n, const block_q6_K* x, const block_q8_K* y) {
     }
     sum += fp16_to_fp32(x[b].d) * y[b].d * sum_q;
   }
+  return sum;
+}
+
+// ---- non-linear 4-bit formats: the table levels are the integers dotted ----
+
+float vec_dot_iq4_nl_q8_0(int64_t n, const block_iq4_nl* x, const block_q8_0* y) {
+  float sum = 0.0f;
+  for (int64_t b = 0; b < n / QK4_NL; ++b)
+    sum += static_cast<float>(dot_nibbles(x[b].qs, kIq4nlValues, y[b].qs)) * (fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
+  return sum;
+}
+
+float vec_dot_iq4_xs_q8_K(int64_t n, const block_iq4_xs* x, const block_q8_K* y) {
+  float sum = 0.0f;
+  for (int64_t b = 0; b < n / QK_K; ++b) {
+    int32_t s = 0;
+    for (int ib = 0; ib < 8; ++ib)
+      s += (iq4_xs_scale(x[b], ib) - 32) * dot_nibbles(x[b].qs + 16 * ib, kIq4nlValues, y[b].qs + 32 * ib);
+    sum += fp16_to_fp32(x[b].d) * y[b].d * static_cast<float>(s);
+  }
+  return sum;
+}
+
+float vec_dot_mxfp4_q8_0(int64_t n, const block_mxfp4* x, const block_q8_0* y) {
+  float sum = 0.0f;
+  for (int64_t b = 0; b < n / QK_MXFP4; ++b)
+    sum += static_cast<float>(dot_nibbles(x[b].qs, kMxfp4Values, y[b].qs)) *
+           (e8m0_to_fp32_half(x[b].e) * fp16_to_fp32(y[b].d));
   return sum;
 }
 

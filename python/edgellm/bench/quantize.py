@@ -8,8 +8,11 @@ Type choice per tensor follows llama.cpp's llama-quantize (docs/formats.md §2.5
 - _M mixes: attn_v (by attn_v count) and ffn_down (by layer) get Q6_K where
   use_more_bits(i, n) = i < n/8 or i >= 7n/8 or (i - n/8) % 3 == 2; Q4_K_S gives Q5_K to the
   first 4 attn_v and the first n_layer/8 ffn_down;
+- IQ4_NL / IQ4_XS: attn_v gets Q5_K when n_head / n_head_kv >= 4, the first n_layer/8 ffn_down
+  get Q5_K (llama-quantize without an importance matrix);
 - every other matrix gets the base type; rows whose length is not a multiple of 256 fall back
-  from K-quants (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0), and to F16 when not a multiple of 32.
+  from K-quants (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0) and IQ4_XS -> IQ4_NL, and to F16 when
+  not a multiple of 32.
 
 A tensor already in its target type is copied byte for byte. Conversions go through float32 in
 row chunks, spread over threads (the quantizer releases the GIL).
@@ -30,9 +33,10 @@ from .model_info import FTYPE_IDS
 BASE_TYPE = {
     "F32": "F32", "F16": "F16", "BF16": "BF16", "Q4_0": "Q4_0", "Q4_1": "Q4_1", "Q5_0": "Q5_0",
     "Q5_1": "Q5_1", "Q8_0": "Q8_0", "Q4_K_M": "Q4_K", "Q4_K_S": "Q4_K", "Q5_K_M": "Q5_K", "Q6_K": "Q6_K",
+    "IQ4_NL": "IQ4_NL", "IQ4_XS": "IQ4_XS",
 }
 QUANT_TYPES = tuple(BASE_TYPE)
-_FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0", "Q2_K": "Q4_0", "Q3_K": "Q4_0"}
+_FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0", "Q2_K": "Q4_0", "Q3_K": "Q4_0", "IQ4_XS": "IQ4_NL"}
 _CHUNK_ELEMS = 1 << 20
 
 
@@ -45,7 +49,7 @@ def use_more_bits(i: int, n: int) -> bool:
 
 
 def _block_elems(t: str) -> int:
-    return 256 if t.endswith("_K") else (32 if t.startswith("Q") else 1)
+    return 256 if t.endswith("_K") or t == "IQ4_XS" else (32 if t.startswith(("Q", "IQ")) else 1)
 
 
 def _fit(t: str, ne0: int) -> str:
@@ -65,8 +69,9 @@ class Plan:
     ne: tuple  # ggml order
 
 
-def plan_types(tensors, ftype: str, n_layer: int) -> List[Plan]:
-    """Target type of every tensor, in file order (`tensors`: gguf ReaderTensor list)."""
+def plan_types(tensors, ftype: str, n_layer: int, n_gqa: int = 1) -> List[Plan]:
+    """Target type of every tensor, in file order (`tensors`: gguf ReaderTensor list; n_gqa:
+    query heads per KV head)."""
     if ftype not in BASE_TYPE:
         raise QuantizeError(f"unsupported type {ftype!r}; choose one of {', '.join(QUANT_TYPES)}")
     base = BASE_TYPE[ftype]
@@ -95,11 +100,13 @@ def plan_types(tensors, ftype: str, n_layer: int) -> List[Plan]:
                 dst = "Q6_K"
             elif ftype == "Q4_K_S" and i_attn_v < 4:
                 dst = "Q5_K"
+            elif ftype in ("IQ4_NL", "IQ4_XS") and n_gqa >= 4:
+                dst = "Q5_K"
             i_attn_v += 1
         elif ".ffn_down" in name and layer >= 0:
             if ftype in ("Q4_K_M", "Q5_K_M") and use_more_bits(layer, n_layer):
                 dst = "Q6_K"
-            elif ftype == "Q4_K_S" and layer < n_layer // 8:
+            elif ftype in ("Q4_K_S", "IQ4_NL", "IQ4_XS") and layer < n_layer // 8:
                 dst = "Q5_K"
         plans.append(Plan(name, src, _fit(dst, ne[0]), ne))
     return plans
@@ -158,7 +165,11 @@ def quantize_file(src: str, dst: str, ftype: str, n_threads: int = 0,
         raise QuantizeError(f"{src}: no general.architecture key")
     arch = arch_f.contents()
     nl = r.fields.get(f"{arch}.block_count")
-    plans = plan_types(r.tensors, ftype, int(nl.contents()) if nl is not None else 0)
+    n_head, n_head_kv = r.fields.get(f"{arch}.attention.head_count"), r.fields.get(f"{arch}.attention.head_count_kv")
+    n_gqa = 1
+    if n_head is not None and n_head_kv is not None and not isinstance(n_head.contents(), list):
+        n_gqa = max(1, int(n_head.contents()) // max(1, int(n_head_kv.contents())))
+    plans = plan_types(r.tensors, ftype, int(nl.contents()) if nl is not None else 0, n_gqa)
 
     w = gguf.GGUFWriter(dst, arch)
     skip = {"general.architecture", "general.file_type", "general.quantization_version", "general.alignment"}

@@ -2,7 +2,8 @@
 (type mix as llama-quantize chooses it; see edgellm/bench/quantize.py)."""
 import click
 
-TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K_M", "Q4_K_S", "Q5_K_M", "Q6_K", "F16", "BF16")
+TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K_M", "Q4_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS",
+         "F16", "BF16")
 
 
 @click.command("quantize")
@@ -14,7 +15,9 @@ TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K_M", "Q4_K_S", "Q5_K_M", "
 def command(src, dst, type_name, threads, quiet):
     """Write DST: SRC's metadata and tensors, matrices re-quantized to TYPE.
 
-    SRC is a .gguf path or a known model name (fetched on first use)."""
+    SRC is a .gguf path or a known model name (fetched on first use). TYPE is one of Q4_0,
+    Q4_1, Q5_0, Q5_1, Q8_0, Q4_K_M, Q4_K_S, Q5_K_M, Q6_K, IQ4_NL, IQ4_XS (the non-linear 4-bit
+    formats: 4.5 and 4.25 bits a weight), F16, BF16; the per-tensor mix is llama-quantize's."""
     import os
     import time
 

@@ -105,6 +105,9 @@ void fill_generic_table(KernelTable& t) {
   set_matmul<DType::Q4_K>(t);
   set_matmul<DType::Q5_K>(t);
   set_matmul<DType::Q6_K>(t);
+  set_matmul<DType::IQ4_NL>(t);
+  set_matmul<DType::IQ4_XS>(t);
+  set_matmul<DType::MXFP4>(t);
   set_quantize<DType::F32>(t);
   set_quantize<DType::F16>(t);
   set_quantize<DType::BF16>(t);
@@ -122,6 +125,9 @@ void fill_generic_table(KernelTable& t) {
   t.packed_matmul[static_cast<int>(DType::Q4_K)] = packed_ref<DType::Q4_K>;
   t.packed_matmul[static_cast<int>(DType::Q5_K)] = packed_ref<DType::Q5_K>;
   t.packed_matmul[static_cast<int>(DType::Q6_K)] = packed_ref<DType::Q6_K>;
+  t.packed_matmul[static_cast<int>(DType::IQ4_NL)] = packed_ref<DType::IQ4_NL>;
+  t.packed_matmul[static_cast<int>(DType::IQ4_XS)] = packed_ref<DType::IQ4_XS>;
+  t.packed_matmul[static_cast<int>(DType::MXFP4)] = packed_ref<DType::MXFP4>;
   t.rmsnorm = rmsnorm_ref;
   t.softmax = softmax_ref;
   t.dot_f32 = dot_f32_ref;

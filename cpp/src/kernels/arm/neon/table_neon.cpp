@@ -10,6 +10,7 @@ void fill_neon_float_ops(KernelTable& t);
 void fill_neon_matmul_float(KernelTable& t);
 void fill_neon_matmul_legacy(KernelTable& t);
 void fill_neon_matmul_kquant(KernelTable& t);
+void fill_neon_matmul_nonlinear(KernelTable& t);
 
 void fill_neon_table(KernelTable& t) {
   fill_neon_quantize(t);
@@ -17,6 +18,7 @@ void fill_neon_table(KernelTable& t) {
   fill_neon_matmul_float(t);
   fill_neon_matmul_legacy(t);
   fill_neon_matmul_kquant(t);
+  fill_neon_matmul_nonlinear(t);
 }
 
 }  // namespace edgellm::kernels

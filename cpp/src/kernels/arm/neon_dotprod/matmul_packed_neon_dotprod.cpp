@@ -1,5 +1,5 @@
 // NEON + dot product (armv8.2-a+dotprod) matmul over row-interleaved weights (kernels/packed.h):
-// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, against Q8_R activations. Plain armv8 neon
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, against Q8_R activations. Plain armv8 neon
 // has no packed kernels (yet), so on ARM only this level repacks weights at load.
 //
 // A 64-byte slice of the layout (4 elements of each of 16 rows) is 4 int8x16 registers: rows
@@ -13,7 +13,8 @@
 // Quants are used as signed int8: the unsigned u ≤ 63 of Q4/Q5/Q6 are valid signed bytes and
 // their offsets (Q4_0 8, Q5_0 16, Q6_K 32) are removed as exact integers (−offset·Σx from the
 // Q8_R half sums). Q8_0's u = q + 128 is not a valid signed byte: it is XOR-ed with 0x80 back to
-// the signed q, and then needs no −128·Σx correction at all.
+// the signed q, and then needs no −128·Σx correction at all. The table types (IQ4_NL, IQ4_XS,
+// MXFP4) look their 4-bit indices up with one tbl (vqtbl1q_u8) straight into the signed levels.
 //
 // A tile (kernels/packed_driver.inc.h) is NQ quads (4·NQ rows) × C columns: each sub-block's slices are unpacked once per quad
 // and reused by all C columns. Multi-column tiles take 2 quads × 4 columns (8 float accumulators,
@@ -37,7 +38,8 @@ namespace {
 // The layout's per-type constants (kernels/packed.h); Q8_0 is dotted as signed q here.
 template <DType T>
 struct P : PackedFormat<T> {
-  static constexpr int kOffset = T == DType::Q8_0 ? 0 : PackedFormat<T>::kOffset;  // signed q: no offset (see top)
+  // signed q (Q8_0, and the table types' looked-up levels): no offset (see top)
+  static constexpr int kOffset = T == DType::Q8_0 || PackedFormat<T>::kLut ? 0 : PackedFormat<T>::kOffset;
 };
 
 // The 8 slices of quad q (rows 4q..4q+3) of one sub-block as signed bytes.
@@ -50,6 +52,12 @@ inline void unpack_quad(const uint8_t* sub, int q, int8x16_t w[8]) {
       const uint8x16_t v = vld1q_u8(sub + 64 * p + 16 * q);
       u[p] = vandq_u8(v, low4);
       u[p + 4] = vshrq_n_u8(v, 4);
+    }
+    if constexpr (P<T>::kLut) {
+      // Table types: one tbl turns each 4-bit index into its signed level.
+      static constexpr LevelBytes kLut = level_bytes<T, 0>();
+      const uint8x16_t table = vld1q_u8(kLut.b);
+      for (int s = 0; s < 8; ++s) u[s] = vqtbl1q_u8(table, u[s]);
     }
     if constexpr (P<T>::kHigh) {
       // Slice s's plane is a little-endian u64 with bit 4r+t for row r, element t: quad q is its
@@ -154,6 +162,7 @@ struct PackedNeonDotprod {
   static F cvt(int32x4_t v) { return vcvtq_f32_s32(v); }
   static void store(float* y, F v) { vst1q_f32(y, v); }
   static F half_rows(const uint8_t* p) { return half4_to_f32(p); }
+  static F f32_rows(const uint8_t* p) { return vld1q_f32(reinterpret_cast<const float*>(p)); }
   static F u8_rows(const uint8_t* p) { return u8x4_to_f32(p); }
   static F i8_rows(const uint8_t* p) { return i8x4_to_f32(p); }
 };

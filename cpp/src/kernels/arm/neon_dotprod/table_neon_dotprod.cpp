@@ -8,11 +8,13 @@ namespace edgellm::kernels {
 
 void fill_neon_dotprod_matmul_legacy(KernelTable& t);
 void fill_neon_dotprod_matmul_kquant(KernelTable& t);
+void fill_neon_dotprod_matmul_nonlinear(KernelTable& t);
 void fill_neon_dotprod_matmul_packed(KernelTable& t);
 
 void fill_neon_dotprod_table(KernelTable& t) {
   fill_neon_dotprod_matmul_legacy(t);
   fill_neon_dotprod_matmul_kquant(t);
+  fill_neon_dotprod_matmul_nonlinear(t);
   fill_neon_dotprod_matmul_packed(t);  // row-interleaved weights: the loader repacks these types
 }
 

@@ -1,5 +1,5 @@
 // AVX2 + FMA + F16C matmul over row-interleaved weights (kernels/packed.h): Q4_0, Q4_1, Q5_0,
-// Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, against Q8_R activations. No AVX-512, no VNNI: this is the
+// Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, against Q8_R activations. No AVX-512, no VNNI: this is the
 // level of every x86 machine without AVX-512 VNNI.
 //
 // A 64-byte slice of the layout (4 elements of each of 16 rows) is two ymm halves: rows 0..7 are
@@ -15,7 +15,9 @@
 // u = q + 128 reach 255 and maddubs' pair sums (2·255·127) would saturate at 32767. So Q8_0 goes
 // back to the signed q = u ^ 0x80 and uses the sign trick maddubs(|q|, sign(x, q)) = q·x pairs
 // (at most 2·128·127 = 32512), which also needs no −128·Σx correction. It relies on Q8_R quants
-// lying in [−127, 127] (Q8_0's d = amax/127), as −(−128) does not exist in int8.
+// lying in [−127, 127] (Q8_0's d = amax/127), as −(−128) does not exist in int8. The table types
+// (IQ4_NL, IQ4_XS, MXFP4) do the same: one vpshufb turns the 4-bit indices into the signed
+// levels q (|q| ≤ 127, pair sums ≤ 2·127·127), dotted with the sign trick and no offset.
 //
 // A tile (kernels/packed_driver.inc.h) is one half of a 16-row group (8 rows) × C columns
 // (C ≤ kCols of the type), so each sub-block's slices are decoded once and reused by all C
@@ -37,7 +39,7 @@ namespace {
 // The layout's per-type constants (kernels/packed.h; Q8_0 is dotted as signed q here), plus
 // kGroup: how many maddubs results may be added in int16 before widening. A pair sum is at most
 // 2·umax·128 in magnitude (|x| ≤ 128): 4-bit 3840 (8 fit under 32767), 5-bit 7936 (4 fit),
-// 6-bit 16128 (2 fit), Q8_0 with the sign trick 32512 (1);
+// 6-bit 16128 (2 fit), Q8_0 and the table types with the sign trick 32512 (1);
 // and kCols: the most columns a tile takes. Each sub-block's slices are unpacked once per tile,
 // so the types with a costly unpack (Q5's bit plane, Q6_K's 2-bit plane) amortize it over more
 // columns; 4-bit and Q8_0 tiles are smaller so that accumulators and slices spill less. Measured
@@ -47,8 +49,9 @@ namespace {
 template <DType T>
 struct P : PackedFormat<T> {
   using F = PackedFormat<T>;
-  static constexpr int kOffset = T == DType::Q8_0 ? 0 : F::kOffset;  // signed q: no offset (see top)
-  static constexpr int kGroup = F::kSix ? 2 : F::kHigh ? 4 : F::kNib ? 8 : 1;
+  static constexpr bool kSigned = T == DType::Q8_0 || F::kLut;  // dotted as signed q with the sign trick
+  static constexpr int kOffset = kSigned ? 0 : F::kOffset;       // signed q: no offset (see top)
+  static constexpr int kGroup = kSigned ? 1 : F::kSix ? 2 : F::kHigh ? 4 : 8;
   static constexpr int kCols = F::kHigh || F::kSix ? 8 : 5;
 };
 
@@ -62,8 +65,8 @@ inline __m256i bits_to_bytes(uint32_t m) {
   return _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1));
 }
 
-// The 8 slices of half h (rows 8h..8h+7) of one sub-block: unsigned quants, or for Q8_0 the
-// signed q in sg[] and |q| in u[].
+// The 8 slices of half h (rows 8h..8h+7) of one sub-block: unsigned quants, or for Q8_0 and the
+// table types the signed q in sg[] and |q| in u[].
 template <DType T>
 inline void unpack_half(const uint8_t* q, int h, __m256i u[8], __m256i sg[8]) {
   if constexpr (P<T>::kNib) {
@@ -72,6 +75,16 @@ inline void unpack_half(const uint8_t* q, int h, __m256i u[8], __m256i sg[8]) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * p + 32 * h));
       u[p] = _mm256_and_si256(v, low4);
       u[p + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+    }
+    if constexpr (P<T>::kLut) {
+      // Table types: index → signed level (vpshufb looks up within each 128-bit lane).
+      static constexpr LevelBytes kLut = level_bytes<T, 0>();
+      const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kLut.b)));
+      for (int s = 0; s < 8; ++s) {
+        sg[s] = _mm256_shuffle_epi8(table, u[s]);
+        u[s] = _mm256_abs_epi8(sg[s]);
+      }
+      return;
     }
     if constexpr (P<T>::kHigh) {
       // Slice s's plane is a little-endian u64 with bit 4r+t for row r: half h is its bytes 4h..4h+3.
@@ -108,7 +121,7 @@ inline void unpack_half(const uint8_t* q, int h, __m256i u[8], __m256i sg[8]) {
 template <DType T>
 inline __m256i slice_dot16(const __m256i u[8], const __m256i sg[8], const int8_t* xq, int s) {
   const __m256i bx = _mm256_set1_epi32(load_i32(xq + 4 * s));
-  if constexpr (P<T>::kNib) {
+  if constexpr (!P<T>::kSigned) {
     (void)sg;
     return _mm256_maddubs_epi16(u[s], bx);
   } else {
@@ -152,7 +165,7 @@ struct PackedAvx2 {
 
   template <DType T>
   struct Slices {
-    __m256i u[8], sg[8];  // unsigned quants; Q8_0: |q| and the signed q
+    __m256i u[8], sg[8];  // unsigned quants; Q8_0 and table types: |q| and the signed q
   };
   template <DType T>
   static void unpack(const uint8_t* sub, int h, Slices<T>& s) { unpack_half<T>(sub, h, s.u, s.sg); }
@@ -173,6 +186,7 @@ struct PackedAvx2 {
   static F cvt(__m256i v) { return _mm256_cvtepi32_ps(v); }
   static void store(float* y, F v) { _mm256_storeu_ps(y, v); }
   static F half_rows(const uint8_t* p) { return half8_to_ps(p); }
+  static F f32_rows(const uint8_t* p) { return _mm256_loadu_ps(reinterpret_cast<const float*>(p)); }
   static F u8_rows(const uint8_t* p) { return u8x8_to_ps(p); }
   static F i8_rows(const uint8_t* p) { return i8x8_to_ps(p); }
 };

@@ -9,6 +9,7 @@ namespace edgellm::kernels {
 void fill_avx2_quantize(KernelTable& t);
 void fill_avx2_matmul_legacy(KernelTable& t);
 void fill_avx2_matmul_kquant(KernelTable& t);
+void fill_avx2_matmul_nonlinear(KernelTable& t);
 void fill_avx2_matmul_float(KernelTable& t);
 void fill_avx2_matmul_packed(KernelTable& t);
 void fill_avx2_float_ops(KernelTable& t);
@@ -18,6 +19,7 @@ void fill_avx2_table(KernelTable& t) {
   fill_avx2_quantize(t);
   fill_avx2_matmul_legacy(t);
   fill_avx2_matmul_kquant(t);
+  fill_avx2_matmul_nonlinear(t);
   fill_avx2_matmul_float(t);
   fill_avx2_matmul_packed(t);  // row-interleaved weights: the loader packs what this fills
   fill_avx2_float_ops(t);

@@ -1,5 +1,5 @@
 // AVX-512 VNNI matmul over row-interleaved weights (kernels/packed.h): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-// Q4_K, Q5_K, Q6_K, against Q8_R activations.
+// Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, against Q8_R activations.
 //
 // A tile (kernels/packed_driver.inc.h) is one 16-row group × C activation columns (C ≤ 6). Per
 // 32-element block the group's quants are unpacked once into 8 slice registers (lane r = 4 elements of row r), then for each
@@ -32,6 +32,13 @@ inline void unpack_slices(const uint8_t* q, __m512i u[8]) {
       const __m512i v = _mm512_loadu_si512(q + 64 * p);
       u[p] = _mm512_and_si512(v, low4);
       u[p + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+    }
+    if constexpr (P<T>::kLut) {
+      // Table types: index → level + 128 (unsigned for vpdpbusd; the driver removes 128·Σx).
+      // vpshufb looks up within each 128-bit lane, so the 16 entries are repeated in all four.
+      static constexpr LevelBytes kLut = level_bytes<T, 128>();
+      const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kLut.b)));
+      for (int s = 0; s < 8; ++s) u[s] = _mm512_shuffle_epi8(table, u[s]);
     }
     if constexpr (P<T>::kHigh) {
       const __m512i bit5 = _mm512_set1_epi8(0x10);
@@ -111,6 +118,7 @@ struct PackedAvx512 {
   static F cvt(__m512i v) { return _mm512_cvtepi32_ps(v); }
   static void store(float* y, F v) { _mm512_storeu_ps(y, v); }
   static F half_rows(const uint8_t* p) { return half16_to_ps(p); }
+  static F f32_rows(const uint8_t* p) { return _mm512_loadu_ps(reinterpret_cast<const float*>(p)); }
   static F u8_rows(const uint8_t* p) { return u8x16_to_ps(p); }
   static F i8_rows(const uint8_t* p) { return i8x16_to_ps(p); }
 };

@@ -8,6 +8,7 @@ namespace edgellm::kernels {
 void fill_avx512_quantize(KernelTable& t);
 void fill_avx512_matmul_legacy(KernelTable& t);
 void fill_avx512_matmul_kquant(KernelTable& t);
+void fill_avx512_matmul_nonlinear(KernelTable& t);
 void fill_avx512_matmul_float(KernelTable& t);
 void fill_avx512_matmul_packed(KernelTable& t);
 void fill_avx512_float_ops(KernelTable& t);
@@ -17,6 +18,7 @@ void fill_avx512_table(KernelTable& t) {
   fill_avx512_quantize(t);
   fill_avx512_matmul_legacy(t);
   fill_avx512_matmul_kquant(t);
+  fill_avx512_matmul_nonlinear(t);
   fill_avx512_matmul_float(t);
   fill_avx512_matmul_packed(t);
   fill_avx512_float_ops(t);
