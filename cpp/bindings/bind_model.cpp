@@ -44,6 +44,12 @@ py::dict config_dict(const ModelConfig& c) {
   d["attn_scale"] = c.attn_scale;
   d["embed_scale"] = c.embed_scale;
   d["logit_softcap"] = c.logit_softcap;
+  d["n_expert"] = c.n_expert;
+  d["n_expert_used"] = c.n_expert_used;
+  d["n_ff_exp"] = c.n_ff_exp;
+  d["expert_gating"] = expert_gating_name(c.expert_gating);
+  d["expert_weights_norm"] = c.expert_weights_norm;
+  d["expert_weights_scale"] = c.expert_weights_scale;
   return d;
 }
 

@@ -2,6 +2,9 @@
 package for the forward-pass tests.
 
     write_tiny_model(path, "gemma3", weight_type="Q8_0", sliding_window=4)
+    write_tiny_model(path, "qwen3moe")     # 8 experts, 2 used, experts 64 wide
+
+"mixtral" is a llama-arch file with experts (general.architecture "llama", expert_count 8).
 
 Dims are small but keep every block format whole (rows of 64/128 elements for Q-types of 32)
 and head_dim 32 so a Q8_0 KV cache works. The weights are seeded, so a file is reproducible.
@@ -16,7 +19,8 @@ import gguf
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import quantize
 
-ARCHS = ("llama", "gemma3", "qwen2", "qwen3")
+ARCHS = ("llama", "gemma3", "qwen2", "qwen3", "qwen3moe", "olmoe", "mixtral")
+MOE_ARCHS = ("qwen3moe", "olmoe", "mixtral")
 
 
 def write_tiny_model(
@@ -39,12 +43,30 @@ def write_tiny_model(
     tied_output: Optional[bool] = None,
     softcap: Optional[float] = None,
     type_of: Optional[Callable[[str], Optional[str]]] = None,
+    n_expert: int = 8,
+    n_expert_used: int = 2,
+    n_ff_exp: int = 64,
+    router_std: float = 0.6,
+    expert_gating: Optional[str] = None,
+    expert_weights_norm: Optional[bool] = None,
+    perturb_expert: Optional[tuple] = None,
 ):
     """Writes a model; 2-D weights are stored as `weight_type` (F32, F16, Q4_0, Q4_1, Q5_0,
-    Q5_1, Q8_0 or "mixed": a rotation through the legacy quant types), 1-D tensors as F32."""
+    Q5_1, Q8_0 or "mixed": a rotation through the legacy quant types), 1-D tensors as F32.
+
+    MoE archs (MOE_ARCHS) get n_expert experts of width n_ff_exp (ggml ne {n_in, n_out,
+    n_expert} tensors ffn_{gate,up,down}_exps), n_expert_used per token, a router ffn_gate_inp
+    with weights of router_std (large enough that tokens pick different experts);
+    expert_gating ("softmax"/"sigmoid") and expert_weights_norm write those keys.
+    perturb_expert=(layer, expert) adds noise to that one expert's three matrices and nothing
+    else (the rest of the file is the same as without it)."""
     assert arch in ARCHS
+    moe = arch in MOE_ARCHS
+    gguf_arch = "llama" if arch == "mixtral" else arch
+    if moe and arch != "qwen3moe":
+        n_ff = n_ff_exp  # llama (Mixtral) and olmoe experts are feed_forward_length wide
     rng = np.random.Generator(np.random.PCG64(seed))
-    w = gguf.GGUFWriter(str(path), arch)
+    w = gguf.GGUFWriter(str(path), gguf_arch)
     w.add_name(f"tiny-{arch}")
     w.add_context_length(512)
     w.add_embedding_length(n_embd)
@@ -56,7 +78,16 @@ def write_tiny_model(
     w.add_value_length(head_dim)
     w.add_rope_dimension_count(head_dim)
     w.add_layer_norm_rms_eps(1e-6)
-    w.add_rope_freq_base(10000.0 if arch == "llama" else 1000000.0)
+    w.add_rope_freq_base(10000.0 if gguf_arch == "llama" else 1000000.0)
+    if moe:
+        w.add_expert_count(n_expert)
+        w.add_expert_used_count(n_expert_used)
+        if arch == "qwen3moe":
+            w.add_expert_feed_forward_length(n_ff_exp)
+        if expert_gating:
+            w.add_expert_gating_func(gguf.ExpertGatingFuncType[expert_gating.upper()])
+        if expert_weights_norm is not None:
+            w.add_expert_weights_norm(expert_weights_norm)
     if rope_scaling_factor:
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(rope_scaling_factor)
@@ -78,8 +109,12 @@ def write_tiny_model(
     rotation = kinds[weight_type] if weight_type in kinds else [QT[weight_type]]
     counter = [0]
 
-    def matrix(name, rows, cols, std=0.15):
-        a = (rng.standard_normal((rows, cols)) * std).astype(np.float32)
+    def matrix(name, rows, cols, std=0.15, n_mat=None):
+        shape = (rows, cols) if n_mat is None else (n_mat, rows, cols)
+        a = (rng.standard_normal(shape) * std).astype(np.float32)
+        if perturb_expert is not None and n_mat is not None and name.startswith(f"blk.{perturb_expert[0]}."):
+            noise = np.random.Generator(np.random.PCG64(seed + 1000)).standard_normal((rows, cols))
+            a[perturb_expert[1]] += (noise * std).astype(np.float32)
         qt = rotation[counter[0] % len(rotation)]
         counter[0] += 1
         if type_of is not None and type_of(name):
@@ -107,15 +142,24 @@ def write_tiny_model(
             vector(b + "attn_q.bias", n_head * head_dim, 0.0, 0.2)
             vector(b + "attn_k.bias", n_head_kv * head_dim, 0.0, 0.2)
             vector(b + "attn_v.bias", n_head_kv * head_dim, 0.0, 0.2)
-        if arch in ("gemma3", "qwen3"):
+        if arch in ("gemma3", "qwen3", "qwen3moe"):
             vector(b + "attn_q_norm.weight", head_dim)
             vector(b + "attn_k_norm.weight", head_dim)
+        if arch == "olmoe":  # over the whole projections
+            vector(b + "attn_q_norm.weight", n_head * head_dim)
+            vector(b + "attn_k_norm.weight", n_head_kv * head_dim)
         if arch == "gemma3":
             vector(b + "post_attention_norm.weight", n_embd)
         vector(b + "ffn_norm.weight", n_embd)
-        matrix(b + "ffn_gate.weight", n_ff, n_embd)
-        matrix(b + "ffn_up.weight", n_ff, n_embd)
-        matrix(b + "ffn_down.weight", n_embd, n_ff)
+        if moe:
+            matrix(b + "ffn_gate_inp.weight", n_expert, n_embd, std=router_std)
+            matrix(b + "ffn_gate_exps.weight", n_ff_exp, n_embd, n_mat=n_expert)
+            matrix(b + "ffn_up_exps.weight", n_ff_exp, n_embd, n_mat=n_expert)
+            matrix(b + "ffn_down_exps.weight", n_embd, n_ff_exp, n_mat=n_expert)
+        else:
+            matrix(b + "ffn_gate.weight", n_ff, n_embd)
+            matrix(b + "ffn_up.weight", n_ff, n_embd)
+            matrix(b + "ffn_down.weight", n_embd, n_ff)
         if arch == "gemma3":
             vector(b + "post_ffw_norm.weight", n_embd)
     vector("output_norm.weight", n_embd)
