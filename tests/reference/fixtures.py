@@ -50,6 +50,7 @@ def write_tiny_model(
     expert_gating: Optional[str] = None,
     expert_weights_norm: Optional[bool] = None,
     perturb_expert: Optional[tuple] = None,
+    metadata_expert_count: Optional[int] = None,
 ):
     """Writes a model; 2-D weights are stored as `weight_type` (F32, F16, Q4_0, Q4_1, Q5_0,
     Q5_1, Q8_0 or "mixed": a rotation through the legacy quant types), 1-D tensors as F32.
@@ -80,7 +81,7 @@ def write_tiny_model(
     w.add_layer_norm_rms_eps(1e-6)
     w.add_rope_freq_base(10000.0 if gguf_arch == "llama" else 1000000.0)
     if moe:
-        w.add_expert_count(n_expert)
+        w.add_expert_count(n_expert if metadata_expert_count is None else metadata_expert_count)
         w.add_expert_used_count(n_expert_used)
         if arch == "qwen3moe":
             w.add_expert_feed_forward_length(n_ff_exp)
