@@ -9,6 +9,14 @@ SmolLM2-135M file (same vocabulary), in Q4_0, Q4_K_M and Q8_0:
     python bench/make_synthetic.py                      # -> ~/.cache/edgellm/synthetic/
     python bench/make_synthetic.py --type Q8_0 --layers 4 --out-dir /tmp/syn
 
+--preset qwen3-30b-a3b: a mixture of experts with Qwen3-30B-A3B's shape (arch qwen3moe, dim
+2048, 32 heads / 4 KV heads of 128, 128 experts of 768 with 8 used per token, vocab 151936,
+untied output) but 6 layers instead of 48 (--layers), with the tokenizer of the cached
+Qwen2.5-Coder-0.5B (the same 151936-token vocabulary); ~2.5 GiB at Q4_K_M. Its decode floor is
+the active bytes (bench/compare.py): the attention, the router and 8 of 128 experts per layer.
+
+    python bench/make_synthetic.py --preset qwen3-30b-a3b --type Q4_K_M
+
 Tensor types follow llama-quantize's mix (python/edgellm/bench/quantize.py: plan_types), e.g.
 Q4_K_M puts Q6_K on the tied embedding/output and on half the attn_v/ffn_down.
 
@@ -53,18 +61,39 @@ def random_blocks(rng, qtype, n_rows, ne0):
     return raw.reshape(n_rows, (ne0 // be) * bb)
 
 
+PRESETS = {
+    # Qwen3-30B-A3B's shape with fewer layers
+    "qwen3-30b-a3b": dict(arch="qwen3moe", dim=2048, layers=6, ffn=6144, heads=32, kv_heads=4, head_dim=128,
+                          experts=128, experts_used=8, expert_ffn=768, vocab=151936, ctx=40960, tied=False,
+                          rope_base=1000000.0, eps=1e-6, tokenizer="qwen2.5-coder-0.5b", name="qwen3-30b-a3b-shape"),
+}
+
+
 def shapes(a):
-    """(name, ne in ggml order) of a llama model, file order; tied output (no output.weight)."""
-    hd = a.dim // a.heads
+    """(name, ne in ggml order) of the model, file order: a llama layer, or (qwen3moe) per-head
+    Q/K norms and a mixture-of-experts FFN (router + 3-D expert tensors {n_in, n_out, n_expert});
+    the output head tied to the embedding unless a.tied is False."""
+    hd = a.head_dim or a.dim // a.heads
     out = [("token_embd.weight", (a.dim, a.vocab))]
     for i in range(a.layers):
         b = f"blk.{i}."
         out += [(b + "attn_norm.weight", (a.dim,)), (b + "attn_q.weight", (a.dim, a.heads * hd)),
                 (b + "attn_k.weight", (a.dim, a.kv_heads * hd)), (b + "attn_v.weight", (a.dim, a.kv_heads * hd)),
-                (b + "attn_output.weight", (a.heads * hd, a.dim)), (b + "ffn_norm.weight", (a.dim,)),
-                (b + "ffn_gate.weight", (a.dim, a.ffn)), (b + "ffn_up.weight", (a.dim, a.ffn)),
-                (b + "ffn_down.weight", (a.ffn, a.dim))]
+                (b + "attn_output.weight", (a.heads * hd, a.dim))]
+        if a.arch == "qwen3moe":
+            out += [(b + "attn_q_norm.weight", (hd,)), (b + "attn_k_norm.weight", (hd,))]
+        out.append((b + "ffn_norm.weight", (a.dim,)))
+        if a.experts:
+            out += [(b + "ffn_gate_inp.weight", (a.dim, a.experts)),
+                    (b + "ffn_gate_exps.weight", (a.dim, a.expert_ffn, a.experts)),
+                    (b + "ffn_up_exps.weight", (a.dim, a.expert_ffn, a.experts)),
+                    (b + "ffn_down_exps.weight", (a.expert_ffn, a.dim, a.experts))]
+        else:
+            out += [(b + "ffn_gate.weight", (a.dim, a.ffn)), (b + "ffn_up.weight", (a.dim, a.ffn)),
+                    (b + "ffn_down.weight", (a.ffn, a.dim))]
     out.append(("output_norm.weight", (a.dim,)))
+    if not a.tied:
+        out.append(("output.weight", (a.dim, a.vocab)))
     return out
 
 
@@ -77,17 +106,25 @@ def write_model(a, ftype, out_path, tokenizer_fields):
     rng = np.random.default_rng(a.seed)
     tensors = [SimpleNamespace(name=n, shape=ne, tensor_type=gguf.GGMLQuantizationType.F32) for n, ne in shapes(a)]
     plans = plan_types(tensors, ftype, a.layers)
-    w = gguf.GGUFWriter(str(out_path), "llama")
-    w.add_name(f"synthetic-llama-{a.dim}x{a.layers}-{ftype}")
+    w = gguf.GGUFWriter(str(out_path), a.arch)
+    w.add_name(f"synthetic-{a.arch}-{a.dim}x{a.layers}-{ftype}")
     w.add_context_length(a.ctx)
     w.add_embedding_length(a.dim)
     w.add_block_count(a.layers)
     w.add_feed_forward_length(a.ffn)
     w.add_head_count(a.heads)
     w.add_head_count_kv(a.kv_heads)
-    w.add_rope_dimension_count(a.dim // a.heads)
-    w.add_rope_freq_base(130000.0)
-    w.add_layer_norm_rms_eps(1e-5)
+    hd = a.head_dim or a.dim // a.heads
+    if a.head_dim:
+        w.add_key_length(hd)
+        w.add_value_length(hd)
+    w.add_rope_dimension_count(hd)
+    w.add_rope_freq_base(a.rope_base)
+    w.add_layer_norm_rms_eps(a.eps)
+    if a.experts:
+        w.add_expert_count(a.experts)
+        w.add_expert_used_count(a.experts_used)
+        w.add_expert_feed_forward_length(a.expert_ffn)
     w.add_vocab_size(a.vocab)
     w.add_file_type(FTYPE_IDS[ftype])
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
@@ -140,22 +177,38 @@ def main():
                                                                       "Q5_1", "Q4_K_S", "Q5_K_M", "Q6_K"],
                    help="repeatable; default Q4_0, Q4_K_M and Q8_0")
     p.add_argument("--out-dir", default=os.path.expanduser("~/.cache/edgellm/synthetic"))
+    p.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                   help="a named shape; the options below given explicitly override it")
+    p.add_argument("--arch", choices=["llama", "qwen3moe"], default="llama")
     p.add_argument("--dim", type=int, default=2048)
     p.add_argument("--layers", type=int, default=24)
     p.add_argument("--ffn", type=int, default=8192)
     p.add_argument("--heads", type=int, default=32)
     p.add_argument("--kv-heads", type=int, default=32)
+    p.add_argument("--head-dim", type=int, default=0, help="0: dim / heads")
+    p.add_argument("--experts", type=int, default=0, help="mixture of experts: expert count (0: dense)")
+    p.add_argument("--experts-used", type=int, default=0)
+    p.add_argument("--expert-ffn", type=int, default=0)
     p.add_argument("--vocab", type=int, default=49152)
     p.add_argument("--ctx", type=int, default=8192)
+    p.add_argument("--rope-base", type=float, default=130000.0)
+    p.add_argument("--eps", type=float, default=1e-5)
+    p.add_argument("--untied", dest="tied", action="store_false", help="write output.weight")
     p.add_argument("--tokenizer-from", default=None,
                    help="GGUF whose tokenizer.* keys are copied (default: the cached SmolLM2-135M)")
     p.add_argument("--name", default="smollm2-1.7b-shape")
     p.add_argument("--seed", type=int, default=0)
+    if "--preset" in sys.argv[1:]:
+        preset = PRESETS[sys.argv[sys.argv.index("--preset") + 1]]
+        p.set_defaults(**{k: v for k, v in preset.items() if k != "tokenizer"})
     a = p.parse_args()
+    tokenizer_model = PRESETS[a.preset].get("tokenizer", "smollm2") if a.preset else "smollm2"
+    if a.experts and not (0 < a.experts_used <= a.experts and a.expert_ffn > 0):
+        raise SystemExit("--experts needs --experts-used (1..experts) and --expert-ffn")
     if a.tokenizer_from is None:
         sys.path.insert(0, str(HERE.parent / "python"))
         from edgellm.models import model_path
-        a.tokenizer_from = str(model_path("smollm2"))
+        a.tokenizer_from = str(model_path(tokenizer_model))
     fields = tokenizer_fields_from(a.tokenizer_from, a.vocab)
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
