@@ -3,8 +3,9 @@ commands (bench, perplexity, quantize), which need text in and tokens out.
 
 Vocabulary: the 256 byte-level symbols of GPT-2's byte map, three merged tokens and
 <|endoftext|> as BOS/EOS (add_bos on), so 260 ids. Weights are seeded random F32 (or Q8_0).
-arch="qwen3moe" makes the same model a mixture of experts (per-head Q/K norms, 8 experts of 64,
-2 used per token).
+arch="qwen3moe" / "olmoe" / "mixtral" (a llama-arch file with experts) make the same model a
+mixture of experts (8 experts of 64, 2 used per token; qwen3moe: per-head Q/K norms, olmoe: Q/K
+norms over the whole projections).
 """
 from __future__ import annotations
 
@@ -46,16 +47,17 @@ def write_tiny_vocab_model(path, weight_type: str = "F32", seed: int = 0, tied: 
     tokens, types = tokens + list(control_tokens), types + [3] * len(control_tokens)
     n_vocab = len(tokens)
     rng = np.random.default_rng(seed)
-    assert arch in ("llama", "qwen3moe")
-    moe = arch == "qwen3moe"
-    w = gguf.GGUFWriter(str(path), arch)
+    assert arch in ("llama", "qwen3moe", "olmoe", "mixtral")
+    moe = arch != "llama"
+    n_kv = N_HEAD if arch == "olmoe" else N_HEAD_KV  # OLMoE is multi-head (llama.cpp sizes attn_k_norm by n_embd)
+    w = gguf.GGUFWriter(str(path), "llama" if arch == "mixtral" else arch)
     w.add_name(f"tiny-vocab-{arch}")
     w.add_context_length(1024)
     w.add_embedding_length(N_EMBD)
     w.add_block_count(N_LAYER)
-    w.add_feed_forward_length(N_FF)
+    w.add_feed_forward_length(N_FF if arch in ("llama", "qwen3moe") else N_FF_EXP)
     w.add_head_count(N_HEAD)
-    w.add_head_count_kv(N_HEAD_KV)
+    w.add_head_count_kv(n_kv)
     w.add_key_length(HEAD_DIM)
     w.add_value_length(HEAD_DIM)
     w.add_rope_dimension_count(HEAD_DIM)
@@ -64,7 +66,8 @@ def write_tiny_vocab_model(path, weight_type: str = "F32", seed: int = 0, tied: 
     if moe:
         w.add_expert_count(N_EXPERT)
         w.add_expert_used_count(N_EXPERT_USED)
-        w.add_expert_feed_forward_length(N_FF_EXP)
+        if arch == "qwen3moe":
+            w.add_expert_feed_forward_length(N_FF_EXP)
     w.add_vocab_size(n_vocab)
     w.add_file_type(0 if weight_type == "F32" else 7)
     w.add_tokenizer_model("gpt2")
@@ -94,12 +97,15 @@ def write_tiny_vocab_model(path, weight_type: str = "F32", seed: int = 0, tied: 
         b = f"blk.{il}."
         vector(b + "attn_norm.weight", N_EMBD)
         matrix(b + "attn_q.weight", N_HEAD * HEAD_DIM, N_EMBD)
-        matrix(b + "attn_k.weight", N_HEAD_KV * HEAD_DIM, N_EMBD)
-        matrix(b + "attn_v.weight", N_HEAD_KV * HEAD_DIM, N_EMBD)
+        matrix(b + "attn_k.weight", n_kv * HEAD_DIM, N_EMBD)
+        matrix(b + "attn_v.weight", n_kv * HEAD_DIM, N_EMBD)
         matrix(b + "attn_output.weight", N_EMBD, N_HEAD * HEAD_DIM)
-        if moe:
+        if arch == "qwen3moe":
             vector(b + "attn_q_norm.weight", HEAD_DIM)
             vector(b + "attn_k_norm.weight", HEAD_DIM)
+        if arch == "olmoe":
+            vector(b + "attn_q_norm.weight", N_HEAD * HEAD_DIM)
+            vector(b + "attn_k_norm.weight", n_kv * HEAD_DIM)
         vector(b + "ffn_norm.weight", N_EMBD)
         if moe:
             matrix(b + "ffn_gate_inp.weight", N_EXPERT, N_EMBD, std=0.6)
