@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cross-check with llama.cpp: its llama-server's top-5 next-token log-probabilities against
 edgellm's on the same GGUF files, for the tiny mixture-of-experts fixtures (qwen3moe, olmoe,
-Mixtral-style llama with experts; a dense llama for comparison; F32 and Q8_0 weights, written
+qwen2moe with its shared expert, Mixtral-style llama with experts; a dense llama for comparison; F32 and Q8_0 weights, written
 by tests/tiny_vocab_model.py) and any files given on the command line (e.g. the
 bench/make_synthetic.py --preset qwen3-30b-a3b model). It proves the files are laid out as
 llama.cpp reads real ones and that both compute the same thing.
@@ -49,7 +49,7 @@ def tiny_models(out_dir):
     gguf.GGUFWriter.add_tokenizer_pre = lambda self, v: pre(self, "default")  # llama.cpp has no "gpt2" pre
     try:
         paths = []
-        for arch in ("llama", "qwen3moe", "olmoe", "mixtral"):
+        for arch in ("llama", "qwen3moe", "olmoe", "qwen2moe", "mixtral"):
             for wt in ("F32", "Q8_0"):
                 paths.append(str(write_tiny_vocab_model(Path(out_dir) / f"{arch}-{wt}.gguf", weight_type=wt, arch=arch)))
         return paths

@@ -1,4 +1,4 @@
-"""Mixture-of-experts models (qwen3moe, olmoe, llama with experts = Mixtral) beyond the
+"""Mixture-of-experts models (qwen3moe, olmoe, qwen2moe, llama with experts = Mixtral) beyond the
 parametrized forward tests of test_model_forward.py (which compare every arch with the float64
 reference): the tiny fixtures really route tokens to different experts, only the selected
 experts matter, batches / decode steps of several streams and thread counts do not change
@@ -40,7 +40,8 @@ def test_config_and_tokens_route_to_different_experts(tiny, arch):
     cfg = core.Model(path, n_threads=1).config
     assert (cfg["n_expert"], cfg["n_expert_used"], cfg["n_ff_exp"]) == (8, 2, 64)
     assert cfg["expert_gating"] == "softmax"
-    assert cfg["expert_weights_norm"] == (arch != "olmoe")
+    assert cfg["expert_weights_norm"] == (arch in ("qwen3moe", "mixtral"))
+    assert cfg["n_ff_shexp"] == (128 if arch == "qwen2moe" else 0)
     ref = ReferenceModel(path)
     ref.forward(PROMPT)
     assert len(ref.routes) == 3
@@ -124,6 +125,20 @@ def test_gating_keys_are_honoured(tiny, arch, gating, norm):
     assert np.abs(engine_logits(tiny(arch), PROMPT) - engine_logits(path, PROMPT)).max() > 1e-3
 
 
+@pytest.mark.parametrize("weight_type", ["F32", "Q8_0"])
+def test_shared_expert_with_and_without_its_gate(tiny, weight_type):
+    # qwen2moe: the shared expert x sigmoid(ffn_gate_inp_shexp . h); a llama file with
+    # expert_shared_feed_forward_length: the shared expert added as it is
+    for path in (tiny("qwen2moe", weight_type=weight_type), tiny("mixtral", weight_type=weight_type, n_ff_shexp=96)):
+        ref = ReferenceModel(path, simulate_activation_quant=weight_type != "F32")
+        assert ref.has("blk.0.ffn_down_shexp.weight")
+        want = ref.forward(PROMPT)
+        np.testing.assert_allclose(engine_logits(path, PROMPT), want, rtol=0, atol=1e-4 * np.abs(want).max())
+    assert core.Model(tiny("mixtral", n_ff_shexp=96), n_threads=1).config["n_ff_shexp"] == 96
+    # the shared expert matters
+    assert np.abs(engine_logits(tiny("mixtral", n_ff_shexp=96), PROMPT) - engine_logits(tiny("mixtral"), PROMPT)).max() > 1e-2
+
+
 def test_q4_experts_with_f32_router_match_reference(tiny):
     # the layout of real files: router F32, experts quantized, rows packed for the fast kernels
     path = tiny("qwen3moe", weight_type="Q8_0",
@@ -192,11 +207,32 @@ def test_bad_expert_keys(tmp_path):
         core.Model(_header_only(tmp_path, "olmoe", expert_count=4))
     with pytest.raises(core.ModelFormatError, match=r"llama\.expert_used_count = 5 must be between 1 and"):
         core.Model(_header_only(tmp_path, "llama", expert_count=4, expert_used_count=5))
-    with pytest.raises(core.ModelFormatError, match=r"expert_shared_feed_forward_length = 32: shared experts"):
-        core.Model(_header_only(tmp_path, "qwen3moe", expert_count=4, expert_used_count=2,
-                                expert_shared_feed_forward_length=32))
+    with pytest.raises(core.ModelFormatError, match=r"required tensor blk\.0\.ffn_gate_shexp\.weight is missing"):
+        core.Model(write_tiny_model(tmp_path / "nosh.gguf", "qwen3moe", n_ff_shexp=64, type_of=None) and
+                   _drop_tensors(tmp_path / "nosh.gguf", "_shexp."))
     with pytest.raises(core.ModelFormatError, match=r"expert_gating_func = 3 is not supported"):
         core.Model(_header_only(tmp_path, "qwen3moe", expert_count=4, expert_used_count=2, expert_gating_func=3))
+
+
+def _drop_tensors(path, part):
+    """Rewrites `path` without the tensors whose names contain `part`; returns the new path."""
+    import gguf
+    src = gguf.GGUFReader(str(path))
+    out = str(path) + ".dropped.gguf"
+    arch = src.fields["general.architecture"].contents()
+    w = gguf.GGUFWriter(out, arch)
+    for f in src.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        w.add_key_value(f.name, f.contents(), f.types[0], f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None)
+    for t in src.tensors:
+        if part not in t.name:
+            w.add_tensor(t.name, np.ascontiguousarray(np.asarray(t.data).reshape([int(x) for x in reversed(t.shape)])))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
 
 
 def test_gpu_offload_declines_moe_models(tiny, capfd):

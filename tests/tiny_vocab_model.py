@@ -3,9 +3,10 @@ commands (bench, perplexity, quantize), which need text in and tokens out.
 
 Vocabulary: the 256 byte-level symbols of GPT-2's byte map, three merged tokens and
 <|endoftext|> as BOS/EOS (add_bos on), so 260 ids. Weights are seeded random F32 (or Q8_0).
-arch="qwen3moe" / "olmoe" / "mixtral" (a llama-arch file with experts) make the same model a
-mixture of experts (8 experts of 64, 2 used per token; qwen3moe: per-head Q/K norms, olmoe: Q/K
-norms over the whole projections).
+arch="qwen3moe" / "olmoe" / "qwen2moe" / "mixtral" (a llama-arch file with experts) make the
+same model a mixture of experts (8 experts of 64, 2 used per token; qwen3moe: per-head Q/K
+norms, olmoe: Q/K norms over the whole projections, qwen2moe: Q/K/V biases and a gated shared
+expert of 128).
 """
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def write_tiny_vocab_model(path, weight_type: str = "F32", seed: int = 0, tied: 
     tokens, types = tokens + list(control_tokens), types + [3] * len(control_tokens)
     n_vocab = len(tokens)
     rng = np.random.default_rng(seed)
-    assert arch in ("llama", "qwen3moe", "olmoe", "mixtral")
+    assert arch in ("llama", "qwen3moe", "olmoe", "qwen2moe", "mixtral")
     moe = arch != "llama"
     n_kv = N_HEAD if arch == "olmoe" else N_HEAD_KV  # OLMoE is multi-head (llama.cpp sizes attn_k_norm by n_embd)
     w = gguf.GGUFWriter(str(path), "llama" if arch == "mixtral" else arch)
@@ -55,7 +56,7 @@ def write_tiny_vocab_model(path, weight_type: str = "F32", seed: int = 0, tied: 
     w.add_context_length(1024)
     w.add_embedding_length(N_EMBD)
     w.add_block_count(N_LAYER)
-    w.add_feed_forward_length(N_FF if arch in ("llama", "qwen3moe") else N_FF_EXP)
+    w.add_feed_forward_length(N_FF if arch in ("llama", "qwen3moe", "qwen2moe") else N_FF_EXP)
     w.add_head_count(N_HEAD)
     w.add_head_count_kv(n_kv)
     w.add_key_length(HEAD_DIM)
@@ -66,7 +67,7 @@ def write_tiny_vocab_model(path, weight_type: str = "F32", seed: int = 0, tied: 
     if moe:
         w.add_expert_count(N_EXPERT)
         w.add_expert_used_count(N_EXPERT_USED)
-        if arch == "qwen3moe":
+        if arch in ("qwen3moe", "qwen2moe"):
             w.add_expert_feed_forward_length(N_FF_EXP)
     w.add_vocab_size(n_vocab)
     w.add_file_type(0 if weight_type == "F32" else 7)
@@ -100,6 +101,10 @@ def write_tiny_vocab_model(path, weight_type: str = "F32", seed: int = 0, tied: 
         matrix(b + "attn_k.weight", n_kv * HEAD_DIM, N_EMBD)
         matrix(b + "attn_v.weight", n_kv * HEAD_DIM, N_EMBD)
         matrix(b + "attn_output.weight", N_EMBD, N_HEAD * HEAD_DIM)
+        if arch == "qwen2moe":
+            for name, n in (("attn_q.bias", N_HEAD * HEAD_DIM), ("attn_k.bias", n_kv * HEAD_DIM),
+                            ("attn_v.bias", n_kv * HEAD_DIM)):
+                w.add_tensor(b + name, (0.2 * rng.standard_normal(n)).astype(np.float32))
         if arch == "qwen3moe":
             vector(b + "attn_q_norm.weight", HEAD_DIM)
             vector(b + "attn_k_norm.weight", HEAD_DIM)
@@ -112,6 +117,11 @@ def write_tiny_vocab_model(path, weight_type: str = "F32", seed: int = 0, tied: 
             matrix(b + "ffn_gate_exps.weight", N_FF_EXP, N_EMBD, n_mat=N_EXPERT)
             matrix(b + "ffn_up_exps.weight", N_FF_EXP, N_EMBD, n_mat=N_EXPERT)
             matrix(b + "ffn_down_exps.weight", N_EMBD, N_FF_EXP, n_mat=N_EXPERT)
+            if arch == "qwen2moe":
+                matrix(b + "ffn_gate_shexp.weight", N_FF, N_EMBD)
+                matrix(b + "ffn_up_shexp.weight", N_FF, N_EMBD)
+                matrix(b + "ffn_down_shexp.weight", N_EMBD, N_FF)
+                w.add_tensor(b + "ffn_gate_inp_shexp.weight", (0.5 * rng.standard_normal(N_EMBD)).astype(np.float32))
         else:
             matrix(b + "ffn_gate.weight", N_FF, N_EMBD)
             matrix(b + "ffn_up.weight", N_FF, N_EMBD)

@@ -87,7 +87,8 @@ class GgufWriter {
 };
 
 constexpr int kEmbd = 32, kHeads = 4, kKv = 2, kHd = 32, kFf = 64, kVocab = 40, kLayers = 2;
-constexpr int kExperts = 4, kExpertsUsed = 2;  // MoE archs (LayerSpec::moe): experts kFf wide
+// MoE archs (LayerSpec::moe): experts kFf wide, and a shared expert of kFf with its sigmoid gate
+constexpr int kExperts = 4, kExpertsUsed = 2;
 
 std::string write_tiny(const Architecture& architecture, const std::string& path) {
   const std::string arch = architecture.name;
@@ -119,6 +120,7 @@ std::string write_tiny(const Architecture& architecture, const std::string& path
     w.u32(a + "expert_count", kExperts);
     w.u32(a + "expert_used_count", kExpertsUsed);
     w.u32(a + "expert_feed_forward_length", kFf);
+    w.u32(a + "expert_shared_feed_forward_length", kFf);
   }
   w.tensor("token_embd.weight", {kEmbd, kVocab}, rnd(kEmbd * kVocab, 1.0f));
   w.tensor("output_norm.weight", {kEmbd}, rnd(kEmbd, 0.1f, 1.0f));
@@ -135,6 +137,10 @@ std::string write_tiny(const Architecture& architecture, const std::string& path
       w.tensor(b + "ffn_gate_exps.weight", {kEmbd, kFf, kExperts}, rnd(kEmbd * kFf * kExperts, 0.2f));
       w.tensor(b + "ffn_up_exps.weight", {kEmbd, kFf, kExperts}, rnd(kEmbd * kFf * kExperts, 0.2f));
       w.tensor(b + "ffn_down_exps.weight", {kFf, kEmbd, kExperts}, rnd(kEmbd * kFf * kExperts, 0.2f));
+      w.tensor(b + "ffn_gate_shexp.weight", {kEmbd, kFf}, rnd(kEmbd * kFf, 0.2f));
+      w.tensor(b + "ffn_up_shexp.weight", {kEmbd, kFf}, rnd(kEmbd * kFf, 0.2f));
+      w.tensor(b + "ffn_down_shexp.weight", {kFf, kEmbd}, rnd(kEmbd * kFf, 0.2f));
+      w.tensor(b + "ffn_gate_inp_shexp.weight", {kEmbd}, rnd(kEmbd, 0.5f));
     } else {
       w.tensor(b + "ffn_gate.weight", {kEmbd, kFf}, rnd(kEmbd * kFf, 0.2f));
       w.tensor(b + "ffn_up.weight", {kEmbd, kFf}, rnd(kEmbd * kFf, 0.2f));
@@ -345,7 +351,7 @@ void check_arch(const Architecture& architecture) {
 }  // namespace
 
 int main() {
-  for (const Architecture* a : architectures()) check_arch(*a);  // gemma3, llama, olmoe, qwen2, qwen3, qwen3moe
+  for (const Architecture* a : architectures()) check_arch(*a);  // gemma3, llama, olmoe, qwen2, qwen2moe, qwen3, qwen3moe
   CHECK(architectures().size() >= 4);
   return test_util::report();
 }

@@ -19,8 +19,8 @@ import gguf
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import quantize
 
-ARCHS = ("llama", "gemma3", "qwen2", "qwen3", "qwen3moe", "olmoe", "mixtral")
-MOE_ARCHS = ("qwen3moe", "olmoe", "mixtral")
+ARCHS = ("llama", "gemma3", "qwen2", "qwen3", "qwen3moe", "olmoe", "mixtral", "qwen2moe")
+MOE_ARCHS = ("qwen3moe", "olmoe", "mixtral", "qwen2moe")
 
 
 def write_tiny_model(
@@ -51,6 +51,7 @@ def write_tiny_model(
     expert_weights_norm: Optional[bool] = None,
     perturb_expert: Optional[tuple] = None,
     metadata_expert_count: Optional[int] = None,
+    n_ff_shexp: Optional[int] = None,
 ):
     """Writes a model; 2-D weights are stored as `weight_type` (F32, F16, Q4_0, Q4_1, Q5_0,
     Q5_1, Q8_0 or "mixed": a rotation through the legacy quant types), 1-D tensors as F32.
@@ -60,11 +61,14 @@ def write_tiny_model(
     with weights of router_std (large enough that tokens pick different experts);
     expert_gating ("softmax"/"sigmoid") and expert_weights_norm write those keys.
     perturb_expert=(layer, expert) adds noise to that one expert's three matrices and nothing
-    else (the rest of the file is the same as without it)."""
+    else (the rest of the file is the same as without it). qwen2moe adds a shared expert (n_ff
+    wide, gated by ffn_gate_inp_shexp); n_ff_shexp gives any MoE arch one of that width (written
+    as expert_shared_feed_forward_length). metadata_expert_count writes that expert_count
+    instead (a file whose metadata and tensors disagree)."""
     assert arch in ARCHS
     moe = arch in MOE_ARCHS
     gguf_arch = "llama" if arch == "mixtral" else arch
-    if moe and arch != "qwen3moe":
+    if moe and arch not in ("qwen3moe", "qwen2moe"):
         n_ff = n_ff_exp  # llama (Mixtral) and olmoe experts are feed_forward_length wide
     rng = np.random.Generator(np.random.PCG64(seed))
     w = gguf.GGUFWriter(str(path), gguf_arch)
@@ -83,8 +87,10 @@ def write_tiny_model(
     if moe:
         w.add_expert_count(n_expert if metadata_expert_count is None else metadata_expert_count)
         w.add_expert_used_count(n_expert_used)
-        if arch == "qwen3moe":
+        if arch in ("qwen3moe", "qwen2moe"):
             w.add_expert_feed_forward_length(n_ff_exp)
+        if n_ff_shexp:
+            w.add_expert_shared_feed_forward_length(n_ff_shexp)
         if expert_gating:
             w.add_expert_gating_func(gguf.ExpertGatingFuncType[expert_gating.upper()])
         if expert_weights_norm is not None:
@@ -139,7 +145,7 @@ def write_tiny_model(
         matrix(b + "attn_k.weight", n_head_kv * head_dim, n_embd)
         matrix(b + "attn_v.weight", n_head_kv * head_dim, n_embd)
         matrix(b + "attn_output.weight", n_embd, n_head * head_dim)
-        if arch == "qwen2":
+        if arch in ("qwen2", "qwen2moe"):
             vector(b + "attn_q.bias", n_head * head_dim, 0.0, 0.2)
             vector(b + "attn_k.bias", n_head_kv * head_dim, 0.0, 0.2)
             vector(b + "attn_v.bias", n_head_kv * head_dim, 0.0, 0.2)
@@ -157,6 +163,13 @@ def write_tiny_model(
             matrix(b + "ffn_gate_exps.weight", n_ff_exp, n_embd, n_mat=n_expert)
             matrix(b + "ffn_up_exps.weight", n_ff_exp, n_embd, n_mat=n_expert)
             matrix(b + "ffn_down_exps.weight", n_embd, n_ff_exp, n_mat=n_expert)
+            sh = n_ff_shexp or (n_ff if arch == "qwen2moe" else 0)
+            if sh:
+                matrix(b + "ffn_gate_shexp.weight", sh, n_embd)
+                matrix(b + "ffn_up_shexp.weight", sh, n_embd)
+                matrix(b + "ffn_down_shexp.weight", n_embd, sh)
+            if arch == "qwen2moe":
+                vector(b + "ffn_gate_inp_shexp.weight", n_embd, 0.0, 0.5)
         else:
             matrix(b + "ffn_gate.weight", n_ff, n_embd)
             matrix(b + "ffn_up.weight", n_ff, n_embd)

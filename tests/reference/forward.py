@@ -1,5 +1,5 @@
 """A straightforward float64 forward pass for the architectures edgellm runs (llama, gemma3,
-qwen2, qwen3; the mixtures of experts qwen3moe, olmoe and llama with experts), written from
+qwen2, qwen3; the mixtures of experts qwen3moe, olmoe, qwen2moe and llama with experts), written from
 the published math and independent of the C++ engine: weights are
 read and dequantized with the `gguf` package, every activation is a float64 numpy array, and
 attention is a dense masked softmax over the whole sequence.
@@ -41,7 +41,7 @@ class ReferenceModel:
         r = gguf.GGUFReader(self.path)
         self.reader = r
         self.arch = arch = _field(r, "general.architecture")
-        if arch not in ("llama", "gemma3", "qwen2", "qwen3", "qwen3moe", "olmoe"):
+        if arch not in ("llama", "gemma3", "qwen2", "qwen3", "qwen3moe", "olmoe", "qwen2moe"):
             raise ValueError(f"reference forward: unsupported arch {arch}")
         k = lambda s, d=None: _field(r, f"{arch}.{s}", d)  # noqa: E731
         self.n_embd = int(k("embedding_length"))
@@ -83,7 +83,8 @@ class ReferenceModel:
         # SwiGLU FFNs. Router probabilities are a softmax over all experts (sigmoid with
         # expert_gating_func 2); the top-k probabilities are renormalised to sum 1 for
         # qwen3moe and Mixtral (llama), used as they are for olmoe, unless
-        # expert_weights_norm says otherwise.
+        # expert_weights_norm says otherwise. A shared expert (ffn_*_shexp, every token) adds its
+        # SwiGLU FFN, scaled by sigmoid(ffn_gate_inp_shexp · h) where that gate exists (qwen2moe).
         self.n_expert = int(k("expert_count", 0) or 0)
         self.n_expert_used = int(k("expert_used_count", 0) or 0)
         self.expert_sigmoid = int(k("expert_gating_func", 1) or 1) == 2
@@ -142,6 +143,13 @@ class ReferenceModel:
                 a = self.silu(self.mm(x, b + "ffn_gate_exps.weight", e)) * self.mm(x, b + "ffn_up_exps.weight", e)
                 out[t] += ge * self.mm(a, b + "ffn_down_exps.weight", e)[0]
         self.routes.append(chosen)
+        if self.has(b + "ffn_gate_shexp.weight"):
+            a = self.silu(self.mm(h, b + "ffn_gate_shexp.weight")) * self.mm(h, b + "ffn_up_shexp.weight")
+            s = self.mm(a, b + "ffn_down_shexp.weight")
+            gate = self.opt(b + "ffn_gate_inp_shexp.weight")
+            if gate is not None:
+                s = s / (1.0 + np.exp(-(h @ gate)))[:, None]
+            out = out + s
         return out
 
     # ---- blocks ----

@@ -14,6 +14,7 @@ const Architecture& gemma3_architecture();
 const Architecture& qwen2_architecture();
 const Architecture& qwen3_architecture();
 const Architecture& qwen3moe_architecture();
+const Architecture& qwen2moe_architecture();
 const Architecture& olmoe_architecture();
 
 namespace {
@@ -27,6 +28,7 @@ const std::vector<const Architecture*>& architectures() {
       &llama_architecture(),
       &olmoe_architecture(),
       &qwen2_architecture(),
+      &qwen2moe_architecture(),
       &qwen3_architecture(),
       &qwen3moe_architecture(),
   };
@@ -59,13 +61,19 @@ const Architecture& read_model_config(const GgufFile& file, ModelConfig& config)
 }
 
 namespace {
-// The MoE FFN of layer il: router and the three expert tensors.
+// The MoE FFN of layer il: router, the three expert tensors, the shared expert.
 void bind_moe_ffn(WeightLoader& ld, const ModelConfig& c, int il, LayerWeights& w) {
   auto t = [&](const char* n) { return layer_tensor(il, n); };
   w.router = ld.matrix(t("ffn_gate_inp.weight"), c.n_embd, c.n_expert);
   w.gate_exps = ld.experts(t("ffn_gate_exps.weight"), c.n_embd, c.n_ff_exp, c.n_expert);
   w.up_exps = ld.experts(t("ffn_up_exps.weight"), c.n_embd, c.n_ff_exp, c.n_expert);
   w.down_exps = ld.experts(t("ffn_down_exps.weight"), c.n_ff_exp, c.n_embd, c.n_expert);
+  if (c.n_ff_shexp > 0) {
+    w.gate_shexp = ld.matrix(t("ffn_gate_shexp.weight"), c.n_embd, c.n_ff_shexp);
+    w.up_shexp = ld.matrix(t("ffn_up_shexp.weight"), c.n_embd, c.n_ff_shexp);
+    w.down_shexp = ld.matrix(t("ffn_down_shexp.weight"), c.n_ff_shexp, c.n_embd);
+    w.gate_inp_shexp = ld.vector(t("ffn_gate_inp_shexp.weight"), c.n_embd, /*optional=*/true);
+  }
 }
 }  // namespace
 

@@ -78,6 +78,8 @@ struct LayerWeights {
   // Mixture of experts (ModelConfig::is_moe; model/moe_block.cpp), in place of gate/up/down:
   Matrix router;                 // ffn_gate_inp: n_embd -> n_expert logits
   std::vector<Matrix> gate_exps, up_exps, down_exps;  // one view per expert into the 3-D tensors
+  Matrix gate_shexp, up_shexp, down_shexp;  // the shared expert every token runs (n_ff_shexp > 0)
+  Vector gate_inp_shexp;                    // optional: its output × sigmoid(gate_inp_shexp · h)
 
   // Every matrix and every vector member, for code that walks them all (packing, sizing,
   // device uploads); absent ones are empty.
@@ -85,7 +87,7 @@ struct LayerWeights {
   std::array<const Matrix*, 7> matrices() const { return {&wq, &wk, &wv, &wo, &gate, &up, &down}; }
   // The MoE matrices (router, every expert view); absent ones empty.
   std::vector<Matrix*> moe_matrices() {
-    std::vector<Matrix*> v{&router};
+    std::vector<Matrix*> v{&router, &gate_shexp, &up_shexp, &down_shexp};
     for (auto* e : {&gate_exps, &up_exps, &down_exps})
       for (Matrix& m : *e) v.push_back(&m);
     return v;
@@ -105,7 +107,8 @@ struct LayerWeights {
 // llama set (attn_norm, attn_q/k/v/output with optional biases, ffn_norm, ffn_gate/up/down with
 // optional biases), then what the spec adds. When the config has experts (ModelConfig::is_moe)
 // the FFN is ffn_gate_inp + ffn_{gate,up,down}_exps (ggml ne {n_in, n_out, n_expert}, bound as
-// one Matrix view per expert) instead of ffn_gate/up/down.
+// one Matrix view per expert), and with n_ff_shexp > 0 the shared expert ffn_{gate,up,down}_shexp
+// (+ the optional 1-D ffn_gate_inp_shexp), instead of ffn_gate/up/down.
 void bind_layer(WeightLoader& loader, const ModelConfig& c, const LayerSpec& spec, int il, LayerWeights& w);
 
 // One transformer layer, the one definition every backend runs. `f` is the backend's pass:

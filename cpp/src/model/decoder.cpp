@@ -46,6 +46,10 @@ DecoderModel::DecoderModel(std::shared_ptr<GgufFile> file, const Architecture& a
       plans_[il].router = plan_matmul({&w.router}, nt);
       plans_[il].expert_gate_up = plan_matmul({&w.gate_exps[0], &w.up_exps[0]}, nt);
       plans_[il].expert_down = plan_matmul({&w.down_exps[0]}, nt);
+      if (w.gate_shexp) {
+        plans_[il].shexp_gate_up = plan_matmul({&w.gate_shexp, &w.up_shexp}, nt);
+        plans_[il].shexp_down = plan_matmul({&w.down_shexp}, nt);
+      }
     }
   }
   output_plan_ = plan_matmul({&output_}, nt);

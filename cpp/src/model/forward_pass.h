@@ -49,7 +49,7 @@ struct LayerPlans {
   MatmulPlan qkv, wo, gate_up, down;
   // MoE layers: the router, and the chunks of one expert's gate+up and of its down matrix
   // (every expert has the same shape; a step runs them for each selected expert).
-  MatmulPlan router, expert_gate_up, expert_down;
+  MatmulPlan router, expert_gate_up, expert_down, shexp_gate_up, shexp_down;
 };
 
 // What the MoE FFN (moe_block.cpp) writes, for R = max_tokens * n_expert_used (token, expert)
@@ -58,7 +58,7 @@ struct LayerPlans {
 struct MoeScratch {
   // Bytes of one row in the experts' input formats: gate and up (n_embd wide), down (n_ff_exp).
   struct RowBytes {
-    size_t gate = 0, up = 0, down = 0;
+    size_t gate = 0, up = 0, down = 0, shexp_down = 0;  // shexp_down: n_ff_shexp wide
   };
   // The widest over `layers`, each matrix's format given by `input_type` (matmul_input_type
   // after packing; the memory plan passes the format packing would give).
@@ -72,6 +72,9 @@ struct MoeScratch {
   AlignedArray<float> gate, up;        // [R][n_ff_exp]
   AlignedArray<uint8_t> x_down;        // [R] activations in the down input format
   AlignedArray<float> down;            // [R][n_embd] each row's expert output
+  AlignedArray<float> sh_gate, sh_up;  // [T][n_ff_shexp] the shared expert
+  AlignedArray<uint8_t> x_sh_down;     // [T] its down input
+  AlignedArray<float> sh_out;          // [T][n_embd] its output
 
   void allocate(const ModelConfig& c, int max_tokens, const RowBytes& rows);
   static size_t bytes(const ModelConfig& c, int max_tokens, const RowBytes& rows);
@@ -142,7 +145,8 @@ class ForwardPass {
   void gated_ffn(const LayerWeights& w, int il, FfnActivation act);
   // out = Σ_j g_j · Wdown_e_j · (silu(Wgate_e_j h) ⊙ Wup_e_j h) over each token's top-k experts
   // e_j with gate weights g_j (model/expert_router.h); each selected expert's weights are read
-  // once for all the batch's tokens routed to it (moe_block.cpp).
+  // once for all the batch's tokens routed to it (moe_block.cpp); + the shared expert's
+  // SwiGLU FFN, × sigmoid(gate_inp_shexp · h) when the layer has that gate.
   void moe_ffn(const LayerWeights& w, int il);
 
   // Per-batch preparation, once per forward: the RoPE tables for the batch's positions and the
@@ -152,6 +156,7 @@ class ForwardPass {
 
  private:
   void project_qkv(const LayerWeights& w, int il);
+  void shared_expert(const LayerWeights& w, int il);  // MoeScratch::sh_out = the shared expert on h
   void prepare_qk_and_store_kv(const LayerWeights& w, int il);
   void attend(int il);
   void project(const Matrix& wmat, const MatmulPlan& plan, const float* src, int64_t src_width, float* dst,

@@ -117,6 +117,7 @@ void MemoryPlanner::read(const std::string& path) {
     moe_row_bytes_[0] = rb.gate;
     moe_row_bytes_[1] = rb.up;
     moe_row_bytes_[2] = rb.down;
+    moe_row_bytes_[3] = rb.shexp_down;
   }
 
   // Parameters, and what one token uses: of each expert tensor only n_expert_used / n_expert.
@@ -212,6 +213,7 @@ MemoryPlan MemoryPlanner::plan(const MemoryPlanOptions& o) const {
     rb.gate = moe_row_bytes_[0];
     rb.up = moe_row_bytes_[1];
     rb.down = moe_row_bytes_[2];
+    rb.shexp_down = moe_row_bytes_[3];
     p.scratch_forward += static_cast<int64_t>(MoeScratch::bytes(c, o.max_batch_tokens, rb));
   }
   p.params_total = params_total_;

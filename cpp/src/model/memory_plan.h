@@ -95,7 +95,7 @@ class MemoryPlanner {
   int32_t n_packed_ = 0, n_mapped_ = 0;
   int64_t metadata_heap_ = 0, tokenizer_heap_ = 0, tokenizer_transient_ = 0;
   int64_t params_total_ = 0, params_active_ = 0, active_weight_bytes_ = 0;
-  size_t moe_row_bytes_[3] = {0, 0, 0};  // MoeScratch::RowBytes: gate, up, down
+  size_t moe_row_bytes_[4] = {0, 0, 0, 0};  // MoeScratch::RowBytes: gate, up, down, shexp_down
 };
 
 }  // namespace edgellm

@@ -49,7 +49,7 @@ void read_expert_config(const GgufFile& f, ModelConfig& c, bool weights_norm_def
   auto key = [&](const char* s) { return arch_key(c, s); };
   const uint32_t n_expert = f.find_u32(key("expert_count")).value_or(0);
   if (n_expert == 0) {
-    c.n_expert = c.n_expert_used = c.n_ff_exp = 0;
+    c.n_expert = c.n_expert_used = c.n_ff_exp = c.n_ff_shexp = 0;
     return;
   }
   if (n_expert > 4096) bad(f, key("expert_count"), "= " + std::to_string(n_expert) + " is out of range");
@@ -65,9 +65,8 @@ void read_expert_config(const GgufFile& f, ModelConfig& c, bool weights_norm_def
                         f.find_u32(key("expert_feed_forward_length")).value_or(static_cast<uint32_t>(c.n_ff)));
   if (c.n_ff_exp > (1 << 24)) bad(f, key("expert_feed_forward_length"), "is out of range");
   const uint32_t n_shexp = f.find_u32(key("expert_shared_feed_forward_length")).value_or(0);
-  if (n_shexp > 0)
-    bad(f, key("expert_shared_feed_forward_length"), "= " + std::to_string(n_shexp) +
-                                                         ": shared experts are not supported");
+  if (n_shexp > (1u << 24)) bad(f, key("expert_shared_feed_forward_length"), "is out of range");
+  c.n_ff_shexp = static_cast<int>(n_shexp);
   const uint32_t gating = f.find_u32(key("expert_gating_func")).value_or(1);
   if (gating != 1 && gating != 2)
     bad(f, key("expert_gating_func"), "= " + std::to_string(gating) + " is not supported (1 softmax, 2 sigmoid)");

@@ -60,6 +60,7 @@ struct ModelConfig {
   int n_expert = 0;            // <arch>.expert_count
   int n_expert_used = 0;       // <arch>.expert_used_count: experts each token runs (top-k)
   int n_ff_exp = 0;            // <arch>.expert_feed_forward_length (default: the arch's)
+  int n_ff_shexp = 0;          // <arch>.expert_shared_feed_forward_length; > 0: a shared expert
   ExpertGating expert_gating = ExpertGating::Softmax;
   bool expert_weights_norm = false;  // the top-k probabilities are renormalised to sum 1
   float expert_weights_scale = 0.0f; // > 0: the gate weights are multiplied by it
@@ -80,8 +81,8 @@ struct ModelConfig {
 ModelConfig read_common_config(const GgufFile& file);
 
 // Reads the expert keys (expert_count, expert_used_count, expert_feed_forward_length,
-// expert_gating_func, expert_weights_norm, expert_weights_scale) into `c` (a file with
-// shared experts, expert_shared_feed_forward_length > 0, is refused: not supported); read_common_config calls it. `weights_norm_default` is the
+// expert_shared_feed_forward_length, expert_gating_func, expert_weights_norm,
+// expert_weights_scale) into `c`; read_common_config calls it. `weights_norm_default` is the
 // architecture's rule where the file has no expert_weights_norm key; the arch hparams call it
 // again to set it. Throws ModelFormatError naming the key for counts that make no sense.
 void read_expert_config(const GgufFile& file, ModelConfig& c, bool weights_norm_default);

@@ -10,12 +10,15 @@
 //      expert's rows spread over the threads as in run_matmul;
 //   4. silu(gate) ⊙ up per row, quantized once for the down matrices;
 //   5. the same region shape for the down rows;
-//   6. per token, out = Σ_j g_j · row_j in slot order (so a token's result does not depend on
-//      the batch it is in or on the thread count).
+//   6. the shared expert, when the layer has one: an ordinary SwiGLU FFN over all T tokens
+//      (run_matmul), its output × sigmoid(gate_inp_shexp · h) when that gate exists;
+//   7. per token, out = Σ_j g_j · row_j in slot order (+ the shared expert's row), so a
+//      token's result does not depend on the batch it is in or on the thread count.
 //
 // Decode (T = 1) so reads exactly the k selected experts' rows and nothing else of the layer's
 // experts.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 
@@ -29,6 +32,13 @@ namespace edgellm {
 namespace {
 
 size_t aligned_bytes(size_t n) { return std::max<size_t>(64, (n + 63) / 64 * 64); }
+
+// The shared expert's part of MoeScratch::bytes (allocate's sizes).
+size_t shexp_bytes(const ModelConfig& c, int T, const MoeScratch::RowBytes& rb) {
+  const size_t t = c.n_ff_shexp > 0 ? static_cast<size_t>(T) : 0;
+  return 2 * aligned_bytes(t * c.n_ff_shexp * sizeof(float)) + aligned_bytes(t * rb.shexp_down) +
+         aligned_bytes(t * c.n_embd * sizeof(float));
+}
 
 // Row `src` of `width` floats in activation format `type` at `dst`.
 void to_format(DType type, const float* src, uint8_t* dst, int64_t width) {
@@ -67,6 +77,7 @@ MoeScratch::RowBytes MoeScratch::widest(const ModelConfig& c, const std::vector<
     rb.gate = std::max(rb.gate, row_bytes(input_type(w.gate_exps[0]), c.n_embd));
     rb.up = std::max(rb.up, row_bytes(input_type(w.up_exps[0]), c.n_embd));
     rb.down = std::max(rb.down, row_bytes(input_type(w.down_exps[0]), c.n_ff_exp));
+    if (w.down_shexp) rb.shexp_down = std::max(rb.shexp_down, row_bytes(input_type(w.down_shexp), c.n_ff_shexp));
   }
   return rb;
 }
@@ -82,6 +93,11 @@ void MoeScratch::allocate(const ModelConfig& c, int T, const RowBytes& rb) {
   up.allocate(R * c.n_ff_exp);
   x_down.allocate(R * rb.down);
   down.allocate(R * c.n_embd);
+  const size_t t_sh = c.n_ff_shexp > 0 ? static_cast<size_t>(T) : 0;
+  sh_gate.allocate(t_sh * c.n_ff_shexp);
+  sh_up.allocate(t_sh * c.n_ff_shexp);
+  x_sh_down.allocate(t_sh * rb.shexp_down);
+  sh_out.allocate(t_sh * c.n_embd);
 }
 
 size_t MoeScratch::bytes(const ModelConfig& c, int T, const RowBytes& rb) {
@@ -90,7 +106,7 @@ size_t MoeScratch::bytes(const ModelConfig& c, int T, const RowBytes& rb) {
   return aligned_bytes(static_cast<size_t>(T) * c.n_expert * sizeof(float)) +
          ExpertRouting::reserve_bytes(T, c.n_expert, c.n_expert_used) + aligned_bytes(R * rb.gate) +
          aligned_bytes(R * rb.up) + 2 * aligned_bytes(R * c.n_ff_exp * sizeof(float)) + aligned_bytes(R * rb.down) +
-         aligned_bytes(R * c.n_embd * sizeof(float));
+         aligned_bytes(R * c.n_embd * sizeof(float)) + shexp_bytes(c, T, rb);
 }
 
 void ForwardPass::moe_ffn(const LayerWeights& w, int il) {
@@ -156,7 +172,11 @@ void ForwardPass::moe_ffn(const LayerWeights& w, int il) {
     run_experts(pool_, plans.expert_down, r, mats, x, xs, y, ldy);
   }
 
-  // 6. out = the gate-weighted sum of each token's expert rows
+  // 6. the shared expert (its gate and up read h, quantized by sc_.act above)
+  const bool shared = static_cast<bool>(w.gate_shexp);
+  if (shared) shared_expert(w, il);
+
+  // 7. out = the gate-weighted sum of each token's expert rows (+ the shared expert's)
   pool_.parallel_for(0, T, [&](int64_t t, int) {
     float* o = out + t * n_embd;
     for (int j = 0; j < k; ++j) {
@@ -168,7 +188,51 @@ void ForwardPass::moe_ffn(const LayerWeights& w, int il) {
         for (int64_t i = 0; i < n_embd; ++i) o[i] += g * d[i];
       }
     }
+    if (shared) {
+      const float* s = m.sh_out.data() + t * n_embd;
+      float g = 1.0f;
+      if (w.gate_inp_shexp) {
+        float dot = 0;
+        const float* hr = h + t * n_embd;
+        for (int64_t i = 0; i < n_embd; ++i) dot += w.gate_inp_shexp.data[i] * hr[i];
+        g = 1.0f / (1.0f + std::exp(-dot));
+      }
+      for (int64_t i = 0; i < n_embd; ++i) o[i] += g * s[i];
+    }
   });
+}
+
+void ForwardPass::shared_expert(const LayerWeights& w, int il) {
+  const LayerPlans& plans = (*s_.plans)[il];
+  MoeScratch& m = sc_.moe;
+  const int T = n_tokens_;
+  const int64_t n_sh = c_.n_ff_shexp;
+  MatmulOperand ops[2];
+  const Matrix* mats[2] = {&w.gate_shexp, &w.up_shexp};
+  float* y[2] = {m.sh_gate.data(), m.sh_up.data()};
+  for (int i = 0; i < 2; ++i) {
+    ops[i].w = mats[i];
+    ops[i].x = sc_.act.get(pool_, matmul_input_type(*mats[i]), &ops[i].x_stride);
+    ops[i].y = y[i];
+    ops[i].ldy = n_sh;
+  }
+  run_matmul(pool_, plans.shexp_gate_up, ops, T);
+  const DType in_down = matmul_input_type(w.down_shexp);
+  const size_t sd = row_bytes(in_down, n_sh);
+  const auto silu_mul = kernels::active().silu_mul;
+  uint8_t* xd = in_down == DType::F32 ? reinterpret_cast<uint8_t*>(m.sh_gate.data()) : m.x_sh_down.data();
+  pool_.parallel_for(0, T, [&](int64_t t, int) {
+    float* g = m.sh_gate.data() + t * n_sh;
+    silu_mul(g, m.sh_up.data() + t * n_sh, g, n_sh);
+    if (in_down != DType::F32) to_format(in_down, g, xd + t * sd, n_sh);
+  });
+  MatmulOperand op;
+  op.w = &w.down_shexp;
+  op.x = xd;
+  op.x_stride = sd;
+  op.y = m.sh_out.data();
+  op.ldy = c_.n_embd;
+  run_matmul(pool_, plans.shexp_down, &op, T);
 }
 
 }  // namespace edgellm
