@@ -56,7 +56,7 @@ struct Architecture {
 const std::vector<const Architecture*>& architectures();
 // nullptr when `name` is not supported.
 const Architecture* find_architecture(const std::string& name);
-// "gemma3, llama, qwen2, qwen3"
+// "gemma3, llama, olmoe, qwen2, qwen2moe, qwen3, qwen3moe"
 std::string supported_architectures();
 
 // The whole config of `file` (read_common_config, then its architecture's hparams) and the
