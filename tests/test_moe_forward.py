@@ -148,6 +148,15 @@ def test_q4_experts_with_f32_router_match_reference(tiny):
     np.testing.assert_allclose(got, ref, rtol=0, atol=2e-3 * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("repack", ["0", "1"])
+def test_experts_packed_or_in_the_gguf_layout(tiny, monkeypatch, repack):
+    # EDGELLM_REPACK=0 keeps every expert view in the GGUF blocks (the unpacked kernels)
+    monkeypatch.setenv("EDGELLM_REPACK", repack)
+    path = tiny("olmoe", weight_type="Q8_0", type_of=lambda n: "Q4_0" if "_exps" in n else None)
+    ref = ReferenceModel(path, simulate_activation_quant=True).forward(PROMPT)
+    np.testing.assert_allclose(engine_logits(path, PROMPT), ref, rtol=0, atol=2e-3 * np.abs(ref).max())
+
+
 # ---- malformed files ----
 
 def test_expert_count_mismatch_names_the_tensor(tiny, tmp_path):
