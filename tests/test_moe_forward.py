@@ -297,3 +297,37 @@ def test_info_and_run_on_a_tiny_moe(vocab_moe):
     out = edgellm.LLM(vocab_moe, n_threads=2).generate(["the the the"],
                                                      edgellm.SamplingParams(temperature=0, max_tokens=12))[0]
     assert len(out.token_ids) == 12 and out.finish_reason == "length"
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_moe_peak_rss_within_plan(tmp_path):
+    # A Mixtral-style synthetic (bench/make_synthetic.py: 32 experts of 1024, 4 used, Q4_K_M,
+    # SmolLM2's tokenizer; ~160 MiB), measured as test_memory_plan measures the dense models:
+    # load + two 500-token prompts, against the plan's total with the KV pages written.
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import require_model
+    from edgellm import LLM
+    from test_memory_plan import _PROBE
+
+    root = Path(__file__).resolve().parent.parent
+    subprocess.run([sys.executable, str(root / "bench" / "make_synthetic.py"), "--arch", "llama", "--dim", "1024",
+                    "--layers", "2", "--ffn", "1024", "--heads", "8", "--kv-heads", "8", "--experts", "32",
+                    "--experts-used", "4", "--expert-ffn", "1024", "--vocab", "49152", "--type", "Q4_K_M",
+                    "--out-dir", str(tmp_path), "--name", "moe", "--tokenizer-from", str(require_model("smollm2"))],
+                   check=True, capture_output=True, timeout=600)
+    path = str(tmp_path / "moe-Q4_K_M.gguf")
+    env = dict(os.environ)
+    env.pop("EDGELLM_MEMORY_LIMIT", None)
+    out = subprocess.run([sys.executable, "-c", _PROBE, path, "512", "2"], env=env, capture_output=True, text=True,
+                         timeout=600, check=True).stdout
+    r = json.loads(out.strip().splitlines()[-1])
+    p = LLM.plan(path, n_ctx=512).to_dict()
+    assert p["n_expert"] == 32 and p["params_active"] < p["params_total"] / 2
+    expected = max(p["load_peak"], p["total"] - p["kv_budget"] + r["kv_resident"])
+    assert abs(r["peak"] - expected) <= 0.05 * expected, (r, expected)
