@@ -10,7 +10,9 @@ only, n_batch 512; tg = single-token evals of random ids, no sampling).
 
 Also measured: read bandwidth (each of T threads sums its own 256 MiB array with numpy,
 best of 5), and for tg the share of the bandwidth floor reached: a decode step has to read
-every weight matrix once, so tg t/s can be at most bandwidth / weight bytes.
+every weight matrix once, so tg t/s can be at most bandwidth / weight bytes. For a mixture of
+experts the weight bytes are the active ones: of each 3-D expert tensor only the
+expert_used_count / expert_count share a token selects (edgellm.bench.model_info).
 
 Batched decode (--batch N): edgellm only. llama-cpp-python exposes no multi-sequence API
 above the raw llama_batch structs, so the peer's column stays empty.

@@ -18,6 +18,14 @@ names a GGUF with exactly that many tokens:
 
     python bench/make_synthetic.py --preset phi3.5-mini --type Q4_K_M
 
+--preset qwen3-30b-a3b: a mixture of experts with Qwen3-30B-A3B's shape (arch qwen3moe, dim
+2048, 32 heads / 4 KV heads of 128, 128 experts of 768 with 8 used per token, vocab 151936,
+untied output) but 6 layers instead of 48 (--layers), with the tokenizer of the cached
+Qwen2.5-Coder-0.5B (the same 151936-token vocabulary); ~2.5 GiB at Q4_K_M. Its decode floor is
+the active bytes (bench/compare.py): the attention, the router and 8 of 128 experts per layer.
+
+    python bench/make_synthetic.py --preset qwen3-30b-a3b --type Q4_K_M
+
 Tensor types follow llama-quantize's mix (python/edgellm/bench/quantize.py: plan_types), e.g.
 Q4_K_M puts Q6_K on the tied embedding/output and on half the attn_v/ffn_down.
 
@@ -65,15 +73,22 @@ def random_blocks(rng, qtype, n_rows, ne0):
 # Shapes of real models (those the defaults do not give); each sets the arguments it names.
 PRESETS = {
     "phi3.5-mini": dict(arch="phi3", dim=3072, layers=32, ffn=8192, heads=32, kv_heads=32, head_dim=96,
-                        vocab=32064, ctx=131072, tied=False, name="phi3.5-mini-shape"),
+                        vocab=32064, ctx=131072, tied=False, rope_base=10000.0, eps=1e-5, name="phi3.5-mini-shape"),
     "gemma2-2b": dict(arch="gemma2", dim=2304, layers=26, ffn=9216, heads=8, kv_heads=4, head_dim=256,
-                      vocab=256000, ctx=8192, tied=True, name="gemma2-2b-shape"),
+                      vocab=256000, ctx=8192, tied=True, rope_base=10000.0, eps=1e-6, name="gemma2-2b-shape"),
+    # Qwen3-30B-A3B's shape with fewer layers
+    "qwen3-30b-a3b": dict(arch="qwen3moe", dim=2048, layers=6, ffn=6144, heads=32, kv_heads=4, head_dim=128,
+                          experts=128, experts_used=8, expert_ffn=768, vocab=151936, ctx=40960, tied=False,
+                          rope_base=1000000.0, eps=1e-6, tokenizer="qwen2.5-coder-0.5b", name="qwen3-30b-a3b-shape"),
 }
 
 
 def shapes(a):
-    """(name, ne in ggml order) of a model of arch a.arch, file order; output.weight unless tied."""
-    hd = a.head_dim
+    """(name, ne in ggml order) of the model, file order: a llama layer; phi3 with fused attn_qkv
+    and ffn_up (gate rows, then up rows) and LongRoPE divisors; gemma2 with its sandwich norms;
+    qwen3moe with per-head Q/K norms and a mixture-of-experts FFN (router + 3-D expert tensors
+    {n_in, n_out, n_expert}); the output head tied to the embedding unless a.tied is False."""
+    hd = a.head_dim or a.dim // a.heads
     out = [("token_embd.weight", (a.dim, a.vocab))]
     for i in range(a.layers):
         b = f"blk.{i}."
@@ -84,14 +99,21 @@ def shapes(a):
             out += [(b + "attn_q.weight", (a.dim, a.heads * hd)), (b + "attn_k.weight", (a.dim, a.kv_heads * hd)),
                     (b + "attn_v.weight", (a.dim, a.kv_heads * hd))]
         out.append((b + "attn_output.weight", (a.heads * hd, a.dim)))
+        if a.arch == "qwen3moe":
+            out += [(b + "attn_q_norm.weight", (hd,)), (b + "attn_k_norm.weight", (hd,))]
         if a.arch == "gemma2":
             out.append((b + "post_attention_norm.weight", (a.dim,)))
         out.append((b + "ffn_norm.weight", (a.dim,)))
-        if a.arch == "phi3":  # gate rows, then up rows
-            out.append((b + "ffn_up.weight", (a.dim, 2 * a.ffn)))
+        if a.experts:
+            out += [(b + "ffn_gate_inp.weight", (a.dim, a.experts)),
+                    (b + "ffn_gate_exps.weight", (a.dim, a.expert_ffn, a.experts)),
+                    (b + "ffn_up_exps.weight", (a.dim, a.expert_ffn, a.experts)),
+                    (b + "ffn_down_exps.weight", (a.expert_ffn, a.dim, a.experts))]
+        elif a.arch == "phi3":  # gate rows, then up rows
+            out += [(b + "ffn_up.weight", (a.dim, 2 * a.ffn)), (b + "ffn_down.weight", (a.ffn, a.dim))]
         else:
-            out += [(b + "ffn_gate.weight", (a.dim, a.ffn)), (b + "ffn_up.weight", (a.dim, a.ffn))]
-        out.append((b + "ffn_down.weight", (a.ffn, a.dim)))
+            out += [(b + "ffn_gate.weight", (a.dim, a.ffn)), (b + "ffn_up.weight", (a.dim, a.ffn)),
+                    (b + "ffn_down.weight", (a.ffn, a.dim))]
         if a.arch == "gemma2":
             out.append((b + "post_ffw_norm.weight", (a.dim,)))
     out.append(("output_norm.weight", (a.dim,)))
@@ -135,11 +157,17 @@ def write_model(a, ftype, out_path, tokenizer_fields):
     w.add_feed_forward_length(a.ffn)
     w.add_head_count(a.heads)
     w.add_head_count_kv(a.kv_heads)
-    w.add_key_length(a.head_dim)
-    w.add_value_length(a.head_dim)
-    w.add_rope_dimension_count(a.head_dim)
-    w.add_rope_freq_base(130000.0 if a.arch == "llama" else 10000.0)
-    w.add_layer_norm_rms_eps(1e-5 if a.arch != "gemma2" else 1e-6)
+    hd = a.head_dim or a.dim // a.heads
+    if a.head_dim:
+        w.add_key_length(hd)
+        w.add_value_length(hd)
+    w.add_rope_dimension_count(hd)
+    w.add_rope_freq_base(a.rope_base)
+    w.add_layer_norm_rms_eps(a.eps)
+    if a.experts:
+        w.add_expert_count(a.experts)
+        w.add_expert_used_count(a.experts_used)
+        w.add_expert_feed_forward_length(a.expert_ffn)
     if a.arch == "phi3":  # Phi-3.5-mini's: LongRoPE from 4096 to 131072 tokens, a window beyond it
         w.add_rope_scaling_orig_ctx_len(4096)
         w.add_rope_scaling_attn_factors(float(np.sqrt(1 + np.log(a.ctx / 4096) / np.log(4096))))
@@ -152,10 +180,10 @@ def write_model(a, ftype, out_path, tokenizer_fields):
     w.add_file_type(FTYPE_IDS[ftype])
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     for f in tokenizer_fields:
-        if isinstance(f, tuple):
-            w.add_key_value(*f)
-        else:
+        if isinstance(f, gguf.ReaderField):  # (a NamedTuple: tested first)
             w.add_key_value(f.name, f.contents(), f.types[0], sub_type=f.types[-1] if len(f.types) > 1 else None)
+        else:
+            w.add_key_value(*f)
     for p in plans:
         ne = p.ne
         np_shape = tuple(reversed(ne))
@@ -204,34 +232,40 @@ def main():
                    help="repeatable; default Q4_0, Q4_K_M and Q8_0")
     p.add_argument("--out-dir", default=os.path.expanduser("~/.cache/edgellm/synthetic"))
     p.add_argument("--preset", choices=sorted(PRESETS), default=None,
-                   help="a real model's shape and architecture (shape arguments given as well win)")
-    p.add_argument("--arch", choices=["llama", "phi3", "gemma2"], default="llama")
-    p.add_argument("--head-dim", type=int, default=None, help="default dim / heads")
-    p.add_argument("--untied", dest="tied", action="store_false", help="write an output.weight")
+                   help="a real model's shape and architecture (the options below given explicitly override it)")
+    p.add_argument("--arch", choices=["llama", "phi3", "gemma2", "qwen3moe"], default="llama")
     p.add_argument("--dim", type=int, default=2048)
     p.add_argument("--layers", type=int, default=24)
     p.add_argument("--ffn", type=int, default=8192)
     p.add_argument("--heads", type=int, default=32)
     p.add_argument("--kv-heads", type=int, default=32)
+    p.add_argument("--head-dim", type=int, default=0, help="0: dim / heads")
+    p.add_argument("--experts", type=int, default=0, help="mixture of experts: expert count (0: dense)")
+    p.add_argument("--experts-used", type=int, default=0)
+    p.add_argument("--expert-ffn", type=int, default=0)
     p.add_argument("--vocab", type=int, default=49152)
     p.add_argument("--ctx", type=int, default=8192)
+    p.add_argument("--rope-base", type=float, default=130000.0)
+    p.add_argument("--eps", type=float, default=1e-5)
+    p.add_argument("--untied", dest="tied", action="store_false", help="write output.weight")
     p.add_argument("--tokenizer-from", default=None,
                    help="GGUF whose tokenizer.* keys are copied (default: the cached SmolLM2-135M)")
     p.add_argument("--name", default="smollm2-1.7b-shape")
     p.add_argument("--seed", type=int, default=0)
-    preset = p.parse_known_args()[0].preset
-    if preset:  # its values become the defaults: --layers 4 --preset phi3.5-mini is a 4-layer Phi
-        p.set_defaults(**PRESETS[preset])
+    if "--preset" in sys.argv[1:]:  # its values become the defaults: --layers 4 --preset phi3.5-mini is a 4-layer Phi
+        preset = PRESETS[sys.argv[sys.argv.index("--preset") + 1]]
+        p.set_defaults(**{k: v for k, v in preset.items() if k != "tokenizer"})
     a = p.parse_args()
-    if a.head_dim is None:
-        a.head_dim = a.dim // a.heads
-    if a.tokenizer_from is None and a.arch != "llama":
+    tokenizer_model = PRESETS[a.preset].get("tokenizer", "smollm2") if a.preset else "smollm2"
+    if a.experts and not (0 < a.experts_used <= a.experts and a.expert_ffn > 0):
+        raise SystemExit("--experts needs --experts-used (1..experts) and --expert-ffn")
+    if a.tokenizer_from is None and a.arch in ("phi3", "gemma2"):
         fields = placeholder_spm_vocab(a.vocab)
     else:
         if a.tokenizer_from is None:
             sys.path.insert(0, str(HERE.parent / "python"))
             from edgellm.models import model_path
-            a.tokenizer_from = str(model_path("smollm2"))
+            a.tokenizer_from = str(model_path(tokenizer_model))
         fields = tokenizer_fields_from(a.tokenizer_from, a.vocab)
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

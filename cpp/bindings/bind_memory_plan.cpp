@@ -50,6 +50,11 @@ py::dict plan_dict(const MemoryPlan& p) {
   d["runtime"] = p.runtime;
   d["load_peak"] = p.load_peak;
   d["total"] = p.total;
+  d["params_total"] = p.params_total;
+  d["params_active"] = p.params_active;
+  d["active_weight_bytes"] = p.active_weight_bytes;
+  d["n_expert"] = p.n_expert;
+  d["n_expert_used"] = p.n_expert_used;
   return d;
 }
 

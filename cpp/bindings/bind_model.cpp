@@ -47,6 +47,13 @@ py::dict config_dict(const ModelConfig& c) {
   d["attn_softcap"] = c.attn_softcap;
   d["rope_attn_factor"] = c.rope_global.attn_factor;
   d["n_ctx_orig"] = c.n_ctx_orig;
+  d["n_expert"] = c.n_expert;
+  d["n_expert_used"] = c.n_expert_used;
+  d["n_ff_exp"] = c.n_ff_exp;
+  d["n_ff_shexp"] = c.n_ff_shexp;
+  d["expert_gating"] = expert_gating_name(c.expert_gating);
+  d["expert_weights_norm"] = c.expert_weights_norm;
+  d["expert_weights_scale"] = c.expert_weights_scale;
   return d;
 }
 

@@ -87,6 +87,8 @@ class GgufWriter {
 };
 
 constexpr int kEmbd = 32, kHeads = 4, kKv = 2, kHd = 32, kFf = 64, kVocab = 40, kLayers = 2;
+// MoE archs (LayerSpec::moe): experts kFf wide, and a shared expert of kFf with its sigmoid gate
+constexpr int kExperts = 4, kExpertsUsed = 2;
 
 std::string write_tiny(const Architecture& architecture, const std::string& path) {
   const std::string arch = architecture.name;
@@ -114,6 +116,12 @@ std::string write_tiny(const Architecture& architecture, const std::string& path
   // Read by architectures with sliding-window layers (gemma2, gemma3, phi3), ignored by the others.
   w.u32(a + "attention.sliding_window", 3);
   w.u32(a + "attention.sliding_window_pattern", 2);  // layer 0 local, layer 1 global
+  if (spec.moe) {
+    w.u32(a + "expert_count", kExperts);
+    w.u32(a + "expert_used_count", kExpertsUsed);
+    w.u32(a + "expert_feed_forward_length", kFf);
+    w.u32(a + "expert_shared_feed_forward_length", kFf);
+  }
   w.tensor("token_embd.weight", {kEmbd, kVocab}, rnd(kEmbd * kVocab, 1.0f));
   w.tensor("output_norm.weight", {kEmbd}, rnd(kEmbd, 0.1f, 1.0f));
   for (int il = 0; il < kLayers; ++il) {
@@ -128,21 +136,33 @@ std::string write_tiny(const Architecture& architecture, const std::string& path
     }
     w.tensor(b + "attn_output.weight", {kHeads * kHd, kEmbd}, rnd(kEmbd * kHeads * kHd, 0.2f));
     w.tensor(b + "ffn_norm.weight", {kEmbd}, rnd(kEmbd, 0.1f, 1.0f));
-    if (spec.fused_gate_up) {  // gate rows, then up rows
-      w.tensor(b + "ffn_up.weight", {kEmbd, 2 * kFf}, rnd(2 * kEmbd * kFf, 0.2f));
+    if (spec.moe) {
+      w.tensor(b + "ffn_gate_inp.weight", {kEmbd, kExperts}, rnd(kEmbd * kExperts, 0.5f));
+      w.tensor(b + "ffn_gate_exps.weight", {kEmbd, kFf, kExperts}, rnd(kEmbd * kFf * kExperts, 0.2f));
+      w.tensor(b + "ffn_up_exps.weight", {kEmbd, kFf, kExperts}, rnd(kEmbd * kFf * kExperts, 0.2f));
+      w.tensor(b + "ffn_down_exps.weight", {kFf, kEmbd, kExperts}, rnd(kEmbd * kFf * kExperts, 0.2f));
+      w.tensor(b + "ffn_gate_shexp.weight", {kEmbd, kFf}, rnd(kEmbd * kFf, 0.2f));
+      w.tensor(b + "ffn_up_shexp.weight", {kEmbd, kFf}, rnd(kEmbd * kFf, 0.2f));
+      w.tensor(b + "ffn_down_shexp.weight", {kFf, kEmbd}, rnd(kEmbd * kFf, 0.2f));
+      w.tensor(b + "ffn_gate_inp_shexp.weight", {kEmbd}, rnd(kEmbd, 0.5f));
     } else {
-      w.tensor(b + "ffn_gate.weight", {kEmbd, kFf}, rnd(kEmbd * kFf, 0.2f));
-      w.tensor(b + "ffn_up.weight", {kEmbd, kFf}, rnd(kEmbd * kFf, 0.2f));
+      if (spec.fused_gate_up) {  // gate rows, then up rows
+        w.tensor(b + "ffn_up.weight", {kEmbd, 2 * kFf}, rnd(2 * kEmbd * kFf, 0.2f));
+      } else {
+        w.tensor(b + "ffn_gate.weight", {kEmbd, kFf}, rnd(kEmbd * kFf, 0.2f));
+        w.tensor(b + "ffn_up.weight", {kEmbd, kFf}, rnd(kEmbd * kFf, 0.2f));
+      }
+      w.tensor(b + "ffn_down.weight", {kFf, kEmbd}, rnd(kEmbd * kFf, 0.2f));
     }
-    w.tensor(b + "ffn_down.weight", {kFf, kEmbd}, rnd(kEmbd * kFf, 0.2f));
     if (spec.qkv_bias) {
       w.tensor(b + "attn_q.bias", {kHeads * kHd}, rnd(kHeads * kHd, 0.2f));
       w.tensor(b + "attn_k.bias", {kKv * kHd}, rnd(kKv * kHd, 0.2f));
       w.tensor(b + "attn_v.bias", {kKv * kHd}, rnd(kKv * kHd, 0.2f));
     }
     if (spec.qk_norm) {
-      w.tensor(b + "attn_q_norm.weight", {kHd}, rnd(kHd, 0.1f, 1.0f));
-      w.tensor(b + "attn_k_norm.weight", {kHd}, rnd(kHd, 0.1f, 1.0f));
+      const int nq = spec.qk_norm_whole ? kHeads * kHd : kHd, nk = spec.qk_norm_whole ? kKv * kHd : kHd;
+      w.tensor(b + "attn_q_norm.weight", {nq}, rnd(nq, 0.1f, 1.0f));
+      w.tensor(b + "attn_k_norm.weight", {nk}, rnd(nk, 0.1f, 1.0f));
     }
     if (spec.post_norms) {
       w.tensor(b + "post_attention_norm.weight", {kEmbd}, rnd(kEmbd, 0.1f, 1.0f));
@@ -339,7 +359,8 @@ void check_arch(const Architecture& architecture) {
 }  // namespace
 
 int main() {
-  for (const Architecture* a : architectures()) check_arch(*a);  // gemma2, gemma3, llama, phi3, qwen2, qwen3
-  CHECK(architectures().size() >= 6);
+  // gemma2, gemma3, llama, olmoe, phi3, qwen2, qwen2moe, qwen3, qwen3moe
+  for (const Architecture* a : architectures()) check_arch(*a);
+  CHECK(architectures().size() >= 9);
   return test_util::report();
 }

@@ -38,6 +38,31 @@ struct RecordingPass {
   void add_residual(const float* src) { calls.push_back("add_residual(" + name(src) + ")"); }
 };
 
+// A backend with the MoE FFN, and weights that may have a router (LayerWeights::router).
+struct MoeWeights : NamedNorms {
+  bool router = false;
+};
+struct MoePass : RecordingPass {
+  void moe_ffn(const MoeWeights&, int il) { calls.push_back("moe_ffn(" + std::to_string(il) + ")"); }
+};
+
+// Layers with a router run moe_ffn in the FFN's place (same norms, same residual); without one,
+// and on a backend without moe_ffn, the gated FFN.
+void check_moe_layer() {
+  MoePass f;
+  MoeWeights w;
+  w.router = true;
+  run_layer(LayerSpec{}, f, w, 2);
+  const std::vector<std::string> want = {
+      "rmsnorm(x, attn_norm, h)", "self_attention(2)", "add_residual(out)",
+      "rmsnorm(x, ffn_norm, h)",  "moe_ffn(2)",        "add_residual(out)",
+  };
+  CHECK(f.calls == want);
+  MoePass dense;
+  run_layer(LayerSpec{}, dense, MoeWeights{}, 2);
+  CHECK(dense.calls.size() == 6 && dense.calls[4] == "gated_ffn(2, silu)");
+}
+
 std::vector<std::string> trace(const LayerSpec& spec, int il) {
   RecordingPass f;
   run_layer(spec, f, NamedNorms{}, il);
@@ -88,6 +113,7 @@ void check_registry() {
 int main() {
   check_plain_pre_norm_layer();
   check_post_norm_geglu_layer();
+  check_moe_layer();
   check_registry();
   return test_util::report();
 }

@@ -150,6 +150,20 @@ def machine_memory() -> MachineMemory:
     return m
 
 
+def _params_line(p: "MemoryPlan") -> str:
+    def count(n: int) -> str:
+        for div, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+            if n >= div:
+                return f"{n / div:.2f}{suffix}"
+        return str(n)
+
+    if not p.n_expert:
+        return f"{count(p.params_total)}"
+    return (f"{count(p.params_total)} total, {count(p.params_active)} active per token "
+            f"({p.n_expert_used} of {p.n_expert} experts; a decode step reads "
+            f"{_gb(p.active_weight_bytes)} of weights)")
+
+
 # ---- the plan ------------------------------------------------------------------------------
 
 @dataclass
@@ -190,6 +204,13 @@ class MemoryPlan:
     runtime: int          # metadata + tokenizer + transient + engine buffers
     load_peak: int
     total: int
+    # parameters, and those one token uses (MoE: the selected experts only); file bytes a
+    # decode step reads (the embedding row aside); expert counts (0 for dense models)
+    params_total: int = 0
+    params_active: int = 0
+    active_weight_bytes: int = 0
+    n_expert: int = 0
+    n_expert_used: int = 0
     # the draft model's part (speculative decoding with draft_model), included in total
     draft: Optional["MemoryPlan"] = None
     draft_kv: int = 0
@@ -223,6 +244,7 @@ class MemoryPlan:
         """The plan as `edgellm plan` prints it."""
         rows = [
             ("model", f"{self.path} ({self.arch}, {self.n_layer} layers, file {_gb(self.file_bytes)})"),
+            ("parameters", _params_line(self)),
             ("config", f"n_ctx {self.n_ctx} (trained {self.n_ctx_train}), kv_type {self.kv_type}, "
                        f"max_seqs {self.max_seqs}, max_batch_tokens {self.max_batch_tokens}, "
                        f"threads {self.n_threads}"),

@@ -1,5 +1,6 @@
 """A straightforward float64 forward pass for the architectures edgellm runs (llama, gemma3,
-qwen2, qwen3, phi3, gemma2), written from the published math and independent of the C++ engine: weights are
+qwen2, qwen3, phi3, gemma2; the mixtures of experts qwen3moe, olmoe, qwen2moe and llama with
+experts), written from the published math and independent of the C++ engine: weights are
 read and dequantized with the `gguf` package, every activation is a float64 numpy array, and
 attention is a dense masked softmax over the whole sequence.
 
@@ -42,7 +43,7 @@ class ReferenceModel:
         r = gguf.GGUFReader(self.path)
         self.reader = r
         self.arch = arch = _field(r, "general.architecture")
-        if arch not in ("llama", "gemma3", "qwen2", "qwen3", "phi3", "gemma2"):
+        if arch not in ("llama", "gemma3", "qwen2", "qwen3", "phi3", "gemma2", "qwen3moe", "olmoe", "qwen2moe"):
             raise ValueError(f"reference forward: unsupported arch {arch}")
         k = lambda s, d=None: _field(r, f"{arch}.{s}", d)  # noqa: E731
         self.n_embd = int(k("embedding_length"))
@@ -117,6 +118,18 @@ class ReferenceModel:
                 self.attn_scale = 1.0 / math.sqrt(self.n_embd // self.n_head)
             self.embed_scale = math.sqrt(self.n_embd)
             self.softcap = float(k("final_logit_softcapping", 0.0) or 0.0)
+        # Mixture of experts: each token's FFN is the gate-weighted sum of its top-k experts'
+        # SwiGLU FFNs. Router probabilities are a softmax over all experts (sigmoid with
+        # expert_gating_func 2); the top-k probabilities are renormalised to sum 1 for
+        # qwen3moe and Mixtral (llama), used as they are for olmoe, unless
+        # expert_weights_norm says otherwise. A shared expert (ffn_*_shexp, every token) adds its
+        # SwiGLU FFN, scaled by sigmoid(ffn_gate_inp_shexp · h) where that gate exists (qwen2moe).
+        self.n_expert = int(k("expert_count", 0) or 0)
+        self.n_expert_used = int(k("expert_used_count", 0) or 0)
+        self.expert_sigmoid = int(k("expert_gating_func", 1) or 1) == 2
+        self.expert_norm = bool(k("expert_weights_norm", arch in ("qwen3moe", "llama")))
+        self.expert_scale = float(k("expert_weights_scale", 0.0) or 0.0)
+        self.routes: List[np.ndarray] = []  # per layer, [n_tokens, k] experts chosen (last forward)
         self._tensors = {t.name: t for t in r.tensors}
         self._cache: Dict[str, np.ndarray] = {}
 
@@ -139,11 +152,44 @@ class ReferenceModel:
     def opt(self, name: str) -> Optional[np.ndarray]:
         return self.w(name) if self.has(name) else None
 
-    def mm(self, x: np.ndarray, name: str) -> np.ndarray:
-        """x @ W.T for the weight `name`."""
+    def mm(self, x: np.ndarray, name: str, expert: Optional[int] = None) -> np.ndarray:
+        """x @ W.T for the weight `name` (of a 3-D expert tensor: its matrix `expert`)."""
         if self.simulate:
             x = quantize_activations(x, self._tensors[name].tensor_type)
-        return x @ self.w(name).T
+        w = self.w(name) if expert is None else self.w(name)[expert]
+        return x @ w.T
+
+    def moe(self, h: np.ndarray, b: str) -> np.ndarray:
+        """The mixture-of-experts FFN of one layer on h [n, n_embd]."""
+        logits = self.mm(h, b + "ffn_gate_inp.weight")  # [n, n_expert]
+        if self.expert_sigmoid:
+            p = 1.0 / (1.0 + np.exp(-logits))
+        else:
+            z = np.exp(logits - logits.max(axis=1, keepdims=True))
+            p = z / z.sum(axis=1, keepdims=True)
+        out = np.zeros_like(h)
+        chosen = np.zeros((h.shape[0], self.n_expert_used), dtype=np.int64)
+        for t in range(h.shape[0]):
+            top = sorted(range(self.n_expert), key=lambda e: (-p[t, e], e))[: self.n_expert_used]
+            chosen[t] = top
+            g = p[t, top]
+            if self.expert_norm:
+                g = g / g.sum()
+            if self.expert_scale > 0:
+                g = g * self.expert_scale
+            x = h[t : t + 1]
+            for e, ge in zip(top, g):
+                a = self.silu(self.mm(x, b + "ffn_gate_exps.weight", e)) * self.mm(x, b + "ffn_up_exps.weight", e)
+                out[t] += ge * self.mm(a, b + "ffn_down_exps.weight", e)[0]
+        self.routes.append(chosen)
+        if self.has(b + "ffn_gate_shexp.weight"):
+            a = self.silu(self.mm(h, b + "ffn_gate_shexp.weight")) * self.mm(h, b + "ffn_up_shexp.weight")
+            s = self.mm(a, b + "ffn_down_shexp.weight")
+            gate = self.opt(b + "ffn_gate_inp_shexp.weight")
+            if gate is not None:
+                s = s / (1.0 + np.exp(-(h @ gate)))[:, None]
+            out = out + s
+        return out
 
     # ---- blocks ----
     def rmsnorm(self, x: np.ndarray, weight: np.ndarray) -> np.ndarray:
@@ -208,6 +254,7 @@ class ReferenceModel:
         pos = np.arange(n)
         x = self.w("token_embd.weight")[ids].astype(self.dtype) * self.embed_scale
         layers: List[np.ndarray] = []
+        self.routes = []
         for il in range(self.n_layer):
             b = f"blk.{il}."
             h = self.rmsnorm(x, self.w(b + "attn_norm.weight"))
@@ -223,10 +270,13 @@ class ReferenceModel:
                 bias = self.opt(b + name)
                 if bias is not None:
                     arr += bias
+            if self.arch == "olmoe":  # RMS norms over the whole Q and K projections
+                q = self.rmsnorm(q, self.w(b + "attn_q_norm.weight"))
+                k = self.rmsnorm(k, self.w(b + "attn_k_norm.weight"))
             q = q.reshape(n, self.n_head, self.hd_k)
             k = k.reshape(n, self.n_head_kv, self.hd_k)
             v = v.reshape(n, self.n_head_kv, self.hd_v)
-            if self.has(b + "attn_q_norm.weight"):
+            if self.arch != "olmoe" and self.has(b + "attn_q_norm.weight"):
                 q = self.rmsnorm(q, self.w(b + "attn_q_norm.weight"))
                 k = self.rmsnorm(k, self.w(b + "attn_k_norm.weight"))
             local = self.window[il] > 0
@@ -243,14 +293,17 @@ class ReferenceModel:
                 o = self.rmsnorm(o, self.w(b + "post_attention_norm.weight"))
             x = x + o
             h = self.rmsnorm(x, self.w(b + "ffn_norm.weight"))
-            if self.has(b + "ffn_gate.weight"):
-                g = self.mm(h, b + "ffn_gate.weight")
-                u = self.mm(h, b + "ffn_up.weight")
-            else:  # Phi-3: ffn_up holds gate rows, then up rows
-                gu = self.mm(h, b + "ffn_up.weight")
-                g, u = gu[:, :gu.shape[1] // 2], gu[:, gu.shape[1] // 2:]
-            act = self.gelu_tanh(g) if self.gelu else self.silu(g)
-            d = self.mm(act * u, b + "ffn_down.weight")
+            if self.n_expert > 0:
+                d = self.moe(h, b)
+            else:
+                if self.has(b + "ffn_gate.weight"):
+                    g = self.mm(h, b + "ffn_gate.weight")
+                    u = self.mm(h, b + "ffn_up.weight")
+                else:  # Phi-3: ffn_up holds gate rows, then up rows
+                    gu = self.mm(h, b + "ffn_up.weight")
+                    g, u = gu[:, :gu.shape[1] // 2], gu[:, gu.shape[1] // 2:]
+                act = self.gelu_tanh(g) if self.gelu else self.silu(g)
+                d = self.mm(act * u, b + "ffn_down.weight")
             if self.has(b + "post_ffw_norm.weight"):
                 d = self.rmsnorm(d, self.w(b + "post_ffw_norm.weight"))
             x = x + d

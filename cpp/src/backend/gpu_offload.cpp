@@ -39,6 +39,19 @@ std::unique_ptr<LayerExecutor> make_gpu_executor(const OffloadRequest& r) {
   const int n = resolve_gpu_layers(r.n_gpu_layers, r.config->n_layer);
   if (n == 0) return nullptr;
   const std::string asked = "n_gpu_layers = " + std::to_string(r.n_gpu_layers);
+  // Layer features only the CPU building blocks have: declined here, before any GPU work, so
+  // the CUDA executor never runs a layer it would compute differently.
+  if (r.config->is_moe()) {
+    // run_layer's moe_ffn
+    warn(asked + ": mixture-of-experts layers (" + r.config->arch + ", " + std::to_string(r.config->n_expert) +
+         " experts) are not supported on the GPU; running on the CPU");
+    return nullptr;
+  }
+  if (r.layer && r.layer->qk_norm_whole) {
+    warn(asked + ": Q/K norms over the whole projection (" + r.config->arch +
+         ") are not supported on the GPU; running on the CPU");
+    return nullptr;
+  }
 #ifdef EDGELLM_HAVE_CUDA
   const GpuStatus s = cuda::probe();
   if (!s.available) {

@@ -15,15 +15,27 @@ const Architecture& gemma3_architecture();
 const Architecture& phi3_architecture();
 const Architecture& qwen2_architecture();
 const Architecture& qwen3_architecture();
+const Architecture& qwen3moe_architecture();
+const Architecture& qwen2moe_architecture();
+const Architecture& olmoe_architecture();
 
 namespace {
 std::string layer_tensor(int il, const char* name) { return "blk." + std::to_string(il) + "." + name; }
+void bind_moe_ffn(WeightLoader& ld, const ModelConfig& c, int il, LayerWeights& w);
 }  // namespace
 
 const std::vector<const Architecture*>& architectures() {
-  static const std::vector<const Architecture*> list = {&gemma2_architecture(), &gemma3_architecture(),
-                                                        &llama_architecture(),  &phi3_architecture(),
-                                                        &qwen2_architecture(),  &qwen3_architecture()};
+  static const std::vector<const Architecture*> list = {
+      &gemma2_architecture(),
+      &gemma3_architecture(),
+      &llama_architecture(),
+      &olmoe_architecture(),
+      &phi3_architecture(),
+      &qwen2_architecture(),
+      &qwen2moe_architecture(),
+      &qwen3_architecture(),
+      &qwen3moe_architecture(),
+  };
   return list;
 }
 
@@ -46,8 +58,28 @@ const Architecture& read_model_config(const GgufFile& file, ModelConfig& config)
     throw ModelFormatError(file.path() + ": architecture \"" + config.arch + "\" (general.architecture) is not " +
                            "supported; supported: " + supported_architectures());
   arch->hparams(file, config);
+  if (arch->layer.moe && !config.is_moe())
+    throw ModelFormatError(file.path() + ": required key " + arch_key(config, "expert_count") +
+                           " is missing or 0 (arch " + config.arch + " is a mixture of experts)");
   return *arch;
 }
+
+namespace {
+// The MoE FFN of layer il: router, the three expert tensors, the shared expert.
+void bind_moe_ffn(WeightLoader& ld, const ModelConfig& c, int il, LayerWeights& w) {
+  auto t = [&](const char* n) { return layer_tensor(il, n); };
+  w.router = ld.matrix(t("ffn_gate_inp.weight"), c.n_embd, c.n_expert);
+  w.gate_exps = ld.experts(t("ffn_gate_exps.weight"), c.n_embd, c.n_ff_exp, c.n_expert);
+  w.up_exps = ld.experts(t("ffn_up_exps.weight"), c.n_embd, c.n_ff_exp, c.n_expert);
+  w.down_exps = ld.experts(t("ffn_down_exps.weight"), c.n_ff_exp, c.n_embd, c.n_expert);
+  if (c.n_ff_shexp > 0) {
+    w.gate_shexp = ld.matrix(t("ffn_gate_shexp.weight"), c.n_embd, c.n_ff_shexp);
+    w.up_shexp = ld.matrix(t("ffn_up_shexp.weight"), c.n_embd, c.n_ff_shexp);
+    w.down_shexp = ld.matrix(t("ffn_down_shexp.weight"), c.n_ff_shexp, c.n_embd);
+    w.gate_inp_shexp = ld.vector(t("ffn_gate_inp_shexp.weight"), c.n_embd, /*optional=*/true);
+  }
+}
+}  // namespace
 
 void bind_layer(WeightLoader& ld, const ModelConfig& c, const LayerSpec& spec, int il, LayerWeights& w) {
   auto t = [&](const char* n) { return layer_tensor(il, n); };
@@ -69,19 +101,26 @@ void bind_layer(WeightLoader& ld, const ModelConfig& c, const LayerSpec& spec, i
   w.bv = ld.vector(t("attn_v.bias"), c.n_embd_v(), optional_qkv_bias);
   w.bo = ld.vector(t("attn_output.bias"), c.n_embd, true);
   w.ffn_norm = ld.vector(t("ffn_norm.weight"), c.n_embd);
-  if (spec.fused_gate_up) {
-    const Matrix gate_up = ld.matrix(t("ffn_up.weight"), c.n_embd, 2 * static_cast<int64_t>(c.n_ff));
-    w.gate = row_view(gate_up, 0, c.n_ff);
-    w.up = row_view(gate_up, c.n_ff, c.n_ff);
+  if (c.is_moe()) {
+    bind_moe_ffn(ld, c, il, w);
   } else {
-    w.gate = ld.matrix(t("ffn_gate.weight"), c.n_embd, c.n_ff);
-    w.up = ld.matrix(t("ffn_up.weight"), c.n_embd, c.n_ff);
+    if (spec.fused_gate_up) {
+      const Matrix gate_up = ld.matrix(t("ffn_up.weight"), c.n_embd, 2 * static_cast<int64_t>(c.n_ff));
+      w.gate = row_view(gate_up, 0, c.n_ff);
+      w.up = row_view(gate_up, c.n_ff, c.n_ff);
+    } else {
+      w.gate = ld.matrix(t("ffn_gate.weight"), c.n_embd, c.n_ff);
+      w.up = ld.matrix(t("ffn_up.weight"), c.n_embd, c.n_ff);
+    }
+    w.down = ld.matrix(t("ffn_down.weight"), c.n_ff, c.n_embd);
+    w.b_gate = ld.vector(t("ffn_gate.bias"), c.n_ff, true);
+    w.b_up = ld.vector(t("ffn_up.bias"), c.n_ff, true);
+    w.b_down = ld.vector(t("ffn_down.bias"), c.n_embd, true);
   }
-  w.down = ld.matrix(t("ffn_down.weight"), c.n_ff, c.n_embd);
-  w.b_gate = ld.vector(t("ffn_gate.bias"), c.n_ff, true);
-  w.b_up = ld.vector(t("ffn_up.bias"), c.n_ff, true);
-  w.b_down = ld.vector(t("ffn_down.bias"), c.n_embd, true);
-  if (spec.qk_norm) {
+  if (spec.qk_norm && spec.qk_norm_whole) {
+    w.q_norm = ld.vector(t("attn_q_norm.weight"), c.n_embd_q());
+    w.k_norm = ld.vector(t("attn_k_norm.weight"), c.n_embd_k());
+  } else if (spec.qk_norm) {
     w.q_norm = ld.vector(t("attn_q_norm.weight"), c.head_dim_k);
     w.k_norm = ld.vector(t("attn_k_norm.weight"), c.head_dim_k);
   }

@@ -42,6 +42,12 @@ struct LayerSpec {
   // ffn_up.weight holds 2 n_ff rows, gate rows first, then up, and there is no ffn_gate;
   // bound as two row views of it.
   bool fused_gate_up = false;
+  // With qk_norm: attn_q_norm / attn_k_norm span the whole Q and K projections (olmoe), not
+  // one head.
+  bool qk_norm_whole = false;
+  // The FFN is always a mixture of experts (<arch>.expert_count required). Any architecture's
+  // layers are MoE layers when the file has expert_count > 0 (llama: Mixtral); see bind_layer.
+  bool moe = false;
 };
 
 struct Architecture {
@@ -56,7 +62,7 @@ struct Architecture {
 const std::vector<const Architecture*>& architectures();
 // nullptr when `name` is not supported.
 const Architecture* find_architecture(const std::string& name);
-// "gemma2, gemma3, llama, phi3, qwen2, qwen3"
+// "gemma2, gemma3, llama, olmoe, phi3, qwen2, qwen2moe, qwen3, qwen3moe"
 std::string supported_architectures();
 
 // The whole config of `file` (read_common_config, then its architecture's hparams) and the
@@ -75,11 +81,28 @@ struct LayerWeights {
   Matrix gate, up, down;
   Vector b_gate, b_up, b_down;   // optional FFN biases
   Vector post_ffn_norm;          // LayerSpec::post_norms: on the FFN output
+  // Mixture of experts (ModelConfig::is_moe; model/moe_block.cpp), in place of gate/up/down:
+  Matrix router;                 // ffn_gate_inp: n_embd -> n_expert logits
+  std::vector<Matrix> gate_exps, up_exps, down_exps;  // one view per expert into the 3-D tensors
+  Matrix gate_shexp, up_shexp, down_shexp;  // the shared expert every token runs (n_ff_shexp > 0)
+  Vector gate_inp_shexp;                    // optional: its output × sigmoid(gate_inp_shexp · h)
 
   // Every matrix and every vector member, for code that walks them all (packing, sizing,
   // device uploads); absent ones are empty.
   std::array<Matrix*, 7> matrices() { return {&wq, &wk, &wv, &wo, &gate, &up, &down}; }
   std::array<const Matrix*, 7> matrices() const { return {&wq, &wk, &wv, &wo, &gate, &up, &down}; }
+  // The MoE matrices (router, every expert view); absent ones empty.
+  std::vector<Matrix*> moe_matrices() {
+    std::vector<Matrix*> v{&router, &gate_shexp, &up_shexp, &down_shexp};
+    for (auto* e : {&gate_exps, &up_exps, &down_exps})
+      for (Matrix& m : *e) v.push_back(&m);
+    return v;
+  }
+  std::vector<const Matrix*> moe_matrices() const {
+    std::vector<const Matrix*> v;
+    for (Matrix* m : const_cast<LayerWeights*>(this)->moe_matrices()) v.push_back(m);
+    return v;
+  }
   std::array<const Vector*, 13> vectors() const {
     return {&attn_norm, &bq, &bk, &bv, &bo, &q_norm, &k_norm, &post_attn_norm,
             &ffn_norm, &b_gate, &b_up, &b_down, &post_ffn_norm};
@@ -88,7 +111,10 @@ struct LayerWeights {
 
 // Binds layer il's tensors ("blk.<il>.*") as `spec` says, shapes checked against the config: the
 // llama set (attn_norm, attn_q/k/v/output with optional biases, ffn_norm, ffn_gate/up/down with
-// optional biases), then what the spec adds.
+// optional biases), then what the spec adds. When the config has experts (ModelConfig::is_moe)
+// the FFN is ffn_gate_inp + ffn_{gate,up,down}_exps (ggml ne {n_in, n_out, n_expert}, bound as
+// one Matrix view per expert), and with n_ff_shexp > 0 the shared expert ffn_{gate,up,down}_shexp
+// (+ the optional 1-D ffn_gate_inp_shexp), instead of ffn_gate/up/down.
 void bind_layer(WeightLoader& loader, const ModelConfig& c, const LayerSpec& spec, int il, LayerWeights& w);
 
 // The model's RoPE frequency factors (model/rope.h), n_rot/2 each: Llama-3's rope_freqs.weight,
@@ -106,8 +132,25 @@ const float* select_rope_factors(const RopeFactors& f, const ModelConfig& c, int
 //   f.rmsnorm(src, norm, dst)          dst = rmsnorm(src) * norm, per token; dst may be src
 //   f.self_attention(w, il)            out = attention sub-layer of layer il on h
 //   f.gated_ffn(w, il, activation)     out = FFN sub-layer on h
+//   f.moe_ffn(w, il)                   out = mixture-of-experts FFN on h (layers with a router;
+//                                      a backend without it must refuse MoE models up front:
+//                                      backend/gpu_offload.cpp does for the CUDA executor)
 //   f.add_residual(src)                x += src
 // `w` is that backend's copy of the layer's weights (members named as in LayerWeights).
+namespace detail {
+// The MoE FFN where the backend has one and the layer has a router; false otherwise.
+template <class Pass, class Weights>
+auto run_moe_ffn(Pass& f, const Weights& w, int il, int) -> decltype(f.moe_ffn(w, il), bool()) {
+  if (!w.router) return false;
+  f.moe_ffn(w, il);
+  return true;
+}
+template <class Pass, class Weights>
+bool run_moe_ffn(Pass&, const Weights&, int, long) {
+  return false;
+}
+}  // namespace detail
+
 template <class Pass, class Weights>
 void run_layer(const LayerSpec& spec, Pass& f, const Weights& w, int il) {
   f.rmsnorm(f.x, w.attn_norm, f.h);
@@ -116,7 +159,7 @@ void run_layer(const LayerSpec& spec, Pass& f, const Weights& w, int il) {
   f.add_residual(f.out);
 
   f.rmsnorm(f.x, w.ffn_norm, f.h);
-  f.gated_ffn(w, il, spec.ffn_activation);
+  if (!detail::run_moe_ffn(f, w, il, 0)) f.gated_ffn(w, il, spec.ffn_activation);
   if (spec.post_norms) f.rmsnorm(f.out, w.post_ffn_norm, f.out);
   f.add_residual(f.out);
 }

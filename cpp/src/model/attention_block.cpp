@@ -64,6 +64,8 @@ void ForwardPass::prepare_qk_and_store_kv(const LayerWeights& w, int il) {
   const DType kv_type = kv_.dtype();
   const int P = kv_.page_size();
   const size_t k_row = kv_.k_row_bytes(), v_row = kv_.v_row_bytes();
+  // Q/K norms over the whole projection (LayerSpec::qk_norm_whole: olmoe) rather than per head.
+  const bool q_whole = w.q_norm && w.q_norm.n != hd_k, k_whole = w.k_norm && w.k_norm.n != hd_k;
   pool_.parallel_for(0, n_tokens_, [&](int64_t t, int) {
     float* q = sc_.q.data() + t * c_.n_embd_q();
     float* k = sc_.k.data() + t * c_.n_embd_k();
@@ -71,10 +73,12 @@ void ForwardPass::prepare_qk_and_store_kv(const LayerWeights& w, int il) {
     add_bias(q, w.bq);
     add_bias(k, w.bk);
     add_bias(v, w.bv);
+    if (q_whole) norm(q, w.q_norm.data, q, c_.n_embd_q(), c_.rms_eps);
+    if (k_whole) norm(k, w.k_norm.data, k, c_.n_embd_k(), c_.rms_eps);
     const float* cs = table + t * rope.table_stride();
     for (int hq = 0; hq < c_.n_head; ++hq) {
       float* qh = q + hq * hd_k;
-      if (w.q_norm) norm(qh, w.q_norm.data, qh, hd_k, c_.rms_eps);
+      if (w.q_norm && !q_whole) norm(qh, w.q_norm.data, qh, hd_k, c_.rms_eps);
       rope.apply(cs, qh);
       if (c_.attn_scale != 1.0f)
         for (int i = 0; i < hd_k; ++i) qh[i] *= c_.attn_scale;
@@ -84,7 +88,7 @@ void ForwardPass::prepare_qk_and_store_kv(const LayerWeights& w, int il) {
     const size_t slot = static_cast<size_t>(pos % P);
     for (int hk = 0; hk < c_.n_head_kv; ++hk) {
       float* kh = k + hk * hd_k;
-      if (w.k_norm) norm(kh, w.k_norm.data, kh, hd_k, c_.rms_eps);
+      if (w.k_norm && !k_whole) norm(kh, w.k_norm.data, kh, hd_k, c_.rms_eps);
       rope.apply(cs, kh);
       store_row(kv_type, kh, kv_.k_head(il, page, hk) + slot * k_row, hd_k);
       store_row(kv_type, v + hk * hd_v, kv_.v_head(il, page, hk) + slot * v_row, hd_v);

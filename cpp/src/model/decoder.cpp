@@ -42,6 +42,15 @@ DecoderModel::DecoderModel(std::shared_ptr<GgufFile> file, const Architecture& a
     plans_[il].wo = plan_matmul({&w.wo}, nt);
     plans_[il].gate_up = plan_matmul({&w.gate, &w.up}, nt);
     plans_[il].down = plan_matmul({&w.down}, nt);
+    if (w.router) {
+      plans_[il].router = plan_matmul({&w.router}, nt);
+      plans_[il].expert_gate_up = plan_matmul({&w.gate_exps[0], &w.up_exps[0]}, nt);
+      plans_[il].expert_down = plan_matmul({&w.down_exps[0]}, nt);
+      if (w.gate_shexp) {
+        plans_[il].shexp_gate_up = plan_matmul({&w.gate_shexp, &w.up_shexp}, nt);
+        plans_[il].shexp_down = plan_matmul({&w.down_shexp}, nt);
+      }
+    }
   }
   output_plan_ = plan_matmul({&output_}, nt);
 
@@ -74,7 +83,13 @@ DecoderModel::DecoderModel(std::shared_ptr<GgufFile> file, const Architecture& a
   const int cpu_layers = c.n_layer - gpu_layers_;
   for (int il = 0; il < cpu_layers; ++il)
     for (Matrix* m : layers_[il].matrices()) mats.push_back(m);
+  for (int il = 0; il < cpu_layers; ++il)
+    for (Matrix* m : layers_[il].moe_matrices()) mats.push_back(m);
   packed_ = pack_weights(mats, *threads_);
+  if (c.is_moe()) {
+    // The experts' activation formats are known once they are packed (or not).
+    scratch_.moe.allocate(c, max_batch_tokens_, MoeScratch::widest(c, layers_, matmul_input_type));
+  }
 }
 
 DecoderModel::~DecoderModel() = default;

@@ -18,6 +18,7 @@
 #include "kv/kv_cache.h"
 #include "model/architecture.h"
 #include "model/batch.h"
+#include "model/expert_router.h"
 #include "model/model_config.h"
 #include "model/parallel_matmul.h"
 #include "model/rope.h"
@@ -46,6 +47,37 @@ class AlignedArray {
 // Matmul chunk lists of one layer, made at load.
 struct LayerPlans {
   MatmulPlan qkv, wo, gate_up, down;
+  // MoE layers: the router, and the chunks of one expert's gate+up and of its down matrix
+  // (every expert has the same shape; a step runs them for each selected expert).
+  MatmulPlan router, expert_gate_up, expert_down, shexp_gate_up, shexp_down;
+};
+
+// What the MoE FFN (moe_block.cpp) writes, for R = max_tokens * n_expert_used (token, expert)
+// rows grouped by expert. The gathered inputs are sized for the widest activation format any
+// layer's experts take (the formats differ per layer in mixed quantizations).
+struct MoeScratch {
+  // Bytes of one row in the experts' input formats: gate and up (n_embd wide), down (n_ff_exp).
+  struct RowBytes {
+    size_t gate = 0, up = 0, down = 0, shexp_down = 0;  // shexp_down: n_ff_shexp wide
+  };
+  // The widest over `layers`, each matrix's format given by `input_type` (matmul_input_type
+  // after packing; the memory plan passes the format packing would give).
+  static RowBytes widest(const ModelConfig& c, const std::vector<LayerWeights>& layers,
+                         DType (*input_type)(const Matrix&));
+
+  int max_rows = 0;
+  AlignedArray<float> logits;          // [T][n_expert] router logits, then probabilities
+  ExpertRouting routing;
+  AlignedArray<uint8_t> x_gate, x_up;  // [R] gathered inputs in the gate / up input formats
+  AlignedArray<float> gate, up;        // [R][n_ff_exp]
+  AlignedArray<uint8_t> x_down;        // [R] activations in the down input format
+  AlignedArray<float> down;            // [R][n_embd] each row's expert output
+  AlignedArray<float> sh_gate, sh_up;  // [T][n_ff_shexp] the shared expert
+  AlignedArray<uint8_t> x_sh_down;     // [T] its down input
+  AlignedArray<float> sh_out;          // [T][n_embd] its output
+
+  void allocate(const ModelConfig& c, int max_tokens, const RowBytes& rows);
+  static size_t bytes(const ModelConfig& c, int max_tokens, const RowBytes& rows);
 };
 
 // A run of batch tokens of one sequence at consecutive positions, attended in one kernel call.
@@ -66,6 +98,7 @@ struct ForwardScratch {
   AlignedArray<float> attn_thread;     // per thread: paged_attention scratch
   size_t attn_thread_floats = 0;
   ActivationQuantizer act;
+  MoeScratch moe;                      // MoE models only (DecoderModel allocates it after packing)
   std::vector<int32_t> out_rows;       // tokens that want logits (capacity T)
   std::vector<QueryBlock> query_blocks;  // the batch cut into attention blocks (capacity T)
 
@@ -110,6 +143,11 @@ class ForwardPass {
   void self_attention(const LayerWeights& w, int il);
   // out = Wdown · (act(Wgate h + b) ⊙ (Wup h + b)) (+ b)
   void gated_ffn(const LayerWeights& w, int il, FfnActivation act);
+  // out = Σ_j g_j · Wdown_e_j · (silu(Wgate_e_j h) ⊙ Wup_e_j h) over each token's top-k experts
+  // e_j with gate weights g_j (model/expert_router.h); each selected expert's weights are read
+  // once for all the batch's tokens routed to it (moe_block.cpp); + the shared expert's
+  // SwiGLU FFN, × sigmoid(gate_inp_shexp · h) when the layer has that gate.
+  void moe_ffn(const LayerWeights& w, int il);
 
   // Per-batch preparation, once per forward: the RoPE tables for the batch's positions and the
   // query blocks for attention.
@@ -118,6 +156,7 @@ class ForwardPass {
 
  private:
   void project_qkv(const LayerWeights& w, int il);
+  void shared_expert(const LayerWeights& w, int il);  // MoeScratch::sh_out = the shared expert on h
   void prepare_qk_and_store_kv(const LayerWeights& w, int il);
   void attend(int il);
   void project(const Matrix& wmat, const MatmulPlan& plan, const float* src, int64_t src_width, float* dst,

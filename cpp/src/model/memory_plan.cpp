@@ -15,6 +15,7 @@
 #include "model/model.h"
 #include "model/weight_packing.h"
 #include "model/weights.h"
+#include "quant/quant.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab.h"
 
@@ -91,16 +92,43 @@ void MemoryPlanner::read(const std::string& path) {
   // A tied head is token_embd again; a fused tensor's row views (Phi-3's attn_qkv) are each a
   // matrix of their own, packed or mapped on their own.
   std::set<std::pair<const TensorInfo*, const uint8_t*>> seen;
-  for (const Matrix* m : mats) {
-    if (!*m || !seen.insert({m->info, m->data}).second) continue;
-    const int64_t p = static_cast<int64_t>(packed_matrix_bytes(*m));
+  auto count = [&](const Matrix& m, int64_t mapped_bytes) {
+    const int64_t p = static_cast<int64_t>(packed_matrix_bytes(m));
     if (p > 0) {
       packed_ += p;
       ++n_packed_;
     } else {
-      mapped_ += static_cast<int64_t>(m->row_bytes * static_cast<size_t>(m->n_out));
+      mapped_ += mapped_bytes;
       ++n_mapped_;
     }
+  };
+  for (const Matrix* m : mats) {
+    if (!*m || !seen.insert({m->info, m->data}).second) continue;
+    count(*m, static_cast<int64_t>(m->row_bytes) * m->n_out);
+  }
+  // Expert views share their 3-D tensor: each is packed (or mapped) on its own.
+  for (const LayerWeights& w : layers)
+    for (const Matrix* m : w.moe_matrices())
+      if (*m) count(*m, static_cast<int64_t>(m->row_bytes) * m->n_out);
+  if (c.is_moe()) {
+    const MoeScratch::RowBytes rb = MoeScratch::widest(c, layers, [](const Matrix& m) {
+      return packed_matrix_bytes(m) > 0 ? DType::Q8_R : quant::vec_dot_type(m.type);
+    });
+    moe_row_bytes_[0] = rb.gate;
+    moe_row_bytes_[1] = rb.up;
+    moe_row_bytes_[2] = rb.down;
+    moe_row_bytes_[3] = rb.shexp_down;
+  }
+
+  // Parameters, and what one token uses: of each expert tensor only n_expert_used / n_expert.
+  for (const TensorInfo& t : file->tensors()) {
+    const int64_t n = static_cast<int64_t>(t.n_elements());
+    params_total_ += n;
+    const bool expert = c.is_moe() && t.n_dims == 3 && t.name.find("_exps.") != std::string::npos;
+    params_active_ += expert ? n / c.n_expert * c.n_expert_used : n;
+    if (t.name == "token_embd.weight" && !tied) continue;
+    active_weight_bytes_ += expert ? static_cast<int64_t>(t.nbytes) / c.n_expert * c.n_expert_used
+                                   : static_cast<int64_t>(t.nbytes);
   }
   // The token embedding is read a row per token from the mapping: unless the output head reads
   // all of it in place (tied and not packed), only the rows of tokens used are paged in.
@@ -179,6 +207,19 @@ MemoryPlan MemoryPlanner::plan(const MemoryPlanOptions& o) const {
   p.kv_budget = std::min(need, capacity);
 
   p.scratch_forward = static_cast<int64_t>(ForwardScratch::forward_bytes(c, o.max_batch_tokens));
+  if (c.is_moe()) {
+    MoeScratch::RowBytes rb;
+    rb.gate = moe_row_bytes_[0];
+    rb.up = moe_row_bytes_[1];
+    rb.down = moe_row_bytes_[2];
+    rb.shexp_down = moe_row_bytes_[3];
+    p.scratch_forward += static_cast<int64_t>(MoeScratch::bytes(c, o.max_batch_tokens, rb));
+  }
+  p.params_total = params_total_;
+  p.params_active = params_active_;
+  p.active_weight_bytes = active_weight_bytes_;
+  p.n_expert = c.n_expert;
+  p.n_expert_used = c.n_expert_used;
   p.scratch_attention =
       static_cast<int64_t>(ForwardScratch::attention_bytes(c, p.n_threads, std::max(o.page_size, kAttentionScratchPageHint)));
   p.metadata_heap = metadata_heap_;

@@ -16,6 +16,7 @@
 //   kv_budget          the engine's KV byte budget (engine.cpp's rule: kv_memory, else two
 //                      sequence units), committed as pages are written and never beyond it
 //   scratch_forward    ForwardScratch's per-token arrays for max_batch_tokens + activation slots
+//                      (+ MoeScratch for mixture-of-experts models)
 //   scratch_attention  the per-thread paged-attention scratch
 //   runtime            heap the model file's parsed metadata and the tokenizer keep (measured
 //                      with malloc's own count while planning: the tokenizer is built once,
@@ -66,6 +67,12 @@ struct MemoryPlan {
   int64_t runtime = 0;          // metadata + tokenizer heap + tokenizer transient + engine buffers
   int64_t metadata_heap = 0, tokenizer_heap = 0, tokenizer_load_transient = 0, engine_buffers = 0;
   int64_t load_peak = 0, total = 0;
+  // Parameters (elements of every tensor) and those one token's forward pass uses: all but the
+  // experts a token does not select (n_expert - n_expert_used of each MoE layer's); equal for a
+  // dense model. active_weight_bytes: the file bytes of the tensors a decode step reads, the
+  // token embedding row aside (a tied output head reads the whole embedding), in the same sense.
+  int64_t params_total = 0, params_active = 0, active_weight_bytes = 0;
+  int32_t n_expert = 0, n_expert_used = 0;
 
   int64_t weights() const { return weights_packed + weights_mapped + weights_converted; }
   int64_t scratch() const { return scratch_forward + scratch_attention; }
@@ -87,6 +94,8 @@ class MemoryPlanner {
   int64_t packed_ = 0, mapped_ = 0, converted_ = 0, embedding_ = 0;
   int32_t n_packed_ = 0, n_mapped_ = 0;
   int64_t metadata_heap_ = 0, tokenizer_heap_ = 0, tokenizer_transient_ = 0;
+  int64_t params_total_ = 0, params_active_ = 0, active_weight_bytes_ = 0;
+  size_t moe_row_bytes_[4] = {0, 0, 0, 0};  // MoeScratch::RowBytes: gate, up, down, shexp_down
 };
 
 }  // namespace edgellm

@@ -43,6 +43,40 @@ int positive(const GgufFile& f, const std::string& key, uint32_t v) {
 
 }  // namespace
 
+const char* expert_gating_name(ExpertGating g) { return g == ExpertGating::Softmax ? "softmax" : "sigmoid"; }
+
+void read_expert_config(const GgufFile& f, ModelConfig& c, bool weights_norm_default) {
+  auto key = [&](const char* s) { return arch_key(c, s); };
+  const uint32_t n_expert = f.find_u32(key("expert_count")).value_or(0);
+  if (n_expert == 0) {
+    c.n_expert = c.n_expert_used = c.n_ff_exp = c.n_ff_shexp = 0;
+    return;
+  }
+  if (n_expert > 4096) bad(f, key("expert_count"), "= " + std::to_string(n_expert) + " is out of range");
+  c.n_expert = static_cast<int>(n_expert);
+  const auto used = f.find_u32(key("expert_used_count"));
+  if (!used) throw ModelFormatError(f.path() + ": required key " + key("expert_used_count") + " is missing (" +
+                                    key("expert_count") + " = " + std::to_string(n_expert) + ")");
+  if (*used == 0 || *used > n_expert)
+    bad(f, key("expert_used_count"), "= " + std::to_string(*used) + " must be between 1 and " + key("expert_count") +
+                                         " = " + std::to_string(n_expert));
+  c.n_expert_used = static_cast<int>(*used);
+  c.n_ff_exp = positive(f, key("expert_feed_forward_length"),
+                        f.find_u32(key("expert_feed_forward_length")).value_or(static_cast<uint32_t>(c.n_ff)));
+  if (c.n_ff_exp > (1 << 24)) bad(f, key("expert_feed_forward_length"), "is out of range");
+  const uint32_t n_shexp = f.find_u32(key("expert_shared_feed_forward_length")).value_or(0);
+  if (n_shexp > (1u << 24)) bad(f, key("expert_shared_feed_forward_length"), "is out of range");
+  c.n_ff_shexp = static_cast<int>(n_shexp);
+  const uint32_t gating = f.find_u32(key("expert_gating_func")).value_or(1);
+  if (gating != 1 && gating != 2)
+    bad(f, key("expert_gating_func"), "= " + std::to_string(gating) + " is not supported (1 softmax, 2 sigmoid)");
+  c.expert_gating = gating == 1 ? ExpertGating::Softmax : ExpertGating::Sigmoid;
+  c.expert_weights_norm = f.find_bool(key("expert_weights_norm")).value_or(weights_norm_default);
+  c.expert_weights_scale = f.find_f32(key("expert_weights_scale")).value_or(0.0f);
+  if (!(c.expert_weights_scale >= 0.0f) || !std::isfinite(c.expert_weights_scale))
+    bad(f, key("expert_weights_scale"), "is not a finite non-negative number");
+}
+
 const char* rope_type_name(RopeType t) { return t == RopeType::Norm ? "norm" : "neox"; }
 
 std::string arch_key(const ModelConfig& c, const char* suffix) { return c.arch + "." + suffix; }
@@ -136,6 +170,8 @@ ModelConfig read_common_config(const GgufFile& f) {
     if (*pt > 4) bad(f, key("pooling_type"), "= " + std::to_string(*pt) + " is not a pooling type (0..4)");
     c.pooling_type = static_cast<int>(*pt);
   }
+
+  read_expert_config(f, c, /*weights_norm_default=*/false);
 
   c.layer_window.assign(c.n_layer, 0);
   c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim_k));

@@ -17,6 +17,11 @@ enum class RopeType {
 };
 const char* rope_type_name(RopeType t);
 
+// How a mixture-of-experts layer turns router logits into expert probabilities
+// (<arch>.expert_gating_func: 1 softmax, 2 sigmoid, llama.cpp's numbering).
+enum class ExpertGating { Softmax, Sigmoid };
+const char* expert_gating_name(ExpertGating g);
+
 // One RoPE variant: theta_i = pos * freq_base^(-2i/n_rot) / freq_factor_i * freq_scale; the
 // rotated pair is (x0 cos - x1 sin, x0 sin + x1 cos) * attn_factor.
 struct RopeParams {
@@ -57,6 +62,17 @@ struct ModelConfig {
   float attn_softcap = 0.0f;  // attention scores = c * tanh(scores / c) before softmax when > 0 (gemma2)
   int pooling_type = -1;      // <arch>.pooling_type (0 none, 1 mean, 2 cls, 3 last, 4 rank); -1 absent
 
+  // Mixture of experts (docs/formats.md §4.8); n_expert = 0: a dense model.
+  int n_expert = 0;            // <arch>.expert_count
+  int n_expert_used = 0;       // <arch>.expert_used_count: experts each token runs (top-k)
+  int n_ff_exp = 0;            // <arch>.expert_feed_forward_length (default: the arch's)
+  int n_ff_shexp = 0;          // <arch>.expert_shared_feed_forward_length; > 0: a shared expert
+  ExpertGating expert_gating = ExpertGating::Softmax;
+  bool expert_weights_norm = false;  // the top-k probabilities are renormalised to sum 1
+  float expert_weights_scale = 0.0f; // > 0: the gate weights are multiplied by it
+
+
+  bool is_moe() const { return n_expert > 0; }
   bool is_swa(int layer) const { return layer_window[layer] > 0; }
   const RopeParams& rope_for(int layer) const { return is_swa(layer) ? rope_local : rope_global; }
   int n_embd_q() const { return n_head * head_dim_k; }
@@ -69,6 +85,13 @@ struct ModelConfig {
 // types and defaults. Missing required keys and values that make no sense throw
 // ModelFormatError naming the key.
 ModelConfig read_common_config(const GgufFile& file);
+
+// Reads the expert keys (expert_count, expert_used_count, expert_feed_forward_length,
+// expert_shared_feed_forward_length, expert_gating_func, expert_weights_norm,
+// expert_weights_scale) into `c`; read_common_config calls it. `weights_norm_default` is the
+// architecture's rule where the file has no expert_weights_norm key; the arch hparams call it
+// again to set it. Throws ModelFormatError naming the key for counts that make no sense.
+void read_expert_config(const GgufFile& file, ModelConfig& c, bool weights_norm_default);
 
 // "<arch>.<suffix>", the name of an architecture-scoped key.
 std::string arch_key(const ModelConfig& c, const char* suffix);

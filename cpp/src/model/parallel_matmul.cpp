@@ -36,23 +36,28 @@ MatmulPlan plan_matmul(const std::vector<const Matrix*>& parts, int n_threads) {
   return plan;
 }
 
-void run_matmul(ThreadPool& pool, const MatmulPlan& plan, const MatmulOperand* parts, int64_t ncols) {
+void matmul_rows(const Matrix& w, int64_t r0, int64_t r1, const void* x, size_t x_stride, int64_t ncols, float* y,
+                 int64_t ldy) {
   const kernels::KernelTable& k = kernels::active();
+  const bool packed = use_packed(w);
+  kernels::MatmulArgs a;
+  a.w = packed ? w.packed : w.data;
+  a.K = w.n_in;
+  a.r0 = r0;
+  a.r1 = r1;
+  a.x = x;
+  a.x_stride = x_stride;
+  a.ncols = ncols;
+  a.y = y;
+  a.ldy = ldy;
+  (packed ? k.packed_matmul : k.matmul)[static_cast<int>(w.type)](a);
+}
+
+void run_matmul(ThreadPool& pool, const MatmulPlan& plan, const MatmulOperand* parts, int64_t ncols) {
   pool.run(static_cast<int64_t>(plan.chunks.size()), [&](int64_t i, int) {
     const MatmulChunk& c = plan.chunks[i];
     const MatmulOperand& op = parts[c.part];
-    const bool packed = use_packed(*op.w);
-    kernels::MatmulArgs a;
-    a.w = packed ? op.w->packed : op.w->data;
-    a.K = op.w->n_in;
-    a.r0 = c.r0;
-    a.r1 = c.r1;
-    a.x = op.x;
-    a.x_stride = op.x_stride;
-    a.ncols = ncols;
-    a.y = op.y;
-    a.ldy = op.ldy;
-    (packed ? k.packed_matmul : k.matmul)[static_cast<int>(op.w->type)](a);
+    matmul_rows(*op.w, c.r0, c.r1, op.x, op.x_stride, ncols, op.y, op.ldy);
   });
 }
 

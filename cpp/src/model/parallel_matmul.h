@@ -39,6 +39,11 @@ struct MatmulOperand {
 
 void run_matmul(ThreadPool& pool, const MatmulPlan& plan, const MatmulOperand* parts, int64_t ncols);
 
+// Output rows [r0, r1) of one matrix on the calling thread (packed copy when there is one):
+// y[c * ldy + r] = W[r] · x_c for ncols inputs x_c, stride x_stride, in matmul_input_type(w).
+void matmul_rows(const Matrix& w, int64_t r0, int64_t r1, const void* x, size_t x_stride, int64_t ncols, float* y,
+                 int64_t ldy);
+
 // Activations quantized for matmuls: the same input is quantized once per distinct
 // vec_dot_type, however many matrices read it (Q/K/V share one; gate/up share one).
 class ActivationQuantizer {

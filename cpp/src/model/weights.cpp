@@ -52,6 +52,33 @@ Matrix row_view(const Matrix& m, int64_t first, int64_t n) {
   return v;
 }
 
+std::vector<Matrix> WeightLoader::experts(const std::string& name, int64_t n_in, int64_t n_out, int64_t n_expert) {
+  const TensorInfo* t = find(name, /*optional=*/false);
+  if (t->n_dims != 3 || t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != n_expert)
+    throw ModelFormatError(file_.path() + ": tensor " + name + " has shape " + shape_of(*t) + ", expected {" +
+                           std::to_string(n_in) + ", " + std::to_string(n_out) + ", " + std::to_string(n_expert) +
+                           "} ({n_in, n_out, expert_count})");
+  const DTypeInfo& info = dtype_info(t->type);
+  if (!kernels::active().matmul[static_cast<int>(t->type)])
+    throw ModelFormatError(file_.path() + ": tensor " + name + " has type " + info.name +
+                           ", which has no matmul kernel");
+  if (n_in % info.block_elems != 0)
+    throw ModelFormatError(file_.path() + ": tensor " + name + " rows of " + std::to_string(n_in) +
+                           " elements are not whole " + info.name + " blocks");
+  std::vector<Matrix> out(static_cast<size_t>(n_expert));
+  const size_t rb = row_bytes(t->type, n_in);
+  for (int64_t e = 0; e < n_expert; ++e) {
+    Matrix& m = out[static_cast<size_t>(e)];
+    m.info = t;
+    m.type = t->type;
+    m.data = t->data + static_cast<size_t>(e) * static_cast<size_t>(n_out) * rb;
+    m.n_in = n_in;
+    m.n_out = n_out;
+    m.row_bytes = rb;
+  }
+  return out;
+}
+
 Vector WeightLoader::vector(const std::string& name, int64_t n, bool optional) {
   Vector v;
   const TensorInfo* t = find(name, optional);

@@ -46,6 +46,11 @@ class WeightLoader {
   // `optional`; a wrong shape or a type without a matmul kernel throws ModelFormatError naming
   // the tensor.
   Matrix matrix(const std::string& name, int64_t n_in, int64_t n_out, bool optional = false);
+  // Binds the 3-D tensor `name` (ggml ne = {n_in, n_out, n_expert}: n_expert matrices stored
+  // one after the other) as one Matrix view per expert, all sharing `info`. A missing tensor, a
+  // wrong shape (an expert count that differs from the metadata's included) or a type without a
+  // matmul kernel throws ModelFormatError naming the tensor.
+  std::vector<Matrix> experts(const std::string& name, int64_t n_in, int64_t n_out, int64_t n_expert);
   // Binds `name` as a vector of n elements: an f32 copy (converted if stored otherwise).
   Vector vector(const std::string& name, int64_t n, bool optional = false);
   // Whether the file has a tensor `name`.

@@ -20,7 +20,10 @@ class ModelInfo:
     arch: str
     n_params: int  # elements of all tensors
     size_bytes: int  # bytes of tensor data (what llama-bench calls size)
-    weight_bytes: int  # bytes of the 2-D weights a decode step reads (token_embd excluded unless tied)
+    # bytes of the weights a decode step reads: the matrices (token_embd excluded unless tied)
+    # and, of a mixture of experts' 3-D expert tensors, the selected experts' share
+    # (expert_used_count / expert_count): the active-parameter floor
+    weight_bytes: int
     ftype: str
     n_layer: int
     n_embd: int
@@ -57,6 +60,8 @@ def read_model_info(path: "str | os.PathLike[str]") -> ModelInfo:
     n_params = size = weight = 0
     names = {t.name for t in r.tensors}
     tied = "output.weight" not in names
+    n_expert = int(value(f"{arch}.expert_count", 0) or 0)
+    n_expert_used = int(value(f"{arch}.expert_used_count", 0) or 0)
     n_vocab = 0
     for t in r.tensors:
         n_params += int(t.n_elements)
@@ -65,7 +70,9 @@ def read_model_info(path: "str | os.PathLike[str]") -> ModelInfo:
             n_vocab = int(t.shape[1]) if len(t.shape) > 1 else 0
         # A decode step reads every matrix once; the embedding table only one row, unless
         # it doubles as the output projection.
-        if len(t.shape) >= 2 and (t.name != "token_embd.weight" or tied):
+        if len(t.shape) == 3 and n_expert and n_expert_used and "_exps." in t.name:
+            weight += int(t.n_bytes) // n_expert * n_expert_used  # only the selected experts' rows
+        elif len(t.shape) >= 2 and (t.name != "token_embd.weight" or tied):
             weight += int(t.n_bytes)
     ft = value("general.file_type")
     ftype = FTYPE_NAMES.get(int(ft), f"ftype {ft}") if ft is not None else _dominant_type(r)

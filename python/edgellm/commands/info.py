@@ -52,6 +52,16 @@ def summarize(mf) -> Dict[str, Any]:
         e["count"] += 1
         e["bytes"] += t.nbytes
 
+    # Mixture of experts: of each 3-D expert tensor a token uses expert_used_count / expert_count.
+    n_expert = a("expert_count") or 0
+    n_expert_used = a("expert_used_count") or 0
+    n_params = sum(t.n_elements for t in mf.tensors.values())
+    n_active = n_params
+    if n_expert and n_expert_used:
+        for name, t in mf.tensors.items():
+            if "_exps." in name and len(t.shape) == 3:
+                n_active -= t.n_elements - t.n_elements // n_expert * n_expert_used
+
     tok_model = md.get("tokenizer.ggml.model")
     kind, add_bos_default, add_eos_default = _TOKENIZER_KINDS.get(tok_model, (tok_model, False, False))
     tokens = md.get("tokenizer.ggml.tokens") or []
@@ -74,7 +84,11 @@ def summarize(mf) -> Dict[str, Any]:
         "gguf_version": mf.version,
         "architecture": arch,
         "name": md.get("general.name"),
-        "n_params": sum(t.n_elements for t in mf.tensors.values()),
+        "n_params": n_params,
+        "n_params_active": n_active,
+        "n_expert": n_expert,
+        "n_expert_used": n_expert_used,
+        "n_ff_exp": a("expert_feed_forward_length"),
         "n_tensors": len(mf.tensors),
         "n_layers": a("block_count"),
         "n_heads": n_heads,
@@ -106,6 +120,14 @@ def _text(s: Dict[str, Any]) -> str:
         ("heads", f"{show(s['n_heads'])} (kv heads {show(s['n_kv_heads'])}, head dim {show(s['head_dim'])})"),
         ("embedding dim", show(s["n_embd"])),
         ("FFN dim", show(s["n_ff"])),
+    ]
+    if s["n_expert"]:
+        lines += [
+            ("experts", f"{s['n_expert']} ({s['n_expert_used']} used per token, expert FFN dim "
+                        f"{show(s['n_ff_exp'] or s['n_ff'])})"),
+            ("active parameters", f"{_count(s['n_params_active'])} per token of {_count(s['n_params'])}"),
+        ]
+    lines += [
         ("context length", show(s["context_length"])),
         ("rope base", show(s["rope_freq_base"])),
         ("tensor types", ", ".join(f"{t} x{e['count']} ({_bytes(e['bytes'])})" for t, e in s["tensor_types"].items())),

@@ -1,6 +1,8 @@
 // arch "llama" (Llama 1-3, SmolLM/SmolLM2, TinyLlama): pre-norm layers, SwiGLU FFN, NORM RoPE on
 // the converter's pre-permuted Q/K rows, attention scale 1/sqrt(head_dim), optional biases and
-// Llama-3 rope_freqs factors. docs/formats.md §4.2.
+// Llama-3 rope_freqs factors. docs/formats.md §4.2. With expert_count > 0 (Mixtral) the FFN is a
+// mixture of experts: softmax router, the top-k probabilities renormalised to sum 1 (a softmax
+// over the selected experts' logits), docs/formats.md §4.8.
 #include "common/errors.h"
 #include "model/architecture.h"
 
@@ -14,6 +16,7 @@ void llama_hparams(const GgufFile& file, ModelConfig& c) {
     throw ModelFormatError(file.path() + ": key " + arch_key(c, "rope.dimension_count") + " = " +
                            std::to_string(c.n_rot) + " must equal the head dim " + std::to_string(c.head_dim_k) +
                            " for arch llama");
+  read_expert_config(file, c, /*weights_norm_default=*/true);
 }
 
 }  // namespace
