@@ -1,0 +1,155 @@
+"""config.json → the GGUF metadata the engine reads (docs/formats.md §1.5, §4): one ArchSpec
+per Hugging Face architecture class. Values the engine cannot honour (a RoPE scaling it does
+not implement, an attention scale it derives differently) are refused here rather than
+converted into a file that runs wrong."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple
+
+from .errors import ConvertError, UnsupportedArchitectureError
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    gguf_arch: str
+    permute_qk: bool = False  # llama: HF rotate-half rows → adjacent pairs (docs/formats.md §4.2)
+    norm_plus_one: bool = False  # gemma: RMSNorm weights stored as w, applied as 1 + w
+    sandwich_norms: bool = False  # gemma2/3: post_attention / pre_feedforward / post_feedforward
+    qk_norm: bool = False  # qwen3, gemma3
+    qkv_bias: Optional[bool] = None  # True: required, None: optional
+    fused_qkv: bool = False  # phi3
+
+
+ARCHS: Dict[str, ArchSpec] = {
+    "LlamaForCausalLM": ArchSpec("llama", permute_qk=True),
+    "MistralForCausalLM": ArchSpec("llama", permute_qk=True),
+    "Qwen2ForCausalLM": ArchSpec("qwen2", qkv_bias=True),
+    "Qwen3ForCausalLM": ArchSpec("qwen3", qk_norm=True),
+    "Gemma3ForCausalLM": ArchSpec("gemma3", norm_plus_one=True, sandwich_norms=True, qk_norm=True),
+}
+
+
+def supported() -> List[str]:
+    return sorted(ARCHS)
+
+
+@dataclass
+class Hparams:
+    """The shape facts of a checkpoint, from config.json."""
+    n_layer: int
+    n_embd: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_vocab: int
+    tied: bool
+
+
+def arch_of(config: dict, path: str) -> Tuple[str, ArchSpec]:
+    names = config.get("architectures") or []
+    if not isinstance(names, list) or not names:
+        raise UnsupportedArchitectureError(
+            f"{path}: config.json names no architecture (\"architectures\"); supported: {', '.join(supported())}")
+    for n in names:
+        if n in ARCHS:
+            return n, ARCHS[n]
+    raise UnsupportedArchitectureError(
+        f"{path}: architecture {', '.join(map(str, names))} is not supported; supported: {', '.join(supported())}")
+
+
+def _req(config: dict, key: str, path: str):
+    if key not in config or config[key] is None:
+        raise ConvertError(f"{path}: config.json has no {key!r}")
+    return config[key]
+
+
+def hparams(config: dict, path: str) -> Hparams:
+    n_head = int(_req(config, "num_attention_heads", path))
+    n_embd = int(_req(config, "hidden_size", path))
+    head_dim = config.get("head_dim") or n_embd // n_head
+    tied = config.get("tie_word_embeddings")
+    return Hparams(
+        n_layer=int(_req(config, "num_hidden_layers", path)),
+        n_embd=n_embd,
+        n_ff=int(_req(config, "intermediate_size", path)),
+        n_head=n_head,
+        n_head_kv=int(config.get("num_key_value_heads") or n_head),
+        head_dim=int(head_dim),
+        n_vocab=int(_req(config, "vocab_size", path)),
+        tied=bool(True if tied is None else tied),
+    )
+
+
+def _rope_scaling(config: dict, path: str, arch: str, put: Callable) -> None:
+    rs = config.get("rope_scaling")
+    if not rs:
+        return
+    kind = rs.get("rope_type", rs.get("type"))
+    if kind in (None, "default"):
+        return
+    if kind == "linear":
+        put(f"{arch}.rope.scaling.type", "linear")
+        put(f"{arch}.rope.scaling.factor", float(rs["factor"]))
+        return
+    raise UnsupportedArchitectureError(
+        f"{path}: config.json rope_scaling type {kind!r} is not supported (only linear)")
+
+
+def metadata(config: dict, path: str, spec: ArchSpec, hp: Hparams) -> List[Tuple[str, object]]:
+    """(key, value) pairs for the architecture's keys; floats are f32, ints u32, bools BOOL."""
+    a = spec.gguf_arch
+    kv: List[Tuple[str, object]] = []
+
+    def put(key, value):
+        kv.append((key, value))
+
+    put(f"{a}.context_length", int(_req(config, "max_position_embeddings", path)))
+    put(f"{a}.embedding_length", hp.n_embd)
+    put(f"{a}.block_count", hp.n_layer)
+    put(f"{a}.feed_forward_length", hp.n_ff)
+    put(f"{a}.attention.head_count", hp.n_head)
+    put(f"{a}.attention.head_count_kv", hp.n_head_kv)
+    eps = config.get("rms_norm_eps", config.get("layer_norm_eps"))
+    if eps is None:
+        raise ConvertError(f"{path}: config.json has no 'rms_norm_eps'")
+    put(f"{a}.attention.layer_norm_rms_epsilon", float(eps))
+    put(f"{a}.attention.key_length", hp.head_dim)
+    put(f"{a}.attention.value_length", hp.head_dim)
+    put(f"{a}.rope.dimension_count", hp.head_dim)
+    put(f"{a}.rope.freq_base", float(config.get("rope_theta", 10000.0)))
+    put(f"{a}.vocab_size", hp.n_vocab)
+    _rope_scaling(config, path, a, put)
+
+    act = config.get("hidden_act", config.get("hidden_activation"))
+    want_act = ("gelu_pytorch_tanh",) if a.startswith("gemma") else ("silu",)
+    if act not in want_act:
+        raise UnsupportedArchitectureError(f"{path}: hidden activation {act!r} is not supported for {a} "
+                                           f"(the engine runs {want_act[0]})")
+    if a in ("llama", "qwen2", "qwen3"):
+        if config.get("use_sliding_window"):
+            raise UnsupportedArchitectureError(f"{path}: use_sliding_window is not supported for {a}")
+        if a == "llama" and config.get("sliding_window"):
+            raise UnsupportedArchitectureError(f"{path}: sliding_window (Mistral v0.1) is not supported for llama")
+    if a == "gemma3":
+        scalar = config.get("query_pre_attn_scalar", hp.head_dim)
+        derived = hp.n_embd // hp.n_head if hp.n_layer == 62 else hp.head_dim
+        if scalar != derived:
+            raise UnsupportedArchitectureError(
+                f"{path}: query_pre_attn_scalar = {scalar}, but the engine scales queries by 1/sqrt({derived})")
+        window = config.get("sliding_window")
+        if window:
+            put(f"{a}.attention.sliding_window", int(window))
+            types = config.get("layer_types")
+            if isinstance(types, list) and len(types) == hp.n_layer:
+                put(f"{a}.attention.sliding_window_pattern", [t == "sliding_attention" for t in types])
+            else:
+                put(f"{a}.attention.sliding_window_pattern", int(config.get("sliding_window_pattern", 6)))
+        put(f"{a}.rope.freq_base_swa", float(config.get("rope_local_base_freq", 10000.0)))
+        cap = config.get("final_logit_softcapping")
+        if cap:
+            put(f"{a}.final_logit_softcapping", float(cap))
+        if config.get("attn_logit_softcapping"):
+            raise UnsupportedArchitectureError(f"{path}: attn_logit_softcapping is not supported for gemma3")
+    return kv

@@ -1,0 +1,131 @@
+"""Tiny Hugging Face checkpoints (config.json, tokenizer.json, safetensors weights), rebuilt
+from a seed with numpy + safetensors alone: tests need neither torch nor transformers.
+tests/data/hf/make_hf_fixtures.py loads the same directories with transformers and records
+its logits into tests/data/hf/<arch>.npz."""
+import json
+import os
+
+import numpy as np
+
+ARCHS = ("llama", "qwen2", "qwen3")
+PROMPT = [5, 61, 200, 17, 99, 3, 140, 77, 250, 12, 33, 180]
+N_GREEDY = 8
+
+
+def _bytes_to_unicode():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def tokenizer_json(pre: str) -> dict:
+    """Byte-level BPE: the 256 byte symbols, a few merges, two special tokens."""
+    b2u = _bytes_to_unicode()
+    vocab = {b2u[b]: b for b in range(256)}
+    merges = []
+    for a, b in [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("Ġ", "a"), ("e", "r"), ("o", "n")]:
+        merges.append(f"{a} {b}")
+        vocab[a + b] = len(vocab)
+    added = [{"id": len(vocab) + i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for i, c in enumerate(["<|endoftext|>", "<|im_end|>"])]
+    if pre == "gpt2":
+        pre_tok = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    else:
+        rx = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+              r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+        pre_tok = {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": rx}, "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+            "normalizer": None, "pre_tokenizer": pre_tok,
+            "post_processor": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+            "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                      "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                      "ignore_merges": False, "vocab": vocab, "merges": merges}}
+
+
+def config(arch: str) -> dict:
+    base = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "max_position_embeddings": 256, "rms_norm_eps": 1e-5,
+            "vocab_size": 272, "hidden_act": "silu", "torch_dtype": "float32", "bos_token_id": 263,
+            "eos_token_id": 264, "initializer_range": 0.02, "use_cache": True}
+    if arch == "llama":
+        base.update(architectures=["LlamaForCausalLM"], model_type="llama", rope_theta=10000.0,
+                    tie_word_embeddings=False, attention_bias=False, mlp_bias=False, head_dim=16)
+    elif arch == "qwen2":
+        base.update(architectures=["Qwen2ForCausalLM"], model_type="qwen2", rope_theta=1000000.0,
+                    tie_word_embeddings=True, use_sliding_window=False, sliding_window=None)
+    elif arch == "qwen3":
+        base.update(architectures=["Qwen3ForCausalLM"], model_type="qwen3", rope_theta=1000000.0,
+                    tie_word_embeddings=True, head_dim=32, attention_bias=False,
+                    use_sliding_window=False, sliding_window=None)
+    return base
+
+
+def weights(arch: str, seed: int = 0) -> dict:
+    c = config(arch)
+    rng = np.random.default_rng(seed)
+    d, ff, nl = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"]
+    hd = c.get("head_dim") or d // c["num_attention_heads"]
+    q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+
+    def mat(*shape, s=0.15):
+        return (rng.standard_normal(shape) * s).astype(np.float32)
+
+    w = {"model.embed_tokens.weight": mat(c["vocab_size"], d, s=0.5),
+         "model.norm.weight": (1 + mat(d, s=0.1))}
+    if not c["tie_word_embeddings"]:
+        w["lm_head.weight"] = mat(c["vocab_size"], d, s=0.3)
+    for il in range(nl):
+        p = f"model.layers.{il}."
+        w[p + "input_layernorm.weight"] = 1 + mat(d, s=0.1)
+        w[p + "post_attention_layernorm.weight"] = 1 + mat(d, s=0.1)
+        w[p + "self_attn.q_proj.weight"] = mat(q, d)
+        w[p + "self_attn.k_proj.weight"] = mat(kv, d)
+        w[p + "self_attn.v_proj.weight"] = mat(kv, d)
+        w[p + "self_attn.o_proj.weight"] = mat(d, q)
+        if arch == "qwen2":
+            for n, k in (("q", q), ("k", kv), ("v", kv)):
+                w[p + f"self_attn.{n}_proj.bias"] = mat(k, s=0.1)
+        if arch == "qwen3":
+            w[p + "self_attn.q_norm.weight"] = 1 + mat(hd, s=0.1)
+            w[p + "self_attn.k_norm.weight"] = 1 + mat(hd, s=0.1)
+        w[p + "mlp.gate_proj.weight"] = mat(ff, d)
+        w[p + "mlp.up_proj.weight"] = mat(ff, d)
+        w[p + "mlp.down_proj.weight"] = mat(d, ff)
+    return w
+
+
+def write_checkpoint(directory, arch: str, shards: int = 1, dtype=np.float32) -> str:
+    """A checkpoint directory for arch; llama is written in two shards with an index."""
+    from safetensors.numpy import save_file
+
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config(arch), f, indent=1)
+    with open(os.path.join(directory, "tokenizer.json"), "w") as f:
+        json.dump(tokenizer_json("gpt2" if arch == "llama" else "qwen2"), f)
+    with open(os.path.join(directory, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<|endoftext|>", "eos_token": "<|im_end|>", "add_bos_token": False,
+                   "chat_template": "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"}, f)
+    w = {k: v.astype(dtype) for k, v in weights(arch).items()}
+    names = sorted(w)
+    if shards == 1:
+        save_file(w, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+    else:
+        parts = [names[i::shards] for i in range(shards)]
+        weight_map = {}
+        for i, part in enumerate(parts):
+            fn = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+            save_file({k: w[k] for k in part}, os.path.join(directory, fn), metadata={"format": "pt"})
+            weight_map.update({k: fn for k in part})
+        with open(os.path.join(directory, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {}, "weight_map": weight_map}, f)
+    return str(directory)
