@@ -69,3 +69,130 @@ def test_f16_conversion_keeps_greedy_tokens(ckpt, arch, tmp_path):
     got = engine_logits(out, hc.PROMPT)
     np.testing.assert_allclose(got, ref["logits"], rtol=0, atol=2e-2)
     assert engine_greedy(out, hc.PROMPT, hc.N_GREEDY) == ref["greedy"].tolist()
+
+
+def test_quantized_output_equals_edgellm_quantize_of_the_f32_conversion(ckpt, tmp_path):
+    import gguf
+
+    from edgellm.bench.quantize import quantize_file
+
+    convert(ckpt("llama"), str(tmp_path / "f32.gguf"), "F32")
+    quantize_file(str(tmp_path / "f32.gguf"), str(tmp_path / "requant.gguf"), "Q4_K_M")
+    convert(ckpt("llama"), str(tmp_path / "direct.gguf"), "Q4_K_M")
+    a = {t.name: t for t in gguf.GGUFReader(str(tmp_path / "direct.gguf")).tensors}
+    b = {t.name: t for t in gguf.GGUFReader(str(tmp_path / "requant.gguf")).tensors}
+    assert list(a) == list(b)
+    for n in a:
+        assert a[n].tensor_type == b[n].tensor_type, n
+        assert np.array_equal(np.asarray(a[n].data), np.asarray(b[n].data)), n
+    assert a["blk.0.attn_norm.weight"].tensor_type.name == "F32"
+    # rows of 64 are no multiple of 256: the K-quants fall back (Q4_K -> Q5_0, Q6_K -> Q8_0)
+    assert a["blk.0.attn_q.weight"].tensor_type.name == "Q5_0"
+    assert engine_logits(tmp_path / "direct.gguf", hc.PROMPT).shape == (len(hc.PROMPT), 272)
+
+
+def test_bf16_source_equals_its_f32_widening(tmp_path):
+    # BF16 shards (numpy has no bfloat16: written by hand) convert to the float32 of their bits.
+    import struct
+
+    d = hc.write_checkpoint(tmp_path / "bf", "qwen3")
+    w = hc.weights("qwen3")
+    header, blobs, off = {}, [], 0
+    for k in sorted(w):
+        bits = (w[k].view(np.uint32) >> 16).astype(np.uint16)
+        header[k] = {"dtype": "BF16", "shape": list(w[k].shape), "data_offsets": [off, off + bits.nbytes]}
+        blobs.append(bits.tobytes())
+        off += bits.nbytes
+    h = json.dumps(header).encode()
+    with open(os.path.join(d, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    from edgellm.convert.checkpoint import Checkpoint
+
+    ck = Checkpoint(d)
+    x = ck.load_f32("model.layers.1.mlp.up_proj.weight")
+    want = (w["model.layers.1.mlp.up_proj.weight"].view(np.uint32) & 0xFFFF0000).view(np.float32)
+    assert np.array_equal(x, want)
+    convert(d, str(tmp_path / "bf.gguf"), "BF16")
+    assert engine_logits(tmp_path / "bf.gguf", hc.PROMPT).shape == (len(hc.PROMPT), 272)
+
+
+def test_llama_metadata_and_permuted_rows(ckpt, tmp_path):
+    import gguf
+
+    out = tmp_path / "m.gguf"
+    convert(ckpt("llama"), str(out), "F32")
+    r = gguf.GGUFReader(str(out))
+    f = {k: v.contents() for k, v in r.fields.items() if not k.startswith("GGUF.")}
+    assert f["general.architecture"] == "llama"
+    assert f["llama.block_count"] == 2 and f["llama.attention.head_count_kv"] == 2
+    assert f["llama.rope.dimension_count"] == 16 and f["tokenizer.ggml.pre"] == "gpt2"
+    assert f["tokenizer.ggml.bos_token_id"] == 263 and f["tokenizer.ggml.eos_token_id"] == 264
+    assert f["tokenizer.ggml.add_bos_token"] is False and "messages" in f["tokenizer.chat_template"]
+    t = {x.name: x for x in r.tensors}
+    assert "output.weight" in t and len(t) == 2 + 1 + 2 * 9
+    q = hc.weights("llama")["model.layers.0.self_attn.q_proj.weight"]
+    got = np.asarray(t["blk.0.attn_q.weight"].data).reshape(q.shape)
+    # head 0: rows 0, 8, 1, 9, ... of the HF matrix (head_dim 16, halves of 8)
+    assert np.array_equal(got[0], q[0]) and np.array_equal(got[1], q[8]) and np.array_equal(got[2], q[1])
+
+
+def test_cli_dry_run_prints_the_plan_and_writes_nothing(ckpt, tmp_path):
+    out = tmp_path / "x.gguf"
+    r = subprocess.run([sys.executable, "-m", "edgellm", "convert", ckpt("qwen2"), str(out), "--type", "q4_0",
+                        "--dry-run"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "Qwen2ForCausalLM -> qwen2" in r.stdout
+    assert "blk.1.attn_q.bias" in r.stdout and "Q4_0" in r.stdout and "total" in r.stdout
+    assert not out.exists()
+
+
+def test_cli_converts_with_progress(ckpt, tmp_path):
+    out = tmp_path / "x.gguf"
+    r = subprocess.run([sys.executable, "-m", "edgellm", "convert", ckpt("qwen3"), str(out), "--type", "f16"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "100%" in r.stderr and "wrote" in r.stdout
+    assert core.Model(str(out), n_threads=1) is not None
+
+
+def _copy(src, dst):
+    import shutil
+
+    shutil.copytree(src, dst)
+    return str(dst)
+
+
+def test_unsupported_architecture_names_itself_and_the_supported(ckpt, tmp_path):
+    d = _copy(ckpt("qwen2"), tmp_path / "c")
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    cfg["architectures"] = ["FalconForCausalLM"]
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+    with pytest.raises(UnsupportedArchitectureError, match="FalconForCausalLM.*supported: .*LlamaForCausalLM"):
+        plan(d)
+    r = subprocess.run([sys.executable, "-m", "edgellm", "convert", d, str(tmp_path / "o.gguf")],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "FalconForCausalLM" in r.stderr
+
+
+def test_missing_shard_names_the_file(ckpt, tmp_path):
+    d = _copy(ckpt("llama"), tmp_path / "c")
+    os.unlink(os.path.join(d, "model-00002-of-00002.safetensors"))
+    with pytest.raises(ConvertError, match=r"model-00002-of-00002\.safetensors: shard not found"):
+        plan(d)
+
+
+def test_missing_tensor_and_shape_mismatch_name_file_and_tensor(ckpt, tmp_path):
+    from safetensors.numpy import save_file
+
+    d = _copy(ckpt("qwen3"), tmp_path / "c")
+    w = hc.weights("qwen3")
+    del w["model.layers.1.mlp.down_proj.weight"]
+    save_file(w, os.path.join(d, "model.safetensors"))
+    with pytest.raises(ConvertError, match=r"tensor model\.layers\.1\.mlp\.down_proj\.weight not found"):
+        plan(d)
+    w = hc.weights("qwen3")
+    w["model.layers.0.self_attn.k_proj.weight"] = w["model.layers.0.self_attn.k_proj.weight"][:32]
+    save_file(w, os.path.join(d, "model.safetensors"))
+    with pytest.raises(ConvertError, match=r"model\.safetensors: tensor model\.layers\.0\.self_attn\.k_proj\.weight "
+                                           r"has shape \[32, 64\], config\.json implies \[64, 64\]"):
+        plan(d)
