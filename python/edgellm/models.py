@@ -370,12 +370,16 @@ _fetch_model = fetch  # resolve() takes a `fetch` flag that shadows the function
 
 
 def resolve(name_or_path: Union[str, Path], fetch: bool = True) -> Path:
-    """A path to an existing file is returned as is; a known model name is fetched on first
+    """A path to an existing file is returned as is; a Hugging Face checkpoint directory (with
+    config.json) is converted to F16 GGUF in the conversion cache (edgellm/convert/cached.py); a known model name is fetched on first
     use (or, with fetch=False, must already be cached); anything else is an error that lists
     the known names."""
     candidate = Path(name_or_path).expanduser()
     if candidate.is_file():
         return candidate
+    from .convert.cached import converted_path, is_checkpoint_dir
+    if is_checkpoint_dir(candidate):  # a Hugging Face checkpoint: converted once, cached
+        return converted_path(candidate)
     text = str(name_or_path)
     try:
         name = canonical_name(text)

@@ -141,7 +141,7 @@ def convert(hf_dir: str, out_path: str, out_type: str = "F16", n_threads: int = 
 
     cp = plan(hf_dir, out_type)
     ckpt = cp.checkpoint
-    tmp = out_path + ".part"
+    tmp = f"{out_path}.{os.getpid()}.part"
     w = gguf.GGUFWriter(tmp, cp.arch)
     try:
         for key, value in cp.metadata:
