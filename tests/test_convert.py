@@ -196,3 +196,32 @@ def test_missing_tensor_and_shape_mismatch_name_file_and_tensor(ckpt, tmp_path):
     with pytest.raises(ConvertError, match=r"model\.safetensors: tensor model\.layers\.0\.self_attn\.k_proj\.weight "
                                            r"has shape \[32, 64\], config\.json implies \[64, 64\]"):
         plan(d)
+
+
+@pytest.mark.slow
+def test_equals_llamacpps_converter_where_it_runs(tmp_path):
+    # tests/data/hf/compare_llamacpp.py (needs torch, transformers and llama.cpp's converter;
+    # its last output is tests/data/hf/llamacpp_comparison.json): same tensors, shapes, types,
+    # bit-identical F16 bytes, equal values of every key both write.
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    llama_cpp = os.environ.get("LLAMA_CPP", "/opt/peer/llama.cpp")
+    if not os.path.exists(os.path.join(llama_cpp, "convert_hf_to_gguf.py")):
+        pytest.skip("llama.cpp's convert_hf_to_gguf.py not found ($LLAMA_CPP)")
+    import shutil
+
+    from conftest import require_model
+
+    require_model("smollm2"), require_model("qwen2.5-coder-0.5b")
+    script = tmp_path / "compare_llamacpp.py"
+    shutil.copy(os.path.join(DATA, "compare_llamacpp.py"), script)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = json.load(open(tmp_path / "llamacpp_comparison.json"))
+    for arch in hc.ARCHS:
+        e = report[arch]
+        assert e.get("tensors_identical"), (arch, e)
+        assert not (e["tensors_only_llamacpp"] or e["tensors_only_edgellm"] or e["type_or_shape_differs"]
+                    or e["bytes_differ"] or e["values_differ"]), (arch, e)
+        assert set(e["keys_only_llamacpp"]) <= {"general.size_label", "general.type"}, (arch, e)
