@@ -225,3 +225,13 @@ def test_equals_llamacpps_converter_where_it_runs(tmp_path):
         assert not (e["tensors_only_llamacpp"] or e["tensors_only_edgellm"] or e["type_or_shape_differs"]
                     or e["bytes_differ"] or e["values_differ"]), (arch, e)
         assert set(e["keys_only_llamacpp"]) <= {"general.size_label", "general.type"}, (arch, e)
+
+
+@pytest.mark.parametrize("out_type", ["F16", "Q8_0"])
+def test_row_chunks_write_the_same_file(ckpt, tmp_path, monkeypatch, out_type):
+    import edgellm.convert.writer as writer
+
+    convert(ckpt("qwen2"), str(tmp_path / "whole.gguf"), out_type)
+    monkeypatch.setattr(writer, "_CHUNK_ELEMS", 200)  # 3 rows of 64 a chunk
+    convert(ckpt("qwen2"), str(tmp_path / "chunked.gguf"), out_type)
+    assert (tmp_path / "whole.gguf").read_bytes() == (tmp_path / "chunked.gguf").read_bytes()

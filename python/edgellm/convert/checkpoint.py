@@ -11,7 +11,7 @@ import json
 import os
 import struct
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -119,16 +119,22 @@ class Checkpoint:
             raise ConvertError(f"{self.dir}: tensor {name} not found in the checkpoint")
         return t
 
-    def load_f32(self, name: str) -> np.ndarray:
-        """The tensor as float32, in its safetensors (row-major) shape."""
+    def load_f32(self, name: str, rows: Optional[Tuple[int, int]] = None) -> np.ndarray:
+        """The tensor as float32, in its safetensors (row-major) shape; with rows = (r0, r1),
+        only those rows of its first dimension."""
         t = self.info(name)
+        dt = np.dtype(_DTYPES[t.dtype])
+        row_elems = int(np.prod(t.shape[1:], dtype=np.int64)) if len(t.shape) > 1 else 1
+        r0, r1 = rows if rows is not None else (0, t.shape[0] if t.shape else 1)
+        count = (r1 - r0) * row_elems
         with open(t.file, "rb") as f:
-            f.seek(t.offset)
-            raw = np.fromfile(f, dtype=_DTYPES[t.dtype], count=t.nbytes // np.dtype(_DTYPES[t.dtype]).itemsize)
-        if raw.nbytes != t.nbytes:
+            f.seek(t.offset + r0 * row_elems * dt.itemsize)
+            raw = np.fromfile(f, dtype=dt, count=count)
+        if raw.size != count:
             raise ConvertError(f"{t.file}: tensor {name} is truncated")
+        shape = ((r1 - r0),) + tuple(t.shape[1:]) if rows is not None else t.shape
         if t.dtype == "BF16":
             out = raw.astype(np.uint32)
             out <<= 16
-            return out.view(np.float32).reshape(t.shape)
-        return raw.astype(np.float32, copy=False).reshape(t.shape)
+            return out.view(np.float32).reshape(shape)
+        return raw.astype(np.float32, copy=False).reshape(shape)

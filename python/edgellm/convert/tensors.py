@@ -171,9 +171,12 @@ def permute_rows(w: np.ndarray, n_head: int) -> np.ndarray:
              .reshape(rows, *rest))
 
 
-def load_transformed(ckpt: Checkpoint, p: TensorPlan) -> np.ndarray:
-    """The tensor as float32 in its GGUF row order (numpy shape = reversed ggml ne)."""
-    x = ckpt.load_f32(p.src)
+def load_transformed(ckpt: Checkpoint, p: TensorPlan, rows: Optional[Tuple[int, int]] = None) -> np.ndarray:
+    """The tensor (or rows r0..r1 of it; not for permuted ones) as float32 in its GGUF row
+    order (numpy shape = reversed ggml ne)."""
+    if rows is not None and p.permute_heads:
+        raise ValueError("a permuted tensor is read whole")
+    x = ckpt.load_f32(p.src, rows)
     if p.permute_heads:
         x = np.ascontiguousarray(permute_rows(x, p.permute_heads))
     if p.plus_one:

@@ -1,6 +1,7 @@
 """The conversion itself: plan every tensor and its output type, write the GGUF header,
-metadata and tensor infos, then stream the tensors one by one (read → transform → convert →
-write → free), so peak memory is about one tensor and its output.
+metadata and tensor infos, then stream the tensors one by one, in chunks of rows (read →
+transform → convert → write → free), so peak memory is one chunk and its output (a permuted
+Q/K matrix is read whole).
 
 Output types: F32, F16 and BF16 for every matrix; the quantized file types take the tensor
 types llama-quantize would (edgellm/bench/quantize.py's plan_types) and edgellm's own block
@@ -21,6 +22,7 @@ from .errors import ConvertError
 from .tensors import TensorPlan, load_transformed, plan_tensors
 from .tokenizer import vocab_metadata
 
+_CHUNK_ELEMS = 1 << 24  # rows read, converted and written at a time: 64 MiB of float32
 OUT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_M", "Q4_K_S", "Q5_K_M", "Q6_K")
 
 
@@ -162,14 +164,25 @@ def convert(hf_dir: str, out_path: str, out_type: str = "F16", n_threads: int = 
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_ti_data_to_file()
+        # The data section, written here rather than by write_tensor_data (which takes a whole
+        # tensor): each tensor at the writer's aligned offsets, in chunks of rows.
+        fout = w.fout[0]
+        align = w.data_alignment
         done, total = 0, cp.total_bytes()
         with ThreadPoolExecutor(max_workers=n_threads or os.cpu_count() or 1) as pool:
             for t in cp.tensors:
-                x = load_transformed(ckpt, t.plan)
-                data = _encode(x, t.type, pool)
-                del x
-                w.write_tensor_data(data)
-                del data
+                fout.write(bytes(gguf.GGUFWriter.ggml_pad(fout.tell(), align) - fout.tell()))
+                n_rows = t.plan.shape[0] if len(t.plan.shape) > 1 else 1
+                row_elems = int(np.prod(t.plan.shape)) // n_rows
+                step = n_rows if t.plan.permute_heads else max(1, _CHUNK_ELEMS // row_elems)
+                for r0 in range(0, n_rows, step):
+                    rows = None if step >= n_rows else (r0, min(n_rows, r0 + step))
+                    x = load_transformed(ckpt, t.plan, rows)
+                    data = _encode(x, t.type, pool)
+                    del x
+                    np.ascontiguousarray(data).tofile(fout)
+                    del data
+                fout.write(bytes(gguf.GGUFWriter.ggml_pad(t.nbytes, align) - t.nbytes))
                 done += t.nbytes
                 if progress is not None:
                     progress(done, total, t.plan.dst)
