@@ -235,3 +235,15 @@ def test_row_chunks_write_the_same_file(ckpt, tmp_path, monkeypatch, out_type):
     monkeypatch.setattr(writer, "_CHUNK_ELEMS", 200)  # 3 rows of 64 a chunk
     convert(ckpt("qwen2"), str(tmp_path / "chunked.gguf"), out_type)
     assert (tmp_path / "whole.gguf").read_bytes() == (tmp_path / "chunked.gguf").read_bytes()
+
+
+def test_transformers5_rope_parameters_spelling(ckpt, tmp_path):
+    d = _copy(ckpt("qwen3"), tmp_path / "c")
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": cfg.pop("rope_theta")}
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+    assert dict(plan(d).metadata)["qwen3.rope.freq_base"] == 1000000.0
+    cfg["rope_parameters"] = {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0}
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+    with pytest.raises(UnsupportedArchitectureError, match="rope_scaling type 'yarn'"):
+        plan(d)

@@ -377,8 +377,10 @@ def resolve(name_or_path: Union[str, Path], fetch: bool = True) -> Path:
     candidate = Path(name_or_path).expanduser()
     if candidate.is_file():
         return candidate
-    from .convert.cached import converted_path, is_checkpoint_dir
-    if is_checkpoint_dir(candidate):  # a Hugging Face checkpoint: converted once, cached
+    if candidate.is_dir() and (candidate / "config.json").is_file():
+        # a Hugging Face checkpoint: converted once, cached (this file also runs standalone as
+        # models/fetch.py, hence the absolute import, only here)
+        from edgellm.convert.cached import converted_path
         return converted_path(candidate)
     text = str(name_or_path)
     try:

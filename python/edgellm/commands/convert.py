@@ -6,7 +6,7 @@ from edgellm.convert.writer import OUT_TYPES
 
 
 @click.command("convert")
-@click.argument("hf_dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("hf_dir", type=click.Path(file_okay=False))
 @click.argument("out", type=click.Path(dir_okay=False))
 @click.option("--type", "out_type", default="F16", show_default=True,
               type=click.Choice(OUT_TYPES, case_sensitive=False), help="Tensor type of the matrices.")

@@ -82,11 +82,27 @@ def hparams(config: dict, path: str) -> Hparams:
     )
 
 
+def _rope_params(config: dict) -> dict:
+    """RoPE settings in either spelling: rope_theta + rope_scaling (configs before transformers
+    5) or rope_parameters (transformers 5; per layer type for gemma3: the full-attention one)."""
+    rp = config.get("rope_parameters")
+    if isinstance(rp, dict) and isinstance(rp.get("full_attention"), dict):
+        rp = rp["full_attention"]
+    if isinstance(rp, dict):
+        return rp
+    out = dict(config.get("rope_scaling") or {})
+    if config.get("rope_theta") is not None:
+        out["rope_theta"] = config["rope_theta"]
+    return out
+
+
 def _rope_scaling(config: dict, path: str, arch: str, put: Callable) -> None:
-    rs = config.get("rope_scaling")
+    rs = _rope_params(config)
     if not rs:
         return
     kind = rs.get("rope_type", rs.get("type"))
+    if kind == "linear" and float(rs.get("factor", 1.0)) == 1.0:
+        return
     if kind in (None, "default"):
         return
     if kind == "linear":
@@ -118,7 +134,7 @@ def metadata(config: dict, path: str, spec: ArchSpec, hp: Hparams) -> List[Tuple
     put(f"{a}.attention.key_length", hp.head_dim)
     put(f"{a}.attention.value_length", hp.head_dim)
     put(f"{a}.rope.dimension_count", hp.head_dim)
-    put(f"{a}.rope.freq_base", float(config.get("rope_theta", 10000.0)))
+    put(f"{a}.rope.freq_base", float(_rope_params(config).get("rope_theta", 10000.0)))
     put(f"{a}.vocab_size", hp.n_vocab)
     _rope_scaling(config, path, a, put)
 
