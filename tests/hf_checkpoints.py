@@ -7,7 +7,8 @@ import os
 
 import numpy as np
 
-ARCHS = ("llama", "qwen2", "qwen3")
+ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
+SPM_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "hf", "spm.model")
 PROMPT = [5, 61, 200, 17, 99, 3, 140, 77, 250, 12, 33, 180]
 N_GREEDY = 8
 
@@ -66,6 +67,14 @@ def config(arch: str) -> dict:
         base.update(architectures=["Qwen3ForCausalLM"], model_type="qwen3", rope_theta=1000000.0,
                     tie_word_embeddings=True, head_dim=32, attention_bias=False,
                     use_sliding_window=False, sliding_window=None)
+    elif arch == "gemma3":  # SentencePiece vocabulary: tests/data/hf/spm.model (400 pieces)
+        del base["hidden_act"]
+        base.update(architectures=["Gemma3ForCausalLM"], model_type="gemma3_text", vocab_size=400,
+                    hidden_activation="gelu_pytorch_tanh", head_dim=16, query_pre_attn_scalar=16,
+                    sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+                    rope_theta=1000000.0, rope_local_base_freq=10000.0, tie_word_embeddings=True,
+                    final_logit_softcapping=None, attn_logit_softcapping=None, rms_norm_eps=1e-6,
+                    bos_token_id=2, eos_token_id=1, pad_token_id=0)
     return base
 
 
@@ -79,14 +88,19 @@ def weights(arch: str, seed: int = 0) -> dict:
     def mat(*shape, s=0.15):
         return (rng.standard_normal(shape) * s).astype(np.float32)
 
-    w = {"model.embed_tokens.weight": mat(c["vocab_size"], d, s=0.5),
-         "model.norm.weight": (1 + mat(d, s=0.1))}
+    gemma = arch == "gemma3"
+    norm = (lambda n: mat(n, s=0.1)) if gemma else (lambda n: 1 + mat(n, s=0.1))  # gemma: 1 + w
+    w = {"model.embed_tokens.weight": mat(c["vocab_size"], d, s=0.5 / (8 if gemma else 1)),
+         "model.norm.weight": norm(d)}
     if not c["tie_word_embeddings"]:
         w["lm_head.weight"] = mat(c["vocab_size"], d, s=0.3)
     for il in range(nl):
         p = f"model.layers.{il}."
-        w[p + "input_layernorm.weight"] = 1 + mat(d, s=0.1)
-        w[p + "post_attention_layernorm.weight"] = 1 + mat(d, s=0.1)
+        w[p + "input_layernorm.weight"] = norm(d)
+        w[p + "post_attention_layernorm.weight"] = norm(d)
+        if gemma:
+            w[p + "pre_feedforward_layernorm.weight"] = norm(d)
+            w[p + "post_feedforward_layernorm.weight"] = norm(d)
         w[p + "self_attn.q_proj.weight"] = mat(q, d)
         w[p + "self_attn.k_proj.weight"] = mat(kv, d)
         w[p + "self_attn.v_proj.weight"] = mat(kv, d)
@@ -94,9 +108,9 @@ def weights(arch: str, seed: int = 0) -> dict:
         if arch == "qwen2":
             for n, k in (("q", q), ("k", kv), ("v", kv)):
                 w[p + f"self_attn.{n}_proj.bias"] = mat(k, s=0.1)
-        if arch == "qwen3":
-            w[p + "self_attn.q_norm.weight"] = 1 + mat(hd, s=0.1)
-            w[p + "self_attn.k_norm.weight"] = 1 + mat(hd, s=0.1)
+        if arch in ("qwen3", "gemma3"):
+            w[p + "self_attn.q_norm.weight"] = norm(hd)
+            w[p + "self_attn.k_norm.weight"] = norm(hd)
         w[p + "mlp.gate_proj.weight"] = mat(ff, d)
         w[p + "mlp.up_proj.weight"] = mat(ff, d)
         w[p + "mlp.down_proj.weight"] = mat(d, ff)
@@ -110,8 +124,12 @@ def write_checkpoint(directory, arch: str, shards: int = 1, dtype=np.float32) ->
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config(arch), f, indent=1)
-    with open(os.path.join(directory, "tokenizer.json"), "w") as f:
-        json.dump(tokenizer_json("gpt2" if arch == "llama" else "qwen2"), f)
+    if arch == "gemma3":
+        import shutil
+        shutil.copy(SPM_MODEL, os.path.join(directory, "tokenizer.model"))
+    else:
+        with open(os.path.join(directory, "tokenizer.json"), "w") as f:
+            json.dump(tokenizer_json("gpt2" if arch == "llama" else "qwen2"), f)
     with open(os.path.join(directory, "tokenizer_config.json"), "w") as f:
         json.dump({"bos_token": "<|endoftext|>", "eos_token": "<|im_end|>", "add_bos_token": False,
                    "chat_template": "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"}, f)

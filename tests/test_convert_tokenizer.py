@@ -92,3 +92,24 @@ def test_pre_tokenizer_is_identified_by_its_regex_not_a_name():
     other = dict(split, pattern={"Regex": r"\p{L}+|\s+"})
     with pytest.raises(UnsupportedArchitectureError, match=r"t\.json: pre-tokenizer"):
         identify_pre({"type": "Sequence", "pretokenizers": [other, bl]}, "t.json")
+
+
+def test_spm_vocabulary_tokenizes_like_sentencepiece(tmp_path):
+    # tests/data/hf/spm.model (tests/data/hf/make_hf_fixtures.py's train_spm: sentencepiece's BPE
+    # trainer, byte fallback, identity normalizer as Gemma's, no dummy prefix, 400 pieces);
+    # converted through a gemma3 checkpoint, it must split like the library.
+    import hf_checkpoints as hc
+    from edgellm.convert import convert
+
+    spm = pytest.importorskip("sentencepiece")
+    d = hc.write_checkpoint(tmp_path / "g", "gemma3")
+    convert(d, str(tmp_path / "g.gguf"), "F16")
+    ours = core.Tokenizer.from_gguf(str(tmp_path / "g.gguf"))
+    assert ours.model == "llama" and ours.add_space_prefix is False
+    sp = spm.SentencePieceProcessor(model_file=hc.SPM_MODEL)
+    texts = [c["text"] for c in load_golden("gemma3-270m-q4_k_m")["tokenize"]] + FIXED
+    rng = random.Random(7)
+    texts += [random_text(rng, rng.randint(1, 40)) for _ in range(300)]
+    bad = [(s, ours.encode(s, add_special=False), sp.encode(s)) for s in texts]
+    bad = [b for b in bad if b[1] != b[2]]
+    assert not bad, bad[:3]

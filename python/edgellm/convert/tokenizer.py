@@ -86,14 +86,15 @@ def chat_template(directory: str, tok_config: dict) -> Optional[str]:
 
 
 def vocab_metadata(directory: str, n_vocab: int, config: dict) -> List[Tuple[str, object]]:
-    """tokenizer.* (key, value) pairs; the vocabulary is padded to config's vocab_size."""
+    """tokenizer.* (key, value) pairs; the vocabulary is padded to config's vocab_size. A
+    tokenizer.model (SentencePiece) is preferred over tokenizer.json when both are present."""
+    tc_path = os.path.join(directory, "tokenizer_config.json")
+    tc = read_json(tc_path) if os.path.exists(tc_path) else {}
+    if os.path.exists(os.path.join(directory, "tokenizer.model")):
+        return _spm_metadata(directory, n_vocab, tc)
     path = os.path.join(directory, "tokenizer.json")
     if not os.path.exists(path):
-        if os.path.exists(os.path.join(directory, "tokenizer.model")):
-            raise UnsupportedArchitectureError(
-                f"{directory}: only tokenizer.model (SentencePiece) is present; the converter reads "
-                f"byte-level BPE tokenizer.json files")
-        raise ConvertError(f"{path}: file not found (the converter needs the tokenizer)")
+        raise ConvertError(f"{path}: file not found (the converter needs tokenizer.json or tokenizer.model)")
     tj = read_json(path)
     model = tj.get("model") or {}
     if model.get("type") != "BPE":
@@ -124,8 +125,6 @@ def vocab_metadata(directory: str, n_vocab: int, config: dict) -> List[Tuple[str
         ("tokenizer.ggml.token_type", types),
         ("tokenizer.ggml.merges", merges),
     ]
-    tc_path = os.path.join(directory, "tokenizer_config.json")
-    tc = read_json(tc_path) if os.path.exists(tc_path) else {}
     gc_path = os.path.join(directory, "generation_config.json")
     gc = read_json(gc_path) if os.path.exists(gc_path) else {}
     index = {t: i for i, t in enumerate(tokens)}
@@ -152,6 +151,39 @@ def vocab_metadata(directory: str, n_vocab: int, config: dict) -> List[Tuple[str
         single = ((tj.get("post_processor") or {}).get("single") or [])
         add_bos = bool(single) and "SpecialToken" in single[0]
     kv.append(("tokenizer.ggml.add_bos_token", bool(add_bos)))
+    if tc.get("add_eos_token") is not None:
+        kv.append(("tokenizer.ggml.add_eos_token", bool(tc["add_eos_token"])))
+    tmpl = chat_template(directory, tc)
+    if tmpl:
+        kv.append(("tokenizer.chat_template", tmpl))
+    return kv
+
+
+def _spm_metadata(directory: str, n_vocab: int, tc: dict) -> List[Tuple[str, object]]:
+    from .spm import read_model
+
+    path = os.path.join(directory, "tokenizer.model")
+    m = read_model(path)
+    tokens, scores, types = list(m["tokens"]), list(m["scores"]), list(m["types"])
+    if len(tokens) > n_vocab:
+        raise ConvertError(f"{path}: {len(tokens)} pieces, more than config.json's vocab_size {n_vocab}")
+    for i in range(len(tokens), n_vocab):
+        tokens.append(f"[PAD{i}]")
+        scores.append(-1000.0)
+        types.append(UNUSED)
+    kv: List[Tuple[str, object]] = [
+        ("tokenizer.ggml.model", "llama"),
+        ("tokenizer.ggml.tokens", tokens),
+        ("tokenizer.ggml.scores", scores),
+        ("tokenizer.ggml.token_type", types),
+    ]
+    for key in ("bos", "eos", "unk", "pad"):
+        i = m[f"{key}_id"]
+        if 0 <= i < len(tokens):
+            name = {"unk": "unknown", "pad": "padding"}.get(key, key)
+            kv.append((f"tokenizer.ggml.{name}_token_id", i))
+    kv.append(("tokenizer.ggml.add_space_prefix", bool(m["add_dummy_prefix"])))
+    kv.append(("tokenizer.ggml.add_bos_token", bool(tc.get("add_bos_token", True))))
     if tc.get("add_eos_token") is not None:
         kv.append(("tokenizer.ggml.add_eos_token", bool(tc["add_eos_token"])))
     tmpl = chat_template(directory, tc)

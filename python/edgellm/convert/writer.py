@@ -115,6 +115,8 @@ def _add_kv(w, key: str, value) -> None:
         w.add_array(key, value)
     elif isinstance(value, list) and value and isinstance(value[0], str):
         w.add_array(key, value)
+    elif isinstance(value, list) and value and isinstance(value[0], float):
+        w.add_key_value(key, value, T.ARRAY, sub_type=T.FLOAT32)
     elif isinstance(value, list):
         w.add_key_value(key, value, T.ARRAY, sub_type=T.INT32)
     else:

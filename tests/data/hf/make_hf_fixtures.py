@@ -15,6 +15,20 @@ import hf_checkpoints as hc
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def train_spm(path=os.path.join(HERE, "spm.model")):
+    """tests/data/hf/spm.model (committed; not rerun by main): Gemma-like SentencePiece settings."""
+    import sentencepiece as spm
+
+    text = os.path.join(tempfile.mkdtemp(), "spm.txt")
+    with open(text, "w") as f:
+        f.write("\n".join(f"the quick brown fox {i} jumps over the lazy dog. Hello world, ünïcödé {i * 7} tokens here."
+                          for i in range(300)))
+    spm.SentencePieceTrainer.train(input=text, model_prefix=path[:-len(".model")], vocab_size=400, model_type="bpe",
+                                   byte_fallback=True, num_threads=1, add_dummy_prefix=False,
+                                   normalization_rule_name="identity", remove_extra_whitespaces=False,
+                                   split_digits=True, pad_id=0, eos_id=1, bos_id=2, unk_id=3, minloglevel=2)
+
+
 def main():
     for arch in hc.ARCHS:
         with tempfile.TemporaryDirectory() as d:
