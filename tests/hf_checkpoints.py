@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
+ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "gemma2")
 SPM_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "hf", "spm.model")
 PROMPT = [5, 61, 200, 17, 99, 3, 140, 77, 250, 12, 33, 180]
 N_GREEDY = 8
@@ -75,6 +75,11 @@ def config(arch: str) -> dict:
                     rope_theta=1000000.0, rope_local_base_freq=10000.0, tie_word_embeddings=True,
                     final_logit_softcapping=None, attn_logit_softcapping=None, rms_norm_eps=1e-6,
                     bos_token_id=2, eos_token_id=1, pad_token_id=0)
+    elif arch == "gemma2":
+        base.update(config("gemma3"))
+        del base["layer_types"], base["rope_local_base_freq"], base["hidden_act"]
+        base.update(architectures=["Gemma2ForCausalLM"], model_type="gemma2", rope_theta=10000.0,
+                    attn_logit_softcapping=5.0, final_logit_softcapping=3.0)
     return base
 
 
@@ -88,7 +93,7 @@ def weights(arch: str, seed: int = 0) -> dict:
     def mat(*shape, s=0.15):
         return (rng.standard_normal(shape) * s).astype(np.float32)
 
-    gemma = arch == "gemma3"
+    gemma = arch.startswith("gemma")
     norm = (lambda n: mat(n, s=0.1)) if gemma else (lambda n: 1 + mat(n, s=0.1))  # gemma: 1 + w
     w = {"model.embed_tokens.weight": mat(c["vocab_size"], d, s=0.5 / (8 if gemma else 1)),
          "model.norm.weight": norm(d)}
@@ -124,7 +129,7 @@ def write_checkpoint(directory, arch: str, shards: int = 1, dtype=np.float32) ->
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config(arch), f, indent=1)
-    if arch == "gemma3":
+    if arch.startswith("gemma"):
         import shutil
         shutil.copy(SPM_MODEL, os.path.join(directory, "tokenizer.model"))
     else:

@@ -26,6 +26,7 @@ ARCHS: Dict[str, ArchSpec] = {
     "MistralForCausalLM": ArchSpec("llama", permute_qk=True),
     "Qwen2ForCausalLM": ArchSpec("qwen2", qkv_bias=True),
     "Qwen3ForCausalLM": ArchSpec("qwen3", qk_norm=True),
+    "Gemma2ForCausalLM": ArchSpec("gemma2", norm_plus_one=True, sandwich_norms=True),
     "Gemma3ForCausalLM": ArchSpec("gemma3", norm_plus_one=True, sandwich_norms=True, qk_norm=True),
 }
 
@@ -148,24 +149,32 @@ def metadata(config: dict, path: str, spec: ArchSpec, hp: Hparams) -> List[Tuple
             raise UnsupportedArchitectureError(f"{path}: use_sliding_window is not supported for {a}")
         if a == "llama" and config.get("sliding_window"):
             raise UnsupportedArchitectureError(f"{path}: sliding_window (Mistral v0.1) is not supported for llama")
-    if a == "gemma3":
+    if a in ("gemma2", "gemma3"):
         scalar = config.get("query_pre_attn_scalar", hp.head_dim)
-        derived = hp.n_embd // hp.n_head if hp.n_layer == 62 else hp.head_dim
+        big = 62 if a == "gemma3" else 46  # the 27B models (docs/formats.md §4.3, §4.7)
+        derived = hp.n_embd // hp.n_head if hp.n_layer == big else hp.head_dim
         if scalar != derived:
             raise UnsupportedArchitectureError(
                 f"{path}: query_pre_attn_scalar = {scalar}, but the engine scales queries by 1/sqrt({derived})")
         window = config.get("sliding_window")
+        types = config.get("layer_types")
         if window:
             put(f"{a}.attention.sliding_window", int(window))
-            types = config.get("layer_types")
             if isinstance(types, list) and len(types) == hp.n_layer:
                 put(f"{a}.attention.sliding_window_pattern", [t == "sliding_attention" for t in types])
-            else:
+            elif a == "gemma3":
                 put(f"{a}.attention.sliding_window_pattern", int(config.get("sliding_window_pattern", 6)))
-        put(f"{a}.rope.freq_base_swa", float(config.get("rope_local_base_freq", 10000.0)))
-        cap = config.get("final_logit_softcapping")
-        if cap:
-            put(f"{a}.final_logit_softcapping", float(cap))
-        if config.get("attn_logit_softcapping"):
-            raise UnsupportedArchitectureError(f"{path}: attn_logit_softcapping is not supported for gemma3")
+        elif a == "gemma2":
+            put(f"{a}.attention.sliding_window", 0)
+        if a == "gemma3":
+            rp = config.get("rope_parameters") or {}
+            local = (rp.get("sliding_attention") or {}).get("rope_theta") if isinstance(rp, dict) else None
+            put(f"{a}.rope.freq_base_swa", float(local or config.get("rope_local_base_freq", 10000.0)))
+            if config.get("attn_logit_softcapping"):
+                raise UnsupportedArchitectureError(f"{path}: attn_logit_softcapping is not supported for gemma3")
+        else:  # gemma2: the engine's defaults (50, 30) apply when a key is absent; None = off
+            put(f"{a}.attn_logit_softcapping", float(config.get("attn_logit_softcapping", 50.0) or 0.0))
+        cap = config.get("final_logit_softcapping", 30.0 if a == "gemma2" else None)
+        if cap or a == "gemma2":
+            put(f"{a}.final_logit_softcapping", float(cap or 0.0))
     return kv
