@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "gemma2")
+ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3")
 SPM_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "hf", "spm.model")
 PROMPT = [5, 61, 200, 17, 99, 3, 140, 77, 250, 12, 33, 180]
 N_GREEDY = 8
@@ -80,6 +80,11 @@ def config(arch: str) -> dict:
         del base["layer_types"], base["rope_local_base_freq"], base["hidden_act"]
         base.update(architectures=["Gemma2ForCausalLM"], model_type="gemma2", rope_theta=10000.0,
                     attn_logit_softcapping=5.0, final_logit_softcapping=3.0)
+    elif arch == "phi3":  # partial rotary (8 of 16 dims), a window shorter than the prompt
+        base.update(architectures=["Phi3ForCausalLM"], model_type="phi3", rope_theta=10000.0, vocab_size=400,
+                    tie_word_embeddings=False, partial_rotary_factor=0.5, sliding_window=5,
+                    original_max_position_embeddings=256, pad_token_id=0, bos_token_id=2, eos_token_id=1,
+                    rope_scaling=None, resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0)
     return base
 
 
@@ -106,9 +111,12 @@ def weights(arch: str, seed: int = 0) -> dict:
         if gemma:
             w[p + "pre_feedforward_layernorm.weight"] = norm(d)
             w[p + "post_feedforward_layernorm.weight"] = norm(d)
-        w[p + "self_attn.q_proj.weight"] = mat(q, d)
-        w[p + "self_attn.k_proj.weight"] = mat(kv, d)
-        w[p + "self_attn.v_proj.weight"] = mat(kv, d)
+        if arch == "phi3":
+            w[p + "self_attn.qkv_proj.weight"] = mat(q + 2 * kv, d)
+        else:
+            w[p + "self_attn.q_proj.weight"] = mat(q, d)
+            w[p + "self_attn.k_proj.weight"] = mat(kv, d)
+            w[p + "self_attn.v_proj.weight"] = mat(kv, d)
         w[p + "self_attn.o_proj.weight"] = mat(d, q)
         if arch == "qwen2":
             for n, k in (("q", q), ("k", kv), ("v", kv)):
@@ -116,8 +124,11 @@ def weights(arch: str, seed: int = 0) -> dict:
         if arch in ("qwen3", "gemma3"):
             w[p + "self_attn.q_norm.weight"] = norm(hd)
             w[p + "self_attn.k_norm.weight"] = norm(hd)
-        w[p + "mlp.gate_proj.weight"] = mat(ff, d)
-        w[p + "mlp.up_proj.weight"] = mat(ff, d)
+        if arch == "phi3":
+            w[p + "mlp.gate_up_proj.weight"] = mat(2 * ff, d)
+        else:
+            w[p + "mlp.gate_proj.weight"] = mat(ff, d)
+            w[p + "mlp.up_proj.weight"] = mat(ff, d)
         w[p + "mlp.down_proj.weight"] = mat(d, ff)
     return w
 
@@ -129,7 +140,7 @@ def write_checkpoint(directory, arch: str, shards: int = 1, dtype=np.float32) ->
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config(arch), f, indent=1)
-    if arch.startswith("gemma"):
+    if arch.startswith("gemma") or arch == "phi3":
         import shutil
         shutil.copy(SPM_MODEL, os.path.join(directory, "tokenizer.model"))
     else:

@@ -26,6 +26,7 @@ ARCHS: Dict[str, ArchSpec] = {
     "MistralForCausalLM": ArchSpec("llama", permute_qk=True),
     "Qwen2ForCausalLM": ArchSpec("qwen2", qkv_bias=True),
     "Qwen3ForCausalLM": ArchSpec("qwen3", qk_norm=True),
+    "Phi3ForCausalLM": ArchSpec("phi3", fused_qkv=True),
     "Gemma2ForCausalLM": ArchSpec("gemma2", norm_plus_one=True, sandwich_norms=True),
     "Gemma3ForCausalLM": ArchSpec("gemma3", norm_plus_one=True, sandwich_norms=True, qk_norm=True),
 }
@@ -106,6 +107,10 @@ def _rope_scaling(config: dict, path: str, arch: str, put: Callable) -> None:
         return
     if kind in (None, "default"):
         return
+    if kind in ("longrope", "su"):
+        raise UnsupportedArchitectureError(
+            f"{path}: rope_scaling type {kind!r} (LongRoPE, the 128k Phi models) is not converted yet; "
+            f"the engine runs it from llama.cpp's GGUF files")
     if kind == "linear":
         put(f"{arch}.rope.scaling.type", "linear")
         put(f"{arch}.rope.scaling.factor", float(rs["factor"]))
@@ -134,7 +139,11 @@ def metadata(config: dict, path: str, spec: ArchSpec, hp: Hparams) -> List[Tuple
     put(f"{a}.attention.layer_norm_rms_epsilon", float(eps))
     put(f"{a}.attention.key_length", hp.head_dim)
     put(f"{a}.attention.value_length", hp.head_dim)
-    put(f"{a}.rope.dimension_count", hp.head_dim)
+    rp = _rope_params(config)
+    partial = float(rp.get("partial_rotary_factor", config.get("partial_rotary_factor", 1.0)) or 1.0)
+    if partial != 1.0 and a != "phi3":
+        raise UnsupportedArchitectureError(f"{path}: partial_rotary_factor {partial} is not supported for {a}")
+    put(f"{a}.rope.dimension_count", int(hp.head_dim * partial))
     put(f"{a}.rope.freq_base", float(_rope_params(config).get("rope_theta", 10000.0)))
     put(f"{a}.vocab_size", hp.n_vocab)
     _rope_scaling(config, path, a, put)
@@ -149,6 +158,10 @@ def metadata(config: dict, path: str, spec: ArchSpec, hp: Hparams) -> List[Tuple
             raise UnsupportedArchitectureError(f"{path}: use_sliding_window is not supported for {a}")
         if a == "llama" and config.get("sliding_window"):
             raise UnsupportedArchitectureError(f"{path}: sliding_window (Mistral v0.1) is not supported for llama")
+    if a == "phi3":
+        window = config.get("sliding_window")
+        if window:
+            put(f"{a}.attention.sliding_window", int(window))
     if a in ("gemma2", "gemma3"):
         scalar = config.get("query_pre_attn_scalar", hp.head_dim)
         big = 62 if a == "gemma3" else 46  # the 27B models (docs/formats.md §4.3, §4.7)

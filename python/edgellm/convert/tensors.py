@@ -32,6 +32,10 @@ _LAYER_NAMES = {
     "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
 }
+_FUSED = {  # phi3: HF's fused projections are kept fused (docs/formats.md §4.6)
+    "self_attn.qkv_proj.weight": "attn_qkv.weight",
+    "mlp.gate_up_proj.weight": "ffn_up.weight",
+}
 _SANDWICH = {
     "post_attention_layernorm.weight": "post_attention_norm.weight",
     "pre_feedforward_layernorm.weight": "ffn_norm.weight",
@@ -71,7 +75,10 @@ def _expected_shapes(hp: Hparams, spec: ArchSpec):
         "ffn_gate.weight": (hp.n_ff, hp.n_embd),
         "ffn_up.weight": (hp.n_ff, hp.n_embd),
         "ffn_down.weight": (hp.n_embd, hp.n_ff),
+        "attn_qkv.weight": (q + 2 * kv, hp.n_embd),
     }
+    if spec.fused_qkv:
+        e["ffn_up.weight"] = (2 * hp.n_ff, hp.n_embd)
     return e
 
 
@@ -90,6 +97,11 @@ def plan_tensors(ckpt: Checkpoint, spec: ArchSpec, hp: Hparams) -> List[TensorPl
     shapes = _expected_shapes(hp, spec)
     layer_map = dict(_LAYER_NAMES)
     layer_map.update(_SANDWICH if spec.sandwich_norms else _PLAIN)
+    if spec.fused_qkv:
+        for k in ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                  "mlp.gate_proj.weight", "mlp.up_proj.weight"):
+            del layer_map[k]
+        layer_map.update(_FUSED)
     top, layers = [], {}
     for name in ckpt.names():
         if _IGNORED.search(name):
@@ -135,6 +147,9 @@ def plan_tensors(ckpt: Checkpoint, spec: ArchSpec, hp: Hparams) -> List[TensorPl
         plans.append(TensorPlan(name, dst, tuple(want)))
     required = ["attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
                 "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"]
+    if spec.fused_qkv:
+        required = ["attn_norm.weight", "attn_qkv.weight", "attn_output.weight", "ffn_norm.weight",
+                    "ffn_up.weight", "ffn_down.weight"]
     if spec.sandwich_norms:
         required += ["post_attention_norm.weight", "post_ffw_norm.weight"]
     if spec.qk_norm:
