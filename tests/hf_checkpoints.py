@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3")
+ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "llama3")
 SPM_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "hf", "spm.model")
 PROMPT = [5, 61, 200, 17, 99, 3, 140, 77, 250, 12, 33, 180]
 N_GREEDY = 8
@@ -80,6 +80,10 @@ def config(arch: str) -> dict:
         del base["layer_types"], base["rope_local_base_freq"], base["hidden_act"]
         base.update(architectures=["Gemma2ForCausalLM"], model_type="gemma2", rope_theta=10000.0,
                     attn_logit_softcapping=5.0, final_logit_softcapping=3.0)
+    elif arch == "llama3":  # Llama 3.1+ RoPE scaling, windows short enough to touch every branch
+        base.update(config("llama"))
+        base.update(rope_theta=500000.0, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 64})
     elif arch == "phi3":  # partial rotary (8 of 16 dims), a window shorter than the prompt
         base.update(architectures=["Phi3ForCausalLM"], model_type="phi3", rope_theta=10000.0, vocab_size=400,
                     tie_word_embeddings=False, partial_rotary_factor=0.5, sliding_window=5,

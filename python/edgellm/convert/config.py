@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
+import numpy as np
+
 from .errors import ConvertError, UnsupportedArchitectureError
 
 
@@ -111,6 +113,8 @@ def _rope_scaling(config: dict, path: str, arch: str, put: Callable) -> None:
         raise UnsupportedArchitectureError(
             f"{path}: rope_scaling type {kind!r} (LongRoPE, the 128k Phi models) is not converted yet; "
             f"the engine runs it from llama.cpp's GGUF files")
+    if kind == "llama3" and arch == "llama":
+        return  # baked into rope_freqs.weight (llama3_rope_factors)
     if kind == "linear":
         put(f"{arch}.rope.scaling.type", "linear")
         put(f"{arch}.rope.scaling.factor", float(rs["factor"]))
@@ -191,3 +195,29 @@ def metadata(config: dict, path: str, spec: ArchSpec, hp: Hparams) -> List[Tuple
         if cap or a == "gemma2":
             put(f"{a}.final_logit_softcapping", float(cap or 0.0))
     return kv
+
+
+def llama3_rope_factors(config: dict, hp: Hparams) -> Optional[np.ndarray]:
+    """Llama 3.1+ "llama3" RoPE scaling as per-frequency divisors (rope_freqs.weight, n_rot/2
+    f32; docs/formats.md §4.2): 1 for wavelengths shorter than original_context / high_freq_factor,
+    `factor` for those longer than original_context / low_freq_factor, smoothly between."""
+    rs = _rope_params(config)
+    if rs.get("rope_type", rs.get("type")) != "llama3":
+        return None
+    base = float(rs.get("rope_theta", 10000.0))
+    factor = float(rs.get("factor", 8.0))
+    low, high = float(rs.get("low_freq_factor", 1.0)), float(rs.get("high_freq_factor", 4.0))
+    old_ctx = float(rs.get("original_max_position_embeddings", 8192))
+    dim = hp.head_dim
+    freqs = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
+    out = []
+    for f in freqs:
+        wavelen = 2 * np.pi / f
+        if wavelen < old_ctx / high:
+            out.append(1.0)
+        elif wavelen > old_ctx / low:
+            out.append(factor)
+        else:
+            smooth = (old_ctx / wavelen - low) / (high - low)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.asarray(out, dtype=np.float32)

@@ -53,6 +53,7 @@ class TensorPlan:
     shape: Tuple[int, ...]  # row-major (numpy) shape, as in the checkpoint
     permute_heads: int = 0  # > 0: llama Q/K permutation over this many heads
     plus_one: bool = False
+    value: Optional[np.ndarray] = None  # a tensor computed from config.json (src names its origin)
 
 
 def _expected_shapes(hp: Hparams, spec: ArchSpec):
@@ -189,6 +190,8 @@ def permute_rows(w: np.ndarray, n_head: int) -> np.ndarray:
 def load_transformed(ckpt: Checkpoint, p: TensorPlan, rows: Optional[Tuple[int, int]] = None) -> np.ndarray:
     """The tensor (or rows r0..r1 of it; not for permuted ones) as float32 in its GGUF row
     order (numpy shape = reversed ggml ne)."""
+    if p.value is not None:
+        return p.value
     if rows is not None and p.permute_heads:
         raise ValueError("a permuted tensor is read whole")
     x = ckpt.load_f32(p.src, rows)

@@ -17,7 +17,7 @@ from typing import Callable, List, Optional
 import numpy as np
 
 from .checkpoint import Checkpoint
-from .config import arch_of, hparams, metadata
+from .config import arch_of, hparams, llama3_rope_factors, metadata
 from .errors import ConvertError
 from .tensors import TensorPlan, load_transformed, plan_tensors
 from .tokenizer import vocab_metadata
@@ -86,6 +86,10 @@ def plan(hf_dir: str, out_type: str = "F16") -> ConversionPlan:
     kv += metadata(ckpt.config, os.path.join(ckpt.dir, "config.json"), spec, hp)
     kv += vocab_metadata(ckpt.dir, hp.n_vocab, ckpt.config)
     tplans = plan_tensors(ckpt, spec, hp)
+    factors = llama3_rope_factors(ckpt.config, hp) if spec.gguf_arch == "llama" else None
+    if factors is not None:
+        tplans.insert(0, TensorPlan("(config.json rope_scaling llama3)", "rope_freqs.weight", factors.shape,
+                                    value=factors))
     shims = [_Shim(p.dst, tuple(reversed(p.shape))) for p in tplans]
     types = plan_types(shims, out_type, hp.n_layer)
     out = []
