@@ -209,10 +209,11 @@ def llama3_rope_factors(config: dict, hp: Hparams) -> Optional[np.ndarray]:
     low, high = float(rs.get("low_freq_factor", 1.0)), float(rs.get("high_freq_factor", 4.0))
     old_ctx = float(rs.get("original_max_position_embeddings", 8192))
     dim = hp.head_dim
-    freqs = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
+    # inverse frequencies in float32 as transformers computes them, the rest in double
+    freqs = np.float32(1.0) / (np.float32(base) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))
     out = []
     for f in freqs:
-        wavelen = 2 * np.pi / f
+        wavelen = 2 * np.pi / float(f)
         if wavelen < old_ctx / high:
             out.append(1.0)
         elif wavelen > old_ctx / low:
