@@ -14,7 +14,8 @@ N_GREEDY = 8
 
 
 def _bytes_to_unicode():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    bs = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+          + list(range(ord("®"), ord("ÿ") + 1)))
     cs = bs[:]
     n = 0
     for b in range(256):
@@ -45,7 +46,8 @@ def tokenizer_json(pre: str) -> dict:
             {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
     return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
             "normalizer": None, "pre_tokenizer": pre_tok,
-            "post_processor": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+            "post_processor": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+                               "use_regex": False},
             "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
             "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
                       "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,

@@ -75,7 +75,8 @@ def test_ids_equal_hf_tokenizers_on_golden_and_random_strings(model, tmp_path_fa
     texts = [c["text"] for c in load_golden(golden_name)["tokenize"]] + FIXED
     rng = random.Random(22)
     texts += [random_text(rng, rng.randint(1, 40)) for _ in range(300)]
-    bad = [(s, ours.encode(s, add_special=False, parse_special=True), hf.encode(s, add_special_tokens=False).ids) for s in texts]
+    bad = [(s, ours.encode(s, add_special=False, parse_special=True), hf.encode(s, add_special_tokens=False).ids)
+           for s in texts]
     bad = [b for b in bad if b[1] != b[2]]
     assert not bad, bad[:3]
 

@@ -99,11 +99,13 @@ class Checkpoint:
                 self.tensors.update(_read_header(path))
             for t, shard in weight_map.items():
                 if t not in self.tensors:
-                    raise ConvertError(f"{os.path.join(self.dir, shard)}: tensor {t} (listed by {INDEX_FILE}) is missing")
+                    raise ConvertError(f"{os.path.join(self.dir, shard)}: tensor {t} "
+                                       f"(listed by {INDEX_FILE}) is missing")
         else:
             files = sorted(f for f in os.listdir(self.dir) if f.endswith(".safetensors"))
             if not files:
-                raise ConvertError(f"{self.dir}: no {SINGLE_FILE} or {INDEX_FILE} (only safetensors checkpoints are converted)")
+                raise ConvertError(f"{self.dir}: no {SINGLE_FILE} or {INDEX_FILE} "
+                                   f"(only safetensors checkpoints are converted)")
             for f in files:
                 self.tensors.update(_read_header(os.path.join(self.dir, f)))
 

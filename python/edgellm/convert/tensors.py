@@ -115,7 +115,7 @@ def plan_tensors(ckpt: Checkpoint, spec: ArchSpec, hp: Hparams) -> List[TensorPl
                 raise ConvertError(f"{ckpt.info(name).file}: tensor {name} has no GGUF counterpart for "
                                    f"{spec.gguf_arch} (the engine would ignore it)")
             dst = layer_map[suffix]
-            if dst.endswith("_norm.weight") and not spec.qk_norm and dst.startswith("attn_q_norm"):
+            if dst in ("attn_q_norm.weight", "attn_k_norm.weight") and not spec.qk_norm:
                 raise ConvertError(f"{ckpt.info(name).file}: tensor {name}: {spec.gguf_arch} has no Q/K norms")
             layers.setdefault(il, []).append((name, dst))
         elif hf == "model.embed_tokens.weight":
@@ -137,8 +137,8 @@ def plan_tensors(ckpt: Checkpoint, spec: ArchSpec, hp: Hparams) -> List[TensorPl
     have = {d for _, _, d, _ in top}
     for need in ("token_embd.weight", "output_norm.weight"):
         if need not in have:
-            raise ConvertError(f"{ckpt.dir}: tensor {'model.embed_tokens.weight' if need == 'token_embd.weight' else 'model.norm.weight'} "
-                               f"not found in the checkpoint")
+            hf_name = "model.embed_tokens.weight" if need == "token_embd.weight" else "model.norm.weight"
+            raise ConvertError(f"{ckpt.dir}: tensor {hf_name} not found in the checkpoint")
     if not hp.tied and "output.weight" not in have:
         raise ConvertError(f"{ckpt.dir}: tensor lm_head.weight not found (config.json: tie_word_embeddings is false)")
 

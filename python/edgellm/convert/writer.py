@@ -128,7 +128,6 @@ def _add_kv(w, key: str, value) -> None:
 
 
 def _encode(x: np.ndarray, t: str, pool) -> np.ndarray:
-    from .. import _core
     from ..bench.quantize import _convert
 
     if t == "F32":

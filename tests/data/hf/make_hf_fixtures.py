@@ -21,8 +21,8 @@ def train_spm(path=os.path.join(HERE, "spm.model")):
 
     text = os.path.join(tempfile.mkdtemp(), "spm.txt")
     with open(text, "w") as f:
-        f.write("\n".join(f"the quick brown fox {i} jumps over the lazy dog. Hello world, ünïcödé {i * 7} tokens here."
-                          for i in range(300)))
+        f.write("\n".join(f"the quick brown fox {i} jumps over the lazy dog. "
+                          f"Hello world, ünïcödé {i * 7} tokens here." for i in range(300)))
     spm.SentencePieceTrainer.train(input=text, model_prefix=path[:-len(".model")], vocab_size=400, model_type="bpe",
                                    byte_fallback=True, num_threads=1, add_dummy_prefix=False,
                                    normalization_rule_name="identity", remove_extra_whitespaces=False,
