@@ -15,6 +15,7 @@ _COMMANDS = {
     "bench": "bench",
     "perplexity": "perplexity",
     "quantize": "quantize",
+    "convert": "convert",
 }
 
 

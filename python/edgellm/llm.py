@@ -101,7 +101,8 @@ class LLM:
                  chat_template: Optional[str] = None, n_gpu_layers: int = 0,
                  prefix_cache: bool = True, draft_model=None, speculative: str = "auto",
                  num_speculative_tokens: Optional[int] = None, spec_adaptive: bool = True,
-                 context_shift: bool = False, cache_dir=None, cache_max_bytes: Optional[int] = None):
+                 context_shift: bool = False, cache_dir=None, cache_max_bytes: Optional[int] = None,
+                 quantize: Optional[str] = None):
         from .validation import check_engine_args
 
         t0 = time.perf_counter()
@@ -113,6 +114,12 @@ class LLM:
                               num_speculative_tokens=num_speculative_tokens,
                               spec_adaptive=spec_adaptive, context_shift=context_shift,
                               cache_dir=cache_dir, cache_max_bytes=cache_max_bytes)
+        if quantize is not None:  # a Hugging Face checkpoint directory, converted to this type
+            from .convert.cached import converted_path, is_checkpoint_dir
+            if not is_checkpoint_dir(model_path):
+                raise InvalidRequestError(f"quantize={quantize!r} needs a Hugging Face checkpoint directory "
+                                          f"(with config.json), not {model_path!r}")
+            model_path = str(converted_path(model_path, quantize))
         self.model_path, self.memory_plan, self._engine, cache_path = open_engine(model_path, a)
         # the persistent prefix cache's directory (None without one)
         self.cache_dir: Optional[str] = cache_path or None

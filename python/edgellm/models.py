@@ -370,12 +370,18 @@ _fetch_model = fetch  # resolve() takes a `fetch` flag that shadows the function
 
 
 def resolve(name_or_path: Union[str, Path], fetch: bool = True) -> Path:
-    """A path to an existing file is returned as is; a known model name is fetched on first
+    """A path to an existing file is returned as is; a Hugging Face checkpoint directory (with
+    config.json) is converted to F16 GGUF in the conversion cache (edgellm/convert/cached.py); a known model name is fetched on first
     use (or, with fetch=False, must already be cached); anything else is an error that lists
     the known names."""
     candidate = Path(name_or_path).expanduser()
     if candidate.is_file():
         return candidate
+    if candidate.is_dir() and (candidate / "config.json").is_file():
+        # a Hugging Face checkpoint: converted once, cached (this file also runs standalone as
+        # models/fetch.py, hence the absolute import, only here)
+        from edgellm.convert.cached import converted_path
+        return converted_path(candidate)
     text = str(name_or_path)
     try:
         name = canonical_name(text)

@@ -1,0 +1,224 @@
+"""config.json → the GGUF metadata the engine reads (docs/formats.md §1.5, §4): one ArchSpec
+per Hugging Face architecture class. Values the engine cannot honour (a RoPE scaling it does
+not implement, an attention scale it derives differently) are refused here rather than
+converted into a file that runs wrong."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from .errors import ConvertError, UnsupportedArchitectureError
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    gguf_arch: str
+    permute_qk: bool = False  # llama: HF rotate-half rows → adjacent pairs (docs/formats.md §4.2)
+    norm_plus_one: bool = False  # gemma: RMSNorm weights stored as w, applied as 1 + w
+    sandwich_norms: bool = False  # gemma2/3: post_attention / pre_feedforward / post_feedforward
+    qk_norm: bool = False  # qwen3, gemma3
+    qkv_bias: Optional[bool] = None  # True: required, None: optional
+    fused_qkv: bool = False  # phi3
+
+
+ARCHS: Dict[str, ArchSpec] = {
+    "LlamaForCausalLM": ArchSpec("llama", permute_qk=True),
+    "MistralForCausalLM": ArchSpec("llama", permute_qk=True),
+    "Qwen2ForCausalLM": ArchSpec("qwen2", qkv_bias=True),
+    "Qwen3ForCausalLM": ArchSpec("qwen3", qk_norm=True),
+    "Phi3ForCausalLM": ArchSpec("phi3", fused_qkv=True),
+    "Gemma2ForCausalLM": ArchSpec("gemma2", norm_plus_one=True, sandwich_norms=True),
+    "Gemma3ForCausalLM": ArchSpec("gemma3", norm_plus_one=True, sandwich_norms=True, qk_norm=True),
+}
+
+
+def supported() -> List[str]:
+    return sorted(ARCHS)
+
+
+@dataclass
+class Hparams:
+    """The shape facts of a checkpoint, from config.json."""
+    n_layer: int
+    n_embd: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_vocab: int
+    tied: bool
+
+
+def arch_of(config: dict, path: str) -> Tuple[str, ArchSpec]:
+    names = config.get("architectures") or []
+    if not isinstance(names, list) or not names:
+        raise UnsupportedArchitectureError(
+            f"{path}: config.json names no architecture (\"architectures\"); supported: {', '.join(supported())}")
+    for n in names:
+        if n in ARCHS:
+            return n, ARCHS[n]
+    raise UnsupportedArchitectureError(
+        f"{path}: architecture {', '.join(map(str, names))} is not supported; supported: {', '.join(supported())}")
+
+
+def _req(config: dict, key: str, path: str):
+    if key not in config or config[key] is None:
+        raise ConvertError(f"{path}: config.json has no {key!r}")
+    return config[key]
+
+
+def hparams(config: dict, path: str) -> Hparams:
+    n_head = int(_req(config, "num_attention_heads", path))
+    n_embd = int(_req(config, "hidden_size", path))
+    head_dim = config.get("head_dim") or n_embd // n_head
+    tied = config.get("tie_word_embeddings")
+    return Hparams(
+        n_layer=int(_req(config, "num_hidden_layers", path)),
+        n_embd=n_embd,
+        n_ff=int(_req(config, "intermediate_size", path)),
+        n_head=n_head,
+        n_head_kv=int(config.get("num_key_value_heads") or n_head),
+        head_dim=int(head_dim),
+        n_vocab=int(_req(config, "vocab_size", path)),
+        tied=bool(True if tied is None else tied),
+    )
+
+
+def _rope_params(config: dict) -> dict:
+    """RoPE settings in either spelling: rope_theta + rope_scaling (configs before transformers
+    5) or rope_parameters (transformers 5; per layer type for gemma3: the full-attention one)."""
+    rp = config.get("rope_parameters")
+    if isinstance(rp, dict) and isinstance(rp.get("full_attention"), dict):
+        rp = rp["full_attention"]
+    if isinstance(rp, dict):
+        return rp
+    out = dict(config.get("rope_scaling") or {})
+    if config.get("rope_theta") is not None:
+        out["rope_theta"] = config["rope_theta"]
+    return out
+
+
+def _rope_scaling(config: dict, path: str, arch: str, put: Callable) -> None:
+    rs = _rope_params(config)
+    if not rs:
+        return
+    kind = rs.get("rope_type", rs.get("type"))
+    if kind == "linear" and float(rs.get("factor", 1.0)) == 1.0:
+        return
+    if kind in (None, "default"):
+        return
+    if kind in ("longrope", "su"):
+        raise UnsupportedArchitectureError(
+            f"{path}: rope_scaling type {kind!r} (LongRoPE, the 128k Phi models) is not converted yet; "
+            f"the engine runs it from llama.cpp's GGUF files")
+    if kind == "llama3" and arch == "llama":
+        return  # baked into rope_freqs.weight (llama3_rope_factors)
+    if kind == "linear":
+        put(f"{arch}.rope.scaling.type", "linear")
+        put(f"{arch}.rope.scaling.factor", float(rs["factor"]))
+        return
+    raise UnsupportedArchitectureError(
+        f"{path}: config.json rope_scaling type {kind!r} is not supported (only linear)")
+
+
+def metadata(config: dict, path: str, spec: ArchSpec, hp: Hparams) -> List[Tuple[str, object]]:
+    """(key, value) pairs for the architecture's keys; floats are f32, ints u32, bools BOOL."""
+    a = spec.gguf_arch
+    kv: List[Tuple[str, object]] = []
+
+    def put(key, value):
+        kv.append((key, value))
+
+    put(f"{a}.context_length", int(_req(config, "max_position_embeddings", path)))
+    put(f"{a}.embedding_length", hp.n_embd)
+    put(f"{a}.block_count", hp.n_layer)
+    put(f"{a}.feed_forward_length", hp.n_ff)
+    put(f"{a}.attention.head_count", hp.n_head)
+    put(f"{a}.attention.head_count_kv", hp.n_head_kv)
+    eps = config.get("rms_norm_eps", config.get("layer_norm_eps"))
+    if eps is None:
+        raise ConvertError(f"{path}: config.json has no 'rms_norm_eps'")
+    put(f"{a}.attention.layer_norm_rms_epsilon", float(eps))
+    put(f"{a}.attention.key_length", hp.head_dim)
+    put(f"{a}.attention.value_length", hp.head_dim)
+    rp = _rope_params(config)
+    partial = float(rp.get("partial_rotary_factor", config.get("partial_rotary_factor", 1.0)) or 1.0)
+    if partial != 1.0 and a != "phi3":
+        raise UnsupportedArchitectureError(f"{path}: partial_rotary_factor {partial} is not supported for {a}")
+    put(f"{a}.rope.dimension_count", int(hp.head_dim * partial))
+    put(f"{a}.rope.freq_base", float(_rope_params(config).get("rope_theta", 10000.0)))
+    put(f"{a}.vocab_size", hp.n_vocab)
+    _rope_scaling(config, path, a, put)
+
+    act = config.get("hidden_act", config.get("hidden_activation"))
+    want_act = ("gelu_pytorch_tanh",) if a.startswith("gemma") else ("silu",)
+    if act not in want_act:
+        raise UnsupportedArchitectureError(f"{path}: hidden activation {act!r} is not supported for {a} "
+                                           f"(the engine runs {want_act[0]})")
+    if a in ("llama", "qwen2", "qwen3"):
+        if config.get("use_sliding_window"):
+            raise UnsupportedArchitectureError(f"{path}: use_sliding_window is not supported for {a}")
+        if a == "llama" and config.get("sliding_window"):
+            raise UnsupportedArchitectureError(f"{path}: sliding_window (Mistral v0.1) is not supported for llama")
+    if a == "phi3":
+        window = config.get("sliding_window")
+        if window:
+            put(f"{a}.attention.sliding_window", int(window))
+    if a in ("gemma2", "gemma3"):
+        scalar = config.get("query_pre_attn_scalar", hp.head_dim)
+        big = 62 if a == "gemma3" else 46  # the 27B models (docs/formats.md §4.3, §4.7)
+        derived = hp.n_embd // hp.n_head if hp.n_layer == big else hp.head_dim
+        if scalar != derived:
+            raise UnsupportedArchitectureError(
+                f"{path}: query_pre_attn_scalar = {scalar}, but the engine scales queries by 1/sqrt({derived})")
+        window = config.get("sliding_window")
+        types = config.get("layer_types")
+        if window:
+            put(f"{a}.attention.sliding_window", int(window))
+            if isinstance(types, list) and len(types) == hp.n_layer:
+                put(f"{a}.attention.sliding_window_pattern", [t == "sliding_attention" for t in types])
+            elif a == "gemma3":
+                put(f"{a}.attention.sliding_window_pattern", int(config.get("sliding_window_pattern", 6)))
+        elif a == "gemma2":
+            put(f"{a}.attention.sliding_window", 0)
+        if a == "gemma3":
+            rp = config.get("rope_parameters") or {}
+            local = (rp.get("sliding_attention") or {}).get("rope_theta") if isinstance(rp, dict) else None
+            put(f"{a}.rope.freq_base_swa", float(local or config.get("rope_local_base_freq", 10000.0)))
+            if config.get("attn_logit_softcapping"):
+                raise UnsupportedArchitectureError(f"{path}: attn_logit_softcapping is not supported for gemma3")
+        else:  # gemma2: the engine's defaults (50, 30) apply when a key is absent; None = off
+            put(f"{a}.attn_logit_softcapping", float(config.get("attn_logit_softcapping", 50.0) or 0.0))
+        cap = config.get("final_logit_softcapping", 30.0 if a == "gemma2" else None)
+        if cap or a == "gemma2":
+            put(f"{a}.final_logit_softcapping", float(cap or 0.0))
+    return kv
+
+
+def llama3_rope_factors(config: dict, hp: Hparams) -> Optional[np.ndarray]:
+    """Llama 3.1+ "llama3" RoPE scaling as per-frequency divisors (rope_freqs.weight, n_rot/2
+    f32; docs/formats.md §4.2): 1 for wavelengths shorter than original_context / high_freq_factor,
+    `factor` for those longer than original_context / low_freq_factor, smoothly between."""
+    rs = _rope_params(config)
+    if rs.get("rope_type", rs.get("type")) != "llama3":
+        return None
+    base = float(rs.get("rope_theta", 10000.0))
+    factor = float(rs.get("factor", 8.0))
+    low, high = float(rs.get("low_freq_factor", 1.0)), float(rs.get("high_freq_factor", 4.0))
+    old_ctx = float(rs.get("original_max_position_embeddings", 8192))
+    dim = hp.head_dim
+    # inverse frequencies in float32 as transformers computes them, the rest in double
+    freqs = np.float32(1.0) / (np.float32(base) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))
+    out = []
+    for f in freqs:
+        wavelen = 2 * np.pi / float(f)
+        if wavelen < old_ctx / high:
+            out.append(1.0)
+        elif wavelen > old_ctx / low:
+            out.append(factor)
+        else:
+            smooth = (old_ctx / wavelen - low) / (high - low)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.asarray(out, dtype=np.float32)

@@ -1,0 +1,202 @@
+"""Hugging Face tensor names → GGUF names (docs/formats.md §1.7), the per-architecture
+transforms (llama's Q/K row permutation, gemma's 1 + w norms) and the shapes config.json
+implies, checked before anything is written."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+import numpy as np
+
+from .checkpoint import Checkpoint
+from .config import ArchSpec, Hparams
+from .errors import ConvertError
+
+_LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
+
+# HF suffix inside a layer → GGUF suffix
+_LAYER_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_proj.bias": "attn_q.bias",
+    "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.bias": "attn_v.bias",
+    "self_attn.o_proj.bias": "attn_output.bias",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+_FUSED = {  # phi3: HF's fused projections are kept fused (docs/formats.md §4.6)
+    "self_attn.qkv_proj.weight": "attn_qkv.weight",
+    "mlp.gate_up_proj.weight": "ffn_up.weight",
+}
+_SANDWICH = {
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+    "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+}
+_PLAIN = {"post_attention_layernorm.weight": "ffn_norm.weight"}
+# HF names with no meaning for inference
+_IGNORED = re.compile(r"(rotary_emb\.inv_freq|\.masked_bias|\.attn\.bias)$")
+
+
+@dataclass
+class TensorPlan:
+    src: str  # HF name
+    dst: str  # GGUF name
+    shape: Tuple[int, ...]  # row-major (numpy) shape, as in the checkpoint
+    permute_heads: int = 0  # > 0: llama Q/K permutation over this many heads
+    plus_one: bool = False
+    value: Optional[np.ndarray] = None  # a tensor computed from config.json (src names its origin)
+
+
+def _expected_shapes(hp: Hparams, spec: ArchSpec):
+    q, kv = hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
+    e = {
+        "attn_norm.weight": (hp.n_embd,),
+        "ffn_norm.weight": (hp.n_embd,),
+        "post_attention_norm.weight": (hp.n_embd,),
+        "post_ffw_norm.weight": (hp.n_embd,),
+        "attn_q.weight": (q, hp.n_embd),
+        "attn_k.weight": (kv, hp.n_embd),
+        "attn_v.weight": (kv, hp.n_embd),
+        "attn_output.weight": (hp.n_embd, q),
+        "attn_q.bias": (q,),
+        "attn_k.bias": (kv,),
+        "attn_v.bias": (kv,),
+        "attn_output.bias": (hp.n_embd,),
+        "attn_q_norm.weight": (hp.head_dim,),
+        "attn_k_norm.weight": (hp.head_dim,),
+        "ffn_gate.weight": (hp.n_ff, hp.n_embd),
+        "ffn_up.weight": (hp.n_ff, hp.n_embd),
+        "ffn_down.weight": (hp.n_embd, hp.n_ff),
+        "attn_qkv.weight": (q + 2 * kv, hp.n_embd),
+    }
+    if spec.fused_qkv:
+        e["ffn_up.weight"] = (2 * hp.n_ff, hp.n_embd)
+    return e
+
+
+def _strip_prefix(name: str) -> str:
+    # multimodal wrappers keep the text model under language_model.
+    for p in ("language_model.", "model.language_model."):
+        if name.startswith(p):
+            rest = name[len(p):]
+            return rest if rest.startswith(("model.", "lm_head.")) else "model." + rest
+    return name
+
+
+def plan_tensors(ckpt: Checkpoint, spec: ArchSpec, hp: Hparams) -> List[TensorPlan]:
+    """Every tensor to write, in GGUF order; raises ConvertError naming the file and tensor for
+    an unknown, missing or misshapen one."""
+    shapes = _expected_shapes(hp, spec)
+    layer_map = dict(_LAYER_NAMES)
+    layer_map.update(_SANDWICH if spec.sandwich_norms else _PLAIN)
+    if spec.fused_qkv:
+        for k in ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                  "mlp.gate_proj.weight", "mlp.up_proj.weight"):
+            del layer_map[k]
+        layer_map.update(_FUSED)
+    top, layers = [], {}
+    for name in ckpt.names():
+        if _IGNORED.search(name):
+            continue
+        hf = _strip_prefix(name)
+        m = _LAYER.match(hf)
+        if m:
+            il, suffix = int(m.group(1)), m.group(2)
+            if suffix not in layer_map or il >= hp.n_layer:
+                raise ConvertError(f"{ckpt.info(name).file}: tensor {name} has no GGUF counterpart for "
+                                   f"{spec.gguf_arch} (the engine would ignore it)")
+            dst = layer_map[suffix]
+            if dst in ("attn_q_norm.weight", "attn_k_norm.weight") and not spec.qk_norm:
+                raise ConvertError(f"{ckpt.info(name).file}: tensor {name}: {spec.gguf_arch} has no Q/K norms")
+            layers.setdefault(il, []).append((name, dst))
+        elif hf == "model.embed_tokens.weight":
+            top.append((0, name, "token_embd.weight", (hp.n_vocab, hp.n_embd)))
+        elif hf == "model.norm.weight":
+            top.append((2, name, "output_norm.weight", (hp.n_embd,)))
+        elif hf == "lm_head.weight":
+            if not hp.tied:
+                top.append((1, name, "output.weight", (hp.n_vocab, hp.n_embd)))
+        else:
+            raise ConvertError(f"{ckpt.info(name).file}: tensor {name} has no GGUF counterpart for {spec.gguf_arch}")
+
+    def check(name, dst, want):
+        got = ckpt.info(name).shape
+        if tuple(got) != tuple(want):
+            raise ConvertError(f"{ckpt.info(name).file}: tensor {name} has shape {list(got)}, "
+                               f"config.json implies {list(want)} for {dst}")
+
+    have = {d for _, _, d, _ in top}
+    for need in ("token_embd.weight", "output_norm.weight"):
+        if need not in have:
+            hf_name = "model.embed_tokens.weight" if need == "token_embd.weight" else "model.norm.weight"
+            raise ConvertError(f"{ckpt.dir}: tensor {hf_name} not found in the checkpoint")
+    if not hp.tied and "output.weight" not in have:
+        raise ConvertError(f"{ckpt.dir}: tensor lm_head.weight not found (config.json: tie_word_embeddings is false)")
+
+    plans = []
+    for _, name, dst, want in sorted(t for t in top if t[0] < 2):
+        check(name, dst, want)
+        plans.append(TensorPlan(name, dst, tuple(want)))
+    required = ["attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
+                "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"]
+    if spec.fused_qkv:
+        required = ["attn_norm.weight", "attn_qkv.weight", "attn_output.weight", "ffn_norm.weight",
+                    "ffn_up.weight", "ffn_down.weight"]
+    if spec.sandwich_norms:
+        required += ["post_attention_norm.weight", "post_ffw_norm.weight"]
+    if spec.qk_norm:
+        required += ["attn_q_norm.weight", "attn_k_norm.weight"]
+    if spec.qkv_bias:
+        required += ["attn_q.bias", "attn_k.bias", "attn_v.bias"]
+    for il in range(hp.n_layer):
+        got = dict((d, n) for n, d in layers.get(il, []))
+        for r in required:
+            if r not in got:
+                hf_name = next(f"model.layers.{il}.{k}" for k, v in layer_map.items() if v == r)
+                raise ConvertError(f"{ckpt.dir}: tensor {hf_name} not found in the checkpoint")
+        for dst in sorted(got, key=lambda d: (required.index(d) if d in required else len(required), d)):
+            name = got[dst]
+            check(name, f"blk.{il}.{dst}", shapes[dst])
+            heads = 0
+            if spec.permute_qk and dst.startswith(("attn_q.", "attn_k.")):
+                heads = hp.n_head if dst.startswith("attn_q.") else hp.n_head_kv
+            plus = spec.norm_plus_one and dst.endswith("norm.weight")
+            plans.append(TensorPlan(name, f"blk.{il}.{dst}", shapes[dst], heads, plus))
+    name, dst, want = next((n, d, w) for _, n, d, w in top if d == "output_norm.weight")
+    check(name, dst, want)
+    plans.append(TensorPlan(name, dst, tuple(want), 0, spec.norm_plus_one))
+    return plans
+
+
+def permute_rows(w: np.ndarray, n_head: int) -> np.ndarray:
+    """HF's rotate-half order → GGUF's adjacent pairs: within each head, row i of the first
+    half and row i of the second half become rows 2i and 2i + 1 (weights and biases)."""
+    rows = w.shape[0]
+    rest = w.shape[1:]
+    return (w.reshape(n_head, 2, rows // n_head // 2, *rest)
+             .swapaxes(1, 2)
+             .reshape(rows, *rest))
+
+
+def load_transformed(ckpt: Checkpoint, p: TensorPlan, rows: Optional[Tuple[int, int]] = None) -> np.ndarray:
+    """The tensor (or rows r0..r1 of it; not for permuted ones) as float32 in its GGUF row
+    order (numpy shape = reversed ggml ne)."""
+    if p.value is not None:
+        return p.value
+    if rows is not None and p.permute_heads:
+        raise ValueError("a permuted tensor is read whole")
+    x = ckpt.load_f32(p.src, rows)
+    if p.permute_heads:
+        x = np.ascontiguousarray(permute_rows(x, p.permute_heads))
+    if p.plus_one:
+        x = x + np.float32(1.0)
+    return x

@@ -1,0 +1,213 @@
+"""The conversion itself: plan every tensor and its output type, write the GGUF header,
+metadata and tensor infos, then stream the tensors one by one, in chunks of rows (read →
+transform → convert → write → free), so peak memory is one chunk and its output (a permuted
+Q/K matrix is read whole).
+
+Output types: F32, F16 and BF16 for every matrix; the quantized file types take the tensor
+types llama-quantize would (edgellm/bench/quantize.py's plan_types) and edgellm's own block
+quantizers. 1-D tensors (norms, biases) are always F32."""
+from __future__ import annotations
+
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, List, Optional
+
+import numpy as np
+
+from .checkpoint import Checkpoint
+from .config import arch_of, hparams, llama3_rope_factors, metadata
+from .errors import ConvertError
+from .tensors import TensorPlan, load_transformed, plan_tensors
+from .tokenizer import vocab_metadata
+
+_CHUNK_ELEMS = 1 << 24  # rows read, converted and written at a time: 64 MiB of float32
+OUT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_M", "Q4_K_S", "Q5_K_M", "Q6_K")
+
+
+@dataclass
+class PlannedTensor:
+    plan: TensorPlan
+    ne: tuple  # ggml order
+    type: str
+    nbytes: int
+
+
+@dataclass
+class ConversionPlan:
+    arch: str
+    hf_arch: str
+    file_type: str
+    metadata: list
+    tensors: List[PlannedTensor]
+
+    def total_bytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors)
+
+    def describe(self) -> str:
+        lines = [f"architecture {self.hf_arch} -> {self.arch}, file type {self.file_type}, "
+                 f"{len(self.metadata)} metadata keys, {len(self.tensors)} tensors"]
+        for t in self.tensors:
+            lines.append(f"{t.plan.dst:32s} {t.type:6s} {str(list(t.ne)):20s} {t.nbytes:>12d}  <- {t.plan.src}")
+        lines.append(f"total {self.total_bytes()} bytes of tensor data ({self.total_bytes() / 2**20:.1f} MiB)")
+        return "\n".join(lines)
+
+
+class _Shim:
+    """What bench.quantize.plan_types reads of a tensor (name, ggml shape, type name)."""
+
+    class _T:
+        name = "F32"
+
+    tensor_type = _T()
+
+    def __init__(self, name, ne):
+        self.name, self.shape = name, ne
+
+
+def _row_bytes(t: str, ne0: int) -> int:
+    from .. import _core
+
+    be, bb = _core.dtype_info(t)
+    return ne0 // be * bb
+
+
+def plan(hf_dir: str, out_type: str = "F16") -> ConversionPlan:
+    from ..bench.quantize import plan_types
+
+    out_type = out_type.upper()
+    if out_type not in OUT_TYPES:
+        raise ConvertError(f"unsupported output type {out_type!r}; choose one of {', '.join(OUT_TYPES)}")
+    ckpt = Checkpoint(hf_dir)
+    hf_arch, spec = arch_of(ckpt.config, os.path.join(ckpt.dir, "config.json"))
+    hp = hparams(ckpt.config, os.path.join(ckpt.dir, "config.json"))
+    kv = [("general.name", os.path.basename(ckpt.dir.rstrip("/")))]
+    kv += metadata(ckpt.config, os.path.join(ckpt.dir, "config.json"), spec, hp)
+    kv += vocab_metadata(ckpt.dir, hp.n_vocab, ckpt.config)
+    tplans = plan_tensors(ckpt, spec, hp)
+    factors = llama3_rope_factors(ckpt.config, hp) if spec.gguf_arch == "llama" else None
+    if factors is not None:
+        tplans.insert(0, TensorPlan("(config.json rope_scaling llama3)", "rope_freqs.weight", factors.shape,
+                                    value=factors))
+    shims = [_Shim(p.dst, tuple(reversed(p.shape))) for p in tplans]
+    types = plan_types(shims, out_type, hp.n_layer)
+    out = []
+    for p, q in zip(tplans, types):
+        ne = tuple(reversed(p.shape))
+        t = q.dst_type or "F32"
+        n_rows = int(np.prod(ne[1:])) if len(ne) > 1 else 1
+        out.append(PlannedTensor(p, ne, t, n_rows * _row_bytes(t, ne[0])))
+    cp = ConversionPlan(spec.gguf_arch, hf_arch, out_type, kv, out)
+    cp.checkpoint = ckpt
+    return cp
+
+
+def _add_kv(w, key: str, value) -> None:
+    import gguf
+
+    T = gguf.GGUFValueType
+    if isinstance(value, bool):
+        w.add_bool(key, value)
+    elif isinstance(value, int):
+        w.add_uint32(key, value)
+    elif isinstance(value, float):
+        w.add_float32(key, value)
+    elif isinstance(value, str):
+        w.add_string(key, value)
+    elif isinstance(value, list) and value and isinstance(value[0], bool):
+        w.add_array(key, value)
+    elif isinstance(value, list) and value and isinstance(value[0], str):
+        w.add_array(key, value)
+    elif isinstance(value, list) and value and isinstance(value[0], float):
+        w.add_key_value(key, value, T.ARRAY, sub_type=T.FLOAT32)
+    elif isinstance(value, list):
+        w.add_key_value(key, value, T.ARRAY, sub_type=T.INT32)
+    else:
+        raise ConvertError(f"metadata key {key}: cannot write {type(value).__name__}")
+
+
+def _encode(x: np.ndarray, t: str, pool) -> np.ndarray:
+    from ..bench.quantize import _convert
+
+    if t == "F32":
+        return x
+    if t == "F16":
+        return x.astype(np.float16)
+    ne0 = x.shape[-1]
+    n_rows = x.size // ne0
+    return _convert("F32", t, x.reshape(n_rows, ne0), ne0, n_rows, pool)
+
+
+def convert(hf_dir: str, out_path: str, out_type: str = "F16", n_threads: int = 0,
+            progress: Optional[Callable[[int, int, str], None]] = None) -> ConversionPlan:
+    """Writes out_path (via a temporary file beside it, renamed when complete)."""
+    import gguf
+
+    from ..bench.model_info import FTYPE_IDS
+
+    cp = plan(hf_dir, out_type)
+    ckpt = cp.checkpoint
+    tmp = f"{out_path}.{os.getpid()}.part"
+    w = gguf.GGUFWriter(tmp, cp.arch)
+    try:
+        for key, value in cp.metadata:
+            _add_kv(w, key, value)
+        w.add_file_type(FTYPE_IDS[cp.file_type])
+        if cp.file_type not in ("F32", "F16", "BF16"):
+            w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+        for t in cp.tensors:
+            shape = tuple(reversed(t.ne))
+            if t.type == "F32":
+                w.add_tensor_info(t.plan.dst, shape, np.dtype(np.float32), t.nbytes)
+            elif t.type == "F16":
+                w.add_tensor_info(t.plan.dst, shape, np.dtype(np.float16), t.nbytes)
+            else:
+                byte_shape = shape[:-1] + (_row_bytes(t.type, t.ne[0]),)
+                w.add_tensor_info(t.plan.dst, byte_shape, np.dtype(np.uint8), t.nbytes,
+                                  raw_dtype=gguf.GGMLQuantizationType[t.type])
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
+        # The data section, written here rather than by write_tensor_data (which takes a whole
+        # tensor): each tensor at the writer's aligned offsets, in chunks of rows.
+        fout = w.fout[0]
+        align = w.data_alignment
+        done, total = 0, cp.total_bytes()
+        with ThreadPoolExecutor(max_workers=n_threads or os.cpu_count() or 1) as pool:
+            for t in cp.tensors:
+                fout.write(bytes(gguf.GGUFWriter.ggml_pad(fout.tell(), align) - fout.tell()))
+                n_rows = t.plan.shape[0] if len(t.plan.shape) > 1 else 1
+                row_elems = int(np.prod(t.plan.shape)) // n_rows
+                step = n_rows if t.plan.permute_heads else max(1, _CHUNK_ELEMS // row_elems)
+                for r0 in range(0, n_rows, step):
+                    rows = None if step >= n_rows else (r0, min(n_rows, r0 + step))
+                    x = load_transformed(ckpt, t.plan, rows)
+                    data = _encode(x, t.type, pool)
+                    del x
+                    np.ascontiguousarray(data).tofile(fout)
+                    del data
+                fout.write(bytes(gguf.GGUFWriter.ggml_pad(t.nbytes, align) - t.nbytes))
+                done += t.nbytes
+                if progress is not None:
+                    progress(done, total, t.plan.dst)
+        w.close()
+        os.replace(tmp, out_path)
+    except BaseException:
+        try:
+            w.close()
+        except Exception:
+            pass
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return cp
+
+
+def stderr_progress(done: int, total: int, name: str) -> None:
+    width = 30
+    filled = width * done // max(total, 1)
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {100 * done // max(total, 1):3d}% {name[:40]:40s}")
+    if done >= total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()

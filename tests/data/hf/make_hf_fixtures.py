@@ -1,0 +1,57 @@
+"""Records transformers' reference logits for tests/hf_checkpoints.py's tiny checkpoints into
+tests/data/hf/<arch>.npz (logits of PROMPT, float32; greedy continuation). Needs torch and
+transformers (not requirements of edgellm); run from the repository root:
+    PYTHONPATH=tests python tests/data/hf/make_hf_fixtures.py"""
+import os
+import sys
+import tempfile
+
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM
+
+import hf_checkpoints as hc
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def train_spm(path=os.path.join(HERE, "spm.model")):
+    """tests/data/hf/spm.model (committed; not rerun by main): Gemma-like SentencePiece settings."""
+    import sentencepiece as spm
+
+    text = os.path.join(tempfile.mkdtemp(), "spm.txt")
+    with open(text, "w") as f:
+        f.write("\n".join(f"the quick brown fox {i} jumps over the lazy dog. "
+                          f"Hello world, ünïcödé {i * 7} tokens here." for i in range(300)))
+    spm.SentencePieceTrainer.train(input=text, model_prefix=path[:-len(".model")], vocab_size=400, model_type="bpe",
+                                   byte_fallback=True, num_threads=1, add_dummy_prefix=False,
+                                   normalization_rule_name="identity", remove_extra_whitespaces=False,
+                                   split_digits=True, pad_id=0, eos_id=1, bos_id=2, unk_id=3, minloglevel=2)
+
+
+def main():
+    for arch in hc.ARCHS:
+        with tempfile.TemporaryDirectory() as d:
+            hc.write_checkpoint(d, arch, shards=2 if arch == "llama" else 1)
+            model, info = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32,
+                                                               output_loading_info=True, attn_implementation="eager")
+            bad = {k: v for k, v in info.items() if v and k != "mismatched_keys" or (k == "mismatched_keys" and v)}
+            if bad:
+                sys.exit(f"{arch}: transformers did not load the checkpoint as written: {bad}")
+            sd = model.state_dict()
+            for k, v in hc.weights(arch).items():
+                if not np.array_equal(sd[k].numpy(), v):
+                    sys.exit(f"{arch}: {k} differs from the numpy weights")
+            model.eval()
+            ids = torch.tensor([hc.PROMPT])
+            with torch.no_grad():
+                logits = model(ids).logits[0].numpy().astype(np.float32)
+                out = model.generate(ids, max_new_tokens=hc.N_GREEDY, do_sample=False, eos_token_id=None,
+                                     pad_token_id=0)
+            greedy = out[0, len(hc.PROMPT):].numpy().astype(np.int32)
+            np.savez_compressed(os.path.join(HERE, f"{arch}.npz"), logits=logits, greedy=greedy)
+            print(arch, logits.shape, greedy.tolist())
+
+
+if __name__ == "__main__":
+    main()
