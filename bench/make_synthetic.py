@@ -51,12 +51,14 @@ HERE = Path(__file__).resolve().parent
 #   Q4_K: w = d·sc·q - dmin·m, sc,m < 64   Q6_K: w = d·sc·(q-32), sc int8, std ≈ 74·18.5
 #   Q5_0/Q5_1/Q4_1 appear only as fallbacks for odd shapes.
 SCALE = {"Q4_0": (0.003, 0.006), "Q4_1": (0.001, 0.003), "Q5_0": (0.0015, 0.003), "Q5_1": (0.0006, 0.0015),
-         "Q8_0": (0.0002, 0.0004), "Q4_K": (1e-4, 2e-4), "Q5_K": (5e-5, 1e-4), "Q6_K": (1e-5, 2e-5)}
+         "Q8_0": (0.0002, 0.0004), "Q4_K": (1e-4, 2e-4), "Q5_K": (5e-5, 1e-4), "Q6_K": (1e-5, 2e-5),
+         # IQ4_NL: w = d·level, std(level) ≈ 65;  IQ4_XS: w = d·(ls−32)·level, std(ls−32) ≈ 18
+         "IQ4_NL": (2e-4, 4e-4), "IQ4_XS": (1e-5, 2.2e-5)}
 # Byte offsets of the fp16 fields inside each block (docs/formats.md §2.2-2.3).
 FP16_AT = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q4_K": [0, 2], "Q5_K": [0, 2],
-           "Q6_K": [208]}
+           "Q6_K": [208], "IQ4_NL": [0], "IQ4_XS": [0]}
 BLOCK = {"Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24), "Q8_0": (32, 34),
-         "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210)}
+         "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210), "IQ4_NL": (32, 18), "IQ4_XS": (256, 136)}
 
 
 def random_blocks(rng, qtype, n_rows, ne0):
@@ -228,7 +230,7 @@ def tokenizer_fields_from(path, vocab):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--type", dest="types", action="append", choices=["Q4_0", "Q4_K_M", "Q8_0", "Q4_1", "Q5_0",
-                                                                      "Q5_1", "Q4_K_S", "Q5_K_M", "Q6_K"],
+                                                                      "Q5_1", "Q4_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS"],
                    help="repeatable; default Q4_0, Q4_K_M and Q8_0")
     p.add_argument("--out-dir", default=os.path.expanduser("~/.cache/edgellm/synthetic"))
     p.add_argument("--preset", choices=sorted(PRESETS), default=None,
