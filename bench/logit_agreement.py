@@ -157,7 +157,11 @@ def main():
     rows = []
     print(f"{'model':48} {'pos':>4} {'top1':>6} {'overlap':>8} {'dlp_mean':>9} {'dlp_max':>8}")
     for m in a.models:
-        r = measure(m, a.server, a.threads, a.tokens, a.positions, a.exact)
+        try:
+            r = measure(m, a.server, a.threads, a.tokens, a.positions, a.exact)
+        except RuntimeError as e:  # the peer refused the file: say so, go on
+            print(f"{Path(m).name[:48]:48} llama.cpp failed: {str(e).splitlines()[0][:120]}", flush=True)
+            continue
         rows.append(r)
         print(f"{r['model'][:48]:48} {r['positions']:4d} {r['top1']:6.2f} {r['overlap']:8.2f} "
               f"{r['dlp_mean']:9.4f} {r['dlp_max']:8.4f}"

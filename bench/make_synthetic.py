@@ -128,13 +128,14 @@ def shapes(a):
 
 def placeholder_spm_vocab(n_vocab):
     """(key, value, type, sub_type) of a SentencePiece vocabulary of n_vocab pieces: <unk> <s> </s>,
-    the byte tokens, then filler pieces; enough to load, tokenize and generate for timing."""
+    the byte tokens, filler pieces, <|endoftext|> last (llama.cpp's Phi-3 fix-ups look it up);
+    enough to load, tokenize and generate for timing."""
     import gguf
 
     T = gguf.GGUFValueType
     tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
-    tokens += [f"\u2581p{i}" for i in range(n_vocab - len(tokens))]
-    types = [2, 3, 3] + [6] * 256 + [1] * (n_vocab - 259)
+    tokens += [f"\u2581p{i}" for i in range(n_vocab - len(tokens) - 1)] + ["<|endoftext|>"]
+    types = [2, 3, 3] + [6] * 256 + [1] * (n_vocab - 260) + [3]
     scores = [0.0] * 259 + [-float(i) for i in range(n_vocab - 259)]
     return [("tokenizer.ggml.model", "llama", T.STRING, None), ("tokenizer.ggml.tokens", tokens, T.ARRAY, T.STRING),
             ("tokenizer.ggml.scores", scores, T.ARRAY, T.FLOAT32), ("tokenizer.ggml.token_type", types, T.ARRAY, T.INT32),
