@@ -61,6 +61,15 @@ BLOCK = {"Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24),
          "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210), "IQ4_NL": (32, 18), "IQ4_XS": (256, 136)}
 
 
+def use_edgellm():
+    """The installed edgellm package when there is one (CI, a pip install), else this tree's
+    python/ (a dev build found through EDGELLM_BUILD_DIR)."""
+    try:
+        import edgellm  # noqa: F401
+    except ImportError:
+        sys.path.insert(0, str(HERE.parent / "python"))
+
+
 def random_blocks(rng, qtype, n_rows, ne0):
     be, bb = BLOCK[qtype]
     nblk = n_rows * (ne0 // be)
@@ -144,7 +153,7 @@ def placeholder_spm_vocab(n_vocab):
 
 
 def write_model(a, ftype, out_path, tokenizer_fields):
-    sys.path.insert(0, str(HERE.parent / "python"))
+    use_edgellm()
     import gguf
     from edgellm.bench.model_info import FTYPE_IDS
     from edgellm.bench.quantize import plan_types
@@ -266,7 +275,7 @@ def main():
         fields = placeholder_spm_vocab(a.vocab)
     else:
         if a.tokenizer_from is None:
-            sys.path.insert(0, str(HERE.parent / "python"))
+            use_edgellm()
             from edgellm.models import model_path
             a.tokenizer_from = str(model_path(tokenizer_model))
         fields = tokenizer_fields_from(a.tokenizer_from, a.vocab)
