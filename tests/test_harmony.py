@@ -8,8 +8,9 @@ import random
 import jsonschema
 import pytest
 
-from edgellm.chat_output import HARMONY, ChatDelta, ChatFormat
+from edgellm.chat_output import HARMONY, ChatFormat
 from edgellm.harmony import HarmonyHeader
+from test_chat_output import calls_of, feed_random
 
 core = pytest.importorskip("edgellm._core")
 
@@ -48,28 +49,6 @@ TEMPLATE = (
 
 HARMONY_TOKENS = ["<|start|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|end|>",
                   "<|return|>", "<|call|>"]
-
-
-def feed_random(parser, text, rng):
-    total = ChatDelta()
-    i = 0
-    while i < len(text):
-        k = rng.randint(1, 9)
-        total.extend(parser.feed(text[i:i + k]))
-        i += k
-    total.extend(parser.finish())
-    return total
-
-
-def calls_of(delta):
-    out = {}
-    for d in delta.tool_calls:
-        if d.id is not None:
-            assert d.name, "a call's first delta names the function"
-            out[d.index] = [d.name, d.arguments]
-        else:
-            out[d.index][1] += d.arguments
-    return [tuple(out[i]) for i in sorted(out)]
 
 
 def test_detected_from_the_template():

@@ -37,6 +37,20 @@ def vocab():
     return tokens, types, merges
 
 
+def add_tokenizer(w, tokens, types, merges, chat_template=None):
+    """This vocabulary's tokenizer keys (<|endoftext|> = 259 as BOS/EOS, add_bos on)."""
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(259)  # <|endoftext|>
+    w.add_eos_token_id(259)
+    w.add_add_bos_token(True)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
+
+
 def write_tiny_vocab_model(path, weight_type: str = "F32", seed: int = 0, tied: bool = False,
                            chat_template: str = None, control_tokens=(), arch: str = "llama"):
     """control_tokens: more CONTROL tokens (e.g. "<|im_start|>") after <|endoftext|>."""
@@ -71,16 +85,7 @@ def write_tiny_vocab_model(path, weight_type: str = "F32", seed: int = 0, tied: 
             w.add_expert_feed_forward_length(N_FF_EXP)
     w.add_vocab_size(n_vocab)
     w.add_file_type(0 if weight_type == "F32" else 7)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt2")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(259)  # <|endoftext|>
-    w.add_eos_token_id(259)
-    w.add_add_bos_token(True)
-    if chat_template is not None:
-        w.add_chat_template(chat_template)
+    add_tokenizer(w, tokens, types, merges, chat_template)
 
     def matrix(name, rows, cols, std=0.2, n_mat=None):
         a = (rng.standard_normal((rows, cols) if n_mat is None else (n_mat, rows, cols)) * std).astype(np.float32)
@@ -144,19 +149,8 @@ def write_tiny_vocab_arch_model(path, arch: str, chat_template: str = None, cont
     tokens, types, merges = vocab()
     tokens, types = tokens + list(control_tokens), types + [3] * len(control_tokens)
 
-    def add_tokenizer(w):
-        w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre("gpt2")
-        w.add_token_list(tokens)
-        w.add_token_types(types)
-        w.add_token_merges(merges)
-        w.add_bos_token_id(259)  # <|endoftext|>
-        w.add_eos_token_id(259)
-        w.add_add_bos_token(True)
-        if chat_template is not None:
-            w.add_chat_template(chat_template)
-
-    return write_tiny_model(path, arch, n_vocab=len(tokens), tokenizer=add_tokenizer, **kw)
+    return write_tiny_model(path, arch, n_vocab=len(tokens),
+                            tokenizer=lambda w: add_tokenizer(w, tokens, types, merges, chat_template), **kw)
 
 
 TEXT = ("When in the course of human events, it becomes necessary for one people to dissolve the political "

@@ -26,9 +26,6 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from . import harmony
-from .harmony import is_harmony_template
-
 __all__ = ["ToolCall", "ToolCallDelta", "ChatDelta", "ChatFormat", "ChatOutputParser",
            "new_call_id"]
 
@@ -226,6 +223,8 @@ class ChatFormat:
     def detect(cls, template_source: str) -> "ChatFormat":
         src = template_source or ""
         takes_tools = "tools" in src
+        from .harmony import is_harmony_template  # (harmony builds on this module)
+
         if is_harmony_template(src):
             return cls(HARMONY, takes_tools, None)
         if "<tool_call>" in src:
@@ -255,7 +254,8 @@ class ChatFormat:
         (tool_choice required or named) -- after the reasoning block when the template thinks;
         else the grammar switches on at a trigger (auto)."""
         if self.tool_format == HARMONY:
-            return harmony.tool_grammar(json_schema_to_gbnf, tools, tool_choice, prompt)
+            from .harmony import tool_grammar
+            return tool_grammar(json_schema_to_gbnf, tools, tool_choice)
         picked = chosen_tools(tools, tool_choice)
         rules: List[str] = []
         alts: List[str] = []
@@ -308,7 +308,8 @@ class ChatFormat:
                prompt: str = "") -> "ChatOutputParser":
         use_tools = bool(tools) and tool_choice != "none"
         if self.tool_format == HARMONY:
-            return harmony.HarmonyParser(use_tools)
+            from .harmony import HarmonyParser
+            return HarmonyParser(use_tools)
         in_think = False
         if self.think and prompt.rstrip().endswith(self.think[0]):
             in_think = True  # the template opened the thinking block itself

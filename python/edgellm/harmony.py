@@ -25,6 +25,9 @@ import json
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from .chat_output import (ChatDelta, ToolCall, ToolCallDelta, _gbnf_literal, _partial_suffix, _prefix_rules,
+                          _tool_name, _tool_parameters, chosen_tools, new_call_id)
+
 START, CHANNEL, MESSAGE, END, CONSTRAIN = "<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>"
 RETURN, CALL = "<|return|>", "<|call|>"
 # What ends a message body (RETURN and CALL end generation and are normally not in the text).
@@ -36,16 +39,6 @@ _CHANNEL = re.compile(re.escape(CHANNEL) + r"\s*([A-Za-z_]+)")
 
 def is_harmony_template(source: str) -> bool:
     return CHANNEL in source and MESSAGE in source
-
-
-def _partial_suffix(text: str, markers: Sequence[str]) -> int:
-    best = 0
-    for m in markers:
-        for k in range(min(len(m) - 1, len(text)), 0, -1):
-            if text.endswith(m[:k]):
-                best = max(best, k)
-                break
-    return best
 
 
 class HarmonyHeader:
@@ -75,8 +68,6 @@ class HarmonyParser:
     """Incremental parse of one harmony completion into content, reasoning and tool calls."""
 
     def __init__(self, use_tools: bool):
-        from .chat_output import ChatDelta  # noqa: F401 - the type feed() returns
-
         self.use_tools = use_tools
         self.buf = ""
         self.state = "start"      # start | header | body | plain | done
@@ -84,21 +75,16 @@ class HarmonyParser:
         self.sink = "content"     # where the current body goes: content | reasoning | call
         self.content = ""
         self.reasoning_content = ""
-        self.tool_calls = []      # List[chat_output.ToolCall]
-        self._call_args = ""
+        self.tool_calls: List[ToolCall] = []
 
     # --- public (ChatOutputParser's interface) -------------------------------------------
-    def feed(self, text: str):
-        from .chat_output import ChatDelta
-
+    def feed(self, text: str) -> ChatDelta:
         self.buf += text
         delta = ChatDelta()
         self._run(delta, final=False)
         return delta
 
-    def finish(self):
-        from .chat_output import ChatDelta
-
+    def finish(self) -> ChatDelta:
         delta = ChatDelta()
         self._run(delta, final=True)
         if self.state == "body":
@@ -119,9 +105,6 @@ class HarmonyParser:
             self.reasoning_content += text
             delta.reasoning += text
         elif self.sink == "call":
-            from .chat_output import ToolCallDelta
-
-            self._call_args += text
             self.tool_calls[-1].arguments += text
             delta.tool_calls.append(ToolCallDelta(len(self.tool_calls) - 1, arguments=text))
         else:
@@ -129,15 +112,12 @@ class HarmonyParser:
             delta.content += text
 
     def _begin_body(self, delta) -> None:
-        from .chat_output import ToolCall, ToolCallDelta, new_call_id
-
         h = self.header
         name = h.function if h is not None else None
         if name and self.use_tools:
             self.sink = "call"
             call = ToolCall(new_call_id(), name, "")
             self.tool_calls.append(call)
-            self._call_args = ""
             delta.tool_calls.append(ToolCallDelta(len(self.tool_calls) - 1, call.id, name, ""))
         elif h is not None and h.channel == "analysis":
             self.sink = "reasoning"
@@ -205,20 +185,14 @@ class HarmonyParser:
 
 # ---- constraining -----------------------------------------------------------------------------
 
-def _lit(text: str) -> str:
-    from .chat_output import _gbnf_literal
-
-    return _gbnf_literal(text)
+_lit = _gbnf_literal
 
 
-def tool_grammar(json_schema_to_gbnf, tools: Sequence[Dict[str, Any]], tool_choice: Any,
-                 prompt: str = "") -> Tuple[str, List[str]]:
+def tool_grammar(json_schema_to_gbnf, tools: Sequence[Dict[str, Any]], tool_choice: Any) -> Tuple[str, List[str]]:
     """(GBNF, triggers) for harmony tool calls (one call per answer: <|call|> ends generation).
 
     auto: the grammar switches on at " to=functions." and covers both header orders;
     required / named: the whole answer is an optional analysis message, then the call."""
-    from .chat_output import _prefix_rules, _tool_name, _tool_parameters, chosen_tools
-
     picked = chosen_tools(tools, tool_choice)
     rules: List[str] = []
     calls: List[str] = []
