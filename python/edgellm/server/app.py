@@ -19,8 +19,9 @@ from .errors import APIError, ErrorGuard
 from .limits import BodyLimit
 from .responses_api import ResponsesAPI
 from .routes import Routes
+from .webui import WebUI
 
-OPEN_PATHS = ("/health", "/v1/health")
+OPEN_PATHS = ("/health", "/v1/health")  # and the web chat page's files (webui.py)
 
 
 def create_app(config: ServerConfig, loader: Callable[[ServerConfig], Any] = default_loader,
@@ -38,6 +39,7 @@ def create_app(config: ServerConfig, loader: Callable[[ServerConfig], Any] = def
     responses_api = ResponsesAPI(routes)
     native_routes: list = []  # llama-server's own endpoints (llamacpp_api.py)
     native = llamacpp_api.register(native_routes, routes)
+    webui = WebUI()  # the chat page at / (webui.py)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -88,6 +90,7 @@ def create_app(config: ServerConfig, loader: Callable[[ServerConfig], Any] = def
             Route("/embeddings", embeddings.native, methods=["POST"]),
             Route("/embedding", embeddings.native, methods=["POST"]),
             *native_routes,
+            *webui.routes(),
         ],
         exception_handlers={HTTPException: http_error},
         lifespan=lifespan,
@@ -100,7 +103,8 @@ def create_app(config: ServerConfig, loader: Callable[[ServerConfig], Any] = def
     app.add_middleware(BodyLimit, max_body_size=config.max_body_size,
                        read_timeout=config.read_timeout, render_error=render_error,
                        metrics=host.metrics)
-    app.add_middleware(BearerAuth, api_key=config.api_key, open_paths=OPEN_PATHS,
+    app.add_middleware(BearerAuth, api_key=config.api_key,
+                       open_paths=(*OPEN_PATHS, *webui.open_paths),
                        metrics=host.metrics, render_error=render_error)
     # outermost: preflights are answered before the key check, every answer carries the headers
     app.add_middleware(CORS, origins=config.cors_origins, methods=config.cors_methods,
