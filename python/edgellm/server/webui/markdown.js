@@ -165,8 +165,13 @@ export function inline(source) {
   s = escapeHtml(s);
   s = s.replace(/!?\[([^\]\0]*)\]\(\s*([^\s)]+)(?:\s+&quot;[^\0]*?&quot;)?\s*\)/g,
     (_, text, url) => hold(link(emphasis(text) || escapeHtml(unescapeHtml(url)), url)));
-  s = s.replace(/&lt;(https?:\/\/[^\s&]+)&gt;|\bhttps?:\/\/[^\s<\0]*[^\s<\0.,;:!?)\]'"&]/g,
-    (whole, angled) => hold(link(angled || whole, angled || whole)));
+  // bare URLs: up to a space or an escaped quote / bracket (only &amp; continues one), less
+  // the punctuation that ends a sentence
+  s = s.replace(/&lt;(https?:\/\/[^\s&]+)&gt;|\bhttps?:\/\/(?:&amp;|[^\s<\0&])+/g, (whole, angled) => {
+    if (angled) return hold(link(angled, angled));
+    const url = whole.replace(/[.,;:!?)\]]+$/, "");
+    return hold(link(url, url)) + whole.slice(url.length);
+  });
   s = emphasis(s);
   return s.replace(/\0(\d+)\0/g, (_, k) => held[+k]);
 }
