@@ -20,7 +20,10 @@ import pytest
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 
 KEY = "webchat-key"
-CHROMIUM = os.environ.get("EDGELLM_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+# Debian's chromium (CI installs it), else a preinstalled Chrome; EDGELLM_CHROMIUM names another
+CHROMIUM = os.environ.get("EDGELLM_CHROMIUM") or next(
+    (p for p in map(shutil.which, ("chromium", "google-chrome", "google-chrome-stable")) if p),
+    "/usr/bin/chromium")
 
 
 def _no_browser(reason: str):
@@ -36,7 +39,8 @@ def browser():
     except ImportError:
         _no_browser("playwright is not installed: pip install playwright (the `test` extra)")
     if not os.path.isfile(CHROMIUM):
-        _no_browser(f"chromium not found at {CHROMIUM}: apt-get install chromium")
+        _no_browser(f"no Chromium found (looked for chromium, google-chrome and {CHROMIUM}): "
+                    "apt-get install chromium, or set EDGELLM_CHROMIUM")
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, headless=True)
         try:

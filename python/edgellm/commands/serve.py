@@ -84,7 +84,7 @@ def _embedding_options(config) -> None:
               help="Address(es) to listen on, comma-separated (loopback by default; 0.0.0.0 "
                    "exposes it).")
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
-@click.option("--api-key", default=None, help="Require 'Authorization: Bearer KEY' (not /health).")
+@click.option("--api-key", default=None, help="Require 'Authorization: Bearer KEY' (not /health or the web chat page).")
 @click.option("--api-key-file", default=None, type=click.Path(dir_okay=False),
               help="Read the API key from a file (keeps it out of the process list).")
 @click.option("--parallel", "-np", default=16, show_default=True, type=click.IntRange(1, 1024),

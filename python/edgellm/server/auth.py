@@ -1,5 +1,6 @@
 """API-key check for every route but the open ones (GET /health, so load balancers and
-orchestrators can probe without the key), as llama-server's --api-key does. The key comes as
+orchestrators can probe without the key; the web chat page and its files, so a browser can load
+the page that then asks for the key), as llama-server's --api-key does. The key comes as
 `Authorization: Bearer <key>` (OpenAI) or `x-api-key: <key>` (Anthropic)."""
 import hmac
 from typing import Callable, Iterable, Optional
