@@ -69,7 +69,7 @@ def artifacts(tmp_path) -> Path:
 
 
 @pytest.fixture
-def page(browser):
+def page(browser):  # listed before `server` by the tests, so a missing browser skips at once
     context = browser.new_context(viewport={"width": 1100, "height": 760})
     pg = context.new_page()
     pg.errors = []
@@ -133,7 +133,7 @@ def engine_metrics(server) -> dict:
     return server.metrics()
 
 
-def test_chat_stream_stop_reload_and_key(server, page, artifacts):
+def test_chat_stream_stop_reload_and_key(page, server, artifacts):
     # --- the key: asked once (the page's first API call is refused), then remembered
     page.goto(server.url + "/")
     page.wait_for_selector("#key-dialog[open]", timeout=10_000)
@@ -221,7 +221,7 @@ def test_chat_stream_stop_reload_and_key(server, page, artifacts):
     assert page.errors == []
 
 
-def test_wrong_saved_key_is_asked_again(server, page):
+def test_wrong_saved_key_is_asked_again(page, server):
     page.goto(server.url + "/")
     page.evaluate("localStorage.setItem('edgellm.apiKey', 'not-the-key')")
     page.reload()
@@ -250,7 +250,7 @@ def chunk(delta=None, finish=None, **extra) -> dict:
         {"index": 0, "delta": delta or {}, "finish_reason": finish}], **extra}
 
 
-def test_model_output_is_rendered_as_text_never_as_html(server, page):
+def test_model_output_is_rendered_as_text_never_as_html(page, server):
     # the hostile text arrives as streamed deltas, cut at awkward places, as a model's would
     pieces = [HOSTILE[i:i + 7] for i in range(0, len(HOSTILE), 7)]
     body = canned_stream([chunk({"role": "assistant", "content": None})] +
@@ -280,7 +280,7 @@ def test_model_output_is_rendered_as_text_never_as_html(server, page):
     assert page.errors == []
 
 
-def test_markdown_code_tool_calls_and_speculative_timings(server, page, artifacts):
+def test_markdown_code_tool_calls_and_speculative_timings(page, server, artifacts):
     md = ("## Plan\n\n1. **first** step\n2. *second* with `x = 1`\n   - nested\n\n"
           "```python\ndef add(a, b):\n    # sum\n    return a + 2  # \"two\"\n```\n")
     calls = [{"index": 0, "id": "call_1", "type": "function",
@@ -347,7 +347,7 @@ def test_markdown_code_tool_calls_and_speculative_timings(server, page, artifact
     assert page.errors == []
 
 
-def test_model_picker_lists_every_served_model(server, page):
+def test_model_picker_lists_every_served_model(page, server):
     listing = {"object": "list", "data": [{"id": "smol", "object": "model"},
                                           {"id": "other", "object": "model"}]}
     page.route("**/v1/models", lambda route: route.fulfill(
