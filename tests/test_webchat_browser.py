@@ -339,7 +339,7 @@ def test_markdown_code_tool_calls_and_speculative_timings(page, server, artifact
     page.screenshot(path=str(artifacts / "webchat-render.png"))
 
     # a settings value the server would refuse is caught by the page, named
-    set_settings(page, temperature=5, tools="")
+    set_settings(page, temperature=-1, tools="")
     ask(page, "again")
     page.wait_for_selector(".message.assistant[data-state=error]")
     assert "temperature" in last_answer(page).locator(".error").inner_text()
@@ -370,3 +370,27 @@ def test_model_picker_lists_every_served_model(page, server):
     page.reload()  # the pick is remembered
     page.wait_for_selector("#model-picker:not([hidden])")
     assert page.locator("#model").input_value() == "other"
+
+
+def test_page_waits_while_the_model_loads(page, server):
+    from playwright.sync_api import expect
+
+    answers = []
+
+    def models(route):  # the first listing says "loading" (503), as a server starting up does
+        answers.append(503 if not answers else 200)
+        if answers[-1] == 503:
+            route.fulfill(status=503, headers={"Content-Type": "application/json",
+                                               "Retry-After": "1"},
+                          body=json.dumps({"error": {"message": "loading", "type": "x"}}))
+        else:
+            route.continue_()
+
+    page.context.add_init_script(f"localStorage.setItem('edgellm.apiKey', {json.dumps(KEY)})")
+    page.route("**/v1/models", models)
+    page.goto(server.url + "/")
+    expect(page.locator("#status")).to_have_text("the model is loading…")
+    wait_model_name(page)
+    expect(page.locator("#status")).to_have_text("")
+    assert answers == [503, 200]
+    assert page.errors == []

@@ -48,6 +48,11 @@ function askKey(reason) {
 async function loadModels() {
   try {
     const r = await api.fetch("v1/models");
+    if (r.status === 503) {  // the server is up and still loading the model
+      setStatus("the model is loading…");
+      setTimeout(loadModels, 1000);
+      return;
+    }
     if (!r.ok) throw new Error(await errorMessage(r));
     models = ((await r.json()).data || []).map((m) => m.id).filter(Boolean);
   } catch (e) {
@@ -87,17 +92,18 @@ function samplingFields() {
     const raw = String(settings[name] ?? "").trim();
     if (raw === "") return;
     const v = Number(raw);
-    if (!Number.isFinite(v) || (integer && !Number.isInteger(v)) || (min !== undefined && v < min) ||
+    if (!Number.isFinite(v) || (integer && !Number.isSafeInteger(v)) || (min !== undefined && v < min) ||
         (max !== undefined && v > max)) {
       throw new Error(`settings: ${name} must be ${integer ? "an integer" : "a number"}` +
         (min !== undefined ? ` ≥ ${min}` : "") + (max !== undefined ? ` and ≤ ${max}` : ""));
     }
     out[name] = v;
   };
-  number("temperature", { min: 0, max: 2 });
+  // the server's ranges (edgellm.validation): temperature has no upper bound, seed is any integer
+  number("temperature", { min: 0 });
   number("top_p", { min: 0, max: 1 });
   number("max_tokens", { min: 1, integer: true });
-  number("seed", { min: -1, integer: true });
+  number("seed", { integer: true });
   const tools = String(settings.tools || "").trim();
   if (tools) {
     let parsed;
