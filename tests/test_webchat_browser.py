@@ -183,13 +183,7 @@ def test_chat_stream_stop_reload_and_key(page, server, artifacts):
     partial = last_answer(page).locator(".body").inner_text()
     assert len(partial) > 80
     assert "stopped" in last_answer(page).locator(".meta").inner_text()
-    deadline = time.monotonic() + 15
-    while True:
-        m = engine_metrics(server)
-        if m["edgellm_requests_running"] == 0 and m["edgellm_http_requests_active"] == 0:
-            break
-        assert time.monotonic() < deadline, f"the request still runs on the server: {m}"
-        time.sleep(0.1)
+    m = wait_idle(server)
     assert m.get('edgellm_requests_total{endpoint="chat",status="499"}', 0) == aborted_before + 1
     generated = m["edgellm_generation_tokens_total"]
     time.sleep(0.5)
@@ -393,4 +387,51 @@ def test_page_waits_while_the_model_loads(page, server):
     wait_model_name(page)
     expect(page.locator("#status")).to_have_text("")
     assert answers == [503, 200]
+    assert page.errors == []
+
+
+def wait_idle(server, timeout=15.0) -> dict:
+    """The server's metrics once no request runs (the page's request was aborted)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        m = engine_metrics(server)
+        if m["edgellm_requests_running"] == 0 and m["edgellm_http_requests_active"] == 0:
+            return m
+        assert time.monotonic() < deadline, f"a request still runs on the server: {m}"
+        time.sleep(0.1)
+
+
+def test_reload_or_delete_mid_answer(page, server):
+    page.context.add_init_script(f"localStorage.setItem('edgellm.apiKey', {json.dumps(KEY)})")
+    page.goto(server.url + "/")
+    wait_model_name(page)
+    set_settings(page, temperature=0, max_tokens=1500)
+
+    # a reload mid-answer: the request ends, the answer keeps what had been saved, as stopped
+    ask(page, "Tell a very long story about a cat.")
+    wait_until(page, "document.querySelector('.message.assistant .body').textContent.length > 80")
+    time.sleep(1.2)  # the page saves a streaming answer about once a second
+    page.reload()
+    wait_model_name(page)
+    assert last_answer(page).get_attribute("data-state") == "stopped"
+    assert len(last_answer(page).locator(".body").inner_text()) > 20
+    assert "stopped" in last_answer(page).locator(".meta").inner_text()
+    wait_idle(server)
+
+    # deleting the conversation being answered aborts the answer and it stays deleted
+    page.click("#new-chat")
+    ask(page, "Tell a very long story about a fox.")
+    wait_until(page, "document.querySelector('.message.assistant .body') && "
+                     "document.querySelector('.message.assistant .body').textContent.length > 40")
+    fox = page.locator("#chats li", has_text="fox")
+    fox.hover()
+    fox.locator(".chat-delete").click()
+    wait_idle(server)
+    assert page.locator("#chats .chat-title").all_inner_texts() == [
+        "Tell a very long story about a cat."]
+    assert page.locator("#stop").is_disabled() and page.locator("#send").is_enabled()
+    page.reload()
+    page.wait_for_selector("#chats li")
+    assert page.locator("#chats .chat-title").all_inner_texts() == [
+        "Tell a very long story about a cat."]
     assert page.errors == []

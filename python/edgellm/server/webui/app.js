@@ -226,6 +226,7 @@ export function timingLine(m) {
 }
 
 let frame = 0;
+let savedAt = 0;
 function scheduleFill(m) {
   if (frame) return;
   frame = requestAnimationFrame(() => {
@@ -234,6 +235,10 @@ function scheduleFill(m) {
     const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
     fill(m);
     if (atBottom) box.scrollTop = box.scrollHeight;
+    if (Date.now() - savedAt > 1000) {  // a reload mid-answer keeps what had arrived
+      savedAt = Date.now();
+      store.save();
+    }
   });
 }
 
@@ -280,7 +285,9 @@ function setRunning(on) {
 
 async function send(text) {
   const chat = store.current || store.create();
-  const reply = { role: "assistant", content: "", model: settings.model || models[0] || "" };
+  const reply = {
+    role: "assistant", content: "", model: settings.model || models[0] || "", streaming: true,
+  };
   chat.messages.push({ role: "user", content: text }, reply);
   store.touch(chat);
   const controller = new AbortController();
@@ -305,6 +312,7 @@ async function send(text) {
     if (e.name === "AbortError") reply.stopped = true;
     else reply.error = e.message || String(e);
   } finally {
+    delete reply.streaming;
     running = null;
     setRunning(false);
     store.touch(chat);

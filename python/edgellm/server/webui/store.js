@@ -37,6 +37,12 @@ export class ChatStore {
     const saved = read(CHATS, {});
     this.chats = Array.isArray(saved.chats) ? saved.chats.filter((c) => c && c.id) : [];
     this.currentId = saved.current || null;
+    // an answer still streaming when the page went away ends where it was last saved
+    for (const chat of this.chats) {
+      for (const m of chat.messages || []) {
+        if (m.streaming) { delete m.streaming; m.stopped = true; }
+      }
+    }
   }
 
   get current() {
@@ -63,6 +69,7 @@ export class ChatStore {
   }
 
   touch(chat) {  // moved to the top of the list, titled by its first question
+    if (!this.chats.includes(chat)) return;  // deleted meanwhile
     chat.updated = Date.now();
     const first = chat.messages.find((m) => m.role === "user");
     if (first && chat.title === "New chat") chat.title = first.content.trim().slice(0, 60) || "New chat";
