@@ -2,8 +2,9 @@
 `edgellm serve` on SmolLM2 with an API key: the key asked for once and remembered, an answer
 seen growing in the DOM as it streams (and equal to the same greedy request answered without
 streaming), the stop button aborting a long answer (the partial text kept, the server's
-request gone), conversations found again after a reload and deleted; the rendering of hostile
-model output, tool calls and the speculative-decoding timing line from canned streams.
+request gone), conversations found again after a reload and deleted, a real tool call by
+Qwen2.5-Coder shown; the rendering of hostile model output, markdown, tool calls and the
+speculative-decoding timing line from canned streams.
 
 Skips with its reason when Playwright or Chromium is missing, unless EDGELLM_REQUIRE_BROWSER=1
 (CI). Screenshots go to $EDGELLM_ARTIFACTS (else the test's tmp_path).
@@ -434,4 +435,42 @@ def test_reload_or_delete_mid_answer(page, server):
     page.wait_for_selector("#chats li")
     assert page.locator("#chats .chat-title").all_inner_texts() == [
         "Tell a very long story about a cat."]
+    assert page.errors == []
+
+
+WEATHER_TOOL = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Weather forecast for a city",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+        "required": ["city", "days"]}}}]
+
+
+@pytest.fixture(scope="module")
+def qwen_server(qwen_path):
+    from test_server import ServerProcess
+
+    s = ServerProcess(qwen_path, "--ctx-size", "2048", "--parallel", "1", api_key=KEY)
+    try:
+        yield s.wait_ready()
+    finally:
+        s.stop()
+
+
+def test_a_real_tool_call_is_shown(page, qwen_server, qwen_path, artifacts):
+    # Qwen2.5-Coder calls the tool on its own (tool_choice auto), as tests/test_server_tools.py
+    # checks through the API; here the page sends the tools from its settings and shows the call
+    page.context.add_init_script(f"localStorage.setItem('edgellm.apiKey', {json.dumps(KEY)})")
+    page.goto(qwen_server.url + "/")
+    wait_model_name(page, qwen_path.name)  # no --alias: the file's name
+    set_settings(page, temperature=0, max_tokens=100, tools=json.dumps(WEATHER_TOOL))
+    ask(page, "What will the weather be in Paris for the next 3 days?")
+    page.wait_for_selector(".message.assistant[data-state=done]", timeout=120_000)
+    a = last_answer(page)
+    assert a.locator(".tool-name").inner_text().startswith("tool call: get_weather")
+    args = json.loads(a.locator(".tool-call pre").inner_text())
+    assert args["city"] == "Paris", args
+    stored = stored_chats(page)[0]["messages"][1]
+    assert stored["finish_reason"] == "tool_calls"
+    assert stored["tool_calls"][0]["id"].startswith("call_")
+    page.screenshot(path=str(artifacts / "webchat-tool-call.png"))
     assert page.errors == []
