@@ -72,6 +72,10 @@ def artifacts(tmp_path) -> Path:
 @pytest.fixture
 def page(browser):  # listed before `server` by the tests, so a missing browser skips at once
     context = browser.new_context(viewport={"width": 1100, "height": 760})
+    # what the page's Content-Security-Policy blocked, should it ever block something it needs
+    context.add_init_script("window.__csp = []; document.addEventListener("
+                            "'securitypolicyviolation', e => window.__csp.push("
+                            "e.violatedDirective + ' ' + e.blockedURI));")
     pg = context.new_page()
     pg.errors = []
     pg.on("pageerror", lambda e: pg.errors.append(str(e)))
@@ -79,6 +83,12 @@ def page(browser):  # listed before `server` by the tests, so a missing browser 
         yield pg
     finally:
         context.close()
+
+
+def assert_clean(page) -> None:
+    """No uncaught script error and nothing blocked by the page's CSP."""
+    assert page.errors == []
+    assert page.evaluate("window.__csp") == []
 
 
 def stored_chats(page) -> list:
@@ -213,7 +223,7 @@ def test_chat_stream_stop_reload_and_key(page, server, artifacts):
     page.reload()
     page.wait_for_selector("#chats li")
     assert page.locator("#chats .chat-title").all_inner_texts() == [question]
-    assert page.errors == []
+    assert_clean(page)
 
 
 def test_wrong_saved_key_is_asked_again(page, server):
@@ -226,6 +236,7 @@ def test_wrong_saved_key_is_asked_again(page, server):
     page.click("#key-save")
     wait_model_name(page)
     assert page.evaluate("localStorage.getItem('edgellm.apiKey')") == KEY
+    assert_clean(page)
 
 
 HOSTILE = ("<img src=x onerror=\"window.__pwned=1\"> <script>window.__pwned=2</script> "
@@ -272,7 +283,7 @@ def test_model_output_is_rendered_as_text_never_as_html(page, server):
     assert body_el.locator("code", has_text="<b>code</b>").count() == 1
     assert body_el.locator("strong", has_text="<i>bold</i>").count() == 1
     assert page.locator(".message.user .body").inner_text() == "<img src=x onerror=\"window.__pwned=8\">"
-    assert page.errors == []
+    assert_clean(page)
 
 
 def test_markdown_code_tool_calls_and_speculative_timings(page, server, artifacts):
@@ -339,7 +350,7 @@ def test_markdown_code_tool_calls_and_speculative_timings(page, server, artifact
     page.wait_for_selector(".message.assistant[data-state=error]")
     assert "temperature" in last_answer(page).locator(".error").inner_text()
     assert len(seen) == 1
-    assert page.errors == []
+    assert_clean(page)
 
 
 def test_model_picker_lists_every_served_model(page, server):
@@ -365,6 +376,7 @@ def test_model_picker_lists_every_served_model(page, server):
     page.reload()  # the pick is remembered
     page.wait_for_selector("#model-picker:not([hidden])")
     assert page.locator("#model").input_value() == "other"
+    assert_clean(page)
 
 
 def test_page_waits_while_the_model_loads(page, server):
@@ -388,7 +400,7 @@ def test_page_waits_while_the_model_loads(page, server):
     wait_model_name(page)
     expect(page.locator("#status")).to_have_text("")
     assert answers == [503, 200]
-    assert page.errors == []
+    assert_clean(page)
 
 
 def wait_idle(server, timeout=15.0) -> dict:
@@ -435,7 +447,7 @@ def test_reload_or_delete_mid_answer(page, server):
     page.wait_for_selector("#chats li")
     assert page.locator("#chats .chat-title").all_inner_texts() == [
         "Tell a very long story about a cat."]
-    assert page.errors == []
+    assert_clean(page)
 
 
 WEATHER_TOOL = [{"type": "function", "function": {
@@ -473,4 +485,4 @@ def test_a_real_tool_call_is_shown(page, qwen_server, qwen_path, artifacts):
     assert stored["finish_reason"] == "tool_calls"
     assert stored["tool_calls"][0]["id"].startswith("call_")
     page.screenshot(path=str(artifacts / "webchat-tool-call.png"))
-    assert page.errors == []
+    assert_clean(page)
