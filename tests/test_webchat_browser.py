@@ -15,7 +15,6 @@ import shutil
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]
