@@ -83,14 +83,14 @@ class EdgeLLMReplica:
     def __init__(self, config: ServerConfig):
         self.config = config
         self.replica = serve.get_replica_context().replica_id.to_full_id_str()
-        self.app = create_app(config)
+        self.server_app = create_app(config)
 
     def __serve_build_asgi_app__(self):
-        return ReplicaApp(self.app, self.replica)
+        return ReplicaApp(self.server_app, self.replica)
 
     def check_health(self) -> None:
         """Ray calls this every `health_check_period_s`; raising marks the replica unhealthy."""
-        host = self.app.state.host
+        host = self.server_app.state.host
         if host.state != "ready":
             raise RuntimeError(f"edgellm replica {self.replica}: engine is {host.state}"
                                + (f" ({host.error})" if host.error else ""))
