@@ -12,6 +12,7 @@ _COMMANDS = {
     "generate": "generate",
     "run": "run",
     "serve": "serve",
+    "service": "service",
     "bench": "bench",
     "perplexity": "perplexity",
     "quantize": "quantize",
