@@ -256,3 +256,41 @@ def test_replica_lifespan_fails_when_the_model_cannot_load():
 
     r = asyncio.run(health_after_start())
     assert r.status_code == 200 and r.headers[REPLICA_HEADER] == "r2"
+
+
+def test_cli_builds_the_deployment_it_is_asked_for(monkeypatch, tmp_path):
+    _need_ray()
+    from click.testing import CliRunner
+
+    from edgellm.cli import main
+    from edgellm.integrations import ray_serve
+
+    seen = {}
+    monkeypatch.setattr(ray_serve, "build", lambda config, **kw: seen.update(config=config, **kw) or "app")
+    monkeypatch.setattr(ray_serve, "run", lambda app, **kw: seen.update(app=app, run=kw))
+    key = tmp_path / "key"
+    key.write_text("k1\n")
+    r = CliRunner().invoke(main, ["ray-serve", "smollm2", "--replicas", "3", "--threads", "2",
+                                  "--port", "8123", "--api-key-file", str(key), "--kv-memory", "64M",
+                                  "--drain-timeout", "12"])
+    assert r.exit_code == 0, r.output
+    c = seen["config"]
+    assert (c.model, c.api_key, c.kv_memory, c.parallel, c.max_queue) == ("smollm2", "k1", 64 << 20, 4, 0)
+    assert seen["num_replicas"] == 3 and seen["n_threads"] == 2
+    assert seen["graceful_shutdown_timeout_s"] == 12
+    assert seen["app"] == "app" and seen["run"]["port"] == 8123 and seen["run"]["blocking"]
+    r = CliRunner().invoke(main, ["ray-serve", "smollm2", "--replicas", "0"])
+    assert r.exit_code == 2
+
+
+def test_build_checks_its_arguments():
+    _need_ray()
+    from edgellm.integrations import ray_serve
+    from edgellm.server import ServerConfig
+
+    with pytest.raises(TypeError):
+        ray_serve.build({"model": "smollm2"})
+    for bad in ({"num_replicas": 0}, {"n_threads": -1}, {"num_cpus": 0}, {"max_ongoing_requests": True},
+                {"graceful_shutdown_timeout_s": -1}):
+        with pytest.raises(ValueError):
+            ray_serve.build(ServerConfig(model="smollm2"), **bad)

@@ -16,6 +16,7 @@ _COMMANDS = {
     "bench": "bench",
     "perplexity": "perplexity",
     "quantize": "quantize",
+    "ray-serve": "ray_serve",
     "convert": "convert",
 }
 
