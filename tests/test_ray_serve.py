@@ -11,6 +11,9 @@ SmolLM2 replicas with one compute thread each behind Ray Serve's HTTP proxy.
   proxy's 5xx without the replica header), as the OpenAI SDK does on 5xx and connection
   errors; a started request whose replica died must end visibly broken, never as a complete
   stream.
+- Redeploying (serve.run again, now with one replica) while streams run on both replicas
+  drains: Ray replaces the replicas (each Python deploy is a new version), the old ones get no
+  new requests and finish their streams before they go; no stream breaks.
 - The ASGI wrapper's lifespan fails start-up when the model cannot be loaded (no cluster needed).
 
 Seen on a 2-core machine: the killed replica holds one started stream (it breaks) and a few
@@ -80,10 +83,14 @@ def cluster():
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         config = ServerConfig(model=str(model), alias="smollm2", parallel=4, max_queue=0,
                               ctx_size=512, kv_memory=16 << 20)
-        serve.run(ray_serve.build(config, num_replicas=2, n_threads=1,
-                                  graceful_shutdown_timeout_s=5, health_check_period_s=2),
-                  name="edgellm", route_prefix="/")
-        yield f"http://127.0.0.1:{port}"
+
+        def deploy(num_replicas):
+            serve.run(ray_serve.build(config, num_replicas=num_replicas, n_threads=1,
+                                      graceful_shutdown_timeout_s=60, health_check_period_s=2),
+                      name="edgellm", route_prefix="/")
+
+        deploy(2)
+        yield f"http://127.0.0.1:{port}", deploy
     finally:
         try:
             serve.shutdown()
@@ -158,7 +165,8 @@ async def _run_all(base: str, n: int, max_tokens: int, during=None):
 @pytest.mark.real_model
 @pytest.mark.slow
 def test_sixteen_streams_over_two_replicas(cluster):
-    streams = asyncio.run(_run_all(cluster, 16, max_tokens=24))
+    base, _ = cluster
+    streams = asyncio.run(_run_all(base, 16, max_tokens=24))
     for s in streams:
         assert s.error is None, (s.i, s.error)
         assert s.done and s.finish in ("length", "stop") and s.text.strip(), vars(s)
@@ -190,7 +198,8 @@ def test_killing_a_replica_loses_no_request_that_had_not_started(cluster):
             await asyncio.sleep(0.01)
         raise AssertionError("no moment with a replica streaming and requests still queued")
 
-    streams = asyncio.run(_run_all(cluster, 16, max_tokens=64, during=kill_one_mid_run))
+    base, _ = cluster
+    streams = asyncio.run(_run_all(base, 16, max_tokens=48, during=kill_one_mid_run))
     victim = killed["replica"]
     assert killed["started"] and killed["waiting"], killed
     survivors = [s for s in streams if s.replica != victim]
@@ -208,6 +217,54 @@ def test_killing_a_replica_loses_no_request_that_had_not_started(cluster):
             assert s.error is None and s.finish in ("length", "stop") and s.text == reference, vars(s)
     broken = [s for s in streams if s.replica == victim and not s.done]
     assert broken, "the kill came mid-stream, so a stream on the killed replica must have broken"
+
+
+def _running_replicas() -> set:
+    return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["name"].startswith("SERVE_REPLICA::edgellm#")}
+
+
+def _wait_running(n: int, timeout: float = 90):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = serve.status().applications["edgellm"].deployments["edgellm"].replica_states
+        if states.get("RUNNING", 0) == n and sum(states.values()) == n:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"not {n} running replicas: {states}")
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_redeploy_drains_streams_in_flight(cluster):
+    """serve.run again (with one replica) while streams run on both replicas: the old replicas
+    are stopped only after their streams finished (graceful_shutdown_timeout_s); none breaks."""
+    base, deploy = cluster
+    _wait_running(2)  # the replacement of the killed replica is up
+    before = _running_replicas()
+    seen = {}
+
+    async def redeploy_mid_run(streams):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            live = {s.replica for s in streams if s.text and not s.done}
+            if len(live) == 2:
+                seen["streaming"] = {s.i: s.replica for s in streams if s.text and not s.done}
+                await asyncio.get_running_loop().run_in_executor(None, deploy, 1)
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("never had streams running on both replicas")
+
+    streams = asyncio.run(_run_all(base, 8, max_tokens=48, during=redeploy_mid_run))
+    for s in streams:
+        assert s.error is None and s.done and s.finish in ("length", "stop"), vars(s)
+    assert len({s.text for s in streams}) == 1
+    _wait_running(1)
+    after = _running_replicas()
+    assert len(after) == 1 and not after & before, (before, after)  # both old ones stopped
+    # each old replica had streams in flight when the redeploy began, and they completed
+    assert set(seen["streaming"].values()) == before, (seen, before)
+    assert all(streams[i].done and streams[i].error is None for i in seen["streaming"])
 
 
 def test_replica_lifespan_fails_when_the_model_cannot_load():

@@ -18,7 +18,9 @@ ingress (`serve.ingress()` with `__serve_build_asgi_app__`). What Ray adds:
   when the engine is not serving, so Ray replaces it.
 - graceful drain: a replica being stopped (scale-down, redeploy, shutdown) gets no new
   requests and has `graceful_shutdown_timeout_s` for the ones it holds, streams included, to
-  finish; then its engine is closed (whatever still runs ends "cancelled").
+  finish; then its engine is closed (whatever still runs ends "cancelled"). A `serve.run` of
+  the application again, from Python, replaces every replica so (Ray gives each such deploy a
+  new version), one at a time while the new ones start.
 
 Every answer carries the header `x-edgellm-replica`: the replica's Ray actor name.
 Ray is optional: `pip install "edgellm[ray]"`.
