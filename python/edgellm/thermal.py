@@ -48,10 +48,10 @@ class ThermalReading:
         return bool(self.reasons)
 
 
-def _read_int(path: str) -> Optional[int]:
+def _read_int(path: str, base: int = 10) -> Optional[int]:
     try:
         with open(path, encoding="ascii") as f:
-            return int(f.read().strip(), 0)
+            return int(f.read().strip(), base)
     except (OSError, ValueError):
         return None
 
@@ -105,7 +105,8 @@ class SysfsThermal:
             if last is not None and n > last:
                 cpu = p[len(self.root):].split("/")[5]
                 r.reasons.append(f"{cpu} {os.path.basename(p)} +{n - last}")
-        flags = _read_int(os.path.join(self.root, "sys/devices/platform/soc/soc:firmware/get_throttled"))
+        # the firmware driver prints the flags in hex without a prefix ("50005")
+        flags = _read_int(os.path.join(self.root, "sys/devices/platform/soc/soc:firmware/get_throttled"), 16)
         if flags is not None and flags & _PI_THROTTLED_NOW:
             r.reasons.append(f"firmware get_throttled=0x{flags:x}")
         return r
