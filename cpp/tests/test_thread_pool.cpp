@@ -85,9 +85,9 @@ void idle_workers_wake_up() {
   CHECK(n.load() == 24);
 }
 
-// The threads that took a task of a job of `n` tasks, each of which waits (up to 2 s) until
-// `want` distinct threads have entered the job, so every thread that can come does.
-std::set<int> threads_of_job(ThreadPool& pool, int64_t n, int want) {
+// The threads that took a task of a job of `n` tasks, each of which waits (up to `wait_ms`)
+// until `want` distinct threads have entered the job, so every thread that can come does.
+std::set<int> threads_of_job(ThreadPool& pool, int64_t n, int want, int wait_ms = 2000) {
   std::mutex m;
   std::set<int> seen;
   pool.run(n, [&](int64_t, int thread) {
@@ -95,7 +95,7 @@ std::set<int> threads_of_job(ThreadPool& pool, int64_t n, int want) {
       std::lock_guard<std::mutex> lock(m);
       seen.insert(thread);
     }
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
     for (;;) {
       {
         std::lock_guard<std::mutex> lock(m);
@@ -116,8 +116,9 @@ void active_threads_follow_set_active() {
   pool.set_active(2);
   CHECK(pool.active() == 2);
   for (int job = 0; job < 5; ++job) {
-    // asks for 3 threads: only 2 may come, and only threads 0 and 1
-    const std::set<int> seen = threads_of_job(pool, 16, 3);
+    // asks for 3 threads: only 2 may come, and only threads 0 and 1 (each task waits 50 ms
+    // for a third that must not come)
+    const std::set<int> seen = threads_of_job(pool, 4, 3, 50);
     CHECK(seen.size() <= 2);
     CHECK(*seen.rbegin() < 2);
   }
@@ -135,7 +136,7 @@ void active_threads_follow_set_active() {
   CHECK(*pf_threads.rbegin() < 2);
 
   pool.set_active(1);  // one thread: the caller runs every task itself
-  const std::set<int> one = threads_of_job(pool, 8, 2);
+  const std::set<int> one = threads_of_job(pool, 4, 2, 50);
   CHECK(one.size() == 1 && *one.begin() == 0);
 
   pool.set_active(4);  // parked workers wake up and take tasks again
