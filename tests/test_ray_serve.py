@@ -351,3 +351,31 @@ def test_build_checks_its_arguments():
                 {"graceful_shutdown_timeout_s": -1}):
         with pytest.raises(ValueError):
             ray_serve.build(ServerConfig(model="smollm2"), **bad)
+
+
+def test_check_health_fails_unless_the_engine_serves():
+    _need_ray()
+    from types import SimpleNamespace
+
+    from edgellm.integrations.ray_serve import EdgeLLMReplica
+
+    class Engine:
+        closed = False
+
+        def stats(self):
+            if self.closed:
+                raise RuntimeError("the engine is closed")
+            return {}
+
+    engine = Engine()
+    host = SimpleNamespace(state="ready", error=None, llm=engine)
+    replica = SimpleNamespace(server_app=SimpleNamespace(state=SimpleNamespace(host=host)),
+                              replica="r1")
+    EdgeLLMReplica.check_health(replica)  # serving: healthy
+    engine.closed = True
+    with pytest.raises(RuntimeError, match="closed"):
+        EdgeLLMReplica.check_health(replica)
+    for state, error in (("loading", None), ("failed", OSError("bad file")), ("closed", None)):
+        host.state, host.error = state, error
+        with pytest.raises(RuntimeError, match=state):
+            EdgeLLMReplica.check_health(replica)
