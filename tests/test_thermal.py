@@ -198,6 +198,9 @@ def test_engine_runs_fewer_threads_while_throttled(smollm2_path, sysfs):
             llm.set_n_threads(5)
         with pytest.raises(InvalidRequestError):
             llm.set_n_threads(0)
+        with pytest.raises(InvalidRequestError):
+            llm.set_n_threads("2")
+        assert llm.n_threads_active == 4
     with pytest.raises(InvalidRequestError):
         llm.set_n_threads(2)  # closed
 
