@@ -129,7 +129,7 @@ void ThreadPool::worker_loop(int thread) {
 void ThreadPool::run_job(int64_t n_tasks, TaskFn fn, void* ctx) {
   if (n_tasks <= 0) return;
   if (n_threads_ == 1 || n_tasks == 1 || t_in_task || active() == 1) {
-    // Inline: a single task, a single thread, or a nested call from inside a task.
+    // Inline: a single task, a single (active) thread, or a nested call from inside a task.
     const bool outer = t_in_task;
     t_in_task = true;
     struct Restore {
