@@ -422,7 +422,23 @@ void bind_engine(py::module_& m) {
       .def_property_readonly("n_embd", [](PyEngine& self) { return self.get().n_embd(); })
       .def_property_readonly("default_pooling", [](PyEngine& self) { return static_cast<int>(self.get().default_pooling()); },
                              "Pooling an embedding gets when none is asked for: the GGUF's pooling_type, else 1 (mean).")
-      .def_property_readonly("n_threads", [](PyEngine& self) { return self.model->threads().size(); })
+      .def_property_readonly("n_threads", [](PyEngine& self) { return self.model->threads().size(); },
+                             "Compute threads of the pool (its size, fixed at load).")
+      .def_property_readonly("n_threads_active", [](PyEngine& self) { return self.model->threads().active(); },
+                             "Compute threads taking work now (set_n_threads; n_threads unless lowered).")
+      .def(
+          "set_n_threads",
+          [](PyEngine& self, int n) {
+            self.get();  // a closed engine raises
+            const int size = self.model->threads().size();
+            if (n < 1 || n > size)
+              throw InvalidRequestError("set_n_threads: the count must be in 1.." + std::to_string(size) +
+                                        " (the pool's size), got " + std::to_string(n));
+            self.model->threads().set_active(n);  // the draft model shares this pool
+          },
+          py::arg("n"),
+          "Lets only n of the pool's threads compute from the next parallel op on (1..n_threads), e.g. while "
+          "the CPU throttles; the others sleep until it is raised again.")
       .def_property_readonly("n_gpu_layers", [](PyEngine& self) { return self.model->gpu_layers(); },
                              "Layers running on the GPU (0: all on the CPU).")
       .def_property_readonly("page_size", [](PyEngine& self) { return self.get().kv().page_size(); })

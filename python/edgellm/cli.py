@@ -12,9 +12,11 @@ _COMMANDS = {
     "generate": "generate",
     "run": "run",
     "serve": "serve",
+    "service": "service",
     "bench": "bench",
     "perplexity": "perplexity",
     "quantize": "quantize",
+    "ray-serve": "ray_serve",
     "convert": "convert",
 }
 

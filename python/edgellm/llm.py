@@ -356,6 +356,24 @@ class LLM:
     def stats(self) -> dict:
         return dict(self._engine.stats())
 
+    # ---- compute threads at run time (the thermal back-off, edgellm.thermal) ----
+    @property
+    def n_threads_active(self) -> int:
+        """Threads computing now: n_threads unless set_n_threads lowered it."""
+        return self._engine.n_threads_active
+
+    def set_n_threads(self, n: int) -> None:
+        """Compute with n of the n_threads threads (1..n_threads) from the engine's next parallel
+        op on; the others sleep until it is raised again. Running requests go on unchanged."""
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise InvalidRequestError(f"set_n_threads: the count must be an int, got {n!r}")
+        self._engine.set_n_threads(n)
+
+    @property
+    def closed(self) -> bool:
+        eng = getattr(self, "_engine", None)
+        return eng is None or eng.closed
+
     # ---- persistent prefix cache and slots ----
     def flush_cache(self) -> None:
         """Wait until the pages cache_dir is being sent are written (close() and exit do too)."""

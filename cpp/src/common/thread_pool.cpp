@@ -40,6 +40,7 @@ ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = cpu_features().physical_cores;
   if (n_threads <= 0) n_threads = 1;
   n_threads_ = n_threads;
+  active_.store(n_threads);
   workers_.reserve(n_threads_ - 1);
   for (int t = 1; t < n_threads_; ++t) workers_.emplace_back([this, t] { worker_loop(t); });
 }
@@ -51,6 +52,10 @@ ThreadPool::~ThreadPool() {
     generation_.fetch_add(2);
   }
   wake_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(park_mutex_);
+  }
+  park_.notify_all();
   for (std::thread& w : workers_) w.join();
 }
 
@@ -71,10 +76,27 @@ void ThreadPool::work(int thread) {
   t_in_task = outer;
 }
 
+void ThreadPool::set_active(int n_threads) {
+  if (n_threads < 1) n_threads = 1;
+  if (n_threads > n_threads_) n_threads = n_threads_;
+  {
+    std::lock_guard<std::mutex> lock(park_mutex_);
+    active_.store(n_threads);
+  }
+  park_.notify_all();
+}
+
+void ThreadPool::park(int thread) {
+  std::unique_lock<std::mutex> lock(park_mutex_);
+  park_.wait(lock, [&] { return thread < active_.load() || stop_.load(); });
+}
+
 void ThreadPool::worker_loop(int thread) {
   uint64_t seen = 0;
   auto fresh = [&](uint64_t g) { return g != seen && published(g); };
   for (;;) {
+    if (thread >= active_.load()) park(thread);
+    if (stop_.load()) return;
     uint64_t gen = generation_.load();
     for (int i = 0; !fresh(gen) && i < kSpinRounds; ++i) {
       EDGELLM_CPU_RELAX();
@@ -92,7 +114,7 @@ void ThreadPool::worker_loop(int thread) {
       gen = generation_.load();
     }
     if (stop_.load()) return;
-    if (!fresh(gen)) continue;
+    if (!fresh(gen) || thread >= active_.load()) continue;  // an inactive worker parks above
     // Enter, then make sure the job was not closed in between (seq_cst on both sides: either
     // we see the close, or the caller sees us inside and waits for us to leave).
     workers_inside_.fetch_add(1);
@@ -106,8 +128,8 @@ void ThreadPool::worker_loop(int thread) {
 
 void ThreadPool::run_job(int64_t n_tasks, TaskFn fn, void* ctx) {
   if (n_tasks <= 0) return;
-  if (n_threads_ == 1 || n_tasks == 1 || t_in_task) {
-    // Inline: a single task, a single thread, or a nested call from inside a task.
+  if (n_threads_ == 1 || n_tasks == 1 || t_in_task || active() == 1) {
+    // Inline: a single task, a single (active) thread, or a nested call from inside a task.
     const bool outer = t_in_task;
     t_in_task = true;
     struct Restore {

@@ -16,6 +16,13 @@
 // A task that throws stops the job (remaining tasks are skipped) and the first exception is
 // rethrown from `run` in the caller. A `run` issued from inside a task runs inline, serially.
 // One thread at a time may call `run` (Model::forward holds a lock).
+//
+// Active threads: `set_active(k)` lets only threads 0..k-1 take tasks from the next job on
+// (k in 1..size()); workers k..size()-1 park on their own condition variable until a later
+// set_active includes them again. The thermal back-off (python/edgellm/thermal.py) uses it to
+// run fewer threads while the SoC throttles, without rebuilding the pool or the matmul plans.
+// Safe to call from any thread at any time: a job already open finishes with whoever entered
+// it (completion counts tasks), the next one is shared by the active threads only.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -37,6 +44,10 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
+  // Threads that take tasks (1..size()); size() unless set_active lowered it.
+  int active() const { return active_.load(std::memory_order_relaxed); }
+  // Clamped to 1..size(); wakes parked workers when it grows.
+  void set_active(int n_threads);
 
   // Calls fn(task, thread) for every task in [0, n_tasks); tasks are handed out dynamically
   // (an atomic counter), so uneven tasks balance themselves. `thread` is in [0, size()) and is
@@ -54,7 +65,8 @@ class ThreadPool {
   void parallel_for(int64_t begin, int64_t end, F&& fn) {
     const int64_t n = end - begin;
     if (n <= 0) return;
-    const int64_t parts = n < n_threads_ ? n : n_threads_;
+    const int active_threads = active();
+    const int64_t parts = n < active_threads ? n : active_threads;
     run(parts, [&](int64_t part, int thread) {
       const int64_t lo = begin + n * part / parts, hi = begin + n * (part + 1) / parts;
       for (int64_t i = lo; i < hi; ++i) fn(i, thread);
@@ -66,6 +78,7 @@ class ThreadPool {
   void run_job(int64_t n_tasks, TaskFn fn, void* ctx);
   void work(int thread);
   void worker_loop(int thread);
+  void park(int thread);
 
   int n_threads_ = 1;
   std::vector<std::thread> workers_;
@@ -80,6 +93,10 @@ class ThreadPool {
   std::atomic<int> workers_inside_{0};
   std::exception_ptr error_;
   std::mutex error_mutex_;
+
+  std::atomic<int> active_{1};
+  std::mutex park_mutex_;
+  std::condition_variable park_;  // workers with thread >= active_ wait here
 
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> sleepers_{0};

@@ -175,6 +175,14 @@ def _embedding_options(config) -> None:
 @click.option("--slot-save-path", "slot_save_path", default=None, type=click.Path(file_okay=False),
               help="llama-server's --slot-save-path: the folder of POST /slots/{id}?action=save|"
                    "restore files.")
+@click.option("--thermal-backoff", "thermal_backoff", default="auto", show_default=True,
+              type=click.Choice(["auto", "on", "off"]),
+              help="Run fewer compute threads while the CPU throttles (temperature, cpufreq, "
+                   "throttle counters in /sys) and all of them again once cool; auto = on for "
+                   "ARM Linux boards with thermal sensors (docs/raspberry-pi.md).")
+@click.option("--thermal-root", "thermal_root", default="/", hidden=True,
+              type=click.Path(file_okay=False),
+              help="Folder holding sys/class/thermal and sys/devices/system/cpu (tests).")
 @spec_options()
 def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_size, kv_memory,
             threads, timeout, chat_template, alias, max_batch_tokens, shutdown_grace,
@@ -182,7 +190,8 @@ def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_s
             cors_headers="*", cors_credentials=True, n_predict=-1, seed=-1, temperature=None,
             slots_endpoint=True, metrics_endpoint=True, tags=None, reasoning="auto",
             verbose=False, spec="auto", draft=None, draft_max=None, context_shift=False,
-            cache_dir=None, cache_max_bytes=None, slot_save_path=None):
+            cache_dir=None, cache_max_bytes=None, slot_save_path=None, thermal_backoff="auto",
+            thermal_root="/"):
     """Serve MODEL (a .gguf path or a known model name) over an OpenAI-compatible HTTP API.
 
     Sampling parameters a request leaves out take edgellm's (llama.cpp's) defaults, as
@@ -220,6 +229,7 @@ def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_s
         os.makedirs(slot_save_path, exist_ok=True)
         config.slot_save_path = os.path.abspath(slot_save_path)
     _embedding_options(config)  # --pooling, --embd-normalize, --embedding
+    _thermal_options(config, thermal_backoff, thermal_root)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     failure = []
@@ -264,6 +274,13 @@ def _llamacpp_options(config, cors_origins, cors_methods, cors_headers, cors_cre
     config.temperature = temperature
     config.slots_endpoint = slots_endpoint
     config.metrics_endpoint = metrics_endpoint
+
+
+def _thermal_options(config, mode: str, root: str) -> None:
+    from edgellm.thermal import backoff_default
+
+    config.thermal_root = root
+    config.thermal_backoff = mode == "on" or (mode == "auto" and backoff_default(root))
 
 
 def _url_host(h: str) -> str:

@@ -46,6 +46,10 @@ def default_loader(config: ServerConfig):
     )
     if getattr(config, "reasoning", "auto") == "off":  # llama-server's --reasoning off
         llm.llm.chat_template_defaults["enable_thinking"] = False
+    if getattr(config, "thermal_backoff", False):  # ends by itself when the engine closes
+        from edgellm.thermal import SysfsThermal, ThermalBackoff
+        llm.thermal = ThermalBackoff(llm, SysfsThermal(config.thermal_root),
+                                     interval=config.thermal_interval).start()
     return llm
 
 

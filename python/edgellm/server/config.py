@@ -68,6 +68,10 @@ class ServerConfig:
     cache_dir: Optional[str] = None
     cache_max_bytes: Optional[int] = None
     slot_save_path: Optional[str] = None
+    # thermal back-off (edgellm.thermal): fewer compute threads while the SoC throttles
+    thermal_backoff: bool = False
+    thermal_root: str = "/"            # where sys/class/thermal and cpufreq are read (tests: a tmp tree)
+    thermal_interval: float = 2.0      # seconds between readings
 
     @property
     def hosts(self) -> list:

@@ -1,0 +1,1 @@
+"""Integrations with other serving systems (each needs its own optional extra)."""
