@@ -142,7 +142,8 @@ def _keep_alive(ctx, param, value):
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @click.option("--engine-factory", default=None, hidden=True, metavar="MODULE:CALLABLE",
               help="Build the engine with CALLABLE(ServerConfig) instead of edgellm.AsyncLLM; "
-                   "MODULE.SamplingParams, if any, replaces edgellm's (tests, other engines).")
+                   "MODULE.SamplingParams, if any, replaces edgellm's, MODULE.memory_plan_bytes(config) "
+                   "sizes a model of several (tests, other engines).")
 @click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", default=0, show_default=True, type=click.IntRange(-1, None),
               help="Last layers to run on a CUDA GPU (-1 = all); without one, a warning and the CPU.")
 @click.option("--pooling", type=click.Choice(["none", "mean", "cls", "last"]), default=None,
@@ -386,6 +387,8 @@ def _engine_factory(spec: str) -> dict:
         raise click.BadParameter(f"cannot load {spec}: {e}", param_hint="--engine-factory") from None
     if hasattr(module, "SamplingParams"):
         out["params_factory"] = module.SamplingParams
+    # several models: the bytes one takes (config -> int); another engine's are its own to say
+    out["planner"] = getattr(module, "memory_plan_bytes", lambda config: 0)
     return out
 
 
