@@ -208,12 +208,15 @@ def test_concurrent_first_requests_share_one_load_and_wait_for_it(models):
 
 
 def test_keep_alive_unloads_idle_models_and_a_request_sets_its_own():
-    s = ModelsServer(keep_alive=0.3)
+    s = ModelsServer(keep_alive=2)
     try:
+        t0 = time.time()
         assert chat(s, "a").status_code == 200
         engine = s.loads.engines["/m/a.gguf"]
-        assert s.states()["a"] == "loaded"
-        s.wait_state("a", "unloaded", timeout=5)
+        card = [m for m in httpx.get(s.url + "/v1/models").json()["data"] if m["id"] == "a"][0]
+        assert card["status"]["value"] == "loaded"
+        assert t0 + 1 <= card["status"]["expires_at"] <= time.time() + 3
+        s.wait_state("a", "unloaded", timeout=10)
         assert engine.closed
         # Ollama's keep_alive: -1 keeps it, 0 unloads when the request ends
         assert chat(s, "b", keep_alive=-1).status_code == 200
@@ -264,7 +267,7 @@ def test_busy_model_is_not_unloaded_under_its_request():
     s = ModelsServer(models_memory=150, loads=Loads(token_delay=0.02))  # one model at a time
     try:
         order = []
-        body = {**CHAT, "model": "a", "max_tokens": 40, "stream": True}
+        body = {**CHAT, "model": "a", "max_tokens": 100, "stream": True}  # 2 s or more
         with httpx.Client(timeout=20) as c, c.stream("POST", s.url + "/v1/chat/completions",
                                                      json=body) as r:
             lines = r.iter_lines()
@@ -288,6 +291,38 @@ def test_busy_model_is_not_unloaded_under_its_request():
         assert s.loads.engines["/m/a.gguf"].finished == 1
     finally:
         s.stop()
+
+
+def test_no_room_while_every_other_model_stays_busy_is_503():
+    """The pool itself: a busy model keeps its memory; a request that cannot get room within the
+    wait gets 503 no_room_for_model, and the busy model is still loaded."""
+    import asyncio
+
+    from edgellm.server.errors import APIError
+    from edgellm.server.metrics import ServerMetrics
+    from edgellm.server.model_pool import ModelPool
+
+    cat = _catalog("/m/a.gguf", "/m/b.gguf")
+    loads = Loads()
+
+    async def run():
+        pool = ModelPool(ServerConfig(model="a"), cat.entries, loads, SamplingParams,
+                         ServerMetrics(), planner=lambda c: 100, budget=150, wait_timeout=0.2)
+        a, b = (pool.slot(e) for e in cat.entries)
+        await pool.acquire(a)
+        with pytest.raises(APIError) as e:
+            await pool.acquire(b)
+        assert e.value.status == 503 and e.value.code == "no_room_for_model"
+        assert "a (100.0 B" not in e.value.message and "1 running" in e.value.message
+        assert a.state == "loaded" and b.state == "unloaded" and b.waiting == 0
+        pool.release(a)
+        await pool.acquire(b)  # now a is idle: evicted for b
+        assert (a.state, b.state) == ("unloaded", "loaded")
+        pool.release(b)
+        pool.close()
+
+    asyncio.run(run())
+    assert loads.count == Counter({"/m/a.gguf": 1, "/m/b.gguf": 1})
 
 
 def test_model_that_cannot_fit_alone_is_503_naming_the_numbers():

@@ -98,7 +98,9 @@ class ModelPool:
         self.wait_timeout = wait_timeout
         self.slots: Dict[str, ModelSlot] = {}
         self.closed = False
-        self._changed = asyncio.Event()       # set (and replaced) whenever room may have freed
+        # set (and dropped) whenever room may have freed; made on the event loop when first
+        # waited on (Python 3.9's Event binds the loop it is made under)
+        self._changed: Optional[asyncio.Event] = None
         for entry in entries:
             self.add(entry)
 
@@ -156,7 +158,8 @@ class ModelPool:
                     and self._idle_others(slot) and not self.closed:
                 # the machine has less than the budget said: free every idle model, try once more
                 for other in self._idle_others(slot):
-                    await self._unload(other, "evicted")
+                    if other.idle:  # still, after the unloads before it
+                        await self._unload(other, "evicted")
                 slot.host.state = "loading"
                 await slot.host.load()
             if slot.host.state == "ready" and not self.closed:
@@ -213,6 +216,8 @@ class ModelPool:
                          time.monotonic() - idle[0].last_used, slot.entry.id)
                 await self._unload(idle[0], "evicted")
                 continue
+            if self._changed is None:
+                self._changed = asyncio.Event()
             changed = self._changed
             timeout = None if deadline is None else deadline - time.monotonic()
             if timeout is not None and timeout <= 0:
@@ -275,14 +280,19 @@ class ModelPool:
         slot._timer = None
         slot.expires_at = None
         if slot.idle and not self.closed:
-            asyncio.ensure_future(self._unload(slot, "keep_alive"))
+            asyncio.ensure_future(self._unload_idle(slot, "keep_alive"))
+
+    async def _unload_idle(self, slot: ModelSlot, reason: str) -> None:
+        if slot.idle and not self.closed:  # a request may have claimed it since
+            await self._unload(slot, reason)
 
     def _idle_others(self, slot: ModelSlot) -> List[ModelSlot]:
         return [s for s in self.slots.values() if s is not slot and s.idle]
 
     def _notify(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
 
     def close(self) -> None:
         """At shutdown: every engine closed; a load under way closes its own when it ends."""
