@@ -207,6 +207,24 @@ def test_concurrent_first_requests_share_one_load_and_wait_for_it(models):
     assert models.loads.engines["/m/a.gguf"].finished == 5
 
 
+def test_client_leaving_while_its_model_loads_is_dropped_and_the_load_goes_on(models):
+    models.loads.gate.clear()
+    with pytest.raises(httpx.TimeoutException):
+        post(models, "/v1/chat/completions", {**CHAT, "model": "a"}, timeout=0.5)
+    models.wait_state("a", "loading")
+    models.loads.gate.set()
+    models.wait_state("a", "loaded")
+    deadline = time.monotonic() + 5
+    while 'status="499"' not in httpx.get(models.url + "/metrics").text:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    engine = models.loads.engines["/m/a.gguf"]
+    assert engine.finished == engine.aborted == 0  # the request never reached the engine
+    text = httpx.get(models.url + "/metrics").text
+    assert metric(text, 'edgellm_model_requests_running{model="a"}') == 0
+    assert chat(models, "a").status_code == 200 and models.loads.count["/m/a.gguf"] == 1
+
+
 def test_keep_alive_unloads_idle_models_and_a_request_sets_its_own():
     s = ModelsServer(keep_alive=2)
     try:

@@ -7,13 +7,16 @@ the entry (server/model_catalog.py), waits until it is loaded (server/model_pool
 the request to that model's own routes -- the single-model server's, built over its EngineHost
 (app.model_routes) -- holding the model for as long as the answer lasts, a stream included.
 `keep_alive` (Ollama's field) is taken out of the body here: it sets how long the model stays
-after this request. Paths that are no model's route are a 404 without anything loaded.
+after this request. A client that leaves while its model loads (or waits for room) is dropped;
+the load goes on. Paths that are no model's route are a 404 without anything loaded.
 
 Routes of their own: GET /v1/models and /models (every model with its state), /health,
 /metrics (the engines' figures summed, plus per-model gauges), POST /models/load and
 /models/unload (llama-server's router-mode names).
 """
+import asyncio
 import json
+import logging
 import time
 from typing import Any, Callable, Dict, List, Optional
 
@@ -27,7 +30,10 @@ from .errors import APIError, invalid
 from .metrics import ServerMetrics
 from .model_catalog import ModelCatalog, ModelEntry
 from .model_pool import LOADED, ModelPool, ModelSlot
-from .routes import OFF_LOOP_BYTES, engine_meta, off_loop
+from .routes import CLIENT_CLOSED, OFF_LOOP_BYTES, engine_meta, off_loop
+from .sse import cancel_and_wait, wait_disconnect
+
+log = logging.getLogger("edgellm.server")
 
 _BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 
@@ -77,18 +83,44 @@ class ModelRouter:
             body = json.dumps(fields, ensure_ascii=False).encode("utf-8")
         entry = self.catalog.find(name) if name else self.default
         slot = self.pool.slot(entry)
-        await self.pool.acquire(slot)
+        if not await self._acquire(slot, receive):
+            self.metrics.request_done("http", CLIENT_CLOSED)
+            return  # the client left while its model was loading: nothing to answer
         try:
             await self._app(slot)(scope, _replay(body, receive), send)
         finally:
             self.pool.release(slot, keep_alive)
 
+    async def _acquire(self, slot: ModelSlot, receive) -> bool:
+        """pool.acquire(slot), given up (False) when the client disconnects first; a load it
+        started goes on for the others."""
+        if slot.state == LOADED:
+            await self.pool.acquire(slot)
+            return True
+        acquiring = asyncio.ensure_future(self.pool.acquire(slot))
+        watcher = asyncio.ensure_future(wait_disconnect(receive))
+        try:
+            await asyncio.wait({acquiring, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._abandon(acquiring, slot, watcher))
+            raise
+        if acquiring.done():
+            watcher.cancel()
+            acquiring.result()  # its APIError, if any
+            return True
+        log.info("client disconnected while %s was loading; request dropped", slot.entry.id)
+        await self._abandon(acquiring, slot, watcher)
+        return False
+
+    async def _abandon(self, acquiring: asyncio.Future, slot: ModelSlot, watcher) -> None:
+        await cancel_and_wait(acquiring, watcher)
+        if not acquiring.cancelled() and acquiring.exception() is None:
+            self.pool.release(slot)  # it was claimed just as the client left
+
     @staticmethod
     async def _read(scope, receive):
         """The whole body (server/limits.BodyLimit has bounded it) and, when it is a JSON
         object, its fields; the routes read the same bytes again."""
-        if scope.get("method") not in _BODY_METHODS:
-            return b"", {}
         chunks = []
         while True:
             message = await receive()
@@ -98,7 +130,7 @@ class ModelRouter:
             if not message.get("more_body"):
                 break
         body = b"".join(chunks)
-        if not body.strip():
+        if scope.get("method") not in _BODY_METHODS or not body.strip():
             return body, {}
         try:
             if len(body) > OFF_LOOP_BYTES:
