@@ -41,7 +41,8 @@ def test_names_pick_models():
                        ("smollm2:q4_1", "smollm2"), ("smollm2-135m", "smollm2"),
                        ("gemma-3-270m:q4_k_m", "gemma3"), ("gemma3-270m", "gemma3"),
                        ("GEMMA-3-270M-Q4_K_M.gguf", "gemma3"), ("my-model:f16", "my-model-F16"),
-                       ("my-model-f16:latest", "my-model-F16")]:
+                       ("my-model-f16:latest", "my-model-F16"),
+                       ("/m/gemma-3-270m-q4_k_m.gguf", "gemma3")]:
         assert cat.find(name).id == want, name
     err = pytest.raises(Exception, cat.find, "llama3").value
     assert err.status == 404 and err.code == "model_not_found"
@@ -167,6 +168,8 @@ def test_unknown_model_is_404_listing_the_models(models):
     # a path no model has is a 404 too, and loads nothing
     r = post(models, "/v1/nothing", {"model": "a"})
     assert r.status_code == 404 and not models.loads.count
+    r = httpx.get(models.url + "/v1/chat/completions?model=a")  # 405: nothing loaded for it
+    assert r.status_code == 405 and not models.loads.count
     err = openai_error(post(models, "/v1/chat/completions", {**CHAT, "model": 7}), 400)
     assert err["param"] == "model"
     assert openai_error(httpx.post(models.url + "/v1/chat/completions", content=b"{",

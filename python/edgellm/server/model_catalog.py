@@ -6,7 +6,7 @@
 
 An entry's id (what /v1/models lists and answers carry) is its first --alias, else the known
 model's name when the file is one of edgellm's known models (`smollm2`), else the file's stem.
-It is also picked, case-insensitively, by: its file name and stem; `NAME:latest` for any of its
+It is also picked, case-insensitively, by: its path as given; its file name and stem; `NAME:latest` for any of its
 names (Ollama's default tag); `BASE:QUANT` when the stem ends in a quantization type
 (`SmolLM2-135M-Instruct.Q4_1` -> `smollm2-135m-instruct:q4_1`, also `smollm2:q4_1`); and the
 known model's other spellings (`edgellm.models`' aliases: `qwen`, `gemma3-270m`, ...). A derived
@@ -142,7 +142,7 @@ class ModelCatalog:
         self._paths[real] = entry
         for name in [ident] + aliases:
             self._explicit[_key(name)] = entry
-        for name in ([source] if typed else []) + derived:
+        for name in [source, path] + derived:  # what the command line said, the path
             holders = self._derived.setdefault(_key(name), [])
             if entry not in holders:
                 holders.append(entry)
@@ -150,12 +150,13 @@ class ModelCatalog:
         return entry
 
     def names_of(self, entry: ModelEntry) -> List[str]:
-        """Every name that picks `entry`: its id and aliases, then the derived names no other
-        entry shares (lower case)."""
+        """The names that pick `entry`: its id and aliases, then the derived names no other
+        entry shares (lower case; its path picks it too, not listed)."""
         out = list(entry.names)
         keys = {_key(n) for n in out}
         for key, holders in self._derived.items():
-            if holders == [entry] and key not in keys and key not in self._explicit:
+            if holders == [entry] and key not in keys and key not in self._explicit \
+                    and "/" not in key and os.sep not in key:  # paths: meta.path says it
                 out.append(key)
                 keys.add(key)
         return out

@@ -64,8 +64,9 @@ class ModelRouter:
         if scope["type"] != "http":
             return
         template = self._app(self.pool.slot(self.default))
-        if not any(r.matches(scope)[0] != Match.NONE for r in template.routes):
-            raise HTTPException(404)  # the app's handler answers in its envelope
+        matches = {r.matches(scope)[0] for r in template.routes}
+        if Match.FULL not in matches:  # answered in the app's envelope; nothing is loaded
+            raise HTTPException(405 if Match.PARTIAL in matches else 404)
         body, fields = await self._read(scope, receive)
         name = fields.get("model")
         if name is None:
@@ -167,7 +168,9 @@ class ModelRouter:
             status["failed"] = slot.error
         return {"id": e.id, "object": "model",
                 "created": int(slot.host.loaded_at or self.started), "owned_by": "edgellm",
-                "aliases": self.catalog.names_of(e), "status": status, "meta": meta}
+                "aliases": self.catalog.names_of(e), "status": status,
+                "tags": [t.strip() for t in (self.pool.config.tags or "").split(",") if t.strip()],
+                "meta": meta}
 
     async def list_models(self, request: Request) -> Response:
         self.catalog._scan_quietly()
