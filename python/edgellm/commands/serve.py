@@ -88,7 +88,7 @@ def _keep_alive(ctx, param, value):
 
 
 @click.command("serve")
-@click.argument("models", nargs=-1, metavar="MODEL...")
+@click.argument("models", nargs=-1, metavar="[MODEL]...")
 @click.option("--models-dir", default=None, type=click.Path(file_okay=False),
               help="Serve every *.gguf file in this folder too (scanned again for new files); "
                    "a request's 'model' picks one.")
