@@ -1,18 +1,19 @@
 """Which models a many-model server knows, and the names a request's `model` may use for each.
 
-    catalog = ModelCatalog.build(["smollm2", "/m/gemma-3-270m-q4_k_m.gguf"],
-                                 models_dir="/m", aliases={"chat": "smollm2"})
-    catalog.find("gemma-3-270m:q4_k_m")   # -> ModelEntry (or a 404 listing the ids)
+    catalog = ModelCatalog.build([("smollm2", "/cache/SmolLM2-135M-Instruct.Q4_1.gguf")],
+                                 models_dir="/m", aliases={"chat": "/m/gemma-3-270m-q4_k_m.gguf"})
+    catalog.find("gemma-3-270m:q4_k_m")   # -> the entry "chat" (or a 404 listing the ids)
 
 An entry's id (what /v1/models lists and answers carry) is its first --alias, else the known
 model's name when the file is one of edgellm's known models (`smollm2`), else the file's stem.
-It is also picked, case-insensitively, by: its path as given; its file name and stem; `NAME:latest` for any of its
-names (Ollama's default tag); `BASE:QUANT` when the stem ends in a quantization type
-(`SmolLM2-135M-Instruct.Q4_1` -> `smollm2-135m-instruct:q4_1`, also `smollm2:q4_1`); and the
-known model's other spellings (`edgellm.models`' aliases: `qwen`, `gemma3-270m`, ...). A derived
-name two entries share picks neither (a 400 says so); two entries with the same id are refused
-when the catalog is built. `--models-dir` is scanned again when a name is not found and when the
-models are listed, so a file copied there later is served without a restart.
+It is also picked, case-insensitively, by: its path as given; its file name and stem;
+`NAME:latest` for any of its names (Ollama's default tag); `BASE:QUANT` when the stem ends in a
+quantization type (`SmolLM2-135M-Instruct.Q4_1` -> `smollm2-135m-instruct:q4_1`, also
+`smollm2:q4_1`); and the known model's other spellings (`edgellm.models.other_names`: `qwen`,
+`gemma3-270m`, ...). A derived name two entries share picks neither (a 400 says so); two
+entries with the same id are refused when the catalog is built. `--models-dir` is scanned again
+when a name is not found and when the models are listed, so a file copied there later is
+served without a restart.
 """
 import os
 import re
@@ -36,7 +37,7 @@ class ModelEntry:
     path: str                     # the GGUF file
     source: str                   # as given: a path, a known name, or found in --models-dir
     aliases: List[str] = field(default_factory=list)   # --alias NAME=MODEL names, sorted
-    names: List[str] = field(default_factory=list)     # every name that picks it, id first
+    names: List[str] = field(default_factory=list)     # its id, then its other aliases
 
 
 def _key(name: str) -> str:
@@ -50,8 +51,7 @@ def _known_names(path: Path) -> List[str]:
 
     for spec in models.KNOWN_MODELS.values():
         if spec.filename.lower() == path.name.lower():
-            others = [a for a, n in models._ALIASES.items() if n == spec.name]
-            return [spec.name] + sorted(others)
+            return [spec.name] + models.other_names(spec.name)
     return []
 
 
