@@ -246,12 +246,18 @@ def test_keep_alive_unloads_idle_models_and_a_request_sets_its_own():
         time.sleep(0.5)
         assert s.states()["b"] == "loaded"
         assert s.loads.engines["/m/b.gguf"].last_params is not None  # keep_alive not passed on
+        assert chat(s, "b").status_code == 200  # no keep_alive: the server's 2 s again
+        s.wait_state("b", "unloaded", timeout=10)
         err = openai_error(chat(s, "a", keep_alive="soon"), 400)
         assert err["param"] == "keep_alive"
+        assert post(s, "/models/load", {"model": "c"}).status_code == 200
         text = httpx.get(s.url + "/metrics").text
         assert metric(text, 'edgellm_model_unloads_total{model="a",reason="keep_alive"}') == 1
-        assert metric(text, 'edgellm_model_loaded{model="b"}') == 1
-        assert metric(text, 'edgellm_model_ready{model="b"}') == 1
+        assert metric(text, 'edgellm_model_unloads_total{model="b",reason="keep_alive"}') == 1
+        assert metric(text, 'edgellm_model_loaded{model="c"}') == 1
+        assert metric(text, 'edgellm_model_ready{model="c"}') == 1
+        assert metric(text, 'edgellm_model_loaded{model="b"}') == 0
+        assert metric(text, 'edgellm_model_loads_total{model="c"}') == 2
     finally:
         s.stop()
 

@@ -14,8 +14,8 @@ reused as is), its planned bytes and its use counts. The rules, all applied on t
   busy the request waits for one to become idle (up to `wait_timeout`, then a 503). A model
   whose plan is larger than the whole budget is a 503 naming both numbers, at once.
 - Idle = no request holds it and none waits for it. After its last request a model stays for
-  its keep-alive (the server's --keep-alive, or the last request's `keep_alive`, as Ollama's):
-  None keeps it loaded, 0 unloads it at once.
+  its keep-alive (the last request's `keep_alive`, else the server's --keep-alive, as
+  Ollama's): None keeps it loaded, 0 unloads it at once.
 - A failed load answers every waiting request (503 when the engine's own memory check refused,
   else 500) and leaves the slot unloaded; the next request tries again.
 """
@@ -34,6 +34,7 @@ from .model_catalog import ModelEntry
 log = logging.getLogger("edgellm.server")
 
 UNLOADED, LOADING, LOADED, UNLOADING = "unloaded", "loading", "loaded", "unloading"
+SERVER_KEEP_ALIVE = object()  # a request that gave no keep_alive: the server's --keep-alive
 
 
 def _mib(n: Optional[int]) -> str:
@@ -133,12 +134,12 @@ class ModelPool:
         slot.busy += 1
         self._cancel_timer(slot)
 
-    def release(self, slot: ModelSlot, keep_alive: Any = "default") -> None:
-        """The end of a request; `keep_alive` (seconds, None = for ever) replaces the slot's."""
+    def release(self, slot: ModelSlot, keep_alive: Any = SERVER_KEEP_ALIVE) -> None:
+        """The end of a request; `keep_alive` (seconds, None = for ever) is how long the model
+        stays once idle, as Ollama's: the last request decides."""
         slot.busy -= 1
         slot.last_used = time.monotonic()
-        if keep_alive != "default":
-            slot.keep_alive = keep_alive
+        slot.keep_alive = self.keep_alive if keep_alive is SERVER_KEEP_ALIVE else keep_alive
         if slot.busy == 0:
             self._schedule_expiry(slot)
             self._notify()

@@ -29,7 +29,7 @@ from .config import parse_keep_alive
 from .errors import APIError, invalid
 from .metrics import ServerMetrics
 from .model_catalog import ModelCatalog, ModelEntry
-from .model_pool import LOADED, ModelPool, ModelSlot
+from .model_pool import LOADED, SERVER_KEEP_ALIVE, ModelPool, ModelSlot
 from .routes import CLIENT_CLOSED, OFF_LOOP_BYTES, engine_meta, off_loop
 from .sse import cancel_and_wait, wait_disconnect
 
@@ -74,7 +74,7 @@ class ModelRouter:
         if name is not None and not isinstance(name, str):
             raise invalid("'model' must be a string: the name of one of this server's models",
                           "model", "invalid_type")
-        keep_alive: Any = "default"
+        keep_alive: Any = SERVER_KEEP_ALIVE
         if "keep_alive" in fields:
             try:
                 keep_alive = parse_keep_alive(fields["keep_alive"])
