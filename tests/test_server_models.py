@@ -6,6 +6,7 @@ models never unloaded, models that cannot fit; and the same three real models th
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -546,5 +547,30 @@ def test_real_models_through_edgellm_serve(smollm2_path, gemma3_path, qwen_path)
             client.chat.completions.create(model="llama-3-8b", messages=[
                 {"role": "user", "content": "x"}], max_tokens=2)
         assert "smollm2" in json.dumps(e.value.body)
+    finally:
+        _stop(proc)
+
+
+@pytest.mark.real_model
+def test_real_model_over_the_memory_budget_is_503_with_its_plan(smollm2_path, qwen_path):
+    """The real memory plan sizes each model: one over --models-memory is refused before any
+    byte of it is loaded, with both numbers."""
+    from edgellm.memory_plan import plan
+
+    need = plan(str(qwen_path), n_ctx=512, n_threads=2, max_seqs=2).total  # as served below
+    budget = need // 2
+    proc, url = _serve(str(smollm2_path), "qwen", "--models-memory", str(budget),
+                       "--ctx-size", "512", "--parallel", "2", "--threads", "2")
+    try:
+        _wait_up(proc, url)
+        err = openai_error(httpx.post(url + "/v1/chat/completions", json={**CHAT, "model": "qwen"},
+                                      timeout=60), 503)
+        assert err["code"] == "model_too_large"
+        said = int(re.search(r"needs (\d+) bytes", err["message"]).group(1))
+        # the plan counts this process's heap for the metadata: a few KB apart from ours
+        assert abs(said - need) < need / 100 and f"{budget} bytes" in err["message"]
+        states = {m["id"]: m["status"]["value"] for m in
+                  httpx.get(url + "/v1/models").json()["data"]}
+        assert states == {"smollm2": "unloaded", "qwen2.5-coder-0.5b": "unloaded"}
     finally:
         _stop(proc)
