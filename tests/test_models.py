@@ -81,6 +81,8 @@ def test_names_aliases_and_unknown():
     assert "llama-70b" in str(e.value)
     for name in reg.KNOWN_MODELS:
         assert name in str(e.value)
+    assert reg.other_names("gemma3") == ["gemma-3-270m", "gemma3-270m"]
+    assert reg.other_names("qwen") == ["qwen", "qwen2.5-coder", "qwen2.5-coder-0.5b-instruct"]
 
 
 def test_resolve_existing_path_unknown_and_not_fetched(cache, tmp_path):

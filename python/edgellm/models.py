@@ -200,6 +200,12 @@ def canonical_name(name: str) -> str:
     raise UnknownModelError(f"unknown model {name!r}; known models: {_known_names()}")
 
 
+def other_names(name: str) -> List[str]:
+    """The other spellings of the known model `name` (its aliases), sorted."""
+    canonical = canonical_name(name)
+    return sorted(a for a, n in _ALIASES.items() if n == canonical)
+
+
 def _spec(name: str) -> ModelSpec:
     return KNOWN_MODELS[canonical_name(name)]
 

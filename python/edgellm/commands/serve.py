@@ -78,8 +78,31 @@ def _embedding_options(config) -> None:
     config.embedding = bool(meta.get("edgellm.serve.embedding", False))
 
 
+def _keep_alive(ctx, param, value):
+    from edgellm.server.config import parse_keep_alive
+
+    try:
+        return parse_keep_alive(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
 @click.command("serve")
-@click.argument("model")
+@click.argument("models", nargs=-1, metavar="[MODEL]...")
+@click.option("--models-dir", default=None, type=click.Path(file_okay=False),
+              help="Serve every *.gguf file in this folder too (scanned again for new files); "
+                   "a request's 'model' picks one.")
+@click.option("--keep-alive", default="5m", show_default=True, callback=_keep_alive,
+              help="With several models: how long a model stays loaded after its last request "
+                   "(seconds or 10s / 5m / 1h; -1 = for ever, 0 = unload at once). A "
+                   "request's 'keep_alive' sets it for that model, as Ollama's.")
+@click.option("--max-loaded-models", default=None, type=click.IntRange(1),
+              help="With several models: at most this many in memory at once [default: as "
+                   "many as --models-memory holds].")
+@click.option("--models-memory", default=None, callback=_size,
+              help="With several models: memory all loaded models may take together, by their "
+                   "memory plans (e.g. 6G); the least recently used idle one is unloaded to "
+                   "make room [default: what the machine has available at start].")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address(es) to listen on, comma-separated (loopback by default; 0.0.0.0 "
                    "exposes it).")
@@ -101,8 +124,10 @@ def _embedding_options(config) -> None:
               help="Seconds a request may take before it is aborted with 504; 0 = no limit.")
 @click.option("--chat-template", default=None,
               help="Chat template: a known name or a Jinja file [default: the model's].")
-@click.option("--alias", default=None, help="Model id shown to clients [default: MODEL's name]; "
-              "several comma-separated names: the first in sorted order is the id.")
+@click.option("--alias", "aliases", multiple=True,
+              help="Model id shown to clients [default: MODEL's name]; several comma-separated "
+                   "names: the first in sorted order is the id. NAME=MODEL (repeatable) names "
+                   "one of several models (MODEL: a path, a known name, or one of the MODELs).")
 @click.option("--max-batch-tokens", default=512, show_default=True, type=click.IntRange(1),
               help="Tokens per engine step (prefill chunks + decode tokens).")
 @click.option("--shutdown-grace", default=5.0, show_default=True, type=click.FloatRange(0),
@@ -117,7 +142,8 @@ def _embedding_options(config) -> None:
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @click.option("--engine-factory", default=None, hidden=True, metavar="MODULE:CALLABLE",
               help="Build the engine with CALLABLE(ServerConfig) instead of edgellm.AsyncLLM; "
-                   "MODULE.SamplingParams, if any, replaces edgellm's (tests, other engines).")
+                   "MODULE.SamplingParams, if any, replaces edgellm's, MODULE.memory_plan_bytes(config) "
+                   "sizes a model of several (tests, other engines).")
 @click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", default=0, show_default=True, type=click.IntRange(-1, None),
               help="Last layers to run on a CUDA GPU (-1 = all); without one, a warning and the CPU.")
 @click.option("--pooling", type=click.Choice(["none", "mean", "cls", "last"]), default=None,
@@ -184,15 +210,19 @@ def _embedding_options(config) -> None:
               type=click.Path(file_okay=False),
               help="Folder holding sys/class/thermal and sys/devices/system/cpu (tests).")
 @spec_options()
-def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_size, kv_memory,
-            threads, timeout, chat_template, alias, max_batch_tokens, shutdown_grace,
+def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_size, kv_memory,
+            threads, timeout, chat_template, aliases, max_batch_tokens, shutdown_grace,
             max_body_size, read_timeout, log_level, engine_factory, n_gpu_layers, cors_origins="*", cors_methods="GET, POST, DELETE, OPTIONS",
             cors_headers="*", cors_credentials=True, n_predict=-1, seed=-1, temperature=None,
             slots_endpoint=True, metrics_endpoint=True, tags=None, reasoning="auto",
             verbose=False, spec="auto", draft=None, draft_max=None, context_shift=False,
             cache_dir=None, cache_max_bytes=None, slot_save_path=None, thermal_backoff="auto",
-            thermal_root="/"):
+            thermal_root="/", models_dir=None, keep_alive=300.0, max_loaded_models=None,
+            models_memory=None):
     """Serve MODEL (a .gguf path or a known model name) over an OpenAI-compatible HTTP API.
+
+    With several MODELs or --models-dir, a request's 'model' picks one; each loads on first
+    use and unloads after --keep-alive idle or when another needs its memory.
 
     Sampling parameters a request leaves out take edgellm's (llama.cpp's) defaults, as
     llama-server does, and an absent max_tokens means "until the end of generation or the
@@ -203,8 +233,29 @@ def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_s
     from edgellm.server import ServerConfig, create_app
 
     factories = _engine_factory(engine_factory) if engine_factory else {}
+
+    def resolve(m, hint="MODEL"):
+        return m if factories else _resolve_model(m, hint)
+
+    named = [a for a in aliases if "=" in a]
+    plain = [a for a in aliases if "=" not in a]
+    if not models and not models_dir:
+        raise click.UsageError("give a MODEL (a .gguf path or a known name), several, or "
+                               "--models-dir DIR")
+    model_aliases = {}
+    for a in named:
+        name, _, target = a.partition("=")
+        if not name.strip() or not target.strip():
+            raise click.BadParameter(f"{a!r}: give NAME=MODEL", param_hint="--alias")
+        model_aliases[name.strip()] = resolve(target.strip(), "--alias")
+    resolved = [(m, resolve(m)) for m in models]
+    model = models[0] if models else (models_dir or "")
+    if (len(models) > 1 or models_dir or model_aliases) and plain:
+        raise click.BadParameter("with several models give each name as NAME=MODEL",
+                                 param_hint="--alias")
     config = ServerConfig(
-        model=model, model_path=model if factories else _resolve_model(model), alias=alias,
+        model=model, model_path=resolved[0][1] if resolved else None,
+        alias=",".join(plain) or None,
         host=host, port=port,
         api_key=_read_key(api_key, api_key_file), parallel=parallel, max_queue=max_queue,
         ctx_size=ctx_size, kv_memory=kv_memory, threads=threads, timeout=timeout or None,
@@ -224,6 +275,12 @@ def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_s
     config.context_shift = context_shift
     config.cache_dir = cache_dir
     config.cache_max_bytes = cache_max_bytes
+    config.models = resolved
+    config.models_dir = models_dir
+    config.model_aliases = model_aliases
+    config.keep_alive = keep_alive
+    config.max_loaded_models = max_loaded_models
+    config.models_memory = models_memory
     if slot_save_path:
         import os
         os.makedirs(slot_save_path, exist_ok=True)
@@ -238,7 +295,10 @@ def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_s
         failure.append(e)
         server.should_exit = True
 
-    app = create_app(config, on_load_failure=on_load_failure, **factories)
+    try:
+        app = create_app(config, on_load_failure=on_load_failure, **factories)
+    except ValueError as e:  # several models that cannot be served together (two with one id)
+        raise click.UsageError(str(e)) from None
     hosts = config.hosts
     if not hosts:
         raise click.BadParameter("give at least one address", param_hint="--host")
@@ -253,8 +313,12 @@ def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_s
         timeout_graceful_shutdown=max(1, int(round(shutdown_grace))) if shutdown_grace else None,
         lifespan="on"))
     where = ", ".join(f"http://{_url_host(h)}:{port}/v1" for h in hosts)
-    click.echo(f"edgellm: serving {config.model_id} on {where} "
-               f"(loading {config.model_path})", err=True)
+    if config.multi_model:
+        click.echo(f"edgellm: serving {', '.join(app.state.models.slots)} on {where} (each "
+                   "loaded on first use)", err=True)
+    else:
+        click.echo(f"edgellm: serving {config.model_id} on {where} "
+                   f"(loading {config.model_path})", err=True)
     server.run(sockets=sockets)
     if failure:
         click.echo(f"edgellm: could not load {config.model_path}: {failure[0]}", err=True)
@@ -323,6 +387,8 @@ def _engine_factory(spec: str) -> dict:
         raise click.BadParameter(f"cannot load {spec}: {e}", param_hint="--engine-factory") from None
     if hasattr(module, "SamplingParams"):
         out["params_factory"] = module.SamplingParams
+    # several models: the bytes one takes (config -> int); another engine's are its own to say
+    out["planner"] = getattr(module, "memory_plan_bytes", lambda config: 0)
     return out
 
 

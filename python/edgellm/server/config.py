@@ -1,7 +1,7 @@
 """What `edgellm serve` was asked for: the model, the engine's sizes and the server's limits."""
 import re
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)?\s*$", re.IGNORECASE)
 _SCALE = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -16,6 +16,34 @@ def parse_size(text: str) -> int:
     if value < 1:
         raise ValueError(f"memory size {text!r} is zero")
     return int(value)
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)", re.IGNORECASE)
+_UNIT = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_keep_alive(value) -> Optional[float]:
+    """Ollama's keep_alive: seconds as a number, or a duration such as '5m', '1h30m', '10s';
+    negative = for ever (None), 0 = unload as soon as the last request ends."""
+    if isinstance(value, bool):
+        raise ValueError(f"keep_alive must be seconds or a duration such as '5m', got {value!r}")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        text = str(value).strip().lower()
+        try:
+            seconds = float(text)
+        except ValueError:
+            sign = -1.0 if text.startswith("-") else 1.0
+            body = text.lstrip("+-")
+            parts = _DURATION.findall(body)
+            if not body or "".join(n + u for n, u in parts) != body:
+                raise ValueError(f"keep_alive must be seconds or a duration such as '5m', "
+                                 f"'1h30m', '-1' (for ever), got {value!r}") from None
+            seconds = sign * sum(float(n) * _UNIT[u] for n, u in parts)
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):
+        raise ValueError(f"keep_alive must be a finite number, got {value!r}")
+    return None if seconds < 0 else seconds
 
 
 @dataclass
@@ -72,6 +100,20 @@ class ServerConfig:
     thermal_backoff: bool = False
     thermal_root: str = "/"            # where sys/class/thermal and cpufreq are read (tests: a tmp tree)
     thermal_interval: float = 2.0      # seconds between readings
+    # many models in one server (server/model_catalog.py, model_pool.py; docs/SERVER.md
+    # "Several models"): (as given, resolved path) per MODEL argument, --models-dir,
+    # --alias NAME=MODEL (NAME -> resolved path), and what stays loaded
+    models: List[Tuple[str, str]] = field(default_factory=list)
+    models_dir: Optional[str] = None
+    model_aliases: Dict[str, str] = field(default_factory=dict)
+    keep_alive: Optional[float] = 300.0    # seconds idle before a model unloads; None = never
+    max_loaded_models: Optional[int] = None  # None = as many as --models-memory holds
+    models_memory: Optional[int] = None    # bytes for all loaded models; None = the machine's
+
+    @property
+    def multi_model(self) -> bool:
+        """Several models (or a folder of them): the request's `model` picks one."""
+        return bool(self.models_dir or self.model_aliases or len(self.models) > 1)
 
     @property
     def hosts(self) -> list:

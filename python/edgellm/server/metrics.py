@@ -99,8 +99,10 @@ class ServerMetrics:
         with self._lock:
             self.finished[reason] = self.finished.get(reason, 0) + 1
 
-    def render(self, engine: Optional[dict], model_id: str, ready: bool) -> str:
-        """`engine` is LLM.stats() (None while loading)."""
+    def render(self, engine: Optional[dict], model_id: Optional[str], ready: bool,
+               models: Optional[List[Tuple[str, bool]]] = None) -> str:
+        """`engine` is LLM.stats() (None while loading); `models`, (id, ready) per model of a
+        many-model server, replaces (model_id, ready) in edgellm_model_ready."""
         e = engine or {}
         out: List[str] = []
 
@@ -112,7 +114,8 @@ class ServerMetrics:
 
         with self._lock:
             metric("edgellm_model_ready", "gauge", "1 once the model is loaded and serving",
-                   [(_labels([("model", model_id)]), 1 if ready else 0)])
+                   [(_labels([("model", m)]), 1 if r else 0)
+                    for m, r in (models if models is not None else [(model_id, ready)])])
             metric("edgellm_requests_running", "gauge", "Sequences the engine is running now",
                    [("", e.get("running", 0))])
             metric("edgellm_requests_waiting", "gauge",

@@ -873,7 +873,7 @@ class ResponsesAPI:
         self.host = routes.host
         self.config = routes.config
         self.metrics = routes.metrics
-        self.store = store or ResponseStore()
+        self.store = store if store is not None else ResponseStore()  # an empty one is falsy
 
     # -- GET / DELETE --
     def _not_found(self, rid: str) -> APIError:

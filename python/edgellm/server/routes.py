@@ -130,6 +130,23 @@ def check_token_ids(lists, n_vocab: Optional[int], param: str) -> None:
                               param, "invalid_value")
 
 
+def engine_meta(llm) -> dict:
+    """What /v1/models tells of a loaded engine: context, vocabulary, ISA, file, architecture,
+    speculative decoding."""
+    inner = getattr(llm, "llm", llm)
+    meta = {"n_ctx": getattr(inner, "n_ctx", None), "n_vocab": getattr(inner, "n_vocab", None),
+            "isa": getattr(inner, "isa", None), "path": getattr(inner, "model_path", None)}
+    spec = getattr(inner, "speculative", None)
+    if isinstance(spec, str):  # speculative decoding: the mode and the draft model's path
+        meta["speculative"] = spec
+        meta["draft_model"] = getattr(inner, "draft_model_path", None)
+    md = getattr(inner, "metadata", None) or {}
+    if isinstance(md, dict):
+        meta["architecture"] = md.get("general.architecture")
+        meta["n_ctx_train"] = md.get(f"{md.get('general.architecture')}.context_length")
+    return meta
+
+
 class Routes:
     def __init__(self, host: EngineHost):
         self.host = host
@@ -393,17 +410,7 @@ class Routes:
             llm = self.host.require_ready()
         except APIError as e:
             return self._fail("models", e)
-        inner = getattr(llm, "llm", llm)
-        meta = {"n_ctx": getattr(inner, "n_ctx", None), "n_vocab": getattr(inner, "n_vocab", None),
-                "isa": getattr(inner, "isa", None), "path": getattr(inner, "model_path", None)}
-        spec = getattr(inner, "speculative", None)
-        if isinstance(spec, str):  # speculative decoding: the mode and the draft model's path
-            meta["speculative"] = spec
-            meta["draft_model"] = getattr(inner, "draft_model_path", None)
-        md = getattr(inner, "metadata", None) or {}
-        if isinstance(md, dict):
-            meta["architecture"] = md.get("general.architecture")
-            meta["n_ctx_train"] = md.get(f"{md.get('general.architecture')}.context_length")
+        meta = engine_meta(llm)
         self.metrics.request_done("models", 200)
         return JSONResponse({"object": "list", "data": [{
             "id": self.config.model_id, "object": "model",

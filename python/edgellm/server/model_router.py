@@ -1,0 +1,273 @@
+"""The HTTP side of a many-model server: which model a request is for, and the routes that
+speak of every model at once.
+
+`dispatch` (the app's fallback for every path it has no route of its own for) reads the body,
+takes its `model` field (or `?model=` for a GET; the first model when neither is given), finds
+the entry (server/model_catalog.py), waits until it is loaded (server/model_pool.py) and hands
+the request to that model's own routes -- the single-model server's, built over its EngineHost
+(app.model_routes) -- holding the model for as long as the answer lasts, a stream included.
+`keep_alive` (Ollama's field) is taken out of the body here: it sets how long the model stays
+after this request. A client that leaves while its model loads (or waits for room) is dropped;
+the load goes on. Paths that are no model's route are a 404 without anything loaded.
+
+Routes of their own: GET /v1/models and /models (every model with its state), /health,
+/metrics (the engines' figures summed, plus per-model gauges), POST /models/load and
+/models/unload (llama-server's router-mode names).
+"""
+import asyncio
+import json
+import logging
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Match, Route, Router
+
+from .config import parse_keep_alive
+from .errors import APIError, invalid
+from .metrics import ServerMetrics
+from .model_catalog import ModelCatalog, ModelEntry
+from .model_pool import LOADED, SERVER_KEEP_ALIVE, ModelPool, ModelSlot
+from .routes import CLIENT_CLOSED, OFF_LOOP_BYTES, engine_meta, off_loop
+from .sse import cancel_and_wait, wait_disconnect
+
+log = logging.getLogger("edgellm.server")
+
+_BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+
+
+class ModelRouter:
+    def __init__(self, catalog: ModelCatalog, pool: ModelPool,
+                 model_routes: Callable[[Any], List[Route]], metrics: ServerMetrics):
+        self.catalog = catalog
+        self.pool = pool
+        self.metrics = metrics
+        self._model_routes = model_routes        # EngineHost -> that model's routes
+        self._apps: Dict[str, Router] = {}
+        self.started = time.time()
+        catalog.on_added(pool.slot)
+
+    @property
+    def default(self) -> ModelEntry:
+        return self.catalog.entries[0]
+
+    def _app(self, slot: ModelSlot) -> Router:
+        app = self._apps.get(slot.entry.id)
+        if app is None:
+            app = self._apps[slot.entry.id] = Router(routes=self._model_routes(slot.host))
+        return app
+
+    # --- every request for one model -------------------------------------------------------------
+    async def dispatch(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        template = self._app(self.pool.slot(self.default))
+        matches = {r.matches(scope)[0] for r in template.routes}
+        if Match.FULL not in matches:  # answered in the app's envelope; nothing is loaded
+            raise HTTPException(405 if Match.PARTIAL in matches else 404)
+        body, fields = await self._read(scope, receive)
+        name = fields.get("model")
+        if name is None:
+            name = Request(scope).query_params.get("model")
+        if name is not None and not isinstance(name, str):
+            raise invalid("'model' must be a string: the name of one of this server's models",
+                          "model", "invalid_type")
+        keep_alive: Any = SERVER_KEEP_ALIVE
+        if "keep_alive" in fields:
+            try:
+                keep_alive = parse_keep_alive(fields["keep_alive"])
+            except ValueError as e:
+                raise invalid(str(e), "keep_alive", "invalid_value") from None
+            del fields["keep_alive"]
+            body = json.dumps(fields, ensure_ascii=False).encode("utf-8")
+        entry = self.catalog.find(name) if name else self.default
+        slot = self.pool.slot(entry)
+        if not await self._acquire(slot, receive):
+            self.metrics.request_done("http", CLIENT_CLOSED)
+            return  # the client left while its model was loading: nothing to answer
+        try:
+            await self._app(slot)(scope, _replay(body, receive), send)
+        finally:
+            self.pool.release(slot, keep_alive)
+
+    async def _acquire(self, slot: ModelSlot, receive) -> bool:
+        """pool.acquire(slot), given up (False) when the client disconnects first; a load it
+        started goes on for the others."""
+        if slot.state == LOADED:
+            await self.pool.acquire(slot)
+            return True
+        acquiring = asyncio.ensure_future(self.pool.acquire(slot))
+        watcher = asyncio.ensure_future(wait_disconnect(receive))
+        try:
+            await asyncio.wait({acquiring, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._abandon(acquiring, slot, watcher))
+            raise
+        if acquiring.done():
+            watcher.cancel()
+            acquiring.result()  # its APIError, if any
+            return True
+        log.info("client disconnected while %s was loading; request dropped", slot.entry.id)
+        await self._abandon(acquiring, slot, watcher)
+        return False
+
+    async def _abandon(self, acquiring: asyncio.Future, slot: ModelSlot, watcher) -> None:
+        await cancel_and_wait(acquiring, watcher)
+        if not acquiring.cancelled() and acquiring.exception() is None:
+            self.pool.release(slot)  # it was claimed just as the client left
+
+    @staticmethod
+    async def _read(scope, receive):
+        """The whole body (server/limits.BodyLimit has bounded it) and, when it is a JSON
+        object, its fields; the routes read the same bytes again."""
+        chunks = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        if scope.get("method") not in _BODY_METHODS or not body.strip():
+            return body, {}
+        try:
+            if len(body) > OFF_LOOP_BYTES:
+                fields = await off_loop(json.loads, body)
+            else:
+                fields = json.loads(body)
+        except (UnicodeDecodeError, ValueError) as e:
+            raise invalid(f"the request body is not valid JSON: {e}", None, "invalid_json") from None
+        except RecursionError:
+            raise invalid("the request body is nested too deeply", None, "nesting_too_deep") from None
+        return body, fields if isinstance(fields, dict) else {}
+
+    # --- the routes about every model ------------------------------------------------------------
+    def routes(self) -> List[Route]:
+        return [
+            Route("/v1/models", self.list_models, methods=["GET"]),
+            Route("/models", self.list_models, methods=["GET"]),
+            Route("/health", self.health, methods=["GET"]),
+            Route("/v1/health", self.health, methods=["GET"]),
+            Route("/metrics", self.metrics_text, methods=["GET"]),
+            Route("/models/load", self.load, methods=["POST"]),
+            Route("/models/unload", self.unload, methods=["POST"]),
+        ]
+
+    def _card(self, slot: ModelSlot) -> dict:
+        e = slot.entry
+        meta = engine_meta(slot.host.llm) if slot.state == LOADED and slot.host.llm else {}
+        meta["path"] = meta.get("path") or e.path
+        meta["memory_bytes"] = slot.bytes  # its memory plan's total (null until first planned)
+        status: dict = {"value": slot.state}
+        if slot.expires_at is not None:
+            status["expires_at"] = int(slot.expires_at)
+        if slot.error and slot.state != LOADED:
+            status["failed"] = slot.error
+        return {"id": e.id, "object": "model",
+                "created": int(slot.host.loaded_at or self.started), "owned_by": "edgellm",
+                "aliases": self.catalog.names_of(e), "status": status,
+                "tags": [t.strip() for t in (self.pool.config.tags or "").split(",") if t.strip()],
+                "meta": meta}
+
+    async def list_models(self, request: Request) -> Response:
+        self.catalog._scan_quietly()
+        data = [self._card(self.pool.slot(e)) for e in self.catalog.entries]
+        self.metrics.request_done("models", 200)
+        return JSONResponse({"object": "list", "data": data})
+
+    async def health(self, request: Request) -> Response:
+        """200 while the server can take requests (models load on demand); each model's state."""
+        return JSONResponse({"status": "ok", "models": {
+            e.id: self.pool.slot(e).state for e in self.catalog.entries}})
+
+    async def load(self, request: Request) -> Response:
+        slot = await self._named_slot(request)
+        await self.pool.acquire(slot)
+        self.pool.release(slot)
+        self.metrics.request_done("models_load", 200)
+        return JSONResponse({"success": True, "model": slot.entry.id, "status": slot.state})
+
+    async def unload(self, request: Request) -> Response:
+        slot = await self._named_slot(request)
+        if not await self.pool.unload(slot):
+            raise APIError(409, f"the model {slot.entry.id} is {slot.state} with {slot.busy} "
+                                "request(s) running; it unloads when idle",
+                           "invalid_request_error", "model", "model_busy")
+        self.metrics.request_done("models_unload", 200)
+        return JSONResponse({"success": True, "model": slot.entry.id, "status": slot.state})
+
+    async def _named_slot(self, request: Request) -> ModelSlot:
+        try:
+            fields = json.loads(await request.body() or b"{}")
+        except ValueError as e:
+            raise invalid(f"the request body is not valid JSON: {e}", None, "invalid_json") from None
+        name = fields.get("model") if isinstance(fields, dict) else None
+        if not isinstance(name, str) or not name:
+            raise invalid("give the model: {\"model\": NAME}", "model", "missing_field")
+        return self.pool.slot(self.catalog.find(name))
+
+    async def metrics_text(self, request: Request) -> Response:
+        from .llamacpp_api import llamacpp_metrics, not_supported
+
+        if not self.pool.config.metrics_endpoint:
+            raise not_supported("This server does not support metrics endpoint (start it with "
+                                "--metrics)")
+        slots = [self.pool.slot(e) for e in self.catalog.entries]
+        stats = _summed([s.host.stats() for s in slots if s.state == LOADED])
+        text = self.metrics.render(stats, None, False,
+                                   models=[(s.entry.id, s.state == LOADED) for s in slots])
+        text += llamacpp_metrics(stats, self.metrics) + _pool_metrics(slots)
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def _replay(body: bytes, receive):
+    sent = False
+
+    async def replay():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+    return replay
+
+
+def _summed(stats: List[Optional[dict]]) -> Optional[dict]:
+    """The engines' counters and gauges added up (each is a count, a byte size or a rate)."""
+    out: dict = {}
+    for s in stats:
+        for k, v in (s or {}).items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[k] = out.get(k, 0) + v
+            elif k not in out:
+                out[k] = v
+    return out or None
+
+
+def _pool_metrics(slots: List[ModelSlot]) -> str:
+    from .metrics import _fmt, _labels
+
+    lines = ["# HELP edgellm_model_loaded 1 while the model is in memory",
+             "# TYPE edgellm_model_loaded gauge"]
+    lines += [f"edgellm_model_loaded{_labels([('model', s.entry.id)])} "
+              f"{1 if s.state == LOADED else 0}" for s in slots]
+    lines += ["# HELP edgellm_model_memory_bytes The model's memory plan (counted against "
+              "--models-memory while it is loaded)", "# TYPE edgellm_model_memory_bytes gauge"]
+    lines += [f"edgellm_model_memory_bytes{_labels([('model', s.entry.id)])} {_fmt(s.bytes)}"
+              for s in slots if s.bytes is not None]
+    lines += ["# HELP edgellm_model_requests_running Requests holding the model now",
+              "# TYPE edgellm_model_requests_running gauge"]
+    lines += [f"edgellm_model_requests_running{_labels([('model', s.entry.id)])} {s.busy}"
+              for s in slots]
+    lines += ["# HELP edgellm_model_loads_total Times the model was loaded",
+              "# TYPE edgellm_model_loads_total counter"]
+    lines += [f"edgellm_model_loads_total{_labels([('model', s.entry.id)])} {s.loads}"
+              for s in slots]
+    lines += ["# HELP edgellm_model_unloads_total Times the model was unloaded, by reason "
+              "(keep_alive, evicted for room, request)", "# TYPE edgellm_model_unloads_total counter"]
+    lines += [f"edgellm_model_unloads_total{_labels([('model', s.entry.id), ('reason', r)])} {n}"
+              for s in slots for r, n in sorted(s.unloads.items())]
+    return "\n".join(lines) + "\n"
