@@ -102,8 +102,13 @@ class App:
         self.xdotool("key", "Return")
 
     def screenshot(self, path):
-        from PIL import ImageGrab
-        ImageGrab.grab(xdisplay=self.display).save(path)
+        """The app's window as PNG, read from the X server (Pillow's XCB grab)."""
+        try:
+            from PIL import ImageGrab
+        except ImportError:
+            _require(False, "Pillow is not installed (pip install pillow; it is in the test extra)")
+        x, y, w, h = self.state()["window"]
+        ImageGrab.grab(bbox=(x, y, x + w, y + h), xdisplay=self.display).save(path)
 
 
 @pytest.fixture

@@ -62,6 +62,9 @@ class ModelLoader:
     def cancel(self) -> None:
         self._cancel.set()
 
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
 
 class ChatWindow:
     def __init__(self, root: tk.Tk, model: str, n_threads, max_tokens: int, temperature: float):
@@ -132,7 +135,8 @@ class ChatWindow:
         root.bind_all("<Control-n>", lambda e: self.new_chat())
         self.input.focus_set()
         self._refresh_buttons()
-        root.after(200, self._write_state)
+        if self.state_file:
+            root.after(100, self._state_loop)
 
     # ---- loading ----
     def browse(self) -> None:
@@ -291,6 +295,10 @@ class ChatWindow:
         self.send_btn.state(["!disabled"] if self.llm is not None and not busy and not loading else ["disabled"])
         self.stop_btn.state(["!disabled"] if busy else ["disabled"])
 
+    def _state_loop(self) -> None:
+        self._write_state()
+        self.root.after(100, self._state_loop)
+
     def _write_state(self) -> None:
         """The test hook (EDGELLM_DESKTOP_STATE): what the window shows, as JSON."""
         if not self.state_file:
@@ -300,7 +308,7 @@ class ChatWindow:
         def box(w):
             return [w.winfo_rootx(), w.winfo_rooty(), w.winfo_width(), w.winfo_height()]
         state = {
-            "window_id": int(self.root.winfo_id()),
+            "window": box(self.root),
             "transcript": self.transcript.get("1.0", "end-1c"),
             "status": self.status_var.get(),
             "stage": self.stage_var.get(),
@@ -326,8 +334,17 @@ class ChatWindow:
         os.replace(tmp, self.state_file)
 
     def quit(self) -> None:
-        if self.loader is not None:
+        if self.loader is not None:  # stops at the loader's next progress call
             self.loader.cancel()
+            self.loader.join(30)
+            try:
+                ev = self.loader.events.get_nowait()
+                while ev[0] == "progress":
+                    ev = self.loader.events.get_nowait()
+                if ev[0] == "loaded":  # it had finished just before the cancel
+                    ev[1].close()
+            except queue.Empty:
+                pass
         if self.handle is not None:
             self.handle.cancel()
         if self.llm is not None:
