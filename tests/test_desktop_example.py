@@ -1,8 +1,9 @@
 """examples/desktop_chat under a real X server (Xvfb), driven by X input events (xdotool):
 click Load and see the progress bar finish, type a message and see the answer stream into the
 window, press Stop in the middle of a long answer and see it stop (the engine's slot freed),
-press New chat and see the window cleared. A screenshot goes to $EDGELLM_ARTIFACTS (or the
-test's tmp dir).
+press New chat and see the window cleared. Screenshots (after the first answer, and while the
+long one streams: docs/images/desktop_chat.png is one of those) go to $EDGELLM_ARTIFACTS (or
+the test's tmp dir).
 
 What the window shows is read back through the app's documented test hook
 (EDGELLM_DESKTOP_STATE: its visible state as JSON, with each button's place on the screen);
@@ -165,10 +166,13 @@ def test_desktop_chat_loads_streams_stops_and_clears(app, tmp_path):
 
     # A long answer, stopped in the middle with the Stop button
     app.type_and_send("Write a very long story about a dragon who learns to bake bread.")
-    before = len(s["transcript"])
-    s = app.wait(lambda s: s["generating"] and len(s["transcript"]) > before + 120,
+    s = app.wait(lambda s: s["generating"], "the long answer to start")
+    before = len(s["transcript"])  # the question is in, the answer has begun
+    s = app.wait(lambda s: s["generating"] and len(s["transcript"]) > before + 60,
                  "the long answer to stream")
     assert "Generating" in s["status"] and "tokens/s" in s["status"]
+    assert s["widgets"]["stop"]["enabled"]
+    app.screenshot(_artifacts(tmp_path) / "desktop_chat_streaming.png")  # README's picture
     app.click("stop")
     s = app.wait(lambda s: not s["generating"], "the answer to stop")
     assert "stopped" in s["status"], s["status"]
