@@ -172,3 +172,33 @@ def test_stream_cancelled_before_it_starts(llm):
     assert chunks and chunks[-1].finish_reason == "cancelled"
     assert sum(len(c.token_ids) for c in chunks) < LONG.max_tokens
     assert slot_freed(llm)
+
+
+def test_async_stream_cancel_from_another_thread(smollm2_path):
+    import asyncio
+    from edgellm import AsyncLLM, AsyncStream
+
+    async def run(allm, kind):
+        if kind.startswith("chat"):
+            s = getattr(allm, kind)([{"role": "user", "content": STORY}], LONG)
+        else:
+            s = getattr(allm, kind)(STORY, LONG)
+        assert isinstance(s, AsyncStream)
+        started = threading.Event()
+        canceller = threading.Thread(target=lambda: (started.wait(30), s.cancel()))
+        canceller.start()
+        items = []
+        async for item in s:
+            items.append(item)
+            if len(items) == 5:
+                started.set()
+        canceller.join()
+        return s, items
+
+    with AsyncLLM(str(smollm2_path), n_threads=N_THREADS) as allm:
+        for kind in ("stream", "stream_chunks", "chat_stream", "chat_stream_chunks"):
+            s, items = asyncio.run(run(allm, kind))
+            assert s.cancelled and 5 <= len(items) < LONG.max_tokens, kind
+            if kind.endswith("chunks"):
+                assert items[-1].finish_reason == "cancelled"
+            assert slot_freed(allm.llm)

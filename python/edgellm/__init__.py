@@ -21,7 +21,7 @@ from .sampling_params import SamplingParams  # noqa: E402
 from .outputs import Completion, CompletionChunk, TokenLogprob, TopLogprob, Usage  # noqa: E402
 from .llm import LLM  # noqa: E402
 from .request_handle import RequestHandle  # noqa: E402
-from .stream import Stream  # noqa: E402
+from .stream import AsyncStream, Stream  # noqa: E402
 from .async_llm import AsyncLLM  # noqa: E402
 
 __version__ = "0.1.0"
@@ -40,6 +40,7 @@ __all__ = [
     "AsyncLLM",
     "RequestHandle",
     "Stream",
+    "AsyncStream",
     "SamplingParams",
     "Completion",
     "CompletionChunk",

@@ -227,8 +227,10 @@ class EngineClient:
             if remaining:
                 self.abort(rid)
 
-    async def async_events(self, ids: List[int], params: SamplingParams, stream: bool):
-        """Events of one request on the running asyncio loop; leaving early aborts it."""
+    async def async_events(self, ids: List[int], params: SamplingParams, stream: bool,
+                           control: Optional[RequestControl] = None):
+        """Events of one request on the running asyncio loop; leaving early aborts it, and so
+        does control.cancel() from any thread."""
         core = params.to_core(self.n_vocab)
         pipe = WakePipe(asyncio.get_running_loop())
         channel = pipe.channel()
@@ -236,6 +238,8 @@ class EngineClient:
         rid = None
         try:
             rid = self.submit(ids, core, channel, stream)
+            if control is not None:
+                control.attach(lambda: self.abort(rid))
             while remaining:
                 ev = await pipe.next_event(channel)
                 if ev.finished:
@@ -243,6 +247,8 @@ class EngineClient:
                 raise_if_error(ev)
                 yield ev
         finally:
+            if control is not None:
+                control.detach()
             if remaining and rid is not None:
                 self.abort(rid)
             pipe.close()
@@ -350,11 +356,11 @@ class EngineClient:
         for ev in self.events(prompt, params, stream=True, control=control):
             yield self.chunk(ev, want_lp, want_prompt)
 
-    async def async_stream_chunks(self, ids: List[int],
-                                  params: SamplingParams) -> AsyncIterator[CompletionChunk]:
+    async def async_stream_chunks(self, ids: List[int], params: SamplingParams,
+                                  control: Optional[RequestControl] = None) -> AsyncIterator[CompletionChunk]:
         want_lp = params.logprobs is not None
         want_prompt = params.prompt_logprobs is not None
-        agen = self.async_events(ids, params, stream=True)
+        agen = self.async_events(ids, params, stream=True, control=control)
         try:
             async for ev in agen:
                 yield self.chunk(ev, want_lp, want_prompt)

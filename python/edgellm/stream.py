@@ -1,4 +1,5 @@
-"""`Stream`: what `LLM.stream` / `stream_chunks` / `chat_stream` / `chat_stream_chunks` return.
+"""`Stream`: what `LLM.stream` / `stream_chunks` / `chat_stream` / `chat_stream_chunks` return
+(`AsyncStream`: the same for AsyncLLM's, with `async for`).
 
 An iterator over one request's output, consumed by one thread, that any other thread can end
 with `cancel()` (a generator cannot be closed from a thread other than the one running it):
@@ -14,11 +15,11 @@ computed until the first next(): errors in the prompt surface there, as with a g
 """
 from __future__ import annotations
 
-from typing import Generic, Iterator, TypeVar
+from typing import AsyncIterator, Generic, Iterator, TypeVar
 
 from ._engine_client import RequestControl
 
-__all__ = ["Stream"]
+__all__ = ["Stream", "AsyncStream"]
 
 T = TypeVar("T")
 
@@ -54,3 +55,30 @@ class Stream(Generic[T]):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class AsyncStream(Generic[T]):
+    """An async iterator of text pieces or CompletionChunks (AsyncLLM's streams) with `cancel()`
+    callable from any thread; the `async for` then ends after the events already produced."""
+
+    def __init__(self, agen: AsyncIterator[T], control: RequestControl):
+        self._agen = agen
+        self._control = control
+
+    def __aiter__(self) -> "AsyncStream[T]":
+        return self
+
+    async def __anext__(self) -> T:
+        return await self._agen.__anext__()
+
+    def cancel(self) -> None:
+        """Abort the request (thread-safe, idempotent), as Stream.cancel."""
+        self._control.cancel()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._control.cancelled
+
+    async def aclose(self) -> None:
+        """Stop consuming: aborts the request if it is still running."""
+        await self._agen.aclose()
