@@ -95,7 +95,8 @@ class App:
     def click(self, widget):
         s = self.state()
         x, y, w, h = s["widgets"][widget]["box"]
-        self.xdotool("mousemove", "--sync", str(x + w // 2), str(y + h // 2), "click", "1")
+        # no --sync: it waits for a motion event, which never comes when the pointer is there already
+        self.xdotool("mousemove", str(x + w // 2), str(y + h // 2), "sleep", "0.1", "click", "1")
 
     def type_and_send(self, text):
         self.click("input")
@@ -112,15 +113,14 @@ class App:
         ImageGrab.grab(bbox=(x, y, x + w, y + h), xdisplay=self.display).save(path)
 
 
-@pytest.fixture
-def app(xserver, smollm2_path, tmp_path):
+def start_app(display, model_path, tmp_path):
     state_file = tmp_path / "state.json"
-    env = {**os.environ, "DISPLAY": xserver, "EDGELLM_DESKTOP_STATE": str(state_file)}
-    proc = subprocess.Popen([sys.executable, str(APP), "--model", str(smollm2_path), "--threads", "2",
+    env = {**os.environ, "DISPLAY": display, "EDGELLM_DESKTOP_STATE": str(state_file)}
+    proc = subprocess.Popen([sys.executable, str(APP), "--model", str(model_path), "--threads", "2",
                              "--max-tokens", "400", "--temperature", "0"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        a = App(xserver, str(state_file), proc)
+        a = App(display, str(state_file), proc)
         a.wait(lambda s: s["widgets"]["load"]["box"][2] > 1, "the window to map", timeout=30)
         yield a
     finally:
@@ -132,6 +132,16 @@ def app(xserver, smollm2_path, tmp_path):
             out, _ = proc.communicate()
         if out:
             print(out.decode(errors="replace"))
+
+
+@pytest.fixture
+def app(xserver, smollm2_path, tmp_path):
+    yield from start_app(xserver, smollm2_path, tmp_path)
+
+
+@pytest.fixture
+def app_qwen(xserver, qwen_path, tmp_path):
+    yield from start_app(xserver, qwen_path, tmp_path)
 
 
 def _artifacts(tmp_path) -> Path:
@@ -190,3 +200,19 @@ def test_desktop_chat_loads_streams_stops_and_clears(app, tmp_path):
     s = app.wait(lambda s: s["transcript"] == "", "the transcript to clear")
     assert s["messages"] == 0 and s["status"] == "New chat"
     assert s["widgets"]["send"]["enabled"]
+
+
+def test_desktop_chat_load_can_be_cancelled(app_qwen):
+    """Cancel (the Load button while loading) stops the load in the middle of the repacking;
+    Load again then loads the model."""
+    app = app_qwen
+    app.click("load")
+    s = app.wait(lambda s: s["loading"] and s["stage"].startswith("repack"), "the repacking")
+    assert 0 < s["progress"] < 100
+    app.click("load")  # it reads Cancel now
+    s = app.wait(lambda s: not s["loading"], "the load to end")
+    assert s["status"] == "Load cancelled" and not s["loaded"], s["status"]
+    assert s["progress"] == 0 and not s["widgets"]["send"]["enabled"]
+    app.click("load")
+    s = app.wait(lambda s: s["loaded"], "the model to load")
+    assert s["stage"] == "ready" and "qwen" in s["status"].lower()

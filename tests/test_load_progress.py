@@ -138,3 +138,18 @@ def test_cancel_at_the_very_start_and_end(model_copy):
 def test_progress_must_be_callable(model_copy):
     with pytest.raises(InvalidRequestError, match="progress must be a callable"):
         LLM(model_copy, n_threads=N_THREADS, progress=42)
+
+
+def test_progress_covers_the_draft_model(model_copy):
+    """With a draft model its load is reported too, inside the same rising fraction."""
+    calls = []
+    with LLM(model_copy, n_threads=N_THREADS, draft_model=model_copy, speculative="draft",
+             progress=lambda f, s: calls.append((f, s))) as llm:
+        assert llm.draft_model_path
+    fractions = [f for f, _ in calls]
+    stages = [s for _, s in calls]
+    assert all(a <= b for a, b in zip(fractions, fractions[1:]))
+    order = [s for i, s in enumerate(stages) if i == 0 or stages[i - 1] != s]
+    assert order == ["open", "bind", "repack", "tokenizer", "open", "bind", "repack", "engine",
+                     "ready"], order
+    assert fractions[-1] == 1.0
