@@ -327,8 +327,9 @@ void bind_engine(py::module_& m) {
              }
              try {
                py::gil_scoped_release nogil;
-               const bool use_draft0 = !draft_model.empty() && c.spec.mode != SpecMode::Off && c.spec.mode != SpecMode::Ngram;
-               const double model_end = use_draft0 ? 0.7 : 0.9;
+               // A draft with speculation off (or n-gram only) is accepted and left unloaded.
+               const bool use_draft = !draft_model.empty() && c.spec.mode != SpecMode::Off && c.spec.mode != SpecMode::Ngram;
+               const double model_end = use_draft ? 0.7 : 0.9;  // the draft's load: 0.72 .. 0.9
                LoadOptions o;
                o.n_threads = n_threads;
                o.max_batch_tokens = max_batch_tokens;
@@ -338,9 +339,7 @@ void bind_engine(py::module_& m) {
                e->model = std::shared_ptr<Model>(Model::load(path, o));
                progress.report(model_end, "tokenizer");
                e->tok = std::shared_ptr<Tokenizer>(Tokenizer::from_gguf(path));
-               // A draft with speculation off (or n-gram only) is accepted and left unloaded. Its
-               // vocabulary is checked before its weights are loaded.
-               const bool use_draft = use_draft0;
+               // The draft's vocabulary is checked before its weights are loaded.
                if (use_draft) check_draft_vocab(*e->tok, *Tokenizer::from_gguf(draft_model));
                std::shared_ptr<EngineModel> draft;
                if (use_draft) {
