@@ -280,7 +280,7 @@ void bind_engine(py::module_& m) {
                        int max_seqs, int max_batch_tokens, int page_size, bool prefix_cache, int n_gpu_layers,
                        const std::string& speculative, int num_speculative_tokens, const std::string& draft_model,
                        bool spec_adaptive, bool context_shift, const std::string& cache_dir,
-                       const std::string& cache_key, int64_t cache_max_bytes) {
+                       const std::string& cache_key, int64_t cache_max_bytes, py::object progress_cb) {
              EngineConfig c;
              c.n_ctx = n_ctx;
              c.kv_memory = kv_memory;
@@ -304,31 +304,69 @@ void bind_engine(py::module_& m) {
                    "speculative \"draft\" needs a draft model: give draft_model (a GGUF path or a known model "
                    "name with the target's vocabulary), or use speculative \"ngram\" / \"auto\"");
              auto e = std::make_unique<PyEngine>();
-             py::gil_scoped_release nogil;
-             LoadOptions o;
-             o.n_threads = n_threads;
-             o.max_batch_tokens = max_batch_tokens;
-             o.n_gpu_layers = n_gpu_layers;
-             o.n_ctx = n_ctx;  // the engine's n_ctx (0: the same default), for LongRoPE's factors
-             e->model = std::shared_ptr<Model>(Model::load(path, o));
-             e->tok = std::shared_ptr<Tokenizer>(Tokenizer::from_gguf(path));
-             // A draft with speculation off (or n-gram only) is accepted and left unloaded. Its
-             // vocabulary is checked before its weights are loaded.
-             const bool use_draft = !draft_model.empty() && c.spec.mode != SpecMode::Off && c.spec.mode != SpecMode::Ngram;
-             if (use_draft) check_draft_vocab(*e->tok, *Tokenizer::from_gguf(draft_model));
-             std::shared_ptr<EngineModel> draft;
-             if (use_draft) {
-               LoadOptions d;
-               d.n_threads = n_threads;
-               d.max_batch_tokens = max_batch_tokens;
-               d.n_ctx = n_ctx;
-               d.threads = e->model->thread_pool();  // the target's workers: the two never run at once
-               e->draft = std::shared_ptr<Model>(Model::load(draft_model, d));
-               e->draft_path = draft_model;
-               draft = std::make_shared<ModelBackend>(e->draft);
+             // The progress callback runs on this (the loading) thread, with the GIL taken for the
+             // call only. False or an exception stops the load; the exception becomes the
+             // LoadCancelled's __cause__.
+             std::unique_ptr<py::error_already_set> callback_error;
+             LoadProgress progress;
+             if (!progress_cb.is_none()) {
+               if (!PyCallable_Check(progress_cb.ptr()))
+                 throw InvalidRequestError("progress must be a callable (fraction, stage), got " +
+                                           std::string(py::str(py::type::of(progress_cb).attr("__name__"))));
+               const py::handle cb = progress_cb;  // the argument outlives the load: no reference taken
+               progress = LoadProgress([&callback_error, cb](double f, const char* stage) {
+                 py::gil_scoped_acquire gil;
+                 try {
+                   py::object r = cb(f, stage);
+                   return r.ptr() != Py_False;
+                 } catch (py::error_already_set& err) {
+                   callback_error = std::make_unique<py::error_already_set>(std::move(err));
+                   return false;
+                 }
+               });
              }
-             e->engine = std::make_unique<Engine>(std::make_shared<ModelBackend>(e->model),
-                                                  std::make_shared<TokenizerVocab>(e->tok), c, std::move(draft));
+             try {
+               py::gil_scoped_release nogil;
+               // A draft with speculation off (or n-gram only) is accepted and left unloaded.
+               const bool use_draft = !draft_model.empty() && c.spec.mode != SpecMode::Off && c.spec.mode != SpecMode::Ngram;
+               const double model_end = use_draft ? 0.7 : 0.9;  // the draft's load: 0.72 .. 0.9
+               LoadOptions o;
+               o.n_threads = n_threads;
+               o.max_batch_tokens = max_batch_tokens;
+               o.n_gpu_layers = n_gpu_layers;
+               o.n_ctx = n_ctx;  // the engine's n_ctx (0: the same default), for LongRoPE's factors
+               o.progress = progress.range(0, model_end);
+               e->model = std::shared_ptr<Model>(Model::load(path, o));
+               progress.report(model_end, "tokenizer");
+               e->tok = std::shared_ptr<Tokenizer>(Tokenizer::from_gguf(path));
+               // The draft's vocabulary is checked before its weights are loaded.
+               if (use_draft) check_draft_vocab(*e->tok, *Tokenizer::from_gguf(draft_model));
+               std::shared_ptr<EngineModel> draft;
+               if (use_draft) {
+                 LoadOptions d;
+                 d.n_threads = n_threads;
+                 d.max_batch_tokens = max_batch_tokens;
+                 d.n_ctx = n_ctx;
+                 d.threads = e->model->thread_pool();  // the target's workers: the two never run at once
+                 d.progress = progress.range(0.72, 0.9);
+                 e->draft = std::shared_ptr<Model>(Model::load(draft_model, d));
+                 e->draft_path = draft_model;
+                 draft = std::make_shared<ModelBackend>(e->draft);
+               }
+               progress.report(0.9, "engine");
+               e->engine = std::make_unique<Engine>(std::make_shared<ModelBackend>(e->model),
+                                                    std::make_shared<TokenizerVocab>(e->tok), c, std::move(draft));
+               progress.report(1.0, "ready");
+             } catch (const LoadCancelled& err) {
+               e.reset();  // the engine thread, the model and its mapping go now, not at the next GC
+               if (callback_error) {
+                 py::object type = py::module_::import("edgellm._core").attr("LoadCancelled");
+                 py::raise_from(*callback_error, type.ptr(),
+                                (std::string(err.what()) + ": the callback raised").c_str());
+                 throw py::error_already_set();
+               }
+               throw;
+             }
              return e;
            }),
            py::arg("path"), py::arg("n_ctx") = 0, py::arg("n_threads") = 0, py::arg("kv_memory") = 0,
@@ -336,10 +374,12 @@ void bind_engine(py::module_& m) {
            py::arg("page_size") = 32, py::arg("prefix_cache") = true, py::arg("n_gpu_layers") = 0,
            py::arg("speculative") = "auto", py::arg("num_speculative_tokens") = 0, py::arg("draft_model") = "",
            py::arg("spec_adaptive") = true, py::arg("context_shift") = false, py::arg("cache_dir") = "",
-           py::arg("cache_key") = "", py::arg("cache_max_bytes") = 0,
+           py::arg("cache_key") = "", py::arg("cache_max_bytes") = 0, py::arg("progress") = py::none(),
            "speculative: off | ngram (prompt lookup) | draft (draft_model proposes) | auto (n-gram, plus the draft "
            "model when one is given); num_speculative_tokens: most tokens drafted per step (0: the engine's "
-           "default); spec_adaptive false: always draft that many when there is a proposal (tests, benchmarks).")
+           "default); spec_adaptive false: always draft that many when there is a proposal (tests, benchmarks). "
+           "progress: called (fraction 0..1, stage) from the loading thread as the load goes on (open, bind, "
+           "repack, tokenizer, engine, ready); returning False or raising stops it with LoadCancelled.")
       .def(
           "submit",
           [](PyEngine& self, std::vector<int32_t> prompt, const SamplingParams& p, std::shared_ptr<OutputChannel> ch,

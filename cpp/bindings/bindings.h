@@ -34,7 +34,7 @@ inline pybind11::str text(std::string_view s) {
 }
 // The Python classes of the C++ error types (common/errors.h), created by _core.
 struct ErrorClasses {
-  pybind11::object base, model_format, invalid_request, context_length, cancelled;
+  pybind11::object base, model_format, invalid_request, context_length, cancelled, load_cancelled;
 };
 // Raises the exception in flight as its Python class (for a pybind11 exception translator).
 // Messages may quote bytes from a file that are not UTF-8: PyErr_SetString would replace the
@@ -51,6 +51,8 @@ inline void raise_as_python(std::exception_ptr p, const ErrorClasses& c) {
     raise(c.context_length, e);
   } catch (const InvalidRequestError& e) {
     raise(c.invalid_request, e);
+  } catch (const LoadCancelled& e) {
+    raise(c.load_cancelled, e);
   } catch (const RequestCancelled& e) {
     raise(c.cancelled, e);
   } catch (const Error& e) {

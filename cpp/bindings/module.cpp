@@ -18,7 +18,7 @@ PYBIND11_MODULE(_core, m) {
   //   EdgeLLMError(Exception)
   //   ModelFormatError(EdgeLLMError, ValueError)
   //   InvalidRequestError(EdgeLLMError, ValueError) > ContextLengthError
-  //   RequestCancelled(EdgeLLMError)
+  //   RequestCancelled(EdgeLLMError) > LoadCancelled
   static py::exception<edgellm::Error> base(m, "EdgeLLMError", PyExc_Exception);
   py::handle bases_value = py::make_tuple(base, py::handle(PyExc_ValueError)).release();
   static py::object model_format = py::reinterpret_steal<py::object>(
@@ -30,12 +30,15 @@ PYBIND11_MODULE(_core, m) {
       PyErr_NewException("edgellm._core.ContextLengthError", invalid_request.ptr(), nullptr));
   static py::object cancelled = py::reinterpret_steal<py::object>(
       PyErr_NewException("edgellm._core.RequestCancelled", base.ptr(), nullptr));
+  static py::object load_cancelled = py::reinterpret_steal<py::object>(
+      PyErr_NewException("edgellm._core.LoadCancelled", cancelled.ptr(), nullptr));
   m.attr("ModelFormatError") = model_format;
   m.attr("InvalidRequestError") = invalid_request;
   m.attr("ContextLengthError") = context_length;
   m.attr("RequestCancelled") = cancelled;
+  m.attr("LoadCancelled") = load_cancelled;
 
-  static const ErrorClasses classes{base, model_format, invalid_request, context_length, cancelled};
+  static const ErrorClasses classes{base, model_format, invalid_request, context_length, cancelled, load_cancelled};
   py::register_exception_translator([](std::exception_ptr p) { edgellm::bindings::raise_as_python(p, classes); });
 
   // ---- machine facts ----

@@ -11,6 +11,7 @@ from ._core import (  # noqa: E402
     ContextLengthError,
     EdgeLLMError,
     InvalidRequestError,
+    LoadCancelled,
     ModelFormatError,
     RequestCancelled,
 )
@@ -19,6 +20,8 @@ from .memory_plan import MemoryPlan, MemoryPlanError  # noqa: E402
 from .sampling_params import SamplingParams  # noqa: E402
 from .outputs import Completion, CompletionChunk, TokenLogprob, TopLogprob, Usage  # noqa: E402
 from .llm import LLM  # noqa: E402
+from .request_handle import RequestHandle  # noqa: E402
+from .stream import AsyncStream, Stream  # noqa: E402
 from .async_llm import AsyncLLM  # noqa: E402
 
 __version__ = "0.1.0"
@@ -29,11 +32,15 @@ __all__ = [
     "InvalidRequestError",
     "ContextLengthError",
     "RequestCancelled",
+    "LoadCancelled",
     "MemoryPlanError",
     "MemoryPlan",
     "ModelFile",
     "LLM",
     "AsyncLLM",
+    "RequestHandle",
+    "Stream",
+    "AsyncStream",
     "SamplingParams",
     "Completion",
     "CompletionChunk",

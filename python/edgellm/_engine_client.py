@@ -4,12 +4,14 @@
 (blocking: each wait releases the GIL and wakes every POLL_S so KeyboardInterrupt gets through;
 asyncio: a `WakePipe` wakes the loop), and their conversion into `edgellm.outputs` types.
 Leaving an event stream early (break, close, exception, a cancelled task) aborts the request in
-the engine. edgellm.embeddings submits through the same client and pipe.
+the engine; `RequestControl.cancel` does it from any other thread (edgellm.stream.Stream,
+edgellm.request_handle.RequestHandle). edgellm.embeddings submits through the same client and pipe.
 """
 from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from typing import AsyncIterator, Dict, Iterator, List, Optional
 
 from . import _core
@@ -18,7 +20,7 @@ from .outputs import Completion, CompletionChunk, TokenLogprob, TopLogprob, Usag
 from .sampling_params import SamplingParams
 from .validation import token_ids
 
-__all__ = ["POLL_S", "WakePipe", "EngineClient", "is_batch", "open_engine"]
+__all__ = ["POLL_S", "WakePipe", "EngineClient", "RequestControl", "is_batch", "open_engine"]
 
 POLL_S = 0.1  # a blocking wait wakes this often to let KeyboardInterrupt through
 
@@ -32,9 +34,10 @@ def is_batch(prompt) -> bool:
 _DEFAULT_CONTEXT = 4096  # n_ctx None: min(trained, this), as the engine
 
 
-def open_engine(model_path, a: Dict):
+def open_engine(model_path, a: Dict, progress=None):
     """LLM(...)'s engine from its checked arguments (validation.check_engine_args; a["n_ctx"] is
-    set when the memory plan picks it): (model path, memory plan, _core.Engine, cache dir path)."""
+    set when the memory plan picks it): (model path, memory plan, _core.Engine, cache dir path).
+    progress: the load's callback (fraction, stage), None for none."""
     from .models import resolve
 
     model_path = str(resolve(model_path))
@@ -65,7 +68,8 @@ def open_engine(model_path, a: Dict):
                           num_speculative_tokens=a["num_speculative_tokens"],
                           draft_model=draft_path, spec_adaptive=a["spec_adaptive"],
                           context_shift=a["context_shift"], cache_dir=cache_path,
-                          cache_key=cache_key, cache_max_bytes=a["cache_max_bytes"])
+                          cache_key=cache_key, cache_max_bytes=a["cache_max_bytes"],
+                          progress=progress)
     return model_path, plan, engine, cache_path
 
 
@@ -143,6 +147,37 @@ class WakePipe:
         self._close_if_done()
 
 
+class RequestControl:
+    """Cancels one request from any thread: before it is submitted (it is aborted as soon as it
+    is) or while it runs (the engine ends it "cancelled" at its next step and frees its KV
+    pages; its consumer then gets that last event as usual)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._abort = None
+        self.cancelled = False
+
+    def attach(self, abort) -> None:
+        """The submitted request's abort function (the consumer's thread, right after submit)."""
+        with self._lock:
+            self._abort = abort
+            pending = self.cancelled
+        if pending:
+            abort()
+
+    def detach(self) -> None:
+        """The request has ended: later cancels do nothing."""
+        with self._lock:
+            self._abort = None
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled = True
+            abort = self._abort
+        if abort is not None:
+            abort()
+
+
 class EngineClient:
     """Requests to one engine and their results (see the module docstring)."""
 
@@ -165,14 +200,18 @@ class EngineClient:
         self.engine.abort(request_id)
 
     # ---- events ----
-    def events(self, prompt, params: Optional[SamplingParams], stream: bool) -> Iterator:
-        """Events of one request (blocking); leaving early aborts it."""
+    def events(self, prompt, params: Optional[SamplingParams], stream: bool,
+               control: Optional[RequestControl] = None) -> Iterator:
+        """Events of one request (blocking); leaving early aborts it, and so does
+        control.cancel() from another thread (the stream then ends with its "cancelled" event)."""
         params = params or SamplingParams()
         core = params.to_core(self.n_vocab)
         ids = self.prompt_ids(prompt)
         channel = _core.OutputChannel()
         rid = self.submit(ids, core, channel, stream)
         remaining = core.n
+        if control is not None:
+            control.attach(lambda: self.abort(rid))
         try:
             while remaining:
                 ev = channel.pop(POLL_S)
@@ -183,11 +222,15 @@ class EngineClient:
                 raise_if_error(ev)
                 yield ev
         finally:
+            if control is not None:
+                control.detach()
             if remaining:
                 self.abort(rid)
 
-    async def async_events(self, ids: List[int], params: SamplingParams, stream: bool):
-        """Events of one request on the running asyncio loop; leaving early aborts it."""
+    async def async_events(self, ids: List[int], params: SamplingParams, stream: bool,
+                           control: Optional[RequestControl] = None):
+        """Events of one request on the running asyncio loop; leaving early aborts it, and so
+        does control.cancel() from any thread."""
         core = params.to_core(self.n_vocab)
         pipe = WakePipe(asyncio.get_running_loop())
         channel = pipe.channel()
@@ -195,6 +238,8 @@ class EngineClient:
         rid = None
         try:
             rid = self.submit(ids, core, channel, stream)
+            if control is not None:
+                control.attach(lambda: self.abort(rid))
             while remaining:
                 ev = await pipe.next_event(channel)
                 if ev.finished:
@@ -202,6 +247,8 @@ class EngineClient:
                 raise_if_error(ev)
                 yield ev
         finally:
+            if control is not None:
+                control.detach()
             if remaining and rid is not None:
                 self.abort(rid)
             pipe.close()
@@ -301,18 +348,19 @@ class EngineClient:
                     self.abort(rid)
             raise
 
-    def stream_chunks(self, prompt, params: Optional[SamplingParams]) -> Iterator[CompletionChunk]:
+    def stream_chunks(self, prompt, params: Optional[SamplingParams],
+                      control: Optional[RequestControl] = None) -> Iterator[CompletionChunk]:
         params = params or SamplingParams()
         want_lp = params.logprobs is not None
         want_prompt = params.prompt_logprobs is not None
-        for ev in self.events(prompt, params, stream=True):
+        for ev in self.events(prompt, params, stream=True, control=control):
             yield self.chunk(ev, want_lp, want_prompt)
 
-    async def async_stream_chunks(self, ids: List[int],
-                                  params: SamplingParams) -> AsyncIterator[CompletionChunk]:
+    async def async_stream_chunks(self, ids: List[int], params: SamplingParams,
+                                  control: Optional[RequestControl] = None) -> AsyncIterator[CompletionChunk]:
         want_lp = params.logprobs is not None
         want_prompt = params.prompt_logprobs is not None
-        agen = self.async_events(ids, params, stream=True)
+        agen = self.async_events(ids, params, stream=True, control=control)
         try:
             async for ev in agen:
                 yield self.chunk(ev, want_lp, want_prompt)

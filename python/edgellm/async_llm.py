@@ -13,17 +13,19 @@ import inspect
 from typing import Any, AsyncIterator, Dict, List, Mapping, Optional
 
 from ._chat import finish_chat, parse_chunk
-from ._engine_client import is_batch
+from ._engine_client import RequestControl, is_batch
 from .llm import LLM
 from .outputs import CompletionChunk
 from .sampling_params import SamplingParams
+from .stream import AsyncStream
 
 __all__ = ["AsyncLLM"]
 
 
 class AsyncLLM:
     """LLM for asyncio: the same constructor; awaitable generate/chat and async iterators.
-    Cancelling the awaiting task or leaving an async iterator early aborts the request.
+    Cancelling the awaiting task or leaving an async iterator early aborts the request, and so
+    does an iterator's `.cancel()` from any thread (edgellm.stream.AsyncStream).
 
     generate / chat / stream* render chat templates and tokenize prompts in a worker thread
     (the loop's default executor; the tokenizer releases the GIL), so a long prompt or a slow
@@ -72,29 +74,36 @@ class AsyncLLM:
             return [finish_chat(c, new_parser()) for c in done]
         return finish_chat(done, new_parser())
 
-    async def _chunks(self, prompt, params: Optional[SamplingParams]) -> AsyncIterator[CompletionChunk]:
+    async def _chunks(self, prompt, params: Optional[SamplingParams],
+                      control: RequestControl) -> AsyncIterator[CompletionChunk]:
         """prompt: text or ids, tokenized off the loop; or an awaitable of the ids."""
         params = params or SamplingParams()
         ids = await prompt if inspect.isawaitable(prompt) else await self._prompt_ids(prompt)
-        agen = self._client.async_stream_chunks(ids, params)
+        agen = self._client.async_stream_chunks(ids, params, control)
         try:
             async for ch in agen:
                 yield ch
         finally:
             await agen.aclose()
 
-    def stream_chunks(self, prompt, params: Optional[SamplingParams] = None) -> AsyncIterator[CompletionChunk]:
-        """Chunks as LLM.stream_chunks; the prompt is tokenized (and errors raised) at the first."""
-        return self._chunks(prompt, params)
+    def stream_chunks(self, prompt, params: Optional[SamplingParams] = None) -> AsyncStream[CompletionChunk]:
+        """Chunks as LLM.stream_chunks; the prompt is tokenized (and errors raised) at the first.
+        An AsyncStream: `.cancel()` from any thread (edgellm.stream)."""
+        control = RequestControl()
+        return AsyncStream(self._chunks(prompt, params, control), control)
 
-    async def stream(self, prompt, params: Optional[SamplingParams] = None) -> AsyncIterator[str]:
-        agen = self._chunks(prompt, params)
-        try:
-            async for ch in agen:
-                if ch.text:
-                    yield ch.text
-        finally:
-            await agen.aclose()
+    def stream(self, prompt, params: Optional[SamplingParams] = None) -> AsyncStream[str]:
+        control = RequestControl()
+
+        async def pieces():
+            agen = self._chunks(prompt, params, control)
+            try:
+                async for ch in agen:
+                    if ch.text:
+                        yield ch.text
+            finally:
+                await agen.aclose()
+        return AsyncStream(pieces(), control)
 
     def chat_stream_chunks(self, messages, params: Optional[SamplingParams] = None, tools=None,
                            tool_choice=None, parallel_tool_calls: Optional[bool] = None,
@@ -103,32 +112,37 @@ class AsyncLLM:
                            continue_final_message: Optional[bool] = None) -> AsyncIterator[CompletionChunk]:
         """As LLM.chat_stream_chunks: each chunk's `.delta` is its parsed ChatDelta. The prompt
         is rendered in a worker thread when the first chunk is awaited; a template or context
-        error is raised there, before any chunk."""
-        return self._chat_chunks((messages, params, tools, tool_choice, parallel_tool_calls,
-                                  chat_template_kwargs, add_generation_prompt, continue_final_message))
+        error is raised there, before any chunk. An AsyncStream: `.cancel()` from any thread."""
+        control = RequestControl()
+        return AsyncStream(self._chat_chunks((messages, params, tools, tool_choice, parallel_tool_calls,
+                                              chat_template_kwargs, add_generation_prompt,
+                                              continue_final_message), control), control)
 
-    async def _chat_chunks(self, request) -> AsyncIterator[CompletionChunk]:
+    async def _chat_chunks(self, request, control: RequestControl) -> AsyncIterator[CompletionChunk]:
         ids, params, new_parser = await self._chat_request(*request)
         parsers: Dict[int, Any] = {}
 
         async def ready():
             return ids
-        agen = self._chunks(ready(), params)
+        agen = self._chunks(ready(), params, control)
         try:
             async for ch in agen:
                 yield parse_chunk(ch, parsers, new_parser)
         finally:
             await agen.aclose()
 
-    async def chat_stream(self, messages, params: Optional[SamplingParams] = None, tools=None,
-                          **kw) -> AsyncIterator[str]:
-        agen = self.chat_stream_chunks(messages, params, tools=tools, **kw)
-        try:
-            async for ch in agen:
-                if ch.delta.content:
-                    yield ch.delta.content
-        finally:
-            await agen.aclose()
+    def chat_stream(self, messages, params: Optional[SamplingParams] = None, tools=None,
+                    **kw) -> AsyncStream[str]:
+        chunks = self.chat_stream_chunks(messages, params, tools=tools, **kw)
+
+        async def pieces():
+            try:
+                async for ch in chunks:
+                    if ch.delta.content:
+                        yield ch.delta.content
+            finally:
+                await chunks.aclose()
+        return AsyncStream(pieces(), chunks._control)
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> List[int]:
         return self.llm.tokenize(text, add_special, parse_special)

@@ -20,15 +20,17 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict, Iterator, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from . import _core
 from ._chat import ChatRenderer, finish_chat, parse_chunk
 from ._core import InvalidRequestError, RequestCancelled  # noqa: F401 - importable from here
-from ._engine_client import EngineClient, is_batch, open_engine
+from ._engine_client import EngineClient, RequestControl, is_batch, open_engine
 from .outputs import (ChatCompletion, Completion, CompletionChunk, TokenLogprob,  # noqa: F401
                       TopLogprob, Usage)
+from .request_handle import RequestHandle
 from .sampling_params import SamplingParams
+from .stream import Stream
 from .validation import token_ids
 
 __all__ = [
@@ -93,6 +95,13 @@ class LLM:
     still fit n_ctx). What follows a shift is exactly what a fresh request with the kept tokens
     as its prompt would generate. stats()["context_shifts"] counts them, a completion's timings
     carry context_shifts when it shifted.
+
+    progress: called as progress(fraction, stage) while the model loads, from the thread that
+    constructs the LLM (a GUI loads in a worker thread and hands the values to its main loop):
+    fraction rises from 0.0 to 1.0, stage is "open", "bind", "repack" (the weight matrices
+    interleaved for the kernels: most of the time), "tokenizer", "engine", "ready". A callback
+    that returns False or raises stops the load with edgellm.LoadCancelled (the exception it
+    raised is its __cause__); everything loaded so far is released.
     """
 
     def __init__(self, model_path, n_ctx: Optional[int] = None, n_threads: Optional[int] = None, *,
@@ -102,7 +111,7 @@ class LLM:
                  prefix_cache: bool = True, draft_model=None, speculative: str = "auto",
                  num_speculative_tokens: Optional[int] = None, spec_adaptive: bool = True,
                  context_shift: bool = False, cache_dir=None, cache_max_bytes: Optional[int] = None,
-                 quantize: Optional[str] = None):
+                 quantize: Optional[str] = None, progress=None):
         from .validation import check_engine_args
 
         t0 = time.perf_counter()
@@ -120,7 +129,7 @@ class LLM:
                 raise InvalidRequestError(f"quantize={quantize!r} needs a Hugging Face checkpoint directory "
                                           f"(with config.json), not {model_path!r}")
             model_path = str(converted_path(model_path, quantize))
-        self.model_path, self.memory_plan, self._engine, cache_path = open_engine(model_path, a)
+        self.model_path, self.memory_plan, self._engine, cache_path = open_engine(model_path, a, progress)
         # the persistent prefix cache's directory (None without one)
         self.cache_dir: Optional[str] = cache_path or None
         if cache_path:
@@ -198,15 +207,32 @@ class LLM:
         done = self.engine_client.collect(prompt, params)
         return done if params.n > 1 else done[0]
 
-    def stream_chunks(self, prompt, params: Optional[SamplingParams] = None) -> Iterator[CompletionChunk]:
-        return self.engine_client.stream_chunks(prompt, params)
+    def stream_chunks(self, prompt, params: Optional[SamplingParams] = None) -> Stream[CompletionChunk]:
+        """CompletionChunks as they are produced (a Stream: `.cancel()` from any thread)."""
+        control = RequestControl()
+        return Stream(self.engine_client.stream_chunks(prompt, params, control), control)
 
-    def stream(self, prompt, params: Optional[SamplingParams] = None) -> Iterator[str]:
+    def stream(self, prompt, params: Optional[SamplingParams] = None) -> Stream[str]:
         """Text pieces as they are produced (whole UTF-8 characters; stop strings never
-        appear). With n > 1 the pieces of all completions interleave: use stream_chunks."""
-        for ev in self.engine_client.events(prompt, params, stream=True):
-            if ev.text:
-                yield ev.text
+        appear). With n > 1 the pieces of all completions interleave: use stream_chunks.
+        The Stream's `.cancel()` ends it from any thread (edgellm.stream)."""
+        control = RequestControl()
+
+        def pieces():
+            for ev in self.engine_client.events(prompt, params, stream=True, control=control):
+                if ev.text:
+                    yield ev.text
+        return Stream(pieces(), control)
+
+    def submit(self, prompt, params: Optional[SamplingParams] = None, *, on_text=None,
+               on_done=None) -> RequestHandle:
+        """Start one completion and return at once: a RequestHandle (edgellm.request_handle)
+        for loops that must not block, such as a GUI's: `poll()` gives the text since the last
+        poll without waiting, `done`, `result()`, `cancel()` from any thread. on_text(piece) and
+        on_done(handle) are called from poll(), on the polling thread."""
+        params = params or SamplingParams()
+        return RequestHandle(self.engine_client, self.engine_client.prompt_ids(prompt), params,
+                             on_text=on_text, on_done=on_done)
 
     # ---- chat (edgellm._chat) ----
     @property
@@ -300,26 +326,50 @@ class LLM:
         return done if params.n > 1 else done[0]
 
     def chat_stream(self, messages, params: Optional[SamplingParams] = None, tools=None,
-                    **kw) -> Iterator[str]:
-        """Content pieces as they are produced (reasoning and tool calls left out)."""
-        for ch in self.chat_stream_chunks(messages, params, tools=tools, **kw):
-            if ch.delta.content:
-                yield ch.delta.content
+                    **kw) -> Stream[str]:
+        """Content pieces as they are produced (reasoning and tool calls left out); a Stream."""
+        chunks = self.chat_stream_chunks(messages, params, tools=tools, **kw)
+
+        def pieces():
+            for ch in chunks:
+                if ch.delta.content:
+                    yield ch.delta.content
+        return Stream(pieces(), chunks._control)
+
+    def submit_chat(self, messages, params: Optional[SamplingParams] = None, tools=None,
+                    tool_choice=None, parallel_tool_calls: Optional[bool] = None,
+                    chat_template_kwargs: Optional[Mapping[str, Any]] = None,
+                    add_generation_prompt: Optional[bool] = None,
+                    continue_final_message: Optional[bool] = None, *, on_text=None,
+                    on_done=None) -> RequestHandle:
+        """One chat turn started without waiting (see submit): poll() gives new content,
+        poll_chunks() the chunks with their parsed `.delta`, result() the ChatCompletion
+        that chat() would return. The prompt as in render_chat_prompt."""
+        ids, params, new_parser = self.chat_renderer.request(
+            messages, params, tools, tool_choice, parallel_tool_calls, chat_template_kwargs,
+            add_generation_prompt, continue_final_message)
+        return RequestHandle(self.engine_client, ids, params, new_parser=new_parser,
+                             on_text=on_text, on_done=on_done)
 
     def chat_stream_chunks(self, messages, params: Optional[SamplingParams] = None, tools=None,
                            tool_choice=None, parallel_tool_calls: Optional[bool] = None,
                            chat_template_kwargs: Optional[Mapping[str, Any]] = None,
                            add_generation_prompt: Optional[bool] = None,
-                           continue_final_message: Optional[bool] = None) -> Iterator[CompletionChunk]:
+                           continue_final_message: Optional[bool] = None) -> Stream[CompletionChunk]:
         """CompletionChunks whose `.delta` (edgellm.chat_output.ChatDelta) holds the parsed
         content, reasoning and tool-call pieces; the last chunk of a completion that made calls
-        has finish_reason "tool_calls". The prompt as in render_chat_prompt."""
-        ids, params, new_parser = self.chat_renderer.request(
-            messages, params, tools, tool_choice, parallel_tool_calls, chat_template_kwargs,
-            add_generation_prompt, continue_final_message)
-        parsers: Dict[int, Any] = {}
-        for ch in self.engine_client.stream_chunks(ids, params):
-            yield parse_chunk(ch, parsers, new_parser)
+        has finish_reason "tool_calls". The prompt as in render_chat_prompt. A Stream: rendering
+        happens (and its errors surface) at the first next(); `.cancel()` from any thread."""
+        control = RequestControl()
+
+        def chunks():
+            ids, p, new_parser = self.chat_renderer.request(
+                messages, params, tools, tool_choice, parallel_tool_calls, chat_template_kwargs,
+                add_generation_prompt, continue_final_message)
+            parsers: Dict[int, Any] = {}
+            for ch in self.engine_client.stream_chunks(ids, p, control):
+                yield parse_chunk(ch, parsers, new_parser)
+        return Stream(chunks(), control)
 
     # ---- evaluation and state ----
     def eval_logits(self, ids):

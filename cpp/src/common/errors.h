@@ -33,4 +33,10 @@ struct RequestCancelled : Error {
   using Error::Error;
 };
 
+// A model load stopped by its progress callback (model/load_progress.h).
+// Python: edgellm.LoadCancelled (subclass of RequestCancelled).
+struct LoadCancelled : RequestCancelled {
+  using RequestCancelled::RequestCancelled;
+};
+
 }  // namespace edgellm

@@ -33,6 +33,7 @@ DecoderModel::DecoderModel(std::shared_ptr<GgufFile> file, const Architecture& a
   layers_.resize(c.n_layer);
   for (int il = 0; il < c.n_layer; ++il) bind_layer(ld, c, arch_.layer, il, layers_[il]);
   owned_ = std::move(ld.owned());
+  opts.progress.report(kLoadBindEnd, "bind");
 
   const int nt = threads_->size();
   plans_.resize(c.n_layer);
@@ -85,7 +86,8 @@ DecoderModel::DecoderModel(std::shared_ptr<GgufFile> file, const Architecture& a
     for (Matrix* m : layers_[il].matrices()) mats.push_back(m);
   for (int il = 0; il < cpu_layers; ++il)
     for (Matrix* m : layers_[il].moe_matrices()) mats.push_back(m);
-  packed_ = pack_weights(mats, *threads_);
+  packed_ = pack_weights(mats, *threads_, opts.progress.range(kLoadBindEnd, 1.0));
+  opts.progress.report(1.0, "repack");
   if (c.is_moe()) {
     // The experts' activation formats are known once they are packed (or not).
     scratch_.moe.allocate(c, max_batch_tokens_, MoeScratch::widest(c, layers_, matmul_input_type));

@@ -10,7 +10,10 @@ namespace edgellm {
 Model::~Model() = default;
 
 std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& opts) {
-  return load(GgufFile::open(path), opts);
+  opts.progress.report(0, "open");
+  std::shared_ptr<GgufFile> file = GgufFile::open(path);
+  opts.progress.report(kLoadOpenEnd, "open");
+  return load(std::move(file), opts);
 }
 
 std::unique_ptr<Model> Model::load(std::shared_ptr<GgufFile> file, const LoadOptions& opts) {

@@ -9,6 +9,7 @@
 #include "gguf/gguf_file.h"
 #include "kv/kv_cache.h"
 #include "model/batch.h"
+#include "model/load_progress.h"
 #include "model/model_config.h"
 
 namespace edgellm {
@@ -25,7 +26,14 @@ struct LoadOptions {
   // Run on this pool instead of a new one (n_threads ignored): a draft model shares the target's
   // workers, as both only run from the engine thread, one after the other.
   std::shared_ptr<ThreadPool> threads;
+  // Told the load's progress (model/load_progress.h): open, bind, repack. A callback that
+  // returns false makes load() throw LoadCancelled.
+  LoadProgress progress;
 };
+
+// Parts of a model load's progress range (LoadOptions::progress): mapping and validating the
+// file, binding its tensors, repacking the matrices (the rest).
+constexpr double kLoadOpenEnd = 0.05, kLoadBindEnd = 0.1;
 
 // The KV geometry a model of config `c` needs (layer windows, heads, dims): Model::kv_config,
 // and the memory plan's before any load.

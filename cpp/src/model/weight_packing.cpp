@@ -38,7 +38,7 @@ void release_pages(const uint8_t* p, size_t n) {
 
 void PackedWeights::Free::operator()(uint8_t* p) const { std::free(p); }
 
-PackedWeights pack_weights(const std::vector<Matrix*>& mats, ThreadPool& pool) {
+PackedWeights pack_weights(const std::vector<Matrix*>& mats, ThreadPool& pool, const LoadProgress& progress) {
   PackedWeights out;
   if (!packing_enabled()) return out;
   const auto t0 = std::chrono::steady_clock::now();
@@ -76,14 +76,29 @@ PackedWeights pack_weights(const std::vector<Matrix*>& mats, ThreadPool& pool) {
     for (int64_t g = 0; g < groups; g += kGroupsPerItem) items.push_back({&j, g, std::min(groups, g + kGroupsPerItem)});
   }
   uint8_t* base = out.buffer.get();
-  pool.run(static_cast<int64_t>(items.size()), [&](int64_t i, int) {
-    const Item& it = items[i];
+  const auto run_item = [&](const Item& it) {
     const Matrix& m = *it.job->m;
     kernels::pack_rows(m.type, m.data, base + it.job->offset, m.n_in, it.g0, it.g1);
     // Release the source rows as soon as they are packed, so peak RSS stays near one copy.
     const size_t rows_bytes = m.row_bytes * kernels::kPackRows;
     release_pages(m.data + static_cast<size_t>(it.g0) * rows_bytes, static_cast<size_t>(it.g1 - it.g0) * rows_bytes);
-  });
+  };
+  const auto item_bytes = [&](const Item& it) {
+    return kernels::packed_group_bytes(it.job->m->type, it.job->m->n_in) * static_cast<size_t>(it.g1 - it.g0);
+  };
+  // Rounds of at least 1/64 of the bytes and 4 items per thread; progress between them.
+  const size_t round_bytes = total / 64;
+  const size_t round_items = 4 * static_cast<size_t>(pool.size());
+  size_t begin = 0, done_bytes = 0;
+  progress.report(0, "repack");
+  while (begin < items.size()) {
+    size_t end = begin, bytes = 0;
+    while (end < items.size() && (bytes < round_bytes || end - begin < round_items)) bytes += item_bytes(items[end++]);
+    pool.run(static_cast<int64_t>(end - begin), [&](int64_t i, int) { run_item(items[begin + static_cast<size_t>(i)]); });
+    done_bytes += bytes;
+    begin = end;
+    progress.report(static_cast<double>(done_bytes) / static_cast<double>(total), "repack");
+  }
   for (const Job& j : jobs) {
     j.m->packed = base + j.offset;
     release_pages(j.m->data, j.m->row_bytes * static_cast<size_t>(j.m->n_out));  // the item boundaries' pages

@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "model/load_progress.h"
 #include "model/weights.h"
 
 namespace edgellm {
@@ -30,7 +31,10 @@ struct PackedWeights {
 // Packs every matrix of `mats` that can be packed (packable type, rows a multiple of 16, the
 // active table has packed_matmul for it) and sets its `packed` pointer. The same Matrix object
 // may appear once only. EDGELLM_REPACK=0 in the environment disables packing (A/B measurement).
-PackedWeights pack_weights(const std::vector<Matrix*>& mats, ThreadPool& pool);
+// The work runs in rounds of about 1/64 of the bytes; `progress` is told the bytes done after
+// each (stage "repack", from the calling thread) and may stop it (LoadCancelled: the buffer is
+// freed and no matrix is left pointing into it).
+PackedWeights pack_weights(const std::vector<Matrix*>& mats, ThreadPool& pool, const LoadProgress& progress = {});
 
 // Bytes pack_weights gives `m` in its buffer (64-byte rounded), or 0 when it would stay in the
 // GGUF layout (not packable, EDGELLM_REPACK=0, no packed kernel in the active table). The one
