@@ -32,13 +32,14 @@ def ckpt(tmp_path_factory):
 
 
 def engine_logits(path, ids):
-    model = core.Model(str(path), n_threads=2)
+    # n_ctx as the runner's: the model picks LongRoPE's long or short factors by it
+    model = core.Model(str(path), n_threads=2, n_ctx=64)
     runner = core.ModelRunner(model, n_ctx=64, kv_type="F32")
     return np.asarray(runner.eval(ids, all_logits=True))
 
 
 def engine_greedy(path, ids, n):
-    model = core.Model(str(path), n_threads=2)
+    model = core.Model(str(path), n_threads=2, n_ctx=64)
     runner = core.ModelRunner(model, n_ctx=64, kv_type="F32")
     out = []
     logits = np.asarray(runner.eval(ids, all_logits=False)).reshape(-1)
