@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ._quantize_option import converted_model, quantize_option
 from ._speculative import spec_kwargs, spec_options
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -175,6 +176,7 @@ def _embedding_options(config) -> None:
 @click.option("--slot-save-path", "slot_save_path", default=None, type=click.Path(file_okay=False),
               help="llama-server's --slot-save-path: the folder of POST /slots/{id}?action=save|"
                    "restore files.")
+@quantize_option()
 @spec_options()
 def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_size, kv_memory,
             threads, timeout, chat_template, alias, max_batch_tokens, shutdown_grace,
@@ -182,8 +184,9 @@ def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_s
             cors_headers="*", cors_credentials=True, n_predict=-1, seed=-1, temperature=None,
             slots_endpoint=True, metrics_endpoint=True, tags=None, reasoning="auto",
             verbose=False, spec="auto", draft=None, draft_max=None, context_shift=False,
-            cache_dir=None, cache_max_bytes=None, slot_save_path=None):
-    """Serve MODEL (a .gguf path or a known model name) over an OpenAI-compatible HTTP API.
+            cache_dir=None, cache_max_bytes=None, slot_save_path=None, quantize=None):
+    """Serve MODEL (a .gguf path, a known model name or a Hugging Face checkpoint directory)
+    over an OpenAI-compatible HTTP API.
 
     Sampling parameters a request leaves out take edgellm's (llama.cpp's) defaults, as
     llama-server does, and an absent max_tokens means "until the end of generation or the
@@ -194,8 +197,12 @@ def command(model, host, port, api_key, api_key_file, parallel, max_queue, ctx_s
     from edgellm.server import ServerConfig, create_app
 
     factories = _engine_factory(engine_factory) if engine_factory else {}
+    if quantize is not None and not factories:  # the model id stays the directory's name
+        model_path = converted_model(model, quantize)
+    else:
+        model_path = model if factories else _resolve_model(model)
     config = ServerConfig(
-        model=model, model_path=model if factories else _resolve_model(model), alias=alias,
+        model=model, model_path=model_path, alias=alias,
         host=host, port=port,
         api_key=_read_key(api_key, api_key_file), parallel=parallel, max_queue=max_queue,
         ctx_size=ctx_size, kv_memory=kv_memory, threads=threads, timeout=timeout or None,
