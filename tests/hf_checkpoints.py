@@ -10,6 +10,8 @@ import numpy as np
 ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "llama3", "qwen3moe", "olmoe", "qwen2moe", "mixtral",
          "phi3_longrope_short", "phi3_longrope_long")
 MOE_ARCHS = ("qwen3moe", "olmoe", "qwen2moe", "mixtral")
+# converted and compared with llama.cpp's converter (tests/data/hf/llamacpp_comparison.json), not run
+CONVERT_ONLY = ("gptoss",)
 SPM_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "hf", "spm.model")
 PROMPT = [5, 61, 200, 17, 99, 3, 140, 77, 250, 12, 33, 180]
 N_GREEDY = 8
@@ -121,7 +123,25 @@ def config(arch: str) -> dict:
                     num_local_experts=4, num_experts_per_tok=2, sliding_window=None, router_aux_loss_coef=0.0,
                     router_jitter_noise=0.0)
         del base["mlp_bias"], base["attention_bias"]
+    elif arch == "gptoss":  # MXFP4 experts (uint8 blocks + E8M0 scales), attention sinks, biases, YaRN
+        base.update(architectures=["GptOssForCausalLM"], model_type="gpt_oss", intermediate_size=64, head_dim=16,
+                    num_local_experts=4, num_experts_per_tok=2, sliding_window=8, rope_theta=150000.0,
+                    layer_types=["sliding_attention", "full_attention"], max_position_embeddings=2048,
+                    rope_scaling={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                                  "truncate": False, "original_max_position_embeddings": 64},
+                    attention_bias=True, swiglu_limit=7.0, tie_word_embeddings=False, router_aux_loss_coef=0.0,
+                    quantization_config={"quant_method": "mxfp4", "modules_to_not_convert": [
+                        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]})
     return base
+
+
+def _mxfp4(rng, *shape):
+    """Random MXFP4 (blocks, scales) for a [*shape] matrix: 16 bytes of 4-bit codes and one E8M0
+    exponent (bias 127; 2^-3 .. 2^0 here) per 32 values of the last axis."""
+    *lead, cols = shape
+    blocks = rng.integers(0, 256, size=(*lead, cols // 32, 16), dtype=np.uint8)
+    scales = rng.integers(124, 128, size=(*lead, cols // 32), dtype=np.uint8)
+    return blocks, scales
 
 
 def weights(arch: str, seed: int = 0) -> dict:
@@ -163,6 +183,19 @@ def weights(arch: str, seed: int = 0) -> dict:
         if arch == "olmoe":  # over the whole projections
             w[p + "self_attn.q_norm.weight"] = norm(q)
             w[p + "self_attn.k_norm.weight"] = norm(kv)
+        if arch == "gptoss":
+            for n, k in (("q", q), ("k", kv), ("v", kv)):
+                w[p + f"self_attn.{n}_proj.bias"] = mat(k, s=0.1)
+            w[p + "self_attn.o_proj.bias"] = mat(d, s=0.1)
+            w[p + "self_attn.sinks"] = mat(c["num_attention_heads"], s=1.0)
+            n_exp = c["num_local_experts"]
+            w[p + "mlp.router.weight"] = mat(n_exp, d, s=1.0)
+            w[p + "mlp.router.bias"] = mat(n_exp, s=0.1)
+            e = p + "mlp.experts."
+            w[e + "gate_up_proj_blocks"], w[e + "gate_up_proj_scales"] = _mxfp4(rng, n_exp, 2 * ff, d)
+            w[e + "gate_up_proj_bias"] = mat(n_exp, 2 * ff, s=0.1)
+            w[e + "down_proj_blocks"], w[e + "down_proj_scales"] = _mxfp4(rng, n_exp, d, ff)
+            w[e + "down_proj_bias"] = mat(n_exp, d, s=0.1)
         if arch in MOE_ARCHS:
             n_exp = c.get("num_experts") or c["num_local_experts"]
             eff = c.get("moe_intermediate_size") or ff
@@ -181,10 +214,12 @@ def weights(arch: str, seed: int = 0) -> dict:
                 w[p + "mlp.shared_expert_gate.weight"] = mat(1, d, s=0.3)
         elif arch.startswith("phi3"):
             w[p + "mlp.gate_up_proj.weight"] = mat(2 * ff, d)
+        elif arch == "gptoss":
+            pass
         else:
             w[p + "mlp.gate_proj.weight"] = mat(ff, d)
             w[p + "mlp.up_proj.weight"] = mat(ff, d)
-        if arch not in MOE_ARCHS:
+        if arch not in MOE_ARCHS + CONVERT_ONLY:
             w[p + "mlp.down_proj.weight"] = mat(d, ff)
     return w
 
@@ -205,7 +240,7 @@ def write_checkpoint(directory, arch: str, shards: int = 1, dtype=np.float32) ->
     with open(os.path.join(directory, "tokenizer_config.json"), "w") as f:
         json.dump({"bos_token": "<|endoftext|>", "eos_token": "<|im_end|>", "add_bos_token": False,
                    "chat_template": "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"}, f)
-    w = {k: v.astype(dtype) for k, v in weights(arch).items()}
+    w = {k: v if v.dtype == np.uint8 else v.astype(dtype) for k, v in weights(arch).items()}
     names = sorted(w)
     if shards == 1:
         save_file(w, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})

@@ -220,7 +220,7 @@ def test_equals_llamacpps_converter_where_it_runs(tmp_path):
                        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     assert r.returncode == 0, r.stderr[-3000:]
     report = json.load(open(tmp_path / "llamacpp_comparison.json"))
-    for arch in ("llama", "llama3", "qwen2", "qwen3") + hc.MOE_ARCHS:
+    for arch in ("llama", "llama3", "qwen2", "qwen3") + hc.MOE_ARCHS + hc.CONVERT_ONLY:
         e = report[arch]
         assert e.get("tensors_identical"), (arch, e)
         # rope_freqs.weight (llama3): llama.cpp's torch pow and numpy's differ in the last bit
@@ -301,7 +301,7 @@ def test_conversions_equal_llamacpps_recorded_output(ckpt, tmp_path):
     # same weights with SmolLM2's / Qwen's vocabulary, where its F16 bytes equalled ours; llama3's
     # rope_freqs in the last bit, see test_equals_llamacpps_converter_where_it_runs).
     report = json.load(open(os.path.join(DATA, "llamacpp_comparison.json")))
-    assert set(hc.MOE_ARCHS) <= set(report)
+    assert set(hc.MOE_ARCHS + hc.CONVERT_ONLY) <= set(report)
     for arch, e in report.items():
         assert set(e["bytes_differ"]) <= {"rope_freqs.weight"}, arch
         assert e["tensors_identical"] + len(e["bytes_differ"]) == len(e["llamacpp_tensors"]), arch
@@ -458,4 +458,62 @@ def test_spm_added_tokens(ckpt, tmp_path):
     json.dump({"<|user|>": 405}, open(os.path.join(d, "added_tokens.json"), "w"))
     with pytest.raises(ConvertError, match=r"added_tokens\.json: added token '<\|user\|>' has id 405, past "
                                            r"config\.json's vocab_size 405"):
+        plan(d)
+
+
+_E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], dtype=np.float32)
+
+
+def _hf_mxfp4_values(blocks, scales):
+    # the checkpoint's own reading: value 2j in byte j's low nibble, 2j + 1 in its high one, times 2^(e - 127)
+    codes = np.stack((blocks & 15, blocks >> 4), axis=-1).reshape(blocks.shape[:-1] + (32,))
+    return (_E2M1[codes] * np.exp2(scales.astype(np.float32) - 127)[..., None]).reshape(blocks.shape[:-2] + (-1,))
+
+
+@pytest.mark.parametrize("out_type", ["F16", "Q8_0"])
+def test_gptoss_mxfp4_experts_keep_their_values(ckpt, tmp_path, out_type):
+    # gpt-oss is converted, not run here (the engine's gpt-oss is not in this tree yet): the GGUF's
+    # MXFP4 experts, read by the engine's dequantizer, are the checkpoint's MXFP4 values
+    out = tmp_path / "m.gguf"
+    convert(ckpt("gptoss"), str(out), out_type)
+    kv, t = _gguf(out)
+    w, c = hc.weights("gptoss"), hc.config("gptoss")
+    assert kv["general.architecture"] == "gpt-oss" and kv["gpt-oss.rope.scaling.type"] == "yarn"
+    assert kv["gpt-oss.rope.scaling.factor"] == 32.0 and kv["gpt-oss.rope.scaling.original_context_length"] == 64
+    assert kv["gpt-oss.attention.sliding_window"] == 8 and kv["gpt-oss.expert_feed_forward_length"] == 64
+    for il in range(2):
+        p = f"model.layers.{il}.mlp.experts."
+        gate_up = _hf_mxfp4_values(w[p + "gate_up_proj_blocks"], w[p + "gate_up_proj_scales"])  # [E, 2 ff, d]
+        down = _hf_mxfp4_values(w[p + "down_proj_blocks"], w[p + "down_proj_scales"])
+        for kind, want in (("gate", gate_up[:, 0::2]), ("up", gate_up[:, 1::2]), ("down", down)):
+            x = t[f"blk.{il}.ffn_{kind}_exps.weight"]
+            assert x.tensor_type.name == "MXFP4" and list(x.shape) == list(reversed(want.shape))
+            got = np.asarray(core.quant_dequantize("MXFP4", np.asarray(x.data), want.size)).reshape(want.shape)
+            assert np.array_equal(got, want), (il, kind)
+        bias = w[p + "gate_up_proj_bias"]
+        for kind, want in (("gate", bias[:, 0::2]), ("up", bias[:, 1::2]), ("down", w[p + "down_proj_bias"])):
+            b = t[f"blk.{il}.ffn_{kind}_exps.bias"]
+            assert b.tensor_type.name == "F32" and np.array_equal(np.asarray(b.data).reshape(want.shape), want)
+        assert np.array_equal(np.asarray(t[f"blk.{il}.attn_sinks.weight"].data), w[f"model.layers.{il}.self_attn.sinks"])
+        assert t[f"blk.{il}.ffn_gate_inp.bias"].tensor_type.name == "F32"
+        assert f"blk.{il}.post_attention_norm.weight" in t and f"blk.{il}.ffn_norm.weight" not in t
+
+
+def test_gptoss_chunked_write_and_errors(ckpt, tmp_path, monkeypatch):
+    import edgellm.convert.writer as writer
+    from safetensors.numpy import save_file
+
+    convert(ckpt("gptoss"), str(tmp_path / "whole.gguf"), "F16")
+    monkeypatch.setattr(writer, "_CHUNK_ELEMS", 5000)  # one expert (64 x 64) a chunk
+    convert(ckpt("gptoss"), str(tmp_path / "chunked.gguf"), "F16")
+    assert (tmp_path / "whole.gguf").read_bytes() == (tmp_path / "chunked.gguf").read_bytes()
+    d = _copy(ckpt("gptoss"), tmp_path / "c")
+    w = hc.weights("gptoss")
+    w["model.layers.1.mlp.experts.down_proj_scales"] = w["model.layers.1.mlp.experts.down_proj_scales"].astype(np.float32)
+    save_file(w, os.path.join(d, "model.safetensors"))
+    with pytest.raises(ConvertError, match=r"down_proj_scales has dtype F32, expected U8 \(MXFP4\)"):
+        plan(d)
+    del w["model.layers.1.mlp.experts.down_proj_scales"]
+    save_file(w, os.path.join(d, "model.safetensors"))
+    with pytest.raises(ConvertError, match=r"tensor model\.layers\.1\.mlp\.experts\.down_proj_scales not found"):
         plan(d)

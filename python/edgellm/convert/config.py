@@ -25,6 +25,7 @@ class ArchSpec:
     qk_norm_whole: bool = False  # olmoe: Q/K norms over the whole projection, not per head
     moe: bool = False  # mixture-of-experts FFN (docs/formats.md §4.8)
     shared_expert: bool = False  # qwen2moe: a shared expert with its sigmoid gate
+    gpt_oss: bool = False  # MXFP4 experts with biases, router bias, attention sinks, post-attention norm
 
 
 ARCHS: Dict[str, ArchSpec] = {
@@ -39,6 +40,7 @@ ARCHS: Dict[str, ArchSpec] = {
     "Qwen2MoeForCausalLM": ArchSpec("qwen2moe", qkv_bias=True, moe=True, shared_expert=True),
     "Qwen3MoeForCausalLM": ArchSpec("qwen3moe", qk_norm=True, moe=True),
     "OlmoeForCausalLM": ArchSpec("olmoe", qk_norm=True, qk_norm_whole=True, moe=True),
+    "GptOssForCausalLM": ArchSpec("gpt-oss", qkv_bias=True, moe=True, gpt_oss=True),
 }
 
 
@@ -150,6 +152,8 @@ def _rope_scaling(config: dict, path: str, arch: str, put: Callable) -> None:
     if not rs:
         return
     kind = rs.get("rope_type", rs.get("type"))
+    rs = dict(rs, **{k: config[k] for k in ("original_max_position_embeddings",)
+                     if k in config and k not in rs})
     if kind == "linear" and float(rs.get("factor", 1.0)) == 1.0:
         return
     if kind in (None, "default"):
@@ -158,6 +162,15 @@ def _rope_scaling(config: dict, path: str, arch: str, put: Callable) -> None:
         return  # rope_factors_long/short.weight and rope.scaling.attn_factor (longrope_factors)
     if kind == "llama3" and arch == "llama":
         return  # baked into rope_freqs.weight (llama3_rope_factors)
+    if kind == "yarn" and arch == "gpt-oss":  # the keys llama.cpp's converter writes
+        put(f"{arch}.rope.scaling.type", "yarn")
+        put(f"{arch}.rope.scaling.factor", float(_req(rs, "factor", path)))
+        put(f"{arch}.rope.scaling.original_context_length", int(_req(rs, "original_max_position_embeddings", path)))
+        for hf, key in (("extrapolation_factor", "yarn_ext_factor"), ("attention_factor", "yarn_attn_factor"),
+                        ("beta_fast", "yarn_beta_fast"), ("beta_slow", "yarn_beta_slow")):
+            if rs.get(hf) is not None:
+                put(f"{arch}.rope.scaling.{key}", float(rs[hf]))
+        return
     if kind == "linear":
         put(f"{arch}.rope.scaling.type", "linear")
         put(f"{arch}.rope.scaling.factor", float(rs["factor"]))
@@ -212,12 +225,15 @@ def metadata(config: dict, path: str, spec: ArchSpec, hp: Hparams) -> List[Tuple
     if spec.moe:
         put(f"{a}.expert_count", hp.n_expert)
         put(f"{a}.expert_used_count", hp.n_expert_used)
-        if a in ("qwen2moe", "qwen3moe"):
+        if a in ("qwen2moe", "qwen3moe", "gpt-oss"):
             put(f"{a}.expert_feed_forward_length", hp.n_ff_exp)
         if spec.shared_expert:
             put(f"{a}.expert_shared_feed_forward_length", hp.n_ff_shexp)
-        if a != "llama":  # Mixtral always renormalises; the others say so (transformers' default: no)
+        if a not in ("llama", "gpt-oss"):  # Mixtral, gpt-oss: a softmax over the chosen experts' logits
+            # the others say whether they renormalise (transformers' default: no)
             put(f"{a}.expert_weights_norm", bool(config.get("norm_topk_prob", False)))
+    if a == "gpt-oss":
+        put(f"{a}.attention.sliding_window", int(_req(config, "sliding_window", path)))
     if a == "phi3":
         window = config.get("sliding_window")
         if window:

@@ -105,6 +105,10 @@ def plan(hf_dir: str, out_type: str = "F16") -> ConversionPlan:
     for p, q in zip(tplans, types):
         ne = tuple(reversed(p.shape))
         t = q.dst_type or "F32"
+        if p.mxfp4_scales is not None:
+            t = "MXFP4"  # gpt-oss's experts keep their MXFP4 codes whatever the output type
+        elif not p.dst.endswith(".weight"):
+            t = "F32"  # biases (gpt-oss's are 2-D per expert), as llama.cpp keeps them
         n_rows = int(np.prod(ne[1:])) if len(ne) > 1 else 1
         out.append(PlannedTensor(p, ne, t, n_rows * _row_bytes(t, ne[0])))
     cp = ConversionPlan(spec.gguf_arch, hf_arch, out_type, kv, out)
@@ -192,7 +196,7 @@ def convert(hf_dir: str, out_path: str, out_type: str = "F16", n_threads: int = 
                 for r0 in range(0, n_rows, step):
                     rows = None if step >= n_rows else (r0, min(n_rows, r0 + step))
                     x = load_transformed(ckpt, t.plan, rows)
-                    data = _encode(x, t.type, pool)
+                    data = x if t.plan.mxfp4_scales is not None else _encode(x, t.type, pool)
                     del x
                     np.ascontiguousarray(data).tofile(fout)
                     del data

@@ -18,7 +18,7 @@ import hf_checkpoints as hc
 HERE = os.path.dirname(os.path.abspath(__file__))
 LLAMA_CPP = os.environ.get("LLAMA_CPP", "/opt/peer/llama.cpp")
 # the BPE checkpoints: llama.cpp reads a SentencePiece model's settings with protobuf, not installed here
-ARCHS = ("llama", "llama3", "qwen2", "qwen3", "qwen3moe", "olmoe", "qwen2moe", "mixtral")
+ARCHS = ("llama", "llama3", "qwen2", "qwen3", "qwen3moe", "olmoe", "qwen2moe", "mixtral", "gptoss")
 IGNORED_KEYS = {"general.name", "general.file_type", "general.quantization_version", "general.alignment"}
 
 
@@ -80,6 +80,9 @@ def main():
             if r.returncode != 0:
                 report[arch] = {"llama.cpp failed": r.stderr[-2000:]}
                 continue
+            if os.environ.get("KEEP_THEIRS"):  # a copy of llama.cpp's file, to look at
+                import shutil
+                shutil.copy(theirs, os.path.join(os.environ["KEEP_THEIRS"], f"{arch}.gguf"))
             convert(ck, ours, "F16")
             kt, tt = read(theirs)
             ko, to = read(ours)
