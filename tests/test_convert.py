@@ -517,3 +517,19 @@ def test_gptoss_chunked_write_and_errors(ckpt, tmp_path, monkeypatch):
     save_file(w, os.path.join(d, "model.safetensors"))
     with pytest.raises(ConvertError, match=r"tensor model\.layers\.1\.mlp\.experts\.down_proj_scales not found"):
         plan(d)
+
+
+def test_gptoss_matches_transformers_where_the_engine_runs_it(ckpt, tmp_path):
+    # tests/data/hf/gptoss.npz: transformers' logits with the MXFP4 experts dequantized (exact);
+    # runs once the engine has the gpt-oss architecture, skipped before
+    ref = np.load(os.path.join(DATA, "gptoss.npz"))
+    out = tmp_path / "m.gguf"
+    convert(ckpt("gptoss"), str(out), "F32")
+    try:
+        core.Model(str(out), n_threads=1, n_ctx=64)
+    except core.ModelFormatError as e:  # before the engine's gpt-oss: its YaRN or the architecture refused
+        if ('architecture "gpt-oss"' in str(e) or 'scaling.type = "yarn"' in str(e)) and "not supported" in str(e):
+            pytest.skip(f"the engine does not run gpt-oss yet ({e})")
+        raise
+    np.testing.assert_allclose(engine_logits(out, hc.PROMPT), ref["logits"], rtol=0, atol=1e-3)
+    assert engine_greedy(out, hc.PROMPT, hc.N_GREEDY) == ref["greedy"].tolist()
