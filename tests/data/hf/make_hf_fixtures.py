@@ -2,7 +2,8 @@
 tests/data/hf/<arch>.npz (logits of PROMPT, float32; greedy continuation). Needs torch and
 transformers (not requirements of edgellm); run from the repository root:
     PYTHONPATH=tests python tests/data/hf/make_hf_fixtures.py [ARCH ...]
-(no ARCH: every one of hf_checkpoints.ARCHS). Recorded with torch 2.13.0 (CPU) and transformers
+(no ARCH: every one of hf_checkpoints.ARCHS; gptoss, not among them, also needs accelerate for
+transformers' MXFP4 dequantization). Recorded with torch 2.13.0 (CPU) and transformers
 5.24 for the MoE and LongRoPE checkpoints, earlier versions for the others."""
 import os
 import sys
