@@ -533,3 +533,19 @@ def test_gptoss_matches_transformers_where_the_engine_runs_it(ckpt, tmp_path):
         raise
     np.testing.assert_allclose(engine_logits(out, hc.PROMPT), ref["logits"], rtol=0, atol=1e-3)
     assert engine_greedy(out, hc.PROMPT, hc.N_GREEDY) == ref["greedy"].tolist()
+
+
+def test_features_the_engine_does_not_run_are_refused(ckpt, tmp_path):
+    # YaRN outside gpt-oss and a Qwen sliding window: the engine has neither, so no file is written
+    for arch, change, msg in [
+        ("qwen2moe", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}},
+         r"rope_scaling type 'yarn' is not supported for qwen2moe"),
+        ("qwen2", {"use_sliding_window": True, "sliding_window": 8}, r"use_sliding_window is not supported for qwen2"),
+        ("olmoe", {"clip_qkv": 8.0}, r"clip_qkv = 8\.0 is not supported for olmoe"),
+    ]:
+        d = _copy(ckpt(arch), tmp_path / arch)
+        cfg = json.load(open(os.path.join(d, "config.json")))
+        json.dump(dict(cfg, **change), open(os.path.join(d, "config.json"), "w"))
+        with pytest.raises(UnsupportedArchitectureError, match=msg):
+            convert(d, str(tmp_path / f"{arch}.gguf"), "F16")
+        assert not (tmp_path / f"{arch}.gguf").exists()
