@@ -72,3 +72,89 @@ def test_run_cli_on_a_checkpoint_dir(tmp_path, converted):
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr
     assert len(_ggufs(converted)) == 1
+
+
+def _cli_env(tmp_path):
+    env = dict(os.environ, EDGELLM_HISTORY=str(tmp_path / "history"))
+    if env.get("EDGELLM_BUILD_DIR"):
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.join(REPO, "python"), env.get("PYTHONPATH")]))
+        env["EDGELLM_BUILD_DIR"] = os.path.abspath(env["EDGELLM_BUILD_DIR"])
+    return env
+
+
+def test_run_cli_quantize(tmp_path, converted):
+    d = hc.write_checkpoint(tmp_path / "mixtral", "mixtral")
+    env = _cli_env(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "edgellm", "run", d, "--quantize", "Q8_0", "--temp", "0", "-n", "4",
+                        "-t", "1", "hi"], input="", capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert _ggufs(converted) == [n for n in _ggufs(converted) if n.endswith("-q8_0.gguf")] and len(_ggufs(converted)) == 1
+    assert "100%" in r.stderr  # the conversion's progress
+    r = subprocess.run([sys.executable, "-m", "edgellm", "run", d, "--quantize", "q3", "hi"], input="",
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 2 and "'q3' is not one of" in r.stderr and "q4_k_m" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "edgellm", "run", str(tmp_path / "none.gguf"), "--quantize", "f16", "hi"],
+                       input="", capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 2 and "--quantize needs a Hugging Face checkpoint directory" in r.stderr
+
+
+def test_serve_quantize_converts_before_it_listens(tmp_path, converted):
+    # a checkpoint whose conversion fails ends `serve --quantize` with the converter's message
+    d = hc.write_checkpoint(tmp_path / "q", "qwen2moe")
+    os.unlink(os.path.join(d, "model.safetensors"))
+    r = subprocess.run([sys.executable, "-m", "edgellm", "serve", d, "--quantize", "q4_0", "--port", "0"],
+                       capture_output=True, text=True, env=_cli_env(tmp_path), timeout=120)
+    assert r.returncode == 1 and "no model.safetensors or model.safetensors.index.json" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_serve_quantize_serves_the_conversion(tmp_path, converted):
+    import json
+    import time
+    import urllib.request
+
+    from server_helpers import free_port
+
+    d = hc.write_checkpoint(tmp_path / "qwen3moe", "qwen3moe")
+    port = free_port()
+    p = subprocess.Popen([sys.executable, "-m", "edgellm", "serve", d, "--quantize", "q8_0", "--port", str(port),
+                          "-t", "1", "-np", "1", "-c", "64"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=_cli_env(tmp_path), text=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(base + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert p.poll() is None, p.communicate()[1][-2000:]
+            assert time.monotonic() < deadline, "serve did not come up"
+            time.sleep(0.3)
+        with urllib.request.urlopen(base + "/v1/models", timeout=10) as r:
+            assert [m["id"] for m in json.load(r)["data"]] == ["qwen3moe"]
+        req = urllib.request.Request(base + "/v1/completions", data=json.dumps(
+            {"prompt": "hello", "max_tokens": 3, "temperature": 0}).encode(), headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            assert json.load(r)["usage"]["completion_tokens"] >= 1
+        assert _ggufs(converted) == [n for n in _ggufs(converted) if n.endswith("-q8_0.gguf")] != []
+    finally:
+        p.terminate()
+        p.communicate(timeout=30)
+
+
+def test_async_llm_quantize(tmp_path, converted):
+    import asyncio
+
+    d = hc.write_checkpoint(tmp_path / "olmoe", "olmoe")
+    ref = np.load(os.path.join(DATA, "olmoe.npz"))
+    llm = edgellm.AsyncLLM(d, n_ctx=64, n_threads=1, kv_type="f32", quantize="f32")
+    try:
+        assert llm.model_path.endswith("-f32.gguf")
+        params = edgellm.SamplingParams(max_tokens=hc.N_GREEDY, temperature=0, ignore_eos=True)
+        out = asyncio.run(llm.generate(hc.PROMPT, params))
+        assert list(out.token_ids) == ref["greedy"].tolist()
+    finally:
+        llm.close()

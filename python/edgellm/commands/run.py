@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from ._quantize_option import converted_model, quantize_option
 from ._speculative import spec_kwargs, spec_options
 
 
@@ -42,10 +43,13 @@ def _stdin_text() -> str:
               help="Persistent prefix cache: KV pages of the conversation are kept as files in this "
                    "folder, so a conversation loaded again (/load) or a piped prompt seen before "
                    "is not prefilled again after a restart.")
+@quantize_option()
 @spec_options()
 def command(model, prompt, system, temperature, ctx_size, threads, chat_template, verbose, seed,
-            num_predict, n_gpu_layers, spec, draft, draft_max, context_shift=False, cache_dir=None):
-    """Chat with MODEL (a GGUF path or a known model name) in the terminal, or answer PROMPT."""
+            num_predict, n_gpu_layers, spec, draft, draft_max, context_shift=False, cache_dir=None,
+            quantize=None):
+    """Chat with MODEL (a GGUF path, a known model name or a Hugging Face checkpoint directory)
+    in the terminal, or answer PROMPT."""
     spec_args = spec_kwargs(spec, draft, draft_max)
     from edgellm import EdgeLLMError, LLM, SamplingParams
     from edgellm.models import ModelFetchError, UnknownModelError
@@ -71,6 +75,8 @@ def command(model, prompt, system, temperature, ctx_size, threads, chat_template
         question = f"{question}\n\n{piped}" if question and piped.strip() else (question or piped)
         if not (question or "").strip():
             raise click.UsageError("stdin was empty and no PROMPT was given")
+
+    model = converted_model(model, quantize)
 
     def load(n_ctx):
         return LLM(model, n_ctx=n_ctx, n_threads=threads, chat_template=chat_template, max_seqs=1,

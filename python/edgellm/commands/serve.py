@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ._quantize_option import converted_model, quantize_option
 from ._speculative import spec_kwargs, spec_options
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -209,6 +210,7 @@ def _keep_alive(ctx, param, value):
 @click.option("--thermal-root", "thermal_root", default="/", hidden=True,
               type=click.Path(file_okay=False),
               help="Folder holding sys/class/thermal and sys/devices/system/cpu (tests).")
+@quantize_option()
 @spec_options()
 def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_size, kv_memory,
             threads, timeout, chat_template, aliases, max_batch_tokens, shutdown_grace,
@@ -218,8 +220,9 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
             verbose=False, spec="auto", draft=None, draft_max=None, context_shift=False,
             cache_dir=None, cache_max_bytes=None, slot_save_path=None, thermal_backoff="auto",
             thermal_root="/", models_dir=None, keep_alive=300.0, max_loaded_models=None,
-            models_memory=None):
-    """Serve MODEL (a .gguf path or a known model name) over an OpenAI-compatible HTTP API.
+            models_memory=None, quantize=None):
+    """Serve MODEL (a .gguf path, a known model name or a Hugging Face checkpoint directory)
+    over an OpenAI-compatible HTTP API.
 
     With several MODELs or --models-dir, a request's 'model' picks one; each loads on first
     use and unloads after --keep-alive idle or when another needs its memory.
@@ -235,7 +238,11 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
     factories = _engine_factory(engine_factory) if engine_factory else {}
 
     def resolve(m, hint="MODEL"):
-        return m if factories else _resolve_model(m, hint)
+        if factories:
+            return m
+        if quantize is not None and hint == "MODEL":  # the model id stays the directory's name
+            return converted_model(m, quantize)
+        return _resolve_model(m, hint)
 
     named = [a for a in aliases if "=" in a]
     plain = [a for a in aliases if "=" not in a]

@@ -17,7 +17,8 @@ import numpy as np
 
 from .errors import ConvertError
 
-_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
+_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64,
+           "U8": np.uint8}  # U8: MXFP4 blocks and scales (gpt-oss), read raw by load_raw
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 
@@ -64,7 +65,7 @@ def _read_header(path: str) -> Dict[str, SourceTensor]:
             continue
         dtype = info.get("dtype")
         if dtype not in _DTYPES:
-            raise ConvertError(f"{path}: tensor {name} has dtype {dtype}; only F32, F16, BF16 and F64 are converted")
+            raise ConvertError(f"{path}: tensor {name} has dtype {dtype}; only F32, F16, BF16, F64 and U8 (MXFP4) are converted")
         shape = tuple(int(x) for x in info["shape"])
         begin, end = (int(x) for x in info["data_offsets"])
         want = int(np.prod(shape, dtype=np.int64)) * np.dtype(_DTYPES[dtype]).itemsize
@@ -121,10 +122,26 @@ class Checkpoint:
             raise ConvertError(f"{self.dir}: tensor {name} not found in the checkpoint")
         return t
 
+    def load_raw(self, name: str, rows: Optional[Tuple[int, int]] = None) -> np.ndarray:
+        """The tensor's bytes as stored (U8: MXFP4 blocks or scales), rows r0..r1 of its first axis."""
+        t = self.info(name)
+        if t.dtype != "U8":
+            raise ConvertError(f"{t.file}: tensor {name} has dtype {t.dtype}, expected U8 (MXFP4 blocks or scales)")
+        row = int(np.prod(t.shape[1:], dtype=np.int64)) if len(t.shape) > 1 else 1
+        r0, r1 = rows if rows is not None else (0, t.shape[0] if t.shape else 1)
+        with open(t.file, "rb") as f:
+            f.seek(t.offset + r0 * row)
+            raw = np.fromfile(f, dtype=np.uint8, count=(r1 - r0) * row)
+        if raw.size != (r1 - r0) * row:
+            raise ConvertError(f"{t.file}: tensor {name} is truncated")
+        return raw.reshape(((r1 - r0),) + tuple(t.shape[1:]))
+
     def load_f32(self, name: str, rows: Optional[Tuple[int, int]] = None) -> np.ndarray:
         """The tensor as float32, in its safetensors (row-major) shape; with rows = (r0, r1),
         only those rows of its first dimension."""
         t = self.info(name)
+        if t.dtype == "U8":
+            raise ConvertError(f"{t.file}: tensor {name} is U8 (MXFP4 blocks or scales) where a float tensor belongs")
         dt = np.dtype(_DTYPES[t.dtype])
         row_elems = int(np.prod(t.shape[1:], dtype=np.int64)) if len(t.shape) > 1 else 1
         r0, r1 = rows if rows is not None else (0, t.shape[0] if t.shape else 1)

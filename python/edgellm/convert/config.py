@@ -4,6 +4,7 @@ not implement, an attention scale it derives differently) are refused here rathe
 converted into a file that runs wrong."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -21,6 +22,10 @@ class ArchSpec:
     qk_norm: bool = False  # qwen3, gemma3
     qkv_bias: Optional[bool] = None  # True: required, None: optional
     fused_qkv: bool = False  # phi3
+    qk_norm_whole: bool = False  # olmoe: Q/K norms over the whole projection, not per head
+    moe: bool = False  # mixture-of-experts FFN (docs/formats.md §4.8)
+    shared_expert: bool = False  # qwen2moe: a shared expert with its sigmoid gate
+    gpt_oss: bool = False  # MXFP4 experts with biases, router bias, attention sinks, post-attention norm
 
 
 ARCHS: Dict[str, ArchSpec] = {
@@ -31,6 +36,11 @@ ARCHS: Dict[str, ArchSpec] = {
     "Phi3ForCausalLM": ArchSpec("phi3", fused_qkv=True),
     "Gemma2ForCausalLM": ArchSpec("gemma2", norm_plus_one=True, sandwich_norms=True),
     "Gemma3ForCausalLM": ArchSpec("gemma3", norm_plus_one=True, sandwich_norms=True, qk_norm=True),
+    "MixtralForCausalLM": ArchSpec("llama", permute_qk=True, moe=True),
+    "Qwen2MoeForCausalLM": ArchSpec("qwen2moe", qkv_bias=True, moe=True, shared_expert=True),
+    "Qwen3MoeForCausalLM": ArchSpec("qwen3moe", qk_norm=True, moe=True),
+    "OlmoeForCausalLM": ArchSpec("olmoe", qk_norm=True, qk_norm_whole=True, moe=True),
+    "GptOssForCausalLM": ArchSpec("gpt-oss", qkv_bias=True, moe=True, gpt_oss=True),
 }
 
 
@@ -49,6 +59,10 @@ class Hparams:
     head_dim: int
     n_vocab: int
     tied: bool
+    n_expert: int = 0  # MoE: experts per layer, used per token, their FFN width, the shared one's
+    n_expert_used: int = 0
+    n_ff_exp: int = 0
+    n_ff_shexp: int = 0
 
 
 def arch_of(config: dict, path: str) -> Tuple[str, ArchSpec]:
@@ -69,12 +83,42 @@ def _req(config: dict, key: str, path: str):
     return config[key]
 
 
-def hparams(config: dict, path: str) -> Hparams:
+def _first(config: dict, keys, path: str):
+    for k in keys:
+        if config.get(k) is not None:
+            return config[k]
+    raise ConvertError(f"{path}: config.json has none of {', '.join(map(repr, keys))}")
+
+
+def _moe_hparams(config: dict, path: str, spec: ArchSpec, hp: Hparams) -> None:
+    """Expert counts and widths in each architecture's spelling (Mixtral: num_local_experts and
+    intermediate_size; Qwen: num_experts and moe_intermediate_size; OLMoE: num_experts and
+    intermediate_size); every layer must be a MoE layer (the engine has no mixed stacks)."""
+    hp.n_expert = int(_first(config, ("num_local_experts", "num_experts"), path))
+    hp.n_expert_used = int(_first(config, ("num_experts_per_tok",), path))
+    if hp.n_expert < 1 or not 1 <= hp.n_expert_used <= hp.n_expert:
+        raise ConvertError(f"{path}: num_experts_per_tok = {hp.n_expert_used} must be between 1 and the "
+                           f"expert count {hp.n_expert}")
+    if spec.gguf_arch in ("qwen2moe", "qwen3moe"):
+        hp.n_ff_exp = int(_req(config, "moe_intermediate_size", path))
+        step = config.get("decoder_sparse_step", 1)
+        dense = config.get("mlp_only_layers") or []
+        if step not in (None, 1) or dense:
+            raise UnsupportedArchitectureError(
+                f"{path}: dense FFN layers among the MoE ones (decoder_sparse_step = {step}, mlp_only_layers = "
+                f"{dense}) are not supported for {spec.gguf_arch}")
+    else:
+        hp.n_ff_exp = hp.n_ff
+    if spec.shared_expert:
+        hp.n_ff_shexp = int(_req(config, "shared_expert_intermediate_size", path))
+
+
+def hparams(config: dict, path: str, spec: Optional[ArchSpec] = None) -> Hparams:
     n_head = int(_req(config, "num_attention_heads", path))
     n_embd = int(_req(config, "hidden_size", path))
     head_dim = config.get("head_dim") or n_embd // n_head
     tied = config.get("tie_word_embeddings")
-    return Hparams(
+    hp = Hparams(
         n_layer=int(_req(config, "num_hidden_layers", path)),
         n_embd=n_embd,
         n_ff=int(_req(config, "intermediate_size", path)),
@@ -84,6 +128,9 @@ def hparams(config: dict, path: str) -> Hparams:
         n_vocab=int(_req(config, "vocab_size", path)),
         tied=bool(True if tied is None else tied),
     )
+    if spec is not None and spec.moe:
+        _moe_hparams(config, path, spec, hp)
+    return hp
 
 
 def _rope_params(config: dict) -> dict:
@@ -105,22 +152,32 @@ def _rope_scaling(config: dict, path: str, arch: str, put: Callable) -> None:
     if not rs:
         return
     kind = rs.get("rope_type", rs.get("type"))
+    rs = dict(rs, **{k: config[k] for k in ("original_max_position_embeddings",)
+                     if k in config and k not in rs})
     if kind == "linear" and float(rs.get("factor", 1.0)) == 1.0:
         return
     if kind in (None, "default"):
         return
-    if kind in ("longrope", "su"):
-        raise UnsupportedArchitectureError(
-            f"{path}: rope_scaling type {kind!r} (LongRoPE, the 128k Phi models) is not converted yet; "
-            f"the engine runs it from llama.cpp's GGUF files")
+    if kind in ("longrope", "su") and arch == "phi3":
+        return  # rope_factors_long/short.weight and rope.scaling.attn_factor (longrope_factors)
     if kind == "llama3" and arch == "llama":
         return  # baked into rope_freqs.weight (llama3_rope_factors)
+    if kind == "yarn" and arch == "gpt-oss":  # the keys llama.cpp's converter writes
+        put(f"{arch}.rope.scaling.type", "yarn")
+        put(f"{arch}.rope.scaling.factor", float(_req(rs, "factor", path)))
+        put(f"{arch}.rope.scaling.original_context_length", int(_req(rs, "original_max_position_embeddings", path)))
+        for hf, key in (("extrapolation_factor", "yarn_ext_factor"), ("attention_factor", "yarn_attn_factor"),
+                        ("beta_fast", "yarn_beta_fast"), ("beta_slow", "yarn_beta_slow")):
+            if rs.get(hf) is not None:
+                put(f"{arch}.rope.scaling.{key}", float(rs[hf]))
+        return
     if kind == "linear":
         put(f"{arch}.rope.scaling.type", "linear")
         put(f"{arch}.rope.scaling.factor", float(rs["factor"]))
         return
     raise UnsupportedArchitectureError(
-        f"{path}: config.json rope_scaling type {kind!r} is not supported (only linear)")
+        f"{path}: config.json rope_scaling type {kind!r} is not supported for {arch} (the engine runs linear "
+        f"scaling, llama3 for llama and longrope for phi3)")
 
 
 def metadata(config: dict, path: str, spec: ArchSpec, hp: Hparams) -> List[Tuple[str, object]]:
@@ -157,15 +214,34 @@ def metadata(config: dict, path: str, spec: ArchSpec, hp: Hparams) -> List[Tuple
     if act not in want_act:
         raise UnsupportedArchitectureError(f"{path}: hidden activation {act!r} is not supported for {a} "
                                            f"(the engine runs {want_act[0]})")
-    if a in ("llama", "qwen2", "qwen3"):
+    if a in ("llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe"):
         if config.get("use_sliding_window"):
-            raise UnsupportedArchitectureError(f"{path}: use_sliding_window is not supported for {a}")
+            raise UnsupportedArchitectureError(f"{path}: use_sliding_window is not supported for {a} "
+                                               f"(the engine runs no window for this architecture)")
         if a == "llama" and config.get("sliding_window"):
             raise UnsupportedArchitectureError(f"{path}: sliding_window (Mistral v0.1) is not supported for llama")
+    if a == "olmoe" and config.get("clip_qkv") is not None:
+        raise UnsupportedArchitectureError(f"{path}: clip_qkv = {config['clip_qkv']} is not supported for olmoe")
+    if spec.moe:
+        put(f"{a}.expert_count", hp.n_expert)
+        put(f"{a}.expert_used_count", hp.n_expert_used)
+        if a in ("qwen2moe", "qwen3moe", "gpt-oss"):
+            put(f"{a}.expert_feed_forward_length", hp.n_ff_exp)
+        if spec.shared_expert:
+            put(f"{a}.expert_shared_feed_forward_length", hp.n_ff_shexp)
+        if a not in ("llama", "gpt-oss"):  # Mixtral, gpt-oss: a softmax over the chosen experts' logits
+            # the others say whether they renormalise (transformers' default: no)
+            put(f"{a}.expert_weights_norm", bool(config.get("norm_topk_prob", False)))
+    if a == "gpt-oss":
+        put(f"{a}.attention.sliding_window", int(_req(config, "sliding_window", path)))
     if a == "phi3":
         window = config.get("sliding_window")
         if window:
             put(f"{a}.attention.sliding_window", int(window))
+        rs = _rope_params(config)
+        if rs.get("rope_type", rs.get("type")) in ("longrope", "su"):
+            put(f"{a}.rope.scaling.attn_factor", longrope_attn_factor(config, path))
+            put(f"{a}.rope.scaling.original_context_length", _longrope_orig_ctx(config, path))
     if a in ("gemma2", "gemma3"):
         scalar = config.get("query_pre_attn_scalar", hp.head_dim)
         big = 62 if a == "gemma3" else 46  # the 27B models (docs/formats.md §4.3, §4.7)
@@ -222,3 +298,39 @@ def llama3_rope_factors(config: dict, hp: Hparams) -> Optional[np.ndarray]:
             smooth = (old_ctx / wavelen - low) / (high - low)
             out.append(1.0 / ((1 - smooth) / factor + smooth))
     return np.asarray(out, dtype=np.float32)
+
+
+def _longrope_orig_ctx(config: dict, path: str) -> int:
+    rs = _rope_params(config)
+    orig = rs.get("original_max_position_embeddings", config.get("original_max_position_embeddings"))
+    if not orig:
+        raise ConvertError(f"{path}: LongRoPE needs original_max_position_embeddings")
+    return int(orig)
+
+
+def longrope_attn_factor(config: dict, path: str) -> float:
+    """The scale of cos and sin under LongRoPE: rope_scaling's attention_factor when given, else
+    sqrt(1 + ln(s) / ln(original context)) with s = max_position_embeddings / original context
+    (1 when s <= 1), as transformers computes it."""
+    rs = _rope_params(config)
+    if rs.get("attention_factor") is not None:
+        return float(rs["attention_factor"])
+    orig = _longrope_orig_ctx(config, path)
+    scale = float(_req(config, "max_position_embeddings", path)) / orig
+    return math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1.0 else 1.0
+
+
+def longrope_factors(config: dict, path: str, hp: Hparams, n_rot: int) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+    """Phi-3 LongRoPE: rope_scaling's long_factor and short_factor (n_rot / 2 frequency divisors
+    each) as rope_factors_long.weight and rope_factors_short.weight (f32)."""
+    rs = _rope_params(config)
+    if rs.get("rope_type", rs.get("type")) not in ("longrope", "su"):
+        return None
+    out = []
+    for key in ("long_factor", "short_factor"):
+        v = rs.get(key)
+        if not isinstance(v, list) or len(v) != n_rot // 2:
+            raise ConvertError(f"{path}: rope_scaling {key} must be a list of {n_rot // 2} numbers "
+                               f"(rotary dims / 2), got {len(v) if isinstance(v, list) else type(v).__name__}")
+        out.append(np.asarray(v, dtype=np.float32))
+    return out[0], out[1]

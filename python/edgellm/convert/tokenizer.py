@@ -159,6 +159,51 @@ def vocab_metadata(directory: str, n_vocab: int, config: dict) -> List[Tuple[str
     return kv
 
 
+def _looks_special(text: str) -> bool:
+    """Added tokens that are control tokens although not marked special (as llama.cpp's
+    converter decides: <|...|>, <｜...｜>, <unused...>, and a few names)."""
+    return (text in ("<pad>", "<mask>", "<2mass>", "[@BOS@]") or (text.startswith("<|") and text.endswith("|>"))
+            or (text.startswith("<｜") and text.endswith("｜>")) or (text.startswith("<unused") and text.endswith(">")))
+
+
+def _spm_added_tokens(directory: str, tokens: list, scores: list, types: list, tc: dict) -> None:
+    """Tokens added beside a SentencePiece model (Phi-3's <|user|>, <|end|>, ...): added_tokens.json
+    ({text: id}, user-defined) then tokenizer_config.json's added_tokens_decoder (special ones and
+    those that look special are control tokens, the rest user-defined with ▁ read as a space), each
+    at its id with score -1000, as llama.cpp's converter writes them. An id past config.json's
+    vocab_size has no embedding row: an error."""
+    n = len(tokens)
+    path = os.path.join(directory, "added_tokens.json")
+    entries = []
+    if os.path.exists(path):
+        added = read_json(path)
+        if not isinstance(added, dict):
+            raise ConvertError(f"{path}: expected an object of token text -> id")
+        for text, i in added.items():
+            if not isinstance(i, int) or isinstance(i, bool) or i < 0:
+                raise ConvertError(f"{path}: token {text!r} has id {i!r}, not a non-negative integer")
+            entries.append((path, i, text, USER_DEFINED))
+    decoder = tc.get("added_tokens_decoder") or {}
+    tc_path = os.path.join(directory, "tokenizer_config.json")
+    for key, data in decoder.items():
+        try:
+            i = int(key)
+        except ValueError:
+            raise ConvertError(f"{tc_path}: added_tokens_decoder key {key!r} is not a token id") from None
+        text = data.get("content") if isinstance(data, dict) else None
+        if not isinstance(text, str) or i < 0:
+            raise ConvertError(f"{tc_path}: added_tokens_decoder[{key!r}] has no token text (\"content\")")
+        if data.get("special") or _looks_special(text):
+            entries.append((tc_path, i, text, CONTROL))
+        else:
+            entries.append((tc_path, i, text.replace("\u2581", " "), USER_DEFINED))
+    for src, i, text, kind in entries:
+        if i >= n:
+            raise ConvertError(f"{src}: added token {text!r} has id {i}, past config.json's vocab_size {n} "
+                               f"(the embedding has no row for it)")
+        tokens[i], scores[i], types[i] = text, -1000.0, kind
+
+
 def _spm_metadata(directory: str, n_vocab: int, tc: dict) -> List[Tuple[str, object]]:
     from .spm import read_model
 
@@ -171,6 +216,7 @@ def _spm_metadata(directory: str, n_vocab: int, tc: dict) -> List[Tuple[str, obj
         tokens.append(f"[PAD{i}]")
         scores.append(-1000.0)
         types.append(UNUSED)
+    _spm_added_tokens(directory, tokens, scores, types, tc)
     kv: List[Tuple[str, object]] = [
         ("tokenizer.ggml.model", "llama"),
         ("tokenizer.ggml.tokens", tokens),

@@ -17,9 +17,9 @@ from typing import Callable, List, Optional
 import numpy as np
 
 from .checkpoint import Checkpoint
-from .config import arch_of, hparams, llama3_rope_factors, metadata
+from .config import arch_of, hparams, llama3_rope_factors, longrope_factors, metadata
 from .errors import ConvertError
-from .tensors import TensorPlan, load_transformed, plan_tensors
+from .tensors import TensorPlan, _strip_prefix, load_transformed, plan_tensors
 from .tokenizer import vocab_metadata
 
 _CHUNK_ELEMS = 1 << 24  # rows read, converted and written at a time: 64 MiB of float32
@@ -81,7 +81,9 @@ def plan(hf_dir: str, out_type: str = "F16") -> ConversionPlan:
         raise ConvertError(f"unsupported output type {out_type!r}; choose one of {', '.join(OUT_TYPES)}")
     ckpt = Checkpoint(hf_dir)
     hf_arch, spec = arch_of(ckpt.config, os.path.join(ckpt.dir, "config.json"))
-    hp = hparams(ckpt.config, os.path.join(ckpt.dir, "config.json"))
+    hp = hparams(ckpt.config, os.path.join(ckpt.dir, "config.json"), spec)
+    if ckpt.config.get("tie_word_embeddings") is None:  # unstated: tied exactly when there is no lm_head
+        hp.tied = not any(_strip_prefix(n) == "lm_head.weight" for n in ckpt.names())
     kv = [("general.name", os.path.basename(ckpt.dir.rstrip("/")))]
     kv += metadata(ckpt.config, os.path.join(ckpt.dir, "config.json"), spec, hp)
     kv += vocab_metadata(ckpt.dir, hp.n_vocab, ckpt.config)
@@ -90,12 +92,23 @@ def plan(hf_dir: str, out_type: str = "F16") -> ConversionPlan:
     if factors is not None:
         tplans.insert(0, TensorPlan("(config.json rope_scaling llama3)", "rope_freqs.weight", factors.shape,
                                     value=factors))
+    if spec.gguf_arch == "phi3":
+        n_rot = dict(kv)["phi3.rope.dimension_count"]
+        long_short = longrope_factors(ckpt.config, os.path.join(ckpt.dir, "config.json"), hp, n_rot)
+        if long_short is not None:
+            for i, which in ((1, "short"), (0, "long")):
+                tplans.insert(0, TensorPlan(f"(config.json rope_scaling {which}_factor)",
+                                            f"rope_factors_{which}.weight", long_short[i].shape, value=long_short[i]))
     shims = [_Shim(p.dst, tuple(reversed(p.shape))) for p in tplans]
     types = plan_types(shims, out_type, hp.n_layer)
     out = []
     for p, q in zip(tplans, types):
         ne = tuple(reversed(p.shape))
         t = q.dst_type or "F32"
+        if p.mxfp4_scales is not None:
+            t = "MXFP4"  # gpt-oss's experts keep their MXFP4 codes whatever the output type
+        elif not p.dst.endswith(".weight"):
+            t = "F32"  # biases (gpt-oss's are 2-D per expert), as llama.cpp keeps them
         n_rows = int(np.prod(ne[1:])) if len(ne) > 1 else 1
         out.append(PlannedTensor(p, ne, t, n_rows * _row_bytes(t, ne[0])))
     cp = ConversionPlan(spec.gguf_arch, hf_arch, out_type, kv, out)
@@ -183,7 +196,7 @@ def convert(hf_dir: str, out_path: str, out_type: str = "F16", n_threads: int = 
                 for r0 in range(0, n_rows, step):
                     rows = None if step >= n_rows else (r0, min(n_rows, r0 + step))
                     x = load_transformed(ckpt, t.plan, rows)
-                    data = _encode(x, t.type, pool)
+                    data = x if t.plan.mxfp4_scales is not None else _encode(x, t.type, pool)
                     del x
                     np.ascontiguousarray(data).tofile(fout)
                     del data

@@ -18,7 +18,7 @@ import hf_checkpoints as hc
 HERE = os.path.dirname(os.path.abspath(__file__))
 LLAMA_CPP = os.environ.get("LLAMA_CPP", "/opt/peer/llama.cpp")
 # the BPE checkpoints: llama.cpp reads a SentencePiece model's settings with protobuf, not installed here
-ARCHS = ("llama", "llama3", "qwen2", "qwen3")
+ARCHS = ("llama", "llama3", "qwen2", "qwen3", "qwen3moe", "olmoe", "qwen2moe", "mixtral", "gptoss")
 IGNORED_KEYS = {"general.name", "general.file_type", "general.quantization_version", "general.alignment"}
 
 
@@ -30,7 +30,7 @@ def smollm_checkpoint(d, arch):
 
     hc.write_checkpoint(d, arch)
     # transformers 5 rebuilds a Qwen2 tokenizer's pipeline itself: a qwen2 checkpoint gets Qwen's vocabulary
-    model, pre = ("qwen2.5-coder-0.5b", "qwen2") if arch == "qwen2" else ("smollm2", "smollm")
+    model, pre = ("qwen2.5-coder-0.5b", "qwen2") if arch in ("qwen2", "qwen2moe") else ("smollm2", "smollm")
     src = _core.Tokenizer.from_gguf(str(model_path(model)))
     hf_tokenizer(src, pre).save(os.path.join(d, "tokenizer.json"))
     cfg = json.load(open(os.path.join(d, "config.json")))
@@ -69,7 +69,7 @@ def main():
     from edgellm.convert import convert
 
     report = {}
-    for arch in ARCHS:
+    for arch in sys.argv[1:] or ARCHS:
         with tempfile.TemporaryDirectory() as d:
             ck = os.path.join(d, "ck")
             smollm_checkpoint(ck, arch)
@@ -80,6 +80,9 @@ def main():
             if r.returncode != 0:
                 report[arch] = {"llama.cpp failed": r.stderr[-2000:]}
                 continue
+            if os.environ.get("KEEP_THEIRS"):  # a copy of llama.cpp's file, to look at
+                import shutil
+                shutil.copy(theirs, os.path.join(os.environ["KEEP_THEIRS"], f"{arch}.gguf"))
             convert(ck, ours, "F16")
             kt, tt = read(theirs)
             ko, to = read(ours)
@@ -97,11 +100,18 @@ def main():
                 "keys_only_edgellm": sorted(set(ko) - set(kt)),
                 "values_differ": {k: [repr(kt[k])[:80], repr(ko[k])[:80]] for k in sorted(set(kt) & set(ko))
                                   if kt[k] != ko[k]},
+                # what CI checks without llama.cpp (test_convert.py): llama.cpp's tensors and keys
+                "llamacpp_tensors": {n: [tt[n][0], tt[n][1]] for n in sorted(tt)},
+                "llamacpp_keys": {k: (v if not isinstance(v, list) else f"[{len(v)} items]")
+                                  for k, v in sorted(kt.items()) if not k.startswith("tokenizer.")},
             }
             report[arch] = entry
-            print(arch, json.dumps(entry, indent=1)[:1500])
-    with open(os.path.join(HERE, "llamacpp_comparison.json"), "w") as f:
-        json.dump(report, f, indent=1)
+            print(arch, json.dumps({k: v for k, v in entry.items() if not k.startswith("llamacpp_")}, indent=1)[:1500])
+    out = os.path.join(HERE, "llamacpp_comparison.json")
+    old = json.load(open(out)) if os.path.exists(out) else {}
+    old.update(report)
+    with open(out, "w") as f:
+        json.dump(old, f, indent=1)
 
 
 if __name__ == "__main__":

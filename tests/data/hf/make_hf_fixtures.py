@@ -1,7 +1,10 @@
 """Records transformers' reference logits for tests/hf_checkpoints.py's tiny checkpoints into
 tests/data/hf/<arch>.npz (logits of PROMPT, float32; greedy continuation). Needs torch and
 transformers (not requirements of edgellm); run from the repository root:
-    PYTHONPATH=tests python tests/data/hf/make_hf_fixtures.py"""
+    PYTHONPATH=tests python tests/data/hf/make_hf_fixtures.py [ARCH ...]
+(no ARCH: every one of hf_checkpoints.ARCHS; gptoss, not among them, also needs accelerate for
+transformers' MXFP4 dequantization). Recorded with torch 2.13.0 (CPU) and transformers
+5.24 for the MoE and LongRoPE checkpoints, earlier versions for the others."""
 import os
 import sys
 import tempfile
@@ -29,19 +32,48 @@ def train_spm(path=os.path.join(HERE, "spm.model")):
                                    split_digits=True, pad_id=0, eos_id=1, bos_id=2, unk_id=3, minloglevel=2)
 
 
+def check_weights(arch, sd):
+    """Every numpy weight is what transformers holds; transformers 5 keeps a MoE layer's experts
+    stacked (mlp.experts.gate_up_proj [E, 2 ff, d], gate rows first; mlp.experts.down_proj)."""
+    import re
+
+    w = hc.weights(arch)
+    expert = re.compile(r"^(model\.layers\.\d+)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(\w+)\.weight$")
+    kind = {"w1": "gate_proj", "w3": "up_proj", "w2": "down_proj"}
+    for k, v in w.items():
+        m = expert.match(k)
+        if k.replace("block_sparse_moe.", "mlp.") in sd:  # transformers 5 names Mixtral's MoE block mlp
+            got = sd[k.replace("block_sparse_moe.", "mlp.")].numpy()
+        elif m:
+            layer, e, name = m.group(1), int(m.group(2)), kind.get(m.group(3), m.group(3))
+            if name == "down_proj":
+                got = sd[f"{layer}.mlp.experts.down_proj"][e].numpy()
+            else:
+                fused = sd[f"{layer}.mlp.experts.gate_up_proj"][e].numpy()
+                n = fused.shape[0] // 2
+                got = fused[:n] if name == "gate_proj" else fused[n:]
+        else:
+            sys.exit(f"{arch}: transformers has no tensor {k}")
+        if not np.array_equal(got, v):
+            sys.exit(f"{arch}: {k} differs from the numpy weights")
+
+
 def main():
-    for arch in hc.ARCHS:
+    for arch in sys.argv[1:] or hc.ARCHS:
         with tempfile.TemporaryDirectory() as d:
             hc.write_checkpoint(d, arch, shards=2 if arch == "llama" else 1)
-            model, info = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32,
-                                                               output_loading_info=True, attn_implementation="eager")
+            extra = {}
+            if arch == "gptoss":  # its MXFP4 experts dequantized (exactly: 4-bit codes times powers of 2)
+                from transformers import Mxfp4Config
+                extra["quantization_config"] = Mxfp4Config(dequantize=True)
+            model, info = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, output_loading_info=True,
+                                                               attn_implementation="eager", **extra)
+            model = model.float()
             bad = {k: v for k, v in info.items() if v and k != "mismatched_keys" or (k == "mismatched_keys" and v)}
             if bad:
                 sys.exit(f"{arch}: transformers did not load the checkpoint as written: {bad}")
-            sd = model.state_dict()
-            for k, v in hc.weights(arch).items():
-                if not np.array_equal(sd[k].numpy(), v):
-                    sys.exit(f"{arch}: {k} differs from the numpy weights")
+            if arch != "gptoss":  # (test_convert checks gpt-oss's MXFP4 values itself)
+                check_weights(arch, model.state_dict())
             model.eval()
             ids = torch.tensor([hc.PROMPT])
             with torch.no_grad():
