@@ -90,6 +90,11 @@ def test_pre_tokenizer_is_identified_by_its_regex_not_a_name():
     llama3 = dict(split, pattern={"Regex": QWEN2_RE.replace(r"|\p{N}|", r"|\p{N}{1,3}|")})
     assert identify_pre({"type": "Sequence", "pretokenizers": [llama3, bl]}, "t.json") == "llama3"
     assert identify_pre({"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}, "t.json") == "gpt2"
+    o200k = dict(split, pattern={"Regex": "|".join([  # tiktoken's o200k_base pattern (gpt-oss)
+        r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+        r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+        r"\p{N}{1,3}", r" ?[^\s\p{L}\p{N}]+[\r\n/]*", r"\s*[\r\n]+", r"\s+(?!\S)", r"\s+"])})
+    assert identify_pre({"type": "Sequence", "pretokenizers": [o200k, bl]}, "t.json") == "gpt-4o"
     other = dict(split, pattern={"Regex": r"\p{L}+|\s+"})
     with pytest.raises(UnsupportedArchitectureError, match=r"t\.json: pre-tokenizer"):
         identify_pre({"type": "Sequence", "pretokenizers": [other, bl]}, "t.json")

@@ -103,3 +103,50 @@ def test_byte_level_pieces():
     assert tok.token_to_piece(2) == b"<|im_end|>"
     assert tok.token_to_piece(2, special=False) == b""
     assert tok.decode([19556, 2], skip_special=True) == "Hello"
+
+
+# ---- gpt-4o / o200k pre-tokenizer (gpt-oss, Llama 4) --------------------------------------------
+# No o200k vocabulary is reachable here, so Qwen2.5's byte-level vocabulary and merges are run
+# through the gpt-4o split: the merges make word boundaries visible in the ids, and the
+# reference is llama.cpp's regex for this pre-tokenizer run by Python's `re`.
+GPT4O_FIXED = FIXED + [
+    "HelloWorld XMLHttpRequest iPhone's", "CamelCaseNames and snake_case", "I'M SHOUTING'S",
+    "ÀÉÎõü Ωmega ΣΣσ ǅemo Ǆ", "path/to/file.txt\n/usr", "!!!\n\n/", "1234567 12 3",
+    "don'T we'Ll 'S", "a1b2 ÅB ÖÄ", "東京Tokyo", "tab\t\tX", "x  \n  y",
+]
+
+
+@pytest.fixture(scope="module")
+def gpt4o():
+    from edgellm import _core
+    tok, _ = setup("qwen2.5-coder-0.5b")
+    ours = _core.Tokenizer.from_vocab({"model": "gpt2", "tokens": list(tok.tokens),
+                                       "merges": list(tok.merges), "pre": "gpt-4o"})
+    return ours, ref.ReferenceBpe(tok.tokens, tok.merges, "gpt4o")
+
+
+def test_gpt4o_pretokenizer_matches_reference(gpt4o):
+    ours, reference = gpt4o
+    assert ours.pre == "gpt-4o"
+    for s in GPT4O_FIXED:
+        assert ours.encode(s, add_special=False) == reference.encode(s), repr(s)
+    rng = random.Random(4242)
+    bad = []
+    for _ in range(300):
+        s = random_text(rng, rng.randint(1, 40))
+        got, want = ours.encode(s, add_special=False), reference.encode(s)
+        if got != want:
+            bad.append((s, got, want))
+    assert not bad, bad[:3]
+
+
+def test_gpt4o_splits_case_changes_where_qwen2_does_not(gpt4o):
+    ours, reference = gpt4o
+    words = ref.pretokenize("HelloWorld iPhone's", "gpt4o")
+    assert words == ["Hello", "World", " i", "Phone's"]
+    assert ref.pretokenize("HelloWorld", "qwen2") == ["HelloWorld"]
+    tok, _ = setup("qwen2.5-coder-0.5b")
+    for s in ("iPhone", "JavaScript", "YouTube"):  # one Qwen token each; two words for gpt-4o
+        assert len(tok.encode(s, add_special=False)) == 1
+        assert ours.encode(s, add_special=False) == reference.encode(s)
+        assert len(ours.encode(s, add_special=False)) == 2

@@ -135,6 +135,86 @@ void split_llama3(const Span& s, size_t max_digits, std::vector<size_t>& out) {
   }
 }
 
+// The gpt-4o (o200k) split, as llama.cpp runs it: its std::regex over the "collapsed" text,
+// where ASCII keeps ASCII meaning and any other character stands for its class only, so a
+// non-ASCII letter is both "not a-z" and "not A-Z" (upper- and lower-case at once):
+//   [^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|...)?
+//  |[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|...)?
+//  |\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// Alternatives are tried in order (the first that matches wins); within one, greedy runs give
+// back characters as a backtracking engine does.
+void split_gpt4o(const Span& s, std::vector<size_t>& out) {
+  size_t pos = s.begin, prev = s.begin;
+  auto add = [&](size_t end) { if (end > prev) out.push_back(end - prev); prev = end; };
+  auto in = [&](size_t i) { return i >= s.begin && i < s.end; };
+  auto ws = [&](size_t i) {
+    if (!in(i)) return false;
+    const uint32_t c = s.cps[i];
+    return c < 128 ? (c == ' ' || (c >= '\t' && c <= '\r')) : (s.fl[i] & kWhitespace) != 0;
+  };
+  auto letter = [&](size_t i) {
+    if (!in(i)) return false;
+    const uint32_t c = s.cps[i];
+    return c < 128 ? ((c | 32) >= 'a' && (c | 32) <= 'z') : !ws(i) && (s.fl[i] & kLetter);
+  };
+  auto number = [&](size_t i) {
+    if (!in(i)) return false;
+    const uint32_t c = s.cps[i];
+    return c < 128 ? (c >= '0' && c <= '9') : !ws(i) && (s.fl[i] & kNumber);
+  };
+  auto other = [&](size_t i) { return in(i) && !ws(i) && !letter(i) && !number(i); };
+  auto upper = [&](size_t i) { return letter(i) && !(s.cps[i] >= 'a' && s.cps[i] <= 'z'); };
+  auto lower = [&](size_t i) { return letter(i) && !(s.cps[i] >= 'A' && s.cps[i] <= 'Z'); };
+  auto newline = [&](size_t i) { return in(i) && (s.cps[i] == '\r' || s.cps[i] == '\n'); };
+  while (pos < s.end) {
+    const uint32_t c = s.cp(pos);
+    // the two word alternatives: an optional prefix character, then letters
+    const size_t q = (c == '\r' || c == '\n' || letter(pos) || number(pos)) ? pos : pos + 1;
+    if (letter(q)) {
+      size_t r = q;
+      while (upper(r)) ++r;
+      size_t end = 0;
+      for (size_t k = r + 1; k-- > q;) {  // "upper"* gives back until "lower"+ matches
+        size_t e = k;
+        while (lower(e)) ++e;
+        if (e > k) { end = e; break; }
+      }
+      if (end == 0) {  // second alternative: "upper"+ "lower"*
+        end = r;
+        while (lower(end)) ++end;
+      }
+      if (s.cp(end) == '\'') end += contraction_len(s, end, true);
+      pos = end;
+      add(pos);
+      continue;
+    }
+    if (number(pos)) {
+      size_t n = 0;
+      while (n < 3 && number(pos + n)) ++n;
+      pos += n;
+      add(pos);
+      continue;
+    }
+    const size_t p2 = (c == ' ' && other(pos + 1)) ? pos + 1 : pos;
+    if (other(p2)) {
+      pos = p2;
+      while (other(pos)) ++pos;
+      while (newline(pos) || s.cp(pos) == '/') ++pos;
+      add(pos);
+      continue;
+    }
+    size_t nws = 0, last_rn = 0;
+    while (ws(pos + nws)) {
+      if (newline(pos + nws)) last_rn = pos + nws + 1;
+      ++nws;
+    }
+    if (last_rn > 0) { pos = last_rn; add(pos); continue; }
+    if (nws > 1 && in(pos + nws)) { pos += nws - 1; add(pos); continue; }
+    if (nws > 0) { pos += nws; add(pos); continue; }
+    add(++pos);
+  }
+}
+
 // Character classes as llama.cpp's std::regex path sees them: ASCII characters keep ASCII
 // semantics (every printable non-alphanumeric ASCII character counts as \p{P}), others use
 // their Unicode category.
@@ -166,7 +246,7 @@ void split_runs(const Span& s, Pred in_class, size_t min_len, size_t max_len, st
   if (s.end > prev) out.push_back(s.end - prev);
 }
 
-enum class Rx { Gpt2, Llama3, Qwen2, NumberEach, NumberRun, PunctRun, Digits3 };
+enum class Rx { Gpt2, Llama3, Qwen2, Gpt4o, NumberEach, NumberRun, PunctRun, Digits3 };
 
 void apply(Rx rx, const std::vector<uint32_t>& cps, const std::vector<uint16_t>& fl,
            std::vector<size_t>& offsets) {
@@ -179,6 +259,7 @@ void apply(Rx rx, const std::vector<uint32_t>& cps, const std::vector<uint16_t>&
       case Rx::Gpt2: split_gpt2(s, out); break;
       case Rx::Llama3: split_llama3(s, 3, out); break;
       case Rx::Qwen2: split_llama3(s, 1, out); break;
+      case Rx::Gpt4o: split_gpt4o(s, out); break;
       case Rx::NumberEach: split_runs(s, collapsed_number, 1, 1, out); break;
       case Rx::NumberRun: split_runs(s, collapsed_number, 1, SIZE_MAX, out); break;
       case Rx::PunctRun: split_runs(s, collapsed_punct, 1, SIZE_MAX, out); break;
@@ -207,6 +288,8 @@ std::vector<std::string> pretokenize(std::string_view text, const std::string& p
     apply(Rx::Llama3, cps, fl, offsets);
   } else if (pre == "qwen2") {
     apply(Rx::Qwen2, cps, fl, offsets);
+  } else if (pre == "gpt4o") {
+    apply(Rx::Gpt4o, cps, fl, offsets);
   } else if (pre == "gpt2") {
     apply(Rx::Gpt2, cps, fl, offsets);
   } else if (pre == "default") {

@@ -56,6 +56,7 @@ std::string resolve_pre(const std::string& pre, bool& ignore_merges, bool& add_b
   for (auto* n : kGpt2)
     if (pre == n) return "gpt2";
   if (pre == "qwen2" || pre == "deepseek-r1-qwen" || pre == "qwen35") return "qwen2";
+  if (pre == "gpt-4o" || pre == "llama4" || pre == "kanana2" || pre == "talkie") return "gpt4o";
   if (pre == "default") return "default";
   std::fprintf(stderr, "edgellm: unknown BPE pre-tokenizer '%s', using 'default'\n", pre.c_str());
   return "default";

@@ -18,6 +18,10 @@ _LLAMA3_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}
               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 _QWEN2_RE = _LLAMA3_RE.replace(r"\p{N}{1,3}", r"\p{N}")
 _GPT2_RE = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+# o200k (gpt-oss; GGUF name "gpt-4o", as llama.cpp writes it)
+_GPT4O_WORD = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+               r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?")
+_GPT4O_RE = _GPT4O_WORD + r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 
 
 def _flatten(pre) -> list:
@@ -50,7 +54,7 @@ def identify_pre(pre, path: str) -> str:
             shape.append("digits1" if p.get("individual_digits") else "digits")
         elif t == "Split" and p.get("behavior") == "Isolated" and not p.get("invert"):
             rx = _regex(p)
-            shape.append({_LLAMA3_RE: "llama3", _QWEN2_RE: "qwen2", _GPT2_RE: "gpt2"}.get(rx, f"split {rx!r}"))
+            shape.append({_LLAMA3_RE: "llama3", _QWEN2_RE: "qwen2", _GPT2_RE: "gpt2", _GPT4O_RE: "gpt-4o"}.get(rx, f"split {rx!r}"))
         else:
             shape.append(json.dumps(p, sort_keys=True))
     known = {
@@ -59,12 +63,13 @@ def identify_pre(pre, path: str) -> str:
         ("llama3", "bytelevel"): "llama3",
         ("qwen2", "bytelevel"): "qwen2",
         ("gpt2", "bytelevel"): "gpt2",
+        ("gpt-4o", "bytelevel"): "gpt-4o",
     }
     name = known.get(tuple(shape))
     if name is None:
         raise UnsupportedArchitectureError(
             f"{path}: pre-tokenizer {' + '.join(shape) or '(none)'} is not one edgellm implements "
-            f"(gpt2, smollm, llama3, qwen2: docs/formats.md §7.3)")
+            f"(gpt2, smollm, llama3, qwen2, gpt-4o: docs/formats.md §7.3)")
     return name
 
 
