@@ -1,7 +1,8 @@
 // Paged attention: the scalar reference against a dense float64 softmax attention over the same
 // (dequantized) keys and values, with scrambled page tables, blocks of query tokens, GQA groups,
-// sliding windows, score soft-capping, attention sinks and every KV element type; then every kernel table this machine runs against
-// the reference, so a SIMD override is covered as soon as it lands.
+// sliding windows, score soft-capping, attention sinks and every KV element type; then every
+// kernel table this machine runs against the reference, so a SIMD override is covered as soon
+// as it lands.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

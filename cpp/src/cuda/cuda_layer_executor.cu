@@ -349,10 +349,6 @@ size_t bytes_needed(const OffloadRequest& r, int n) {
   size_t total = 0;
   for (int il = c.n_layer - n; il < c.n_layer; ++il) {
     const LayerWeights& w = (*r.layers)[il];
-    if (w.sinks) {  // the CUDA attention kernel has no sink term: never run such a layer without it
-      *why_not = "attention sinks (" + c.arch + ", layer " + std::to_string(il) + ") are not in the CUDA attention kernel";
-      return nullptr;
-    }
     for (const Matrix* m : w.matrices()) total += m->row_bytes * static_cast<size_t>(m->n_out);
     for (const Vector* v : w.vectors()) total += sizeof(float) * v->n;
   }
@@ -378,7 +374,8 @@ std::unique_ptr<LayerExecutor> make_layer_executor(const OffloadRequest& r, int 
   for (int il = c.n_layer - n; il < c.n_layer; ++il) {
     const LayerWeights& w = (*r.layers)[il];
     if (w.sinks) {  // the CUDA attention kernel has no sink term: never run such a layer without it
-      *why_not = "attention sinks (" + c.arch + ", layer " + std::to_string(il) + ") are not in the CUDA attention kernel";
+      *why_not = "attention sinks (" + c.arch + ", layer " + std::to_string(il) +
+                 ") are not in the CUDA attention kernel";
       return nullptr;
     }
     for (const Matrix* m : w.matrices())

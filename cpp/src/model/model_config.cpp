@@ -78,7 +78,9 @@ void read_expert_config(const GgufFile& f, ModelConfig& c, bool weights_norm_def
   if (gating < 1 || gating > 3)
     bad(f, key("expert_gating_func"),
         "= " + std::to_string(gating) + " is not supported (1 softmax, 2 sigmoid, 3 softmax over the top-k logits)");
-  c.expert_gating = gating == 1 ? ExpertGating::Softmax : gating == 2 ? ExpertGating::Sigmoid : ExpertGating::SoftmaxWeight;
+  c.expert_gating = gating == 1   ? ExpertGating::Softmax
+                    : gating == 2 ? ExpertGating::Sigmoid
+                                  : ExpertGating::SoftmaxWeight;
   c.expert_weights_norm = f.find_bool(key("expert_weights_norm")).value_or(weights_norm_default);
   c.expert_weights_scale = f.find_f32(key("expert_weights_scale")).value_or(0.0f);
   if (!(c.expert_weights_scale >= 0.0f) || !std::isfinite(c.expert_weights_scale))

@@ -1,7 +1,7 @@
 // The mixture-of-experts FFN sub-layer (docs/formats.md §4.8). For a batch of T tokens:
 //
-//   1. router logits h · Wrouter (+ its bias, gpt-oss) in one matmul, then per token its top-k experts and gate
-//      weights (model/expert_router.h), the (token, expert) pairs grouped by expert;
+//   1. router logits h · Wrouter (+ its bias, gpt-oss) in one matmul, then per token its top-k
+//      experts and gate weights (model/expert_router.h), the (token, expert) pairs grouped by expert;
 //   2. each pair's input row gathered into its expert's group, in the gate and up matrices'
 //      activation formats;
 //   3. one parallel region over every selected expert's gate and up rows: expert e's matmul runs
@@ -13,8 +13,9 @@
 //   5. the same region shape for the down rows;
 //   6. the shared expert, when the layer has one: an ordinary SwiGLU FFN over all T tokens
 //      (run_matmul), its output × sigmoid(gate_inp_shexp · h) when that gate exists;
-//   7. per token, out = Σ_j g_j · row_j (+ the expert's down bias) in slot order (+ the shared expert's row), so a
-//      token's result does not depend on the batch it is in or on the thread count.
+//   7. per token, out = Σ_j g_j · (row_j + the expert's down bias, if any) in slot order (+ the
+//      shared expert's row), so a token's result does not depend on the batch it is in or on the
+//      thread count.
 //
 // Decode (T = 1) so reads exactly the k selected experts' rows and nothing else of the layer's
 // experts.
@@ -143,7 +144,8 @@ void ForwardPass::moe_ffn(const LayerWeights& w, int il) {
   run_matmul(pool_, plans.router, &op, T);
   if (w.b_router) {  // gpt-oss: the router's bias, before the gating
     const auto add = kernels::active().add_f32;
-    pool_.parallel_for(0, T, [&](int64_t t, int) { add(w.b_router.data, m.logits.data() + t * c_.n_expert, c_.n_expert); });
+    pool_.parallel_for(0, T,
+                       [&](int64_t t, int) { add(w.b_router.data, m.logits.data() + t * c_.n_expert, c_.n_expert); });
   }
   ExpertRouting& r = m.routing;
   route_tokens(c_, m.logits.data(), T, pool_, r);

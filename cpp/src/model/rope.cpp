@@ -21,8 +21,9 @@ Rope::Rope(RopeType type, int n_rot, const RopeParams& params, const float* freq
   // YaRN's ramp between the correction dims (llama.cpp's rounding: floor / ceil, clamped).
   double lo = 0, hi = 0;
   if (params.yarn) {
-    lo = std::max(0.0, std::floor(yarn_corr_dim(n_rot, params.yarn_n_ctx_orig, params.yarn_beta_fast, params.freq_base)));
-    hi = std::min(n_rot - 1.0, std::ceil(yarn_corr_dim(n_rot, params.yarn_n_ctx_orig, params.yarn_beta_slow, params.freq_base)));
+    const int n_orig = params.yarn_n_ctx_orig;
+    lo = std::max(0.0, std::floor(yarn_corr_dim(n_rot, n_orig, params.yarn_beta_fast, params.freq_base)));
+    hi = std::min(n_rot - 1.0, std::ceil(yarn_corr_dim(n_rot, n_orig, params.yarn_beta_slow, params.freq_base)));
   }
   for (int i = 0; i < n_rot / 2; ++i) {
     double f = std::pow(static_cast<double>(params.freq_base), -2.0 * i / n_rot);
