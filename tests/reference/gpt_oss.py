@@ -190,6 +190,7 @@ class GptOssReference:
         self.n_head = int(k("attention.head_count"))
         self.n_head_kv = int(k("attention.head_count_kv"))
         self.hd = int(k("attention.key_length"))
+        assert int(k("rope.dimension_count", self.hd)) == self.hd  # gpt-oss rotates whole heads
         self.eps = float(k("attention.layer_norm_rms_epsilon"))
         self.n_expert = int(k("expert_count"))
         self.k = int(k("expert_used_count"))

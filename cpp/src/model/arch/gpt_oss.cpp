@@ -2,7 +2,7 @@
 // §4.9:
 // - attention with Q/K/V and output biases, NEOX RoPE over the whole head with YaRN scaling
 //   (rope.scaling.*: factor 32 from 4096 positions in the released files), Q scaled by
-//   1/sqrt(head_dim), and attention sinks (attn_sinks.weight, one logit per query head in the
+//   1/sqrt(n_rot) (= 1/sqrt(head_dim) there), and attention sinks (attn_sinks.weight, one logit per query head in the
 //   softmax's denominator);
 // - sliding window (attention.sliding_window, required; 128 in the released files) on every
 //   other layer, starting with layer 0 (period 2 unless attention.sliding_window_pattern says
@@ -22,6 +22,7 @@ namespace {
 
 void gpt_oss_hparams(const GgufFile& file, ModelConfig& c) {
   c.rope_type = RopeType::Neox;
+  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_rot));  // llama.cpp's kq_scale (n_rot = head_dim released)
   const std::string swa_key = arch_key(c, "attention.sliding_window");
   const auto n_swa = file.find_u32(swa_key);
   if (!n_swa) throw ModelFormatError(file.path() + ": required key " + swa_key + " is missing");
