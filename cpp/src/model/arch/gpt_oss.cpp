@@ -45,6 +45,7 @@ void gpt_oss_hparams(const GgufFile& file, ModelConfig& c) {
     throw ModelFormatError(file.path() + ": key " + gating_key + " = " + expert_gating_name(c.expert_gating) +
                            " contradicts the arch (gpt-oss gates by a softmax over the top-k logits: 3)");
   c.expert_gating = ExpertGating::SoftmaxWeight;
+  c.expert_weights_norm = false;  // llama.cpp passes norm_w = false (a no-op after that softmax anyway)
   c.swiglu_alpha = 1.702f;
   c.swiglu_limit = 7.0f;
 }
