@@ -67,8 +67,9 @@ struct PagedAttentionArgs {
 // The factor a query's accumulated Σ_p exp(s_p - m)·v_p is multiplied by at the end, given its
 // running max m and sum l = Σ_p exp(s_p - m): 1 / l, or with a sink logit z (sinks[h] for query
 // head h) exp(m - M) / (l·exp(m - M) + exp(z - M)) with M = max(m, z), so neither exp overflows.
-// 0 for a query that saw no key and has no sink. The one definition every table uses.
-inline float attention_output_scale(float m, float l, const float* sinks, int h) {
+// 0 for a query that saw no key and has no sink. The one definition every table uses; static, so
+// each ISA unit keeps its own copy (compiled with its own flags) rather than the linker picking one.
+static inline float attention_output_scale(float m, float l, const float* sinks, int h) {
   if (!sinks) return l > 0.0f ? 1.0f / l : 0.0f;
   const float z = sinks[h];
   const float mx = std::max(m, z);  // m = -inf before any key: mx = z
