@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Cross-check with llama.cpp: its llama-server's top-5 next-token log-probabilities against
 edgellm's on the same GGUF files, for the tiny mixture-of-experts fixtures (qwen3moe, olmoe,
-qwen2moe with its shared expert, Mixtral-style llama with experts; a dense llama for comparison; F32 and Q8_0 weights, written
-by tests/tiny_vocab_model.py) and any files given on the command line (e.g. the
+qwen2moe with its shared expert, Mixtral-style llama with experts; a dense llama for comparison;
+F32 and Q8_0 weights, written by tests/tiny_vocab_model.py; gpt-oss at F32 and with MXFP4
+experts, tests/reference/gpt_oss.py) and any files given on the command line (e.g. the
 bench/make_synthetic.py --preset qwen3-30b-a3b model). It proves the files are laid out as
 llama.cpp reads real ones and that both compute the same thing.
 
@@ -52,6 +53,14 @@ def tiny_models(out_dir):
         for arch in ("llama", "qwen3moe", "olmoe", "qwen2moe", "mixtral"):
             for wt in ("F32", "Q8_0"):
                 paths.append(str(write_tiny_vocab_model(Path(out_dir) / f"{arch}-{wt}.gguf", weight_type=wt, arch=arch)))
+        # gpt-oss (tests/reference/gpt_oss.py) with the same vocabulary: F32, and MXFP4 experts
+        from reference.gpt_oss import write_gpt_oss
+        from tiny_vocab_model import add_tokenizer, vocab
+        tokens, types, merges = vocab()
+        for wt, et in (("F32", None), ("Q8_0", "MXFP4")):
+            paths.append(str(write_gpt_oss(Path(out_dir) / f"gpt-oss-{et or wt}.gguf", n_vocab=len(tokens),
+                                           weight_type=wt, expert_type=et,
+                                           tokenizer=lambda w: add_tokenizer(w, tokens, types, merges))))
         return paths
     finally:
         gguf.GGUFWriter.add_tokenizer_pre = pre

@@ -26,6 +26,14 @@ the active bytes (bench/compare.py): the attention, the router and 8 of 128 expe
 
     python bench/make_synthetic.py --preset qwen3-30b-a3b --type Q4_K_M
 
+--preset gpt-oss-20b: gpt-oss-20b's layer shape (arch gpt-oss: dim 2880, 64 heads / 8 KV heads of
+64, 32 experts of 2880 with 4 used per token, vocab 201088, sliding window 128 on every other layer,
+YaRN x32 from 4096, attention sinks, Q/K/V/O / router / expert biases) with 4 layers instead of 24
+and its experts in MXFP4 as the released file has them (--type sets the other matrices); the
+tokenizer is the SentencePiece placeholder (timing only):
+
+    python bench/make_synthetic.py --preset gpt-oss-20b --type Q8_0
+
 Tensor types follow llama-quantize's mix (python/edgellm/bench/quantize.py: plan_types), e.g.
 Q4_K_M puts Q6_K on the tied embedding/output and on half the attn_v/ffn_down.
 
@@ -55,9 +63,9 @@ SCALE = {"Q4_0": (0.003, 0.006), "Q4_1": (0.001, 0.003), "Q5_0": (0.0015, 0.003)
          # IQ4_NL: w = d·level, std(level) ≈ 65;  IQ4_XS: w = d·(ls−32)·level, std(ls−32) ≈ 18
          "IQ4_NL": (2e-4, 4e-4), "IQ4_XS": (1e-5, 2.2e-5)}
 # Byte offsets of the fp16 fields inside each block (docs/formats.md §2.2-2.3).
-FP16_AT = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q4_K": [0, 2], "Q5_K": [0, 2],
+FP16_AT = {"MXFP4": [], "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q4_K": [0, 2], "Q5_K": [0, 2],
            "Q6_K": [208], "IQ4_NL": [0], "IQ4_XS": [0]}
-BLOCK = {"Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24), "Q8_0": (32, 34),
+BLOCK = {"MXFP4": (32, 17), "Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24), "Q8_0": (32, 34),
          "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210), "IQ4_NL": (32, 18), "IQ4_XS": (256, 136)}
 
 
@@ -74,6 +82,9 @@ def random_blocks(rng, qtype, n_rows, ne0):
     be, bb = BLOCK[qtype]
     nblk = n_rows * (ne0 // be)
     raw = np.frombuffer(rng.bytes(nblk * bb), dtype=np.uint8).reshape(nblk, bb).copy()
+    if qtype == "MXFP4":  # E8M0 scale byte 2^(e - 128) (ggml's half), levels up to ±12: std ~0.02
+        raw[:, 0] = rng.integers(119, 121, size=nblk, dtype=np.uint8)
+        return raw.reshape(n_rows, (ne0 // be) * bb)
     lo, hi = SCALE[qtype]
     for off in FP16_AT[qtype]:
         d = rng.uniform(lo, hi, size=nblk).astype(np.float16)
@@ -91,6 +102,10 @@ PRESETS = {
     "qwen3-30b-a3b": dict(arch="qwen3moe", dim=2048, layers=6, ffn=6144, heads=32, kv_heads=4, head_dim=128,
                           experts=128, experts_used=8, expert_ffn=768, vocab=151936, ctx=40960, tied=False,
                           rope_base=1000000.0, eps=1e-6, tokenizer="qwen2.5-coder-0.5b", name="qwen3-30b-a3b-shape"),
+    # gpt-oss-20b's shape with 4 of its 24 layers
+    "gpt-oss-20b": dict(arch="gpt-oss", dim=2880, layers=4, ffn=2880, heads=64, kv_heads=8, head_dim=64,
+                        experts=32, experts_used=4, expert_ffn=2880, vocab=201088, ctx=131072, tied=False,
+                        rope_base=150000.0, eps=1e-5, name="gpt-oss-20b-shape"),
 }
 
 
@@ -110,16 +125,25 @@ def shapes(a):
             out += [(b + "attn_q.weight", (a.dim, a.heads * hd)), (b + "attn_k.weight", (a.dim, a.kv_heads * hd)),
                     (b + "attn_v.weight", (a.dim, a.kv_heads * hd))]
         out.append((b + "attn_output.weight", (a.heads * hd, a.dim)))
+        if a.arch == "gpt-oss":  # biases, sinks; the pre-FFN norm is post_attention_norm
+            out += [(b + "attn_q.bias", (a.heads * hd,)), (b + "attn_k.bias", (a.kv_heads * hd,)),
+                    (b + "attn_v.bias", (a.kv_heads * hd,)), (b + "attn_output.bias", (a.dim,)),
+                    (b + "attn_sinks.weight", (a.heads,)), (b + "post_attention_norm.weight", (a.dim,))]
         if a.arch == "qwen3moe":
             out += [(b + "attn_q_norm.weight", (hd,)), (b + "attn_k_norm.weight", (hd,))]
         if a.arch == "gemma2":
             out.append((b + "post_attention_norm.weight", (a.dim,)))
-        out.append((b + "ffn_norm.weight", (a.dim,)))
+        if a.arch != "gpt-oss":
+            out.append((b + "ffn_norm.weight", (a.dim,)))
         if a.experts:
             out += [(b + "ffn_gate_inp.weight", (a.dim, a.experts)),
                     (b + "ffn_gate_exps.weight", (a.dim, a.expert_ffn, a.experts)),
                     (b + "ffn_up_exps.weight", (a.dim, a.expert_ffn, a.experts)),
                     (b + "ffn_down_exps.weight", (a.expert_ffn, a.dim, a.experts))]
+            if a.arch == "gpt-oss":
+                out += [(b + "ffn_gate_inp.bias", (a.experts,)), (b + "ffn_gate_exps.bias", (a.expert_ffn, a.experts)),
+                        (b + "ffn_up_exps.bias", (a.expert_ffn, a.experts)),
+                        (b + "ffn_down_exps.bias", (a.dim, a.experts))]
         elif a.arch == "phi3":  # gate rows, then up rows
             out += [(b + "ffn_up.weight", (a.dim, 2 * a.ffn)), (b + "ffn_down.weight", (a.ffn, a.dim))]
         else:
@@ -161,6 +185,10 @@ def write_model(a, ftype, out_path, tokenizer_fields):
     rng = np.random.default_rng(a.seed)
     tensors = [SimpleNamespace(name=n, shape=ne, tensor_type=gguf.GGMLQuantizationType.F32) for n, ne in shapes(a)]
     plans = plan_types(tensors, ftype, a.layers)
+    if a.arch == "gpt-oss":  # the released file's layout: MXFP4 experts, F32 biases and sinks
+        from edgellm.bench.quantize import Plan
+        plans = [Plan(p.name, p.src_type, "MXFP4" if p.name.endswith("_exps.weight") else
+                      (None if p.name.endswith(".bias") else p.dst_type), p.ne) for p in plans]
     w = gguf.GGUFWriter(str(out_path), a.arch)
     w.add_name(f"synthetic-{a.arch}-{a.dim}x{a.layers}-{ftype}")
     w.add_context_length(a.ctx)
@@ -184,6 +212,13 @@ def write_model(a, ftype, out_path, tokenizer_fields):
         w.add_rope_scaling_orig_ctx_len(4096)
         w.add_rope_scaling_attn_factors(float(np.sqrt(1 + np.log(a.ctx / 4096) / np.log(4096))))
         w.add_sliding_window(262144)
+    if a.arch == "gpt-oss":  # gpt-oss-20b's
+        w.add_sliding_window(128)
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(32.0)
+        w.add_rope_scaling_orig_ctx_len(4096)
+        w.add_rope_scaling_yarn_beta_fast(32.0)
+        w.add_rope_scaling_yarn_beta_slow(1.0)
     if a.arch == "gemma2":  # Gemma 2 2B's
         w.add_sliding_window(4096)
         w.add_attn_logit_softcapping(50.0)
@@ -245,7 +280,7 @@ def main():
     p.add_argument("--out-dir", default=os.path.expanduser("~/.cache/edgellm/synthetic"))
     p.add_argument("--preset", choices=sorted(PRESETS), default=None,
                    help="a real model's shape and architecture (the options below given explicitly override it)")
-    p.add_argument("--arch", choices=["llama", "phi3", "gemma2", "qwen3moe"], default="llama")
+    p.add_argument("--arch", choices=["llama", "phi3", "gemma2", "qwen3moe", "gpt-oss"], default="llama")
     p.add_argument("--dim", type=int, default=2048)
     p.add_argument("--layers", type=int, default=24)
     p.add_argument("--ffn", type=int, default=8192)
@@ -271,7 +306,7 @@ def main():
     tokenizer_model = PRESETS[a.preset].get("tokenizer", "smollm2") if a.preset else "smollm2"
     if a.experts and not (0 < a.experts_used <= a.experts and a.expert_ffn > 0):
         raise SystemExit("--experts needs --experts-used (1..experts) and --expert-ffn")
-    if a.tokenizer_from is None and a.arch in ("phi3", "gemma2"):
+    if a.tokenizer_from is None and a.arch in ("phi3", "gemma2", "gpt-oss"):
         fields = placeholder_spm_vocab(a.vocab)
     else:
         if a.tokenizer_from is None:

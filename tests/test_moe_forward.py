@@ -219,8 +219,8 @@ def test_bad_expert_keys(tmp_path):
     with pytest.raises(core.ModelFormatError, match=r"required tensor blk\.0\.ffn_gate_shexp\.weight is missing"):
         core.Model(write_tiny_model(tmp_path / "nosh.gguf", "qwen3moe", n_ff_shexp=64, type_of=None) and
                    _drop_tensors(tmp_path / "nosh.gguf", "_shexp."))
-    with pytest.raises(core.ModelFormatError, match=r"expert_gating_func = 3 is not supported"):
-        core.Model(_header_only(tmp_path, "qwen3moe", expert_count=4, expert_used_count=2, expert_gating_func=3))
+    with pytest.raises(core.ModelFormatError, match=r"expert_gating_func = 4 is not supported"):
+        core.Model(_header_only(tmp_path, "qwen3moe", expert_count=4, expert_used_count=2, expert_gating_func=4))
 
 
 def _drop_tensors(path, part):

@@ -47,6 +47,9 @@ py::dict config_dict(const ModelConfig& c) {
   d["attn_softcap"] = c.attn_softcap;
   d["rope_attn_factor"] = c.rope_global.attn_factor;
   d["n_ctx_orig"] = c.n_ctx_orig;
+  d["rope_yarn"] = c.rope_global.yarn;
+  d["rope_yarn_beta_fast"] = c.rope_global.yarn_beta_fast;
+  d["rope_yarn_beta_slow"] = c.rope_global.yarn_beta_slow;
   d["n_expert"] = c.n_expert;
   d["n_expert_used"] = c.n_expert_used;
   d["n_ff_exp"] = c.n_ff_exp;
@@ -54,6 +57,8 @@ py::dict config_dict(const ModelConfig& c) {
   d["expert_gating"] = expert_gating_name(c.expert_gating);
   d["expert_weights_norm"] = c.expert_weights_norm;
   d["expert_weights_scale"] = c.expert_weights_scale;
+  d["swiglu_alpha"] = c.swiglu_alpha;
+  d["swiglu_limit"] = c.swiglu_limit;
   return d;
 }
 

@@ -1,7 +1,8 @@
 // Paged attention: the scalar reference against a dense float64 softmax attention over the same
 // (dequantized) keys and values, with scrambled page tables, blocks of query tokens, GQA groups,
-// sliding windows, score soft-capping and every KV element type; then every kernel table this machine runs against
-// the reference, so a SIMD override is covered as soon as it lands.
+// sliding windows, score soft-capping, attention sinks and every KV element type; then every
+// kernel table this machine runs against the reference, so a SIMD override is covered as soon
+// as it lands.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -68,7 +69,9 @@ struct PagedKV {
 };
 
 // Dense float64 attention of query (token j, head i) of kv head `hk`.
-void naive(const PagedKV& kv, int hk, const float* q, int32_t pos, int32_t window, float softcap, float* out) {
+// With `sink` (an attention-sink logit; NaN: none) its exp joins the denominator.
+void naive(const PagedKV& kv, int hk, const float* q, int32_t pos, int32_t window, float softcap, float* out,
+           float sink = NAN) {
   std::vector<double> s;
   const int32_t lo = window > 0 ? std::max(0, pos - window + 1) : 0;
   double mx = -1e300;
@@ -80,8 +83,10 @@ void naive(const PagedKV& kv, int hk, const float* q, int32_t pos, int32_t windo
     s.push_back(d);
     mx = std::max(mx, d);
   }
+  if (!std::isnan(sink)) mx = std::max(mx, static_cast<double>(sink));
   double sum = 0;
   for (double& x : s) sum += (x = std::exp(x - mx));
+  if (!std::isnan(sink)) sum += std::exp(sink - mx);
   std::vector<double> acc(kv.hd_v, 0.0);
   for (int32_t p = lo; p <= pos; ++p) {
     const float* v = &kv.v_dense[(static_cast<size_t>(p) * kv.n_kv + hk) * kv.hd_v];
@@ -95,18 +100,33 @@ struct Case {
   int32_t q_pos0;
   int32_t window;
   float softcap = 0.0f;  // Gemma 2's attention-logit soft-cap; the random scores have sd ~2.4
+  int sinks = 0;         // gpt-oss's attention sinks: 0 none, 1 logits ~ N(0, 2), 2 logits ~ 6 (dominant)
 };
+
+// The sink logits of a case, one per (kv head, query head) of every call: the same for a block
+// and for its tokens alone.
+std::vector<float> sink_logits(const Case& c, int n_kv, int n_q, uint32_t seed) {
+  if (!c.sinks) return {};
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g;
+  std::vector<float> z(static_cast<size_t>(n_kv) * n_q);
+  for (float& x : z) x = c.sinks == 1 ? 2.0f * g(rng) : 6.0f + g(rng);
+  return z;
+}
 
 const std::vector<Case> kBasicCases = {Case{1, 0, 0},   Case{1, 69, 0},  Case{16, 0, 0}, Case{16, 40, 0}, Case{5, 33, 0},
                                        Case{1, 69, 5},  Case{16, 20, 5}, Case{7, 2, 5},  Case{3, 60, 1},
                                        Case{1, 69, 0, 2.0f}, Case{16, 40, 0, 3.0f}, Case{5, 33, 5, 1.5f},
-                                       Case{16, 20, 5, 50.0f}};
+                                       Case{16, 20, 5, 50.0f}, Case{1, 0, 0, 0.0f, 1}, Case{1, 69, 0, 0.0f, 1},
+                                       Case{16, 40, 0, 0.0f, 1}, Case{7, 2, 5, 0.0f, 2}, Case{5, 33, 5, 1.5f, 1},
+                                       Case{1, 69, 5, 0.0f, 2}, Case{3, 60, 1, 0.0f, 1}};
 
 // The arguments of one call: KV head hk of `kv`, the block of case c, queries and outputs of
 // all heads at the given token strides.
 PagedAttentionArgs head_args(PagedKV& kv, int hk, int n_q, const Case& c, const float* q, int64_t q_token_stride,
-                             float* out, int64_t out_token_stride, float* scratch) {
+                             float* out, int64_t out_token_stride, float* scratch, const std::vector<float>& sinks) {
   PagedAttentionArgs a{};
+  a.sinks = sinks.empty() ? nullptr : sinks.data() + hk * n_q;
   a.n_tokens = c.n_tokens;
   a.q_pos0 = c.q_pos0;
   a.window = c.window;
@@ -148,10 +168,11 @@ float max_error(const kernels::KernelTable& table, DType type, uint32_t seed, bo
     for (float& x : q) x = g(rng) * 0.3f;
     const int64_t out_token_stride = kv.n_kv * n_q * kv.hd_v + 3;
     std::vector<float> scratch(kernels::paged_attention_scratch_floats(n_q, kv.hd_k, kv.hd_v, kv.page_size));
+    const std::vector<float> sinks = sink_logits(c, kv.n_kv, n_q, seed + c.n_tokens + c.q_pos0);
     for (int hk = 0; hk < kv.n_kv; ++hk) {
       std::vector<float> out(c.n_tokens * out_token_stride, -7.0f), ref(out.size(), -7.0f);
       PagedAttentionArgs a = head_args(kv, hk, n_q, c, q.data(), q_token_stride, out.data(), out_token_stride,
-                                       scratch.data());
+                                       scratch.data(), sinks);
       table.paged_attention(a);
       if (other) {
         PagedAttentionArgs b = a;
@@ -163,7 +184,7 @@ float max_error(const kernels::KernelTable& table, DType type, uint32_t seed, bo
           const float* got = a.out + j * out_token_stride + h * kv.hd_v;
           std::vector<float> want(kv.hd_v);
           if (against_naive) naive(kv, hk, a.q + j * q_token_stride + h * kv.hd_k, c.q_pos0 + j, c.window, c.softcap,
-                                  want.data());
+                                  want.data(), a.sinks ? a.sinks[h] : NAN);
           else std::memcpy(want.data(), ref.data() + hk * n_q * kv.hd_v + j * out_token_stride + h * kv.hd_v, 4 * kv.hd_v);
           for (int i = 0; i < kv.hd_v; ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
         }
@@ -189,10 +210,11 @@ int exact_rows_mismatches(const kernels::KernelTable& table, DType type, uint32_
     for (float& x : q) x = g(rng) * 0.3f;
     const int64_t out_token_stride = kv.n_kv * n_q * kv.hd_v;
     std::vector<float> scratch(kernels::paged_attention_scratch_floats(n_q, kv.hd_k, kv.hd_v, kv.page_size));
+    const std::vector<float> sinks = sink_logits(c, kv.n_kv, n_q, seed + c.n_tokens + c.q_pos0);
     for (int hk = 0; hk < kv.n_kv; ++hk) {
       std::vector<float> block(c.n_tokens * out_token_stride, -7.0f), alone(block.size(), -7.0f);
       PagedAttentionArgs a = head_args(kv, hk, n_q, c, q.data(), q_token_stride, block.data(), out_token_stride,
-                                       scratch.data());
+                                       scratch.data(), sinks);
       a.exact_rows = true;
       table.paged_attention(a);
       for (int j = 0; j < c.n_tokens; ++j) {
@@ -237,7 +259,7 @@ int main() {
   }
   // The SIMD tables pick their code path by the block's query count (tokens × GQA group) and tile
   // keys and queries: sweep every block size 1..16 at varied positions, windows that end inside
-  // page runs (and a one-key window), with and without a score soft-cap, page sizes that are not
+  // page runs (and a one-key window), with and without a score soft-cap and attention sinks, page sizes that are not
   // multiples of the key tile, the models' group sizes (1, 3 SmolLM2, 4 Gemma 3, 7 Qwen2.5) and
   // head dims (64, 128, 256), and head dims that are not a multiple of any vector width (F32/F16
   // only: Q8_0 blocks are 32 wide).
@@ -245,8 +267,8 @@ int main() {
   for (int nt = 1; nt <= kernels::kAttentionMaxBlockTokens; ++nt) {
     const int32_t windows[] = {0, 13, 40, 1};
     const float caps[] = {0.0f, 2.5f, 0.0f, 20.0f};
-    sweep.push_back(Case{nt, static_cast<int32_t>((nt * 37) % (100 - nt)), windows[nt % 4], caps[nt % 4]});
-    sweep.push_back(Case{nt, static_cast<int32_t>(100 - nt), windows[(nt + 1) % 4], caps[(nt + 3) % 4]});
+    sweep.push_back(Case{nt, static_cast<int32_t>((nt * 37) % (100 - nt)), windows[nt % 4], caps[nt % 4], nt % 3});
+    sweep.push_back(Case{nt, static_cast<int32_t>(100 - nt), windows[(nt + 1) % 4], caps[(nt + 3) % 4], (nt + 1) % 3});
   }
   const Shape shapes[] = {{1, 64, 64, 16}, {3, 64, 64, 32}, {4, 256, 256, 32}, {7, 64, 64, 8},
                           {4, 128, 128, 64}, {2, 40, 20, 13}, {5, 24, 8, 7}};

@@ -1,5 +1,5 @@
-// route_tokens: top-k by probability with ties to the lower expert id, softmax and sigmoid
-// gating, renormalisation and scaling of the gate weights, and the grouping by expert (every
+// route_tokens: top-k by probability with ties to the lower expert id, softmax, sigmoid and
+// gpt-oss's top-k softmax gating, renormalisation and scaling of the gate weights, and the grouping by expert (every
 // (token, slot) pair in exactly one row of its expert's group, tokens in order there).
 #include <cmath>
 #include <vector>
@@ -45,6 +45,23 @@ void top_k_and_weights(ThreadPool& pool) {
   route_tokens(moe_config(4, 2, false, ExpertGating::Sigmoid, 2.5f), copy.data(), 2, pool, r);
   CHECK(r.expert[0] == 2 && r.expert[1] == 0);
   CHECK_NEAR(r.weight[0], 2.5 / (1.0 + std::exp(-3.0)), 1e-6);
+  // gpt-oss (SoftmaxWeight): the top-k of the raw logits, then a softmax over those k; negative
+  // logits rank as they are
+  std::vector<float> raw = {-1.0f, -4.0f, -0.5f, -3.0f, 0.25f, 0.25f, -9.0f, 1.0f};
+  route_tokens(moe_config(4, 3, false, ExpertGating::SoftmaxWeight), raw.data(), 2, pool, r);
+  CHECK(r.expert[0] == 2 && r.expert[1] == 0 && r.expert[2] == 3);
+  CHECK(r.expert[3] == 3 && r.expert[4] == 0 && r.expert[5] == 1);  // tie 0 / 1: the lower id first
+  const double z0 = std::exp(-0.5) + std::exp(-1.0) + std::exp(-3.0);
+  CHECK_NEAR(r.weight[0], std::exp(-0.5) / z0, 1e-6);
+  CHECK_NEAR(r.weight[2], std::exp(-3.0) / z0, 1e-6);
+  const double z1 = std::exp(1.0) + 2 * std::exp(0.25);
+  CHECK_NEAR(r.weight[3], std::exp(1.0) / z1, 1e-6);
+  CHECK_NEAR(r.weight[4], std::exp(0.25) / z1, 1e-6);
+  CHECK_NEAR(r.weight[4], r.weight[5], 1e-7);
+  // scaled after the softmax
+  raw = {-1.0f, -4.0f, -0.5f, -3.0f, 0.25f, 0.25f, -9.0f, 1.0f};
+  route_tokens(moe_config(4, 3, false, ExpertGating::SoftmaxWeight, 2.0f), raw.data(), 2, pool, r);
+  CHECK_NEAR(r.weight[0], 2.0 * std::exp(-0.5) / z0, 1e-6);
 }
 
 void grouping(ThreadPool& pool) {

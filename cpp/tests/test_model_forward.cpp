@@ -135,7 +135,15 @@ std::string write_tiny(const Architecture& architecture, const std::string& path
       w.tensor(b + "attn_v.weight", {kEmbd, kKv * kHd}, rnd(kEmbd * kKv * kHd, 0.2f));
     }
     w.tensor(b + "attn_output.weight", {kHeads * kHd, kEmbd}, rnd(kEmbd * kHeads * kHd, 0.2f));
-    w.tensor(b + "ffn_norm.weight", {kEmbd}, rnd(kEmbd, 0.1f, 1.0f));
+    w.tensor(b + spec.ffn_norm + ".weight", {kEmbd}, rnd(kEmbd, 0.1f, 1.0f));  // gpt-oss: post_attention_norm
+    if (spec.attn_out_bias) w.tensor(b + "attn_output.bias", {kEmbd}, rnd(kEmbd, 0.2f));
+    if (spec.attn_sinks) w.tensor(b + "attn_sinks.weight", {kHeads}, rnd(kHeads, 1.0f));
+    if (spec.expert_biases) {
+      w.tensor(b + "ffn_gate_inp.bias", {kExperts}, rnd(kExperts, 0.5f));
+      w.tensor(b + "ffn_gate_exps.bias", {kFf, kExperts}, rnd(kFf * kExperts, 0.3f));
+      w.tensor(b + "ffn_up_exps.bias", {kFf, kExperts}, rnd(kFf * kExperts, 0.3f));
+      w.tensor(b + "ffn_down_exps.bias", {kEmbd, kExperts}, rnd(kEmbd * kExperts, 0.1f));
+    }
     if (spec.moe) {
       w.tensor(b + "ffn_gate_inp.weight", {kEmbd, kExperts}, rnd(kEmbd * kExperts, 0.5f));
       w.tensor(b + "ffn_gate_exps.weight", {kEmbd, kFf, kExperts}, rnd(kEmbd * kFf * kExperts, 0.2f));
@@ -359,8 +367,8 @@ void check_arch(const Architecture& architecture) {
 }  // namespace
 
 int main() {
-  // gemma2, gemma3, llama, olmoe, phi3, qwen2, qwen2moe, qwen3, qwen3moe
+  // gemma2, gemma3, gpt-oss, llama, olmoe, phi3, qwen2, qwen2moe, qwen3, qwen3moe
   for (const Architecture* a : architectures()) check_arch(*a);
-  CHECK(architectures().size() >= 9);
+  CHECK(architectures().size() >= 10);
   return test_util::report();
 }

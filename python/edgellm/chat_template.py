@@ -92,6 +92,17 @@ _PHI3 = (
     "{%- if add_generation_prompt -%}{{- '<|assistant|>\\n' -}}{%- endif -%}"
 )
 
+# gpt-oss (harmony, llama.cpp's "gpt-oss" built-in): <|start|>ROLE<|message|>TEXT, ended by <|end|>
+# (an assistant turn of the history by <|return|>); the prompt ends with <|start|>assistant so the
+# model writes its own <|channel|> header. The model's output is parsed by edgellm.harmony.
+_GPT_OSS = (
+    "{%- for message in messages -%}"
+    "{{- '<|start|>' + message.role + '<|message|>' + message.content -}}"
+    "{{- '<|return|>' if message.role == 'assistant' else '<|end|>' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|start|>assistant' -}}{%- endif -%}"
+)
+
 # Cohere Command-R: turns between <|START_OF_TURN_TOKEN|> and <|END_OF_TURN_TOKEN|>, the roles as
 # SYSTEM / USER / CHATBOT tokens, content trimmed.
 _COMMAND_R = (
@@ -106,13 +117,14 @@ BUILTIN_TEMPLATES = {
     "chatml": _CHATML,
     "command-r": _COMMAND_R,
     "gemma": _GEMMA,
+    "gpt-oss": _GPT_OSS,
     "llama3": _LLAMA3,
     "llama2": _LLAMA2,
     "phi3": _PHI3,
     "zephyr": _ZEPHYR,
 }
 _ALIASES = {"llama-3": "llama3", "llama-2": "llama2", "gemma3": "gemma", "gemma2": "gemma", "qwen": "chatml",
-            "phi-3": "phi3", "phi4-mini": "phi3"}
+            "phi-3": "phi3", "phi4-mini": "phi3", "harmony": "gpt-oss", "openai-moe": "gpt-oss"}
 
 
 def builtin_names() -> list:
@@ -152,6 +164,8 @@ def choose_template(metadata_template: Optional[str],
     tokens = vocab_tokens if vocab_tokens is not None else ()
     if not hasattr(tokens, "__contains__") or isinstance(tokens, (list, tuple)):
         tokens = set(tokens)
+    if "<|start|>" in tokens and "<|message|>" in tokens and "<|channel|>" in tokens:  # gpt-oss's harmony
+        return "gpt-oss"
     if "<|assistant|>" in tokens and "<|end|>" in tokens:  # Phi-3's turns end with <|end|>
         if "<|im_start|>" not in tokens:
             return "phi3"

@@ -38,7 +38,9 @@ _CHANNEL = re.compile(re.escape(CHANNEL) + r"\s*([A-Za-z_]+)")
 
 
 def is_harmony_template(source: str) -> bool:
-    return CHANNEL in source and MESSAGE in source
+    # gpt-oss's own templates write <|channel|>; the built-in one (chat_template "gpt-oss", as
+    # llama.cpp's) only <|start|> and <|message|>, a pair no other format uses
+    return (CHANNEL in source or START in source) and MESSAGE in source
 
 
 class HarmonyHeader:

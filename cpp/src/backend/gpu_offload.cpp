@@ -47,6 +47,11 @@ std::unique_ptr<LayerExecutor> make_gpu_executor(const OffloadRequest& r) {
          " experts) are not supported on the GPU; running on the CPU");
     return nullptr;
   }
+  if (r.layer && r.layer->attn_sinks) {
+    // attention sinks are not in the CUDA attention kernel
+    warn(asked + ": attention sinks (" + r.config->arch + ") are not supported on the GPU; running on the CPU");
+    return nullptr;
+  }
   if (r.layer && r.layer->qk_norm_whole) {
     warn(asked + ": Q/K norms over the whole projection (" + r.config->arch +
          ") are not supported on the GPU; running on the CPU");

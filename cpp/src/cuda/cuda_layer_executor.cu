@@ -373,6 +373,11 @@ std::unique_ptr<LayerExecutor> make_layer_executor(const OffloadRequest& r, int 
   }
   for (int il = c.n_layer - n; il < c.n_layer; ++il) {
     const LayerWeights& w = (*r.layers)[il];
+    if (w.sinks) {  // the CUDA attention kernel has no sink term: never run such a layer without it
+      *why_not = "attention sinks (" + c.arch + ", layer " + std::to_string(il) +
+                 ") are not in the CUDA attention kernel";
+      return nullptr;
+    }
     for (const Matrix* m : w.matrices())
       if (!matmul_supports(m->type)) {
         *why_not = "tensor " + (m->info ? m->info->name : std::string("of layer ") + std::to_string(il)) +

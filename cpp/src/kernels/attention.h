@@ -7,7 +7,10 @@
 // convert) each cached key/value row once for all its queries during prefill; decode passes
 // blocks of one token. The caller has already scaled the queries (kq_scale = 1). With a
 // soft-cap c > 0 (Gemma 2's attn_logit_softcapping) each score s becomes c·tanh(s / c) before
-// the softmax.
+// the softmax. With attention sinks (gpt-oss's attn_sinks: one learned logit per query head)
+// the sink's exp joins the softmax denominator and contributes no value: out = Σ_p exp(s_p)·v_p /
+// (Σ_p exp(s_p) + exp(sink)); every implementation applies it once at the end, with
+// attention_output_scale below.
 //
 // Token j (position p = q_pos0 + j) attends to the keys at positions [lo, p], where lo = 0 for
 // full attention and lo = max(0, p - window + 1) on a sliding-window layer (key k is masked
@@ -17,6 +20,8 @@
 // p % page_size; this head's K row is at k_base + page * page_stride + slot * k_row_bytes, and
 // likewise for V. Rows are F32, F16 or Q8_0 (blocks along the head dim).
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -29,6 +34,9 @@ struct PagedAttentionArgs {
   int32_t q_pos0;         // position of the first
   int32_t window;         // 0: full causal attention; w > 0: sliding window of w keys
   float softcap;          // 0: none; c > 0: scores become c * tanh(score / c)
+  // nullptr: none; else n_q finite logits, sinks[i] the sink of query head i of this group
+  // (compared with the scores as they reach the softmax: after Q's scaling and the soft-cap).
+  const float* sinks = nullptr;
 
   const float* q;         // token j, head i at q + j * q_token_stride + i * q_head_stride
   int64_t q_token_stride, q_head_stride;  // in floats
@@ -55,6 +63,20 @@ struct PagedAttentionArgs {
   // one-token block would take while still converting each key row once for the whole block.
   bool exact_rows = false;
 };
+
+// The factor a query's accumulated Σ_p exp(s_p - m)·v_p is multiplied by at the end, given its
+// running max m and sum l = Σ_p exp(s_p - m): 1 / l, or with a sink logit z (sinks[h] for query
+// head h) exp(m - M) / (l·exp(m - M) + exp(z - M)) with M = max(m, z), so neither exp overflows.
+// 0 for a query that saw no key and has no sink. The one definition every table uses; static, so
+// each ISA unit keeps its own copy (compiled with its own flags) rather than the linker picking one.
+static inline float attention_output_scale(float m, float l, const float* sinks, int h) {
+  if (!sinks) return l > 0.0f ? 1.0f / l : 0.0f;
+  const float z = sinks[h];
+  const float mx = std::max(m, z);  // m = -inf before any key: mx = z
+  if (!(mx > -INFINITY)) return 0.0f;
+  const float c = std::exp(m - mx);
+  return c / (l * c + std::exp(z - mx));
+}
 
 // Query tokens per call the caller may pass (prefill); the scratch bound below allows for it.
 constexpr int kAttentionMaxBlockTokens = 16;

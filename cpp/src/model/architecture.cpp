@@ -1,5 +1,6 @@
 #include "model/architecture.h"
 
+#include <cmath>
 #include <string>
 
 #include "common/errors.h"
@@ -18,16 +19,18 @@ const Architecture& qwen3_architecture();
 const Architecture& qwen3moe_architecture();
 const Architecture& qwen2moe_architecture();
 const Architecture& olmoe_architecture();
+const Architecture& gpt_oss_architecture();
 
 namespace {
 std::string layer_tensor(int il, const char* name) { return "blk." + std::to_string(il) + "." + name; }
-void bind_moe_ffn(WeightLoader& ld, const ModelConfig& c, int il, LayerWeights& w);
+void bind_moe_ffn(WeightLoader& ld, const ModelConfig& c, const LayerSpec& spec, int il, LayerWeights& w);
 }  // namespace
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> list = {
       &gemma2_architecture(),
       &gemma3_architecture(),
+      &gpt_oss_architecture(),
       &llama_architecture(),
       &olmoe_architecture(),
       &phi3_architecture(),
@@ -66,12 +69,18 @@ const Architecture& read_model_config(const GgufFile& file, ModelConfig& config)
 
 namespace {
 // The MoE FFN of layer il: router, the three expert tensors, the shared expert.
-void bind_moe_ffn(WeightLoader& ld, const ModelConfig& c, int il, LayerWeights& w) {
+void bind_moe_ffn(WeightLoader& ld, const ModelConfig& c, const LayerSpec& spec, int il, LayerWeights& w) {
   auto t = [&](const char* n) { return layer_tensor(il, n); };
   w.router = ld.matrix(t("ffn_gate_inp.weight"), c.n_embd, c.n_expert);
   w.gate_exps = ld.experts(t("ffn_gate_exps.weight"), c.n_embd, c.n_ff_exp, c.n_expert);
   w.up_exps = ld.experts(t("ffn_up_exps.weight"), c.n_embd, c.n_ff_exp, c.n_expert);
   w.down_exps = ld.experts(t("ffn_down_exps.weight"), c.n_ff_exp, c.n_embd, c.n_expert);
+  if (spec.expert_biases) {
+    w.b_router = ld.vector(t("ffn_gate_inp.bias"), c.n_expert);
+    w.b_gate_exps = ld.table(t("ffn_gate_exps.bias"), c.n_ff_exp, c.n_expert);
+    w.b_up_exps = ld.table(t("ffn_up_exps.bias"), c.n_ff_exp, c.n_expert);
+    w.b_down_exps = ld.table(t("ffn_down_exps.bias"), c.n_embd, c.n_expert);
+  }
   if (c.n_ff_shexp > 0) {
     w.gate_shexp = ld.matrix(t("ffn_gate_shexp.weight"), c.n_embd, c.n_ff_shexp);
     w.up_shexp = ld.matrix(t("ffn_up_shexp.weight"), c.n_embd, c.n_ff_shexp);
@@ -99,10 +108,17 @@ void bind_layer(WeightLoader& ld, const ModelConfig& c, const LayerSpec& spec, i
   w.bq = ld.vector(t("attn_q.bias"), c.n_embd_q(), optional_qkv_bias);
   w.bk = ld.vector(t("attn_k.bias"), c.n_embd_k(), optional_qkv_bias);
   w.bv = ld.vector(t("attn_v.bias"), c.n_embd_v(), optional_qkv_bias);
-  w.bo = ld.vector(t("attn_output.bias"), c.n_embd, true);
-  w.ffn_norm = ld.vector(t("ffn_norm.weight"), c.n_embd);
+  w.bo = ld.vector(t("attn_output.bias"), c.n_embd, !spec.attn_out_bias);
+  if (spec.attn_sinks) {
+    w.sinks = ld.vector(t("attn_sinks.weight"), c.n_head);
+    for (int64_t i = 0; w.sinks && i < w.sinks.n; ++i)
+      if (!std::isfinite(w.sinks.data[i]))
+        throw ModelFormatError(ld.path() + ": tensor " + t("attn_sinks.weight") + " has a non-finite value at " +
+                               std::to_string(i));
+  }
+  w.ffn_norm = ld.vector(t((std::string(spec.ffn_norm) + ".weight").c_str()), c.n_embd);
   if (c.is_moe()) {
-    bind_moe_ffn(ld, c, il, w);
+    bind_moe_ffn(ld, c, spec, il, w);
   } else {
     if (spec.fused_gate_up) {
       const Matrix gate_up = ld.matrix(t("ffn_up.weight"), c.n_embd, 2 * static_cast<int64_t>(c.n_ff));

@@ -1,5 +1,6 @@
 // The architecture registry. Each supported `general.architecture` has one file under model/
-// arch/ (llama.cpp, gemma2.cpp, gemma3.cpp, phi3.cpp, qwen2.cpp, qwen3.cpp) that says two things
+// arch/ (llama.cpp, gemma2.cpp, gemma3.cpp, phi3.cpp, qwen2.cpp, qwen3.cpp, the MoE ones,
+// gpt_oss.cpp) that says two things
 // about it: which hyper-parameters it reads beyond the common ones (into ModelConfig: RoPE
 // flavour and bases, sliding windows per layer, scales, soft-capping), and what its layers are
 // made of (a LayerSpec: which tensors they bind, where the norms sit, which FFN activation). A
@@ -48,6 +49,17 @@ struct LayerSpec {
   // The FFN is always a mixture of experts (<arch>.expert_count required). Any architecture's
   // layers are MoE layers when the file has expert_count > 0 (llama: Mixtral); see bind_layer.
   bool moe = false;
+  // attn_sinks.weight {n_head}: one learned logit per query head in each softmax's denominator
+  // (gpt-oss; kernels/attention.h).
+  bool attn_sinks = false;
+  // attn_output.bias is required (else optional).
+  bool attn_out_bias = false;
+  // The FFN's pre-norm tensor: "ffn_norm" (gpt-oss: "post_attention_norm", llama.cpp's name for
+  // that model's pre-FFN norm).
+  const char* ffn_norm = "ffn_norm";
+  // MoE layers: ffn_gate_inp.bias {n_expert} and ffn_{gate,up,down}_exps.bias {n_out, n_expert}
+  // are required (gpt-oss).
+  bool expert_biases = false;
 };
 
 struct Architecture {
@@ -62,7 +74,7 @@ struct Architecture {
 const std::vector<const Architecture*>& architectures();
 // nullptr when `name` is not supported.
 const Architecture* find_architecture(const std::string& name);
-// "gemma2, gemma3, llama, olmoe, phi3, qwen2, qwen2moe, qwen3, qwen3moe"
+// "gemma2, gemma3, gpt-oss, llama, olmoe, phi3, qwen2, qwen2moe, qwen3, qwen3moe"
 std::string supported_architectures();
 
 // The whole config of `file` (read_common_config, then its architecture's hparams) and the
@@ -86,6 +98,10 @@ struct LayerWeights {
   std::vector<Matrix> gate_exps, up_exps, down_exps;  // one view per expert into the 3-D tensors
   Matrix gate_shexp, up_shexp, down_shexp;  // the shared expert every token runs (n_ff_shexp > 0)
   Vector gate_inp_shexp;                    // optional: its output × sigmoid(gate_inp_shexp · h)
+  Vector sinks;                             // LayerSpec::attn_sinks: n_head logits
+  // LayerSpec::expert_biases: the router's (n_expert), and per expert e a bias row at
+  // e * n_out of b_{gate,up}_exps (n_ff_exp wide) and b_down_exps (n_embd wide).
+  Vector b_router, b_gate_exps, b_up_exps, b_down_exps;
 
   // Every matrix and every vector member, for code that walks them all (packing, sizing,
   // device uploads); absent ones are empty.
@@ -103,9 +119,10 @@ struct LayerWeights {
     for (Matrix* m : const_cast<LayerWeights*>(this)->moe_matrices()) v.push_back(m);
     return v;
   }
-  std::array<const Vector*, 13> vectors() const {
-    return {&attn_norm, &bq, &bk, &bv, &bo, &q_norm, &k_norm, &post_attn_norm,
-            &ffn_norm, &b_gate, &b_up, &b_down, &post_ffn_norm};
+  std::array<const Vector*, 18> vectors() const {
+    return {&attn_norm, &bq,     &bk,       &bv,        &bo,        &q_norm,        &k_norm,
+            &post_attn_norm, &ffn_norm, &b_gate, &b_up, &b_down, &post_ffn_norm, &sinks,
+            &b_router, &b_gate_exps, &b_up_exps, &b_down_exps};
   }
 };
 

@@ -1,5 +1,6 @@
 // The attention sub-layer (docs/formats.md §4): projections, Q/K head norms,
-// RoPE, Q scaling, the KV cache write and paged attention, output projection.
+// RoPE, Q scaling, the KV cache write and paged attention (with the layer's attention sinks),
+// output projection.
 #include <cstring>
 
 #include "common/fp16.h"
@@ -36,7 +37,7 @@ void store_row(DType type, const float* src, uint8_t* dst, int n) {
 void ForwardPass::self_attention(const LayerWeights& w, int il) {
   project_qkv(w, il);
   prepare_qk_and_store_kv(w, il);
-  attend(il);
+  attend(w, il);
   project(w.wo, (*s_.plans)[il].wo, sc_.attn.data(), c_.n_embd_attn(), out, w.bo);
 }
 
@@ -96,7 +97,7 @@ void ForwardPass::prepare_qk_and_store_kv(const LayerWeights& w, int il) {
   });
 }
 
-void ForwardPass::attend(int il) {
+void ForwardPass::attend(const LayerWeights& w, int il) {
   const int n_kv = c_.n_head_kv;
   const int group = c_.n_head / c_.n_head_kv;
   const auto attention = kernels::active().paged_attention;
@@ -125,6 +126,7 @@ void ForwardPass::attend(int il) {
     a.exact_rows = b.exact_rows;
     a.q_pos0 = batch_.pos[b.first];
     a.q = sc_.q.data() + b.first * c_.n_embd_q() + static_cast<int64_t>(hk) * group * c_.head_dim_k;
+    if (w.sinks) a.sinks = w.sinks.data + static_cast<int64_t>(hk) * group;  // this group's query heads
     a.pages = kv_.page_table(il, batch_.seq[b.first]).data();
     a.k_base = kv_.k_head(il, 0, hk);
     a.v_base = kv_.v_head(il, 0, hk);

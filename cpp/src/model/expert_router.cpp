@@ -27,7 +27,9 @@ size_t ExpertRouting::reserve_bytes(int max_tokens, int n_exp, int top_k) {
 namespace {
 
 // p = probabilities of one token's logits, in place.
+// SoftmaxWeight leaves the logits as they are (the top-k is taken on them; softmax_top_k below).
 void probabilities(ExpertGating g, float* p, int n) {
+  if (g == ExpertGating::SoftmaxWeight) return;
   if (g == ExpertGating::Sigmoid) {
     for (int e = 0; e < n; ++e) p[e] = 1.0f / (1.0f + std::exp(-p[e]));
     return;
@@ -41,6 +43,18 @@ void probabilities(ExpertGating g, float* p, int n) {
   }
   const float inv = static_cast<float>(1.0 / sum);
   for (int e = 0; e < n; ++e) p[e] *= inv;
+}
+
+// The k selected logits become their softmax, in place (gpt-oss's gate weights).
+void softmax_top_k(float* w, int k) {
+  const float mx = w[0];  // the best first
+  double sum = 0;
+  for (int j = 0; j < k; ++j) {
+    w[j] = std::exp(w[j] - mx);
+    sum += w[j];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int j = 0; j < k; ++j) w[j] *= inv;
 }
 
 }  // namespace
@@ -79,6 +93,7 @@ void route_tokens(const ModelConfig& c, float* logits, int n_tokens, ThreadPool&
       wt[i] = v;
       sel[i] = e;
     }
+    if (c.expert_gating == ExpertGating::SoftmaxWeight) softmax_top_k(wt, k);
     if (c.expert_weights_norm) {
       float sum = 0;
       for (int j = 0; j < k; ++j) sum += wt[j];

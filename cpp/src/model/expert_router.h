@@ -1,7 +1,8 @@
 // Routing a batch's tokens to the experts of a mixture-of-experts layer (docs/formats.md §4.8):
 // each token's router logits become probabilities (softmax, or sigmoid where the file says),
 // its top-k experts are chosen (ties to the lower expert id), their probabilities are its gate
-// weights, renormalised to sum 1 when the architecture says (expert_weights_norm) and scaled by
+// weights (gpt-oss, ExpertGating::SoftmaxWeight: the top-k of the raw logits, their softmax),
+// renormalised to sum 1 when the architecture says (expert_weights_norm) and scaled by
 // expert_weights_scale when set. The (token, slot) pairs are then grouped by expert, so that a
 // forward pass reads each selected expert's weights once for all the tokens routed to it.
 #pragma once

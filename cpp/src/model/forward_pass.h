@@ -139,7 +139,8 @@ class ForwardPass {
   void add_residual(const float* src);
   // out = attention sub-layer of layer il on h: Q/K/V projections (+ biases), per-head Q/K
   // norms when the layer has them, RoPE, Q scaling, K/V written to the cache, paged attention
-  // over each token's own sequence (within the layer's window), output projection (+ bias).
+  // over each token's own sequence (within the layer's window; with the layer's attention sinks),
+  // output projection (+ bias).
   void self_attention(const LayerWeights& w, int il);
   // out = Wdown · (act(Wgate h + b) ⊙ (Wup h + b)) (+ b)
   void gated_ffn(const LayerWeights& w, int il, FfnActivation act);
@@ -158,7 +159,7 @@ class ForwardPass {
   void project_qkv(const LayerWeights& w, int il);
   void shared_expert(const LayerWeights& w, int il);  // MoeScratch::sh_out = the shared expert on h
   void prepare_qk_and_store_kv(const LayerWeights& w, int il);
-  void attend(int il);
+  void attend(const LayerWeights& w, int il);
   void project(const Matrix& wmat, const MatmulPlan& plan, const float* src, int64_t src_width, float* dst,
                const Vector& bias);
 

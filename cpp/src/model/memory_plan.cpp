@@ -135,8 +135,12 @@ void MemoryPlanner::read(const std::string& path) {
   if (!(tied && packed_matrix_bytes(output) == 0)) embedding_ = static_cast<int64_t>(token_embd.info->nbytes);
   // 1-D tensors bound as vectors (norms, biases) are f32 copies (counted in converted_ by the
   // loader); their source pages are touched once at load: one OS page each at most.
+  // gpt-oss's per-expert bias tables (2-D, bound by WeightLoader::table) likewise.
+  auto bias_table = [](const TensorInfo& t) {
+    return t.n_dims == 2 && t.name.size() > 10 && t.name.compare(t.name.size() - 10, 10, "_exps.bias") == 0;
+  };
   for (const TensorInfo& t : file->tensors())
-    if (t.n_dims == 1) mapped_ += std::min<int64_t>(static_cast<int64_t>(t.nbytes), 4096);
+    if (t.n_dims == 1 || bias_table(t)) mapped_ += std::min<int64_t>(static_cast<int64_t>(t.nbytes), 4096);
   mapped_ += header_bytes_;
 
   // The tokenizer: built from this parse of the file (the loader's Tokenizer::from_gguf parses

@@ -43,7 +43,14 @@ int positive(const GgufFile& f, const std::string& key, uint32_t v) {
 
 }  // namespace
 
-const char* expert_gating_name(ExpertGating g) { return g == ExpertGating::Softmax ? "softmax" : "sigmoid"; }
+const char* expert_gating_name(ExpertGating g) {
+  switch (g) {
+    case ExpertGating::Softmax: return "softmax";
+    case ExpertGating::Sigmoid: return "sigmoid";
+    case ExpertGating::SoftmaxWeight: return "softmax_weight";
+  }
+  return "?";
+}
 
 void read_expert_config(const GgufFile& f, ModelConfig& c, bool weights_norm_default) {
   auto key = [&](const char* s) { return arch_key(c, s); };
@@ -68,9 +75,12 @@ void read_expert_config(const GgufFile& f, ModelConfig& c, bool weights_norm_def
   if (n_shexp > (1u << 24)) bad(f, key("expert_shared_feed_forward_length"), "is out of range");
   c.n_ff_shexp = static_cast<int>(n_shexp);
   const uint32_t gating = f.find_u32(key("expert_gating_func")).value_or(1);
-  if (gating != 1 && gating != 2)
-    bad(f, key("expert_gating_func"), "= " + std::to_string(gating) + " is not supported (1 softmax, 2 sigmoid)");
-  c.expert_gating = gating == 1 ? ExpertGating::Softmax : ExpertGating::Sigmoid;
+  if (gating < 1 || gating > 3)
+    bad(f, key("expert_gating_func"),
+        "= " + std::to_string(gating) + " is not supported (1 softmax, 2 sigmoid, 3 softmax over the top-k logits)");
+  c.expert_gating = gating == 1   ? ExpertGating::Softmax
+                    : gating == 2 ? ExpertGating::Sigmoid
+                                  : ExpertGating::SoftmaxWeight;
   c.expert_weights_norm = f.find_bool(key("expert_weights_norm")).value_or(weights_norm_default);
   c.expert_weights_scale = f.find_f32(key("expert_weights_scale")).value_or(0.0f);
   if (!(c.expert_weights_scale >= 0.0f) || !std::isfinite(c.expert_weights_scale))
@@ -148,11 +158,11 @@ ModelConfig read_common_config(const GgufFile& f) {
   c.rope_global.freq_base = f.find_f32(key("rope.freq_base")).value_or(10000.0f);
   if (!(c.rope_global.freq_base > 0.0f)) bad(f, key("rope.freq_base"), "must be positive");
   const std::string scaling = f.find_string(key("rope.scaling.type")).value_or("linear");
-  if (scaling != "linear" && scaling != "none")
-    bad(f, key("rope.scaling.type"), "= \"" + scaling + "\" is not supported (supported: none, linear)");
+  if (scaling != "linear" && scaling != "none" && scaling != "yarn")
+    bad(f, key("rope.scaling.type"), "= \"" + scaling + "\" is not supported (supported: none, linear, yarn)");
   std::optional<float> factor = f.find_f32(key("rope.scaling.factor"));
   if (!factor) factor = f.find_f32(key("rope.scale_linear"));
-  if (scaling == "linear" && factor && *factor != 0.0f) {
+  if (scaling != "none" && factor && *factor != 0.0f) {
     if (!(*factor > 0.0f) || !std::isfinite(*factor)) bad(f, key("rope.scaling.factor"), "must be positive");
     c.rope_global.freq_scale = 1.0f / *factor;
   }
@@ -163,6 +173,29 @@ ModelConfig read_common_config(const GgufFile& f) {
   }
   const uint32_t n_ctx_orig = f.find_u32(key("rope.scaling.original_context_length")).value_or(0);
   c.n_ctx_orig = n_ctx_orig ? positive(f, key("rope.scaling.original_context_length"), n_ctx_orig) : c.n_ctx_train;
+  if (scaling == "yarn") {
+    // llama.cpp's YaRN (§3.6): extrapolation factor 1, betas 32 / 1 unless the file gives them,
+    // and cos / sin × get_mscale(s, 1) / get_mscale(s, yarn_log_multiplier) × attn_factor, with
+    // get_mscale(s, m) = 1 + 0.1 m ln s for s > 1, else 1.
+    RopeParams& r = c.rope_global;
+    r.yarn = true;
+    r.yarn_n_ctx_orig = c.n_ctx_orig;
+    auto beta = [&](const char* k, float fallback) {
+      const float v = f.find_f32(key(k)).value_or(fallback);
+      if (!(v > 0.0f) || !std::isfinite(v)) bad(f, key(k), "= " + std::to_string(v) + " must be positive");
+      return v;
+    };
+    r.yarn_beta_fast = beta("rope.scaling.yarn_beta_fast", 32.0f);
+    r.yarn_beta_slow = beta("rope.scaling.yarn_beta_slow", 1.0f);
+    if (!(r.yarn_beta_fast > r.yarn_beta_slow))
+      bad(f, key("rope.scaling.yarn_beta_fast"), "must be greater than " + key("rope.scaling.yarn_beta_slow"));
+    const float log_mul = f.find_f32(key("rope.scaling.yarn_log_multiplier")).value_or(0.0f);
+    if (!std::isfinite(log_mul) || log_mul < 0.0f)
+      bad(f, key("rope.scaling.yarn_log_multiplier"), "is not a finite non-negative number");
+    const float s = 1.0f / r.freq_scale;
+    auto mscale = [&](float m) { return s <= 1.0f ? 1.0f : 0.1f * m * std::log(s) + 1.0f; };
+    r.attn_factor *= log_mul != 0.0f ? mscale(1.0f) / mscale(log_mul) : mscale(1.0f);
+  }
   c.rope_local = c.rope_global;
 
   // Embedding pooling (llama.cpp's enum); absent in most decoder GGUFs: the engine then means.

@@ -17,17 +17,28 @@ enum class RopeType {
 };
 const char* rope_type_name(RopeType t);
 
-// How a mixture-of-experts layer turns router logits into expert probabilities
-// (<arch>.expert_gating_func: 1 softmax, 2 sigmoid, llama.cpp's numbering).
-enum class ExpertGating { Softmax, Sigmoid };
+// How a mixture-of-experts layer turns router logits into expert gate weights
+// (<arch>.expert_gating_func, llama.cpp's numbering: 1 softmax over all experts, 2 sigmoid,
+// 3 the top-k chosen on the raw logits and a softmax over those k alone, gpt-oss).
+enum class ExpertGating { Softmax, Sigmoid, SoftmaxWeight };
 const char* expert_gating_name(ExpertGating g);
 
 // One RoPE variant: theta_i = pos * freq_base^(-2i/n_rot) / freq_factor_i * freq_scale; the
 // rotated pair is (x0 cos - x1 sin, x0 sin + x1 cos) * attn_factor.
+//
+// YaRN (rope.scaling.type "yarn", docs/formats.md §3.6): pair i mixes the interpolated and the
+// original angle, theta_i = pos * inv_i * (freq_scale * (1 - r_i) + r_i), with the ramp
+// r_i = 1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1) between the correction dims lo / hi that
+// beta_fast / beta_slow give at yarn_n_ctx_orig; attn_factor then carries YaRN's magnitude
+// scale 1 + 0.1 ln(1 / freq_scale) (read_common_config folds it in).
 struct RopeParams {
   float freq_base = 10000.0f;
-  float freq_scale = 1.0f;   // 1 / rope.scaling.factor for linear scaling
-  float attn_factor = 1.0f;  // rope.scaling.attn_factor (LongRoPE: sqrt(1 + ln(s) / ln(n_ctx_orig)))
+  float freq_scale = 1.0f;   // 1 / rope.scaling.factor for linear and YaRN scaling
+  float attn_factor = 1.0f;  // rope.scaling.attn_factor (LongRoPE: sqrt(1 + ln(s) / ln(n_ctx_orig))), × YaRN's
+  bool yarn = false;
+  float yarn_beta_fast = 32.0f;  // rope.scaling.yarn_beta_fast
+  float yarn_beta_slow = 1.0f;   // rope.scaling.yarn_beta_slow
+  int yarn_n_ctx_orig = 0;       // rope.scaling.original_context_length
 };
 
 struct ModelConfig {
@@ -70,6 +81,10 @@ struct ModelConfig {
   ExpertGating expert_gating = ExpertGating::Softmax;
   bool expert_weights_norm = false;  // the top-k probabilities are renormalised to sum 1
   float expert_weights_scale = 0.0f; // > 0: the gate weights are multiplied by it
+  // Clamped SwiGLU of the experts (gpt-oss; 0 = plain SiLU): with gate g and up u,
+  // g = min(g, limit), u = clamp(u, -limit, limit), act = (u + 1) * g * sigmoid(alpha * g).
+  float swiglu_alpha = 0.0f;
+  float swiglu_limit = 0.0f;
 
 
   bool is_moe() const { return n_expert > 0; }
@@ -96,7 +111,7 @@ void read_expert_config(const GgufFile& file, ModelConfig& c, bool weights_norm_
 // "<arch>.<suffix>", the name of an architecture-scoped key.
 std::string arch_key(const ModelConfig& c, const char* suffix);
 
-// Which layers use the sliding window (gemma2, gemma3): <arch>.attention.sliding_window_pattern is
+// Which layers use the sliding window (gemma2, gemma3, gpt-oss): <arch>.attention.sliding_window_pattern is
 // an integer N (layer il is local when il % N < N - 1; N = 0: all local; absent: default_period)
 // or one bool per layer. Throws ModelFormatError for a malformed key.
 std::vector<bool> read_sliding_layers(const GgufFile& file, const ModelConfig& c, uint32_t default_period);

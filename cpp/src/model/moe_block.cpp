@@ -1,19 +1,21 @@
 // The mixture-of-experts FFN sub-layer (docs/formats.md §4.8). For a batch of T tokens:
 //
-//   1. router logits h · Wrouter (one matmul), then per token its top-k experts and gate
-//      weights (model/expert_router.h), the (token, expert) pairs grouped by expert;
+//   1. router logits h · Wrouter (+ its bias, gpt-oss) in one matmul, then per token its top-k
+//      experts and gate weights (model/expert_router.h), the (token, expert) pairs grouped by expert;
 //   2. each pair's input row gathered into its expert's group, in the gate and up matrices'
 //      activation formats;
 //   3. one parallel region over every selected expert's gate and up rows: expert e's matmul runs
 //      once over all its tokens, so its weights are read once per step however many tokens
 //      (of however many sequences) chose it; the tasks are (expert, row chunk) pairs, an
 //      expert's rows spread over the threads as in run_matmul;
-//   4. silu(gate) ⊙ up per row, quantized once for the down matrices;
+//   4. silu(gate) ⊙ up per row (gpt-oss: + each expert's gate / up bias, the clamped SwiGLU),
+//      quantized once for the down matrices;
 //   5. the same region shape for the down rows;
 //   6. the shared expert, when the layer has one: an ordinary SwiGLU FFN over all T tokens
 //      (run_matmul), its output × sigmoid(gate_inp_shexp · h) when that gate exists;
-//   7. per token, out = Σ_j g_j · row_j in slot order (+ the shared expert's row), so a
-//      token's result does not depend on the batch it is in or on the thread count.
+//   7. per token, out = Σ_j g_j · (row_j + the expert's down bias, if any) in slot order (+ the
+//      shared expert's row), so a token's result does not depend on the batch it is in or on the
+//      thread count.
 //
 // Decode (T = 1) so reads exactly the k selected experts' rows and nothing else of the layer's
 // experts.
@@ -65,6 +67,21 @@ void run_experts(ThreadPool& pool, const MatmulPlan& plan, const ExpertRouting& 
     const int64_t row0 = r.offset[e], n = r.offset[e + 1] - row0;
     matmul_rows((*mats[p])[e], c.r0, c.r1, x[p] + row0 * x_stride[p], x_stride[p], n, y[p] + row0 * ldy[p], ldy[p]);
   });
+}
+
+// The expert whose group holds grouped row `row` (offset is ascending).
+int64_t expert_of_row(const ExpertRouting& r, int64_t row) {
+  return std::upper_bound(r.offset.begin(), r.offset.end(), static_cast<int32_t>(row)) - r.offset.begin() - 1;
+}
+
+// gpt-oss's clamped SwiGLU, in place in g: g = min(g, limit), u = clamp(u, -limit, limit),
+// g = (u + 1) · g · sigmoid(alpha · g) (llama.cpp's swiglu_oai).
+void swiglu_clamped(float* g, const float* u, int64_t n, float alpha, float limit) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = std::min(g[i], limit);
+    const float y = std::min(std::max(u[i], -limit), limit);
+    g[i] = x / (1.0f + std::exp(-alpha * x)) * (y + 1.0f);
+  }
 }
 
 }  // namespace
@@ -125,6 +142,11 @@ void ForwardPass::moe_ffn(const LayerWeights& w, int il) {
   op.y = m.logits.data();
   op.ldy = c_.n_expert;
   run_matmul(pool_, plans.router, &op, T);
+  if (w.b_router) {  // gpt-oss: the router's bias, before the gating
+    const auto add = kernels::active().add_f32;
+    pool_.parallel_for(0, T,
+                       [&](int64_t t, int) { add(w.b_router.data, m.logits.data() + t * c_.n_expert, c_.n_expert); });
+  }
   ExpertRouting& r = m.routing;
   route_tokens(c_, m.logits.data(), T, pool_, r);
   const int64_t R = static_cast<int64_t>(T) * k;
@@ -152,13 +174,22 @@ void ForwardPass::moe_ffn(const LayerWeights& w, int il) {
     run_experts(pool_, plans.expert_gate_up, r, mats, x, xs, y, ldy);
   }
 
-  // 4. silu(gate) ⊙ up, in the down matrices' input format
+  // 4. silu(gate) ⊙ up (+ the experts' gate / up biases and the clamped SwiGLU where the layer
+  // has them), in the down matrices' input format
   const kernels::KernelTable& kt = kernels::active();
   const size_t sd = row_bytes(in_down, n_ff);
   uint8_t* xd = in_down == DType::F32 ? reinterpret_cast<uint8_t*>(m.gate.data()) : m.x_down.data();
+  const bool clamped = c_.swiglu_limit > 0.0f;
   pool_.parallel_for(0, R, [&](int64_t row, int) {
     float* g = m.gate.data() + row * n_ff;
-    kt.silu_mul(g, m.up.data() + row * n_ff, g, n_ff);
+    float* u = m.up.data() + row * n_ff;
+    if (w.b_gate_exps) {
+      const int64_t e = expert_of_row(r, row);
+      kt.add_f32(w.b_gate_exps.data + e * n_ff, g, n_ff);
+      kt.add_f32(w.b_up_exps.data + e * n_ff, u, n_ff);
+    }
+    if (clamped) swiglu_clamped(g, u, n_ff, c_.swiglu_alpha, c_.swiglu_limit);
+    else kt.silu_mul(g, u, g, n_ff);
     if (in_down != DType::F32) to_format(in_down, g, xd + row * sd, n_ff);
   });
 
@@ -181,7 +212,8 @@ void ForwardPass::moe_ffn(const LayerWeights& w, int il) {
     float* o = out + t * n_embd;
     for (int j = 0; j < k; ++j) {
       const float g = r.weight[t * k + j];
-      const float* d = m.down.data() + static_cast<int64_t>(r.row[t * k + j]) * n_embd;
+      float* d = m.down.data() + static_cast<int64_t>(r.row[t * k + j]) * n_embd;
+      if (w.b_down_exps) kt.add_f32(w.b_down_exps.data + static_cast<int64_t>(r.expert[t * k + j]) * n_embd, d, n_embd);
       if (j == 0) {
         for (int64_t i = 0; i < n_embd; ++i) o[i] = g * d[i];
       } else {

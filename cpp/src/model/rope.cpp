@@ -1,15 +1,39 @@
 #include "model/rope.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace edgellm {
 
+namespace {
+
+// YaRN's correction dim: the pair index whose wavelength fits n_rotations turns into n_ctx_orig
+// positions, n_rot · ln(n_ctx_orig / (n_rotations · 2π)) / (2 ln base).
+double yarn_corr_dim(int n_rot, int n_ctx_orig, double n_rotations, double base) {
+  constexpr double kPi = 3.14159265358979323846;
+  return n_rot * std::log(n_ctx_orig / (n_rotations * 2.0 * kPi)) / (2.0 * std::log(base));
+}
+
+}  // namespace
+
 Rope::Rope(RopeType type, int n_rot, const RopeParams& params, const float* freq_factors)
     : type_(type), n_rot_(n_rot), inv_freq_(n_rot / 2), attn_factor_(params.attn_factor) {
+  // YaRN's ramp between the correction dims (llama.cpp's rounding: floor / ceil, clamped).
+  double lo = 0, hi = 0;
+  if (params.yarn) {
+    const int n_orig = params.yarn_n_ctx_orig;
+    lo = std::max(0.0, std::floor(yarn_corr_dim(n_rot, n_orig, params.yarn_beta_fast, params.freq_base)));
+    hi = std::min(n_rot - 1.0, std::ceil(yarn_corr_dim(n_rot, n_orig, params.yarn_beta_slow, params.freq_base)));
+  }
   for (int i = 0; i < n_rot / 2; ++i) {
     double f = std::pow(static_cast<double>(params.freq_base), -2.0 * i / n_rot);
     if (freq_factors) f /= freq_factors[i];
-    inv_freq_[i] = f * params.freq_scale;
+    if (params.yarn) {
+      const double ramp = 1.0 - std::min(1.0, std::max(0.0, (i - lo) / std::max(0.001, hi - lo)));
+      inv_freq_[i] = f * (params.freq_scale * (1.0 - ramp) + ramp);
+    } else {
+      inv_freq_[i] = f * params.freq_scale;
+    }
   }
 }
 

@@ -2,8 +2,10 @@
 //
 // theta_i(pos) = pos * freq_base^(-2i/n_rot) / freq_factor_i * freq_scale, i < n_rot/2.
 // NORM rotates the pairs (x[2i], x[2i+1]); NEOX rotates (x[i], x[i + n_rot/2]); dims >= n_rot
-// pass through. The table's cos and sin carry attn_factor (LongRoPE's attention factor), so the
-// rotated dims of Q and K are both scaled by it.
+// pass through. The table's cos and sin carry attn_factor (LongRoPE's attention factor, YaRN's
+// magnitude scale), so the rotated dims of Q and K are both scaled by it. YaRN (RopeParams::yarn,
+// gpt-oss) changes each pair's inverse frequency: a ramp between the interpolated (× freq_scale)
+// and the original one, fixed per pair, so it is folded into inv_freq_ at construction.
 //
 // Frequency factors: Llama-3's rope_freqs.weight, or LongRoPE's pair (Phi-3) rope_factors_short /
 // rope_factors_long.weight, the long ones when the context run exceeds n_ctx_orig
@@ -37,7 +39,7 @@ class Rope {
  private:
   RopeType type_ = RopeType::Norm;
   int n_rot_ = 0;
-  std::vector<double> inv_freq_;  // freq_base^(-2i/n_rot) / factor_i * freq_scale
+  std::vector<double> inv_freq_;  // freq_base^(-2i/n_rot) / factor_i * freq_scale (YaRN: the ramped scale)
   float attn_factor_ = 1.0f;
 };
 

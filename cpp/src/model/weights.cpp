@@ -80,12 +80,26 @@ std::vector<Matrix> WeightLoader::experts(const std::string& name, int64_t n_in,
 }
 
 Vector WeightLoader::vector(const std::string& name, int64_t n, bool optional) {
-  Vector v;
   const TensorInfo* t = find(name, optional);
-  if (!t) return v;
+  if (!t) return Vector{};
   if (t->n_elements() != n || t->ne[0] != n)
     throw ModelFormatError(file_.path() + ": tensor " + name + " has shape " + shape_of(*t) + ", expected {" +
                            std::to_string(n) + "}");
+  return copy(*t, n);
+}
+
+Vector WeightLoader::table(const std::string& name, int64_t n0, int64_t n1) {
+  const TensorInfo* t = find(name, /*optional=*/false);
+  if (t->n_dims != 2 || t->ne[0] != n0 || t->ne[1] != n1)
+    throw ModelFormatError(file_.path() + ": tensor " + name + " has shape " + shape_of(*t) + ", expected {" +
+                           std::to_string(n0) + ", " + std::to_string(n1) + "}");
+  return copy(*t, n0 * n1);
+}
+
+Vector WeightLoader::copy(const TensorInfo& tensor, int64_t n) {
+  const TensorInfo* t = &tensor;
+  const std::string& name = t->name;
+  Vector v;
   v.n = n;
   // Every vector is copied, F32 ones too: a norm or bias read in place from the mapping each
   // forward pass faults its page in again, and where the kernel maps page-cache folios larger

@@ -53,6 +53,9 @@ class WeightLoader {
   std::vector<Matrix> experts(const std::string& name, int64_t n_in, int64_t n_out, int64_t n_expert);
   // Binds `name` as a vector of n elements: an f32 copy (converted if stored otherwise).
   Vector vector(const std::string& name, int64_t n, bool optional = false);
+  // Binds the 2-D tensor `name` (ggml ne = {n0, n1}: n1 rows of n0) as one vector of n0 * n1
+  // elements, row r at r * n0 (per-expert biases); shape checked as vector() does.
+  Vector table(const std::string& name, int64_t n0, int64_t n1);
   // Whether the file has a tensor `name`.
   bool has(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
   // The file's path, for error messages.
@@ -65,6 +68,7 @@ class WeightLoader {
 
  private:
   const TensorInfo* find(const std::string& name, bool optional) const;
+  Vector copy(const TensorInfo& t, int64_t n);
   std::string shape_of(const TensorInfo& t) const;
 
   const GgufFile& file_;

@@ -98,6 +98,11 @@ def summarize(mf) -> Dict[str, Any]:
         "head_dim": head_dim,
         "context_length": a("context_length"),
         "rope_freq_base": a("rope.freq_base"),
+        "rope_scaling": a("rope.scaling.type"),
+        "rope_scaling_factor": a("rope.scaling.factor"),
+        "rope_orig_context": a("rope.scaling.original_context_length"),
+        "sliding_window": a("attention.sliding_window"),
+        "attention_sinks": any(n.endswith(".attn_sinks.weight") for n in mf.tensors),
         "file_type": md.get("general.file_type"),
         "file_size": mf.file_size,
         "tensor_types": dict(sorted(types.items(), key=lambda kv: -kv[1]["bytes"])),
@@ -130,6 +135,15 @@ def _text(s: Dict[str, Any]) -> str:
     lines += [
         ("context length", show(s["context_length"])),
         ("rope base", show(s["rope_freq_base"])),
+    ]
+    if s["rope_scaling"] not in (None, "none"):
+        lines.append(("rope scaling", f"{s['rope_scaling']} x{show(s['rope_scaling_factor'])} "
+                                      f"(original context {show(s['rope_orig_context'])})"))
+    if s["sliding_window"]:
+        lines.append(("sliding window", str(s["sliding_window"])))
+    if s["attention_sinks"]:
+        lines.append(("attention sinks", "yes (one logit per head)"))
+    lines += [
         ("tensor types", ", ".join(f"{t} x{e['count']} ({_bytes(e['bytes'])})" for t, e in s["tensor_types"].items())),
         ("tokenizer", f"{show(tok['kind'])}, pre-tokenizer {show(tok['pre'])}, vocab {show(tok['n_vocab'])}"),
     ]

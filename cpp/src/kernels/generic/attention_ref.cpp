@@ -1,6 +1,7 @@
 // Scalar reference of paged attention: one pass over the keys with an online softmax per query
 // (running max m, running sum l, output rescaled whenever the max grows), accumulating in f32;
-// scores soft-capped first when the args ask for it.
+// scores soft-capped first when the args ask for it; attention sinks folded into each query's
+// denominator at the end (attention_output_scale).
 #include <cmath>
 #include <cstring>
 
@@ -72,8 +73,7 @@ void paged_attention_ref(const PagedAttentionArgs& a) {
   }
   for (int j = 0; j < a.n_tokens; ++j)
     for (int h = 0; h < a.n_q; ++h) {
-      const float lq = l[j * a.n_q + h];
-      const float inv = lq > 0.0f ? 1.0f / lq : 0.0f;
+      const float inv = attention_output_scale(m[j * a.n_q + h], l[j * a.n_q + h], a.sinks, h);
       float* o = out_row(j, h);
       for (int i = 0; i < a.head_dim_v; ++i) o[i] *= inv;
     }

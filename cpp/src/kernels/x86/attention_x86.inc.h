@@ -8,7 +8,8 @@
 // group) run the tiled path (scores and P·V as small register-blocked GEMMs with the queries on
 // the vector lanes, see below); smaller ones the row-wise path (per query: 8-wide dots, the run's max, one
 // rescale, vectorized exp, Σ w·v with the output slice in registers). The softmax is online
-// across runs, exactly like the reference, so only the rounding differs.
+// across runs, exactly like the reference, so only the rounding differs; attention sinks enter
+// each query's final scale (attention_output_scale), as in the reference.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -185,10 +186,8 @@ inline void paged_attention_rowwise(const PagedAttentionArgs& a) {
     p0 = p1 + 1;
   }
   for (int j = 0; j < a.n_tokens; ++j)
-    for (int h = 0; h < a.n_q; ++h) {
-      const float lq = l[j * a.n_q + h];
-      attention_scale(out_row(j, h), lq > 0.0f ? 1.0f / lq : 0.0f, hd_v);
-    }
+    for (int h = 0; h < a.n_q; ++h)
+      attention_scale(out_row(j, h), attention_output_scale(m[j * a.n_q + h], l[j * a.n_q + h], a.sinks, h), hd_v);
 }
 
 // ---- Tiled path (prefill blocks) -----------------------------------------------------------
@@ -473,7 +472,8 @@ void paged_attention_tiled(const PagedAttentionArgs& a) {
     }
     p0 = p1 + 1;
   }
-  for (int qi = 0; qi < nq; ++qi) attention_scale(out_row(qi), l[qi] > 0.0f ? 1.0f / l[qi] : 0.0f, hd_v);
+  for (int qi = 0; qi < nq; ++qi)  // 1 / l, or with attention sinks the sink's share of the denominator
+    attention_scale(out_row(qi), attention_output_scale(m[qi], l[qi], a.sinks, qi % n_q), hd_v);
 }
 
 // Which path a block takes. The row-wise path's work grows with the query count, the tiled one's
