@@ -64,6 +64,7 @@ def test_forward_matches_reference(tiny):
     dict(sliding_window=0),                 # no window layers
     dict(sink_mean=6.0),                    # sinks that take most of the softmax
     dict(yarn_betas=(16.0, 2.0)),           # the file's YaRN betas
+    dict(yarn_truncate=True),               # llama.cpp's rounded correction dims (key in the file)
 ])
 def test_each_feature_is_computed(tiny, variant):
     # the same weights with one feature changed: the engine follows the reference, and the

@@ -61,13 +61,15 @@ def write_gpt_oss(
     drop: Sequence[str] = (),
     shape_of: Optional[Callable[[str, tuple], tuple]] = None,
     gating_func: Optional[int] = None,
+    yarn_truncate: Optional[bool] = None,
 ):
     """Writes a tiny gpt-oss model. 2-D / 3-D weights as `weight_type` (F32, F16, Q8_0), the
     expert tensors as `expert_type` when given (e.g. MXFP4); norms, biases, sinks and the router
     stay F32 (as llama.cpp's converter and quantizer keep them). gate_up_std is the experts'
     gate / up weight scale: large enough that the SwiGLU clamp at 7 bites. drop: tensor names
     left out; shape_of(name, shape) may change a tensor's numpy shape (malformed files);
-    gating_func writes gpt-oss.expert_gating_func."""
+    gating_func writes gpt-oss.expert_gating_func; yarn_truncate writes
+    gpt-oss.rope.scaling.yarn_truncate (absent: the arch's rule, unrounded correction dims)."""
     rng = np.random.Generator(np.random.PCG64(seed))
     w = gguf.GGUFWriter(str(path), "gpt-oss")
     w.add_name("tiny-gpt-oss")
@@ -89,6 +91,8 @@ def write_gpt_oss(
         if yarn_betas:
             w.add_rope_scaling_yarn_beta_fast(yarn_betas[0])
             w.add_rope_scaling_yarn_beta_slow(yarn_betas[1])
+        if yarn_truncate is not None:
+            w.add_bool("gpt-oss.rope.scaling.yarn_truncate", yarn_truncate)
     if sliding_window is not None:
         w.add_sliding_window(sliding_window)
     w.add_expert_count(n_expert)
@@ -161,9 +165,12 @@ def _field(r: gguf.GGUFReader, key: str, default=None):
     return default if f is None else f.contents()
 
 
-def yarn_table(n_rot: int, base: float, factor: float, orig_ctx: int, beta_fast: float, beta_slow: float):
+def yarn_table(n_rot: int, base: float, factor: float, orig_ctx: int, beta_fast: float, beta_slow: float,
+               truncate: bool = True):
     """Per rotated pair i: the inverse frequency after YaRN's ramp, and the magnitude scale
-    (llama.cpp's ggml_rope_yarn_corr_dims, rope_yarn; extrapolation factor 1)."""
+    (llama.cpp's ggml_rope_yarn_corr_dims, rope_yarn; extrapolation factor 1). truncate: the
+    correction dims rounded (floor / ceil) as llama.cpp does; False keeps them as computed (the
+    gpt-oss reference implementation, transformers' truncate=false)."""
     i = np.arange(n_rot // 2, dtype=np.float64)
     inv = base ** (-2.0 * i / n_rot)
     if not factor:
@@ -173,8 +180,10 @@ def yarn_table(n_rot: int, base: float, factor: float, orig_ctx: int, beta_fast:
     def corr(n_rotations):
         return n_rot * math.log(orig_ctx / (n_rotations * 2 * math.pi)) / (2 * math.log(base))
 
-    lo = max(0.0, math.floor(corr(beta_fast)))
-    hi = min(n_rot - 1.0, math.ceil(corr(beta_slow)))
+    lo, hi = corr(beta_fast), corr(beta_slow)
+    if truncate:
+        lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = max(0.0, lo), min(n_rot - 1.0, hi)
     ramp = 1.0 - np.clip((i - lo) / max(0.001, hi - lo), 0.0, 1.0)
     mscale = 1.0 + 0.1 * math.log(factor) if factor > 1 else 1.0
     return inv * (s * (1 - ramp) + ramp), mscale
@@ -200,7 +209,8 @@ class GptOssReference:
         self.inv_freq, self.mscale = yarn_table(
             self.hd, float(k("rope.freq_base", 10000.0)), float(factor) if factor else 0.0,
             int(k("rope.scaling.original_context_length", k("context_length"))),
-            float(k("rope.scaling.yarn_beta_fast", 32.0)), float(k("rope.scaling.yarn_beta_slow", 1.0)))
+            float(k("rope.scaling.yarn_beta_fast", 32.0)), float(k("rope.scaling.yarn_beta_slow", 1.0)),
+            bool(k("rope.scaling.yarn_truncate", False)))
         self.quantize_inputs = quantize_inputs
         self.tensors = {t.name: t for t in r.tensors}
         self._w = {}

@@ -187,6 +187,7 @@ ModelConfig read_common_config(const GgufFile& f) {
     };
     r.yarn_beta_fast = beta("rope.scaling.yarn_beta_fast", 32.0f);
     r.yarn_beta_slow = beta("rope.scaling.yarn_beta_slow", 1.0f);
+    if (auto t = f.find_bool(key("rope.scaling.yarn_truncate"))) r.yarn_truncate = *t;
     if (!(r.yarn_beta_fast > r.yarn_beta_slow))
       bad(f, key("rope.scaling.yarn_beta_fast"), "must be greater than " + key("rope.scaling.yarn_beta_slow"));
     const float log_mul = f.find_f32(key("rope.scaling.yarn_log_multiplier")).value_or(0.0f);

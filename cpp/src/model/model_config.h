@@ -39,6 +39,10 @@ struct RopeParams {
   float yarn_beta_fast = 32.0f;  // rope.scaling.yarn_beta_fast
   float yarn_beta_slow = 1.0f;   // rope.scaling.yarn_beta_slow
   int yarn_n_ctx_orig = 0;       // rope.scaling.original_context_length
+  // rope.scaling.yarn_truncate (edgellm's key; the converter writes Hugging Face's `truncate`):
+  // true rounds lo down and hi up as llama.cpp does; false keeps them as computed, as gpt-oss's
+  // own reference and transformers' truncate=false do (the gpt-oss default when the key is absent)
+  bool yarn_truncate = true;
 };
 
 struct ModelConfig {

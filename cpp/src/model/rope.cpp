@@ -18,12 +18,19 @@ double yarn_corr_dim(int n_rot, int n_ctx_orig, double n_rotations, double base)
 
 Rope::Rope(RopeType type, int n_rot, const RopeParams& params, const float* freq_factors)
     : type_(type), n_rot_(n_rot), inv_freq_(n_rot / 2), attn_factor_(params.attn_factor) {
-  // YaRN's ramp between the correction dims (llama.cpp's rounding: floor / ceil, clamped).
+  // YaRN's ramp between the correction dims (llama.cpp's rounding, floor / ceil, unless the file
+  // says yarn_truncate = false; clamped either way).
   double lo = 0, hi = 0;
   if (params.yarn) {
     const int n_orig = params.yarn_n_ctx_orig;
-    lo = std::max(0.0, std::floor(yarn_corr_dim(n_rot, n_orig, params.yarn_beta_fast, params.freq_base)));
-    hi = std::min(n_rot - 1.0, std::ceil(yarn_corr_dim(n_rot, n_orig, params.yarn_beta_slow, params.freq_base)));
+    lo = yarn_corr_dim(n_rot, n_orig, params.yarn_beta_fast, params.freq_base);
+    hi = yarn_corr_dim(n_rot, n_orig, params.yarn_beta_slow, params.freq_base);
+    if (params.yarn_truncate) {
+      lo = std::floor(lo);
+      hi = std::ceil(hi);
+    }
+    lo = std::max(0.0, lo);
+    hi = std::min(n_rot - 1.0, hi);
   }
   for (int i = 0; i < n_rot / 2; ++i) {
     double f = std::pow(static_cast<double>(params.freq_base), -2.0 * i / n_rot);

@@ -170,6 +170,8 @@ def _rope_scaling(config: dict, path: str, arch: str, put: Callable) -> None:
                         ("beta_fast", "yarn_beta_fast"), ("beta_slow", "yarn_beta_slow")):
             if rs.get(hf) is not None:
                 put(f"{arch}.rope.scaling.{key}", float(rs[hf]))
+        # edgellm's key (llama.cpp has none and always rounds): transformers' truncate, true by default
+        put(f"{arch}.rope.scaling.yarn_truncate", bool(rs.get("truncate", True)))
         return
     if kind == "linear":
         put(f"{arch}.rope.scaling.type", "linear")

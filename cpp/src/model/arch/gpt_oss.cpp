@@ -33,6 +33,11 @@ void gpt_oss_hparams(const GgufFile& file, ModelConfig& c) {
     const std::vector<bool> swa = read_sliding_layers(file, c, 2);
     for (int il = 0; il < c.n_layer; ++il) c.layer_window[il] = swa[il] ? c.n_swa : 0;
   }
+  if (!file.find_bool(arch_key(c, "rope.scaling.yarn_truncate"))) {
+    // gpt-oss was trained with YaRN's correction dims unrounded (its reference implementation;
+    // transformers' config says truncate: false), llama.cpp rounds them: the model's own rule
+    c.rope_global.yarn_truncate = c.rope_local.yarn_truncate = false;
+  }
   if (auto base = file.find_f32(arch_key(c, "rope.freq_base_swa"))) {
     if (!(*base > 0.0f))
       throw ModelFormatError(file.path() + ": key " + arch_key(c, "rope.freq_base_swa") + " must be positive");
