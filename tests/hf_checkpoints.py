@@ -8,7 +8,9 @@ import os
 import numpy as np
 
 ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "llama3", "qwen3moe", "olmoe", "qwen2moe", "mixtral",
-         "phi3_longrope_short", "phi3_longrope_long")
+         "phi3_longrope_short", "phi3_longrope_long", "qwen2_yarn")
+# variants: another architecture's weights with a different config.json
+VARIANT_OF = {"qwen2_yarn": "qwen2"}
 MOE_ARCHS = ("qwen3moe", "olmoe", "qwen2moe", "mixtral")
 # converted and compared with llama.cpp's converter (tests/data/hf/llamacpp_comparison.json), not run
 CONVERT_ONLY = ("gptoss",)
@@ -95,6 +97,9 @@ def config(arch: str) -> dict:
                     tie_word_embeddings=False, partial_rotary_factor=0.5, sliding_window=5,
                     original_max_position_embeddings=256, pad_token_id=0, bos_token_id=2, eos_token_id=1,
                     rope_scaling=None, resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0)
+    elif arch == "qwen2_yarn":  # YaRN (Qwen2.5's long-context config), the original context inside the prompt
+        base.update(config("qwen2"))
+        base.update(rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8})
     elif arch.startswith("phi3_longrope"):  # LongRoPE: short factors within the original context, long beyond
         base.update(config("phi3"))
         orig = 64 if arch.endswith("short") else 8  # the prompt and the engine's n_ctx (64) inside / outside
@@ -146,6 +151,7 @@ def _mxfp4(rng, *shape):
 
 def weights(arch: str, seed: int = 0) -> dict:
     c = config(arch)
+    arch = VARIANT_OF.get(arch, arch)
     rng = np.random.default_rng(seed)
     d, ff, nl = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"]
     hd = c.get("head_dim") or d // c["num_attention_heads"]

@@ -173,13 +173,29 @@ def _rope_scaling(config: dict, path: str, arch: str, put: Callable) -> None:
         # edgellm's key (llama.cpp has none and always rounds): transformers' truncate, true by default
         put(f"{arch}.rope.scaling.yarn_truncate", bool(rs.get("truncate", True)))
         return
+    if kind == "yarn" and arch in ("llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe"):
+        # the keys llama.cpp's converter writes; the engine's YaRN magnitude scale is transformers'
+        # default attention_factor (0.1 ln factor + 1), so only that one converts
+        for hf in ("attention_factor", "mscale", "mscale_all_dim"):
+            if rs.get(hf) is not None:
+                raise UnsupportedArchitectureError(
+                    f"{path}: config.json rope_scaling {hf} = {rs[hf]!r} is not supported for {arch} "
+                    f"(YaRN converts with its default magnitude scale only)")
+        put(f"{arch}.rope.scaling.type", "yarn")
+        put(f"{arch}.rope.scaling.factor", float(_req(rs, "factor", path)))
+        put(f"{arch}.rope.scaling.original_context_length", int(_req(rs, "original_max_position_embeddings", path)))
+        for hf, key in (("beta_fast", "yarn_beta_fast"), ("beta_slow", "yarn_beta_slow")):
+            if rs.get(hf) is not None:
+                put(f"{arch}.rope.scaling.{key}", float(rs[hf]))
+        put(f"{arch}.rope.scaling.yarn_truncate", bool(rs.get("truncate", True)))
+        return
     if kind == "linear":
         put(f"{arch}.rope.scaling.type", "linear")
         put(f"{arch}.rope.scaling.factor", float(rs["factor"]))
         return
     raise UnsupportedArchitectureError(
         f"{path}: config.json rope_scaling type {kind!r} is not supported for {arch} (the engine runs linear "
-        f"scaling, llama3 for llama and longrope for phi3)")
+        f"scaling, llama3 for llama, longrope for phi3, yarn for llama, qwen2/3 (MoE too) and gpt-oss)")
 
 
 def metadata(config: dict, path: str, spec: ArchSpec, hp: Hparams) -> List[Tuple[str, object]]:
