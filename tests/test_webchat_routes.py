@@ -30,8 +30,8 @@ class NoEngine:
         pass
 
 
-def client(api_key=None) -> TestClient:
-    app = create_app(ServerConfig(model="fake.gguf", api_key=api_key), loader=lambda c: NoEngine())
+def client(api_key=None, webui=True) -> TestClient:
+    app = create_app(ServerConfig(model="fake.gguf", api_key=api_key, webui=webui), loader=lambda c: NoEngine())
     return TestClient(app)
 
 
@@ -94,3 +94,21 @@ def test_with_a_key_the_page_is_open_and_the_api_is_not():
             assert r.headers["www-authenticate"] == "Bearer"
         r = c.get("/v1/models", headers={"Authorization": f"Bearer {KEY}"})
         assert r.status_code in (200, 503), r.text  # the key passes (the model may be loading)
+
+
+def test_no_webui_serves_the_api_only():
+    # serve --no-webui: no page, no assets, and nothing of them left open under a key
+    with client(webui=False) as c:
+        assert c.get("/").status_code == 404
+        assert c.get("/webui/app.js").status_code == 404
+    with client(api_key=KEY, webui=False) as c:
+        assert c.get("/").status_code == 401
+        assert c.get("/health").status_code in (200, 503)
+
+
+def test_serve_cli_has_the_webui_switch():
+    from click.testing import CliRunner
+
+    from edgellm.commands.serve import command
+    out = CliRunner().invoke(command, ["--help"]).output
+    assert "--webui / --no-webui" in out

@@ -210,6 +210,8 @@ def _keep_alive(ctx, param, value):
 @click.option("--thermal-root", "thermal_root", default="/", hidden=True,
               type=click.Path(file_okay=False),
               help="Folder holding sys/class/thermal and sys/devices/system/cpu (tests).")
+@click.option("--webui/--no-webui", "webui", default=True, show_default=True,
+              help="Serve the web chat page at / (README 'Web chat'); --no-webui: API only.")
 @quantize_option()
 @spec_options()
 def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_size, kv_memory,
@@ -220,7 +222,7 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
             verbose=False, spec="auto", draft=None, draft_max=None, context_shift=False,
             cache_dir=None, cache_max_bytes=None, slot_save_path=None, thermal_backoff="auto",
             thermal_root="/", models_dir=None, keep_alive=300.0, max_loaded_models=None,
-            models_memory=None, quantize=None):
+            models_memory=None, quantize=None, webui=True):
     """Serve MODEL (a .gguf path, a known model name or a Hugging Face checkpoint directory)
     over an OpenAI-compatible HTTP API.
 
@@ -264,7 +266,7 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
         model=model, model_path=resolved[0][1] if resolved else None,
         alias=",".join(plain) or None,
         host=host, port=port,
-        api_key=_read_key(api_key, api_key_file), parallel=parallel, max_queue=max_queue,
+        api_key=_read_key(api_key, api_key_file), webui=webui, parallel=parallel, max_queue=max_queue,
         ctx_size=ctx_size, kv_memory=kv_memory, threads=threads, timeout=timeout or None,
         chat_template=chat_template, max_batch_tokens=max_batch_tokens,
         shutdown_grace=shutdown_grace, n_gpu_layers=n_gpu_layers,
@@ -326,6 +328,8 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
     else:
         click.echo(f"edgellm: serving {config.model_id} on {where} "
                    f"(loading {config.model_path})", err=True)
+    if config.webui:
+        click.echo(f"edgellm: web chat at http://{_url_host(hosts[0])}:{port}/", err=True)
     server.run(sockets=sockets)
     if failure:
         click.echo(f"edgellm: could not load {config.model_path}: {failure[0]}", err=True)

@@ -152,8 +152,8 @@ def _starlette(config: ServerConfig, routes: List[Route], lifespan, metrics) -> 
             return anthropic_api.error_response(err)
         return err.response()
 
-    webui = WebUI()  # the chat page at / (webui.py), the same for one model or several
-    app = Starlette(routes=[*routes, *webui.routes()],
+    webui = WebUI() if config.webui else None  # the chat page at / (webui.py), one model or several
+    app = Starlette(routes=[*routes, *(webui.routes() if webui else [])],
                     exception_handlers={HTTPException: http_error}, lifespan=lifespan)
     # innermost first: an exception escaping a route becomes the envelope (errors.ErrorGuard);
     # the body is read, size- and time-limited, before any route sees it (limits.BodyLimit),
@@ -163,7 +163,7 @@ def _starlette(config: ServerConfig, routes: List[Route], lifespan, metrics) -> 
                        read_timeout=config.read_timeout, render_error=render_error,
                        metrics=metrics)
     app.add_middleware(BearerAuth, api_key=config.api_key,
-                       open_paths=(*OPEN_PATHS, *webui.open_paths),
+                       open_paths=(*OPEN_PATHS, *(webui.open_paths if webui else [])),
                        metrics=metrics, render_error=render_error)
     # outermost: preflights are answered before the key check, every answer carries the headers
     app.add_middleware(CORS, origins=config.cors_origins, methods=config.cors_methods,

@@ -54,6 +54,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8080
     api_key: Optional[str] = None
+    webui: bool = True                 # the web chat page at / (server/webui.py)
     parallel: int = 16                 # sequences the engine runs at once (LLM max_seqs)
     max_queue: int = 256               # sequences allowed to wait beyond `parallel`; then 429
     ctx_size: Optional[int] = None     # None = the model's
