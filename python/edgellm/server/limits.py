@@ -148,9 +148,12 @@ class BodyLimit:
 
 def http_protocol(read_timeout: Optional[float], base: Optional[type] = None) -> type:
     """uvicorn's HTTP protocol class (`uvicorn.Config(http=...)`) with the header timer.
-    `base` defaults to uvicorn's choice (httptools when installed, else h11)."""
+    `base` defaults to h11 whatever else is installed: uvicorn's httptools protocol (picked
+    when httptools is present, e.g. pulled in by `ray[serve]`) sends header names lowercased,
+    h11 as the server wrote them (Access-Control-Allow-Origin, Process-Start-Time-Unix), which
+    clients comparing names exactly — llama.cpp's server tests among them — rely on."""
     if base is None:
-        from uvicorn.protocols.http.auto import AutoHTTPProtocol as base
+        from uvicorn.protocols.http.h11_impl import H11Protocol as base
     if not read_timeout:
         return base
     return type("HeaderTimeout" + base.__name__, (_HeaderTimer, base),
