@@ -7,6 +7,7 @@ import time
 import pytest
 
 from edgellm import LLM, InvalidRequestError, RequestHandle, SamplingParams, Stream
+from test_llm import greedy, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.real_model
 
@@ -15,22 +16,9 @@ LONG = SamplingParams(temperature=0.0, max_tokens=400, ignore_eos=True)
 STORY = "Write a very long story about a dragon who learns to bake bread."
 
 
-def greedy(n):
-    return SamplingParams(temperature=0.0, max_tokens=n)
-
-
-def wait_for(pred, timeout=20.0):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        if pred():
-            return True
-        time.sleep(0.01)
-    return pred()
-
-
 def slot_freed(llm):
     return wait_for(lambda: llm.stats()["pages_used"] == 0 and llm.stats()["running"] == 0
-                    and llm.stats()["waiting"] == 0)
+                    and llm.stats()["waiting"] == 0, timeout=20.0)
 
 
 @pytest.fixture(scope="module")
