@@ -26,35 +26,28 @@ size_t ExpertRouting::reserve_bytes(int max_tokens, int n_exp, int top_k) {
 
 namespace {
 
+// x = softmax(x), in place: a token's router logits, or (gpt-oss) its k selected ones.
+void softmax(float* x, int n) {
+  float mx = x[0];
+  for (int e = 1; e < n; ++e) mx = std::max(mx, x[e]);
+  double sum = 0;
+  for (int e = 0; e < n; ++e) {
+    x[e] = std::exp(x[e] - mx);
+    sum += x[e];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int e = 0; e < n; ++e) x[e] *= inv;
+}
+
 // p = probabilities of one token's logits, in place.
-// SoftmaxWeight leaves the logits as they are (the top-k is taken on them; softmax_top_k below).
+// SoftmaxWeight leaves the logits as they are (the top-k is taken on them, then softmaxed).
 void probabilities(ExpertGating g, float* p, int n) {
   if (g == ExpertGating::SoftmaxWeight) return;
   if (g == ExpertGating::Sigmoid) {
     for (int e = 0; e < n; ++e) p[e] = 1.0f / (1.0f + std::exp(-p[e]));
     return;
   }
-  float mx = p[0];
-  for (int e = 1; e < n; ++e) mx = std::max(mx, p[e]);
-  double sum = 0;
-  for (int e = 0; e < n; ++e) {
-    p[e] = std::exp(p[e] - mx);
-    sum += p[e];
-  }
-  const float inv = static_cast<float>(1.0 / sum);
-  for (int e = 0; e < n; ++e) p[e] *= inv;
-}
-
-// The k selected logits become their softmax, in place (gpt-oss's gate weights).
-void softmax_top_k(float* w, int k) {
-  const float mx = w[0];  // the best first
-  double sum = 0;
-  for (int j = 0; j < k; ++j) {
-    w[j] = std::exp(w[j] - mx);
-    sum += w[j];
-  }
-  const float inv = static_cast<float>(1.0 / sum);
-  for (int j = 0; j < k; ++j) w[j] *= inv;
+  softmax(p, n);
 }
 
 }  // namespace
@@ -93,7 +86,7 @@ void route_tokens(const ModelConfig& c, float* logits, int n_tokens, ThreadPool&
       wt[i] = v;
       sel[i] = e;
     }
-    if (c.expert_gating == ExpertGating::SoftmaxWeight) softmax_top_k(wt, k);
+    if (c.expert_gating == ExpertGating::SoftmaxWeight) softmax(wt, k);
     if (c.expert_weights_norm) {
       float sum = 0;
       for (int j = 0; j < k; ++j) sum += wt[j];
