@@ -8,11 +8,17 @@ only, n_batch 512; tg = single-token evals of random ids, no sampling).
     python bench/compare.py ~/.cache/edgellm/synthetic/smollm2-1.7b-shape-Q4_0.gguf -p 128 -n 32
     python bench/compare.py smollm2 --batch 1,4,8,16 -o json
 
-Also measured: read bandwidth (each of T threads sums its own 256 MiB array with numpy,
-best of 5), and for tg the share of the bandwidth floor reached: a decode step has to read
-every weight matrix once, so tg t/s can be at most bandwidth / weight bytes. For a mixture of
-experts the weight bytes are the active ones: of each 3-D expert tensor only the
-expert_used_count / expert_count share a token selects (edgellm.bench.model_info).
+Also measured, for tg, the share of the bandwidth floor reached: a decode step has to read every
+weight matrix once, so tg t/s can be at most bandwidth / weight bytes. For a mixture of experts
+the weight bytes are the active ones: of each 3-D expert tensor only the expert_used_count /
+expert_count share a token selects (edgellm.bench.model_info). The bandwidth is edgellm's native
+probe (edgellm._core.BandwidthProbe: T threads each stream their own 256 MiB buffer, as decode
+streams weights). On a shared machine it moves by tens of percent from one second to the next,
+so one probe before the run is not the floor of a test run later: tg is measured in --rounds
+rounds, each running edgellm, llama.cpp and ik_llama.cpp once in turn, every test flanked by
+probes right before and right after it; a test's floor is the mean of its two probes and its
+"% of bw floor" the median over the rounds of (weight bytes x t/s) / that floor. The t/s in the
+tg rows are the means over the rounds.
 
 Batched decode (--batch N): edgellm only. llama-cpp-python exposes no multi-sequence API
 above the raw llama_batch structs, so the peer's column stays empty.
@@ -32,35 +38,34 @@ import platform
 import statistics
 import subprocess
 import sys
-import threading
-import time
 
-import numpy as np
 
 from peer import PeerMissing, ensure_edgellm_importable, find_peer_python, run_peer
 
 
-def read_bandwidth(n_threads: int, mib: int = 256, reps: int = 5) -> float:
-    """GB/s of n_threads threads each streaming its own array (numpy releases the GIL)."""
-    arrays = [np.ones(mib * (1 << 20) // 8, dtype=np.float64) for _ in range(n_threads)]
-    best = 0.0
-    for _ in range(reps):
-        barrier = threading.Barrier(n_threads + 1)
+class Floor:
+    """The bandwidth floor around a measurement: median of `passes` probe passes before and after."""
 
-        def work(a):
-            barrier.wait()
-            a.sum()
+    def __init__(self, n_threads: int, mib: int = 256, passes: int = 3):
+        from edgellm import _core
 
-        threads = [threading.Thread(target=work, args=(a,)) for a in arrays]
-        for t in threads:
-            t.start()
-        barrier.wait()
-        t0 = time.perf_counter()
-        for t in threads:
-            t.join()
-        dt = time.perf_counter() - t0
-        best = max(best, n_threads * mib * (1 << 20) / dt / 1e9)
-    return best
+        self.probe = _core.BandwidthProbe(n_threads, mib << 20)
+        self.passes = passes
+
+    def gbs(self) -> float:
+        out = []
+        for _ in range(self.passes):
+            r = self.probe.run()
+            if r["checksum"] != self.probe.expected_checksum:
+                raise RuntimeError("bandwidth probe: checksum mismatch (the pass did not read its buffer)")
+            out.append(r["gb_per_s"])
+        return statistics.median(out)
+
+    def around(self, fn):
+        """(fn(), mean of the probes right before and right after it)."""
+        before = self.gbs()
+        value = fn()
+        return value, (before + self.gbs()) / 2
 
 
 def cpu_model() -> str:
@@ -101,7 +106,9 @@ def main():
     p.add_argument("-p", "--n-prompt", type=int, default=512)
     p.add_argument("-n", "--n-gen", type=int, default=128)
     p.add_argument("-t", "--threads", type=int, default=2)
-    p.add_argument("-r", "--reps", type=int, default=3)
+    p.add_argument("-r", "--reps", type=int, default=3, help="repetitions of pp and of batched decode")
+    p.add_argument("--rounds", type=int, default=5,
+                   help="tg rounds: each runs every engine's tg once, flanked by bandwidth probes")
     p.add_argument("--batch", default="", help="comma-separated stream counts for batched decode (edgellm only)")
     p.add_argument("--peer-python")
     p.add_argument("--no-peer", action="store_true", help="measure edgellm only")
@@ -124,55 +131,97 @@ def main():
             peer_py = find_peer_python(a.peer_python)
         except PeerMissing as e:
             sys.exit(f"{e}\n(or run with --no-peer)")
-    bw = read_bandwidth(a.threads)
+    floor = Floor(a.threads)
+    bw = floor.gbs()
     load = os.getloadavg()[0]
-    print(f"read bandwidth ({a.threads} threads): {bw:.1f} GB/s; load average {load:.2f}", file=sys.stderr)
+    print(f"read bandwidth ({a.threads} threads, native probe): {bw:.1f} GB/s; load average {load:.2f}",
+          file=sys.stderr)
+
+    def ts_of(res, test):
+        return res[test]["avg_ts"] if test in res else None
+
     rows = []
     for m in a.models:
         path = str(resolve(m))
         info = read_model_info(path)
         print(f"{info.label}: edgellm ...", file=sys.stderr, flush=True)
         bench = ThroughputBench(path, n_threads=a.threads, max_batch_tokens=512)
-        ours = {r.test: r for r in bench.run([a.n_prompt], [a.n_gen], a.reps, batches)}
         backend = bench.backend
+        ours = {r.test: r for r in bench.run([a.n_prompt], [], a.reps)}
+        if batches:
+            ours.update({r.test: r for r in bench.run([], [a.n_gen], a.reps, batches) if r.n_seqs > 1})
+
+        def peer_run(n_prompt, n_gen, reps):
+            if a.no_peer:
+                return {}
+            if a.llama_bench:
+                return run_llama_bench(a.llama_bench, path, a.threads, n_prompt, n_gen, reps)
+            if peer_py:
+                res = run_peer(peer_py, "throughput", path, "--threads", a.threads, "--n-prompt", n_prompt,
+                               "--n-gen", n_gen, "--reps", reps)
+                return {r["test"]: r for r in res["results"]}
+            return {}
+
+        def ik_run(n_prompt, n_gen, reps):
+            return run_llama_bench(ik, path, a.threads, n_prompt, n_gen, reps, ("-rtr", "1")) if ik else {}
+
+        pp = f"pp{a.n_prompt}"
+        peer, ikr = {}, {}
+        if a.n_prompt > 0:
+            print(f"{info.label}: peers, {pp} ...", file=sys.stderr, flush=True)
+            peer = peer_run(a.n_prompt, 0, a.reps)
+            ikr = ik_run(a.n_prompt, 0, a.reps)
+        # tg in rounds, each engine once a round, every test between two probes.
+        tg = f"tg{a.n_gen}"
+        samples = {"edgellm": [], "peer": [], "ik": []}
+        if a.n_gen > 0:
+            for k in range(a.rounds):
+                print(f"{info.label}: {tg} round {k + 1}/{a.rounds} ...", file=sys.stderr, flush=True)
+                r, f = floor.around(lambda: bench.tg(a.n_gen, 1))
+                samples["edgellm"].append((r.avg_ts, f))
+                for name, fn in (("peer", peer_run), ("ik", ik_run)):
+                    res, f = floor.around(lambda: fn(0, a.n_gen, 1))
+                    if ts_of(res, tg) is not None:
+                        samples[name].append((ts_of(res, tg), f))
         del bench
         gc.collect()
-        peer = {}
-        if a.llama_bench and not a.no_peer:
-            print(f"{info.label}: llama.cpp llama-bench ...", file=sys.stderr, flush=True)
-            peer = run_llama_bench(a.llama_bench, path, a.threads, a.n_prompt, a.n_gen, a.reps)
-        elif peer_py:
-            print(f"{info.label}: peer ...", file=sys.stderr, flush=True)
-            res = run_peer(peer_py, "throughput", path, "--threads", a.threads, "--n-prompt", a.n_prompt,
-                           "--n-gen", a.n_gen, "--reps", a.reps)
-            peer = {r["test"]: r for r in res["results"]}
-        ikr = {}
-        if ik:
-            print(f"{info.label}: ik_llama.cpp llama-bench -rtr 1 ...", file=sys.stderr, flush=True)
-            ikr = run_llama_bench(ik, path, a.threads, a.n_prompt, a.n_gen, a.reps, ("-rtr", "1"))
-        floor_ts = bw * 1e9 / info.weight_bytes
+
+        def summary(xs):
+            """(mean t/s, sd, median % of the floor, median floor GB/s) over the rounds."""
+            if not xs:
+                return None
+            ts = [t for t, _ in xs]
+            pct = [100 * t * info.weight_bytes / (f * 1e9) for t, f in xs]
+            return (statistics.fmean(ts), statistics.stdev(ts) if len(ts) > 1 else 0.0,
+                    statistics.median(pct), statistics.median(f for _, f in xs))
+
+        def row(test, e_ts, e_sd, p_ts, p_sd, k_ts, k_sd):
+            return {"model": info.label, "path": path, "test": test, "threads": a.threads, "backend": backend,
+                    "edgellm_ts": e_ts, "edgellm_sd": e_sd, "peer_ts": p_ts, "peer_sd": p_sd,
+                    "ratio": e_ts / p_ts if p_ts else None, "ik_ts": k_ts, "ik_sd": k_sd,
+                    "ik_ratio": e_ts / k_ts if k_ts else None, "weight_bytes": info.weight_bytes,
+                    "bandwidth_gbs": bw, "load_avg": load}
+
         for test, r in ours.items():
-            pr = peer.get(test)
-            row = {"model": info.label, "path": path, "test": test, "threads": a.threads, "backend": backend,
-                   "edgellm_ts": r.avg_ts, "edgellm_sd": r.stddev_ts,
-                   "peer_ts": pr["avg_ts"] if pr else None, "peer_sd": pr["stddev_ts"] if pr else None,
-                   "ratio": r.avg_ts / pr["avg_ts"] if pr else None,
-                   "ik_ts": ikr[test]["avg_ts"] if test in ikr else None,
-                   "ik_sd": ikr[test]["stddev_ts"] if test in ikr else None,
-                   "ik_ratio": r.avg_ts / ikr[test]["avg_ts"] if test in ikr else None,
-                   "weight_bytes": info.weight_bytes, "bandwidth_gbs": bw, "load_avg": load}
-            if test.startswith("tg") and r.n_seqs == 1:
-                row["floor_ts"] = floor_ts
-                row["edgellm_floor_pct"] = 100 * r.avg_ts / floor_ts
-                row["peer_floor_pct"] = 100 * pr["avg_ts"] / floor_ts if pr else None
-                row["ik_floor_pct"] = 100 * ikr[test]["avg_ts"] / floor_ts if test in ikr else None
-            rows.append(row)
+            pr, kr = peer.get(test), ikr.get(test)
+            rows.append(row(test, r.avg_ts, r.stddev_ts, pr["avg_ts"] if pr else None,
+                            pr["stddev_ts"] if pr else None, kr["avg_ts"] if kr else None,
+                            kr["stddev_ts"] if kr else None))
+        se, sp, sk = (summary(samples[n]) for n in ("edgellm", "peer", "ik"))
+        if se:
+            rw = row(tg, se[0], se[1], sp[0] if sp else None, sp[1] if sp else None,
+                     sk[0] if sk else None, sk[1] if sk else None)
+            rw.update({"rounds": a.rounds, "floor_gbs": se[3], "edgellm_floor_pct": se[2],
+                       "peer_floor_pct": sp[2] if sp else None, "ik_floor_pct": sk[2] if sk else None,
+                       "samples": samples})
+            rows.append(rw)
     if a.output == "json":
         json.dump({"cpu": cpu_model(), "bandwidth_gbs": bw, "rows": rows}, sys.stdout, indent=2)
         print()
         return
-    print(f"CPU: {cpu_model()}, {os.cpu_count()} CPUs; {a.threads} threads; read bandwidth {bw:.1f} GB/s; "
-          f"load average {load:.2f}; {a.reps} reps\n")
+    print(f"CPU: {cpu_model()}, {os.cpu_count()} CPUs; {a.threads} threads; read bandwidth at the start "
+          f"{bw:.1f} GB/s (tg: the floor around each test, median over rounds in the floor column); "
+          f"load average {load:.2f}; pp {a.reps} reps, tg {a.rounds} rounds\n")
     print("| model | test | edgellm t/s | llama.cpp t/s | ratio | ik_llama.cpp t/s | ratio | "
           "edgellm % of bw floor | llama.cpp % | ik % |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -181,7 +230,8 @@ def main():
         ratio = f"{r['ratio']:.2f}×" if r["ratio"] is not None else "—"
         ikt = f"{r['ik_ts']:.2f} ± {r['ik_sd']:.2f}" if r["ik_ts"] is not None else "—"
         ikq = f"{r['ik_ratio']:.2f}×" if r["ik_ratio"] is not None else "—"
-        ef = f"{r['edgellm_floor_pct']:.0f}%" if "edgellm_floor_pct" in r else ""
+        ef = (f"{r['edgellm_floor_pct']:.0f}% (of {r['floor_gbs']:.1f} GB/s)"
+              if "edgellm_floor_pct" in r else "")
         pf = f"{r['peer_floor_pct']:.0f}%" if r.get("peer_floor_pct") is not None else ""
         kf = f"{r['ik_floor_pct']:.0f}%" if r.get("ik_floor_pct") is not None else ""
         print(f"| {r['model']} | {r['test']} | {r['edgellm_ts']:.2f} ± {r['edgellm_sd']:.2f} | {peer} | {ratio} | "

@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 
 #include "bindings.h"
+#include "common/bandwidth_probe.h"
 #include "common/cpu_features.h"
 #include "common/errors.h"
 #include "kernels/kernels.h"
@@ -56,6 +57,25 @@ PYBIND11_MODULE(_core, m) {
     return out;
   });
   m.def("physical_cores", [] { return edgellm::cpu_features().physical_cores; });
+  py::class_<edgellm::BandwidthProbe>(m, "BandwidthProbe",
+                                       "Read bandwidth as decode sees it: n_threads threads each stream their own "
+                                       "buffer of bytes_per_thread (bench/compare.py's bandwidth floor).")
+      .def(py::init<int, size_t>(), py::arg("n_threads"), py::arg("bytes_per_thread") = size_t(256) << 20)
+      .def("run", [](edgellm::BandwidthProbe& b) {
+        edgellm::BandwidthProbe::Pass p;
+        {
+          py::gil_scoped_release release;
+          p = b.run();
+        }
+        py::dict d;
+        d["gb_per_s"] = p.gb_per_s;
+        d["seconds"] = p.seconds;
+        d["checksum"] = p.checksum;
+        return d;
+      }, "One pass over every buffer: {'gb_per_s', 'seconds', 'checksum'}.")
+      .def_property_readonly("n_threads", &edgellm::BandwidthProbe::n_threads)
+      .def_property_readonly("bytes_per_thread", &edgellm::BandwidthProbe::bytes_per_thread)
+      .def_property_readonly("expected_checksum", &edgellm::BandwidthProbe::expected_checksum);
 
   edgellm::bindings::bind_gguf(m);
   edgellm::bindings::bind_quant(m);
