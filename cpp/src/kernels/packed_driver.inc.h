@@ -30,7 +30,8 @@ namespace {
 // Parts [p0, p0 + NP) of one group × C columns, all K. y points at (column 0, first row of part
 // p0); columns are ldy apart.
 template <class I, DType T, int C, int NP>
-void packed_tile(const uint8_t* group, int p0, int64_t nu, const uint8_t* x, size_t x_stride, float* y, int64_t ldy) {
+void packed_tile(const uint8_t* group, int p0, int64_t nu, const uint8_t* x, size_t x_stride, float* y, int64_t ldy,
+                 const uint8_t* next = nullptr) {
   using Fmt = PackedFormat<T>;
   using F = typename I::F;
   constexpr int kOffset = I::template offset<T>();
@@ -40,6 +41,13 @@ void packed_tile(const uint8_t* group, int p0, int64_t nu, const uint8_t* x, siz
     for (int j = 0; j < C; ++j) acc[pp][j] = I::zero();
   for (int64_t b = 0; b < nu; ++b) {
     const uint8_t* unit = group + b * Fmt::kUnitBytes;
+    if (next) {
+      // Several columns: each group's weights are reused from L1/L2 by every column tile, so
+      // the tiles run compute-bound and the hardware prefetcher alone leaves the first tile of
+      // each group waiting on DRAM. The first tile fetches the next group's unit meanwhile.
+      const uint8_t* n = next + b * Fmt::kUnitBytes;
+      for (size_t o = 0; o < Fmt::kUnitBytes; o += 64) __builtin_prefetch(n + o, 0, 2);
+    }
     for (int sb = 0; sb < Fmt::kSubs; ++sb) {
       const int64_t xi = b * Fmt::kSubs + sb;
       for (int pp = 0; pp < NP; ++pp) {
@@ -95,10 +103,10 @@ void packed_tile(const uint8_t* group, int p0, int64_t nu, const uint8_t* x, siz
 // Runs packed_tile<I, T, n, I::kTileParts> for 1 ≤ n ≤ C.
 template <class I, DType T, int C>
 void packed_tile_n(int n, const uint8_t* group, int p0, int64_t nu, const uint8_t* x, size_t xs, float* y,
-                   int64_t ldy) {
+                   int64_t ldy, const uint8_t* next) {
   if constexpr (C > 1)
-    if (n < C) return packed_tile_n<I, T, C - 1>(n, group, p0, nu, x, xs, y, ldy);
-  packed_tile<I, T, C, I::kTileParts>(group, p0, nu, x, xs, y, ldy);
+    if (n < C) return packed_tile_n<I, T, C - 1>(n, group, p0, nu, x, xs, y, ldy, next);
+  packed_tile<I, T, C, I::kTileParts>(group, p0, nu, x, xs, y, ldy, next);
 }
 
 // Columns are taken in blocks of kPackedColBlock so that a block's activations (64 · K · 1.25
@@ -126,11 +134,14 @@ void packed_matmul(const MatmulArgs& a) {
         packed_tile<I, T, 1, kParts>(group, 0, nu, x + cb * a.x_stride, a.x_stride, a.y + cb * a.ldy + r, a.ldy);
         continue;
       }
+      // The next group of this call, prefetched by the first tile (none past the last).
+      const uint8_t* next = r + kPackRows < a.r1 ? group + group_bytes : nullptr;
       for (int p0 = 0; p0 < kParts; p0 += I::kTileParts)
         for (int64_t c = cb; c < ce; c += W) {
           const int n = static_cast<int>(std::min<int64_t>(W, ce - c));
           packed_tile_n<I, T, I::template max_cols<T>()>(n, group, p0, nu, x + c * a.x_stride, a.x_stride,
-                                                         a.y + c * a.ldy + r + I::kPartRows * p0, a.ldy);
+                                                         a.y + c * a.ldy + r + I::kPartRows * p0, a.ldy,
+                                                         c == cb && p0 == 0 ? next : nullptr);
         }
     }
   }
