@@ -59,6 +59,40 @@ def test_greedy_and_degenerate_truncation_equal_argmax():
         assert _testing.sample_once(logits, core(temperature=1.5, top_k=0, top_p=1e-6, min_p=0.0), seed)[0] == best
 
 
+def plain_argmax(row):
+    """The reference: the dependent scan (first strictly larger value wins; NaN never does)."""
+    best, at = -np.inf, -1
+    for i, x in enumerate(row.tolist()):
+        if x > best:
+            best, at = x, i
+    return at
+
+
+def test_argmax_equals_the_plain_scan():
+    # Sizes around the 256-value blocks, ties (a small set of values), NaN, -inf and +inf, the
+    # maximum in the tail, in the first and last block.
+    rng = np.random.default_rng(5)
+    sizes = [0, 1, 2, 15, 16, 255, 256, 257, 511, 512, 513, 1000, 4096 + 17, 262144]
+    for trial in range(300):
+        n = sizes[trial % len(sizes)] if trial < 2 * len(sizes) else int(rng.integers(0, 3000))
+        kind = trial % 5
+        if kind == 0:
+            row = rng.normal(size=n)
+        elif kind == 1:
+            row = rng.integers(-3, 3, size=n).astype(np.float64)  # many ties
+        else:
+            row = rng.normal(size=n)
+            for special in (np.nan, -np.inf, np.inf)[: kind - 1]:
+                row[rng.random(n) < 0.05] = special
+        row = row.astype(np.float32)
+        assert _testing.argmax(row) == plain_argmax(row), (n, kind)
+    assert _testing.argmax(np.full(300, -np.inf, np.float32)) == -1
+    assert _testing.argmax(np.full(300, np.nan, np.float32)) == -1
+    row = np.full(600, -np.inf, np.float32)
+    row[599] = -1e30
+    assert _testing.argmax(row) == 599  # in the tail after two -inf blocks
+
+
 def test_top_k_keeps_the_k_largest():
     kept = _testing.truncate_candidates(LOGITS, "top_k", 3)
     assert kept == [0, 1, 6]

