@@ -157,7 +157,7 @@ int main(int argc, char** argv) {
       all.push_back({kernels::isa_name(isa), t, false});
       if (isa != kernels::Isa::Scalar) all.push_back({std::string(kernels::isa_name(isa)) + "-packed", t, true});
     }
-  const DType all_types[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F16};
+  const DType all_types[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F16};
   std::vector<Variant> variants;
   std::vector<DType> types;
   for (const Variant& v : all)
