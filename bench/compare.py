@@ -39,7 +39,6 @@ import statistics
 import subprocess
 import sys
 
-
 from peer import PeerMissing, ensure_edgellm_importable, find_peer_python, run_peer
 
 
