@@ -19,6 +19,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/kernel_errors.h"
 #include "kernels/kernels.h"
@@ -27,15 +28,44 @@
 namespace edgellm::kernels {
 namespace {
 
+// What the tile needs of one activation block besides its quants, in the form it is used: the
+// min term's d_x·Σx as f32 and the offset correction −offset·Σx as int32 (whole block, halves).
+// Made once per column block by prepare_aux, so a tile reads each with one broadcast load
+// instead of converting the block's int16 sums per (row group, column) — in the 6-column tiles
+// that scalar chain (two loads, add, int→float, multiply, broadcast) was a fifth of the work.
+struct alignas(16) PackedColAux {
+  float sx;         // d·(s[0] + s[1])
+  int32_t off;      // −offset·(s[0] + s[1])
+  int32_t off_h[2];  // −offset·s[h]
+};
+
+// Columns [0, ncols) of x, nsub blocks each, into this thread's scratch (column j at j·nsub).
+template <int kOffset>
+const PackedColAux* prepare_aux(const uint8_t* x, size_t x_stride, int64_t ncols, int64_t nsub) {
+  static thread_local std::vector<PackedColAux> scratch;
+  const size_t n = static_cast<size_t>(ncols * nsub);
+  if (scratch.size() < n) scratch.resize(n);
+  PackedColAux* out = scratch.data();
+  for (int64_t j = 0; j < ncols; ++j) {
+    const auto* xb = reinterpret_cast<const block_q8_r*>(x + j * x_stride);
+    for (int64_t i = 0; i < nsub; ++i) {
+      const int32_t s0 = xb[i].s[0], s1 = xb[i].s[1];
+      out[j * nsub + i] = {xb[i].d * static_cast<float>(s0 + s1), -kOffset * (s0 + s1), {-kOffset * s0, -kOffset * s1}};
+    }
+  }
+  return out;
+}
+
 // Parts [p0, p0 + NP) of one group × C columns, all K. y points at (column 0, first row of part
-// p0); columns are ldy apart.
+// p0); columns are ldy apart; aux: column 0's PackedColAux, columns nsub apart.
 template <class I, DType T, int C, int NP>
-void packed_tile(const uint8_t* group, int p0, int64_t nu, const uint8_t* x, size_t x_stride, float* y, int64_t ldy,
-                 const uint8_t* next = nullptr) {
+void packed_tile(const uint8_t* group, int p0, int64_t nu, const uint8_t* x, size_t x_stride, const PackedColAux* aux,
+                 float* y, int64_t ldy, const uint8_t* next = nullptr) {
   using Fmt = PackedFormat<T>;
   using F = typename I::F;
   constexpr int kOffset = I::template offset<T>();
   constexpr int kR = I::kPartRows;
+  const int64_t nsub = nu * Fmt::kSubs;
   F acc[NP][C];
   for (int pp = 0; pp < NP; ++pp)
     for (int j = 0; j < C; ++j) acc[pp][j] = I::zero();
@@ -73,24 +103,24 @@ void packed_tile(const uint8_t* group, int p0, int64_t nu, const uint8_t* x, siz
         I::template unpack<T>(unit + Fmt::kHeader + sb * Fmt::kSubBytes, p, s);
         for (int j = 0; j < C; ++j) {
           const block_q8_r& xb = reinterpret_cast<const block_q8_r*>(x + j * x_stride)[xi];
+          const PackedColAux& ax = aux[j * nsub + xi];
           const F dx = I::set1(xb.d);
           F& a = acc[pp][j];
           if constexpr (Fmt::kSix) {
             // Elements 0..15 and 16..31 have their own scales.
-            const auto sa = I::template dot_half<T, 0>(s, xb.qs, I::set1_i32(-kOffset * xb.s[0]));
-            const auto sbv = I::template dot_half<T, 1>(s, xb.qs, I::set1_i32(-kOffset * xb.s[1]));
+            const auto sa = I::template dot_half<T, 0>(s, xb.qs, I::set1_i32(ax.off_h[0]));
+            const auto sbv = I::template dot_half<T, 1>(s, xb.qs, I::set1_i32(ax.off_h[1]));
             a = I::fmadd(I::cvt(sa), I::mul(da, dx), a);
             a = I::fmadd(I::cvt(sbv), I::mul(db, dx), a);
           } else {
-            const auto sum = I::template dot<T>(s, xb.qs, I::set1_i32(-kOffset * (xb.s[0] + xb.s[1])));
+            const auto sum = I::template dot<T>(s, xb.qs, kOffset ? I::set1_i32(ax.off) : I::set1_i32(0));
             a = I::fmadd(I::cvt(sum), I::mul(da, dx), a);
           }
           if constexpr (Fmt::kMin) {
-            const F sx = I::set1(xb.d * static_cast<float>(xb.s[0] + xb.s[1]));
             if constexpr (Fmt::kK)
-              a = I::fnmadd(mn, sx, a);
+              a = I::fnmadd(mn, I::set1(ax.sx), a);
             else
-              a = I::fmadd(mn, sx, a);
+              a = I::fmadd(mn, I::set1(ax.sx), a);
           }
         }
       }
@@ -102,11 +132,11 @@ void packed_tile(const uint8_t* group, int p0, int64_t nu, const uint8_t* x, siz
 
 // Runs packed_tile<I, T, n, I::kTileParts> for 1 ≤ n ≤ C.
 template <class I, DType T, int C>
-void packed_tile_n(int n, const uint8_t* group, int p0, int64_t nu, const uint8_t* x, size_t xs, float* y,
-                   int64_t ldy, const uint8_t* next) {
+void packed_tile_n(int n, const uint8_t* group, int p0, int64_t nu, const uint8_t* x, size_t xs,
+                   const PackedColAux* aux, float* y, int64_t ldy, const uint8_t* next) {
   if constexpr (C > 1)
-    if (n < C) return packed_tile_n<I, T, C - 1>(n, group, p0, nu, x, xs, y, ldy, next);
-  packed_tile<I, T, C, I::kTileParts>(group, p0, nu, x, xs, y, ldy, next);
+    if (n < C) return packed_tile_n<I, T, C - 1>(n, group, p0, nu, x, xs, aux, y, ldy, next);
+  packed_tile<I, T, C, I::kTileParts>(group, p0, nu, x, xs, aux, y, ldy, next);
 }
 
 // Columns are taken in blocks of kPackedColBlock so that a block's activations (64 · K · 1.25
@@ -126,12 +156,15 @@ void packed_matmul(const MatmulArgs& a) {
   const int W = I::template cols<T>(a.ncols);
   for (int64_t cb = 0; cb < a.ncols; cb += kPackedColBlock) {
     const int64_t ce = std::min(a.ncols, cb + kPackedColBlock);
+    const int64_t nsub = nu * PackedFormat<T>::kSubs;
+    const PackedColAux* aux = prepare_aux<I::template offset<T>()>(x + cb * a.x_stride, a.x_stride, ce - cb, nsub);
     for (int64_t r = a.r0; r < a.r1; r += kPackRows) {
       const uint8_t* group = w + static_cast<size_t>(r / kPackRows) * group_bytes;
       // One column (decode): the whole group in one pass, so each 64-byte line of a DRAM-bound
       // matrix is consumed whole when it arrives; there is no column to reuse slices for.
       if (ce - cb == 1) {
-        packed_tile<I, T, 1, kParts>(group, 0, nu, x + cb * a.x_stride, a.x_stride, a.y + cb * a.ldy + r, a.ldy);
+        packed_tile<I, T, 1, kParts>(group, 0, nu, x + cb * a.x_stride, a.x_stride, aux, a.y + cb * a.ldy + r,
+                                       a.ldy);
         continue;
       }
       // The next group of this call, prefetched by the first tile (none past the last).
@@ -140,7 +173,7 @@ void packed_matmul(const MatmulArgs& a) {
         for (int64_t c = cb; c < ce; c += W) {
           const int n = static_cast<int>(std::min<int64_t>(W, ce - c));
           packed_tile_n<I, T, I::template max_cols<T>()>(n, group, p0, nu, x + c * a.x_stride, a.x_stride,
-                                                         a.y + c * a.ldy + r + I::kPartRows * p0, a.ldy,
+                                                         aux + (c - cb) * nsub, a.y + c * a.ldy + r + I::kPartRows * p0, a.ldy,
                                                          c == cb && p0 == 0 ? next : nullptr);
         }
     }
