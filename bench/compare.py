@@ -17,8 +17,9 @@ streams weights). On a shared machine it moves by tens of percent from one secon
 so one probe before the run is not the floor of a test run later: tg is measured in --rounds
 rounds, each running edgellm, llama.cpp and ik_llama.cpp once in turn, every test flanked by
 probes right before and right after it; a test's floor is the mean of its two probes and its
-"% of bw floor" the median over the rounds of (weight bytes x t/s) / that floor. The t/s in the
-tg rows are the means over the rounds.
+"% of bw floor" the median over the rounds of (weight bytes x t/s) / that floor. pp is measured in
+the same rounds (each engine -r repetitions a round, in turn), so no engine's pp lands wholly on a
+busier or quieter stretch than another's. The t/s are the means over all rounds' samples.
 
 Batched decode (--batch N): edgellm only. llama-cpp-python exposes no multi-sequence API
 above the raw llama_batch structs, so the peer's column stays empty.
@@ -83,7 +84,7 @@ IK_DEFAULT = "/opt/peer/ik/build/bin/llama-bench"
 
 def run_llama_bench(binary: str, path: str, threads: int, n_prompt: int, n_gen: int, reps: int,
                     extra=()) -> dict:
-    """llama-bench (llama.cpp's or ik_llama.cpp's) -> {test: {avg_ts, stddev_ts}}."""
+    """llama-bench (llama.cpp's or ik_llama.cpp's) -> {test: {avg_ts, stddev_ts, samples_ts}}."""
     cmd = [binary, "-m", path, "-t", str(threads), "-p", str(n_prompt), "-n", str(n_gen),
            "-r", str(reps), "-o", "json", *extra]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=7200)
@@ -93,7 +94,8 @@ def run_llama_bench(binary: str, path: str, threads: int, n_prompt: int, n_gen: 
     out = {}
     for e in json.loads(text):
         if e.get("n_prompt", 0) > 0 and e.get("n_gen", 0) == 0:
-            out[f"pp{e['n_prompt']}"] = {"avg_ts": e["avg_ts"], "stddev_ts": e["stddev_ts"]}
+            out[f"pp{e['n_prompt']}"] = {"avg_ts": e["avg_ts"], "stddev_ts": e["stddev_ts"],
+                                         "samples_ts": e.get("samples_ts")}
         elif e.get("n_gen", 0) > 0 and e.get("n_prompt", 0) == 0:
             out[f"tg{e['n_gen']}"] = {"avg_ts": e["avg_ts"], "stddev_ts": e["stddev_ts"]}
     return out
@@ -107,7 +109,8 @@ def main():
     p.add_argument("-t", "--threads", type=int, default=2)
     p.add_argument("-r", "--reps", type=int, default=3, help="repetitions of pp and of batched decode")
     p.add_argument("--rounds", type=int, default=5,
-                   help="tg rounds: each runs every engine's tg once, flanked by bandwidth probes")
+                   help="rounds: each runs every engine's pp (-r reps) and tg once in turn, tg flanked by "
+                        "bandwidth probes")
     p.add_argument("--batch", default="", help="comma-separated stream counts for batched decode (edgellm only)")
     p.add_argument("--peer-python")
     p.add_argument("--no-peer", action="store_true", help="measure edgellm only")
@@ -146,7 +149,7 @@ def main():
         print(f"{info.label}: edgellm ...", file=sys.stderr, flush=True)
         bench = ThroughputBench(path, n_threads=a.threads, max_batch_tokens=512)
         backend = bench.backend
-        ours = {r.test: r for r in bench.run([a.n_prompt], [], a.reps)}
+        ours = {}
         if batches:
             ours.update({r.test: r for r in bench.run([], [a.n_gen], a.reps, batches) if r.n_seqs > 1})
 
@@ -164,12 +167,19 @@ def main():
         def ik_run(n_prompt, n_gen, reps):
             return run_llama_bench(ik, path, a.threads, n_prompt, n_gen, reps, ("-rtr", "1")) if ik else {}
 
+        # pp in rounds too (each engine a.reps repetitions a round, in turn): on a shared host one
+        # engine's block of repetitions otherwise lands on a busier or quieter moment than the next's.
         pp = f"pp{a.n_prompt}"
         peer, ikr = {}, {}
+        pp_samples = {"edgellm": [], "peer": [], "ik": []}
         if a.n_prompt > 0:
-            print(f"{info.label}: peers, {pp} ...", file=sys.stderr, flush=True)
-            peer = peer_run(a.n_prompt, 0, a.reps)
-            ikr = ik_run(a.n_prompt, 0, a.reps)
+            for k in range(a.rounds):
+                print(f"{info.label}: {pp} round {k + 1}/{a.rounds} ...", file=sys.stderr, flush=True)
+                pp_samples["edgellm"] += bench.pp(a.n_prompt, a.reps).samples_ts
+                for name, fn in (("peer", peer_run), ("ik", ik_run)):
+                    res = fn(a.n_prompt, 0, a.reps)
+                    if ts_of(res, pp) is not None:
+                        pp_samples[name] += res[pp].get("samples_ts") or [ts_of(res, pp)]
         # tg in rounds, each engine once a round, every test between two probes.
         tg = f"tg{a.n_gen}"
         samples = {"edgellm": [], "peer": [], "ik": []}
@@ -201,6 +211,14 @@ def main():
                     "ik_ratio": e_ts / k_ts if k_ts else None, "weight_bytes": info.weight_bytes,
                     "bandwidth_gbs": bw, "load_avg": load}
 
+        def mean_sd(xs):
+            return (statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0) if xs else (None, None)
+
+        if pp_samples["edgellm"]:
+            e, pe, ke = (mean_sd(pp_samples[n]) for n in ("edgellm", "peer", "ik"))
+            rw = row(pp, *e, *pe, *ke)
+            rw.update({"rounds": a.rounds, "samples": pp_samples})
+            rows.append(rw)
         for test, r in ours.items():
             pr, kr = peer.get(test), ikr.get(test)
             rows.append(row(test, r.avg_ts, r.stddev_ts, pr["avg_ts"] if pr else None,
@@ -220,7 +238,7 @@ def main():
         return
     print(f"CPU: {cpu_model()}, {os.cpu_count()} CPUs; {a.threads} threads; read bandwidth at the start "
           f"{bw:.1f} GB/s (tg: the floor around each test, median over rounds in the floor column); "
-          f"load average {load:.2f}; pp {a.reps} reps, tg {a.rounds} rounds\n")
+          f"load average {load:.2f}; pp {a.rounds} rounds of {a.reps} reps, tg {a.rounds} rounds\n")
     print("| model | test | edgellm t/s | llama.cpp t/s | ratio | ik_llama.cpp t/s | ratio | "
           "edgellm % of bw floor | llama.cpp % | ik % |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
