@@ -240,6 +240,28 @@ def test_seeded_sampling_same_alone_and_in_batch(smollm):
     assert other_seed.token_ids != alone.token_ids
 
 
+def test_each_sequence_of_a_step_draws_as_alone(smollm):
+    """A step's plain rows are drawn in parallel (the engine's presample), rows with a grammar,
+    siblings (n > 1) or logprobs stay in the ordered loop: in one batch that mixes them, each
+    request draws exactly what it draws alone."""
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    reqs = [
+        SamplingParams(temperature=0.8, seed=7, max_tokens=12),                  # default top-k/p chain
+        SamplingParams(temperature=0.9, seed=8, max_tokens=12, top_k=0, top_p=1.0, min_p=0.0),
+        SamplingParams(temperature=0.7, seed=9, max_tokens=12, json_schema=schema),
+        SamplingParams(temperature=0.0, max_tokens=12, logprobs=3),
+        SamplingParams(temperature=1.0, seed=10, max_tokens=12, repetition_penalty=1.3),
+    ]
+    prompts = _BASE[2:2 + len(reqs)]
+    alone = [smollm.generate(p, r) for p, r in zip(prompts, reqs)]
+    handles = [smollm.submit(p, r) for p, r in zip(prompts, reqs)]  # all running at once
+    batch = [h.result(timeout=120) for h in handles]
+    for a, b in zip(alone, batch):
+        assert b.token_ids == a.token_ids
+    assert [t.token_id for t in batch[3].logprobs[0].top_logprobs] == \
+        [t.token_id for t in alone[3].logprobs[0].top_logprobs]
+
+
 def test_batched_logprobs_equal_single_stream(smollm):
     params = SamplingParams(temperature=0.0, max_tokens=6, logprobs=5)
     alone = smollm.generate(_BASE[0], params)

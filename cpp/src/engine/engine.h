@@ -183,6 +183,16 @@ class Engine {
   void run_sync(const std::function<void()>& f);
   void check_slot(int32_t slot) const;
   void sample_and_postprocess(const std::vector<ScheduledChunk>& plan);
+  // Draws the step's plain single-sequence rows in parallel (sample_and_postprocess finishes them).
+  void presample(const std::vector<ScheduledChunk>& plan, const std::vector<std::shared_ptr<Sequence>>& hold);
+  struct Presampled {
+    bool done = false;
+    int32_t token = -1;
+    TokenLogprob lp;
+    std::string error;  // non-empty: the sequence fails with it
+  };
+  std::vector<Presampled> presampled_;
+  std::vector<size_t> presample_idx_;
   void postprocess_token(Sequence* s, int32_t token, TokenLogprob* lp);
   // The sequence's grammar mask on one logits row (EOG barred until the output is complete).
   void mask_constrained(Sequence* s, float* logits);

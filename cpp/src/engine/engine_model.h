@@ -3,6 +3,7 @@
 // a hash of the tokens it finds in the KV cache, which makes any paging mistake visible.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,6 +32,11 @@ class EngineModel {
   // True when some layers keep their KV in device pages mirroring the serving cache's page ids:
   // forward() may then only be given the serving cache.
   virtual bool kv_tied_to_serving_cache() const { return false; }
+  // Runs fn(task) for task in [0, n_tasks), in parallel where the model has worker threads
+  // (never beside its forward pass); by default one after the other on the calling thread.
+  virtual void run_tasks(int64_t n_tasks, const std::function<void(int64_t)>& fn) {
+    for (int64_t t = 0; t < n_tasks; ++t) fn(t);
+  }
 };
 
 class EngineVocab {

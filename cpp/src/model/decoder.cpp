@@ -214,6 +214,11 @@ void DecoderModel::output_head(const Batch& b, const float* x, float* logits) {
   }
 }
 
+void DecoderModel::run_tasks(int64_t n_tasks, const std::function<void(int64_t, int)>& fn) {
+  std::lock_guard<std::mutex> lock(forward_mutex_);
+  threads_->run(n_tasks, fn);
+}
+
 void DecoderModel::forward(const Batch& batch, KVCache& kv, float* logits, float* hidden) {
   std::lock_guard<std::mutex> lock(forward_mutex_);
   validate(batch, kv, logits, hidden);

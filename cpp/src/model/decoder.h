@@ -22,6 +22,7 @@ class DecoderModel final : public Model {
   ~DecoderModel() override;
 
   void forward(const Batch& batch, KVCache& kv, float* logits, float* hidden = nullptr) override;
+  void run_tasks(int64_t n_tasks, const std::function<void(int64_t, int)>& fn) override;
 
  private:
   void validate(const Batch& batch, KVCache& kv, const float* logits, const float* hidden) const;

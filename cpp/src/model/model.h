@@ -3,6 +3,7 @@
 // model/architecture.cpp's registry) are looked up by `general.architecture`.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -67,6 +68,11 @@ class Model {
   // n_embd final-norm hidden states (the LM head's input: what embeddings pool) per token with
   // want_hidden, in batch order, to `hidden`.
   virtual void forward(const Batch& batch, KVCache& kv, float* logits, float* hidden = nullptr) = 0;
+
+  // Runs fn(task, thread) for task in [0, n_tasks) on this model's pool, as ThreadPool::run, but
+  // never beside a forward pass (which owns the pool while it runs): the engine samples a
+  // step's sequences this way.
+  virtual void run_tasks(int64_t n_tasks, const std::function<void(int64_t, int)>& fn) = 0;
 
  protected:
   std::shared_ptr<GgufFile> file_;
