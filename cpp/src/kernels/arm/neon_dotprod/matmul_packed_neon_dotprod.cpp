@@ -127,6 +127,7 @@ inline float32x4_t i8x4_to_f32(const uint8_t* p) {
 struct PackedNeonDotprod {
   static constexpr int kPartRows = 4;
   static constexpr int kTileParts = 2;
+  static constexpr int kDecodeGroups = 2;  // single-column matmuls: groups walked side by side
   template <DType T>
   static constexpr int offset() { return P<T>::kOffset; }
   template <DType T>

@@ -156,6 +156,7 @@ inline __m256 half8_to_ps(const uint8_t* p) {
 struct PackedAvx2 {
   static constexpr int kPartRows = 8;
   static constexpr int kTileParts = 1;  // prefill tiles take one half (see top)
+  static constexpr int kDecodeGroups = 2;  // single-column matmuls: groups walked side by side
   template <DType T>
   static constexpr int offset() { return P<T>::kOffset; }
   template <DType T>

@@ -86,6 +86,7 @@ inline __m512 half16_to_ps(const uint8_t* p) {
 struct PackedAvx512 {
   static constexpr int kPartRows = 16;
   static constexpr int kTileParts = 1;
+  static constexpr int kDecodeGroups = 4;  // single-column matmuls: groups walked side by side
   template <DType T>
   static constexpr int offset() { return P<T>::kOffset; }
   template <DType T>
