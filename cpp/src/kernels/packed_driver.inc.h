@@ -84,51 +84,51 @@ void packed_tile(const uint8_t* group, int p0, int64_t nu, const uint8_t* x, siz
     for (int sb = 0; sb < Fmt::kSubs; ++sb) {
       const int64_t xi = b * Fmt::kSubs + sb;
       for (int g = 0; g < G; ++g) {
-      const uint8_t* unit = group + g * group_bytes + b * Fmt::kUnitBytes;
-      for (int pp = 0; pp < NP; ++pp) {
-        const int p = p0 + pp;
-        // Per-row constants of this sub-block and part (packed.h): da, db (Q6_K only differs), mn.
-        F d;
-        if constexpr (Fmt::kF32Scale)
-          d = I::f32_rows(unit + 4 * kR * p);  // MXFP4
-        else
-          d = I::half_rows(unit + 2 * kR * p);
-        F da = d, db = d, mn = I::zero();
-        if constexpr (Fmt::kSubScale) da = db = I::mul(I::i8_rows(unit + 32 + 16 * sb + kR * p), d);  // IQ4_XS
-        if constexpr (Fmt::kMin) mn = I::half_rows(unit + 32 + 2 * kR * p);  // Q4_1/Q5_1: m itself; K: dmin
-        if constexpr (Fmt::kK && Fmt::kMin) {
-          da = db = I::mul(I::u8_rows(unit + 64 + 16 * sb + kR * p), d);
-          mn = I::mul(I::u8_rows(unit + 192 + 16 * sb + kR * p), mn);  // subtracted below
-        }
-        if constexpr (Fmt::kSix) {
-          da = I::mul(I::i8_rows(unit + 32 + 16 * (2 * sb) + kR * p), d);
-          db = I::mul(I::i8_rows(unit + 32 + 16 * (2 * sb + 1) + kR * p), d);
-        }
-        typename I::template Slices<T> s;
-        I::template unpack<T>(unit + Fmt::kHeader + sb * Fmt::kSubBytes, p, s);
-        for (int j = 0; j < C; ++j) {
-          const block_q8_r& xb = reinterpret_cast<const block_q8_r*>(x + j * x_stride)[xi];
-          const PackedColAux& ax = aux[j * nsub + xi];
-          const F dx = I::set1(xb.d);
-          F& a = acc[g][pp][j];
+        const uint8_t* unit = group + g * group_bytes + b * Fmt::kUnitBytes;
+        for (int pp = 0; pp < NP; ++pp) {
+          const int p = p0 + pp;
+          // Per-row constants of this sub-block and part (packed.h): da, db (Q6_K only differs), mn.
+          F d;
+          if constexpr (Fmt::kF32Scale)
+            d = I::f32_rows(unit + 4 * kR * p);  // MXFP4
+          else
+            d = I::half_rows(unit + 2 * kR * p);
+          F da = d, db = d, mn = I::zero();
+          if constexpr (Fmt::kSubScale) da = db = I::mul(I::i8_rows(unit + 32 + 16 * sb + kR * p), d);  // IQ4_XS
+          if constexpr (Fmt::kMin) mn = I::half_rows(unit + 32 + 2 * kR * p);  // Q4_1/Q5_1: m itself; K: dmin
+          if constexpr (Fmt::kK && Fmt::kMin) {
+            da = db = I::mul(I::u8_rows(unit + 64 + 16 * sb + kR * p), d);
+            mn = I::mul(I::u8_rows(unit + 192 + 16 * sb + kR * p), mn);  // subtracted below
+          }
           if constexpr (Fmt::kSix) {
-            // Elements 0..15 and 16..31 have their own scales.
-            const auto sa = I::template dot_half<T, 0>(s, xb.qs, I::set1_i32(ax.off_h[0]));
-            const auto sbv = I::template dot_half<T, 1>(s, xb.qs, I::set1_i32(ax.off_h[1]));
-            a = I::fmadd(I::cvt(sa), I::mul(da, dx), a);
-            a = I::fmadd(I::cvt(sbv), I::mul(db, dx), a);
-          } else {
-            const auto sum = I::template dot<T>(s, xb.qs, kOffset ? I::set1_i32(ax.off) : I::set1_i32(0));
-            a = I::fmadd(I::cvt(sum), I::mul(da, dx), a);
+            da = I::mul(I::i8_rows(unit + 32 + 16 * (2 * sb) + kR * p), d);
+            db = I::mul(I::i8_rows(unit + 32 + 16 * (2 * sb + 1) + kR * p), d);
           }
-          if constexpr (Fmt::kMin) {
-            if constexpr (Fmt::kK)
-              a = I::fnmadd(mn, I::set1(ax.sx), a);
-            else
-              a = I::fmadd(mn, I::set1(ax.sx), a);
+          typename I::template Slices<T> s;
+          I::template unpack<T>(unit + Fmt::kHeader + sb * Fmt::kSubBytes, p, s);
+          for (int j = 0; j < C; ++j) {
+            const block_q8_r& xb = reinterpret_cast<const block_q8_r*>(x + j * x_stride)[xi];
+            const PackedColAux& ax = aux[j * nsub + xi];
+            const F dx = I::set1(xb.d);
+            F& a = acc[g][pp][j];
+            if constexpr (Fmt::kSix) {
+              // Elements 0..15 and 16..31 have their own scales.
+              const auto sa = I::template dot_half<T, 0>(s, xb.qs, I::set1_i32(ax.off_h[0]));
+              const auto sbv = I::template dot_half<T, 1>(s, xb.qs, I::set1_i32(ax.off_h[1]));
+              a = I::fmadd(I::cvt(sa), I::mul(da, dx), a);
+              a = I::fmadd(I::cvt(sbv), I::mul(db, dx), a);
+            } else {
+              const auto sum = I::template dot<T>(s, xb.qs, kOffset ? I::set1_i32(ax.off) : I::set1_i32(0));
+              a = I::fmadd(I::cvt(sum), I::mul(da, dx), a);
+            }
+            if constexpr (Fmt::kMin) {
+              if constexpr (Fmt::kK)
+                a = I::fnmadd(mn, I::set1(ax.sx), a);
+              else
+                a = I::fmadd(mn, I::set1(ax.sx), a);
+            }
           }
         }
-      }
       }
     }
   }
