@@ -7,6 +7,7 @@
 //   kPartRows                 rows one register holds (a "part" of the 16-row group: 8, 16, 4)
 //   kTileParts                parts a multi-column tile takes (a single column takes the whole group)
 //   kDecodeGroups             groups a single-column matmul walks side by side (memory streams)
+//   kDecodePrefetch           bytes ahead of each stream a single-column matmul prefetches (0: none)
 //   offset<T>(), max_cols<T>()  the offset the dots remove (0 where quants are dotted signed), the
 //                             widest tile; cols<T>(ncols) the width used for a matmul of ncols
 //   Slices<T>, unpack<T>(sub, part, s)  the 8 slices of one part of one sub-block
@@ -60,8 +61,9 @@ const PackedColAux* prepare_aux(const uint8_t* x, size_t x_stride, int64_t ncols
 // Parts [p0, p0 + NP) of G consecutive groups (group_bytes apart) × C columns, all K. y points
 // at (column 0, first row of part p0 of the first group); columns are ldy apart; aux: column 0's
 // PackedColAux, columns nsub apart. With G > 1 the groups are walked side by side, a sub-block
-// of each in turn: G streams through memory instead of one (see packed_matmul's decode path).
-template <class I, DType T, int C, int NP, int G = 1>
+// of each in turn: G streams through memory instead of one; with PF > 0 each stream's unit PF
+// bytes ahead is prefetched into L1 as a unit begins (see packed_matmul's decode path).
+template <class I, DType T, int C, int NP, int G = 1, int PF = 0>
 void packed_tile(const uint8_t* group, int p0, int64_t nu, const uint8_t* x, size_t x_stride, const PackedColAux* aux,
                  float* y, int64_t ldy, const uint8_t* next = nullptr, size_t group_bytes = 0) {
   using Fmt = PackedFormat<T>;
@@ -74,6 +76,13 @@ void packed_tile(const uint8_t* group, int p0, int64_t nu, const uint8_t* x, siz
     for (int pp = 0; pp < NP; ++pp)
       for (int j = 0; j < C; ++j) acc[g][pp][j] = I::zero();
   for (int64_t b = 0; b < nu; ++b) {
+    if constexpr (PF > 0)
+      for (int g = 0; g < G; ++g) {
+        // May reach past this call's rows: a prefetch never faults, and those lines are
+        // usually the next chunk's.
+        const uint8_t* n = group + g * group_bytes + b * Fmt::kUnitBytes + PF;
+        for (size_t o = 0; o < Fmt::kUnitBytes; o += 64) __builtin_prefetch(n + o, 0, 3);
+      }
     if (next) {
       // Several columns: each group's weights are reused from L1/L2 by every column tile, so
       // the tiles run compute-bound and the hardware prefetcher alone leaves the first tile of
@@ -168,21 +177,25 @@ void packed_matmul(const MatmulArgs& a) {
     if (ce - cb == 1) {
       // One column (decode): each group in one pass, so each 64-byte line of a DRAM-bound matrix
       // is consumed whole when it arrives (there is no column to reuse slices for), and
-      // I::kDecodeGroups groups side by side. A single sequential stream is bounded by what the
-      // hardware prefetcher fetches ahead of one stream: one thread streamed 22-24 GB/s through
-      // this kernel where the GGUF-layout kernel, reading 4 rows (4 streams) at once, streamed
-      // 37-40 (kernels_bench, Zen 4, 1 thread, Q4_K 3072 x 8192). The result is bit for bit the
-      // one-group result: each group's accumulation is unchanged, only interleaved.
+      // I::kDecodeGroups groups side by side. One sequential stream is bounded by what the
+      // hardware prefetcher fetches ahead of it: with nothing else one thread streamed 22-24
+      // GB/s through this kernel, where the GGUF-layout kernel (a prefetch one tile ahead)
+      // streamed 37-40 (kernels_bench, Zen 4, 1 thread, Q4_K 3072 x 8192). Walking 4 groups
+      // side by side reached 25-28; a prefetch I::kDecodePrefetch bytes ahead of one stream
+      // 32-36 (AVX2: 14-18 -> 29-31), and 41-44 with 2 threads against 29-32 (same-run A/B,
+      // kernels_bench, Q4_K and Q6_K). The result is bit for bit the one-group result: each
+      // group's accumulation is unchanged, only interleaved.
       constexpr int G = I::kDecodeGroups;
+      constexpr int PF = I::kDecodePrefetch;
       const uint8_t* xc = x + cb * a.x_stride;
       float* yc = a.y + cb * a.ldy;
       int64_t r = a.r0;
       for (; r + G * kPackRows <= a.r1; r += G * kPackRows)
-        packed_tile<I, T, 1, kParts, G>(w + static_cast<size_t>(r / kPackRows) * group_bytes, 0, nu, xc, a.x_stride,
-                                        aux, yc + r, a.ldy, nullptr, group_bytes);
+        packed_tile<I, T, 1, kParts, G, PF>(w + static_cast<size_t>(r / kPackRows) * group_bytes, 0, nu, xc,
+                                            a.x_stride, aux, yc + r, a.ldy, nullptr, group_bytes);
       for (; r < a.r1; r += kPackRows)
-        packed_tile<I, T, 1, kParts>(w + static_cast<size_t>(r / kPackRows) * group_bytes, 0, nu, xc, a.x_stride, aux,
-                                     yc + r, a.ldy);
+        packed_tile<I, T, 1, kParts, 1, PF>(w + static_cast<size_t>(r / kPackRows) * group_bytes, 0, nu, xc,
+                                            a.x_stride, aux, yc + r, a.ldy, nullptr, group_bytes);
       continue;
     }
     for (int64_t r = a.r0; r < a.r1; r += kPackRows) {

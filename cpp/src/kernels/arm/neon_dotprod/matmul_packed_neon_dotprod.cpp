@@ -127,7 +127,10 @@ inline float32x4_t i8x4_to_f32(const uint8_t* p) {
 struct PackedNeonDotprod {
   static constexpr int kPartRows = 4;
   static constexpr int kTileParts = 2;
-  static constexpr int kDecodeGroups = 2;  // single-column matmuls: groups walked side by side
+  // Single-column matmuls: groups walked side by side, no software prefetch (not measured on a
+  // NEON machine yet; the x86 tables prefetch instead, packed_driver.inc.h).
+  static constexpr int kDecodeGroups = 2;
+  static constexpr int kDecodePrefetch = 0;
   template <DType T>
   static constexpr int offset() { return P<T>::kOffset; }
   template <DType T>
