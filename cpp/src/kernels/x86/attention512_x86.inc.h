@@ -76,6 +76,14 @@ struct AttnVec16 {
   }
 };
 
+}  // namespace
+}  // namespace edgellm::kernels
+
+#include "kernels/x86/attention_decode512_x86.inc.h"
+
+namespace edgellm::kernels {
+namespace {
+
 // Blocks that take tiles (attention_use_tiles) use the 16-lane ones from 8 queries, or at head dim
 // 256 (measured on Zen 5: 16 lanes beat 8 from 8 queries even with 7 or 8 padding lanes, e.g. -25%
 // at 3-4 tokens × 3 heads; below that the 8-lane tiles win by 3-8% at head dim 64).
@@ -84,7 +92,22 @@ struct AttnVec16 {
 // the 16-lane tiles compute what the 8-lane ones do (the same FMA chains, exp_ps512 is exp_ps
 // step for step), except the scalar tail of P·V over head dims that are not a multiple of 16,
 // where the width a one-token block would take is kept.
+//
+// One-token blocks whose group and head dims fit (attention_decode_direct_fits: decode) take the
+// direct path of attention_decode512_x86.inc.h instead, and so, token by token, do exact_rows
+// blocks of such shapes.
 void paged_attention_x86_512(const PagedAttentionArgs& a) {
+  if (attention_decode_direct_fits(a) && (a.n_tokens == 1 || a.exact_rows)) {
+    for (int j = 0; j < a.n_tokens; ++j) {
+      PagedAttentionArgs b = a;
+      b.n_tokens = 1;
+      b.q_pos0 = a.q_pos0 + j;
+      b.q = a.q + j * a.q_token_stride;
+      b.out = a.out + j * a.out_token_stride;
+      attention_decode_direct(b);
+    }
+    return;
+  }
   if (!attention_use_tiles(a)) {
     paged_attention_rowwise(a);
     return;
