@@ -94,12 +94,18 @@ struct PackedAvx512 {
   static constexpr int offset() { return P<T>::kOffset; }
   template <DType T>
   static constexpr int max_cols() { return 6; }
-  // Tile width: 4 columns for small batches (decode of a few sequences), 6 for prefill. Measured
-  // (2 threads): 8-wide tiles ran batched decode at 575 t/s (Gemma 3, 8 streams) against 920 with
-  // 4-wide ones — GCC spills at 8 accumulators + 8 slices — and 6-wide tiles prefill best
-  // (SmolLM2 pp512 3708 vs 3529 with 4-wide).
+  // Tile width: at most 6 (8-wide tiles ran batched decode at 575 t/s, Gemma 3, 8 streams,
+  // against 920 with 4-wide ones — GCC spills at 8 accumulators + 8 slices), and below 32 columns
+  // the fewest tiles of even width (16 columns: 6 + 6 + 4, was 4 × 4; 8: 4 + 4, where 6 + 2 lost).
+  // kernels_bench, 2 threads, 16 columns: Q5_0 / Q8_0 / Q4_K / Q6_K +13 / +16 / +7 / +13 % against
+  // 4-wide tiles; 6, 10, 12 columns +5 to +27 %. 6-wide tiles prefill best (SmolLM2 pp512 3708 vs
+  // 3529 with 4-wide).
   template <DType T>
-  static int cols(int64_t ncols) { return ncols >= 32 ? 6 : 4; }
+  static int cols(int64_t ncols) {
+    if (ncols >= 32) return 6;
+    const int64_t tiles = (ncols + 5) / 6;
+    return static_cast<int>((ncols + tiles - 1) / tiles);
+  }
 
   template <DType T>
   struct Slices {
