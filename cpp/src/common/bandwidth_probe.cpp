@@ -17,14 +17,24 @@ namespace {
 
 constexpr size_t kAlign = size_t(1) << 21;  // a huge page
 
+// Bytes ahead of the stream each 64-byte line is prefetched into L1, as the decode kernels do
+// (kernels/packed_driver.inc.h, kDecodePrefetch). A plain stream leaves part of the bandwidth
+// unused: on a Zen 4 VM, 2 threads, a plain stream read 38-44 GB/s where the same loop with this
+// prefetch read 47-49 (alternating runs), and the decode kernels reached 107 % of the plain
+// probe — a floor the engine beats is no floor.
+constexpr size_t kPrefetchBytes = 4608;
+
 // Sum of n 64-bit words; eight independent accumulators so the adds never wait on each other
 // (the compiler vectorizes the loop at the baseline ISA: two 16-byte loads a cycle already
 // exceed one core's share of DRAM bandwidth many times).
 uint64_t sum_words(const uint64_t* p, size_t n) {
   uint64_t a[8] = {};
   size_t i = 0;
-  for (; i + 8 <= n; i += 8)
+  for (; i + 8 <= n; i += 8) {
+    // Past the end of the buffer only near its end: a prefetch never faults.
+    __builtin_prefetch(reinterpret_cast<const char*>(p + i) + kPrefetchBytes, 0, 3);
     for (int j = 0; j < 8; ++j) a[j] += p[i + j];
+  }
   for (; i < n; ++i) a[0] += p[i];
   uint64_t s = 0;
   for (uint64_t v : a) s += v;

@@ -1,5 +1,6 @@
 // The machine's read bandwidth, measured the way decode uses memory: T threads each stream
-// through their own buffer, larger than the last-level cache, once per pass. It is what the
+// through their own buffer, larger than the last-level cache, once per pass, prefetching into
+// L1 ahead of the stream as the decode kernels do (bandwidth_probe.cpp). It is what the
 // benchmarks divide weight bytes by ("% of the bandwidth floor"): a decode step reads every
 // weight once, so tokens/s ≤ bandwidth / weight bytes.
 //
