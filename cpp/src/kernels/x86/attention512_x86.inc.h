@@ -5,7 +5,7 @@
 // On cores with two full-width FMA pipes this doubles the peak of the 8-lane tiles, which the
 // prefill blocks already run close to.
 #pragma once
-#include "kernels/x86/attention_x86.inc.h"
+#include "kernels/x86/attention_decode_x86.inc.h"
 
 namespace edgellm::kernels {
 namespace {
@@ -76,13 +76,49 @@ struct AttnVec16 {
   }
 };
 
-}  // namespace
-}  // namespace edgellm::kernels
-
-#include "kernels/x86/attention_decode512_x86.inc.h"
-
-namespace edgellm::kernels {
-namespace {
+// 16-lane traits of the one-token direct path (attention_decode_x86.inc.h, DirectVec8 there).
+struct DirectVec16 {
+  using V = __m512;
+  static constexpr int W = 16;
+  template <int NQ>
+  static constexpr int pv_vecs() { return NQ <= 4 ? 4 : 2; }  // NQ × that ≤ 16 of 32 registers
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static V set1(float x) { return _mm512_set1_ps(x); }
+  static V zero() { return _mm512_setzero_ps(); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  static V exp(V x) { return exp_ps512(x); }
+  static V softcap(V s, float cap) { return AttnVec16::softcap(s, cap); }
+  static float hsum(V v) { return _mm512_reduce_add_ps(v); }
+  static float hmax(V v) { return _mm512_reduce_max_ps(v); }
+  static __mmask16 tail_mask(int n) { return static_cast<__mmask16>((1u << n) - 1); }
+  static V load_tail(const float* p, int n, float fill) { return _mm512_mask_loadu_ps(_mm512_set1_ps(fill), tail_mask(n), p); }
+  static void store_tail(float* p, int n, V v) { _mm512_mask_storeu_ps(p, tail_mask(n), v); }
+  static V head(V v, int n) { return _mm512_maskz_mov_ps(tail_mask(n), v); }
+  static __m128 reduce4(V a0, V a1, V a2, V a3) {
+    auto half = [](V v) {
+      return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    };
+    return DirectVec8::reduce4(half(a0), half(a1), half(a2), half(a3));
+  }
+  template <DType KT>
+  static V kv(const uint8_t* row, int i) {
+    if constexpr (KT == DType::F32) {
+      return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + i);
+    } else if constexpr (KT == DType::F16) {
+      return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * i)));
+    } else {  // Q8_0: 34-byte blocks of an f16 scale and 32 int8
+      const uint8_t* b = row + 34 * (i / 32);
+      uint16_t dh;
+      std::memcpy(&dh, b, 2);
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 + i % 32));
+      return _mm512_mul_ps(_mm512_set1_ps(half_to_float(dh)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+    }
+  }
+};
 
 // Blocks that take tiles (attention_use_tiles) use the 16-lane ones from 8 queries, or at head dim
 // 256 (measured on Zen 5: 16 lanes beat 8 from 8 queries even with 7 or 8 padding lanes, e.g. -25%
@@ -94,19 +130,12 @@ namespace {
 // where the width a one-token block would take is kept.
 //
 // One-token blocks whose group and head dims fit (attention_decode_direct_fits: decode) take the
-// direct path of attention_decode512_x86.inc.h instead, and so, token by token, do exact_rows
+// direct path of attention_decode_x86.inc.h instead, and so, token by token, do exact_rows
 // blocks of such shapes.
 void paged_attention_x86_512(const PagedAttentionArgs& a) {
-  if (attention_decode_direct_fits(a) && (a.n_tokens == 1 || a.exact_rows)) {
-    for (int j = 0; j < a.n_tokens; ++j) {
-      PagedAttentionArgs b = a;
-      b.n_tokens = 1;
-      b.q_pos0 = a.q_pos0 + j;
-      b.q = a.q + j * a.q_token_stride;
-      b.out = a.out + j * a.out_token_stride;
-      attention_decode_direct(b);
-    }
-    return;
+  if (a.n_tokens == 1 || a.exact_rows) {
+    if (attention_decode_direct_fits<DirectVec16>(a)) return attention_decode_direct<DirectVec16>(a);
+    if (attention_decode_direct_fits<DirectVec8>(a)) return attention_decode_direct<DirectVec8>(a);  // head dims 8k
   }
   if (!attention_use_tiles(a)) {
     paged_attention_rowwise(a);

@@ -492,10 +492,5 @@ inline bool attention_use_tiles(const PagedAttentionArgs& a) {
   return nq >= 5 || (nq == 4 && a.head_dim_k >= 256);
 }
 
-inline void paged_attention_x86(const PagedAttentionArgs& a) {
-  if (attention_use_tiles(a)) paged_attention_tiled<AttnVec8>(a);
-  else paged_attention_rowwise(a);
-}
-
 }  // namespace
 }  // namespace edgellm::kernels
