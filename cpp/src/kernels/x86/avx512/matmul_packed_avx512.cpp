@@ -1,7 +1,7 @@
 // AVX-512 VNNI matmul over row-interleaved weights (kernels/packed.h): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
 // Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, against Q8_R activations.
 //
-// A tile (kernels/packed_driver.inc.h) is one 16-row group × C activation columns (C ≤ 6). Per
+// A tile (kernels/packed_driver.inc.h) is one 16-row group × C activation columns (C ≤ 8). Per
 // 32-element block the group's quants are unpacked once into 8 slice registers (lane r = 4 elements of row r), then for each
 // column 8 vpdpbusd against broadcast 4-byte groups of the column's Q8_R quants give the 16 rows'
 // exact int32 block dots in one register; the offset is removed as an exact integer
@@ -93,17 +93,16 @@ struct PackedAvx512 {
   template <DType T>
   static constexpr int offset() { return P<T>::kOffset; }
   template <DType T>
-  static constexpr int max_cols() { return 6; }
-  // Tile width: at most 6 (8-wide tiles ran batched decode at 575 t/s, Gemma 3, 8 streams,
-  // against 920 with 4-wide ones — GCC spills at 8 accumulators + 8 slices), and below 32 columns
-  // the fewest tiles of even width (16 columns: 6 + 6 + 4, was 4 × 4; 8: 4 + 4, where 6 + 2 lost).
-  // kernels_bench, 2 threads, 16 columns: Q5_0 / Q8_0 / Q4_K / Q6_K +13 / +16 / +7 / +13 % against
-  // 4-wide tiles; 6, 10, 12 columns +5 to +27 %. 6-wide tiles prefill best (SmolLM2 pp512 3708 vs
-  // 3529 with 4-wide).
+  static constexpr int max_cols() { return 8; }
+  // Tile width: 8 columns, and below 32 columns the fewest tiles of even width (16 columns: 8 + 8;
+  // 12: 6 + 6). kernels_bench, 2 threads, against 6-wide tiles (same-run A/B): 64 columns Q5_0 /
+  // Q6_K / Q8_0 / Q4_K +8-10 / +11-14 / +3-7 / +3-4 %, 8 columns +22-30 %. (8-wide tiles once
+  // spilled under GCC and ran batched decode at 575 t/s against 920 with 4-wide ones, Gemma 3, 8
+  // streams; since the activation scalars are embedded broadcasts they no longer do.)
   template <DType T>
   static int cols(int64_t ncols) {
-    if (ncols >= 32) return 6;
-    const int64_t tiles = (ncols + 5) / 6;
+    if (ncols >= 32) return 8;
+    const int64_t tiles = (ncols + 7) / 8;
     return static_cast<int>((ncols + tiles - 1) / tiles);
   }
 
