@@ -13,7 +13,7 @@ weight matrix once, so tg t/s can be at most bandwidth / weight bytes. For a mix
 the weight bytes are the active ones: of each 3-D expert tensor only the expert_used_count /
 expert_count share a token selects (edgellm.bench.model_info). The bandwidth is edgellm's native
 probe (edgellm._core.BandwidthProbe: T threads each stream their own 256 MiB buffer, as decode
-streams weights). On a shared machine it moves by tens of percent from one second to the next,
+streams weights, prefetching ahead into L1 as the decode kernels do). On a shared machine it moves by tens of percent from one second to the next,
 so one probe before the run is not the floor of a test run later: tg is measured in --rounds
 rounds, each running edgellm, llama.cpp and ik_llama.cpp once in turn, every test flanked by
 probes right before and right after it; a test's floor is the mean of its two probes and its
