@@ -77,21 +77,12 @@ struct AttnVec16 {
 };
 
 // 16-lane traits of the one-token direct path (attention_decode_x86.inc.h, DirectVec8 there).
-struct DirectVec16 {
+struct DirectVec16 : AttnVec16 {  // load, store, set1, zero, fma, mul, add, max, softcap
   using V = __m512;
   static constexpr int W = 16;
   template <int NQ>
   static constexpr int pv_vecs() { return NQ <= 4 ? 4 : 2; }  // NQ × that ≤ 16 of 32 registers
-  static V load(const float* p) { return _mm512_loadu_ps(p); }
-  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
-  static V set1(float x) { return _mm512_set1_ps(x); }
-  static V zero() { return _mm512_setzero_ps(); }
-  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
-  static V add(V a, V b) { return _mm512_add_ps(a, b); }
-  static V max(V a, V b) { return _mm512_max_ps(a, b); }
   static V exp(V x) { return exp_ps512(x); }
-  static V softcap(V s, float cap) { return AttnVec16::softcap(s, cap); }
   static float hsum(V v) { return _mm512_reduce_add_ps(v); }
   static float hmax(V v) { return _mm512_reduce_max_ps(v); }
   static __mmask16 tail_mask(int n) { return static_cast<__mmask16>((1u << n) - 1); }
@@ -110,12 +101,10 @@ struct DirectVec16 {
       return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + i);
     } else if constexpr (KT == DType::F16) {
       return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * i)));
-    } else {  // Q8_0: 34-byte blocks of an f16 scale and 32 int8
-      const uint8_t* b = row + 34 * (i / 32);
-      uint16_t dh;
-      std::memcpy(&dh, b, 2);
-      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 + i % 32));
-      return _mm512_mul_ps(_mm512_set1_ps(half_to_float(dh)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+    } else {
+      float d;
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q8_0_at(row, i, &d)));
+      return _mm512_mul_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
     }
   }
 };

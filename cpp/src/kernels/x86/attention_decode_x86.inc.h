@@ -39,23 +39,24 @@ inline bool attention_decode_direct_fits(const PagedAttentionArgs& a) {
          (a.kv_type == DType::F16 || a.kv_type == DType::F32 || a.kv_type == DType::Q8_0);
 }
 
+// A Q8_0 K/V row's element i (34-byte blocks of an f16 scale and 32 int8): the block's scale in
+// *d, a pointer to the element's int8.
+inline const int8_t* q8_0_at(const uint8_t* row, int i, float* d) {
+  const uint8_t* b = row + 34 * (i / 32);
+  uint16_t dh;
+  std::memcpy(&dh, b, 2);
+  *d = half_to_float(dh);
+  return reinterpret_cast<const int8_t*>(b + 2 + i % 32);
+}
+
 // 8-lane (AVX2) traits of the direct path (16-lane: DirectVec16, attention512_x86.inc.h).
-struct DirectVec8 {
+struct DirectVec8 : AttnVec8 {  // load, store, set1, zero, fma, mul, add, max, softcap
   using V = __m256;
   static constexpr int W = 8;
   // P·V: output vectors per query held in registers (NQ × that accumulators of 16 registers).
   template <int NQ>
   static constexpr int pv_vecs() { return NQ <= 4 ? 2 : 1; }
-  static V load(const float* p) { return _mm256_loadu_ps(p); }
-  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
-  static V set1(float x) { return _mm256_set1_ps(x); }
-  static V zero() { return _mm256_setzero_ps(); }
-  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
-  static V add(V a, V b) { return _mm256_add_ps(a, b); }
-  static V max(V a, V b) { return _mm256_max_ps(a, b); }
   static V exp(V x) { return exp_ps(x); }
-  static V softcap(V s, float cap) { return AttnVec8::softcap(s, cap); }
   static float hsum(V v) { return ::edgellm::kernels::hsum(v); }
   static float hmax(V v) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -84,12 +85,10 @@ struct DirectVec8 {
       return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + i);
     } else if constexpr (KT == DType::F16) {
       return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i)));
-    } else {  // Q8_0: 34-byte blocks of an f16 scale and 32 int8
-      const uint8_t* b = row + 34 * (i / 32);
-      uint16_t dh;
-      std::memcpy(&dh, b, 2);
-      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + i % 32));
-      return _mm256_mul_ps(_mm256_set1_ps(half_to_float(dh)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+    } else {
+      float d;
+      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q8_0_at(row, i, &d)));
+      return _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
     }
   }
 };
