@@ -7,8 +7,8 @@
 //   IQ4_XS, MXFP4);
 // - every kernel table's packed_matmul equals packed_matmul_ref within 1e-5·Σ|w·x|: row-group
 //   sub-ranges, ncols 1..9, 16, 17 and 70 (crosses the 64-column block), sentinel rows and
-//   padding outside [r0, r1) untouched, extreme levels, decode (ncols 1) over several groups side
-//   by side plus a remainder; rows not on 16-row groups are refused;
+//   padding outside [r0, r1) untouched, extreme levels, decode (ncols 1) over several groups and
+//   sub-ranges (its prefetch reaches past the call's rows); rows not on 16-row groups are refused;
 // - every table's Q8_R quantizer is byte-identical to quantize_q8_r_ref (ties, zeros, and its
 //   quants equal Q8_0's).
 #include <algorithm>
@@ -241,8 +241,8 @@ void test_tables(std::mt19937& rng) {
       check_table(*k, t, 32, units(t, is_k(t) ? 6 : 48), 9, 0, 32, kExtreme, rng);  // extreme levels, long rows
       for (int ncols : {1, 14})                                                      // our quantizer's blocks
         check_table(*k, t, 96, units(t, is_k(t) ? 1 : 8), ncols, 0, 96, kQuantized, rng);
-      // decode walks kDecodeGroups groups side by side, then the rest one by one: whole
-      // multiples, a remainder, and a sub-range starting inside the matrix
+      // decode (one column, prefetching ahead of its stream): several groups, and a sub-range
+      // starting and ending inside the matrix
       check_table(*k, t, 128, units(t, 2), 1, 0, 128, kRandom, rng);
       check_table(*k, t, 176, units(t, 2), 1, 0, 176, kRandom, rng);
       check_table(*k, t, 176, units(t, 1), 1, 32, 160, kExtreme, rng);

@@ -6,8 +6,7 @@
 //
 //   kPartRows                 rows one register holds (a "part" of the 16-row group: 8, 16, 4)
 //   kTileParts                parts a multi-column tile takes (a single column takes the whole group)
-//   kDecodeGroups             groups a single-column matmul walks side by side (memory streams)
-//   kDecodePrefetch           bytes ahead of each stream a single-column matmul prefetches (0: none)
+//   kDecodePrefetch           bytes ahead of its stream a single-column matmul prefetches (0: none)
 //   offset<T>(), max_cols<T>()  the offset the dots remove (0 where quants are dotted signed), the
 //                             widest tile; cols<T>(ncols) the width used for a matmul of ncols
 //   Slices<T>, unpack<T>(sub, part, s)  the 8 slices of one part of one sub-block
@@ -58,31 +57,27 @@ const PackedColAux* prepare_aux(const uint8_t* x, size_t x_stride, int64_t ncols
   return out;
 }
 
-// Parts [p0, p0 + NP) of G consecutive groups (group_bytes apart) × C columns, all K. y points
-// at (column 0, first row of part p0 of the first group); columns are ldy apart; aux: column 0's
-// PackedColAux, columns nsub apart. With G > 1 the groups are walked side by side, a sub-block
-// of each in turn: G streams through memory instead of one; with PF > 0 each stream's unit PF
-// bytes ahead is prefetched into L1 as a unit begins (see packed_matmul's decode path).
-template <class I, DType T, int C, int NP, int G = 1, int PF = 0>
+// Parts [p0, p0 + NP) of one group × C columns, all K. y points at (column 0, first row of part
+// p0); columns are ldy apart; aux: column 0's PackedColAux, columns nsub apart. With PF > 0 the
+// bytes PF ahead of each unit are prefetched into L1 as the unit begins (packed_matmul's decode).
+template <class I, DType T, int C, int NP, int PF = 0>
 void packed_tile(const uint8_t* group, int p0, int64_t nu, const uint8_t* x, size_t x_stride, const PackedColAux* aux,
-                 float* y, int64_t ldy, const uint8_t* next = nullptr, size_t group_bytes = 0) {
+                 float* y, int64_t ldy, const uint8_t* next = nullptr) {
   using Fmt = PackedFormat<T>;
   using F = typename I::F;
   constexpr int kOffset = I::template offset<T>();
   constexpr int kR = I::kPartRows;
   const int64_t nsub = nu * Fmt::kSubs;
-  F acc[G][NP][C];
-  for (int g = 0; g < G; ++g)
-    for (int pp = 0; pp < NP; ++pp)
-      for (int j = 0; j < C; ++j) acc[g][pp][j] = I::zero();
+  F acc[NP][C];
+  for (int pp = 0; pp < NP; ++pp)
+    for (int j = 0; j < C; ++j) acc[pp][j] = I::zero();
   for (int64_t b = 0; b < nu; ++b) {
-    if constexpr (PF > 0)
-      for (int g = 0; g < G; ++g) {
-        // May reach past this call's rows: a prefetch never faults, and those lines are
-        // usually the next chunk's.
-        const uint8_t* n = group + g * group_bytes + b * Fmt::kUnitBytes + PF;
-        for (size_t o = 0; o < Fmt::kUnitBytes; o += 64) __builtin_prefetch(n + o, 0, 3);
-      }
+    const uint8_t* unit = group + b * Fmt::kUnitBytes;
+    if constexpr (PF > 0) {
+      // May reach past this call's rows: a prefetch never faults, and those lines are usually
+      // the next chunk's.
+      for (size_t o = 0; o < Fmt::kUnitBytes; o += 64) __builtin_prefetch(unit + PF + o, 0, 3);
+    }
     if (next) {
       // Several columns: each group's weights are reused from L1/L2 by every column tile, so
       // the tiles run compute-bound and the hardware prefetcher alone leaves the first tile of
@@ -92,58 +87,54 @@ void packed_tile(const uint8_t* group, int p0, int64_t nu, const uint8_t* x, siz
     }
     for (int sb = 0; sb < Fmt::kSubs; ++sb) {
       const int64_t xi = b * Fmt::kSubs + sb;
-      for (int g = 0; g < G; ++g) {
-        const uint8_t* unit = group + g * group_bytes + b * Fmt::kUnitBytes;
-        for (int pp = 0; pp < NP; ++pp) {
-          const int p = p0 + pp;
-          // Per-row constants of this sub-block and part (packed.h): da, db (Q6_K only differs), mn.
-          F d;
-          if constexpr (Fmt::kF32Scale)
-            d = I::f32_rows(unit + 4 * kR * p);  // MXFP4
-          else
-            d = I::half_rows(unit + 2 * kR * p);
-          F da = d, db = d, mn = I::zero();
-          if constexpr (Fmt::kSubScale) da = db = I::mul(I::i8_rows(unit + 32 + 16 * sb + kR * p), d);  // IQ4_XS
-          if constexpr (Fmt::kMin) mn = I::half_rows(unit + 32 + 2 * kR * p);  // Q4_1/Q5_1: m itself; K: dmin
-          if constexpr (Fmt::kK && Fmt::kMin) {
-            da = db = I::mul(I::u8_rows(unit + 64 + 16 * sb + kR * p), d);
-            mn = I::mul(I::u8_rows(unit + 192 + 16 * sb + kR * p), mn);  // subtracted below
-          }
+      for (int pp = 0; pp < NP; ++pp) {
+        const int p = p0 + pp;
+        // Per-row constants of this sub-block and part (packed.h): da, db (Q6_K only differs), mn.
+        F d;
+        if constexpr (Fmt::kF32Scale)
+          d = I::f32_rows(unit + 4 * kR * p);  // MXFP4
+        else
+          d = I::half_rows(unit + 2 * kR * p);
+        F da = d, db = d, mn = I::zero();
+        if constexpr (Fmt::kSubScale) da = db = I::mul(I::i8_rows(unit + 32 + 16 * sb + kR * p), d);  // IQ4_XS
+        if constexpr (Fmt::kMin) mn = I::half_rows(unit + 32 + 2 * kR * p);  // Q4_1/Q5_1: m itself; K: dmin
+        if constexpr (Fmt::kK && Fmt::kMin) {
+          da = db = I::mul(I::u8_rows(unit + 64 + 16 * sb + kR * p), d);
+          mn = I::mul(I::u8_rows(unit + 192 + 16 * sb + kR * p), mn);  // subtracted below
+        }
+        if constexpr (Fmt::kSix) {
+          da = I::mul(I::i8_rows(unit + 32 + 16 * (2 * sb) + kR * p), d);
+          db = I::mul(I::i8_rows(unit + 32 + 16 * (2 * sb + 1) + kR * p), d);
+        }
+        typename I::template Slices<T> s;
+        I::template unpack<T>(unit + Fmt::kHeader + sb * Fmt::kSubBytes, p, s);
+        for (int j = 0; j < C; ++j) {
+          const block_q8_r& xb = reinterpret_cast<const block_q8_r*>(x + j * x_stride)[xi];
+          const PackedColAux& ax = aux[j * nsub + xi];
+          const F dx = I::set1(xb.d);
+          F& a = acc[pp][j];
           if constexpr (Fmt::kSix) {
-            da = I::mul(I::i8_rows(unit + 32 + 16 * (2 * sb) + kR * p), d);
-            db = I::mul(I::i8_rows(unit + 32 + 16 * (2 * sb + 1) + kR * p), d);
+            // Elements 0..15 and 16..31 have their own scales.
+            const auto sa = I::template dot_half<T, 0>(s, xb.qs, I::set1_i32(ax.off_h[0]));
+            const auto sbv = I::template dot_half<T, 1>(s, xb.qs, I::set1_i32(ax.off_h[1]));
+            a = I::fmadd(I::cvt(sa), I::mul(da, dx), a);
+            a = I::fmadd(I::cvt(sbv), I::mul(db, dx), a);
+          } else {
+            const auto sum = I::template dot<T>(s, xb.qs, kOffset ? I::set1_i32(ax.off) : I::set1_i32(0));
+            a = I::fmadd(I::cvt(sum), I::mul(da, dx), a);
           }
-          typename I::template Slices<T> s;
-          I::template unpack<T>(unit + Fmt::kHeader + sb * Fmt::kSubBytes, p, s);
-          for (int j = 0; j < C; ++j) {
-            const block_q8_r& xb = reinterpret_cast<const block_q8_r*>(x + j * x_stride)[xi];
-            const PackedColAux& ax = aux[j * nsub + xi];
-            const F dx = I::set1(xb.d);
-            F& a = acc[g][pp][j];
-            if constexpr (Fmt::kSix) {
-              // Elements 0..15 and 16..31 have their own scales.
-              const auto sa = I::template dot_half<T, 0>(s, xb.qs, I::set1_i32(ax.off_h[0]));
-              const auto sbv = I::template dot_half<T, 1>(s, xb.qs, I::set1_i32(ax.off_h[1]));
-              a = I::fmadd(I::cvt(sa), I::mul(da, dx), a);
-              a = I::fmadd(I::cvt(sbv), I::mul(db, dx), a);
-            } else {
-              const auto sum = I::template dot<T>(s, xb.qs, kOffset ? I::set1_i32(ax.off) : I::set1_i32(0));
-              a = I::fmadd(I::cvt(sum), I::mul(da, dx), a);
-            }
-            if constexpr (Fmt::kMin) {
-              if constexpr (Fmt::kK)
-                a = I::fnmadd(mn, I::set1(ax.sx), a);
-              else
-                a = I::fmadd(mn, I::set1(ax.sx), a);
-            }
+          if constexpr (Fmt::kMin) {
+            if constexpr (Fmt::kK)
+              a = I::fnmadd(mn, I::set1(ax.sx), a);
+            else
+              a = I::fmadd(mn, I::set1(ax.sx), a);
           }
         }
       }
     }
   }
-  for (int g = 0; g < G; ++g)
-    for (int pp = 0; pp < NP; ++pp)
-      for (int j = 0; j < C; ++j) I::store(y + g * kPackRows + j * ldy + kR * pp, acc[g][pp][j]);
+  for (int pp = 0; pp < NP; ++pp)
+    for (int j = 0; j < C; ++j) I::store(y + j * ldy + kR * pp, acc[pp][j]);
 }
 
 // Runs packed_tile<I, T, n, I::kTileParts> for 1 ≤ n ≤ C.
@@ -176,26 +167,17 @@ void packed_matmul(const MatmulArgs& a) {
     const PackedColAux* aux = prepare_aux<I::template offset<T>()>(x + cb * a.x_stride, a.x_stride, ce - cb, nsub);
     if (ce - cb == 1) {
       // One column (decode): each group in one pass, so each 64-byte line of a DRAM-bound matrix
-      // is consumed whole when it arrives (there is no column to reuse slices for), and
-      // I::kDecodeGroups groups side by side. One sequential stream is bounded by what the
-      // hardware prefetcher fetches ahead of it: with nothing else one thread streamed 22-24
-      // GB/s through this kernel, where the GGUF-layout kernel (a prefetch one tile ahead)
-      // streamed 37-40 (kernels_bench, Zen 4, 1 thread, Q4_K 3072 x 8192). Walking 4 groups
-      // side by side reached 25-28; a prefetch I::kDecodePrefetch bytes ahead of one stream
-      // 32-36 (AVX2: 14-18 -> 29-31), and 41-44 with 2 threads against 29-32 (same-run A/B,
-      // kernels_bench, Q4_K and Q6_K). The result is bit for bit the one-group result: each
-      // group's accumulation is unchanged, only interleaved.
-      constexpr int G = I::kDecodeGroups;
-      constexpr int PF = I::kDecodePrefetch;
-      const uint8_t* xc = x + cb * a.x_stride;
-      float* yc = a.y + cb * a.ldy;
-      int64_t r = a.r0;
-      for (; r + G * kPackRows <= a.r1; r += G * kPackRows)
-        packed_tile<I, T, 1, kParts, G, PF>(w + static_cast<size_t>(r / kPackRows) * group_bytes, 0, nu, xc,
-                                            a.x_stride, aux, yc + r, a.ldy, nullptr, group_bytes);
-      for (; r < a.r1; r += kPackRows)
-        packed_tile<I, T, 1, kParts, 1, PF>(w + static_cast<size_t>(r / kPackRows) * group_bytes, 0, nu, xc,
-                                            a.x_stride, aux, yc + r, a.ldy, nullptr, group_bytes);
+      // is consumed whole when it arrives (there is no column to reuse slices for), with a
+      // prefetch I::kDecodePrefetch bytes ahead of the stream. One sequential stream is bounded
+      // by what the hardware prefetcher fetches ahead of it: without the prefetch one thread
+      // streamed 22-24 GB/s through this kernel, where the GGUF-layout kernel (a prefetch one
+      // tile ahead) streamed 37-40; with it 32-36 (AVX2: 14-18 -> 29-31), and 41-44 with 2
+      // threads against 29-32 (kernels_bench, Zen 4, same-run A/B, Q4_K and Q6_K 3072 x 8192).
+      // Walking 2 or 4 groups side by side instead (several streams) reached only 25-28.
+      for (int64_t r = a.r0; r < a.r1; r += kPackRows)
+        packed_tile<I, T, 1, kParts, I::kDecodePrefetch>(w + static_cast<size_t>(r / kPackRows) * group_bytes, 0, nu,
+                                                         x + cb * a.x_stride, a.x_stride, aux, a.y + cb * a.ldy + r,
+                                                         a.ldy);
       continue;
     }
     for (int64_t r = a.r0; r < a.r1; r += kPackRows) {

@@ -165,13 +165,9 @@ void attention_decode_direct_nq(const PagedAttentionArgs& a) {
   }
   const int32_t last = a.q_pos0;
   for (int32_t p0 = attention_first_key(a); p0 <= last;) {
-    const int32_t p1 = std::min<int32_t>(last, (p0 / P + 1) * P - 1);
-    const size_t page = static_cast<size_t>(a.pages[p0 / P]);
-    const size_t slot = static_cast<size_t>(p0 % P);
-    const int rows = p1 - p0 + 1, full = rows / W * W, tail = rows - full;
-    const uint8_t* k = a.k_base + page * a.page_stride + slot * a.k_row_bytes;
-    const uint8_t* v = a.v_base + page * a.page_stride + slot * a.v_row_bytes;
-    direct_scores<D, KT, NQ>(q, k, a.k_row_bytes, rows, hd_k, s, ls);
+    const AttentionRun run = attention_run(a, p0, last);
+    const int rows = run.p1 - p0 + 1, full = rows / W * W, tail = rows - full;
+    direct_scores<D, KT, NQ>(q, run.k, a.k_row_bytes, rows, hd_k, s, ls);
     for (int h = 0; h < NQ; ++h) {
       float* sh = s + h * ls;
       if (a.softcap > 0.0f)  // Gemma 2: cap the scores before the softmax sees them
@@ -198,9 +194,9 @@ void attention_decode_direct_nq(const PagedAttentionArgs& a) {
     }
     constexpr int CV = D::template pv_vecs<NQ>();
     int i = 0;
-    for (; i + W * CV <= hd_v; i += W * CV) direct_pv_chunk<D, KT, NQ, CV>(o, i, c, s, ls, v, a.v_row_bytes, rows);
-    for (; i < hd_v; i += W) direct_pv_chunk<D, KT, NQ, 1>(o, i, c, s, ls, v, a.v_row_bytes, rows);
-    p0 = p1 + 1;
+    for (; i + W * CV <= hd_v; i += W * CV) direct_pv_chunk<D, KT, NQ, CV>(o, i, c, s, ls, run.v, a.v_row_bytes, rows);
+    for (; i < hd_v; i += W) direct_pv_chunk<D, KT, NQ, 1>(o, i, c, s, ls, run.v, a.v_row_bytes, rows);
+    p0 = run.p1 + 1;
   }
   for (int h = 0; h < NQ; ++h) {
     const V f = D::set1(attention_output_scale(m[h], l[h], a.sinks, h));

@@ -108,24 +108,34 @@ inline int32_t attention_first_key(const PagedAttentionArgs& a) {
   return a.window > 0 && a.q_pos0 - a.window + 1 > 0 ? a.q_pos0 - a.window + 1 : 0;
 }
 
-// Keys are walked one run at a time: [p0, p1] with p1 the end of p0's page or `last`. Converts
-// the run's K and V rows into kbuf / vbuf and returns p1.
-inline int32_t attention_load_run(const PagedAttentionArgs& a, int32_t p0, int32_t last, float* kbuf, float* vbuf) {
+// Keys are walked one run at a time: [p0, p1] with p1 the end of p0's page or `last`; k and v
+// point at the run's first K and V rows (k_row_bytes / v_row_bytes apart).
+struct AttentionRun {
+  int32_t p1;
+  const uint8_t* k;
+  const uint8_t* v;
+};
+inline AttentionRun attention_run(const PagedAttentionArgs& a, int32_t p0, int32_t last) {
   const int P = a.page_size;
-  const int32_t p1 = std::min<int32_t>(last, (p0 / P + 1) * P - 1);
   const size_t page = static_cast<size_t>(a.pages[p0 / P]);
   const size_t slot = static_cast<size_t>(p0 % P);
-  const int rows = p1 - p0 + 1;
-  attention_load_rows(a.kv_type, a.k_base + page * a.page_stride + slot * a.k_row_bytes, a.k_row_bytes, rows,
-                      a.head_dim_k, kbuf);
-  attention_load_rows(a.kv_type, a.v_base + page * a.page_stride + slot * a.v_row_bytes, a.v_row_bytes, rows,
-                      a.head_dim_v, vbuf);
-  return p1;
+  return {std::min<int32_t>(last, (p0 / P + 1) * P - 1), a.k_base + page * a.page_stride + slot * a.k_row_bytes,
+          a.v_base + page * a.page_stride + slot * a.v_row_bytes};
+}
+
+// Converts the run at p0 (attention_run) into kbuf / vbuf and returns its p1.
+inline int32_t attention_load_run(const PagedAttentionArgs& a, int32_t p0, int32_t last, float* kbuf, float* vbuf) {
+  const AttentionRun run = attention_run(a, p0, last);
+  const int rows = run.p1 - p0 + 1;
+  attention_load_rows(a.kv_type, run.k, a.k_row_bytes, rows, a.head_dim_k, kbuf);
+  attention_load_rows(a.kv_type, run.v, a.v_row_bytes, rows, a.head_dim_v, vbuf);
+  return run.p1;
 }
 
 // Row-wise path: one query at a time, each score an 8-wide dot + horizontal sum. Kept for blocks
-// of a few queries (decode with a small GQA group), where the tiled path below would leave most
-// lanes idle (attention_use_tiles).
+// of a few queries where the tiled path below would leave most lanes idle (attention_use_tiles)
+// and the direct one-token path (attention_decode_x86.inc.h) does not fit: a group of more than 8
+// heads, head dims not a multiple of 8, or a block of several tokens with few heads.
 inline void paged_attention_rowwise(const PagedAttentionArgs& a) {
   const int hd_k = a.head_dim_k, hd_v = a.head_dim_v, P = a.page_size;
   const int nq = a.n_tokens * a.n_q;
@@ -476,7 +486,8 @@ void paged_attention_tiled(const PagedAttentionArgs& a) {
     attention_scale(out_row(qi), attention_output_scale(m[qi], l[qi], a.sinks, qi % n_q), hd_v);
 }
 
-// Which path a block takes. The row-wise path's work grows with the query count, the tiled one's
+// Which path a block takes, among these two (one-token blocks of shapes the direct path fits
+// take that one first, attention_decode_x86.inc.h). The row-wise path's work grows with the query count, the tiled one's
 // with the vector width (padding lanes cost as much as queries), so tiles win from a few queries
 // up: measured on Zen 5 (F16 KV, decode at 512-1024 keys), 8-lane tiles beat row-wise from 5
 // queries at head dims 64-128 (7 queries, Qwen2.5 decode: -25%) and from 4 at head dim 256 (Gemma 3

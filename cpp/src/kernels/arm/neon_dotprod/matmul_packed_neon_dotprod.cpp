@@ -127,9 +127,8 @@ inline float32x4_t i8x4_to_f32(const uint8_t* p) {
 struct PackedNeonDotprod {
   static constexpr int kPartRows = 4;
   static constexpr int kTileParts = 2;
-  // Single-column matmuls: groups walked side by side, no software prefetch (not measured on a
-  // NEON machine yet; the x86 tables prefetch instead, packed_driver.inc.h).
-  static constexpr int kDecodeGroups = 2;
+  // Single-column matmuls: no software prefetch (the x86 tables' one is not measured on a NEON
+  // machine yet, packed_driver.inc.h).
   static constexpr int kDecodePrefetch = 0;
   template <DType T>
   static constexpr int offset() { return P<T>::kOffset; }

@@ -156,9 +156,8 @@ inline __m256 half8_to_ps(const uint8_t* p) {
 struct PackedAvx2 {
   static constexpr int kPartRows = 8;
   static constexpr int kTileParts = 1;  // prefill tiles take one half (see top)
-  // Single-column matmuls: one group at a time, each unit's bytes 4608 ahead prefetched (two Q4_K
-  // units; packed_driver.inc.h has the measurements).
-  static constexpr int kDecodeGroups = 1;
+  // Single-column matmuls: each unit's bytes 4608 ahead prefetched (two Q4_K units;
+  // packed_driver.inc.h has the measurements).
   static constexpr int kDecodePrefetch = 4608;
   template <DType T>
   static constexpr int offset() { return P<T>::kOffset; }

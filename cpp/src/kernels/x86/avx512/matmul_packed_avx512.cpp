@@ -86,9 +86,8 @@ inline __m512 half16_to_ps(const uint8_t* p) {
 struct PackedAvx512 {
   static constexpr int kPartRows = 16;
   static constexpr int kTileParts = 1;
-  // Single-column matmuls: one group at a time, each unit's bytes 4608 ahead prefetched (two Q4_K
-  // units; packed_driver.inc.h has the measurements).
-  static constexpr int kDecodeGroups = 1;
+  // Single-column matmuls: each unit's bytes 4608 ahead prefetched (two Q4_K units;
+  // packed_driver.inc.h has the measurements).
   static constexpr int kDecodePrefetch = 4608;
   template <DType T>
   static constexpr int offset() { return P<T>::kOffset; }
