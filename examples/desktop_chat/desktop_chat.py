@@ -234,6 +234,7 @@ class ChatWindow:
         self.t_first = None
         self.status_var.set("Thinking…")
         self._refresh_buttons()
+        self._write_state()
         self.root.after(POLL_MS, self._poll_answer)
 
     def _poll_answer(self) -> None:
