@@ -39,6 +39,22 @@ inline bool attention_decode_direct_fits(const PagedAttentionArgs& a) {
          (a.kv_type == DType::F16 || a.kv_type == DType::F32 || a.kv_type == DType::Q8_0);
 }
 
+// Requests the cache lines of the run at p0 (attention_run): its K rows and / or its V rows, into
+// the cache level Hint (_MM_HINT_T0: L1, T1: L2). A prefetch never faults. Returns the run's p1.
+template <int Hint>
+inline int32_t prefetch_run(const PagedAttentionArgs& a, int32_t p0, int32_t last, bool k, bool v) {
+  const AttentionRun run = attention_run(a, p0, last);
+  const size_t rows = static_cast<size_t>(run.p1 - p0 + 1);
+  auto lines = [](const uint8_t* p, size_t bytes) {
+    const uintptr_t end = reinterpret_cast<uintptr_t>(p) + bytes;
+    for (uintptr_t l = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63}; l < end; l += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(l), static_cast<_mm_hint>(Hint));
+  };
+  if (k) lines(run.k, rows * a.k_row_bytes);
+  if (v) lines(run.v, rows * a.v_row_bytes);
+  return run.p1;
+}
+
 // A Q8_0 K/V row's element i (34-byte blocks of an f16 scale and 32 int8): the block's scale in
 // *d, a pointer to the element's int8.
 inline const int8_t* q8_0_at(const uint8_t* row, int i, float* d) {
@@ -163,11 +179,21 @@ void attention_decode_direct_nq(const PagedAttentionArgs& a) {
     m[h] = -INFINITY;
     l[h] = 0.0f;
   }
-  const int32_t last = a.q_pos0;
-  for (int32_t p0 = attention_first_key(a); p0 <= last;) {
+  const int32_t last = a.q_pos0, first = attention_first_key(a);
+  // A decode step reads the cache once, after the step's weights have pushed it out of the
+  // caches, and one run (≤ a page) computes in less time than a DRAM round trip: every K and V
+  // line of the call is requested into L2 up front, then each run's V into L1 while its scores
+  // are computed and the next run's K while its softmax and P·V run. Qwen2.5-Coder-0.5B / Gemma 3,
+  // 16 streams × (128 + 128), decode step 21.1-22.1 / 12.4-12.9 ms → 19.2-19.7 / 11.5-12.1 ms;
+  // the L1 prefetches alone gained 2-3 %, the L2 ones alone about half of that.
+  for (int32_t p0 = first; p0 <= last;) p0 = prefetch_run<_MM_HINT_T1>(a, p0, last, true, true) + 1;
+  if (first <= last) prefetch_run<_MM_HINT_T0>(a, first, last, true, false);
+  for (int32_t p0 = first; p0 <= last;) {
     const AttentionRun run = attention_run(a, p0, last);
     const int rows = run.p1 - p0 + 1, full = rows / W * W, tail = rows - full;
+    prefetch_run<_MM_HINT_T0>(a, p0, last, false, true);
     direct_scores<D, KT, NQ>(q, run.k, a.k_row_bytes, rows, hd_k, s, ls);
+    if (run.p1 < last) prefetch_run<_MM_HINT_T0>(a, run.p1 + 1, last, true, false);
     for (int h = 0; h < NQ; ++h) {
       float* sh = s + h * ls;
       if (a.softcap > 0.0f)  // Gemma 2: cap the scores before the softmax sees them
