@@ -32,6 +32,9 @@ namespace edgellm::kernels {
 namespace {
 
 constexpr int kDirectMaxQueries = 8;
+// How far ahead of its computation a call requests K/V lines into L2 (a quarter of Zen 4's L2).
+constexpr size_t kDirectL2Ahead = 256 * 1024;
+constexpr size_t kDirectL1Run = 8 * 1024;
 
 template <class D>
 inline bool attention_decode_direct_fits(const PagedAttentionArgs& a) {
@@ -181,19 +184,29 @@ void attention_decode_direct_nq(const PagedAttentionArgs& a) {
   }
   const int32_t last = a.q_pos0, first = attention_first_key(a);
   // A decode step reads the cache once, after the step's weights have pushed it out of the
-  // caches, and one run (≤ a page) computes in less time than a DRAM round trip: every K and V
-  // line of the call is requested into L2 up front, then each run's V into L1 while its scores
-  // are computed and the next run's K while its softmax and P·V run. Qwen2.5-Coder-0.5B / Gemma 3,
-  // 16 streams × (128 + 128), decode step 21.1-22.1 / 12.4-12.9 ms → 19.2-19.7 / 11.5-12.1 ms;
-  // the L1 prefetches alone gained 2-3 %, the L2 ones alone about half of that.
-  for (int32_t p0 = first; p0 <= last;) p0 = prefetch_run<_MM_HINT_T1>(a, p0, last, true, true) + 1;
-  if (first <= last) prefetch_run<_MM_HINT_T0>(a, first, last, true, false);
+  // caches, and one run (≤ a page) computes in less time than a DRAM round trip: the call's K and
+  // V lines are requested into L2 up to kDirectL2Ahead bytes ahead of the run being computed (all
+  // of them at short contexts), each run's V into L1 while its scores are computed and the next
+  // run's K while its softmax and P·V run. Qwen2.5-Coder-0.5B / Gemma 3, 16 streams × (128 + 128),
+  // decode step 21.1-22.5 / 12.4-12.9 ms → 19.2-20.6 / 11.5-12.1 ms; the L1 prefetches alone
+  // gained 2-3 %, the L2 ones alone about half of the whole.
+  int32_t ahead = first;  // the first position not yet requested into L2
+  for (size_t bytes = 0; ahead <= last && bytes < kDirectL2Ahead;) {
+    const int32_t p1 = prefetch_run<_MM_HINT_T1>(a, ahead, last, true, true);
+    bytes += static_cast<size_t>(p1 - ahead + 1) * (a.k_row_bytes + a.v_row_bytes);
+    ahead = p1 + 1;
+  }
+  // L1 prefetches only while a run's K or V fits a quarter of L1 (Gemma 3's head dim 256 makes
+  // 16 KB runs: requesting them into L1 evicted what the run was using).
+  const bool l1 = static_cast<size_t>(P) * std::max(a.k_row_bytes, a.v_row_bytes) <= kDirectL1Run;
+  if (l1 && first <= last) prefetch_run<_MM_HINT_T0>(a, first, last, true, false);
   for (int32_t p0 = first; p0 <= last;) {
     const AttentionRun run = attention_run(a, p0, last);
     const int rows = run.p1 - p0 + 1, full = rows / W * W, tail = rows - full;
-    prefetch_run<_MM_HINT_T0>(a, p0, last, false, true);
+    if (l1) prefetch_run<_MM_HINT_T0>(a, p0, last, false, true);
     direct_scores<D, KT, NQ>(q, run.k, a.k_row_bytes, rows, hd_k, s, ls);
-    if (run.p1 < last) prefetch_run<_MM_HINT_T0>(a, run.p1 + 1, last, true, false);
+    if (l1 && run.p1 < last) prefetch_run<_MM_HINT_T0>(a, run.p1 + 1, last, true, false);
+    if (ahead <= last) ahead = prefetch_run<_MM_HINT_T1>(a, ahead, last, true, true) + 1;
     for (int h = 0; h < NQ; ++h) {
       float* sh = s + h * ls;
       if (a.softcap > 0.0f)  // Gemma 2: cap the scores before the softmax sees them
