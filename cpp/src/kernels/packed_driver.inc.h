@@ -183,16 +183,15 @@ void packed_matmul(const MatmulArgs& a) {
                                                          a.ldy);
       continue;
     }
-    const int col_tiles = static_cast<int>((ce - cb + W - 1) / W);
-    const int tiles = kParts / I::kTileParts * col_tiles;
+    const int tiles = kParts / I::kTileParts * static_cast<int>((ce - cb + W - 1) / W);  // per group
     for (int64_t r = a.r0; r < a.r1; r += kPackRows) {
       const uint8_t* group = w + static_cast<size_t>(r / kPackRows) * group_bytes;
       // The next group of this call, prefetched by this group's tiles (none past the last).
       const uint8_t* next = r + kPackRows < a.r1 ? group + group_bytes : nullptr;
+      int k = 0;  // this tile's share of that prefetch
       for (int p0 = 0; p0 < kParts; p0 += I::kTileParts)
-        for (int64_t c = cb; c < ce; c += W) {
+        for (int64_t c = cb; c < ce; c += W, ++k) {
           const int n = static_cast<int>(std::min<int64_t>(W, ce - c));
-          const int k = p0 / I::kTileParts * col_tiles + static_cast<int>((c - cb) / W);
           packed_tile_n<I, T, I::template max_cols<T>()>(n, group, p0, nu, x + c * a.x_stride, a.x_stride,
                                                          aux + (c - cb) * nsub, a.y + c * a.ldy + r + I::kPartRows * p0, a.ldy,
                                                          next, k, tiles);

@@ -34,6 +34,7 @@ namespace {
 constexpr int kDirectMaxQueries = 8;
 // How far ahead of its computation a call requests K/V lines into L2 (a quarter of Zen 4's L2).
 constexpr size_t kDirectL2Ahead = 256 * 1024;
+// The largest run (one page of one head's K or V rows) whose lines are also requested into L1.
 constexpr size_t kDirectL1Run = 8 * 1024;
 
 template <class D>
