@@ -3,13 +3,15 @@
 //   decode (ncols = 1): GB/s of weight bytes streamed. The weights cycle through a pool larger
 //                       than the last-level cache, so every call reads them from DRAM, as decode
 //                       does (each weight is read once per token).
-//   prefill (ncols = 64, or cols=N): GFLOP/s-equivalent (2·K·rows·ncols per call), weights from cache.
+//   prefill (ncols = 64, or cols=N): GFLOP/s-equivalent (2·K·rows·ncols per call), weights from cache
+//                       (with "dram": cycling through the DRAM-sized pool, as a batched decode
+//                       step of a model larger than the caches does).
 // 1 and 2 threads; threads split the rows of each matmul ([r0, r1) per thread, as the model's
 // parallel matmul does) and meet at a spin barrier after every call.
 //
 // Build (after scripts/dev-build.sh build/<dir>):
 //   g++ -O2 -std=c++17 -Icpp/src bench/kernels_bench.cpp build/<dir>/libedgellm_core.a -lpthread -o /tmp/kb
-//   /tmp/kb [table ...] [type ...] [cols=N] [shape=KxROWS ...]
+//   /tmp/kb [table ...] [type ...] [cols=N] [dram] [shape=KxROWS ...]
 //     tables: avx512, avx2, scalar, and avx512-packed, avx2-packed: that table's matmul over
 //     row-interleaved weights (kernels/packed.h, Q8_R activations), what the loader uses for the
 //     packable types; its GB/s count the GGUF bytes the packed matrix holds (default: all this
@@ -169,8 +171,11 @@ int main(int argc, char** argv) {
   if (variants.empty()) variants = all;
   if (types.empty()) types.assign(std::begin(all_types), std::end(all_types));
   int64_t pcols = 64;  // prefill columns; "cols=N" overrides (model prefill runs 128..512)
-  for (int i = 1; i < argc; ++i)
+  bool dram = false;   // "dram": the multi-column calls cycle the DRAM-sized pool too
+  for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "cols=", 5) == 0) pcols = std::max(2, std::atoi(argv[i] + 5));
+    if (std::strcmp(argv[i], "dram") == 0) dram = true;
+  }
   // (K, rows): SmolLM2-135M, 1.7B-shape attention/FFN, Qwen2.5-0.5B FFN up and down (the
   // down projection is its K-quant matrix), 1.7B-shape FFN up and down.
   std::vector<std::array<int64_t, 2>> shapes = {{576, 1536}, {2048, 2048}, {896, 4864},
@@ -212,7 +217,7 @@ int main(int argc, char** argv) {
           const Timing d = time_matmul(v, wt, K, rows, 1, pool, nt, calls);
           std::snprintf(cells[nt - 1], 32, "%6.1f (%5.1f)", mbytes / d.median / 1e9, mbytes / d.best / 1e9);
           if (!scalar) {
-            const Timing p = time_matmul(v, wt, K, rows, pcols, one, nt, 12);
+            const Timing p = time_matmul(v, wt, K, rows, pcols, dram ? pool : one, nt, dram ? static_cast<int>(pool.size()) * 2 : 12);
             const double flop = 2.0 * K * rows * pcols;
             std::snprintf(cells[nt + 1], 32, "%6.1f (%5.1f)", flop / p.median / 1e9, flop / p.best / 1e9);
           }

@@ -92,6 +92,33 @@ def test_batched_greedy_equals_single_stream(model):
         assert pages_back_to_zero(llm)
 
 
+def test_decode_steps_without_drafts_equal_single_stream(model):
+    # speculative off: every step after the prompts is 16 one-token blocks, the decode path of the
+    # attention (ranges of sequences balanced by keys, the next sequence's KV prefetched)
+    name, path, prompts, ref = model
+    with LLM(path, n_threads=N_THREADS, speculative="off") as llm:
+        outs = llm.generate(prompts, greedy(GREEDY_TOKENS[name]))
+        assert [o.token_ids for o in outs] == ref
+
+
+def test_decode_steps_past_the_sliding_window_equal_single_stream(gemma3_path):
+    # Gemma 3's local layers attend to the last 512 positions: a 700-token prompt decoded beside
+    # short ones reads (and balances, and prefetches) only its window there
+    path = str(gemma3_path)
+    tok = _core.Tokenizer.from_gguf(path)
+    long_text = " ".join(f"Item {i}: the value is {i * 7 % 13}." for i in range(120))
+    prompts = [tok.encode(t, True, False) for t in [long_text] + _BASE[:5]]
+    assert len(prompts[0]) > 600
+    runner = _core.ModelRunner(_core.Model(path, N_THREADS))
+    ref = []
+    for ids in prompts:
+        runner.reset()
+        ref.append(list(runner.greedy(ids, 6, tok.eog_ids)))
+    with LLM(path, n_threads=N_THREADS, speculative="off") as llm:
+        outs = llm.generate(prompts, greedy(6))
+        assert [o.token_ids for o in outs] == ref
+
+
 def test_chunked_prefill_and_preemption_keep_outputs(model):
     name, path, prompts, ref = model
     probe = LLM(path, n_threads=N_THREADS, n_ctx=256)
