@@ -29,6 +29,12 @@
 
 namespace edgellm::kernels {
 
+// The oldest key a query at position `pos` sees: 0 for full attention, max(0, pos - window + 1)
+// on a sliding-window layer (window > 0).
+inline int32_t attention_first_key(int32_t window, int32_t pos) {
+  return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+}
+
 struct PagedAttentionArgs {
   int n_tokens;           // query tokens in the block (>= 1)
   int32_t q_pos0;         // position of the first

@@ -150,13 +150,12 @@ void ForwardPass::attend(const LayerWeights& w, int il) {
   // the layer's attention 150-187 -> 120-134 / 170-184 -> 128-143 us (bench/README.md).
   constexpr size_t kNextBytes = 256 * 1024;
   const int P = kv_.page_size();
-  auto first_key = [&](int32_t last) { return base.window > 0 && last - base.window + 1 > 0 ? last - base.window + 1 : 0; };
   auto prefetch_block = [&](const QueryBlock& b) {
     const int32_t last = batch_.pos[b.first];
     const std::vector<int32_t>& table = kv_.page_table(il, batch_.seq[b.first]);
     const size_t kb = static_cast<size_t>(n_kv) * P * kv_.k_row_bytes(), vb = static_cast<size_t>(n_kv) * P * kv_.v_row_bytes();
     size_t bytes = 0;
-    for (int32_t pg = first_key(last) / P; pg <= last / P && bytes < kNextBytes; ++pg, bytes += kb + vb) {
+    for (int32_t pg = kernels::attention_first_key(base.window, last) / P; pg <= last / P && bytes < kNextBytes; ++pg, bytes += kb + vb) {
       const uint8_t* k = kv_.k_page(il, table[pg]);  // all heads' K rows, then V rows
       const uint8_t* v = kv_.v_page(il, table[pg]);
       for (size_t o = 0; o < kb; o += 64) __builtin_prefetch(k + o, 0, 2);
@@ -164,18 +163,20 @@ void ForwardPass::attend(const LayerWeights& w, int il) {
     }
   };
   // Range boundaries: equal shares of the keys read (a block reads its window or its whole prefix).
-  std::vector<int64_t> cut(static_cast<size_t>(parts) + 1, nb);
-  {
-    std::vector<int64_t> keys(static_cast<size_t>(nb) + 1, 0);
-    for (int64_t i = 0; i < nb; ++i) {
-      const int32_t last = batch_.pos[blocks[i].first];
-      keys[i + 1] = keys[i] + (last - first_key(last) + 1);
-    }
-    cut[0] = 0;
-    for (int p = 1, i = 0; p < parts; ++p) {
-      while (i < nb && keys[i] * parts < keys[nb] * p) ++i;
-      cut[p] = std::max<int64_t>(i, cut[p - 1]);
-    }
+  std::vector<int64_t>& keys = sc_.attn_keys;
+  std::vector<int64_t>& cut = sc_.attn_cut;
+  keys.resize(static_cast<size_t>(nb) + 1);
+  cut.resize(static_cast<size_t>(parts) + 1);
+  keys[0] = 0;
+  for (int64_t i = 0; i < nb; ++i) {
+    const int32_t last = batch_.pos[blocks[i].first];
+    keys[i + 1] = keys[i] + (last - kernels::attention_first_key(base.window, last) + 1);
+  }
+  cut[0] = 0;
+  cut[parts] = nb;
+  for (int p = 1, i = 0; p < parts; ++p) {
+    while (i < nb && keys[i] * parts < keys[nb] * p) ++i;
+    cut[p] = std::max<int64_t>(i, cut[p - 1]);
   }
   pool_.run(parts, [&](int64_t part, int thread) {
     for (int64_t i = cut[part]; i < cut[part + 1]; ++i) {

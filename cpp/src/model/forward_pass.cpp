@@ -50,6 +50,8 @@ void ForwardScratch::allocate(const ModelConfig& c, int T, int n_threads, int pa
   act.reserve(T, widest);
   out_rows.reserve(T);
   query_blocks.reserve(T);
+  attn_keys.reserve(T + 1);
+  attn_cut.reserve(n_threads + 1);
 }
 
 namespace {

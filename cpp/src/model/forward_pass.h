@@ -101,6 +101,8 @@ struct ForwardScratch {
   MoeScratch moe;                      // MoE models only (DecoderModel allocates it after packing)
   std::vector<int32_t> out_rows;       // tokens that want logits (capacity T)
   std::vector<QueryBlock> query_blocks;  // the batch cut into attention blocks (capacity T)
+  std::vector<int64_t> attn_keys;        // a decode step's attention: keys read before each block (T + 1)
+  std::vector<int64_t> attn_cut;         // and each thread's first block (threads + 1)
 
   void allocate(const ModelConfig& c, int max_tokens, int n_threads, int page_size_hint);
   // What allocate() takes, split into the per-token arrays + activation slots and the

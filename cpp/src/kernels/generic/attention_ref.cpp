@@ -42,7 +42,7 @@ void paged_attention_ref(const PagedAttentionArgs& a) {
       std::memset(out_row(j, h), 0, sizeof(float) * a.head_dim_v);
     }
   const int32_t last = a.q_pos0 + a.n_tokens - 1;
-  const int32_t first = a.window > 0 && a.q_pos0 - a.window + 1 > 0 ? a.q_pos0 - a.window + 1 : 0;
+  const int32_t first = attention_first_key(a.window, a.q_pos0);
   for (int32_t p = first; p <= last; ++p) {
     const size_t page = static_cast<size_t>(a.pages[p / a.page_size]);
     const size_t slot = static_cast<size_t>(p % a.page_size);

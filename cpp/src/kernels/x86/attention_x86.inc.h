@@ -104,9 +104,7 @@ inline void attention_accumulate(float* o, const float* w, const float* v, int n
 }
 
 // The oldest key position any query of the block sees (its sliding window, or 0).
-inline int32_t attention_first_key(const PagedAttentionArgs& a) {
-  return a.window > 0 && a.q_pos0 - a.window + 1 > 0 ? a.q_pos0 - a.window + 1 : 0;
-}
+inline int32_t attention_first_key(const PagedAttentionArgs& a) { return ::edgellm::kernels::attention_first_key(a.window, a.q_pos0); }
 
 // Keys are walked one run at a time: [p0, p1] with p1 the end of p0's page or `last`; k and v
 // point at the run's first K and V rows (k_row_bytes / v_row_bytes apart).
@@ -158,7 +156,7 @@ inline void paged_attention_rowwise(const PagedAttentionArgs& a) {
     const int32_t p1 = attention_load_run(a, p0, last, kbuf, vbuf);
     for (int j = 0; j < a.n_tokens; ++j) {
       const int32_t pos = a.q_pos0 + j;
-      const int32_t lo = std::max(p0, a.window > 0 ? pos - a.window + 1 : 0);
+      const int32_t lo = std::max(p0, ::edgellm::kernels::attention_first_key(a.window, pos));
       const int32_t hi = std::min(p1, pos);
       if (lo > hi) continue;  // the whole run is in this token's future or outside its window
       const int r0 = lo - p0, n = hi - lo + 1;
