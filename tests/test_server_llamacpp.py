@@ -151,6 +151,8 @@ def test_prompt_shapes(server):
     ({"prompt": "x", "lora": [{"id": 0, "scale": 1}]}, "lora"),
     ({"n_predict": 3}, "prompt"),
     ({"prompt": [True]}, "prompt"),
+    ({"prompt": "x", "speculative.p_min": 1.5}, "speculative.p_min"),
+    ({"prompt": "x", "speculative.n_max": -1}, "speculative.n_max"),
 ])
 def test_completion_rejects_named_field(server, body, param):
     r = post(server, "/completion", body)
@@ -164,7 +166,8 @@ def test_completion_accepts_llamacpp_client_fields(server):
             "dynatemp_range": 0, "dynatemp_exponent": 1, "top_n_sigma": -1, "id_slot": -1,
             "n_keep": 0, "samplers": ["top_k", "temperature"], "cache_prompt": True,
             "t_max_predict_ms": 0, "return_progress": False, "lora": [], "min_keep": 0,
-            "logit_bias": [[5, -1.0], ["a", False]], "seed": -1, "typical_p": 1}
+            "logit_bias": [[5, -1.0], ["a", False]], "seed": -1, "typical_p": 1,
+            "speculative.n_max": 16, "speculative.n_min": 0, "speculative.p_min": 0.75}
     r = post(server, "/completion", body)
     assert r.status_code == 200, r.text
     p = server.engine.last_params
@@ -688,7 +691,7 @@ def _shim(*args):
     return p.returncode, p.stdout.strip().split("\0") if p.stdout.strip() else [], p.stderr
 
 
-def test_shim_maps_flags_and_models():
+def test_shim_maps_flags_and_models(tmp_path):
     rc, cmd, err = _shim("--port", "9", "--temp", "0.8", "--seed", "42", "--host", "127.0.0.1",
                          "--offline", "--hf-repo", "ggml-org/test-model-stories260K",
                          "--batch-size", "32", "--no-slots", "--alias", "tinyllama-2",
@@ -709,12 +712,30 @@ def test_shim_maps_flags_and_models():
     assert _shim("--hf-repo", "ggml-org/test-model-stories260K-infill")[1][1] == "qwen2.5-coder-0.5b"
     rc, cmd, _ = _shim("--hf-repo", "ggml-org/test-model-stories260K", "--context-shift")
     assert rc == 0 and "--context-shift" in cmd  # llama-server's flag, now edgellm's too
+    # speculative decoding: the draft model, the type, the longest draft
+    draft = str(tmp_path / "draft.gguf")
+    open(draft, "wb").close()  # the shim passes the path on; `edgellm serve` opens it
+    rc, cmd, err = _shim("--hf-repo", "ggml-org/stories15M_MOE", "--model-draft", draft,
+                         "--spec-type", "draft-simple", "--spec-draft-n-max", "8",
+                         "--spec-draft-n-min", "4")
+    assert rc == 0, err
+    assert cmd[1] == "smollm2" and cmd[cmd.index("--draft") + 1] == draft
+    assert cmd[cmd.index("--spec") + 1] == "draft" and cmd[cmd.index("--draft-max") + 1] == "8"
+    assert "ignoring --spec-draft-n-min 4" in err
+    rc, cmd, _ = _shim("--hf-repo", "ggml-org/test-model-stories260K", "--spec-type", "ngram-simple")
+    assert rc == 0 and cmd[cmd.index("--spec") + 1] == "ngram" and "--draft" not in cmd
+    rc, cmd, _ = _shim("--hf-repo", "ggml-org/test-model-stories260K", "--no-ui")
+    assert rc == 0 and "--no-webui" in cmd  # edgellm's web chat page at /
 
 
 @pytest.mark.parametrize("args, words", [
     (["--hf-repo", "ggml-org/tinygemma3-GGUF:Q8_0"], "no local stand-in"),
     (["--hf-repo", "ggml-org/test-model-stories260K", "--lora", "x.gguf"], "LoRA"),
     (["--hf-repo", "ggml-org/test-model-stories260K", "--frobnicate"], "unknown llama-server flag"),
+    (["--hf-repo", "ggml-org/test-model-stories260K", "--spec-synth-rates", "1,1"], "synthetic"),
+    (["--hf-repo", "ggml-org/test-model-stories260K", "--spec-type", "draft-simple"], "--model-draft"),
+    (["--hf-repo", "ggml-org/test-model-stories260K", "--model-draft", "/nonexistent.gguf"],
+     "no such file"),
 ])
 def test_shim_refuses_what_edgellm_lacks(args, words):
     rc, cmd, err = _shim(*args)

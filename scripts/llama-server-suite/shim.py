@@ -43,6 +43,10 @@ VALUE_MAP = {
     "--reasoning": "--reasoning",
     "-to": "--timeout",
     "--slot-save-path": "--slot-save-path",
+    "--spec-draft-n-max": "--draft-max",
+    "--draft-max": "--draft-max",
+    "--draft": "--draft-max",
+    "--draft-n": "--draft-max",
 }
 # llama-server switch -> edgellm serve switch
 SWITCH_MAP = {
@@ -55,11 +59,15 @@ SWITCH_MAP = {
     "--no-cors-credentials": "--no-cors-credentials",
     "--context-shift": "--context-shift",
     "--no-context-shift": "--no-context-shift",
+    "--no-ui": "--no-webui",       # edgellm's web chat page at /
+    "--no-webui": "--no-webui",
 }
 # Handled here: --host, --model/-m, --hf-repo/-hf, --hf-file/-hff, --alias/-a, --ctx-size/-c,
 # --parallel/-np, --verbose/-v.
+# --model-draft/-md, --spec-type.
 HANDLED_VALUE = {"--host", "--model", "-m", "--hf-repo", "-hf", "-hfr", "--hf-file", "-hff",
-                 "--alias", "-a", "--ctx-size", "-c", "--parallel", "-np"}
+                 "--alias", "-a", "--ctx-size", "-c", "--parallel", "-np",
+                 "--model-draft", "-md", "--spec-type"}
 
 # No meaning for edgellm: accepted, and said so on stderr.
 IGNORED_SWITCH = {
@@ -69,11 +77,9 @@ IGNORED_SWITCH = {
     "--swa-full": "sliding-window layers keep their own window-sized pages",
     "--jinja": "chat templates are always rendered with edgellm's Jinja renderer",
     "--no-jinja": "chat templates are always rendered with edgellm's Jinja renderer",
-    "--no-ui": "edgellm has no web UI",
     "--no-mmproj": "edgellm loads no multimodal projector",
     "--no-cache-idle-slots": "edgellm keeps no per-slot state; the prefix cache is shared",
     "--backend_sampling": "sampling runs on the CPU",
-    "--no-webui": "edgellm has no web UI",
 }
 IGNORED_VALUE = {
     "--ubatch-size": "edgellm has one batch size (--batch-size -> --max-batch-tokens)",
@@ -86,14 +92,17 @@ IGNORED_VALUE = {
     "--flash-attn": "the attention kernel is chosen by the engine",
     "--reasoning-format": "edgellm does not split reasoning out of the content",
     "--cache-ram": "the prefix cache lives in the KV pages (--kv-memory)",
+    "--spec-draft-n-min": "edgellm sizes each draft from measured step costs and acceptance; "
+                          "it has no minimum draft length",
+    "--draft-min": "edgellm sizes each draft from measured step costs and acceptance; "
+                   "it has no minimum draft length",
+    "--draft-p-min": "edgellm sizes each draft from measured step costs and acceptance",
 }
 # Features edgellm does not have: refused, so the test fails saying why.
 REFUSED = {
     "--model-url": "downloading models by URL", "-mu": "downloading models by URL",
-    "--model-draft": "speculative decoding", "-md": "speculative decoding",
-    "--spec-type": "speculative decoding", "--spec-draft-n-max": "speculative decoding",
-    "--spec-draft-n-min": "speculative decoding", "--spec-synth-len": "speculative decoding",
-    "--spec-synth-rates": "speculative decoding",
+    "--spec-synth-len": "synthetic draft acceptance (llama-server's testing aid)",
+    "--spec-synth-rates": "synthetic draft acceptance (llama-server's testing aid)",
     "--models-dir": "router mode (several models)", "--models-max": "router mode (several models)",
     "--models-preset": "router mode (several models)",
     "--no-models-autoload": "router mode (several models)",
@@ -140,6 +149,19 @@ def map_model(model, hf_repo, hf_file):
     refuse(f"no local stand-in for model {hf_repo or ''} {hf_file or ''}".rstrip())
 
 
+def map_spec_type(value: str) -> str:
+    """llama-server's --spec-type -> edgellm's --spec: the draft-model types -> draft, the n-gram
+    (prompt lookup) types -> ngram, none -> off."""
+    v = value.strip().lower()
+    if v in ("none", "off"):
+        return "off"
+    if v.startswith("draft"):
+        return "draft"
+    if v.startswith("ngram") or v.startswith("lookup"):
+        return "ngram"
+    refuse(f"--spec-type {value}: edgellm has draft-model and n-gram drafting only")
+
+
 def serve_options():
     """The option names `edgellm serve` has (features land at different times)."""
     from edgellm.commands.serve import command
@@ -155,6 +177,7 @@ def main(argv):
     out = []
     host, model, hf_repo, hf_file, alias = "127.0.0.1", None, None, None, None
     ctx, parallel, verbose, unified, metrics = None, None, False, False, False
+    draft, spec = None, None
     i = 0
     while i < len(argv):
         flag = argv[i]
@@ -186,6 +209,12 @@ def main(argv):
             hf_file = value
         elif flag in ("--alias", "-a"):
             alias = value
+        elif flag in ("--model-draft", "-md"):
+            if not os.path.isfile(value):
+                refuse(f"--model-draft {value}: no such file")
+            draft = value
+        elif flag == "--spec-type":
+            spec = map_spec_type(value)
         elif flag in ("--ctx-size", "-c"):
             ctx = int(value)
         elif flag in ("--parallel", "-np"):
@@ -217,6 +246,14 @@ def main(argv):
     if alias:
         out.append(("--alias", alias))
     out.append(("--log-level", "debug" if verbose else "info"))
+    # speculative decoding: llama-server drafts only when given a draft model or a --spec-type;
+    # edgellm's default (auto: n-gram drafts, plus the draft model when given) is kept otherwise
+    if draft:
+        out.append(("--draft", draft))
+    if spec == "draft" and not draft:
+        refuse("--spec-type draft-*: needs --model-draft")
+    if spec:
+        out.append(("--spec", spec))
     if verbose:
         out.append(("--verbose", None))
 

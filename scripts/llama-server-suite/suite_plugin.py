@@ -4,9 +4,16 @@ llama.cpp's conftest starts every ServerPreset once per session (ServerPreset.lo
 llama-server downloads their models; a start that fails aborts the whole session. edgellm's
 stand-in models are local files (see shim.py), and some presets name models edgellm has no
 stand-in for (a reranker, a vision model), so that preload step is replaced by a no-op here.
-The suite's files themselves are not modified.
+Files the tests download by URL (test_speculative's draft model, the tiny stories models) are
+answered with the local stand-in shim.py would pick for them; any other URL goes to the suite's
+own download_file. The suite's files themselves are not modified.
 """
+import os
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import shim  # noqa: E402 - the model stand-ins
 
 
 def pytest_sessionstart(session):
@@ -19,3 +26,25 @@ def pytest_sessionstart(session):
         print("edgellm suite plugin: ServerPreset.load_all skipped (stand-in models are local)")
 
     utils.ServerPreset.load_all = staticmethod(load_all)
+
+    fetch = utils.download_file
+
+    def download_file(url, output_file_path=None):
+        name = url.rstrip("/").split("/")[-1].lower()
+        if "stories" in name and name.endswith(".gguf"):
+            path = standin_path(name)
+            print(f"edgellm suite plugin: {url} -> {path} (local stand-in)")
+            return path
+        return fetch(url, output_file_path)
+
+    utils.download_file = download_file
+
+
+def standin_path(file_name: str) -> str:
+    """The GGUF file of the stand-in model shim.py maps `file_name` to."""
+    name, _ = shim.map_model(None, None, file_name)
+    repo = Path(__file__).resolve().parents[2]
+    if os.environ.get("EDGELLM_BUILD_DIR"):
+        sys.path.insert(0, str(repo / "python"))
+    from edgellm.models import resolve
+    return str(resolve(name))

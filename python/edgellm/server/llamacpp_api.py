@@ -176,6 +176,12 @@ _ACCEPTED_INERT = {
     "lora": protocol.anything,           # accepted when empty only (checked below)
     "stream_options": protocol.obj,
     "backend_sampling": protocol.boolean,  # sampling always runs on the CPU
+    # llama-server's per-request draft settings: edgellm sizes each sequence's drafts from
+    # measured step costs and its acceptance (bounded by serve --draft-max); the output does
+    # not depend on them (greedy verification is exact, sampled drafts keep the distribution)
+    "speculative.n_max": protocol.integer(0),
+    "speculative.n_min": protocol.integer(0),
+    "speculative.p_min": protocol.number(0.0, 1.0),
 }
 for _k in _OFF_SAMPLER_SETTINGS:
     _ACCEPTED_INERT[_k] = protocol.anything
