@@ -49,7 +49,7 @@ REASONS = [
     ("test_speculative", "test_synth_", "--spec-synth-rates (llama-server's synthetic draft acceptance, a testing aid) refused by the shim"),
     ("test_speculative", "test_multi_requests_parallel", MODEL + "content regex is stories15M's text"),
     ("test_completion", "test_n_probs_post_sampling", MODEL + "at temperature 1.0 with seed 42 SmolLM2 samples <|im_end|> (p 0.02) as its 3rd token; the test wants 5 tokens"),
-    ("test_stream", "", "router mode (several models, /models/load) not supported"),
+    ("test_stream", "", "llama-server's resumable streams (/v1/stream, X-Conversation-Id) in its router mode, on tinygemma3 (a vision model, no stand-in); edgellm's several-models serving (--models-dir) has no resumable streams"),
     ("test_metrics", "test_metrics_prompt_processed_and_cached", "the prefix cache reuses whole KV pages (32 tokens): a 10-token prompt is never cached (cache_n 0)"),
     ("test_chat_completion", "test_return_progress[64-4-False]", MODEL + "the prompt is 70 SmolLM2 tokens: 2 batches of 64, so 3 progress updates (stories260K: 129+ tokens, 4)"),
     ("test_chat_completion", "test_chat_completion_with_timings_per_token", "timings_per_token not supported on the OpenAI chat route (only on /completion)"),
