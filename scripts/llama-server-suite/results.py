@@ -10,6 +10,8 @@ import sys
 import xml.etree.ElementTree as ET
 
 MODEL = "stand-in model: "
+VISION = "multimodal input (tinygemma3, a vision model, has no stand-in)"
+SYNTH = "--spec-synth-rates (llama-server's synthetic draft acceptance, a testing aid) refused by the shim"
 REASONS = [
     # --- model substitution: SmolLM2 / Qwen2.5-Coder-0.5B write and tokenize differently ---
     ("test_basic", "test_load_split_model", MODEL + "content regex is stories15M's text"),
@@ -42,11 +44,11 @@ REASONS = [
     ("test_security", "test_cors_proxy_only_forwards_explicit_proxy_headers", "--ui-mcp-proxy refused: no /cors-proxy"),
     ("test_security", "test_local_media_file", "tinygemma3 (vision) has no stand-in: no multimodal input"),
     ("test_ctx_shift", "test_ctx_shift_enabled", MODEL + "SHORT_TEXT is 117 SmolLM2 tokens (stories260K: 226), so 117 + 96 fit the 256-token slot: no shift, truncated false"),
-    ("test_slot_save", "test_slot_save_restore_", "multimodal input (tinygemma3, a vision model, has no stand-in)"),
-    ("test_slot_save", "test_slot_restore_media_file_without_mmproj", "multimodal input (tinygemma3, a vision model, has no stand-in)"),
+    ("test_slot_save", "test_slot_save_restore_", VISION),
+    ("test_slot_save", "test_slot_restore_media_file_without_mmproj", VISION),
     ("test_slot_save", "", MODEL + "content regexes and token counts are tinyllama2's (84 saved tokens, prompt_n 6); slot files hold whole 32-token pages"),
-    ("test_speculative", "test_with_and_without_draft", "the same tokens with and without the draft pass; its last part needs --spec-synth-rates (llama-server's synthetic draft acceptance, a testing aid), refused by the shim"),
-    ("test_speculative", "test_synth_", "--spec-synth-rates (llama-server's synthetic draft acceptance, a testing aid) refused by the shim"),
+    ("test_speculative", "test_with_and_without_draft", "the same tokens with and without the draft pass; then " + SYNTH),
+    ("test_speculative", "test_synth_", SYNTH),
     ("test_speculative", "test_multi_requests_parallel", MODEL + "content regex is stories15M's text"),
     ("test_completion", "test_n_probs_post_sampling", MODEL + "at temperature 1.0 with seed 42 SmolLM2 samples <|im_end|> (p 0.02) as its 3rd token; the test wants 5 tokens"),
     ("test_stream", "", "llama-server's resumable streams (/v1/stream, X-Conversation-Id) in its router mode, on tinygemma3 (a vision model, no stand-in); edgellm's several-models serving (--models-dir) has no resumable streams"),

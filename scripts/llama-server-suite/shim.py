@@ -63,8 +63,7 @@ SWITCH_MAP = {
     "--no-webui": "--no-webui",
 }
 # Handled here: --host, --model/-m, --hf-repo/-hf, --hf-file/-hff, --alias/-a, --ctx-size/-c,
-# --parallel/-np, --verbose/-v.
-# --model-draft/-md, --spec-type.
+# --parallel/-np, --verbose/-v, --model-draft/-md, --spec-type.
 HANDLED_VALUE = {"--host", "--model", "-m", "--hf-repo", "-hf", "-hfr", "--hf-file", "-hff",
                  "--alias", "-a", "--ctx-size", "-c", "--parallel", "-np",
                  "--model-draft", "-md", "--spec-type"}
@@ -92,10 +91,8 @@ IGNORED_VALUE = {
     "--flash-attn": "the attention kernel is chosen by the engine",
     "--reasoning-format": "edgellm does not split reasoning out of the content",
     "--cache-ram": "the prefix cache lives in the KV pages (--kv-memory)",
-    "--spec-draft-n-min": "edgellm sizes each draft from measured step costs and acceptance; "
-                          "it has no minimum draft length",
-    "--draft-min": "edgellm sizes each draft from measured step costs and acceptance; "
-                   "it has no minimum draft length",
+    "--spec-draft-n-min": "edgellm sizes each draft from measured step costs and acceptance",
+    "--draft-min": "edgellm sizes each draft from measured step costs and acceptance",
     "--draft-p-min": "edgellm sizes each draft from measured step costs and acceptance",
 }
 # Features edgellm does not have: refused, so the test fails saying why.
@@ -136,7 +133,16 @@ def map_model(model, hf_repo, hf_file):
     if not hf_repo and not hf_file:
         return ("smollm2", "no model given is llama-server's router mode, which edgellm does not "
                 "have; serving smollm2 so that the server-level tests (CORS, auth) can run")
-    key = f"{hf_repo or ''}/{hf_file or ''}".lower()
+    found = standin(f"{hf_repo or ''}/{hf_file or ''}")
+    if found is None:
+        refuse(f"no local stand-in for model {hf_repo or ''} {hf_file or ''}".rstrip())
+    return found
+
+
+def standin(name: str):
+    """(local model name, why) standing in for a model the suite names (a Hugging Face repo /
+    file, or a downloaded file's name), or None when there is none."""
+    key = name.lower()
     if "stories260k-infill" in key:
         return "qwen2.5-coder-0.5b", "stand-in for stories260K-infill (a model with FIM tokens)"
     if "stories260k" in key or "tinyllamas/" in key or "stories15m" in key:
@@ -146,7 +152,7 @@ def map_model(model, hf_repo, hf_file):
         return name, "stand-in for bert-bge-small (embeddings)"
     if "qwen2.5-coder" in key:
         return "qwen2.5-coder-0.5b", "stand-in for the Qwen2.5-Coder models"
-    refuse(f"no local stand-in for model {hf_repo or ''} {hf_file or ''}".rstrip())
+    return None
 
 
 def map_spec_type(value: str) -> str:

@@ -4,9 +4,8 @@ llama.cpp's conftest starts every ServerPreset once per session (ServerPreset.lo
 llama-server downloads their models; a start that fails aborts the whole session. edgellm's
 stand-in models are local files (see shim.py), and some presets name models edgellm has no
 stand-in for (a reranker, a vision model), so that preload step is replaced by a no-op here.
-Files the tests download by URL (test_speculative's draft model, the tiny stories models) are
-answered with the local stand-in shim.py would pick for them; any other URL goes to the suite's
-own download_file. The suite's files themselves are not modified.
+Model files the tests download by URL (test_speculative's stories15M draft) are answered with
+the local stand-in shim.py picks for them; any other URL goes to the suite's own download_file. The suite's files themselves are not modified.
 """
 import os
 import sys
@@ -30,21 +29,15 @@ def pytest_sessionstart(session):
     fetch = utils.download_file
 
     def download_file(url, output_file_path=None):
-        name = url.rstrip("/").split("/")[-1].lower()
-        if "stories" in name and name.endswith(".gguf"):
-            path = standin_path(name)
-            print(f"edgellm suite plugin: {url} -> {path} (local stand-in)")
-            return path
-        return fetch(url, output_file_path)
+        name = url.rstrip("/").split("/")[-1]
+        found = shim.standin(name) if name.lower().endswith(".gguf") else None
+        if found is None:
+            return fetch(url, output_file_path)
+        if os.environ.get("EDGELLM_BUILD_DIR"):  # a development build, as shim.py runs it
+            sys.path.insert(0, str(shim.REPO / "python"))
+        from edgellm.models import resolve
+        path = str(resolve(found[0]))
+        print(f"edgellm suite plugin: {url} -> {path} ({found[1]})")
+        return path
 
     utils.download_file = download_file
-
-
-def standin_path(file_name: str) -> str:
-    """The GGUF file of the stand-in model shim.py maps `file_name` to."""
-    name, _ = shim.map_model(None, None, file_name)
-    repo = Path(__file__).resolve().parents[2]
-    if os.environ.get("EDGELLM_BUILD_DIR"):
-        sys.path.insert(0, str(repo / "python"))
-    from edgellm.models import resolve
-    return str(resolve(name))
