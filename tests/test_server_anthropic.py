@@ -779,7 +779,7 @@ def test_thinking_switch_end_to_end_on_a_tiny_model(tmp_path):
     from tiny_vocab_model import write_tiny_vocab_model
 
     path = write_tiny_vocab_model(tmp_path / "think.gguf", chat_template=THINK_TEMPLATE)
-    s = InProcessServer(loader=lambda c: edgellm.llm.AsyncLLM(str(path), n_threads=1)).wait_ready()
+    s = InProcessServer(loader=lambda c: edgellm.AsyncLLM(str(path), n_threads=1)).wait_ready()
     try:
         client = s.client()
         body = dict(model="tiny", max_tokens=1100, messages=USER, extra_body={"temperature": 0})

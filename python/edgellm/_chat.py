@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from . import _core
 from ._core import InvalidRequestError
-from .chat_output import check_tools
+from .chat_types import check_tools
 from .outputs import ChatCompletion, Completion, CompletionChunk
 from .sampling_params import SamplingParams
 from .validation import validate_messages

@@ -22,187 +22,19 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from . import harmony  # noqa: F401  (registers gpt-oss's format with chat_types)
+from .chat_types import (GENERIC, HARMONY, HERMES, LLAMA3, MISTRAL, ChatDelta, ToolCall,  # noqa: F401
+                         ToolCallDelta, check_tools, chosen_tools, gbnf_literal, new_call_id,
+                         partial_suffix, prefix_rules, registered_formats, tool_name,
+                         tool_parameters)
+
 __all__ = ["ToolCall", "ToolCallDelta", "ChatDelta", "ChatFormat", "ChatOutputParser",
-           "new_call_id"]
-
-
-def new_call_id() -> str:
-    return "call_" + secrets.token_hex(12)
-
-
-@dataclass
-class ToolCall:
-    """One parsed call: `arguments` is JSON text (as OpenAI sends it)."""
-    id: str
-    name: str
-    arguments: str
-
-    def arguments_object(self) -> Any:
-        try:
-            return json.loads(self.arguments) if self.arguments else {}
-        except json.JSONDecodeError:
-            return self.arguments
-
-    def to_openai(self) -> Dict[str, Any]:
-        return {"id": self.id, "type": "function",
-                "function": {"name": self.name, "arguments": self.arguments}}
-
-
-@dataclass
-class ToolCallDelta:
-    """A piece of call `index`: the first piece of a call carries `id` and `name`."""
-    index: int
-    id: Optional[str] = None
-    name: Optional[str] = None
-    arguments: str = ""
-
-    def to_openai(self) -> Dict[str, Any]:
-        fn: Dict[str, Any] = {}
-        if self.name is not None:
-            fn["name"] = self.name
-        fn["arguments"] = self.arguments
-        out: Dict[str, Any] = {"index": self.index, "function": fn}
-        if self.id is not None:
-            out["id"] = self.id
-            out["type"] = "function"
-        return out
-
-
-@dataclass
-class ChatDelta:
-    content: str = ""
-    reasoning: str = ""
-    tool_calls: List[ToolCallDelta] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.content or self.reasoning or self.tool_calls)
-
-    def extend(self, other: "ChatDelta") -> None:
-        self.content += other.content
-        self.reasoning += other.reasoning
-        for d in other.tool_calls:
-            last = self.tool_calls[-1] if self.tool_calls else None
-            if last is not None and last.index == d.index and d.id is None and d.name is None:
-                last.arguments += d.arguments
-            else:
-                self.tool_calls.append(ToolCallDelta(d.index, d.id, d.name, d.arguments))
-
-
-# ---- tool-call formats ------------------------------------------------------------------------
-
-HERMES, LLAMA3, MISTRAL, GENERIC = "hermes", "llama3", "mistral", "generic"
-HARMONY = "harmony"  # gpt-oss: channels and recipients in message headers (edgellm.harmony)
+           "new_call_id", "HARMONY"]
 
 _NAME_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*')
-
-
-def _gbnf_literal(text: str) -> str:
-    out = ['"']
-    for ch in text:
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ch == "\t":
-            out.append("\\t")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-def _prefix_rules(gbnf: str, prefix: str) -> Tuple[str, str]:
-    """Rename every rule of `gbnf` to prefix + name; returns (text, renamed root)."""
-    out: List[str] = []
-    i, n = 0, len(gbnf)
-    while i < n:
-        ch = gbnf[i]
-        if ch == '"' or ch == "[":
-            close = '"' if ch == '"' else "]"
-            j = i + 1
-            while j < n and gbnf[j] != close:
-                j += 2 if gbnf[j] == "\\" else 1
-            out.append(gbnf[i:j + 1])
-            i = j + 1
-        elif ch == "#":
-            j = gbnf.find("\n", i)
-            j = n if j < 0 else j
-            i = j
-        elif ch.isalnum() or ch in "-_":
-            j = i
-            while j < n and (gbnf[j].isalnum() or gbnf[j] in "-_"):
-                j += 1
-            word = gbnf[i:j]
-            # {m,n} repetition counts are digits: leave numbers alone
-            out.append(word if word.isdigit() else prefix + word)
-            i = j
-        else:
-            out.append(ch)
-            i += 1
-    return "".join(out), prefix + "root"
-
-
-def _tool_name(tool: Dict[str, Any]) -> str:
-    fn = tool.get("function", tool)
-    return str(fn.get("name", ""))
-
-
-def _tool_parameters(tool: Dict[str, Any]) -> Any:
-    fn = tool.get("function", tool)
-    params = fn.get("parameters")
-    if params is None or params == {}:
-        return {"type": "object"}
-    return params
-
-
-def chosen_tools(tools: Sequence[Dict[str, Any]], tool_choice: Any) -> List[Dict[str, Any]]:
-    """The tools a call may name under `tool_choice` (a named function narrows them to one)."""
-    if isinstance(tool_choice, dict):
-        fn = tool_choice.get("function") or {}
-        name = fn.get("name") or tool_choice.get("name")
-        picked = [t for t in tools if _tool_name(t) == name]
-        if not picked:
-            from ._core import InvalidRequestError
-            raise InvalidRequestError(f"tool_choice names function {name!r}, which is not in 'tools' "
-                                      f"({', '.join(_tool_name(t) for t in tools) or 'none'})")
-        return picked
-    return list(tools)
-
-
-def check_tools(tools: Any, tool_choice: Any) -> List[Dict[str, Any]]:
-    """Validate OpenAI-style function tools and tool_choice; returns the tools as a list."""
-    from ._core import InvalidRequestError
-
-    if tools is None:
-        tools = []
-    if not isinstance(tools, (list, tuple)):
-        raise InvalidRequestError("tools must be a list of {'type': 'function', 'function': {...}}")
-    for i, t in enumerate(tools):
-        if not isinstance(t, dict):
-            raise InvalidRequestError(f"tools[{i}] must be an object")
-        fn = t.get("function", t)
-        if t.get("type", "function") != "function" or not isinstance(fn, dict) \
-                or not isinstance(fn.get("name"), str) or not fn["name"]:
-            raise InvalidRequestError(f"tools[{i}] must be {{'type': 'function', 'function': "
-                                      "{'name': ..., 'parameters': {...}}}")
-        params = fn.get("parameters")
-        if params is not None and not isinstance(params, (dict, bool)):
-            raise InvalidRequestError(f"tools[{i}].function.parameters must be a JSON schema object")
-    if tool_choice is None or tool_choice in ("auto", "none"):
-        return list(tools)
-    if tool_choice == "required" or isinstance(tool_choice, dict):
-        if not tools:
-            raise InvalidRequestError(f"tool_choice {tool_choice!r} needs 'tools'")
-        chosen_tools(tools, tool_choice)  # a named function must exist
-        return list(tools)
-    raise InvalidRequestError(f"tool_choice must be 'none', 'auto', 'required' or "
-                              f"{{'type': 'function', 'function': {{'name': ...}}}}, got {tool_choice!r}")
 
 
 GENERIC_TOOL_PROMPT = (
@@ -223,10 +55,9 @@ class ChatFormat:
     def detect(cls, template_source: str) -> "ChatFormat":
         src = template_source or ""
         takes_tools = "tools" in src
-        from .harmony import is_harmony_template  # (harmony builds on this module)
-
-        if is_harmony_template(src):
-            return cls(HARMONY, takes_tools, None)
+        for name, hooks in registered_formats().items():
+            if hooks.detect(src):
+                return cls(name, takes_tools, None)
         if "<tool_call>" in src:
             fmt = HERMES
         elif "[TOOL_CALLS]" in src:
@@ -253,63 +84,63 @@ class ChatFormat:
         """(GBNF, triggers) for tool calls: triggers empty means the whole output is a call
         (tool_choice required or named) -- after the reasoning block when the template thinks;
         else the grammar switches on at a trigger (auto)."""
-        if self.tool_format == HARMONY:
-            from .harmony import tool_grammar
-            return tool_grammar(json_schema_to_gbnf, tools, tool_choice)
+        hooks = registered_formats().get(self.tool_format)
+        if hooks is not None:
+            return hooks.tool_grammar(json_schema_to_gbnf, tools, tool_choice)
         picked = chosen_tools(tools, tool_choice)
         rules: List[str] = []
         alts: List[str] = []
         key = "parameters" if self.tool_format == LLAMA3 else "arguments"
         for i, tool in enumerate(picked):
-            body, root = _prefix_rules(json_schema_to_gbnf(json.dumps(_tool_parameters(tool))),
+            body, root = prefix_rules(json_schema_to_gbnf(json.dumps(tool_parameters(tool))),
                                        f"t{i}-")
             rules.append(body)
-            alts.append(_gbnf_literal('{"name": ' + json.dumps(_tool_name(tool), ensure_ascii=False)
-                                      + f', "{key}": ') + f" {root} " + _gbnf_literal("}"))
+            alts.append(gbnf_literal('{"name": ' + json.dumps(tool_name(tool), ensure_ascii=False)
+                                      + f', "{key}": ') + f" {root} " + gbnf_literal("}"))
         rules.append("call-object ::= " + " | ".join(f"( {a} )" for a in alts))
         forced = tool_choice == "required" or isinstance(tool_choice, dict)
-        nl = _gbnf_literal("\n")
+        nl = gbnf_literal("\n")
         if self.tool_format == HERMES:
             # <tool_call> blocks, or (as small models often write) the bare JSON object(s) at
             # the start of the answer
-            one = _gbnf_literal("<tool_call>\n") + " call-object " + _gbnf_literal("\n</tool_call>")
+            one = gbnf_literal("<tool_call>\n") + " call-object " + gbnf_literal("\n</tool_call>")
             tagged = f"{one} ( {nl} {one} )*" if parallel else one
             bare = f"call-object ( {nl} call-object )*" if parallel else "call-object"
-            fenced = _gbnf_literal("```json\n") + f" {bare} " + _gbnf_literal("\n```")
+            fenced = gbnf_literal("```json\n") + f" {bare} " + gbnf_literal("\n```")
             many = f"( {tagged} ) | ( {bare} ) | ( {fenced} )"
             triggers = ["<tool_call>", '^{"name"', "^```json"]
         elif self.tool_format == LLAMA3:
             one = "call-object"
-            many = f'{one} ( {_gbnf_literal("; ")} {one} )*' if parallel else one
+            many = f'{one} ( {gbnf_literal("; ")} {one} )*' if parallel else one
             triggers = ['^{"name"']
         elif self.tool_format == MISTRAL:
-            sep = f'( {_gbnf_literal(", ")} call-object )*' if parallel else ""
-            many = f'{_gbnf_literal("[")} call-object {sep} {_gbnf_literal("]")}'
+            sep = f'( {gbnf_literal(", ")} call-object )*' if parallel else ""
+            many = f'{gbnf_literal("[")} call-object {sep} {gbnf_literal("]")}'
             triggers = ['^[{"name"']
         else:
-            sep = f'( {_gbnf_literal(", ")} call-object )*' if parallel else ""
-            many = (f'{_gbnf_literal("{")} {_gbnf_literal(chr(34) + "tool_calls" + chr(34) + ": [")} '
-                    f'call-object {sep} {_gbnf_literal("]}")}')
+            sep = f'( {gbnf_literal(", ")} call-object )*' if parallel else ""
+            many = (f'{gbnf_literal("{")} {gbnf_literal(chr(34) + "tool_calls" + chr(34) + ": [")} '
+                    f'call-object {sep} {gbnf_literal("]}")}')
             triggers = ['^{"tool_calls"']
         if forced and self.think:
             # a thinking model reasons first: free text (without "</") up to the end marker
             start, end = self.think
             rules.append('think-text ::= ( [^<] | "<" [^/] )*')
             rules.append('think-gap ::= [ \\n]*')
-            block = f"think-text {_gbnf_literal(end)} think-gap"
+            block = f"think-text {gbnf_literal(end)} think-gap"
             if prompt.rstrip().endswith(start):  # the template opened the block itself
                 many = f"{block} ( {many} )"
             else:
-                many = f"( {_gbnf_literal(start)} {block} )? ( {many} )"
+                many = f"( {gbnf_literal(start)} {block} )? ( {many} )"
         rules.insert(0, f"root ::= {many}")
         return "\n".join(rules) + "\n", ([] if forced else triggers)
 
     def parser(self, tools: Optional[Sequence[Dict[str, Any]]] = None, tool_choice: Any = None,
                prompt: str = "") -> "ChatOutputParser":
         use_tools = bool(tools) and tool_choice != "none"
-        if self.tool_format == HARMONY:
-            from .harmony import HarmonyParser
-            return HarmonyParser(use_tools)
+        hooks = registered_formats().get(self.tool_format)
+        if hooks is not None:
+            return hooks.parser(use_tools)
         in_think = False
         if self.think and prompt.rstrip().endswith(self.think[0]):
             in_think = True  # the template opened the thinking block itself
@@ -359,17 +190,6 @@ class _ArgScanner:
                 self.done = True
                 return i
         return len(text)
-
-
-def _partial_suffix(text: str, markers: Sequence[str]) -> int:
-    """Length of the longest suffix of text that is a proper prefix of some marker."""
-    best = 0
-    for m in markers:
-        for k in range(min(len(m) - 1, len(text)), 0, -1):
-            if text.endswith(m[:k]):
-                best = max(best, k)
-                break
-    return best
 
 
 class ChatOutputParser:
@@ -463,7 +283,7 @@ class ChatOutputParser:
                 end = self.think[1]
                 at = self.buf.find(end)
                 if at < 0:
-                    keep = 0 if final else _partial_suffix(self.buf, [end])
+                    keep = 0 if final else partial_suffix(self.buf, [end])
                     self._emit_text(delta, self.buf[:len(self.buf) - keep])
                     self.buf = self.buf[len(self.buf) - keep:]
                     return
@@ -502,7 +322,7 @@ class ChatOutputParser:
             hits = [(self.buf.find(m), m) for m in marks]
             hits = [(i, m) for i, m in hits if i >= 0]
             if not hits:
-                keep = 0 if final else _partial_suffix(self.buf, marks)
+                keep = 0 if final else partial_suffix(self.buf, marks)
                 self._emit_text(delta, self.buf[:len(self.buf) - keep])
                 self.buf = self.buf[len(self.buf) - keep:]
                 return
@@ -538,7 +358,7 @@ class ChatOutputParser:
         end = "</tool_call>"
         at = self.buf.find(end)
         if at < 0:
-            keep = 0 if final else _partial_suffix(self.buf, [end])
+            keep = 0 if final else partial_suffix(self.buf, [end])
             self._call_text += self.buf[:len(self.buf) - keep]
             self.buf = self.buf[len(self.buf) - keep:]
             self._stream_object(delta, self._call_text)

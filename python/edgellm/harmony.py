@@ -25,8 +25,9 @@ import json
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .chat_output import (ChatDelta, ToolCall, ToolCallDelta, _gbnf_literal, _partial_suffix, _prefix_rules,
-                          _tool_name, _tool_parameters, chosen_tools, new_call_id)
+from .chat_types import (HARMONY, ChatDelta, FormatHooks, ToolCall, ToolCallDelta, chosen_tools,
+                         gbnf_literal, new_call_id, partial_suffix, prefix_rules, register_format,
+                         tool_name, tool_parameters)
 
 START, CHANNEL, MESSAGE, END, CONSTRAIN = "<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>"
 RETURN, CALL = "<|return|>", "<|call|>"
@@ -169,7 +170,7 @@ class HarmonyParser:
             hits = [(self.buf.find(m), m) for m in _BODY_ENDS]
             hits = [(i, m) for i, m in hits if i >= 0]
             if not hits:
-                keep = 0 if final else _partial_suffix(self.buf, _BODY_ENDS)
+                keep = 0 if final else partial_suffix(self.buf, _BODY_ENDS)
                 self._emit(delta, self.buf[:len(self.buf) - keep])
                 self.buf = self.buf[len(self.buf) - keep:]
                 return
@@ -187,7 +188,7 @@ class HarmonyParser:
 
 # ---- constraining -----------------------------------------------------------------------------
 
-_lit = _gbnf_literal
+_lit = gbnf_literal
 
 
 def tool_grammar(json_schema_to_gbnf, tools: Sequence[Dict[str, Any]], tool_choice: Any) -> Tuple[str, List[str]]:
@@ -199,9 +200,9 @@ def tool_grammar(json_schema_to_gbnf, tools: Sequence[Dict[str, Any]], tool_choi
     rules: List[str] = []
     calls: List[str] = []
     for i, tool in enumerate(picked):
-        body, root = _prefix_rules(json_schema_to_gbnf(json.dumps(_tool_parameters(tool))), f"t{i}-")
+        body, root = prefix_rules(json_schema_to_gbnf(json.dumps(tool_parameters(tool))), f"t{i}-")
         rules.append(body)
-        calls.append((_lit(_tool_name(tool)), root))
+        calls.append((_lit(tool_name(tool)), root))
     # recipient first (as the template writes past calls) or channel first (as the model often does)
     after_name = (f'( {_lit(" " + CONSTRAIN + "json")} | {_lit(" json")} | '
                   f'{_lit(CHANNEL + "commentary json")} | {_lit(CHANNEL + "commentary " + CONSTRAIN + "json")} | '
@@ -218,3 +219,7 @@ def tool_grammar(json_schema_to_gbnf, tools: Sequence[Dict[str, Any]], tool_choi
         return "\n".join(rules) + "\n", []
     rules.insert(0, "root ::= call")
     return "\n".join(rules) + "\n", [" to=functions."]
+
+
+register_format(HARMONY, FormatHooks(detect=is_harmony_template, tool_grammar=tool_grammar,
+                                      parser=HarmonyParser))

@@ -35,15 +35,8 @@ from .validation import token_ids
 
 __all__ = [
     "SamplingParams", "TopLogprob", "TokenLogprob", "Usage", "Completion", "CompletionChunk",
-    "ChatCompletion", "LLM", "AsyncLLM",
+    "ChatCompletion", "LLM",
 ]
-
-
-def __getattr__(name):  # AsyncLLM lives in edgellm.async_llm (which imports this module)
-    if name == "AsyncLLM":
-        from .async_llm import AsyncLLM
-        return AsyncLLM
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _slot_id(slot) -> int:
