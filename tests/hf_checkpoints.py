@@ -7,6 +7,8 @@ import os
 
 import numpy as np
 
+from tokenizer_reference import BYTE_TO_UNICODE
+
 ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "llama3", "qwen3moe", "olmoe", "qwen2moe", "mixtral",
          "phi3_longrope_short", "phi3_longrope_long", "qwen2_yarn")
 # variants: another architecture's weights with a different config.json
@@ -19,22 +21,9 @@ PROMPT = [5, 61, 200, 17, 99, 3, 140, 77, 250, 12, 33, 180]
 N_GREEDY = 8
 
 
-def _bytes_to_unicode():
-    bs = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-          + list(range(ord("®"), ord("ÿ") + 1)))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
-
-
 def tokenizer_json(pre: str) -> dict:
     """Byte-level BPE: the 256 byte symbols, a few merges, two special tokens."""
-    b2u = _bytes_to_unicode()
+    b2u = BYTE_TO_UNICODE
     vocab = {b2u[b]: b for b in range(256)}
     merges = []
     for a, b in [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("Ġ", "a"), ("e", "r"), ("o", "n")]:

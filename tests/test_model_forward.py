@@ -14,7 +14,7 @@
 import numpy as np
 import pytest
 
-from reference.fixtures import ARCHS, write_tiny_model
+from reference.fixtures import tiny_model_maker, ARCHS, write_tiny_model
 from reference.forward import ReferenceModel
 
 core = pytest.importorskip("edgellm._core")
@@ -25,17 +25,7 @@ PROMPT = [3, 17, 42, 5, 9, 60, 11, 2, 33, 71, 8, 19, 50, 4]  # longer than the g
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """tiny(arch, **kwargs) -> path of a cached tiny model."""
-    base = tmp_path_factory.mktemp("tiny_models")
-    cache = {}
-
-    def make(arch, **kw):
-        key = (arch, repr(sorted(kw.items())))
-        if key not in cache:
-            name = f"{arch}-{len(cache)}.gguf"
-            cache[key] = str(write_tiny_model(base / name, arch, **kw))
-        return cache[key]
-
-    return make
+    return tiny_model_maker(tmp_path_factory.mktemp("tiny_models"))
 
 
 def engine_logits(path, ids, kv_type="F32", n_threads=2, **runner_kw):

@@ -7,7 +7,7 @@ offload declines MoE models, and the memory plan, `edgellm info` and `edgellm ru
 import numpy as np
 import pytest
 
-from reference.fixtures import MOE_ARCHS, write_tiny_model
+from reference.fixtures import tiny_model_maker, MOE_ARCHS, write_tiny_model
 from reference.forward import ReferenceModel
 
 core = pytest.importorskip("edgellm._core")
@@ -17,16 +17,7 @@ PROMPT = [3, 17, 42, 5, 9, 60, 11, 2, 33, 71, 8, 19, 50, 4]
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    base = tmp_path_factory.mktemp("tiny_moe")
-    cache = {}
-
-    def make(arch, **kw):
-        key = (arch, repr(sorted(kw.items())))
-        if key not in cache:
-            cache[key] = str(write_tiny_model(base / f"{arch}-{len(cache)}.gguf", arch, **kw))
-        return cache[key]
-
-    return make
+    return tiny_model_maker(tmp_path_factory.mktemp("tiny_moe"))
 
 
 def engine_logits(path, ids, n_threads=2, **model_kw):

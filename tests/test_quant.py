@@ -106,6 +106,15 @@ def random_floats(rng, kind, n):
         return x
     raise ValueError(kind)
 
+def quantized_dot_reference(rng, qtype, act_type, w, n, trial):
+    """Activations of distribution trial % len(DISTRIBUTIONS) quantized to act_type, both sides
+    dequantized in float64, and their exact dot: (a, wd, ad, expected)."""
+    x = random_floats(rng, DISTRIBUTIONS[trial % len(DISTRIBUTIONS)], n)
+    a = core.quant_quantize(act_type, x)
+    wd = core.quant_dequantize(qtype, w, n).astype(np.float64)
+    ad = core.quant_dequantize(act_type, a, n).astype(np.float64)
+    return a, wd, ad, float(np.dot(wd, ad))
+
 
 DISTRIBUTIONS = ["normal", "uniform_pos", "negative_max", "zero_blocks", "tiny", "huge",
                  "heavy_tail", "grid"]
@@ -373,11 +382,7 @@ def test_vec_dot_equals_dot_of_dequantized(qtype, nblocks):
         w = weight_row(rng, qtype, n)
         if qtype in BLOCKS and trial % 4 == 0:  # also weights from our own quantizer
             w = core.quant_quantize(qtype, rng.standard_normal(n).astype(np.float32))
-        x = random_floats(rng, DISTRIBUTIONS[trial % len(DISTRIBUTIONS)], n)
-        a = core.quant_quantize(act_type, x)
-        wd = core.quant_dequantize(qtype, w, n).astype(np.float64)
-        ad = core.quant_dequantize(act_type, a, n).astype(np.float64)
-        expected = float(np.dot(wd, ad))
+        a, wd, ad, expected = quantized_dot_reference(rng, qtype, act_type, w, n, trial)
         if act_type == "Q8_1":
             expected += q81_min_correction(w, a, qtype)
         got = core.quant_vec_dot(qtype, w, a, n)

@@ -23,7 +23,7 @@ from gguf.quants import quantize as gguf_quantize  # noqa: E402
 
 core = pytest.importorskip("edgellm._core")
 
-from test_quant import DISTRIBUTIONS, SCALE_MAGNITUDES, random_floats  # noqa: E402
+from test_quant import DISTRIBUTIONS, SCALE_MAGNITUDES, quantized_dot_reference, random_floats  # noqa: E402
 
 TYPES = ["IQ4_NL", "IQ4_XS", "MXFP4"]
 # type -> (block elements, block bytes, ggml id)
@@ -196,11 +196,7 @@ def test_vec_dot_equals_dot_of_dequantized(qtype, nblocks):
         w = random_blocks(rng, qtype, nblocks, max_scale=300.0).ravel()
         if trial % 4 == 0:  # also weights from our own quantizer
             w = core.quant_quantize(qtype, rng.standard_normal(n).astype(np.float32))
-        x = random_floats(rng, DISTRIBUTIONS[trial % len(DISTRIBUTIONS)], n)
-        a = core.quant_quantize(act_type, x)
-        wd = core.quant_dequantize(qtype, w, n).astype(np.float64)
-        ad = core.quant_dequantize(act_type, a, n).astype(np.float64)
-        expected = float(np.dot(wd, ad))
+        a, wd, ad, expected = quantized_dot_reference(rng, qtype, act_type, w, n, trial)
         got = core.quant_vec_dot(qtype, w, a, n)
         magnitude = float(np.sum(np.abs(wd * ad)))
         assert abs(got - expected) <= 1e-4 * magnitude + 1e-30, \

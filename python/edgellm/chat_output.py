@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from . import harmony  # noqa: F401  (registers gpt-oss's format with chat_types)
 from .chat_types import (GENERIC, HARMONY, HERMES, LLAMA3, MISTRAL, ChatDelta, ToolCall,  # noqa: F401
                          ToolCallDelta, check_tools, chosen_tools, gbnf_literal, new_call_id,
-                         partial_suffix, prefix_rules, registered_formats, tool_name,
+                         partial_suffix, prefix_rules, registered_formats, StreamingParser, tool_name,
                          tool_parameters)
 
 __all__ = ["ToolCall", "ToolCallDelta", "ChatDelta", "ChatFormat", "ChatOutputParser",
@@ -192,18 +192,15 @@ class _ArgScanner:
         return len(text)
 
 
-class ChatOutputParser:
+class ChatOutputParser(StreamingParser):
     """Incremental parse of one completion's text into content, reasoning and tool calls."""
 
     def __init__(self, fmt: Optional[ChatFormat], think: Optional[Tuple[str, str]],
                  in_think: bool = False):
+        super().__init__()
         self.fmt = fmt
         self.think = think
         self.state = "reasoning" if in_think else "content"
-        self.buf = ""
-        self.content = ""
-        self.reasoning_content = ""
-        self.tool_calls: List[ToolCall] = []
         self._at_start = True         # nothing but whitespace seen in content so far
         self._call_text = ""          # raw text of the call being read
         self._scanner: Optional[_ArgScanner] = None
@@ -212,16 +209,7 @@ class ChatOutputParser:
         self._pending_rws = ""
         self._after_think = False
 
-    # --- public ---------------------------------------------------------------------------
-    def feed(self, text: str) -> ChatDelta:
-        self.buf += text
-        delta = ChatDelta()
-        self._run(delta, final=False)
-        return delta
-
-    def finish(self) -> ChatDelta:
-        delta = ChatDelta()
-        self._run(delta, final=True)
+    def _close(self, delta: ChatDelta) -> None:
         if self.state == "call" or self.state == "whole":
             self._close_call(delta, final=True)
         elif self.buf:
@@ -231,11 +219,6 @@ class ChatOutputParser:
             self.content += self._pending_ws
             delta.content += self._pending_ws
         self._pending_ws = ""
-        return delta
-
-    @property
-    def has_tool_calls(self) -> bool:
-        return bool(self.tool_calls)
 
     # --- machinery ------------------------------------------------------------------------
     def _emit_text(self, delta: ChatDelta, text: str) -> None:

@@ -12,7 +12,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["ToolCall", "ToolCallDelta", "ChatDelta", "new_call_id", "FormatHooks",
+__all__ = ["StreamingParser", "ToolCall", "ToolCallDelta", "ChatDelta", "new_call_id", "FormatHooks",
            "register_format", "registered_formats", "gbnf_literal", "prefix_rules",
            "partial_suffix", "tool_name", "tool_parameters", "chosen_tools", "check_tools"]
 
@@ -220,3 +220,37 @@ def partial_suffix(text: str, markers: Sequence[str]) -> int:
                 best = max(best, k)
                 break
     return best
+
+
+class StreamingParser:
+    """What every format's streaming parser shares: text pieces are buffered and run through
+    `_run(delta, final)`; `finish()` runs the buffer out and lets the format close what is open
+    (`_close(delta)`). `content`, `reasoning_content` and `tool_calls` are the message so far."""
+
+    def __init__(self):
+        self.buf = ""
+        self.content = ""
+        self.reasoning_content = ""
+        self.tool_calls: List[ToolCall] = []
+
+    def feed(self, text: str) -> ChatDelta:
+        self.buf += text
+        delta = ChatDelta()
+        self._run(delta, final=False)
+        return delta
+
+    def finish(self) -> ChatDelta:
+        delta = ChatDelta()
+        self._run(delta, final=True)
+        self._close(delta)
+        return delta
+
+    @property
+    def has_tool_calls(self) -> bool:
+        return bool(self.tool_calls)
+
+    def _run(self, delta: ChatDelta, final: bool) -> None:
+        raise NotImplementedError
+
+    def _close(self, delta: ChatDelta) -> None:
+        raise NotImplementedError

@@ -26,7 +26,7 @@ import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .chat_types import (HARMONY, ChatDelta, FormatHooks, ToolCall, ToolCallDelta, chosen_tools,
-                         gbnf_literal, new_call_id, partial_suffix, prefix_rules, register_format,
+                         gbnf_literal, new_call_id, partial_suffix, prefix_rules, register_format, StreamingParser,
                          tool_name, tool_parameters)
 
 START, CHANNEL, MESSAGE, END, CONSTRAIN = "<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>"
@@ -67,38 +67,21 @@ class HarmonyHeader:
         return r[len("functions."):] if r.startswith("functions.") else r
 
 
-class HarmonyParser:
+class HarmonyParser(StreamingParser):
     """Incremental parse of one harmony completion into content, reasoning and tool calls."""
 
     def __init__(self, use_tools: bool):
+        super().__init__()
         self.use_tools = use_tools
-        self.buf = ""
         self.state = "start"      # start | header | body | plain | done
         self.header: Optional[HarmonyHeader] = None
         self.sink = "content"     # where the current body goes: content | reasoning | call
-        self.content = ""
-        self.reasoning_content = ""
-        self.tool_calls: List[ToolCall] = []
 
-    # --- public (ChatOutputParser's interface) -------------------------------------------
-    def feed(self, text: str) -> ChatDelta:
-        self.buf += text
-        delta = ChatDelta()
-        self._run(delta, final=False)
-        return delta
-
-    def finish(self) -> ChatDelta:
-        delta = ChatDelta()
-        self._run(delta, final=True)
+    def _close(self, delta: ChatDelta) -> None:
         if self.state == "body":
             self._end_body()
         # an answer cut inside a header leaves that header unread: a header is never content
         self.buf = ""
-        return delta
-
-    @property
-    def has_tool_calls(self) -> bool:
-        return bool(self.tool_calls)
 
     # --- machinery ------------------------------------------------------------------------
     def _emit(self, delta, text: str) -> None:

@@ -243,3 +243,16 @@ def write_tiny_model(
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def tiny_model_maker(base):
+    """make(arch, **kwargs) -> path of a tiny model written under `base` once per distinct
+    (arch, kwargs) and reused after (the tests' module-scoped `tiny` fixtures)."""
+    cache = {}
+
+    def make(arch, **kw):
+        key = (arch, repr(sorted(kw.items())))
+        if key not in cache:
+            cache[key] = str(write_tiny_model(base / f"{arch}-{len(cache)}.gguf", arch, **kw))
+        return cache[key]
+    return make

@@ -86,14 +86,7 @@ class ReferenceModel:
         if arch == "gemma2":
             n_swa = int(k("attention.sliding_window", 4096))
             pattern = k("attention.sliding_window_pattern", 2)  # layers 0, 2, 4, ... local
-            if n_swa > 0:
-                for il in range(self.n_layer):
-                    if isinstance(pattern, list):
-                        swa = bool(pattern[il])
-                    else:
-                        n = int(pattern)
-                        swa = n == 0 or il % n < n - 1
-                    self.window[il] = n_swa if swa else 0
+            self._sliding_layers(n_swa, pattern)
             self.freq_base_local = float(k("rope.freq_base_swa", self.freq_base))
             # query_pre_attn_scalar: head_dim, except the 27B (46 layers): n_embd / n_head
             if self.n_layer == 46:
@@ -104,14 +97,7 @@ class ReferenceModel:
         if arch == "gemma3":
             n_swa = int(k("attention.sliding_window", 0))
             pattern = k("attention.sliding_window_pattern", 6)
-            if n_swa > 0:
-                for il in range(self.n_layer):
-                    if isinstance(pattern, list):
-                        swa = bool(pattern[il])
-                    else:
-                        n = int(pattern)
-                        swa = n == 0 or il % n < n - 1
-                    self.window[il] = n_swa if swa else 0
+            self._sliding_layers(n_swa, pattern)
             self.freq_base_local = float(k("rope.freq_base_swa", 10000.0))
             self.freq_scale_local = 1.0
             if self.n_layer == 62:
@@ -134,6 +120,18 @@ class ReferenceModel:
         self._cache: Dict[str, np.ndarray] = {}
 
     # ---- weights ----
+
+    def _sliding_layers(self, n_swa: int, pattern) -> None:
+        """Gemma 2/3: a per-layer list, or every n-th layer global (n == 0: all local)."""
+        if n_swa <= 0:
+            return
+        for il in range(self.n_layer):
+            if isinstance(pattern, list):
+                swa = bool(pattern[il])
+            else:
+                n = int(pattern)
+                swa = n == 0 or il % n < n - 1
+            self.window[il] = n_swa if swa else 0
     def has(self, name: str) -> bool:
         return name in self._tensors
 
