@@ -14,7 +14,7 @@
 import numpy as np
 import pytest
 
-from reference.fixtures import tiny_model_maker, ARCHS, write_tiny_model
+from reference.fixtures import add_minimal_hparams, tiny_model_maker, ARCHS, write_tiny_model
 from reference.forward import ReferenceModel
 
 core = pytest.importorskip("edgellm._core")
@@ -296,14 +296,7 @@ def test_unsupported_arch_and_missing_key_and_bad_shape(tmp_path):
     def write(arch, drop_key=None, bad_tensor=None):
         p = tmp_path / f"{arch}-{drop_key}-{bad_tensor}.gguf"
         w = gguf.GGUFWriter(str(p), arch)
-        if drop_key != "block_count":
-            w.add_block_count(1)
-        w.add_context_length(64)
-        w.add_embedding_length(32)
-        w.add_feed_forward_length(64)
-        w.add_head_count(2)
-        w.add_layer_norm_rms_eps(1e-5)
-        w.add_vocab_size(8)
+        add_minimal_hparams(w, block_count=drop_key != "block_count")
         w.add_tensor("token_embd.weight", np.zeros((8, 32 if bad_tensor != "token_embd" else 16), np.float32))
         w.write_header_to_file()
         w.write_kv_data_to_file()

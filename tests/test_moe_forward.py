@@ -7,7 +7,7 @@ offload declines MoE models, and the memory plan, `edgellm info` and `edgellm ru
 import numpy as np
 import pytest
 
-from reference.fixtures import tiny_model_maker, MOE_ARCHS, write_tiny_model
+from reference.fixtures import add_minimal_hparams, tiny_model_maker, MOE_ARCHS, write_tiny_model
 from reference.forward import ReferenceModel
 
 core = pytest.importorskip("edgellm._core")
@@ -183,13 +183,7 @@ def _header_only(tmp_path, arch, **keys):
     import gguf
     p = tmp_path / f"{arch}-{len(list(tmp_path.iterdir()))}.gguf"
     w = gguf.GGUFWriter(str(p), arch)
-    w.add_block_count(1)
-    w.add_context_length(64)
-    w.add_embedding_length(32)
-    w.add_feed_forward_length(64)
-    w.add_head_count(2)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_vocab_size(8)
+    add_minimal_hparams(w)
     for k, v in keys.items():
         w.add_uint32(f"{arch}.{k}", v)
     w.add_tensor("token_embd.weight", np.zeros((8, 32), np.float32))

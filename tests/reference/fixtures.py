@@ -256,3 +256,15 @@ def tiny_model_maker(base):
             cache[key] = str(write_tiny_model(base / f"{arch}-{len(cache)}.gguf", arch, **kw))
         return cache[key]
     return make
+
+
+def add_minimal_hparams(w, block_count: bool = True) -> None:
+    """The hyper-parameters of a 1-layer, 32-wide, 8-token header (tests of loader errors)."""
+    if block_count:
+        w.add_block_count(1)
+    w.add_context_length(64)
+    w.add_embedding_length(32)
+    w.add_feed_forward_length(64)
+    w.add_head_count(2)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(8)
