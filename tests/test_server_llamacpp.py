@@ -174,6 +174,32 @@ def test_completion_accepts_llamacpp_client_fields(server):
     assert p.seed is None and p.logit_bias == {5: -1.0, ord("a") + 3: -100.0}
 
 
+@pytest.mark.parametrize("bias", [float("nan"), float("inf")])
+@pytest.mark.parametrize("path, shape", [
+    ("/completion", "pairs"), ("/completion", "object"), ("/v1/completions", "object"),
+    ("/v1/chat/completions", "object")])
+def test_logit_bias_one_rule_on_every_route(server, path, shape, bias):
+    """Issue 39 defect 9: NaN and +inf biases are a 400 naming logit_bias on every route; -inf
+    bans the token everywhere (as documented)."""
+    def body(b):
+        lb = [[5, b]] if shape == "pairs" else {"5": b}
+        if path == "/v1/chat/completions":
+            return {"messages": [{"role": "user", "content": "x"}], "logit_bias": lb,
+                    "max_tokens": 2}
+        return {"prompt": "x", "logit_bias": lb, "max_tokens": 2}
+
+    def send(b):  # NaN / Infinity as Python's json writes (and the server's parser reads) them
+        return httpx.post(server.url + path, content=json.dumps(body(b)), timeout=10,
+                          headers={"content-type": "application/json"})
+
+    r = send(bias)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"].startswith("logit_bias")
+    r = send(float("-inf"))
+    assert r.status_code == 200, r.text
+    assert server.engine.last_params.logit_bias == {5: float("-inf")}
+
+
 def test_completion_over_context(server):
     r = post(server, "/completion", {"prompt": "x" * 300})
     assert r.status_code == 400

@@ -7,8 +7,10 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "bindings.h"
@@ -208,34 +210,40 @@ struct PyEngine {
 
 void bind_engine(py::module_& m) {
   bind_output_event(m);
-  py::class_<SamplingParams>(m, "SamplingParams", "Per-request sampling parameters (C++ side of edgellm.SamplingParams).")
-      .def(py::init<>())
-      .def_readwrite("max_tokens", &SamplingParams::max_tokens)
-      .def_readwrite("min_tokens", &SamplingParams::min_tokens)
-      .def_readwrite("temperature", &SamplingParams::temperature)
-      .def_readwrite("top_k", &SamplingParams::top_k)
-      .def_readwrite("top_p", &SamplingParams::top_p)
-      .def_readwrite("min_p", &SamplingParams::min_p)
-      .def_readwrite("typical_p", &SamplingParams::typical_p)
-      .def_readwrite("repetition_penalty", &SamplingParams::repetition_penalty)
-      .def_readwrite("repeat_last_n", &SamplingParams::repeat_last_n)
-      .def_readwrite("presence_penalty", &SamplingParams::presence_penalty)
-      .def_readwrite("frequency_penalty", &SamplingParams::frequency_penalty)
-      .def_readwrite("logit_bias", &SamplingParams::logit_bias)
+  py::class_<SamplingParams> sp(m, "SamplingParams", "Per-request sampling parameters (C++ side of edgellm.SamplingParams).");
+  sp.def(py::init<>());
+#define EDGELLM_BIND_FIELD(type, name, def, lo, hi, flags) sp.def_readwrite(#name, &SamplingParams::name);
+  EDGELLM_SAMPLING_FIELDS(EDGELLM_BIND_FIELD)
+#undef EDGELLM_BIND_FIELD
+  // The table itself: edgellm.sampling_fields reads each field's type, default and range here.
+  m.def(
+      "sampling_fields",
+      [] {
+        using namespace sampling_field;
+        py::list out;
+        auto bound = [](bool is_int, double v) -> py::object {
+          if (is_int && std::isfinite(v)) return py::int_(static_cast<int64_t>(v));
+          return py::float_(v);
+        };
+#define EDGELLM_FIELD_ROW(type, name, def, lo, hi, flags)                                                   \
+  {                                                                                                       \
+    const bool is_bool = std::is_same<type, bool>::value, is_int = std::is_integral<type>::value && !is_bool; \
+    out.append(py::dict(py::arg("name") = #name, py::arg("type") = is_bool ? "bool" : is_int ? "int" : "float", \
+                        py::arg("default") = static_cast<type>(def), py::arg("lo") = bound(is_int, lo),   \
+                        py::arg("hi") = bound(is_int, hi), py::arg("lo_open") = bool((flags) & kLoOpen),   \
+                        py::arg("unset_below_0") = bool((flags) & kUnsetBelow0),                          \
+                        py::arg("reads_history") = bool((flags) & kReadsHistory)));                       \
+  }
+        EDGELLM_SAMPLING_FIELDS(EDGELLM_FIELD_ROW)
+#undef EDGELLM_FIELD_ROW
+        return out;
+      },
+      "The engine's numeric sampling fields (EDGELLM_SAMPLING_FIELDS): name, type, default, range, flags.");
+  sp.def_readwrite("logit_bias", &SamplingParams::logit_bias)
       .def_readwrite("has_seed", &SamplingParams::has_seed)
       .def_readwrite("seed", &SamplingParams::seed)
       .def_readwrite("stop", &SamplingParams::stop)
       .def_readwrite("stop_token_ids", &SamplingParams::stop_token_ids)
-      .def_readwrite("ignore_eos", &SamplingParams::ignore_eos)
-      .def_readwrite("logprobs", &SamplingParams::logprobs)
-      .def_readwrite("prompt_logprobs", &SamplingParams::prompt_logprobs)
-      .def_readwrite("n", &SamplingParams::n)
-      .def_readwrite("n_keep", &SamplingParams::n_keep,
-                     "Context shift: tokens kept at the start (after a BOS the model adds); -1: the whole prompt.")
-      .def_readwrite("n_discard", &SamplingParams::n_discard,
-                     "Context shift: tokens dropped after the kept ones per shift; 0: half of them.")
-      .def_readwrite("return_progress", &SamplingParams::return_progress,
-                     "Streaming requests: prompt-progress events ('progress') while the prompt is prefilled.")
       .def_property("json_schema", [](const SamplingParams& p) { return p.constraint.json_schema; },
                     [](SamplingParams& p, const std::string& v) { p.constraint.json_schema = v; })
       .def_property("grammar", [](const SamplingParams& p) { return p.constraint.grammar; },

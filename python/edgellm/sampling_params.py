@@ -1,24 +1,30 @@
-"""`SamplingParams`: how one request samples, checked by edgellm.validation's rules.
+"""`SamplingParams`: how one request samples.
 
-Those rules (`validation.SAMPLING_RULES` / `validate_sampling`) are the one definition of what a
-sampling field may be: this dataclass applies them when it is built and again in `to_core`, and
-the server's request parsers (edgellm.server.protocol) apply the same ones to JSON fields.
+Its fields, defaults and rules are edgellm.sampling_fields' table (the one declaration of each
+sampling field): this dataclass applies the rules when it is built and again in `to_core`, and
+the server's request parsers apply the same ones to JSON fields.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Union
+from dataclasses import dataclass, make_dataclass
+from typing import Any, Dict, List, Mapping, Optional
 
 from . import _core
+from . import sampling_fields
 from ._core import InvalidRequestError
-from .validation import token_id, validate_sampling
+from .sampling_fields import validate_sampling
+from .validation import token_id
 
 __all__ = ["SamplingParams"]
 
 
+# The fields and defaults: edgellm.sampling_fields' table.
+_Fields = make_dataclass("_SamplingFields", sampling_fields.dataclass_fields())
+
+
 @dataclass
-class SamplingParams:
+class SamplingParams(_Fields):
     """How to sample. Defaults are llama.cpp's (common_params_sampling):
 
     max_tokens 128 (None: until end-of-generation or the context is full), min_tokens 0
@@ -28,8 +34,9 @@ class SamplingParams:
     output (-1: all, 0: off), presence/frequency penalties 0, seed None (random).
 
     The chain runs in llama.cpp's order: logit_bias -> penalties (repetition: divide a positive
-    logit, multiply a negative one; then frequency * count and presence) -> top_k -> typical_p
-    -> top_p -> min_p -> temperature -> draw. Truncation sees untempered logits.
+    logit, multiply a negative one; then frequency * count and presence) -> the candidate steps
+    (top_k, typical_p, top_p, min_p, ...: sampling_fields.LLAMACPP_CHAIN) -> temperature ->
+    draw. The candidate steps see untempered logits.
 
     logprobs=k returns, per generated token, its log-prob and the k most likely tokens under
     the model's distribution after logit_bias and penalties, before truncation and temperature
@@ -37,46 +44,15 @@ class SamplingParams:
     token after the first (raw model distribution). With n > 1, completion i uses seed + i.
     json_schema / grammar / regex / response_format need a registered constraint factory
     (edgellm's grammar module); otherwise the request is rejected with InvalidRequestError.
+    grammar_triggers: free text until one of these strings appears in the output, then the
+    grammar (tool calls under tool_choice auto). grammar_budget_close: when the tokens left
+    would not otherwise suffice, the grammar steers to the nearest complete document.
+    return_progress (streams; llama-server's): chunks with empty text whose `progress` is
+    {total, cache, processed, time_ms} while the prompt is prefilled. n_keep / n_discard:
+    context shift (LLM(..., context_shift=True)): tokens kept at the start (-1: the prompt) and
+    dropped per shift (0: half). Every field, its range and its wire names:
+    edgellm.sampling_fields (docs/SERVER.md's parameter table).
     """
-    max_tokens: Optional[int] = 128
-    min_tokens: int = 0
-    temperature: float = 0.8
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    typical_p: float = 1.0
-    repetition_penalty: float = 1.0
-    repeat_last_n: int = 64
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    logit_bias: Optional[Dict[int, float]] = None
-    seed: Optional[int] = None
-    stop: Union[None, str, List[str]] = None
-    stop_token_ids: Optional[List[int]] = None
-    ignore_eos: bool = False
-    logprobs: Optional[int] = None
-    prompt_logprobs: Optional[int] = None
-    n: int = 1
-    json_schema: Union[None, dict, str] = None
-    grammar: Optional[str] = None
-    regex: Optional[str] = None
-    response_format: Optional[dict] = None
-    # Lazy constraint: free text until one of these strings appears in the output, then the
-    # grammar (which starts by matching the trigger). Used for tool calls under tool_choice auto.
-    grammar_triggers: Optional[List[str]] = None
-    # Budget-aware closing: when the tokens left (max_tokens, or the context) would not otherwise
-    # suffice, the grammar steers to the nearest complete document, so the output still parses.
-    grammar_budget_close: bool = False
-    # Streams only (llama-server's return_progress): while the prompt is prefilled, chunks with
-    # empty text whose `progress` is {total, cache, processed, time_ms} -- one at admission
-    # (processed == cache, the prefix-cache hit; time 0), then one per prefill chunk.
-    return_progress: bool = False
-    # Context shift (LLM(..., context_shift=True); llama-server's n_keep): when the context is
-    # full, the first n_keep tokens (after a BOS the model adds) and the newer half of the rest
-    # are kept and generation goes on; -1 keeps the whole prompt. No effect without the opt-in.
-    # n_discard: how many tokens after the kept ones each shift drops (0: half of them).
-    n_keep: int = 0
-    n_discard: int = 0
 
     def stop_list(self) -> List[str]:
         if self.stop is None:
@@ -120,9 +96,9 @@ class SamplingParams:
         InvalidRequestError naming the field for a wrong type or range; ints stay ints (a
         fractional max_tokens is an error, never truncated), numbers become floats."""
         v = validate_sampling({f: getattr(self, f) for f in self.__dataclass_fields__})
-        for f in ("max_tokens", "temperature", "top_p", "min_p", "typical_p",
-                  "repetition_penalty", "presence_penalty", "frequency_penalty"):
-            setattr(self, f, v[f])
+        for f in sampling_fields.FIELDS:
+            if f.kind in ("int", "float"):
+                setattr(self, f.name, v[f.name])
         return v
 
     def to_core(self, n_vocab: Optional[int] = None) -> "_core.SamplingParams":
@@ -134,17 +110,7 @@ class SamplingParams:
                 token_id(t, "logit_bias" if t in (v["logit_bias"] or ()) else "stop_token_ids",
                          n_vocab)
         p = _core.SamplingParams()
-        p.max_tokens = -1 if v["max_tokens"] is None else v["max_tokens"]
-        p.min_tokens = v["min_tokens"]
-        p.temperature = v["temperature"]
-        p.top_k = v["top_k"]
-        p.top_p = v["top_p"]
-        p.min_p = v["min_p"]
-        p.typical_p = v["typical_p"]
-        p.repetition_penalty = v["repetition_penalty"]
-        p.repeat_last_n = v["repeat_last_n"]
-        p.presence_penalty = v["presence_penalty"]
-        p.frequency_penalty = v["frequency_penalty"]
+        sampling_fields.to_core(v, p)
         if v["logit_bias"]:
             p.logit_bias = list(v["logit_bias"].items())
         if v["seed"] is not None:
@@ -152,13 +118,6 @@ class SamplingParams:
             p.seed = v["seed"] & 0xFFFFFFFFFFFFFFFF
         p.stop = v["stop"] or []
         p.stop_token_ids = v["stop_token_ids"] or []
-        p.ignore_eos = v["ignore_eos"]
-        p.logprobs = -1 if v["logprobs"] is None else v["logprobs"]
-        p.prompt_logprobs = -1 if v["prompt_logprobs"] is None else v["prompt_logprobs"]
-        p.n = v["n"]
-        p.return_progress = v["return_progress"]
-        p.n_keep = v["n_keep"]
-        p.n_discard = v["n_discard"]
         p.json_schema = self._schema_text()
         p.grammar = self.grammar or ""
         p.regex = self.regex or ""

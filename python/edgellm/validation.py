@@ -1,9 +1,9 @@
 """What a request parameter may be: one definition for the library and the server.
 
-`SamplingParams` (edgellm.sampling_params) checks its fields with `validate_sampling`, and the
-OpenAI / Anthropic / llama-server request parsers (edgellm.server.protocol) check the same fields
-with the same rules (`SAMPLING_RULES`), so `temperature=-1` is refused the same way whether it comes
-from Python or from JSON. Every failure is an `edgellm.InvalidRequestError` whose message names
+The sampling fields' rules are built from these primitives in edgellm.sampling_fields (the one
+table of sampling fields: `SAMPLING_RULES`, `validate_sampling`), which `SamplingParams` and the
+OpenAI / Anthropic / llama-server request parsers apply alike, so `temperature=-1` is refused the
+same way whether it comes from Python or from JSON. Every failure is an `edgellm.InvalidRequestError` whose message names
 the field, with `.param` (the field's name, as the caller spelt it) and `.code`
 ("invalid_type" or "invalid_value") set; the server answers it as a 400 in OpenAI's envelope.
 
@@ -24,7 +24,7 @@ from ._core import InvalidRequestError
 __all__ = [
     "InvalidRequestError", "fail", "integer", "number", "boolean", "string", "optional",
     "token_id", "token_ids", "logit_bias", "stop_strings", "response_format", "json_schema",
-    "SAMPLING_RULES", "validate_sampling", "validate_messages", "MESSAGE_ROLES",
+    "bias_value", "validate_messages", "MESSAGE_ROLES",
     "MAX_N", "MAX_STOP", "MAX_STOP_CHARS", "MAX_TOP_LOGPROBS", "MAX_TOKEN_ID", "MAX_N_CTX",
     "SPECULATIVE_MODES", "MAX_SPECULATIVE_TOKENS", "check_speculative",
 ]
@@ -32,7 +32,7 @@ __all__ = [
 MAX_N = 64                 # completions per request
 MAX_STOP = 16              # stop strings per request (OpenAI allows 4; llama-server any number)
 MAX_STOP_CHARS = 4096      # characters in one stop string
-MAX_STOP_TOKEN_IDS = 1024  # stop_token_ids entries
+MAX_STOP_TOKEN_IDS = 1024  # stop_token_ids entries (edgellm.sampling_fields)
 MAX_TOP_LOGPROBS = 20      # OpenAI's limit; llama-server's n_probs is capped the same here
 MAX_TOKEN_ID = 2**31 - 1   # the engine stores token ids as int32
 MAX_INT32 = 2**31 - 1
@@ -183,11 +183,16 @@ def logit_bias(v: Any, name: str) -> Dict[int, float]:
         else:
             tid = _as_int(key, name)
         token_id(tid, name)
-        if isinstance(bias, float) and bias == -math.inf:
-            out[tid] = bias  # -inf bans the token (llama.cpp's, llama-server's `false`)
-        else:
-            out[tid] = number()(bias, f"{name}[{key}]")
+        out[tid] = bias_value(bias, f"{name}[{key}]")
     return out
+
+
+def bias_value(v: Any, name: str) -> float:
+    """A logit bias: a finite number, or -inf to ban the token (llama.cpp's; llama-server's
+    `false`). NaN and +inf are refused, on every route."""
+    if isinstance(v, float) and v == -math.inf:
+        return v
+    return number()(v, name)
 
 
 def stop_strings(v: Any, name: str) -> Optional[List[str]]:
@@ -205,20 +210,6 @@ def stop_strings(v: Any, name: str) -> Optional[List[str]]:
         if len(s) > MAX_STOP_CHARS:
             raise fail(f"'{name}' has a string of {len(s)} characters, at most "
                        f"{MAX_STOP_CHARS} are allowed", name)
-    return list(v) or None
-
-
-def _token_id_list(v: Any, name: str) -> Optional[List[int]]:
-    if isinstance(v, (str, bytes, Mapping)) or not isinstance(v, (list, tuple)):
-        raise bad_type(name, v, "an array of token ids")
-    if len(v) > MAX_STOP_TOKEN_IDS:
-        raise fail(f"'{name}' has {len(v)} ids, at most {MAX_STOP_TOKEN_IDS} are allowed", name)
-    return token_ids(v, None, name) or None
-
-
-def _string_list(v: Any, name: str) -> Optional[List[str]]:
-    if not isinstance(v, (list, tuple)) or not all(isinstance(s, str) and s for s in v):
-        raise bad_type(name, v, "an array of non-empty strings")
     return list(v) or None
 
 
@@ -267,68 +258,6 @@ def json_schema(v: Any, name: str):
     if isinstance(v, Mapping) and _nesting_depth(v, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
         raise fail(f"'{name}' is nested more than {MAX_SCHEMA_DEPTH} levels deep", name)
     return v
-
-
-def _seed(v: Any, name: str) -> int:
-    # any 64-bit value, signed or not (it is used modulo 2^64)
-    return integer(-(2**63), 2**64 - 1)(v, name)
-
-
-def _max_tokens(v: Any, name: str) -> Optional[int]:
-    if v is None:
-        return None
-    v = _as_int(v, name)
-    if v < 1:
-        raise fail(f"'{name}' must be >= 1 (or None for no limit), got {v}", name)
-    _range(name, v, None, MAX_INT32)
-    return v
-
-
-# ---- the sampling parameters ----------------------------------------------------------------
-# SamplingParams field -> rule. The server maps its request fields onto these (protocol.py).
-SAMPLING_RULES: Dict[str, Check] = {
-    "max_tokens": _max_tokens,                               # >= 1, None = no limit
-    "min_tokens": integer(0, MAX_INT32),
-    "temperature": number(0.0),                              # 0 = greedy; no upper bound
-    "top_k": integer(-MAX_INT32, MAX_INT32),                 # <= 0 = off
-    "top_p": number(0.0, 1.0),                               # 1 = off
-    "min_p": number(0.0, 1.0),                               # 0 = off
-    "typical_p": number(0.0, 1.0, lo_open=True),             # 1 = off
-    "repetition_penalty": number(0.0, lo_open=True),         # 1 = off
-    "repeat_last_n": integer(-1, MAX_INT32),                 # -1 = all, 0 = off
-    "presence_penalty": number(),
-    "frequency_penalty": number(),
-    "logit_bias": optional(logit_bias),
-    "seed": optional(_seed),
-    "stop": optional(stop_strings),
-    "stop_token_ids": optional(_token_id_list),
-    "ignore_eos": boolean,
-    "logprobs": optional(integer(0, MAX_TOP_LOGPROBS)),
-    "prompt_logprobs": optional(integer(0, MAX_TOP_LOGPROBS)),
-    "n": integer(1, MAX_N),
-    "json_schema": optional(json_schema),
-    "grammar": optional(string),
-    "regex": optional(string),
-    "response_format": optional(response_format),
-    "grammar_triggers": optional(_string_list),
-    "grammar_budget_close": boolean,
-    "return_progress": boolean,
-    "n_keep": integer(-1, MAX_INT32),                        # context shift: -1 = the whole prompt
-    "n_discard": integer(0, MAX_INT32),                      # context shift: 0 = half
-}
-
-
-def validate_sampling(values: Mapping[str, Any]) -> Dict[str, Any]:
-    """Check every field that has a rule; returns field -> normalized value (ints as int,
-    numbers as float, ...). Fields without a rule pass through unchecked."""
-    out = dict(values)
-    for key, check in SAMPLING_RULES.items():
-        if key in out:
-            out[key] = check(out[key], key)
-    mt, mn = out.get("max_tokens"), out.get("min_tokens", 0)
-    if mt is not None and mn is not None and mn > mt:
-        raise fail(f"'min_tokens' ({mn}) exceeds 'max_tokens' ({mt})", "min_tokens")
-    return out
 
 
 # ---- chat messages --------------------------------------------------------------------------

@@ -27,10 +27,6 @@ uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-bool uses_history(const SamplingParams& p) {
-  return p.repeat_last_n != 0 && (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f);
-}
-
 // A token text for an error message: printable ASCII kept, other bytes as \xNN, long texts cut.
 std::string shown(const std::string& t) {
   std::string out;
@@ -193,7 +189,7 @@ bool DraftProposer::choose(DraftRequest& r, const float* row, std::vector<int32_
   std::copy(row, row + n_copy, work_.begin());
   // Ids the draft lacks can never be proposed; ids the target lacks are outside the row.
   std::fill(work_.begin() + n_copy, work_.end(), kNegInf);
-  const std::vector<int32_t>& hist = uses_history(r.sampler->params()) ? history : *r.tokens;
+  const std::vector<int32_t>& hist = r.sampler->params().reads_history() ? history : *r.tokens;
   try {
     r.sampler->distribution(work_.data(), target_n_vocab_, hist, r.n_generated + static_cast<int32_t>(r.draft.size()),
                             q_);
@@ -209,7 +205,7 @@ bool DraftProposer::choose(DraftRequest& r, const float* row, std::vector<int32_
   }
   if (token < 0 || token >= target_n_vocab_) return false;
   r.draft.push_back(token);
-  if (uses_history(r.sampler->params())) history.push_back(token);
+  if (r.sampler->params().reads_history()) history.push_back(token);
   return true;
 }
 
@@ -270,7 +266,7 @@ void DraftProposer::propose(std::vector<DraftRequest>& reqs) {
   std::vector<std::vector<int32_t>> history(reqs.size());
   for (size_t i : active) {
     const SamplingParams& p = reqs[i].sampler->params();
-    if (!uses_history(p)) continue;
+    if (!p.reads_history()) continue;
     const auto& tok = *reqs[i].tokens;
     const size_t n = p.repeat_last_n < 0 ? tok.size() : std::min(tok.size(), static_cast<size_t>(p.repeat_last_n));
     history[i].assign(tok.end() - static_cast<std::ptrdiff_t>(n), tok.end());

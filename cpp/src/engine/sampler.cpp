@@ -29,6 +29,12 @@ std::vector<float> softmax(const std::vector<Candidate>& c) {
   return p;
 }
 
+// The temperature step: logits divided by t (> 0).
+void temper(std::vector<Candidate>& c, float t) {
+  const float inv_t = 1.0f / t;
+  for (auto& x : c) x.logit *= inv_t;
+}
+
 }  // namespace
 
 Sampler::Sampler(const SamplingParams& params, std::vector<int32_t> eog, uint64_t seed)
@@ -241,8 +247,6 @@ void Sampler::truncated(const float* logits, int32_t n_vocab, std::vector<Candid
   typical(c, params_.typical_p);
   top_p(c, params_.top_p);
   min_p(c, params_.min_p);
-  const float inv_t = 1.0f / params_.temperature;
-  for (auto& x : c) x.logit *= inv_t;
 }
 
 int32_t Sampler::sample(float* logits, int32_t n_vocab, const std::vector<int32_t>& history, int32_t n_generated,
@@ -254,6 +258,7 @@ int32_t Sampler::sample(float* logits, int32_t n_vocab, const std::vector<int32_
   } else {
     std::vector<Candidate> c;
     truncated(logits, n_vocab, c);
+    temper(c, params_.temperature);
     token = c.empty() ? -1 : draw(c);
   }
   if (token < 0 || logits[token] == kNegInf)
@@ -272,6 +277,7 @@ void Sampler::distribution(float* logits, int32_t n_vocab, const std::vector<int
   } else {
     std::vector<Candidate> c;
     truncated(logits, n_vocab, c);
+    temper(c, params_.temperature);
     const std::vector<float> prob = softmax(c);
     for (size_t i = 0; i < c.size(); ++i)
       if (prob[i] > 0.0f) out.push_back({c[i].id, prob[i]});

@@ -2,9 +2,11 @@
 //
 //   logit_bias → masks (EOG before min_tokens / with ignore_eos, stop tokens before min_tokens)
 //   → penalties (repetition, frequency, presence over the last repeat_last_n tokens, prompt included)
-//   → [log-probs are read here] → top_k → typical_p → top_p → min_p → temperature → draw
+//   → [log-probs are read here] → the candidate steps (sampler.cpp's `truncated` and what follows
+//   it, in llama.cpp's order: top_k, typical_p, top_p, min_p, ...) → temperature → draw
 //
-// temperature <= 0 takes the argmax right after the penalties. Truncation sees untempered logits.
+// temperature <= 0 takes the argmax right after the penalties unless a candidate step needs the
+// candidates. The candidate steps see untempered logits.
 // The draw uses a std::mt19937 owned by the sequence, so a seeded request produces the same tokens
 // whatever else shares its batch. Log-probs describe the model's distribution after bias and
 // penalties, before truncation and temperature (llama.cpp's n_probs, OpenAI's logprobs).
@@ -76,8 +78,8 @@ class Sampler {
   int32_t draw(std::vector<Candidate>& c);
   // logit_bias, the EOG / stop-token masks and the penalties, in place.
   void prepare(float* logits, int32_t n_vocab, const std::vector<int32_t>& history, int32_t n_generated) const;
-  // The candidates after top_k → typical → top_p → min_p, logits divided by the temperature
-  // (temperature > 0 only).
+  // The candidates after the candidate steps (untempered logits; temperature > 0 or a step that
+  // needs the candidates).
   void truncated(const float* logits, int32_t n_vocab, std::vector<Candidate>& c) const;
   SamplingParams params_;
   std::vector<int32_t> eog_;

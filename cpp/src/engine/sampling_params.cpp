@@ -1,36 +1,47 @@
 #include "engine/sampling_params.h"
 
 #include <cmath>
+#include <cstdio>
 #include <string>
+#include <type_traits>
 
 #include "common/errors.h"
 
 namespace edgellm {
+using namespace sampling_field;
 namespace {
+
 [[noreturn]] void bad(const std::string& what) { throw InvalidRequestError(what); }
-bool finite(float x) { return std::isfinite(x); }
+
+std::string num(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
+}
+
+// One field against its declared range (EDGELLM_SAMPLING_FIELDS).
+void check(const char* name, double v, bool is_float, double lo, double hi, unsigned flags) {
+  if (is_float && !std::isfinite(v)) bad(std::string(name) + " must be finite, got " + num(v));
+  if ((flags & kUnsetBelow0) && v < 0) return;
+  const bool lo_open = flags & kLoOpen;
+  if ((lo_open ? v <= lo : v < lo) || v > hi) {
+    std::string range;
+    if (hi == kInf) range = (lo_open ? "> " : ">= ") + num(lo);
+    else if (lo == -kInf) range = "<= " + num(hi);
+    else range = std::string("in ") + (lo_open ? "(" : "[") + num(lo) + ", " + num(hi) + "]";
+    bad(std::string(name) + " must be " + range + ", got " + num(v));
+  }
+}
 }  // namespace
 
 void SamplingParams::validate(int32_t n_vocab) const {
-  // The ranges are edgellm.validation's (README "Parameter rules"), which Python applies first.
-  if (!finite(temperature) || temperature < 0.0f) bad("temperature must be >= 0, got " + std::to_string(temperature));
-  if (!finite(top_p) || top_p < 0.0f || top_p > 1.0f) bad("top_p must be in [0, 1], got " + std::to_string(top_p));
-  if (!finite(min_p) || min_p < 0.0f || min_p > 1.0f) bad("min_p must be in [0, 1], got " + std::to_string(min_p));
-  if (!finite(typical_p) || typical_p <= 0.0f || typical_p > 1.0f)
-    bad("typical_p must be in (0, 1], got " + std::to_string(typical_p));
-  if (!finite(repetition_penalty) || repetition_penalty <= 0.0f)
-    bad("repetition_penalty must be > 0, got " + std::to_string(repetition_penalty));
-  if (repeat_last_n < -1) bad("repeat_last_n must be >= -1, got " + std::to_string(repeat_last_n));
-  if (!finite(presence_penalty)) bad("presence_penalty must be finite");
-  if (!finite(frequency_penalty)) bad("frequency_penalty must be finite");
-  if (min_tokens < 0) bad("min_tokens must be >= 0, got " + std::to_string(min_tokens));
-  if (max_tokens == 0) bad("max_tokens must be >= 1 (or None), got 0");
+  // The ranges are the table's (EDGELLM_SAMPLING_FIELDS), which Python applies first.
+#define EDGELLM_CHECK_FIELD(type, name, def, lo, hi, flags) \
+  check(#name, static_cast<double>(name), std::is_floating_point<type>::value, lo, hi, flags);
+  EDGELLM_SAMPLING_FIELDS(EDGELLM_CHECK_FIELD)
+#undef EDGELLM_CHECK_FIELD
   if (max_tokens >= 0 && min_tokens > max_tokens)
     bad("min_tokens " + std::to_string(min_tokens) + " exceeds max_tokens " + std::to_string(max_tokens));
-  if (n_keep < -1) bad("n_keep must be >= -1 (-1: the whole prompt), got " + std::to_string(n_keep));
-  if (n_discard < 0) bad("n_discard must be >= 0 (0: half), got " + std::to_string(n_discard));
-  if (n < 1 || n > 64) bad("n must be in 1..64, got " + std::to_string(n));
-  if (logprobs > 20 || prompt_logprobs > 20) bad("logprobs / prompt_logprobs must be at most 20");
   for (const auto& b : logit_bias) {
     if (b.first < 0 || b.first >= n_vocab)
       bad("logit_bias token id " + std::to_string(b.first) + " is outside the vocabulary [0, " + std::to_string(n_vocab) + ")");
@@ -42,6 +53,14 @@ void SamplingParams::validate(int32_t n_vocab) const {
       bad("stop_token_ids entry " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(n_vocab) + ")");
   for (const auto& s : stop)
     if (s.empty()) bad("stop strings must not be empty");
+}
+
+bool SamplingParams::reads_history() const {
+#define EDGELLM_READS_HISTORY(type, name, def, lo, hi, flags) \
+  if (((flags) & kReadsHistory) && name != static_cast<type>(def)) return true;
+  EDGELLM_SAMPLING_FIELDS(EDGELLM_READS_HISTORY)
+#undef EDGELLM_READS_HISTORY
+  return false;
 }
 
 }  // namespace edgellm

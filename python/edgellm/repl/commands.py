@@ -11,7 +11,7 @@ from typing import Callable, Dict, List
 
 from .conversation import Conversation, ConversationFileError
 from .model_facts import info_rows, template_text
-from .params import PARAMETERS, ParameterError, Parameters
+from .params import PARAMETERS, ParameterError, Parameters, effective as effective_params
 
 __all__ = ["execute", "HELP", "is_command"]
 
@@ -188,14 +188,7 @@ def _show(app, line: str, args: List[str]) -> bool:
 
 def _show_parameters(app) -> None:
     p = app.sampling_params()
-    effective = {
-        "temperature": p.temperature, "top_k": p.top_k, "top_p": p.top_p, "min_p": p.min_p,
-        "typical_p": p.typical_p, "seed": "random" if p.seed is None else p.seed,
-        "num_predict": -1 if p.max_tokens is None else p.max_tokens,
-        "num_ctx": getattr(app.llm, "n_ctx", "-"), "repeat_penalty": p.repetition_penalty,
-        "repeat_last_n": p.repeat_last_n, "presence_penalty": p.presence_penalty,
-        "frequency_penalty": p.frequency_penalty,
-    }
+    effective = {**effective_params(p), "num_ctx": getattr(app.llm, "n_ctx", "-")}
     stops = p.stop_list()
     user = app.params.values
     lines = ["User defined parameters:"]

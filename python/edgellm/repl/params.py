@@ -1,8 +1,8 @@
 """The REPL's sampling parameters under Ollama's names (`/set parameter NAME VALUE`).
 
 Ollama users type `temperature`, `num_predict`, `repeat_penalty`, `num_ctx`...; the engine
-speaks SamplingParams. This table is the one place the two vocabularies meet. Only values the
-user set are kept (so `/show parameters` can tell them from the defaults, and `/save` writes
+speaks SamplingParams. The specs come from edgellm.sampling_fields (each field's REPL name, range
+and help), plus `num_ctx`, an engine setting. Only values the user set are kept (so `/show parameters` can tell them from the defaults, and `/save` writes
 only what was chosen); everything else falls back to SamplingParams' llama.cpp defaults.
 """
 from __future__ import annotations
@@ -12,9 +12,10 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
+from .. import sampling_fields
 from ..sampling_params import SamplingParams
 
-__all__ = ["ParameterError", "ParamSpec", "PARAMETERS", "Parameters"]
+__all__ = ["ParameterError", "ParamSpec", "PARAMETERS", "Parameters", "effective"]
 
 
 class ParameterError(ValueError):
@@ -57,28 +58,37 @@ class ParamSpec:
     help: str
 
 
+def _spec(f: sampling_fields.Field) -> ParamSpec:
+    """The `/set parameter` spec of a sampling field: parsed by its type, checked by its range
+    (numbers) -- a negative whole number is "unset" (None) where the field may be unset."""
+    lo, hi, lo_open = f.bounds
+    if f.name == "stop":
+        parse: Callable[[str], Any] = str
+    elif f.kind == "float":
+        parse = _float(f.repl, lo, hi, lo_open)
+    else:  # int fields, and the seed
+        unset = f.default is None or bool(f.engine and f.engine["unset_below_0"])
+        parse = _int(f.repl, None if lo in (-math.inf, -(2**31)) or unset and lo < 0 else lo,
+                     allow_unset=unset)
+    return ParamSpec(f.repl, f.name, parse, f.help)
+
+
 PARAMETERS: Dict[str, ParamSpec] = {s.name: s for s in (
-    ParamSpec("temperature", "temperature", _float("temperature", 0.0),
-              "randomness of sampling; 0 = always the most likely token"),
-    ParamSpec("top_k", "top_k", _int("top_k"), "sample among the k most likely tokens; <= 0 off"),
-    ParamSpec("top_p", "top_p", _float("top_p", 0.0, 1.0), "nucleus sampling mass; 1 off"),
-    ParamSpec("min_p", "min_p", _float("min_p", 0.0, 1.0),
-              "drop tokens below min_p x the top probability; 0 off"),
-    ParamSpec("typical_p", "typical_p", _float("typical_p", 0.0, 1.0, lo_open=True),
-              "locally typical sampling; 1 off"),
-    ParamSpec("seed", "seed", _int("seed", allow_unset=True), "random seed; -1 = random each answer"),
-    ParamSpec("num_predict", "max_tokens", _int("num_predict", lo=1, allow_unset=True),
-              "most tokens per answer; -1 = until the model stops or the context is full"),
+    *(_spec(f) for f in sampling_fields.FIELDS if f.repl),
     ParamSpec("num_ctx", None, _int("num_ctx", lo=16), "context window in tokens (reloads the model)"),
-    ParamSpec("repeat_penalty", "repetition_penalty", _float("repeat_penalty", 0.0, lo_open=True),
-              "penalty for repeating recent tokens; 1 off"),
-    ParamSpec("repeat_last_n", "repeat_last_n", _int("repeat_last_n", lo=-1),
-              "how many recent tokens repeat_penalty looks at; -1 all, 0 off"),
-    ParamSpec("presence_penalty", "presence_penalty", _float("presence_penalty"), "penalty for any seen token"),
-    ParamSpec("frequency_penalty", "frequency_penalty", _float("frequency_penalty"),
-              "penalty growing with a token's count"),
-    ParamSpec("stop", "stop", str, "a stop string (repeat to add more)"),
 )}
+
+
+def effective(p: SamplingParams) -> Dict[str, Any]:
+    """`/show parameters`: what each REPL parameter is for `p` (None shown as Ollama's -1 or
+    'random'), stop excluded."""
+    out: Dict[str, Any] = {}
+    for spec in PARAMETERS.values():
+        if spec.field is None or spec.name == "stop":
+            continue
+        v = getattr(p, spec.field)
+        out[spec.name] = v if v is not None else "random" if spec.field == "seed" else -1
+    return out
 
 
 class Parameters:

@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 import edgellm
 
+from .. import sampling_fields
 from . import protocol
 from .admission import ChunkStream
 from .errors import APIError, invalid
@@ -88,12 +89,14 @@ def _logit_bias(v, name):
         elif isinstance(bias, bool) or not isinstance(bias, (int, float)):
             raise invalid(f"'{name}' bias for {key!r} must be a number or false", name,
                           "invalid_type")
+        else:  # the one rule of every route: finite, or -inf to ban the token
+            bias = protocol.bias_value(bias, name)
         if isinstance(key, str) and key.lstrip("-").isdigit() and isinstance(v, dict):
             key = int(key)
         if isinstance(key, bool) or not isinstance(key, (int, str)):
             raise invalid(f"'{name}' keys must be token ids or text, got {key!r}", name,
                           "invalid_value")
-        out.append((key, max(-100.0, min(100.0, float(bias)))))
+        out.append((key, bias if bias == -math.inf else max(-100.0, min(100.0, float(bias)))))
     return out
 
 
@@ -117,45 +120,26 @@ def _inert_default(default):
     return check
 
 
-# The fields SamplingParams takes as they are have its rules (edgellm.validation); the others
-# are llama-server's own: n_predict / max_tokens -1, a negative temperature (greedy), seed -1.
+# The fields SamplingParams takes as they are have its rules, under edgellm.sampling_fields'
+# llama.cpp names; the others are llama-server's own forms: n_predict / max_tokens -1, a
+# negative temperature (greedy), seed -1, logit_bias pairs.
 _rule = protocol.sampling_rule
 _SAMPLING = {
+    **{w: _rule(f) for w, f in sampling_fields.wire_names("llamacpp").items()},
     "n_predict": _int_or_minus1,
     "max_tokens": _int_or_minus1,
     "temperature": protocol.number(),          # llama-server: <= 0 is greedy
-    "top_k": _rule("top_k"),
-    "top_p": _rule("top_p"),
-    "min_p": _rule("min_p"),
-    "typical_p": _rule("typical_p"),
-    "repeat_penalty": _rule("repetition_penalty"),
-    "repeat_last_n": _rule("repeat_last_n"),   # -1: the whole context
-    "presence_penalty": _rule("presence_penalty"),
-    "frequency_penalty": _rule("frequency_penalty"),
-    "seed": protocol.integer(),
-    "stop": protocol.stop_strings,
-    "ignore_eos": protocol.boolean,
-    "n_probs": _rule("logprobs"),
-    "n_keep": protocol.integer(-1),      # --context-shift: tokens kept at the start; -1 = the prompt
-    "n_discard": protocol.integer(0),    # --context-shift: tokens dropped per shift; 0 = half
-    "min_keep": protocol.integer(0),
+    "seed": protocol.integer(),                # -1: random
     "logit_bias": _logit_bias,
-    "grammar": protocol.string,
-    "json_schema": protocol.json_schema,
+    "min_keep": protocol.integer(0),
 }
-# Samplers llama.cpp has and edgellm does not: their off values are accepted (clients such as
-# llama.cpp's web UI send every setting), anything else is a 400.
-_OFF_SAMPLERS = {
-    "mirostat": _inert_default(0),
-    "dynatemp_range": _inert_default(0),
-    "xtc_probability": _inert_default(0),
-    "dry_multiplier": _inert_default(0),
-    "top_n_sigma": _inert_default(-1),
-}
-# Settings of those samplers, meaningless while they are off.
-_OFF_SAMPLER_SETTINGS = ("mirostat_tau", "mirostat_eta", "dynatemp_exponent", "xtc_threshold",
-                         "dry_base", "dry_allowed_length", "dry_penalty_last_n",
-                         "dry_sequence_breakers", "adaptive_target", "adaptive_decay")
+# Samplers llama.cpp has and edgellm does not (sampling_fields.LLAMACPP_UNSUPPORTED): their off
+# values are accepted (clients such as llama.cpp's web UI send every setting), anything else is a
+# 400; the settings of those samplers are meaningless while they are off.
+_OFF_SAMPLERS = {k: _inert_default(d) for k, (d, switch) in
+                 sampling_fields.LLAMACPP_UNSUPPORTED.items() if switch}
+_OFF_SAMPLER_SETTINGS = tuple(k for k, (_, switch) in
+                              sampling_fields.LLAMACPP_UNSUPPORTED.items() if not switch)
 _SERVER = {
     "prompt": protocol.anything,
     "stream": protocol.boolean,
@@ -186,6 +170,9 @@ _ACCEPTED_INERT = {
 for _k in _OFF_SAMPLER_SETTINGS:
     _ACCEPTED_INERT[_k] = protocol.anything
 
+# The fields _sampling copies as they are (the others have llama-server's own forms).
+_PLAIN = {w: f for w, f in sampling_fields.wire_names("llamacpp").items()
+          if w not in ("n_predict", "max_tokens", "seed", "n_probs", "logit_bias")}
 COMPLETION_FIELDS = {**_SAMPLING, **_OFF_SAMPLERS, **_SERVER, **_ACCEPTED_INERT}
 INFILL_FIELDS = {**COMPLETION_FIELDS, "input_prefix": protocol.anything,
                  "input_suffix": protocol.anything, "input_extra": protocol.anything}
@@ -379,7 +366,7 @@ def check_infill(fields: JSON) -> Tuple[list, list, list]:
 
 # --- the response objects ---------------------------------------------------------------------
 
-SAMPLERS = ["penalties", "top_k", "typ_p", "top_p", "min_p", "temperature"]
+SAMPLERS = list(sampling_fields.LLAMACPP_CHAIN)
 
 
 def _attr(params, name, default=None):
@@ -396,27 +383,15 @@ def generation_settings(params, fields: JSON, stream: bool = False) -> JSON:
         stop = [stop]
     bias = _attr(params, "logit_bias") or {}
     return {
+        **sampling_fields.llamacpp_settings(params),
         "seed": 0xFFFFFFFF if seed is None else seed,
-        "temperature": _attr(params, "temperature", 0.8),
-        "dynatemp_range": 0.0, "dynatemp_exponent": 1.0,
-        "top_k": _attr(params, "top_k", 40), "top_p": _attr(params, "top_p", 0.95),
-        "min_p": _attr(params, "min_p", 0.05), "top_n_sigma": -1.0,
-        "xtc_probability": 0.0, "xtc_threshold": 0.1,
-        "typical_p": _attr(params, "typical_p", 1.0),
-        "repeat_last_n": _attr(params, "repeat_last_n", 64),
-        "repeat_penalty": _attr(params, "repetition_penalty", 1.0),
-        "presence_penalty": _attr(params, "presence_penalty", 0.0),
-        "frequency_penalty": _attr(params, "frequency_penalty", 0.0),
-        "dry_multiplier": 0.0, "dry_base": 1.75, "dry_allowed_length": 2,
-        "dry_penalty_last_n": -1, "dry_sequence_breakers": ["\n", ":", "\"", "*"],
-        "mirostat": 0, "mirostat_tau": 5.0, "mirostat_eta": 0.1,
-        "adaptive_target": -1.0, "adaptive_decay": 0.9,
         "stop": list(stop),
         "max_tokens": n_predict, "n_predict": n_predict,
-        "n_keep": _attr(params, "n_keep", 0), "n_discard": _attr(params, "n_discard", 0),
         "ignore_eos": bool(_attr(params, "ignore_eos", False)),
         "stream": stream,
-        "logit_bias": [{"bias": b, "token": t} for t, b in sorted(bias.items())],
+        # a ban (-inf) as llama-server reports it: false
+        "logit_bias": [{"bias": b if math.isfinite(b) else False, "token": t}
+                       for t, b in sorted(bias.items())],
         "n_probs": _attr(params, "logprobs") or 0,
         "min_keep": fields.get("min_keep", 0),
         "grammar": _attr(params, "grammar") or "",
@@ -598,14 +573,7 @@ class LlamaCppAPI:
             raise invalid("'n_predict' and 'max_tokens' disagree; send one", "max_tokens",
                           "invalid_value")
         kw["max_tokens"] = None if n is None or n < 0 else n
-        for src, dst in (("temperature", "temperature"), ("top_k", "top_k"), ("top_p", "top_p"),
-                         ("min_p", "min_p"), ("typical_p", "typical_p"),
-                         ("repeat_penalty", "repetition_penalty"),
-                         ("repeat_last_n", "repeat_last_n"),
-                         ("presence_penalty", "presence_penalty"),
-                         ("frequency_penalty", "frequency_penalty"), ("stop", "stop"),
-                         ("ignore_eos", "ignore_eos"), ("grammar", "grammar"),
-                         ("json_schema", "json_schema")):
+        for src, dst in _PLAIN.items():
             if src in fields:
                 kw[dst] = fields[src]
         if "temperature" in kw and kw["temperature"] < 0:
@@ -618,9 +586,6 @@ class LlamaCppAPI:
             kw["logit_bias"] = self._bias(llm, fields["logit_bias"])
         if fields.get("return_progress") and fields.get("stream"):
             kw["return_progress"] = True  # llama-server: in stream mode only
-        for name in ("n_keep", "n_discard"):
-            if name in fields:
-                kw[name] = fields[name]
         return kw
 
     @staticmethod

@@ -12,6 +12,7 @@ listed as such.
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Union
 
+from .. import sampling_fields
 from .. import validation as V
 from ..validation import InvalidRequestError
 from .errors import APIError, invalid
@@ -61,6 +62,7 @@ boolean = _served(V.boolean)
 string = _served(V.string)
 json_schema = _served(V.json_schema)
 logit_bias = _served(V.logit_bias)
+bias_value = _served(V.bias_value)      # one logit bias: finite, or -inf (a ban)
 stop_strings = _served(V.stop_strings)
 
 
@@ -76,7 +78,7 @@ def anything(v, name):
 
 def sampling_rule(target: str) -> Callable:
     """The check of SamplingParams field `target`, answering with a 400."""
-    return _served(V.SAMPLING_RULES[target])
+    return _served(sampling_fields.SAMPLING_RULES[target])
 
 
 def max_tokens(v, name):
@@ -127,32 +129,12 @@ def tool_choice(v, name):
 
 # --- the fields of each endpoint ------------------------------------------------------------
 
-# name in the request -> (check, SamplingParams field or None when the server itself uses it)
+# name in the request -> (check, SamplingParams field): edgellm.sampling_fields' OpenAI names
+# (OpenAI's fields and llama-server's extras), with the wire's own forms of two of them.
 _SAMPLING: Dict[str, tuple] = {
-    "max_tokens": (max_tokens, "max_tokens"),
-    "temperature": (sampling_rule("temperature"), "temperature"),
-    "top_p": (sampling_rule("top_p"), "top_p"),
-    "n": (sampling_rule("n"), "n"),
-    "stop": (sampling_rule("stop"), "stop"),
-    "seed": (sampling_rule("seed"), "seed"),
-    "presence_penalty": (sampling_rule("presence_penalty"), "presence_penalty"),
-    "frequency_penalty": (sampling_rule("frequency_penalty"), "frequency_penalty"),
-    "logit_bias": (sampling_rule("logit_bias"), "logit_bias"),
-    "response_format": (response_format, "response_format"),
-    # llama-server extras
-    "top_k": (sampling_rule("top_k"), "top_k"),
-    "min_p": (sampling_rule("min_p"), "min_p"),
-    "typical_p": (sampling_rule("typical_p"), "typical_p"),
-    "repeat_penalty": (sampling_rule("repetition_penalty"), "repetition_penalty"),
-    "repetition_penalty": (sampling_rule("repetition_penalty"), "repetition_penalty"),
-    "repeat_last_n": (sampling_rule("repeat_last_n"), "repeat_last_n"),
-    "ignore_eos": (sampling_rule("ignore_eos"), "ignore_eos"),
-    "min_tokens": (sampling_rule("min_tokens"), "min_tokens"),
-    "json_schema": (sampling_rule("json_schema"), "json_schema"),
-    "grammar": (sampling_rule("grammar"), "grammar"),
-    "grammar_budget_close": (sampling_rule("grammar_budget_close"), "grammar_budget_close"),
-    "n_keep": (sampling_rule("n_keep"), "n_keep"),  # --context-shift: tokens kept; -1 = the prompt
-    "n_discard": (sampling_rule("n_discard"), "n_discard"),  # --context-shift: dropped per shift; 0 = half
+    **{w: (sampling_rule(f), f) for w, f in sampling_fields.wire_names("openai").items()},
+    "max_tokens": (max_tokens, "max_tokens"),                 # -1: no limit
+    "response_format": (response_format, "response_format"),  # "text": none
 }
 
 # Accepted and used by the server, not by the sampler.
@@ -247,7 +229,7 @@ def _sampling(fields: JSON) -> JSON:
         raise invalid("'repeat_penalty' and 'repetition_penalty' disagree; send one",
                       "repetition_penalty", "invalid_value")
     try:
-        V.validate_sampling(kw)  # the rules across fields (min_tokens <= max_tokens)
+        sampling_fields.validate_sampling(kw)  # the rules across fields (min_tokens <= max_tokens)
     except InvalidRequestError as e:
         raise _api_error(e, None) from None
     return kw
