@@ -527,3 +527,21 @@ def test_banner_only_on_terminals():
     out = io.StringIO()
     Renderer(out=out, err=io.StringIO(), decorate=True, color=True).banner([("quant", "Q4_1")], "edgellm · x")
     assert "quant Q4_1" in out.getvalue() and ANSI.search(out.getvalue())
+
+
+def test_set_xtc_parameters_reach_sampling_and_show():
+    """XTC (llama.cpp's sampler): `/set parameter xtc_probability|xtc_threshold`, range-checked
+    from the one table of sampling fields, shown by /show parameters."""
+    llm = FakeLLM()
+    app, out, err, _ = make_app(["/set parameter xtc_probability 0.5",
+                                 "/set parameter xtc_threshold 0.2", "/show parameters", "q"],
+                                llm=llm)
+    app.run()
+    _, p = llm.requests[-1]
+    assert (p.xtc_probability, p.xtc_threshold) == (0.5, 0.2)
+    assert re.search(r"xtc_probability\s+0\.5", out.getvalue())
+    assert err.getvalue() == ""
+    with pytest.raises(ParameterError, match=r"xtc_probability must be in \[0, 1\]"):
+        Parameters().set("xtc_probability", ["1.5"])
+    with pytest.raises(ParameterError, match="xtc_threshold takes a number"):
+        Parameters().set("xtc_threshold", ["high"])

@@ -229,3 +229,97 @@ def test_top_k_draws_follow_renormalized_softmax_of_the_k_best():
     assert counts.sum() == counts[best].sum()
     # chi-square, 2 degrees of freedom, 99.9% quantile 13.82
     assert chi_square(counts[best], softmax(LOGITS[best]), n) < 13.82
+
+
+# ---- XTC (llama.cpp's "exclude top choices") --------------------------------------------------
+
+def xtc_reference(logits, threshold):
+    """llama.cpp's XTC on the candidates (here: the whole row, no truncation): sorted most
+    likely first, probabilities by softmax; when at least two reach `threshold`, every one of
+    them but the least likely is removed. Returns the ids kept."""
+    order = sorted(range(len(logits)), key=lambda i: (-logits[i], i))
+    p = softmax(np.asarray(logits, dtype=np.float64))
+    last = 0
+    for pos, i in enumerate(order):
+        if p[i] >= threshold:
+            last = pos
+        else:
+            break
+    return sorted(order[last:]) if last > 0 else sorted(order)
+
+
+def renormalized(logits, keep, temperature=1.0):
+    probs = np.zeros(len(logits))
+    probs[keep] = softmax(np.asarray(logits, dtype=np.float64)[keep] / temperature)
+    return probs
+
+
+# softmax(LOGITS): 0.379, 0.139, 0.085, 0.051, 0.031, 0.019, 0.230, 0.066
+@pytest.mark.parametrize("threshold", [0.1, 0.15, 0.04, 0.3])
+def test_xtc_always_on_draws_follow_the_reference(threshold):
+    keep = xtc_reference(LOGITS, threshold)
+    n = 6000
+    draws = _testing.sample_tokens(LOGITS, plain(0.9, xtc_probability=1.0, xtc_threshold=threshold),
+                                   99, n)
+    assert set(draws) <= set(keep)
+    counts = np.bincount(draws, minlength=len(LOGITS))[keep]
+    probs = renormalized(LOGITS, keep, 0.9)[keep]
+    if len(keep) > 1:
+        # chi-square with len(keep) - 1 degrees of freedom, 99.9%: generous for 7, exact enough
+        assert chi_square(counts, probs, n) < CHI2_7_999, (counts, probs * n)
+
+
+def test_xtc_threshold_reached_by_one_token_changes_nothing():
+    # only token 0 (0.379) reaches 0.25: nothing is removed
+    a = _testing.sample_tokens(LOGITS, plain(xtc_probability=1.0, xtc_threshold=0.25), 7, 500)
+    assert set(a) == set(range(len(LOGITS)))
+
+
+def test_xtc_probability_mixes_with_and_without():
+    p, threshold, n = 0.5, 0.1, 10000
+    keep = xtc_reference(LOGITS, threshold)  # tokens 0 (0.379), 6 (0.230), 1 (0.139) qualify
+    assert 0 not in keep and 6 not in keep and 1 in keep
+    mix = (1 - p) * renormalized(LOGITS, list(range(len(LOGITS)))) + p * renormalized(LOGITS, keep)
+    draws = _testing.sample_tokens(LOGITS, plain(xtc_probability=p, xtc_threshold=threshold), 5, n)
+    counts = np.bincount(draws, minlength=len(LOGITS))
+    assert chi_square(counts, mix, n) < CHI2_7_999, (counts, mix * n)
+
+
+def test_xtc_sees_the_candidates_truncation_left():
+    # top_k 3 keeps 0, 6, 1 (0.379, 0.230, 0.139 of the row; renormalized 0.51, 0.31, 0.19):
+    # with threshold 0.3 two of them qualify there (over the whole row only token 0 does), so
+    # token 0 goes and 6 / 1 stay
+    draws = _testing.sample_tokens(
+        LOGITS, core(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0, xtc_probability=1.0,
+                     xtc_threshold=0.3), 3, 2000)
+    assert set(draws) == {6, 1}
+
+
+def test_xtc_with_greedy_takes_the_least_likely_top_choice():
+    # llama.cpp's chain: XTC before the temperature step, which at 0 keeps the best left
+    greedy = dict(temperature=0.0, top_k=0, top_p=1.0, min_p=0.0)
+    assert _testing.sample_tokens(LOGITS, core(**greedy), 1, 1) == [0]
+    assert _testing.sample_tokens(LOGITS, core(**greedy, xtc_probability=1.0,
+                                               xtc_threshold=0.1), 1, 1) == [1]
+    assert _testing.sample_tokens(LOGITS, core(**greedy, xtc_probability=1.0,
+                                               xtc_threshold=0.15), 1, 1) == [6]
+
+
+def test_xtc_draws_its_coin_only_where_it_can_act():
+    off = _testing.sample_tokens(LOGITS, plain(), 11, 200)
+    # threshold > 0.5: off, no draw -- the same stream as without XTC
+    assert _testing.sample_tokens(LOGITS, plain(xtc_probability=1.0, xtc_threshold=0.51), 11,
+                                  200) == off
+    # on, but no two tokens reach 0.5: nothing removed, yet a coin per token is drawn
+    on = _testing.sample_tokens(LOGITS, plain(xtc_probability=1.0, xtc_threshold=0.5), 11, 200)
+    assert on != off
+    assert _testing.sample_tokens(LOGITS, plain(xtc_probability=1.0, xtc_threshold=0.5), 11,
+                                  200) == on
+
+
+@pytest.mark.parametrize("field, value", [("xtc_probability", 1.5), ("xtc_probability", -0.1),
+                                          ("xtc_threshold", 2.0), ("xtc_threshold", math.nan)])
+def test_xtc_ranges(field, value):
+    with pytest.raises(InvalidRequestError) as e:
+        SamplingParams(**{field: value})
+    assert e.value.param == field

@@ -5,6 +5,7 @@ The first part runs over the stand-in engine of tests/test_server_unit.py; the s
 the real server (SmolLM2, Qwen2.5-Coder for fill-in-the-middle), marked real_model.
 """
 import json
+import math
 import os
 import socket
 import subprocess
@@ -198,6 +199,30 @@ def test_logit_bias_one_rule_on_every_route(server, path, shape, bias):
     r = send(float("-inf"))
     assert r.status_code == 200, r.text
     assert server.engine.last_params.logit_bias == {5: float("-inf")}
+
+
+@pytest.mark.parametrize("path", ["/completion", "/v1/completions", "/v1/chat/completions"])
+def test_xtc_fields_accepted_and_range_checked(server, path):
+    """XTC's fields (llama.cpp's names) on llama.cpp's route and as extra body fields on the
+    OpenAI routes: they reach SamplingParams; out of range is a 400 naming the field."""
+    def body(**kw):
+        if path == "/v1/chat/completions":
+            return {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, **kw}
+        return {"prompt": "x", "max_tokens": 2, **kw}
+
+    r = post(server, path, body(xtc_probability=0.5, xtc_threshold=0.2))
+    assert r.status_code == 200, r.text
+    p = server.engine.last_params
+    assert (p.xtc_probability, p.xtc_threshold) == (0.5, 0.2)
+    if path == "/completion":
+        g = r.json()["generation_settings"]
+        assert (g["xtc_probability"], g["xtc_threshold"]) == (0.5, 0.2)
+        assert "xtc" in g["samplers"]
+    for field, value in (("xtc_probability", 1.5), ("xtc_probability", -0.5),
+                         ("xtc_threshold", 1.01), ("xtc_threshold", "high")):
+        r = post(server, path, body(**{field: value}))
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == field
 
 
 def test_completion_over_context(server):
@@ -524,6 +549,37 @@ def test_real_completion_and_props():
         assert r.status_code == 400 and "FIM" in r.json()["error"]["message"]
         m = httpx.get(s.url + "/metrics", headers=s.headers).text
         assert "llamacpp:tokens_predicted_total" in m
+    finally:
+        s.stop()
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_real_xtc_removes_the_top_choices():
+    """XTC on a real model (SmolLM2), against its semantics: with no truncation the candidates'
+    probabilities are the row's (n_probs), so at temperature 0 with xtc_probability 1 and a
+    threshold between the 2nd and 3rd token's probability, the 1st token is removed and the
+    2nd -- the least likely top choice -- is chosen; sampled, the 1st never comes."""
+    s = _real_server(_model("smollm2"), "--ctx-size", "256", "--parallel", "2", "--no-slots")
+    try:
+        base = {"prompt": "The capital of France is", "n_predict": 1, "top_k": 0, "top_p": 1.0,
+                "min_p": 0.0, "return_tokens": True}
+        b = s.post("/completion", {**base, "temperature": 0, "n_probs": 5}).json()
+        top = b["completion_probabilities"][0]["top_logprobs"]
+        p = [math.exp(t["logprob"]) for t in top]
+        assert b["tokens"] == [top[0]["id"]] and p[0] >= p[1] > p[2]
+        threshold = (p[1] + p[2]) / 2  # exactly two tokens reach it
+        x = {"xtc_probability": 1.0, "xtc_threshold": threshold}
+        b = s.post("/completion", {**base, "temperature": 0, **x}).json()
+        assert b["tokens"] == [top[1]["id"]], (b, top)
+        # the same through the OpenAI route's extra fields
+        c = s.post("/v1/completions", {"prompt": base["prompt"], "max_tokens": 1, "top_k": 0,
+                                       "top_p": 1.0, "min_p": 0.0, "temperature": 0, **x}).json()
+        assert c["choices"][0]["text"] == top[1]["token"], (c, top)
+        # sampled (temperature 1): the most likely token is never drawn
+        drawn = [s.post("/completion", {**base, "temperature": 1.0, "seed": k, **x}).json()
+                 ["tokens"][0] for k in range(8)]
+        assert top[0]["id"] not in drawn
     finally:
         s.stop()
 

@@ -214,6 +214,11 @@ FIELDS: Tuple[Field, ...] = (
            openai="n_keep", llamacpp="n_keep", ollama="num_keep"),
     engine("n_discard", "context shift: tokens dropped per shift; 0 = half", openai="n_discard",
            llamacpp="n_discard"),
+    engine("xtc_probability", "XTC: the chance, per token, that every token at least "
+           "xtc_threshold likely but the least likely of them is removed; 0 off",
+           openai="xtc_probability", llamacpp="xtc_probability", repl="xtc_probability"),
+    engine("xtc_threshold", "XTC: the probability that makes a token a top choice; > 0.5 off",
+           openai="xtc_threshold", llamacpp="xtc_threshold", repl="xtc_threshold"),
 )
 
 BY_NAME: Dict[str, Field] = {f.name: f for f in FIELDS}
@@ -221,7 +226,7 @@ _missing = set(_ENGINE) - set(BY_NAME)
 assert not _missing, f"engine sampling fields without a declaration here: {sorted(_missing)}"
 
 # llama.cpp's default sampler chain as llama-server reports it (`samplers`): the steps edgellm runs.
-LLAMACPP_CHAIN = ("penalties", "top_k", "typ_p", "top_p", "min_p", "temperature")
+LLAMACPP_CHAIN = ("penalties", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
 
 # llama.cpp samplers edgellm lacks, with their off values / defaults (llama-server reports them
 # in generation_settings; its clients send them). The switch of each is accepted at its off value
@@ -229,7 +234,6 @@ LLAMACPP_CHAIN = ("penalties", "top_k", "typ_p", "top_p", "min_p", "temperature"
 LLAMACPP_UNSUPPORTED: Dict[str, Tuple[Any, bool]] = {  # name -> (default, is the switch)
     "dynatemp_range": (0.0, True), "dynatemp_exponent": (1.0, False),
     "top_n_sigma": (-1.0, True),
-    "xtc_probability": (0.0, True), "xtc_threshold": (0.1, False),
     "dry_multiplier": (0.0, True), "dry_base": (1.75, False), "dry_allowed_length": (2, False),
     "dry_penalty_last_n": (-1, False), "dry_sequence_breakers": (["\n", ":", "\"", "*"], False),
     "mirostat": (0, True), "mirostat_tau": (5.0, False), "mirostat_eta": (0.1, False),

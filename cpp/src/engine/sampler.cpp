@@ -35,6 +35,26 @@ void temper(std::vector<Candidate>& c, float t) {
   for (auto& x : c) x.logit *= inv_t;
 }
 
+// XTC, "exclude top choices" (llama.cpp's xtc sampler, after min_p and before temperature): of
+// the candidates whose probability -- the softmax over the candidates the truncation steps left,
+// untempered -- is at least `threshold`, all but the least likely are removed, when at least two
+// qualify. Sorts `c` most likely first and returns how many leading candidates go (0: none).
+size_t xtc_cut(std::vector<Candidate>& c, float threshold) {
+  std::sort(c.begin(), c.end(), by_logit_desc);
+  const std::vector<float> prob = softmax(c);
+  size_t last = 0;  // the least likely candidate at or above the threshold
+  for (size_t i = 0; i < c.size() && prob[i] >= threshold; ++i) last = i;
+  return last;
+}
+
+// XTC can act: a chance above 0 and a threshold two tokens can reach (llama.cpp: > 0.5 is off).
+bool xtc_on(const SamplingParams& p) { return p.xtc_probability > 0.0f && p.xtc_threshold <= 0.5f; }
+
+// The most likely candidate (the lower id among equals), as argmax picks it.
+int32_t best(const std::vector<Candidate>& c) {
+  return c.empty() ? -1 : std::min_element(c.begin(), c.end(), by_logit_desc)->id;
+}
+
 }  // namespace
 
 Sampler::Sampler(const SamplingParams& params, std::vector<int32_t> eog, uint64_t seed)
@@ -253,13 +273,22 @@ int32_t Sampler::sample(float* logits, int32_t n_vocab, const std::vector<int32_
                         TokenLogprob* lp) {
   prepare(logits, n_vocab, history, n_generated);
   int32_t token;
-  if (params_.temperature <= 0.0f) {
+  const bool xtc = xtc_on(params_);
+  if (params_.temperature <= 0.0f && !xtc) {
     token = argmax(logits, n_vocab);
   } else {
     std::vector<Candidate> c;
     truncated(logits, n_vocab, c);
-    temper(c, params_.temperature);
-    token = c.empty() ? -1 : draw(c);
+    // XTC acts with probability xtc_probability: one uniform from the sequence's generator,
+    // drawn (as llama.cpp draws its own) only where it could act, with two or more candidates.
+    if (xtc && c.size() >= 2 && uniform() <= params_.xtc_probability)
+      c.erase(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(xtc_cut(c, params_.xtc_threshold)));
+    if (params_.temperature <= 0.0f) {
+      token = best(c);  // greedy after XTC: the most likely token it left (llama.cpp's chain)
+    } else {
+      temper(c, params_.temperature);
+      token = c.empty() ? -1 : draw(c);
+    }
   }
   if (token < 0 || logits[token] == kNegInf)
     throw InvalidRequestError("no token can be sampled: every token is disallowed (logit_bias / constraint / masks)");
@@ -271,20 +300,39 @@ void Sampler::distribution(float* logits, int32_t n_vocab, const std::vector<int
                            std::vector<TokenProb>& out) const {
   prepare(logits, n_vocab, history, n_generated);
   out.clear();
-  if (params_.temperature <= 0.0f) {
+  const bool xtc = xtc_on(params_);
+  if (params_.temperature <= 0.0f && !xtc) {
     const int32_t t = argmax(logits, n_vocab);
     if (t >= 0 && logits[t] != kNegInf) out.push_back({t, 1.0f});
   } else {
     std::vector<Candidate> c;
     truncated(logits, n_vocab, c);
-    temper(c, params_.temperature);
-    const std::vector<float> prob = softmax(c);
-    for (size_t i = 0; i < c.size(); ++i)
-      if (prob[i] > 0.0f) out.push_back({c[i].id, prob[i]});
+    // With XTC, the mixture over its coin: (1 - p) * the distribution without it + p * with it.
+    const size_t cut = xtc && c.size() >= 2 ? xtc_cut(c, params_.xtc_threshold) : 0;
+    const float p_cut = cut > 0 ? params_.xtc_probability : 0.0f;
+    auto add = [&](size_t from, float weight) {
+      std::vector<Candidate> part(c.begin() + static_cast<std::ptrdiff_t>(from), c.end());
+      if (params_.temperature <= 0.0f) {
+        if (!part.empty() && weight > 0.0f) out.push_back({best(part), weight});
+        return;
+      }
+      temper(part, params_.temperature);
+      const std::vector<float> prob = softmax(part);
+      for (size_t i = 0; i < part.size(); ++i)
+        if (prob[i] * weight > 0.0f) out.push_back({part[i].id, prob[i] * weight});
+    };
+    add(0, 1.0f - p_cut);
+    if (cut > 0) add(cut, p_cut);
   }
   if (out.empty())
     throw InvalidRequestError("no token can be sampled: every token is disallowed (logit_bias / constraint / masks)");
   std::sort(out.begin(), out.end(), [](const TokenProb& a, const TokenProb& b) { return a.id < b.id; });
+  size_t n = 0;  // one entry per token (XTC's two parts overlap)
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (n > 0 && out[n - 1].id == out[i].id) out[n - 1].p += out[i].p;
+    else out[n++] = out[i];
+  }
+  out.resize(n);
 }
 
 double Sampler::uniform() {

@@ -38,7 +38,9 @@ namespace edgellm {
   X(int32_t, n, 1, 1, 64, 0)                     /* completions of one prompt (shared prompt KV) */ \
   X(bool, return_progress, false, 0, 1, 0)       /* streams: prompt-progress events */              \
   X(int32_t, n_keep, 0, -1, kMaxI32, 0)          /* context shift: tokens kept; -1: the prompt */   \
-  X(int32_t, n_discard, 0, 0, kMaxI32, 0)        /* context shift: tokens dropped; 0: half */
+  X(int32_t, n_discard, 0, 0, kMaxI32, 0)        /* context shift: tokens dropped; 0: half */     \
+  X(float, xtc_probability, 0.0f, 0, 1, 0)       /* XTC's chance per token; 0: off */              \
+  X(float, xtc_threshold, 0.1f, 0, 1, 0)         /* XTC: probability to be a top choice; > 0.5 off */
 
 namespace sampling_field {
 constexpr double kInf = std::numeric_limits<double>::infinity();
