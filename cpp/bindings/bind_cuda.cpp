@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "backend/layer_executor.h"
+#include "backend/gpu_offload.h"
 #include "bindings.h"
 
 namespace py = pybind11;

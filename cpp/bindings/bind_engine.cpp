@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/gpu_offload.h"
 #include "bindings.h"
 #include "common/errors.h"
 #include "engine/draft_proposer.h"
@@ -342,6 +343,7 @@ void bind_engine(py::module_& m) {
                o.n_threads = n_threads;
                o.max_batch_tokens = max_batch_tokens;
                o.n_gpu_layers = n_gpu_layers;
+               o.make_executor = make_gpu_executor;
                o.n_ctx = n_ctx;  // the engine's n_ctx (0: the same default), for LongRoPE's factors
                o.progress = progress.range(0, model_end);
                e->model = std::shared_ptr<Model>(Model::load(path, o));
@@ -392,11 +394,10 @@ void bind_engine(py::module_& m) {
           "submit",
           [](PyEngine& self, std::vector<int32_t> prompt, const SamplingParams& p, std::shared_ptr<OutputChannel> ch,
              bool stream) {
-            SubmitOptions o;
-            o.stream = stream;
+            if (!stream) ch->collect_whole();  // the caller side joins a non-streaming request's events
             Engine& e = self.get();
             py::gil_scoped_release nogil;
-            return e.submit(std::move(prompt), p, std::move(ch), o);
+            return e.submit(std::move(prompt), p, std::move(ch));
           },
           py::arg("prompt"), py::arg("params"), py::arg("channel"), py::arg("stream") = true)
       .def(

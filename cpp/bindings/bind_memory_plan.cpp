@@ -1,5 +1,7 @@
 // _core.MemoryPlanner: the memory plan of a model file (model/memory_plan.h), read from its
 // header and tensor table only; python/edgellm/memory_plan.py turns it into edgellm.MemoryPlan.
+// _core.machine_memory / _core.parse_bytes: the one probe of what the machine can give
+// (common/machine_memory.h), which the engine's KV check uses too.
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
@@ -7,6 +9,7 @@
 
 #include "bindings.h"
 #include "common/errors.h"
+#include "common/machine_memory.h"
 #include "model/memory_plan.h"
 
 namespace py = pybind11;
@@ -61,6 +64,30 @@ py::dict plan_dict(const MemoryPlan& p) {
 }  // namespace
 
 void bind_memory_plan(py::module_& m) {
+  m.def(
+      "machine_memory",
+      [] {
+        const MachineMemory mm = machine_memory();
+        auto opt = [](int64_t v) -> py::object { return v < 0 ? py::none() : py::object(py::int_(v)); };
+        py::dict d;
+        d["available"] = opt(mm.available);
+        d["source"] = mm.source;
+        d["mem_available"] = opt(mm.mem_available);
+        d["mem_total"] = opt(mm.mem_total);
+        d["swap_total"] = opt(mm.swap_total);
+        d["swap_free"] = opt(mm.swap_free);
+        d["cgroup_limit"] = opt(mm.cgroup_limit);
+        d["cgroup_usage"] = opt(mm.cgroup_usage);
+        d["cgroup_path"] = mm.cgroup_path.empty() ? py::object(py::none()) : py::object(text(mm.cgroup_path));
+        d["override"] = opt(mm.override_bytes);
+        return d;
+      },
+      "What the machine can give this process now (common/machine_memory.h): a dict of bytes (None: not read) "
+      "and the source of `available`. Raises InvalidRequestError for a bad EDGELLM_MEMORY_LIMIT.");
+  m.def(
+      "parse_bytes", [](const std::string& s, const std::string& what) { return parse_bytes(s, what); },
+      py::arg("text"), py::arg("what") = "EDGELLM_MEMORY_LIMIT",
+      "'123', '512M', '1.5 GiB', '2g' -> bytes (K/M/G/T powers of 1024); InvalidRequestError naming `what` else.");
   py::class_<MemoryPlanner>(m, "MemoryPlanner",
                             "The memory plan of one model file, from its header and tensor table (no weights read).")
       .def(py::init([](const std::string& path) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/gpu_offload.h"
 #include "bindings.h"
 #include "common/errors.h"
 #include "common/thread_pool.h"
@@ -130,6 +131,7 @@ void bind_model(py::module_& m) {
              o.n_threads = n_threads;
              o.max_batch_tokens = max_batch_tokens;
              o.n_gpu_layers = n_gpu_layers;
+             o.make_executor = make_gpu_executor;
              o.n_ctx = n_ctx;
              py::gil_scoped_release nogil;
              return std::shared_ptr<Model>(Model::load(path, o));

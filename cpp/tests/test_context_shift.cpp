@@ -102,9 +102,8 @@ std::map<int32_t, Result> drain(OutputChannel& ch) {
 
 Result generate(Engine& e, const std::vector<int32_t>& prompt, const SamplingParams& p, bool stream = true) {
   auto ch = std::make_shared<OutputChannel>();
-  SubmitOptions o;
-  o.stream = stream;
-  e.submit(prompt, p, ch, o);
+  if (!stream) ch->collect_whole();
+  e.submit(prompt, p, ch);
   run(e);
   return drain(*ch)[0];
 }

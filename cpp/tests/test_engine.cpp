@@ -287,9 +287,8 @@ void test_stop_strings() {
     SamplingParams p = greedy(40);
     p.stop = {stop};
     auto ch = std::make_shared<OutputChannel>();
-    SubmitOptions o;
-    o.stream = stream;
-    e.submit(prompt, p, ch, o);
+    if (!stream) ch->collect_whole();
+    e.submit(prompt, p, ch);
     run_until_idle(e);
     std::map<int32_t, Collected> g;
     collect(*ch, g);

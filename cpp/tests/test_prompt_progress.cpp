@@ -145,9 +145,8 @@ void test_no_progress_unless_streaming_and_asked() {
 
   // Non-streaming requests ignore the flag: one final event, nothing else.
   auto whole = std::make_shared<OutputChannel>();
-  SubmitOptions o;
-  o.stream = false;
-  e.submit(make_prompt(40, 3), params(4, true), whole, o);
+  whole->collect_whole();
+  e.submit(make_prompt(40, 3), params(4, true), whole);
   int events = 0;
   OutputEvent ev;
   for (int i = 0; i < 1000 && e.step(); ++i) {

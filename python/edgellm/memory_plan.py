@@ -6,11 +6,13 @@
 
 The bytes come from the C++ planner (cpp/src/model/memory_plan.h, `_core.MemoryPlanner`),
 which reads the GGUF header and tensor table only and sizes each part with the loader's and
-the engine's own rules. What the machine can give is read here: /proc/meminfo's MemAvailable,
-capped by the cgroup's limit less its usage (v2 memory.max - memory.current, v1
-memory.limit_in_bytes - memory.usage_in_bytes). Swap is reported, never counted (a Raspberry
-Pi may have none). EDGELLM_MEMORY_LIMIT (bytes, or with K/M/G/T, powers of 1024: "512M",
-"1.5G") replaces the machine's figure: a small machine simulated, or a cap you choose.
+the engine's own rules: a plan is a function of the file and the options. What the machine can
+give comes from the engine's one probe (cpp/src/common/machine_memory.h, `_core.machine_memory`):
+/proc/meminfo's MemAvailable, capped by the room left in the process's cgroup and its ancestors
+(v2 memory.max - memory.current, v1 memory.limit_in_bytes - memory.usage_in_bytes). Swap is
+reported, never counted (a Raspberry Pi may have none). EDGELLM_MEMORY_LIMIT (bytes, or with
+K/M/G/T, powers of 1024: "512M", "1.5G") replaces the machine's figure: a small machine
+simulated, or a cap you choose.
 
 LLM(...) and `edgellm serve` run the same check before they touch memory: a plan that does
 not fit raises MemoryPlanError (a ContextLengthError) naming the numbers and what would fit;
@@ -19,7 +21,6 @@ with n_ctx unset the largest context that fits is chosen instead (a warning says
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -46,12 +47,7 @@ class MemoryPlanError(_core.ContextLengthError):
 
 def parse_bytes(text: str) -> int:
     """'123', '512M', '1.5 GiB', '2g' -> bytes (K/M/G/T are powers of 1024)."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)(i?[bB])?\s*", str(text))
-    if not m:
-        raise _core.InvalidRequestError(
-            f"EDGELLM_MEMORY_LIMIT must be bytes or a number with K/M/G/T, got {text!r}")
-    mul = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2).lower()]
-    return int(float(m.group(1)) * mul)
+    return _core.parse_bytes(str(text))
 
 
 def _gb(n: Optional[int]) -> str:
@@ -69,7 +65,8 @@ def _gb(n: Optional[int]) -> str:
 @dataclass
 class MachineMemory:
     """Bytes this process can still use. available: the smallest of the sources (None if none
-    could be read); source names it ("MemAvailable", "cgroup", "EDGELLM_MEMORY_LIMIT")."""
+    could be read); source names it ("MemAvailable", "sysconf", "cgroup",
+    "EDGELLM_MEMORY_LIMIT")."""
     available: Optional[int]
     source: str
     mem_available: Optional[int] = None
@@ -82,72 +79,12 @@ class MachineMemory:
     override: Optional[int] = None
 
 
-def _read_int(path: Path) -> Optional[int]:
-    try:
-        s = path.read_text().strip()
-    except OSError:
-        return None
-    return int(s) if s.isdigit() else None  # "max" (v2, no limit) -> None
-
-
-def _cgroup_dirs(root: Path) -> List[Path]:
-    """The process's own cgroup folder(s) under root, then root itself."""
-    dirs: List[Path] = []
-    try:
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
-            parts = line.split(":", 2)
-            if len(parts) == 3 and parts[2].startswith("/"):
-                sub = parts[2].lstrip("/")
-                if parts[1] in ("", "memory") or "memory" in parts[1].split(","):
-                    for base in (root, root / "memory"):
-                        d = base / sub
-                        if sub and d not in dirs:
-                            dirs.append(d)
-    except OSError:
-        pass
-    for d in (root, root / "memory"):
-        if d not in dirs:
-            dirs.append(d)
-    return dirs
-
-
 def machine_memory() -> MachineMemory:
-    """MemAvailable capped by the cgroup's room (EDGELLM_MEMORY_LIMIT overrides both).
-    EDGELLM_CGROUP_ROOT (tests only) reads the cgroup files under another folder."""
-    info: Dict[str, int] = {}
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            key, _, rest = line.partition(":")
-            fields = rest.split()
-            if fields and fields[0].isdigit():
-                info[key] = int(fields[0]) * (1024 if len(fields) > 1 else 1)
-    except OSError:
-        pass
-    m = MachineMemory(available=None, source="unknown", mem_available=info.get("MemAvailable"),
-                      mem_total=info.get("MemTotal"), swap_total=info.get("SwapTotal"),
-                      swap_free=info.get("SwapFree"))
-    root = Path(os.environ.get("EDGELLM_CGROUP_ROOT") or "/sys/fs/cgroup")
-    for d in _cgroup_dirs(root):
-        for lim_name, use_name in (("memory.max", "memory.current"),
-                                   ("memory.limit_in_bytes", "memory.usage_in_bytes")):
-            lim, use = _read_int(d / lim_name), _read_int(d / use_name)
-            # v1 writes "no limit" as a huge number (page-rounded LONG_MAX)
-            if lim is not None and use is not None and lim < (1 << 60):
-                m.cgroup_limit, m.cgroup_usage, m.cgroup_path = lim, use, str(d / lim_name)
-                break
-        if m.cgroup_limit is not None:
-            break
-    if m.mem_available is not None:
-        m.available, m.source = m.mem_available, "MemAvailable"
-    if m.cgroup_limit is not None:
-        room = max(0, m.cgroup_limit - m.cgroup_usage)
-        if m.available is None or room < m.available:
-            m.available, m.source = room, "cgroup"
-    env = os.environ.get("EDGELLM_MEMORY_LIMIT")
-    if env:
-        m.override = parse_bytes(env)
-        m.available, m.source = m.override, "EDGELLM_MEMORY_LIMIT"
-    return m
+    """MemAvailable capped by the cgroup's room (EDGELLM_MEMORY_LIMIT overrides both): the
+    engine's own probe, so the plan and the engine's KV check see the same number.
+    EDGELLM_CGROUP_ROOT / EDGELLM_PROC_SELF_CGROUP (tests only) read the cgroup files under
+    another folder / the process's cgroup from another file."""
+    return MachineMemory(**_core.machine_memory())
 
 
 def _params_line(p: "MemoryPlan") -> str:

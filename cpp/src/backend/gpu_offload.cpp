@@ -1,14 +1,10 @@
 // make_gpu_executor / gpu_status for every build: the CUDA build forwards to cuda/, the default
-// build answers "built without CUDA" (layer_executor.h).
+// build answers "built without CUDA" (gpu_offload.h).
 #include <cstdio>
 #include <string>
 
-#include "backend/layer_executor.h"
+#include "backend/gpu_offload.h"
 #include "common/errors.h"
-
-#ifdef EDGELLM_HAVE_CUDA
-#include "cuda/cuda_backend.h"
-#endif
 
 namespace edgellm {
 namespace {

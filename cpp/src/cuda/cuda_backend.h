@@ -1,13 +1,25 @@
-// The CUDA backend's host interface (no CUDA headers: included by plain C++ units of the CUDA
-// build — backend/gpu_offload.cpp and bindings/bind_cuda.cpp).
+// The CUDA backend's host interface (no CUDA headers: included by plain C++ units —
+// backend/gpu_offload.{h,cpp} and bindings/bind_cuda.cpp; only the CUDA build defines its
+// functions, GpuStatus is every build's).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 
-#include "backend/layer_executor.h"
 #include "common/dtype.h"
+#include "model/layer_executor.h"
+
+namespace edgellm {
+
+struct GpuStatus {
+  bool available = false;
+  std::string reason;   // why not, when !available ("built without CUDA", "no CUDA device found", ...)
+  std::string device;   // "NVIDIA H100 80GB HBM3 (sm_90)"
+  size_t free_bytes = 0, total_bytes = 0;
+};
+
+}  // namespace edgellm
 
 namespace edgellm::cuda {
 

@@ -1,4 +1,4 @@
-// The CUDA LayerExecutor (backend/layer_executor.h): the last n layers of a decoder on the GPU.
+// The CUDA LayerExecutor (model/layer_executor.h): the last n layers of a decoder on the GPU.
 //
 // Each layer is run_layer (model/architecture.h), the same definition and LayerSpec the CPU
 // runs, over DevicePass below: the GPU counterparts of model/forward_pass.h's building blocks.

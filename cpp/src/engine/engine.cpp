@@ -1,80 +1,21 @@
 #include "engine/engine.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <new>
 #include <optional>
 #include <random>
 #include <string>
 
 #include "common/errors.h"
+#include "common/machine_memory.h"
 #include "model/model_config.h"  // default_context_length
 
 namespace edgellm {
 namespace {
 constexpr int32_t kMaxContext = 1 << 24;  // tokens per sequence; python/edgellm/validation.py MAX_N_CTX
-
-// EDGELLM_MEMORY_LIMIT: bytes, or a number with K/M/G/T (powers of 1024; "KiB", "MB"... read the
-// same way); -1 when unset or unreadable. python/edgellm/memory_plan.py parses it identically.
-int64_t memory_limit_override() {
-  const char* e = std::getenv("EDGELLM_MEMORY_LIMIT");
-  if (!e || !*e) return -1;
-  char* end = nullptr;
-  const double v = std::strtod(e, &end);
-  if (end == e || !(v >= 0)) return -1;
-  double mul = 1;
-  switch (*end == ' ' ? end[1] : *end) {
-    case 'k': case 'K': mul = 1024.0; break;
-    case 'm': case 'M': mul = 1024.0 * 1024; break;
-    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; break;
-    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; break;
-    default: break;
-  }
-  return static_cast<int64_t>(v * mul);
-}
-
-// Bytes this process could still allocate: MemAvailable (Linux), capped by a cgroup v2 memory
-// limit when one is set; -1 when unknown (the KV is then sized without this check).
-// EDGELLM_MEMORY_LIMIT replaces it (tests simulate a small machine with it).
-int64_t available_memory_bytes() {
-  if (const int64_t forced = memory_limit_override(); forced >= 0) return forced;
-  int64_t avail = -1;
-  {
-    std::ifstream f("/proc/meminfo");
-    std::string key;
-    int64_t kb = 0;
-    std::string unit;
-    while (f >> key >> kb >> unit)
-      if (key == "MemAvailable:") {
-        avail = kb * 1024;
-        break;
-      }
-  }
-#ifdef _SC_AVPHYS_PAGES
-  if (avail < 0) {
-    const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    if (pages > 0 && page > 0) avail = static_cast<int64_t>(pages) * page;
-  }
-#endif
-  std::ifstream max_f("/sys/fs/cgroup/memory.max"), cur_f("/sys/fs/cgroup/memory.current");
-  int64_t limit = 0, used = 0;
-  if ((max_f >> limit) && (cur_f >> used) && limit > 0) {  // "max" (no limit) fails to parse
-    const int64_t room = std::max<int64_t>(0, limit - used);
-    avail = avail < 0 ? room : std::min(avail, room);
-  }
-  return avail;
-}
-
-std::string gb(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GB", bytes / 1e9);
-  return buf;
-}
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -85,7 +26,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 Engine::Engine(std::shared_ptr<EngineModel> model, std::shared_ptr<const EngineVocab> vocab, EngineConfig cfg,
                std::shared_ptr<EngineModel> draft)
-    : model_(std::move(model)), vocab_(std::move(vocab)), cfg_(cfg), draft_model_(std::move(draft)) {
+    : model_(std::move(model)), vocab_(std::move(vocab)), cfg_(cfg) {
   if (cfg_.page_size < 16 || cfg_.page_size > 64)
     throw InvalidRequestError("page_size must be between 16 and 64, got " + std::to_string(cfg_.page_size));
   if (cfg_.max_seqs < 1 || cfg_.max_seqs > 256)
@@ -104,84 +45,25 @@ Engine::Engine(std::shared_ptr<EngineModel> model, std::shared_ptr<const EngineV
   kc.max_seqs = cfg_.max_seqs + 1;  // the last slot is eval_logits'
   eval_slot_ = cfg_.max_seqs;
 
-  // Pool sizing: one byte budget for both layer groups. The default (KVCache::default_budget) is
-  // two full contexts' worth of tokens, with the window pages those tokens need however they are
-  // split among max_seqs sequences. Pages of either group are taken while the bytes in use, both
-  // groups together, fit the budget (KVCacheConfig::budget_bytes), so 16 short sequences can use
-  // it as well as one long one; each pool is reserved large enough to hold the whole budget alone
-  // and committed only where written (kv/kv_cache.h).
-  int32_t window = 0;
-  for (int32_t w : kc.layer_window) window = std::max(window, w);
+  // Pool sizing (engine/kv_budget.h), checked against what the machine can give.
   const int64_t ctx_pages = ceil_div(n_ctx_, kc.page_size);
-  seq_window_pages_ = KVCache::seq_window_pages(kc, n_ctx_, cfg_.max_batch_tokens);
-  const int64_t full_bytes = static_cast<int64_t>(KVCache::page_bytes(kc, KvGroup::Full));
-  const int64_t window_bytes = static_cast<int64_t>(KVCache::page_bytes(kc, KvGroup::Window));
-  const double default_bytes =
-      static_cast<double>(KVCache::default_budget(kc, n_ctx_, cfg_.max_batch_tokens, cfg_.max_seqs));
-  const double need = cfg_.kv_memory > 0 ? static_cast<double>(cfg_.kv_memory) : default_bytes;
-  const int64_t smallest = full_bytes + (window > 0 ? window_bytes : 0);  // one page of each group
-  if (need < static_cast<double>(smallest))
-    throw InvalidRequestError("kv_memory " + std::to_string(cfg_.kv_memory) + " bytes is too small for one KV page (" +
-                              (window > 0 ? std::to_string(full_bytes) + " + " + std::to_string(window_bytes) +
-                                                " bytes: one page of each layer group"
-                                          : std::to_string(full_bytes) + " bytes") + ")");
-  // Say what does not fit before reserving it, rather than failing with std::bad_alloc
-  // (MemoryError) or leaving the OOM killer to decide. The budget is what the pools can commit:
-  // their reservations are larger, but memory is committed only as pages are written, and
-  // written pages are given back before the written bytes of both pools pass the budget.
-  const int64_t avail = available_memory_bytes();
-  if (avail >= 0 && need > static_cast<double>(avail)) {
-    const std::string have = std::to_string(avail) + " bytes (" + gb(static_cast<double>(avail)) + ") of memory are available";
-    const std::string needs = std::to_string(static_cast<int64_t>(need)) + " bytes (" + gb(need) + ")";
-    if (cfg_.kv_memory > 0)
-      throw ContextLengthError("kv_memory " + std::to_string(cfg_.kv_memory) + " bytes: the KV cache needs " + needs +
-                               " but only " + have + "; lower kv_memory");
-    throw ContextLengthError("n_ctx " + std::to_string(n_ctx_) + " is beyond what memory allows: the KV cache for two " +
-                             "full contexts (about " + std::to_string(static_cast<int64_t>(default_bytes / (2.0 * n_ctx_))) +
-                             " bytes per token) needs " + needs + " but only " + have +
-                             "; lower n_ctx, or set kv_memory to share less");
-  }
-  kc.budget_bytes = static_cast<int64_t>(need);
-  kc.pages_full = full_bytes > 0 ? kc.budget_bytes / full_bytes : 0;
-  kc.pages_window = window > 0 && window_bytes > 0 ? kc.budget_bytes / window_bytes : 0;
-  // The most pages (of positions) one sequence can hold within the budget: k full pages and
-  // min(k, seq_window_pages_) window pages.
-  {
-    const int64_t B = kc.budget_bytes;
-    const int64_t both = full_bytes + window_bytes;
-    if (window == 0) {
-      seq_pages_max_ = B / full_bytes;
-    } else if (B / both < seq_window_pages_) {
-      seq_pages_max_ = B / both;
-    } else {
-      const int64_t rest = B - seq_window_pages_ * both;
-      seq_pages_max_ = full_bytes > 0 ? seq_window_pages_ + rest / full_bytes : INT64_MAX / 2;
-    }
-  }
+  const KvBudget budget(kc, n_ctx_, cfg_.kv_memory, cfg_.max_batch_tokens, cfg_.max_seqs, machine_memory().available);
+  seq_pages_max_ = budget.seq_pages_max();
   if (n_ctx_ > kMaxContext)
     throw ContextLengthError("n_ctx " + std::to_string(n_ctx_) + " is beyond the largest context the engine allows (" +
                              std::to_string(kMaxContext) + " tokens)");
-  if (cfg_.spec.max_draft < 0 || cfg_.spec.max_draft > 64)
-    throw InvalidRequestError("num_speculative_tokens must be between 1 and 64, got " + std::to_string(cfg_.spec.max_draft));
-  if (cfg_.spec.mode == SpecMode::Draft && !draft_model_)
-    throw InvalidRequestError("speculative mode 'draft' needs a draft model (draft_model=..., --draft MODEL)");
-  try {
-    kv_ = std::make_unique<KVCache>(kc);
-  } catch (const std::bad_alloc&) {  // the reservation (about the budget per pool) was refused
-    throw ContextLengthError("the KV cache could not reserve address space for " + std::to_string(kc.budget_bytes) +
-                             " bytes (" + gb(static_cast<double>(kc.budget_bytes)) + ") per layer group; " +
-                             (cfg_.kv_memory > 0 ? "lower kv_memory" : "lower n_ctx, or set kv_memory to share less"));
-  }
-  if (draft_model_ && (cfg_.spec.mode == SpecMode::Draft || cfg_.spec.mode == SpecMode::Auto)) {
-    std::random_device rd;
+  {
     // the draft's pool holds as many positions as the target's sequences can (committed as used)
-    int64_t positions = std::min<int64_t>(seq_pages_max_, ctx_pages) * kc.max_seqs;
-    if (kc.pages_full > 0) positions = std::min<int64_t>(positions, kc.pages_full);
-    draft_ = std::make_unique<DraftProposer>(draft_model_, n_vocab_, kc.max_seqs, positions * kc.page_size,
-                                             kc.page_size, kc.dtype, cfg_.max_batch_tokens,
-                                             (static_cast<uint64_t>(rd()) << 32) ^ rd());
-    draft_->set_catch_up_budget(cfg_.max_batch_tokens);  // a long prompt reaches the draft over several steps
+    DraftPool pool;
+    pool.slots = kc.max_seqs;
+    pool.positions = std::min<int64_t>(seq_pages_max_, ctx_pages) * kc.max_seqs;
+    if (kc.pages_full > 0) pool.positions = std::min<int64_t>(pool.positions, kc.pages_full);
+    pool.page_size = kc.page_size;
+    pool.kv_type = kc.dtype;
+    spec_ = std::make_unique<SpeculativeDecoder>(cfg_.spec, std::move(draft), n_vocab_, n_ctx_, cfg_.max_batch_tokens,
+                                                 pool);
   }
+  kv_ = budget.reserve(kc);
   if (cfg_.prefix_cache) cache_ = std::make_unique<PrefixCache>(*kv_);
   if (!cfg_.cache_dir.empty()) {
     if (!cache_) throw InvalidRequestError("cache_dir needs the prefix cache (prefix_cache is off)");
@@ -218,8 +100,7 @@ Engine::~Engine() {
   if (cache_) cache_->clear();
 }
 
-int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params, std::shared_ptr<OutputChannel> out,
-                       SubmitOptions opts) {
+int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params, std::shared_ptr<OutputChannel> out) {
   if (prompt.empty()) throw InvalidRequestError("prompt is empty: at least one token is needed");
   for (size_t i = 0; i < prompt.size(); ++i)
     if (prompt[i] < 0 || prompt[i] >= n_vocab_)
@@ -271,7 +152,6 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params
     auto s = std::make_shared<Sequence>();
     s->index = i;
     s->out = out;
-    s->stream = opts.stream;
     s->tokens = prompt;
     s->n_prompt = static_cast<int32_t>(np);
     s->max_tokens = params.max_tokens;
@@ -281,13 +161,10 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params
     s->sampler = std::make_unique<Sampler>(params, eog_, seed + static_cast<uint64_t>(i));
     s->constraint = std::move(constraints[i]);
     s->stop = StopMatcher(params.stop);
-    if (cfg_.spec.mode == SpecMode::Ngram || cfg_.spec.mode == SpecMode::Auto) {
-      s->ngram = std::make_unique<NgramProposer>(cfg_.spec.ngram_max, cfg_.spec.ngram_min);
-      s->ngram->push(prompt);
-      s->accept_ngram.assign(static_cast<size_t>(cfg_.spec.ngram_max) + 1, SpecAcceptance{});
-    }
-    // Completion 0 computes the prompt (the others fork it): it alone reports prefill progress.
-    s->return_progress = i == 0 && opts.stream && params.return_progress;
+    spec_->start(s.get(), prompt);
+    // Completion 0 computes the prompt (the others fork it): it alone reports prefill progress,
+    // and only to a channel that streams.
+    s->return_progress = i == 0 && !out->collects_whole() && params.return_progress;
     if (i == 0 && params.prompt_logprobs >= 0) {
       s->want_prompt_logprobs = true;
       s->use_prefix_cache = false;  // every prompt row is needed
@@ -352,7 +229,6 @@ int64_t Engine::submit_embedding(std::vector<int32_t> prompt, const EmbeddingPar
 
   auto s = std::make_shared<Sequence>();
   s->out = out;
-  s->stream = false;
   s->tokens = std::move(prompt);
   s->n_prompt = static_cast<int32_t>(np);
   s->max_tokens = 0;
@@ -580,7 +456,7 @@ void Engine::drain_inbox() {
 bool Engine::step() {
   drain_inbox();
   const auto t_draft = Clock::now();
-  propose_drafts();
+  spec_->propose(sched_->running());
   busy_s_ += std::chrono::duration<double>(Clock::now() - t_draft).count();
   sched_->schedule(batch_, plan_);
   if (batch_.empty()) {
@@ -619,7 +495,7 @@ bool Engine::step() {
   sample_and_postprocess(plan_);
   const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
   busy_s_ += step_s;
-  step_cost_.observe(batch_.size(), step_s);
+  spec_->observe_step(batch_.size(), step_s);
   ++steps_;
   publish_stats();
   return true;
@@ -737,168 +613,17 @@ void Engine::mask_constrained(Sequence* s, float* logits) {
     for (int32_t t : eog_) logits[t] = -INFINITY;
 }
 
-// Default caps. N-gram drafts cost no model time, and where a passage is being copied they are
-// accepted nearly whole, so the cap only bounds the verify step: measured on the 1.5B code edit
-// (1 thread, same run) 32 drafted tokens per step ran 44 t/s against 37.6 with 16, and 64 no
-// better than 32; the adaptive policy still picks k ≤ cap from measured step costs. A draft
-// model pays a forward per drafted token, so its cap stays lower.
-int32_t Engine::spec_max_draft(bool from_model) const {
-  if (cfg_.spec.max_draft > 0) return cfg_.spec.max_draft;
-  return from_model ? 8 : 32;
-}
-
-void Engine::propose_drafts() {
-  if (cfg_.spec.mode == SpecMode::Off) return;
-  const auto& running = sched_->running();
-  // Tokens this step will have without drafts: one per decoding sequence, prompt chunks.
-  int32_t base = 0;
-  for (const auto& sp : running) base += std::min(sp->remaining(), cfg_.max_batch_tokens);
-  base = std::max(1, std::min(base, cfg_.max_batch_tokens));
-  draft_reqs_.clear();
-  std::vector<Sequence*> from_model;
-  bool explored = false;  // one sequence per step may try a batch size not measured yet
-  for (const auto& sp : running) {
-    Sequence* s = sp.get();
-    s->draft.clear();
-    s->draft_q.clear();
-    s->draft_from_model = false;
-    if (s->embedding || s->want_prompt_logprobs || s->blocked() || !s->siblings.empty() || s->remaining() != 1) continue;
-    // Every accepted draft and the token after them must fit max_tokens and the context.
-    int32_t left = n_ctx_ - static_cast<int32_t>(s->tokens.size()) - 1;
-    if (s->max_tokens >= 0) left = std::min(left, s->max_tokens - s->n_generated() - 1);
-    if (left <= 0) continue;
-    if (s->ngram) {
-      const NgramProposer::Match m = s->ngram->find_match();
-      if (m.n > 0) {
-        const int32_t k_max = std::min(left, spec_max_draft(false));
-        const double alpha = s->accept_ngram[static_cast<size_t>(m.n)].alpha();
-        int32_t k = k_max;
-        if (cfg_.spec.adaptive) {
-          const SpecChoice c = choose_draft_length(step_cost_, base, alpha, k_max, 0.0, 0.0, !explored);
-          k = c.k;
-          explored = explored || c.explores;
-        }
-        if (k > 0) s->ngram->propose(k, &s->draft);
-        if (!s->draft.empty()) {
-          s->draft_ngram_n = m.n;
-          base += static_cast<int32_t>(s->draft.size());
-          continue;
-        }
-      }
-    }
-    if (!draft_) continue;
-    const int32_t k_max = std::min(left, spec_max_draft(true));
-    const uint64_t key = static_cast<uint64_t>(s->arrival) + 1;
-    // Auto: the draft must first read what it has not seen (tokens accepted from n-gram drafts,
-    // or the whole prompt), paid before any drafted token, so it weighs on the choice; until
-    // that cost was measured, the target's own cost per prompt token stands in (an upper bound
-    // for a smaller draft). Draft mode has no other proposer: there the catch-up is the price of
-    // drafting at all.
-    double catch_up = 0.0;
-    if (cfg_.spec.mode == SpecMode::Auto) {
-      const double per = draft_catch_up_seconds_ > 0
-                             ? draft_catch_up_seconds_
-                             : step_cost_.estimate(cfg_.max_batch_tokens) / cfg_.max_batch_tokens;
-      catch_up = per * draft_->behind(s->slot, key, s->tokens);
-    }
-    int32_t k = k_max;
-    if (cfg_.spec.adaptive) {
-      const SpecChoice c = choose_draft_length(step_cost_, base, s->accept_draft.alpha(), k_max,
-                                               draft_forward_seconds_, catch_up, !explored);
-      k = c.k;
-      explored = explored || c.explores;
-    }
-    if (k <= 0) continue;
-    DraftRequest r;
-    r.slot = s->slot;
-    r.key = static_cast<uint64_t>(s->arrival) + 1;
-    r.tokens = &s->tokens;
-    r.k = k;
-    r.sampler = s->sampler.get();
-    r.n_generated = s->n_generated();
-    draft_reqs_.push_back(std::move(r));
-    from_model.push_back(s);
-    base += k;
-  }
-  if (!draft_) return;
-  std::vector<std::pair<int, uint64_t>> live;
-  for (const auto& sp : running)
-    if (sp->slot >= 0) live.emplace_back(sp->slot, static_cast<uint64_t>(sp->arrival) + 1);
-  draft_->retain(live);
-  if (draft_reqs_.empty()) return;
-  const DraftStats before = draft_->stats();
-  draft_->propose(draft_reqs_);
-  const DraftStats& after = draft_->stats();
-  const int64_t forwards = after.forwards - before.forwards, tokens = after.tokens - before.tokens;
-  // The cost of drafting one more token for a sequence: one more draft forward. Calls that were
-  // mostly catch-up (a prompt run through the draft) say little about that and are skipped.
-  if (forwards > 0 && tokens <= (forwards + 2) * static_cast<int64_t>(draft_reqs_.size())) {
-    const double per = (after.seconds - before.seconds) / forwards;
-    draft_forward_seconds_ = draft_forward_seconds_ > 0 ? 0.8 * draft_forward_seconds_ + 0.2 * per : per;
-  } else if (tokens > 0) {
-    const double per = (after.seconds - before.seconds) / tokens;  // mostly catch-up: cost per token read
-    draft_catch_up_seconds_ = draft_catch_up_seconds_ > 0 ? 0.8 * draft_catch_up_seconds_ + 0.2 * per : per;
-  }
-  for (size_t i = 0; i < draft_reqs_.size(); ++i) {
-    Sequence* s = from_model[i];
-    s->draft = std::move(draft_reqs_[i].draft);
-    s->draft_q = std::move(draft_reqs_[i].q);
-    s->draft_from_model = !s->draft.empty();
-  }
-}
-
 void Engine::verify_draft(const ScheduledChunk& c, Sequence* s) {
-  const int32_t nd = c.n_draft;
-  const int32_t row0 = c.first_row + c.n_rows - 1 - nd;
-  const std::vector<int32_t> draft = std::move(s->draft);  // commit_draft / finish clear it anyway
-  const std::vector<std::vector<TokenProb>> draft_q = std::move(s->draft_q);
-  const bool from_model = s->draft_from_model;
-  const SamplingParams& params = s->sampler->params();
-  // A drafted token chosen by the draft's distribution q at temperature > 0 is accepted with
-  // min(1, p/q) and otherwise replaced by a draw from the residual max(0, p - q): the speculative
-  // sampling rule. Greedy drafts and n-gram drafts (a deterministic proposal) need no rule: the
-  // row is sampled exactly as a decode step samples it (same chain, same generator stream) and
-  // the draft is accepted when it matches, so the output is the one decoding without drafts gives.
-  const bool rule = from_model && params.temperature > 0.0f && draft_q.size() == draft.size();
-  ++spec_steps_;
-  spec_drafted_ += nd;
-  s->draft_n += nd;
-  int32_t accepted = 0;
-  const int32_t shifts = s->context_shifts;  // a shift (only on the walk's last token) restarts the KV
-  for (int32_t i = 0; i <= nd; ++i) {
-    const float* row = logits_.data() + static_cast<size_t>(row0 + i) * n_vocab_;
-    work_.assign(row, row + n_vocab_);
-    int32_t token;
-    TokenLogprob lp;
-    try {
-      mask_constrained(s, work_.data());
-      if (rule && i < nd) {
-        s->sampler->distribution(work_.data(), n_vocab_, s->tokens, s->n_generated(), spec_p_);
-        token = speculative_pick(spec_p_, draft[i], draft_q[i], *s->sampler);
-        if (params.logprobs >= 0) lp = Sampler::logprobs_of(work_.data(), n_vocab_, token, params.logprobs);
-      } else {
-        token = s->sampler->sample(work_.data(), n_vocab_, s->tokens, s->n_generated(), &lp);
-      }
-      if (s->constraint) s->constraint->accept(token);
-    } catch (const std::exception& e) {
-      fail(s, e.what());
-      break;
-    }
-    const bool hit = i < nd && token == draft[i];
-    if (hit) {
-      ++accepted;
-      ++spec_accepted_;
-      ++s->draft_n_accepted;
-    }
-    postprocess_token(s, token, params.logprobs >= 0 ? &lp : nullptr);
-    if (s->slot < 0 || !hit || s->context_shifts != shifts) break;  // finished, first rejection, or shifted
-  }
-  if (from_model) s->accept_draft.update(nd, accepted);
-  else if (s->draft_ngram_n > 0 && s->draft_ngram_n < static_cast<int32_t>(s->accept_ngram.size()))
-    s->accept_ngram[static_cast<size_t>(s->draft_ngram_n)].update(nd, accepted);
+  const int32_t shifts = s->context_shifts;
+  const float* rows = logits_.data() + static_cast<size_t>(c.first_row + c.n_rows - 1 - c.n_draft) * n_vocab_;
+  SpeculativeDecoder::Hooks hooks;
+  hooks.mask = [&](float* logits) { mask_constrained(s, logits); };
+  hooks.emit = [&](int32_t token, TokenLogprob* lp) { postprocess_token(s, token, lp); };
+  hooks.fail = [&](const std::string& message) { fail(s, message); };
+  const int32_t accepted = spec_->verify(s, c.n_draft, rows, n_vocab_, work_, hooks);
   if (s->slot < 0 || s->context_shifts != shifts) return;  // gone, or recomputed from the kept tokens
   sched_->commit_draft(s, accepted);
-  if (draft_) draft_->rollback(s->slot, static_cast<uint64_t>(s->arrival) + 1, s->n_computed);
+  spec_->rollback(s);
 }
 
 void Engine::postprocess_token(Sequence* s, int32_t token, TokenLogprob* lp) {
@@ -947,35 +672,12 @@ void Engine::postprocess_token(Sequence* s, int32_t token, TokenLogprob* lp) {
     ev.has_prompt_logprobs = true;
     s->prompt_logprobs_sent = true;
   }
-  if (!s->stream) {
-    if (!reason) {
-      s->text += ev.text;
-      s->out_tokens.push_back(token);
-      if (lp) s->out_logprobs.push_back(*lp);
-      if (ev.has_prompt_logprobs) s->prompt_logprobs = std::move(ev.prompt_logprobs);
-      if (shift) shift_context(s);
-      return;
-    }
-    take_accumulated(s, ev);
-    if (s->index == 0 && params.prompt_logprobs >= 0) {
-      ev.prompt_logprobs = std::move(s->prompt_logprobs);
-      ev.has_prompt_logprobs = true;
-    }
-  }
   if (!reason) {
     s->out->push(std::move(ev));
     if (shift) shift_context(s);
     return;
   }
   finish(s, *reason, std::move(ev));
-}
-
-void Engine::take_accumulated(Sequence* s, OutputEvent& ev) {
-  ev.text = std::move(s->text) + ev.text;
-  s->out_tokens.insert(s->out_tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
-  ev.token_ids = std::move(s->out_tokens);
-  s->out_logprobs.insert(s->out_logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
-  ev.logprobs = std::move(s->out_logprobs);
 }
 
 // llama-server's context shift (n_keep, n_discard = half of what follows it), done exactly: the
@@ -996,7 +698,6 @@ void Engine::shift_context(Sequence* s) {
   if (n_discard < 1) {  // nothing can go (n_ctx < 5): end as without context shift
     OutputEvent ev;
     ev.text = s->stop.flush();
-    if (!s->stream) take_accumulated(s, ev);
     finish(s, FinishReason::Length, std::move(ev));
     return;
   }
@@ -1004,9 +705,7 @@ void Engine::shift_context(Sequence* s) {
   s->n_shifted += n_discard;
   ++s->context_shifts;
   ++context_shifts_;
-  s->draft.clear();
-  s->draft_q.clear();
-  if (draft_ && s->slot >= 0) draft_->release(s->slot);  // its draft KV follows the old positions
+  spec_->forget(s);  // its drafts and draft KV follow the old positions
   for (Sequence* sib : s->siblings) sib->unblock();  // (siblings fork before the first token)
   s->siblings.clear();
   sched_->restart(s);
@@ -1078,9 +777,7 @@ void Engine::do_abort(int64_t id) {
   std::vector<std::shared_ptr<Sequence>> seqs = sched_->remove_request(id);
   if (!seqs.empty()) publish_stats();
   for (const auto& s : seqs) {  // already out of the scheduler: finish() only reports them
-    OutputEvent ev;
-    if (!s->stream) take_accumulated(s.get(), ev);
-    finish(s.get(), FinishReason::Cancelled, std::move(ev));
+    finish(s.get(), FinishReason::Cancelled, OutputEvent{});
   }
 }
 
@@ -1115,13 +812,12 @@ void Engine::publish_stats() {
   st.requests_finished = finished_;
   st.busy_seconds = busy_s_;
   st.tokens_per_second = busy_s_ > 0 ? generated_total_ / busy_s_ : 0.0;
-  st.spec_drafted = spec_drafted_;
-  st.spec_accepted = spec_accepted_;
-  st.spec_steps = spec_steps_;
-  if (draft_) {
-    st.spec_draft_forwards = draft_->stats().forwards;
-    st.spec_draft_seconds = draft_->stats().seconds;
-  }
+  const SpecCounters spec = spec_->counters();
+  st.spec_drafted = spec.drafted;
+  st.spec_accepted = spec.accepted;
+  st.spec_steps = spec.steps;
+  st.spec_draft_forwards = spec.draft_forwards;
+  st.spec_draft_seconds = spec.draft_seconds;
   std::lock_guard<std::mutex> lock(mu_);
   stats_ = st;
   has_work_ = st.running > 0 || st.waiting > 0;

@@ -18,37 +18,18 @@
 #include <vector>
 
 #include "common/dtype.h"
-#include "engine/draft_proposer.h"
 #include "engine/embedding.h"
+#include "engine/kv_budget.h"
 #include "engine/engine_model.h"
 #include "engine/output_channel.h"
 #include "engine/sampling_params.h"
 #include "engine/scheduler.h"
-#include "engine/spec_policy.h"
+#include "engine/speculative_decoder.h"
 #include "kv/kv_cache.h"
 #include "kv/page_store.h"
 #include "kv/prefix_cache.h"
 
 namespace edgellm {
-
-// Speculative decoding (issue 18). Off: one token per sequence per step. Ngram: drafts copied
-// from the sequence's own history (prompt lookup). Draft: drafts from a draft model (given to
-// the Engine). Auto: the n-gram proposal when the history has one, else the draft model's when
-// there is one. Every mode but Off is adaptive: per sequence the expected tokens per step (from its
-// acceptance) are weighed against the measured cost of verifying k more tokens (and of drafting
-// them), and k shrinks to 0 where drafting would not pay.
-enum class SpecMode { Off, Ngram, Draft, Auto };
-
-struct SpeculativeConfig {
-  SpecMode mode = SpecMode::Off;
-  int32_t max_draft = 0;   // most tokens drafted per step (num_speculative_tokens); 0 = default (32 n-gram, 8 draft)
-  bool adaptive = true;    // false: always draft max_draft tokens when there is a proposal (tests, benchmarks)
-  // n-gram lengths matched, longest first. Up to 12: in code a 4-token context recurs all over
-  // (indentation, `self.`, `return `) and points at the wrong place; a 12-token one finds the
-  // passage being copied (code edit: 99.6 % acceptance, 15.4 tokens per step, against 86-92 %
-  // and ~8 with at most 4).
-  int32_t ngram_max = 12, ngram_min = 1;
-};
 
 struct EngineConfig {
   int32_t n_ctx = 0;             // max tokens per sequence; 0 = min(model context, 4096)
@@ -114,10 +95,6 @@ struct SlotResult {
   int64_t n_bytes = 0;
 };
 
-struct SubmitOptions {
-  bool stream = true;            // false: a single final event per completion
-};
-
 class Engine {
  public:
   // `draft`: the draft model for SpecMode Draft / Auto (its vocabulary checked by the caller with
@@ -128,10 +105,11 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Validates and queues a request; returns its id. Throws InvalidRequestError /
-  // ContextLengthError (prompt + max_tokens > n_ctx, or more pages than the whole pool).
-  int64_t submit(std::vector<int32_t> prompt, const SamplingParams& params, std::shared_ptr<OutputChannel> out,
-                 SubmitOptions opts = {});
+  // Validates and queues a request; returns its id. Its events go to `out` as they come (a
+  // channel that collects whole completions, OutputChannel::collect_whole, joins them). Throws
+  // InvalidRequestError / ContextLengthError (prompt + max_tokens > n_ctx, or more pages than the
+  // whole pool).
+  int64_t submit(std::vector<int32_t> prompt, const SamplingParams& params, std::shared_ptr<OutputChannel> out);
   // Queues an embedding request: the prompt is prefilled in the same batches as everything
   // else, its final-norm hidden states are pooled (params.pooling, else the model's
   // default_pooling()) and normalised, and its one event carries the vector(s) in `embedding`.
@@ -196,11 +174,8 @@ class Engine {
   void postprocess_token(Sequence* s, int32_t token, TokenLogprob* lp);
   // The sequence's grammar mask on one logits row (EOG barred until the output is complete).
   void mask_constrained(Sequence* s, float* logits);
-  // Speculative decoding: drafts for this step's decoding sequences (before schedule), and the
-  // verification of one sequence's drafted rows (in sample_and_postprocess).
-  void propose_drafts();
+  // Speculative decoding: the verification of one sequence's drafted rows (SpeculativeDecoder).
   void verify_draft(const ScheduledChunk& c, Sequence* s);
-  int32_t spec_max_draft(bool from_model) const;
   void send_progress(Sequence* s, int32_t processed);
   void finish_embedding(Sequence* s);
   // Context shift of a sequence whose tokens filled n_ctx (see EngineConfig::context_shift).
@@ -209,8 +184,6 @@ class Engine {
   // timings), frees its slot and pages, and pushes the event.
   void finish(Sequence* s, FinishReason reason, OutputEvent ev);
   void fail(Sequence* s, const std::string& message);
-  // Not streaming: the text, tokens and log-probs accumulated so far go before ev's own.
-  static void take_accumulated(Sequence* s, OutputEvent& ev);
   void do_abort(int64_t id);
   void do_eval(const std::vector<int32_t>& ids, float* out);
   void publish_stats();
@@ -218,9 +191,7 @@ class Engine {
   std::shared_ptr<EngineModel> model_;
   std::shared_ptr<const EngineVocab> vocab_;
   EngineConfig cfg_;
-  std::shared_ptr<EngineModel> draft_model_;
   int32_t n_ctx_ = 0, n_vocab_ = 0, n_embd_ = 0, eval_slot_ = 0;
-  int64_t seq_window_pages_ = 0;  // window pages one sequence holds at most (window + one batch)
   int64_t seq_pages_max_ = 0;     // pages of positions one sequence can hold within the KV budget
   std::vector<int32_t> eog_;
   std::unique_ptr<KVCache> kv_;
@@ -233,14 +204,7 @@ class Engine {
   std::vector<ScheduledChunk> plan_;
   std::vector<float> logits_, work_, hidden_;
 
-  // Speculative decoding (engine thread only).
-  std::unique_ptr<DraftProposer> draft_;
-  StepCostModel step_cost_;
-  std::vector<DraftRequest> draft_reqs_;
-  std::vector<TokenProb> spec_p_;
-  double draft_forward_seconds_ = 0.0;  // recent draft forward time (one token per sequence)
-  double draft_catch_up_seconds_ = 0.0;  // recent draft time per catch-up token
-  int64_t spec_drafted_ = 0, spec_accepted_ = 0, spec_steps_ = 0;
+  std::unique_ptr<SpeculativeDecoder> spec_;  // engine thread only
 
   // Shared with other threads, guarded by mu_.
   mutable std::mutex mu_;

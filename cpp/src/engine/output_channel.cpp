@@ -14,7 +14,39 @@ const char* to_string(FinishReason r) {
   return "error";
 }
 
+bool OutputChannel::join(OutputEvent& ev) {
+  if (ev.has_progress) return false;  // progress is a streaming event
+  if (ev.index < 0) return true;
+  if (static_cast<size_t>(ev.index) >= whole_events_.size()) whole_events_.resize(static_cast<size_t>(ev.index) + 1);
+  Whole& w = whole_events_[static_cast<size_t>(ev.index)];
+  if (ev.has_prompt_logprobs) {
+    w.prompt_logprobs = std::move(ev.prompt_logprobs);
+    w.has_prompt_logprobs = true;
+    ev.has_prompt_logprobs = false;
+  }
+  if (!ev.finished) {
+    w.text += ev.text;
+    w.token_ids.insert(w.token_ids.end(), ev.token_ids.begin(), ev.token_ids.end());
+    w.logprobs.insert(w.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+    return false;
+  }
+  if (ev.finish_reason != FinishReason::Error) {
+    ev.text = std::move(w.text) + ev.text;
+    w.token_ids.insert(w.token_ids.end(), ev.token_ids.begin(), ev.token_ids.end());
+    ev.token_ids = std::move(w.token_ids);
+    w.logprobs.insert(w.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+    ev.logprobs = std::move(w.logprobs);
+    if (w.has_prompt_logprobs && ev.finish_reason != FinishReason::Cancelled) {
+      ev.prompt_logprobs = std::move(w.prompt_logprobs);
+      ev.has_prompt_logprobs = true;
+    }
+  }
+  w = Whole{};
+  return true;
+}
+
 void OutputChannel::push(OutputEvent ev) {
+  if (whole_ && !join(ev)) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (ev.finished) ++finished_pushed_;

@@ -1,6 +1,11 @@
 // Results of one request travel from the engine thread to its caller through an OutputChannel:
 // a mutex-protected queue of events the caller waits on (with the GIL released in Python).
 // An optional file descriptor gets a byte per event so an asyncio loop can wait on it.
+//
+// The engine always sends a completion as it goes (an event per token). A caller that wants
+// whole completions (a non-streaming request) asks its channel to collect them: then each
+// completion's events are joined in the channel and only its final event is queued, carrying
+// the completion's text, tokens and log-probs (and the prompt's log-probs, sent earlier).
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -78,6 +83,10 @@ class OutputChannel {
   bool try_pop(OutputEvent& ev);
   // Completions still expected to finish (set by the engine at submit).
   void expect(int32_t n_completions) { remaining_ = n_completions; }
+  // Before submit: queue one event per completion, its final one, carrying everything before it
+  // (an error's final event carries only the error, as a failed completion has no answer).
+  void collect_whole() { whole_ = true; }
+  bool collects_whole() const { return whole_; }
   // Every completion's last event was pushed (the engine will not touch the channel again).
   bool all_sent() const;
   // all_sent() and every event consumed.
@@ -90,6 +99,17 @@ class OutputChannel {
   int notify_fd_ = -1;
   int32_t remaining_ = 1;
   int32_t finished_pushed_ = 0;
+  // collect_whole: per completion index, what its events carried so far.
+  struct Whole {
+    std::string text;
+    std::vector<int32_t> token_ids;
+    std::vector<TokenLogprob> logprobs, prompt_logprobs;
+    bool has_prompt_logprobs = false;
+  };
+  bool whole_ = false;
+  std::vector<Whole> whole_events_;  // engine thread only (push)
+  // Joins ev into its completion's record; true when ev (now whole) is to be queued.
+  bool join(OutputEvent& ev);
 };
 
 }  // namespace edgellm

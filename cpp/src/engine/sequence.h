@@ -48,7 +48,6 @@ struct Sequence {
   int32_t index = 0;                   // completion index within the request
   int64_t arrival = 0;                 // FCFS order
   std::shared_ptr<OutputChannel> out;
-  bool stream = true;                  // false: one final event with everything
 
   std::vector<int32_t> tokens;         // prompt followed by generated tokens
   int32_t n_prompt = 0;
@@ -75,11 +74,6 @@ struct Sequence {
   // sequence finishes once its prompt is computed. Not matched against or added to the prefix cache.
   bool embedding = false;
   EmbeddingPool embd;
-
-  // Accumulated output when not streaming.
-  std::string text;
-  std::vector<int32_t> out_tokens;
-  std::vector<TokenLogprob> out_logprobs;
 
   int32_t cached_tokens = 0;           // prefix-cache hit at first admission
   // return_progress: prompt-progress events (completion 0 of a streaming request only).

@@ -72,7 +72,10 @@ DecoderModel::DecoderModel(std::shared_ptr<GgufFile> file, const Architecture& a
     r.layer = &arch_.layer;
     r.n_gpu_layers = opts.n_gpu_layers;
     r.max_batch_tokens = max_batch_tokens_;
-    gpu_ = make_gpu_executor(r);  // nullptr (with a warning) when no GPU can take them
+    if (!opts.make_executor)
+      throw InvalidRequestError("n_gpu_layers = " + std::to_string(opts.n_gpu_layers) +
+                                " needs an executor for the offloaded layers (LoadOptions::make_executor)");
+    gpu_ = opts.make_executor(r);  // nullptr (with a warning) when no GPU can take them
     if (gpu_) {
       gpu_layers_ = c.n_layer - gpu_->first_layer();
       gpu_description_ = gpu_->describe();

@@ -6,9 +6,9 @@
 #include <mutex>
 #include <vector>
 
-#include "backend/layer_executor.h"
 #include "model/architecture.h"
 #include "model/forward_pass.h"
+#include "model/layer_executor.h"
 #include "model/model.h"
 #include "model/rope.h"
 #include "model/weight_packing.h"

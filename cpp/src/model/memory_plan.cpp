@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <set>
 #if defined(__GLIBC__)
-#include <malloc.h>  // mallinfo2, malloc_trim
+#include <malloc.h>  // malloc_trim
 #endif
 
 #include "common/cpu_features.h"
@@ -22,30 +22,54 @@
 namespace edgellm {
 namespace {
 
-// Bytes malloc has handed out and not taken back (all arenas, mmapped chunks included); -1 where
-// the C library cannot say.
-int64_t heap_in_use() {
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
-  const struct mallinfo2 m = mallinfo2();
-  return static_cast<int64_t>(m.uordblks + m.hblkhd);
-#else
-  return -1;
-#endif
-}
+// The plan's runtime part is computed from the file's contents with fixed per-item costs, never
+// measured with the allocator's counters: those count whatever else the process allocates at the
+// time (a server planning one model while others serve), and a plan must be a function of the
+// file and the options. The costs are libstdc++'s on a 64-bit target and glibc malloc's chunk
+// rounding, checked against mallinfo2 deltas in a fresh process on SmolLM2, Gemma 3 and Qwen2.5
+// (within 2 %; tests/test_memory_plan.py compares the whole plan with the peak RSS of a load).
 
-// Estimate of the heap a GgufFile's parsed metadata takes where malloc cannot be asked.
-int64_t metadata_heap_estimate(const GgufFile& f) {
-  auto str = [](size_t n) -> int64_t { return 32 + (n > 15 ? static_cast<int64_t>((n + 1 + 8 + 15) / 16 * 16) : 0); };
+// A std::string: the object (32 bytes, 15 characters inline) plus, for a longer text, its heap
+// chunk (n + 1 bytes, an 8-byte malloc header, rounded up to 16).
+int64_t string_bytes(size_t n) { return 32 + (n > 15 ? static_cast<int64_t>((n + 1 + 8 + 15) / 16 * 16) : 0); }
+// A node of a std::unordered_map<std::string, integer>: next pointer, key, value, cached hash
+// (56 bytes, a 64-byte chunk), its key's heap text, and 1-2 buckets of 8 bytes (the table
+// doubles when full: 12 on average).
+int64_t index_entry_bytes(size_t key) { return 64 + (string_bytes(key) - 32) + 12; }
+
+// The parsed metadata GgufFile keeps: each key/value (the strings of string arrays included;
+// numeric arrays stay in the mapping) and tensor record, and the two name indexes.
+int64_t metadata_heap_bytes(const GgufFile& f) {
   int64_t b = 0;
   for (const GgufKV& kv : f.metadata()) {
-    b += static_cast<int64_t>(sizeof(GgufKV)) + str(kv.key.size()) + str(kv.value.str.size());
-    for (const std::string& s : kv.value.strings) b += str(s.size());
+    b += static_cast<int64_t>(sizeof(GgufKV)) + string_bytes(kv.key.size()) - 32 + string_bytes(kv.value.str.size()) - 32;
+    for (const std::string& s : kv.value.strings) b += string_bytes(s.size());
+    b += index_entry_bytes(kv.key.size());
   }
-  for (const TensorInfo& t : f.tensors()) b += static_cast<int64_t>(sizeof(TensorInfo)) + str(t.name.size()) + 64;
+  for (const TensorInfo& t : f.tensors())
+    b += static_cast<int64_t>(sizeof(TensorInfo)) + string_bytes(t.name.size()) - 32 + index_entry_bytes(t.name.size());
   return b;
 }
 
+// Per-item costs of the tokenizer (tokenizer/vocab.h) beyond its strings. A token: its
+// token_to_id entry beyond the key text (index_entry_bytes - 32 = 44), the per-token arrays
+// (score, type, attributes: 4 bytes each; the end-of-generation flag: 1) and 9 bytes of the
+// special-token candidates, the trie over them and the pre-tokenizer's tables spread over the
+// vocabulary (fitted: they grow with it). A merge: its merge_rank entry beyond the key text, and
+// 4 bytes of slack (fitted).
+constexpr int64_t kTokenCost = 44 + 13 + 9;
+constexpr int64_t kMergeCost = 44 + 4;
 
+// The tokenizer's heap: every token's and merge's text twice (the list and the lookup key; a
+// merge's key "left\xffright" is as long as its text "left right") and the costs above.
+int64_t tokenizer_heap_bytes(const GgufFile& f) {
+  int64_t b = 0;
+  if (const std::vector<std::string>* tokens = f.find_string_array("tokenizer.ggml.tokens"))
+    for (const std::string& t : *tokens) b += 2 * string_bytes(t.size()) + kTokenCost;
+  if (const std::vector<std::string>* merges = f.find_string_array("tokenizer.ggml.merges"))
+    for (const std::string& m : *merges) b += 2 * string_bytes(m.size()) + kMergeCost;
+  return b;
+}
 
 }  // namespace
 
@@ -63,10 +87,8 @@ MemoryPlanner::MemoryPlanner(const std::string& path) : path_(path) {
 }
 
 void MemoryPlanner::read(const std::string& path) {
-  const int64_t h0 = heap_in_use();
   std::shared_ptr<GgufFile> file = GgufFile::open(path);
-  const int64_t h1 = heap_in_use();
-  metadata_heap_ = h0 >= 0 && h1 >= h0 ? h1 - h0 : metadata_heap_estimate(*file);
+  metadata_heap_ = metadata_heap_bytes(*file);
   file_bytes_ = static_cast<int64_t>(file->file_size());
   header_bytes_ = static_cast<int64_t>(file->data_offset());
 
@@ -143,16 +165,10 @@ void MemoryPlanner::read(const std::string& path) {
     if (t.n_dims == 1 || bias_table(t)) mapped_ += std::min<int64_t>(static_cast<int64_t>(t.nbytes), 4096);
   mapped_ += header_bytes_;
 
-  // The tokenizer: built from this parse of the file (the loader's Tokenizer::from_gguf parses
-  // it again: tokenizer_transient_ below), counted, freed.
-  const int64_t t0 = heap_in_use();
-  {
-    std::unique_ptr<Tokenizer> tok = Tokenizer::create(load_vocab(*file));
-    const int64_t t1 = heap_in_use();
-    // without malloc's count: 4x the metadata's parse (3.5-3.9x measured on the three test
-    // models, BPE and SPM)
-    tokenizer_heap_ = t0 >= 0 && t1 >= t0 ? t1 - t0 : 4 * metadata_heap_;
-  }
+  // The tokenizer, built once as the loader builds it: a file it refuses fails here too. Its heap
+  // is computed from the token and merge lists (tokenizer_heap_bytes), not measured.
+  Tokenizer::create(load_vocab(*file));
+  tokenizer_heap_ = tokenizer_heap_bytes(*file);
   // While it is built, a second parse of the metadata (and a second mapping of the header) is
   // alive; the parse is freed when it returns, but malloc keeps those pages (they are counted
   // in the steady state), the mapping is gone.

@@ -18,11 +18,13 @@
 //   scratch_forward    ForwardScratch's per-token arrays for max_batch_tokens + activation slots
 //                      (+ MoeScratch for mixture-of-experts models)
 //   scratch_attention  the per-thread paged-attention scratch
-//   runtime            heap the model file's parsed metadata and the tokenizer keep (measured
-//                      with malloc's own count while planning: the tokenizer is built once,
-//                      its bytes counted, freed, the heap trimmed), the tokenizer's second parse
-//                      of the metadata (freed after its build, but malloc keeps the pages), and
-//                      the engine's logits row and sampling copy (2 x n_vocab floats)
+//   runtime            heap the model file's parsed metadata and the tokenizer keep, computed
+//                      from the file's contents (key/value and tensor records, token and merge
+//                      texts and counts) with fixed per-item costs (memory_plan.cpp), never from
+//                      the allocator's counters, so a plan is a function of the file and the
+//                      options; the tokenizer's second parse of the metadata (freed after its
+//                      build, but malloc keeps the pages), and the engine's logits row and
+//                      sampling copy (2 x n_vocab floats)
 //   load_peak          everything allocated by the end of loading (all but the KV; scratch
 //                      counted whole though only written rows become resident) plus the
 //                      tokenizer's transient second mapping of the header

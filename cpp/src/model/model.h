@@ -10,6 +10,7 @@
 #include "gguf/gguf_file.h"
 #include "kv/kv_cache.h"
 #include "model/batch.h"
+#include "model/layer_executor.h"
 #include "model/load_progress.h"
 #include "model/model_config.h"
 
@@ -20,7 +21,10 @@ class ThreadPool;
 struct LoadOptions {
   int n_threads = 0;        // 0 = physical cores
   int max_batch_tokens = 512;  // largest batch forward() accepts (scratch is sized for it)
-  int n_gpu_layers = 0;     // last layers to run on the GPU (-1 = all); backend/layer_executor.h
+  int n_gpu_layers = 0;     // last layers to run on the GPU (-1 = all), by make_executor
+  // Builds the executor of the offloaded layers (model/layer_executor.h; the GPU's is
+  // backend/gpu_offload.h's make_gpu_executor); needed when n_gpu_layers != 0.
+  ExecutorFactory make_executor;
   // Tokens per sequence the caller will run (the engine's n_ctx); 0 = default_context_length.
   // Picks LongRoPE's long or short frequency factors (model/rope.h) where a model has them.
   int n_ctx = 0;

@@ -6,10 +6,11 @@
 // building blocks. It keeps its layers' weights and their KV pages in its own memory (same
 // page ids as the host KVCache, whose tables stay the one truth).
 //
-// make_gpu_executor() is compiled into every build: with CUDA off, or with no usable GPU, it
-// prints a warning and returns nullptr, and the model runs wholly on the CPU.
+// The model does not know the accelerators: whoever loads it injects a factory
+// (LoadOptions::make_executor; backend/gpu_offload.h's make_gpu_executor for the GPU), called
+// once the layers are bound when n_gpu_layers != 0.
 #pragma once
-#include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,22 +44,8 @@ struct OffloadRequest {
   int max_batch_tokens = 512;
 };
 
-// Layers that n_gpu_layers asks for on a model of n_layer layers: -1 (or more than n_layer)
-// means all. Throws InvalidRequestError for values below -1.
-int resolve_gpu_layers(int n_gpu_layers, int n_layer);
-
-// An executor for the last resolve_gpu_layers(...) layers, or nullptr when n_gpu_layers is 0 or
-// no GPU can take them (built without CUDA, no device or driver, too little memory, a weight
-// type without a GPU kernel); every nullptr for n_gpu_layers != 0 prints a one-line warning
-// saying why, ending "running on the CPU".
-std::unique_ptr<LayerExecutor> make_gpu_executor(const OffloadRequest& request);
-
-struct GpuStatus {
-  bool available = false;
-  std::string reason;   // why not, when !available ("built without CUDA", "no CUDA device found", ...)
-  std::string device;   // "NVIDIA H100 80GB HBM3 (sm_90)"
-  size_t free_bytes = 0, total_bytes = 0;
-};
-GpuStatus gpu_status();
+// An executor for the request's last layers, or nullptr when none can take them (the model
+// then runs wholly on the CPU).
+using ExecutorFactory = std::function<std::unique_ptr<LayerExecutor>(const OffloadRequest&)>;
 
 }  // namespace edgellm
