@@ -118,6 +118,8 @@ def test_probe_reads_the_process_cgroup(tmp_path, monkeypatch, layout):
     assert (m.available, m.source) == (177_000_000, "cgroup"), m
     assert (m.cgroup_limit, m.cgroup_usage, m.cgroup_path) == (300_000_000, 123_000_000, str(want_path))
     assert _core.machine_memory()["available"] == 177_000_000
+    from edgellm.server.model_pool import machine_budget  # the several-models server's budget
+    assert machine_budget() == 177_000_000
 
 
 @pytest.mark.real_model

@@ -338,9 +338,52 @@ void test_threaded() {
   CHECK(e.stats().pages_used == 0);
 }
 
+// A channel that collects whole completions (a non-streaming request): one event per completion,
+// its final one, with everything sent before it joined; an error's carries only the error.
+void test_channel_collects_whole() {
+  OutputChannel ch;
+  ch.collect_whole();
+  auto token = [](int32_t index, int32_t id, const std::string& text) {
+    OutputEvent ev;
+    ev.index = index;
+    ev.text = text;
+    ev.token_ids = {id};
+    ev.logprobs.push_back(TokenLogprob{});
+    ev.logprobs.back().token = id;
+    return ev;
+  };
+  OutputEvent first = token(0, 1, "a");
+  first.has_prompt_logprobs = true;
+  first.prompt_logprobs.resize(3);
+  ch.push(first);
+  ch.push(token(1, 7, "x"));
+  ch.push(token(0, 2, "b"));
+  OutputEvent ev;
+  CHECK(!ch.try_pop(ev));  // nothing queued before a completion ends
+  OutputEvent last = token(0, 3, "c");
+  last.finished = true;
+  last.finish_reason = FinishReason::Stop;
+  ch.push(last);
+  OutputEvent failed;
+  failed.index = 1;
+  failed.finished = true;
+  failed.finish_reason = FinishReason::Error;
+  failed.error = "boom";
+  ch.push(failed);
+  CHECK(ch.try_pop(ev));
+  CHECK(ev.index == 0 && ev.finished && ev.text == "abc");
+  CHECK((ev.token_ids == std::vector<int32_t>{1, 2, 3}));
+  CHECK(ev.logprobs.size() == 3 && ev.logprobs[2].token == 3);
+  CHECK(ev.has_prompt_logprobs && ev.prompt_logprobs.size() == 3);
+  CHECK(ch.try_pop(ev));
+  CHECK(ev.index == 1 && ev.finished && ev.error == "boom" && ev.text.empty() && ev.token_ids.empty());
+  CHECK(!ch.try_pop(ev));
+}
+
 }  // namespace
 
 int main() {
+  test_channel_collects_whole();
   test_single_and_batched();
   test_chunked_prefill();
   test_preemption();

@@ -231,8 +231,9 @@ class MemoryPlan:
 
 
 class _Planner:
-    """One model's header, read once per process (per path, size and mtime: the heap it
-    measured stays the same for later plans); plan() for any configuration."""
+    """One model's header, read once per process (per path, size and mtime; the plan is a
+    function of the file's contents, so this only saves re-reading it); plan() for any
+    configuration."""
     _cache: Dict[Any, Any] = {}
 
     def __init__(self, path: str):
