@@ -207,6 +207,14 @@ struct PyEngine {
   }
 };
 
+// LLM(...)'s load options: the engine's own (EngineConfig) and the loader's.
+struct EngineOptions : EngineConfig {
+  EngineOptions() { spec.mode = SpecMode::Auto; }  // LLM's default (the C++ struct's is Off)
+  int32_t n_threads = 0;      // 0: the physical cores
+  int32_t n_gpu_layers = 0;   // the last N layers on a CUDA GPU; -1: all
+  std::string draft_model;    // the draft model's GGUF path; empty: none
+};
+
 }  // namespace
 
 void bind_engine(py::module_& m) {
@@ -284,30 +292,63 @@ void bind_engine(py::module_& m) {
       .def_property_readonly("all_sent", &OutputChannel::all_sent,
                              "Every completion's last event was sent: the engine is done with the channel.");
 
+  // LLM(...)'s load options as one object (edgellm.validation.check_engine_args fills it, one
+  // attribute per checked argument): the engine's EngineConfig plus what loading takes.
+  py::class_<EngineOptions>(m, "EngineConfig", "The engine's load options (LLM(...)'s engine arguments).")
+      .def(py::init<>())
+      .def_readwrite("n_ctx", &EngineOptions::n_ctx, "tokens per sequence; 0: min(trained, 4096)")
+      .def_readwrite("n_threads", &EngineOptions::n_threads, "0: the physical cores")
+      .def_readwrite("kv_memory", &EngineOptions::kv_memory, "KV bytes; 0: two full contexts")
+      .def_property(
+          "kv_type",
+          [](const EngineOptions& o) {
+            std::string n = dtype_name(o.kv_type);
+            std::transform(n.begin(), n.end(), n.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+            return n;
+          },
+          [](EngineOptions& o, const std::string& v) { o.kv_type = kv_dtype(v); }, "f16, f32 or q8_0")
+      .def_readwrite("max_seqs", &EngineOptions::max_seqs)
+      .def_readwrite("max_batch_tokens", &EngineOptions::max_batch_tokens)
+      .def_readwrite("page_size", &EngineOptions::page_size)
+      .def_readwrite("prefix_cache", &EngineOptions::prefix_cache)
+      .def_readwrite("n_gpu_layers", &EngineOptions::n_gpu_layers, "the last N layers on a CUDA GPU; -1: all")
+      .def_property(
+          "speculative", [](const EngineOptions& o) { return std::string(spec_mode_name(o.spec.mode)); },
+          [](EngineOptions& o, const std::string& v) { o.spec.mode = spec_mode(v); },
+          "off | ngram (prompt lookup) | draft (draft_model proposes) | auto (n-gram, plus the draft model when "
+          "one is given)")
+      .def_property(
+          "num_speculative_tokens", [](const EngineOptions& o) { return o.spec.max_draft; },
+          [](EngineOptions& o, int v) {
+            if (v < 0 || v > 64)
+              throw InvalidRequestError("num_speculative_tokens must be in 0..64 (0: the default), got " +
+                                        std::to_string(v));
+            o.spec.max_draft = v;
+          },
+          "most tokens drafted per step; 0: the engine's default")
+      .def_readwrite("draft_model", &EngineOptions::draft_model, "the draft model's GGUF path; empty: none")
+      .def_property(
+          "spec_adaptive", [](const EngineOptions& o) { return o.spec.adaptive; },
+          [](EngineOptions& o, bool v) { o.spec.adaptive = v; },
+          "false: always draft num_speculative_tokens when there is a proposal (tests, benchmarks)")
+      .def_readwrite("context_shift", &EngineOptions::context_shift)
+      .def_readwrite("cache_dir", &EngineOptions::cache_dir)
+      .def_readwrite("cache_key", &EngineOptions::cache_key)
+      .def_readwrite("cache_max_bytes", &EngineOptions::cache_max_bytes);
+
   py::class_<PyEngine>(m, "Engine", "The continuous-batching engine over one model (runs its own thread).")
-      .def(py::init([](const std::string& path, int n_ctx, int n_threads, int64_t kv_memory, const std::string& kv_type,
-                       int max_seqs, int max_batch_tokens, int page_size, bool prefix_cache, int n_gpu_layers,
-                       const std::string& speculative, int num_speculative_tokens, const std::string& draft_model,
-                       bool spec_adaptive, bool context_shift, const std::string& cache_dir,
-                       const std::string& cache_key, int64_t cache_max_bytes, py::object progress_cb) {
-             EngineConfig c;
-             c.n_ctx = n_ctx;
-             c.kv_memory = kv_memory;
-             c.kv_type = kv_dtype(kv_type);
-             c.max_seqs = max_seqs;
-             c.max_batch_tokens = max_batch_tokens;
-             c.page_size = page_size;
-             c.prefix_cache = prefix_cache;
-             c.context_shift = context_shift;
-             c.cache_dir = cache_dir;
-             c.cache_key = cache_key;
-             c.cache_max_bytes = cache_max_bytes;
-             c.spec.mode = spec_mode(speculative);
-             if (num_speculative_tokens < 0 || num_speculative_tokens > 64)
-               throw InvalidRequestError("num_speculative_tokens must be in 0..64 (0: the default), got " +
-                                         std::to_string(num_speculative_tokens));
-             c.spec.max_draft = num_speculative_tokens;
-             c.spec.adaptive = spec_adaptive;
+      .def(py::init([](const std::string& path, py::object config, py::object progress_cb, py::kwargs kw) {
+             // config (an EngineConfig, None: the defaults), then any option given by name
+             py::object cfg = config.is_none() ? py::cast(EngineOptions()) : py::cast(config.cast<EngineOptions>());
+             for (auto item : kw) {
+               if (!py::hasattr(cfg, item.first))
+                 throw InvalidRequestError("Engine: unknown option '" + std::string(py::str(item.first)) + "'");
+               py::setattr(cfg, item.first, item.second);
+             }
+             const EngineOptions c = cfg.cast<EngineOptions>();
+             const std::string& draft_model = c.draft_model;
+             const int n_threads = c.n_threads, n_gpu_layers = c.n_gpu_layers, n_ctx = c.n_ctx;
+             const int max_batch_tokens = c.max_batch_tokens;
              if (c.spec.mode == SpecMode::Draft && draft_model.empty())
                throw InvalidRequestError(
                    "speculative \"draft\" needs a draft model: give draft_model (a GGUF path or a known model "
@@ -379,16 +420,9 @@ void bind_engine(py::module_& m) {
              }
              return e;
            }),
-           py::arg("path"), py::arg("n_ctx") = 0, py::arg("n_threads") = 0, py::arg("kv_memory") = 0,
-           py::arg("kv_type") = "f16", py::arg("max_seqs") = 16, py::arg("max_batch_tokens") = 512,
-           py::arg("page_size") = 32, py::arg("prefix_cache") = true, py::arg("n_gpu_layers") = 0,
-           py::arg("speculative") = "auto", py::arg("num_speculative_tokens") = 0, py::arg("draft_model") = "",
-           py::arg("spec_adaptive") = true, py::arg("context_shift") = false, py::arg("cache_dir") = "",
-           py::arg("cache_key") = "", py::arg("cache_max_bytes") = 0, py::arg("progress") = py::none(),
-           "speculative: off | ngram (prompt lookup) | draft (draft_model proposes) | auto (n-gram, plus the draft "
-           "model when one is given); num_speculative_tokens: most tokens drafted per step (0: the engine's "
-           "default); spec_adaptive false: always draft that many when there is a proposal (tests, benchmarks). "
-           "progress: called (fraction 0..1, stage) from the loading thread as the load goes on (open, bind, "
+           py::arg("path"), py::arg("config") = py::none(), py::arg("progress") = py::none(),
+           "config: an EngineConfig (None: its defaults); options given by name (Engine(path, speculative=...)) "
+           "are set on a copy of it. progress: called (fraction 0..1, stage) from the loading thread as the load goes on (open, bind, "
            "repack, tokenizer, engine, ready); returning False or raising stops it with LoadCancelled.")
       .def(
           "submit",

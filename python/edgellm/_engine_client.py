@@ -20,7 +20,8 @@ from .outputs import Completion, CompletionChunk, TokenLogprob, TopLogprob, Usag
 from .sampling_params import SamplingParams
 from .validation import token_ids
 
-__all__ = ["POLL_S", "WakePipe", "EngineClient", "RequestControl", "is_batch", "open_engine"]
+__all__ = ["POLL_S", "WakePipe", "EngineClient", "RequestControl", "is_batch", "open_engine",
+           "engine_config"]
 
 POLL_S = 0.1  # a blocking wait wakes this often to let KeyboardInterrupt through
 
@@ -62,15 +63,21 @@ def open_engine(model_path, a: Dict, progress=None):
             cache_path, cache_key = prepare(a["cache_dir"], model_path)
         except OSError as e:
             raise InvalidRequestError(f"cache_dir {a['cache_dir']!r}: {e.strerror or e}") from None
-    engine = _core.Engine(model_path, a["n_ctx"], a["n_threads"], a["kv_memory"], a["kv_type"],
-                          a["max_seqs"], a["max_batch_tokens"], a["page_size"], a["prefix_cache"],
-                          n_gpu_layers=a["n_gpu_layers"], speculative=a["speculative"],
-                          num_speculative_tokens=a["num_speculative_tokens"],
-                          draft_model=draft_path, spec_adaptive=a["spec_adaptive"],
-                          context_shift=a["context_shift"], cache_dir=cache_path,
-                          cache_key=cache_key, cache_max_bytes=a["cache_max_bytes"],
-                          progress=progress)
+    config = engine_config({**a, "draft_model": draft_path, "cache_dir": cache_path,
+                            "cache_key": cache_key})
+    engine = _core.Engine(model_path, config, progress=progress)
     return model_path, plan, engine, cache_path
+
+
+def engine_config(a: Dict) -> "_core.EngineConfig":
+    """The engine's load options (one _core.EngineConfig) from check_engine_args' dict: each
+    checked argument is the attribute of the same name (an unknown one is an error)."""
+    config = _core.EngineConfig()
+    for name, value in a.items():
+        if not hasattr(config, name):
+            raise TypeError(f"EngineConfig has no option {name!r}")
+        setattr(config, name, value)
+    return config
 
 
 def _timings(t: Dict[str, float]) -> Dict[str, float]:

@@ -20,7 +20,8 @@ __all__ = ["SamplingParams"]
 
 
 # The fields and defaults: edgellm.sampling_fields' table.
-_Fields = make_dataclass("_SamplingFields", sampling_fields.dataclass_fields())
+_Fields = make_dataclass("_SamplingFields", sampling_fields.dataclass_fields(),
+                         namespace={"__module__": __name__})
 
 
 @dataclass

@@ -198,7 +198,8 @@ bool DraftProposer::choose(DraftRequest& r, const float* row, std::vector<int32_
   }
   int32_t token;
   if (r.sampler->params().temperature <= 0.0f) {
-    token = q_.front().id;
+    // greedy: one token, or (with XTC) its two outcomes -- propose the likelier
+    token = std::max_element(q_.begin(), q_.end(), [](const TokenProb& a, const TokenProb& b) { return a.p < b.p; })->id;
   } else {
     token = s.rng->draw_from(q_);
     r.q.push_back(q_);
