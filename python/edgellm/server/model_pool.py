@@ -18,6 +18,10 @@ reused as is), its planned bytes and its use counts. The rules, all applied on t
   Ollama's): None keeps it loaded, 0 unloads it at once.
 - A failed load answers every waiting request (503 when the engine's own memory check refused,
   else 500) and leaves the slot unloaded; the next request tries again.
+- One transition at a time per slot: unloaded -> loading -> loaded -> unloading -> unloaded.
+  A request for a model that is unloading waits for the unload to end before its load starts
+  (the closing engine still holds its memory, and counts against the limits until then); only
+  the transition that set a state may move it on.
 """
 import asyncio
 import logging
@@ -75,6 +79,7 @@ class ModelSlot:
         self.loads = 0
         self.unloads: Dict[str, int] = {}       # reason -> count (keep_alive, evicted, request)
         self._loading: Optional[asyncio.Future] = None
+        self._unloading: Optional[asyncio.Future] = None  # the unload under way, if any
         self._timer: Optional[asyncio.TimerHandle] = None
 
     @property
@@ -126,6 +131,9 @@ class ModelPool:
                 if self.closed:
                     raise APIError(503, "the server is shutting down", "unavailable_error",
                                    None, "shutting_down")
+                if slot._unloading is not None:  # its engine is still closing: then a load
+                    await asyncio.shield(slot._unloading)
+                    continue
                 if slot._loading is None:
                     slot._loading = asyncio.ensure_future(self._load(slot))
                 await asyncio.shield(slot._loading)  # a waiter leaving does not stop the load
@@ -240,6 +248,9 @@ class ModelPool:
         """Unload `slot` now if it is idle (POST /models/unload); False when it is busy."""
         if slot._loading is not None:
             return False
+        if slot._unloading is not None:
+            await asyncio.shield(slot._unloading)
+            return True
         if slot.state != LOADED:
             return True
         if not slot.idle:
@@ -248,17 +259,22 @@ class ModelPool:
         return True
 
     async def _unload(self, slot: ModelSlot, reason: str) -> None:
-        assert slot.idle, slot.entry.id
+        assert slot.idle and slot._unloading is None, slot.entry.id
         self._cancel_timer(slot)
         slot.state = UNLOADING
         llm, slot.host.llm = slot.host.llm, None
         slot.host.state = UNLOADED
+        done = slot._unloading = asyncio.get_running_loop().create_future()
         try:
             if llm is not None:  # closing writes queued cache pages: off the event loop
                 await asyncio.get_running_loop().run_in_executor(None, _close, llm)
         finally:
             del llm
+            # nothing else moves a slot out of UNLOADING (acquire waits on `done`), so the
+            # slot is the unload's to finish
             slot.state = UNLOADED
+            slot._unloading = None
+            done.set_result(None)
             slot.unloads[reason] = slot.unloads.get(reason, 0) + 1
             log.info("model %s unloaded (%s)", slot.entry.id, reason)
             self._notify()
