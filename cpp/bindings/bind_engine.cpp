@@ -408,22 +408,24 @@ void bind_engine(py::module_& m) {
       .def("abort", [](PyEngine& self, int64_t id) { self.get().abort(id); }, py::arg("request_id"))
       .def(
           "slot_save",
-          [](PyEngine& self, int slot, const std::string& file) {
+          [](PyEngine& self, int slot, const std::string& file, const std::string& model_key) {
             Engine& e = self.get();
             py::gil_scoped_release nogil;
-            const SlotResult r = e.slot_save(slot, file);
+            const SlotResult r = e.slot_save(slot, file, model_key);
             return std::make_pair(r.n_tokens, r.n_bytes);
           },
-          py::arg("slot"), py::arg("file"), "Writes the slot's cached KV pages to file: (tokens saved, bytes written).")
+          py::arg("slot"), py::arg("file"), py::arg("model_key"),
+          "Writes the slot's cached KV pages to file under the model's content key: (tokens saved, bytes written).")
       .def(
           "slot_restore",
-          [](PyEngine& self, int slot, const std::string& file) {
+          [](PyEngine& self, int slot, const std::string& file, const std::string& model_key) {
             Engine& e = self.get();
             py::gil_scoped_release nogil;
-            const SlotResult r = e.slot_restore(slot, file);
+            const SlotResult r = e.slot_restore(slot, file, model_key);
             return std::make_pair(r.n_tokens, r.n_bytes);
           },
-          py::arg("slot"), py::arg("file"), "Reads a slot file into the prefix cache: (tokens restored, bytes read).")
+          py::arg("slot"), py::arg("file"), py::arg("model_key"),
+          "Reads a slot file saved under the same content key into the prefix cache: (tokens restored, bytes read).")
       .def(
           "slot_erase",
           [](PyEngine& self, int slot) {
@@ -438,6 +440,17 @@ void bind_engine(py::module_& m) {
         e.flush_cache();
       }, "Waits until the persistent prefix cache's queued pages are on disk.")
       .def("stats", [](PyEngine& self) { return stats_dict(self.get().stats()); })
+      .def(
+          "model_file_state",
+          [](PyEngine& self) {
+            self.get();
+            FileState st = self.model->file().state();
+            if (self.draft) st = std::max(st, self.draft->file().state());  // the worse of the two
+            return std::string(file_state_name(st));
+          },
+          "The model file (and draft's) now: 'intact'; 'replaced' (the path names another file: the loaded one "
+          "is still intact, a reload loads the new); 'changed' (rewritten in place: the model fails its requests "
+          "with ModelFileChangedError).")
       .def(
           "eval_logits",
           [](PyEngine& self, std::vector<int32_t> ids) {
