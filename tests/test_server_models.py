@@ -511,7 +511,10 @@ def test_one_model_keeps_the_single_model_server():
 
 # --- the command line ----------------------------------------------------------------------------
 
-def _serve(*args):
+def _serve(*args, log=None):
+    """`edgellm serve ARGS` on a free port: (process, url). Its output goes to a pipe (read by
+    _wait_up when it fails), or to the open file `log` for a server that logs more than a pipe
+    holds (a full pipe would block it)."""
     root = Path(__file__).resolve().parent.parent
     env = dict(os.environ)
     paths = [str(root / "python")] if env.get("EDGELLM_BUILD_DIR") else []
@@ -520,7 +523,8 @@ def _serve(*args):
         env["EDGELLM_BUILD_DIR"] = os.path.abspath(env["EDGELLM_BUILD_DIR"])
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "edgellm", "serve", *args, "--port", str(port),
-                             "--log-level", "warning"], env=env, stdout=subprocess.PIPE,
+                             "--log-level", "warning"], env=env,
+                            stdout=subprocess.PIPE if log is None else log,
                             stderr=subprocess.STDOUT, text=True)
     return proc, f"http://127.0.0.1:{port}"
 
@@ -528,7 +532,7 @@ def _serve(*args):
 def _wait_up(proc, url, timeout=60):
     deadline = time.monotonic() + timeout
     while True:
-        assert proc.poll() is None, proc.stdout.read()
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else "server exited"
         try:
             if httpx.get(url + "/health", timeout=2).status_code == 200:
                 return

@@ -176,12 +176,11 @@ class LLM:
     # ---- model facts ----
     @property
     def metadata(self) -> dict:
-        """GGUF metadata key -> value (scalars; long arrays such as the vocabulary left out)."""
+        """GGUF metadata key -> value (scalars; long arrays such as the vocabulary left out), of
+        the file as loaded (not read again from the path, which may name another file now)."""
         if self._metadata is None:
-            from .model_file import ModelFile
-            with ModelFile(self.model_path) as f:
-                self._metadata = {k: v for k, v in f.metadata.items()
-                                  if not (isinstance(v, list) and len(v) > 64)}
+            self._metadata = {k: v for k, v in self._engine.gguf.metadata().items()
+                              if not (isinstance(v, list) and len(v) > 64)}
         return self._metadata
 
     @property
