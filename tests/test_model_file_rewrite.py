@@ -104,8 +104,9 @@ def test_models_dir_file_rewritten_while_streaming(smollm2_path, tmp_path):
     path = folder / "m.gguf"
     shutil.copyfile(smollm2_path, path)
     data = path.read_bytes()
+    log = open(tmp_path / "serve.log", "w")  # it logs every reload: more than a pipe holds
     proc, url = _serve("--models-dir", str(folder), "--ctx-size", "512", "--threads", "2",
-                       "--parallel", "2", "--spec", "off")
+                       "--parallel", "2", "--spec", "off", log=log)
     rng = random.Random(39)
     t0 = time.monotonic()
     outcomes = []
@@ -142,5 +143,28 @@ def test_models_dir_file_rewritten_while_streaming(smollm2_path, tmp_path):
         assert reloads >= 1, metrics[-2000:]
     finally:
         _stop(proc)
+        log.close()
     print("rewrite rounds:", [(h, "done" if o.get("done") else o.get("error", {}).get("code"))
                               for h, o in outcomes])
+
+
+def test_single_model_server_refuses_a_model_whose_file_changed(smollm2_path, tmp_path):
+    """One MODEL, no --models-dir: nothing reloads it, so after an in-place rewrite its requests
+    are 503 model_file_changed (the process lives and /health answers)."""
+    path = tmp_path / "m.gguf"
+    shutil.copyfile(smollm2_path, path)
+    log = open(tmp_path / "serve.log", "w")
+    proc, url = _serve(str(path), "--ctx-size", "256", "--threads", "2", "--spec", "off", log=log)
+    body = {"prompt": "Hello", "max_tokens": 2, "temperature": 0}
+    try:
+        _wait_up(proc, url)
+        assert httpx.post(url + "/v1/completions", json=body, timeout=60).status_code == 200
+        _rewrite(str(path), path.read_bytes(), "truncate")  # truncated, then the same bytes back
+        r = httpx.post(url + "/v1/completions", json=body, timeout=60)
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["code"] == "model_file_changed"
+        assert proc.poll() is None
+        assert httpx.get(url + "/health", timeout=5).status_code == 200
+    finally:
+        _stop(proc)
+        log.close()

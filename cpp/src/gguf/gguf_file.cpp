@@ -4,8 +4,6 @@
 // docs/formats.md §1.
 #include "gguf/gguf_file.h"
 
-#include "gguf/file_guard.h"
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -17,6 +15,8 @@
 #include <cstring>
 #include <limits>
 #include <unordered_set>
+
+#include "gguf/file_guard.h"
 
 namespace edgellm {
 
