@@ -12,6 +12,7 @@ import json
 import os
 import random
 import shutil
+import subprocess
 import threading
 import time
 
@@ -54,18 +55,19 @@ def test_library_refuses_a_model_whose_file_changed(smollm2_path, tmp_path):
             llm.generate("Hello again", params)
 
 
-def _rewrite(path: str, data: bytes, how: str) -> None:
-    """What users do to a file in a models folder: truncate it (then put it back), cp the same
-    bytes over it, or cut it in half (then put it back)."""
+def _rewrite(path: str, data: bytes, how: str, source: str = "") -> None:
+    """What users do to a file in a models folder: truncate it (then put it back), `cp` the same
+    bytes over it (from `source`), or cut it in half (then put it back)."""
+    if how == "cp-same" and source:
+        subprocess.run(["cp", source, path], check=True)
+        return
     if how == "truncate":
         os.truncate(path, 0)
         time.sleep(0.05)
     elif how == "half":
         os.truncate(path, len(data) // 2)
         time.sleep(0.05)
-    with open(path, "r+b" if how == "cp-same" else "wb") as f:  # cp: O_TRUNC, then the bytes
-        if how == "cp-same":
-            f.truncate(0)
+    with open(path, "wb") as f:  # as cp does: O_TRUNC, then the bytes
         f.write(data)
 
 
@@ -121,7 +123,7 @@ def test_models_dir_file_rewritten_while_streaming(smollm2_path, tmp_path):
             t.start()
             assert started.wait(120)
             time.sleep(rng.random() * 0.3)  # somewhere in the stream
-            _rewrite(str(path), data, hows[i])
+            _rewrite(str(path), data, hows[i], source=str(smollm2_path))
             t.join(120)
             assert not t.is_alive()
             outcomes.append((hows[i], outcome))
