@@ -237,3 +237,126 @@ def test_server_slot_save_restore(smollm2_path, tmp_path):
         assert r.status_code == 501, r.text
     finally:
         s.stop()
+
+
+# ---- hostile and unlucky slot files (issue 39 defects 4, 6, 11) ------------------------------------
+
+def _with_one_byte_changed(src, dst):
+    """A copy of a GGUF with one weight byte changed: another model, the same KV layout."""
+    data = bytearray(Path(src).read_bytes())
+    data[len(data) - 4096] ^= 0x01  # inside the last tensor's data (a valid file still)
+    Path(dst).write_bytes(bytes(data))
+    return dst
+
+
+def test_slot_from_another_model_with_the_same_layout_is_refused(smollm2_path, tmp_path):
+    """Defect 4: only the KV layout was checked, so a slot file of another model of the same
+    architecture restored (n_restored 128) and the answers were silently wrong. The slot file
+    carries the model file's content hash now, and a mismatch is refused naming both."""
+    f = tmp_path / "slot0.bin"
+    with LLM(smollm2_path, n_ctx=1024, n_threads=2, max_seqs=1, speculative="off") as a:
+        a.generate(a.tokenize(PROMPT_TEXT)[:200], _greedy(4))
+        saved = a.slot_save(0, f)
+        assert saved["n_saved"] >= 128
+    other = _with_one_byte_changed(smollm2_path, tmp_path / "SmolLM2-edited.gguf")
+    with LLM(other, n_ctx=1024, n_threads=2, max_seqs=1, speculative="off") as b:
+        before = b.stats()["pages_allocated"]
+        with pytest.raises(InvalidRequestError, match="another model .content hash"):
+            b.slot_restore(0, f)
+        assert b.stats()["pages_allocated"] == before  # nothing of it loaded
+    with LLM(smollm2_path, n_ctx=1024, n_threads=2, max_seqs=1, speculative="off") as c:
+        assert c.slot_restore(0, f)["n_restored"] == saved["n_saved"]  # its own model: fine
+
+
+def test_slot_files_are_checked_before_they_are_read(smollm2_path, tmp_path):
+    """Defect 6: slot files were read whole with no type or size check: a FIFO named like a
+    slot file hung the caller for ever, and a sparse giant took its size in memory before the
+    400. Defect 11: a 255-byte name (the limit the docs allow) failed to save."""
+    import resource
+    import threading
+
+    with LLM(smollm2_path, n_ctx=1024, n_threads=2, max_seqs=1, speculative="off") as llm:
+        llm.generate(llm.tokenize(PROMPT_TEXT)[:100], _greedy(4))
+        # a FIFO: refused at once (run in a thread, so a regression fails instead of hanging)
+        fifo = tmp_path / "fifo.bin"
+        os.mkfifo(fifo)
+        result = []
+
+        def restore():
+            try:
+                llm.slot_restore(0, fifo)
+            except InvalidRequestError as e:
+                result.append(str(e))
+
+        t = threading.Thread(target=restore, daemon=True)
+        t.start()
+        t.join(30)
+        if t.is_alive():  # unblock the reader before failing
+            with open(fifo, "wb"):
+                pass
+            t.join(10)
+            pytest.fail("slot_restore of a FIFO blocked")
+        assert result and "not a regular file" in result[0]
+        # a slot file's header over a sparse 1 GiB: refused from its size, not read
+        good = tmp_path / "good.bin"
+        llm.slot_save(0, good)
+        big = tmp_path / "big.bin"
+        big.write_bytes(good.read_bytes())
+        os.truncate(big, 1 << 30)
+        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        with pytest.raises(InvalidRequestError, match="truncated or corrupt"):
+            llm.slot_restore(0, big)
+        assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0 < 200 * 1024  # KiB
+        # 255 bytes of name: saved and restored, no temporary file left behind
+        longest = tmp_path / ("n" * 255)
+        saved = llm.slot_save(0, longest)
+        assert saved["n_written"] == longest.stat().st_size
+        assert llm.slot_restore(0, longest)["n_restored"] == saved["n_saved"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+            ["fifo.bin", "good.bin", "big.bin", "n" * 255])
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 256 KiB tmpfs (root, or a mount namespace that allows it); skipped where none can be
+    mounted."""
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
+                       capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {r.stderr.decode(errors='replace')[:200]}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_slot_save_on_a_full_disk_is_a_storage_error(smollm2_path, tiny_disk):
+    """Defect 11: a full disk answered 400 invalid_request_error naming `prompt`. It is the
+    server's storage, not the request: StorageError (an OSError, errno ENOSPC) from the library
+    and 507 from the server."""
+    import errno
+
+    from edgellm import StorageError
+
+    with LLM(smollm2_path, n_ctx=1024, n_threads=2, max_seqs=1, speculative="off") as llm:
+        llm.generate(llm.tokenize(PROMPT_TEXT)[:300], _greedy(4))  # ~9 pages: over 256 KiB
+        with pytest.raises(StorageError) as e:
+            llm.slot_save(0, tiny_disk / "chat.bin")
+        assert e.value.errno == errno.ENOSPC and isinstance(e.value, OSError)
+        assert list(tiny_disk.iterdir()) == []  # the temporary file is gone
+    ts = pytest.importorskip("test_server")
+    s = ts.ServerProcess(smollm2_path, "--ctx-size", "1024", "--parallel", "1",
+                         "--slot-save-path", str(tiny_disk)).wait_ready()
+    try:
+        r = s.post("/completion", {"prompt": PROMPT_TEXT[:1500], "n_predict": 4,
+                                   "cache_prompt": True}, timeout=300)
+        assert r.status_code == 200
+        r = s.post("/slots/0?action=save", {"filename": "chat.bin"})
+        assert r.status_code == 507, r.text
+        err = r.json()["error"]
+        assert err["code"] == "storage_full" and err["type"] == "server_error"
+        assert err.get("param") is None and str(tiny_disk) not in err["message"]
+    finally:
+        s.stop()

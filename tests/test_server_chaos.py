@@ -5,14 +5,21 @@
   afterwards /health answers, the engine runs nothing (`edgellm_requests_running` 0), and no KV
   page is held by a request (`edgellm_kv_pages_in_use_requests` 0; pages kept only by the
   prefix cache, `edgellm_kv_pages_cached`, are allowed).
+- models-dir churn (issue 39): two models under --max-loaded-models 1 while their files are
+  replaced (renamed over, rewritten in place with the same bytes, truncated and put back) and
+  loads and unloads race with streams, for a bounded time; every stream ends complete or with a
+  typed error, at no moment are two models loaded, and afterwards /health answers and the
+  process holds no more fds, threads or memory than before it (one model loaded both times).
 - soak: 2,000+ mixed small requests (chat, completion, tokenize, streaming, errors); the server's
   RSS (VmRSS of /proc/<pid>/status) after a warm-up of 400 requests grows less than 5 MB by the
   end.
 """
 import asyncio
 import json
+import os
 import random
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -153,6 +160,142 @@ def test_chaos_streams_disconnects_bad_bodies_then_idle(server):
     # and the server still answers properly
     r = server.post("/v1/chat/completions", chat("Say hi.", max_tokens=4))
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"]
+
+
+# ---- models-dir churn -----------------------------------------------------------------------------
+
+CHURN_SECONDS = 30.0
+
+
+def _proc_counts(pid: int) -> dict:
+    with open(f"/proc/{pid}/status") as f:
+        status = dict(line.split(":", 1) for line in f if ":" in line)
+    with open(f"/proc/{pid}/maps") as f:  # model files mapped: (inode, path) of each
+        mapped = sorted({(int(p[4]), p[5].strip()) for p in (line.split(None, 5) for line in f)
+                         if len(p) == 6 and ".gguf" in p[5]})
+    return {"fds": len(os.listdir(f"/proc/{pid}/fd")), "threads": int(status["Threads"]),
+            "rss_kb": int(status["VmRSS"].split()[0]), "mapped": mapped}
+
+
+def _loaded(url) -> list:
+    data = httpx.get(url + "/v1/models", timeout=10).json()["data"]
+    return [m["id"] for m in data if m["status"]["value"] == "loaded"]
+
+
+def _only_a_loaded(url):
+    """Settle on one known state: model a loaded, b not (for the before / after counts)."""
+    assert httpx.post(url + "/models/unload", json={"model": "b"}, timeout=60).status_code == 200
+    r = httpx.post(url + "/v1/completions", json={"model": "a", "prompt": "Hi", "max_tokens": 2},
+                   timeout=120)
+    assert r.status_code == 200, r.text
+    deadline = time.monotonic() + 30
+    while _loaded(url) != ["a"]:
+        assert time.monotonic() < deadline, _loaded(url)
+        time.sleep(0.1)
+
+
+def test_models_dir_churn_then_limits_held_and_nothing_leaked(smollm2_path, tmp_path):
+    from test_server_models import _serve, _stop, _wait_up
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    data = Path(smollm2_path).read_bytes()
+    for name in ("a", "b"):
+        (folder / f"{name}.gguf").write_bytes(data)
+    log = open(tmp_path / "serve.log", "w")  # it logs every reload: more than a pipe holds
+    proc, url = _serve("--models-dir", str(folder), "--max-loaded-models", "1", "--ctx-size",
+                       "512", "--threads", "2", "--parallel", "4", "--spec", "off", log=log)
+    rng = random.Random(39)
+    seen = {"done": 0, "typed_error": 0, "refused": 0, "replaced": 0, "unloads": 0}
+    most_loaded = [0]
+    allowed = {"model_file_changed", "model_load_failed", "no_room_for_model"}
+
+    async def churn(seconds):
+        stop_at = time.monotonic() + seconds
+        async with httpx.AsyncClient(timeout=120) as c:
+            async def streamer():
+                while time.monotonic() < stop_at:
+                    body = {"model": rng.choice("ab"), "prompt": "Count: 1, 2, 3,",
+                            "max_tokens": rng.randint(4, 40), "temperature": 0,
+                            "ignore_eos": True, "stream": True}
+                    async with c.stream("POST", url + "/v1/completions", json=body) as r:
+                        if r.status_code != 200:  # refused before it started: typed
+                            err = json.loads(await r.aread())["error"]
+                            assert err["code"] in allowed, (r.status_code, err)
+                            seen["refused"] += 1
+                            continue
+                        async for line in r.aiter_lines():
+                            if line == "data: [DONE]":
+                                seen["done"] += 1
+                                break
+                            if line.startswith("data: ") and "error" in json.loads(line[6:]):
+                                err = json.loads(line[6:])["error"]
+                                assert err["code"] in allowed, err
+                                seen["typed_error"] += 1
+                                break
+
+            async def unloader():
+                while time.monotonic() < stop_at:
+                    await asyncio.sleep(rng.random() * 0.6)
+                    r = await c.post(url + "/models/unload", json={"model": rng.choice("ab")})
+                    assert r.status_code in (200, 409), r.text
+                    seen["unloads"] += 1
+
+            async def replacer():
+                while time.monotonic() < stop_at:
+                    await asyncio.sleep(0.5 + rng.random())
+                    path = folder / f"{rng.choice('ab')}.gguf"
+                    how = rng.choice(["rename", "cp-same", "truncate"])
+                    if how == "rename":  # the documented safe way
+                        tmp = folder / ".incoming.tmp"
+                        tmp.write_bytes(data)
+                        os.replace(tmp, path)
+                    else:
+                        with open(path, "r+b") as f:
+                            f.truncate(0)
+                            if how == "truncate":
+                                await asyncio.sleep(0.05)
+                            f.write(data)
+                    seen["replaced"] += 1
+
+            async def monitor():
+                while time.monotonic() < stop_at:
+                    r = await c.get(url + "/v1/models")
+                    assert r.status_code == 200, r.text
+                    n = sum(m["status"]["value"] == "loaded" for m in r.json()["data"])
+                    most_loaded[0] = max(most_loaded[0], n)
+                    await asyncio.sleep(0.05)
+
+            await asyncio.gather(*[streamer() for _ in range(4)], unloader(), replacer(),
+                                 monitor())
+
+    try:
+        _wait_up(proc, url)
+        asyncio.run(churn(8.0))  # warm-up: executors and allocator reach their working size
+        _only_a_loaded(url)
+        before = _proc_counts(proc.pid)
+        asyncio.run(churn(CHURN_SECONDS))
+        assert proc.poll() is None, "the server died in the churn"
+        health = httpx.get(url + "/health", timeout=10)
+        assert health.status_code == 200 and health.json()["status"] == "ok"
+        _only_a_loaded(url)
+        after = _proc_counts(proc.pid)
+        metrics_text = httpx.get(url + "/metrics", timeout=10).text
+    finally:
+        _stop(proc)
+        log.close()
+    loads = sum(float(line.rsplit(" ", 1)[1]) for line in metrics_text.splitlines()
+                if line.startswith("edgellm_model_loads_total"))
+    print(f"churn: {seen}, loads {loads:.0f}, most loaded {most_loaded[0]}, {before} -> {after}")
+    assert most_loaded[0] <= 1, f"{most_loaded[0]} models loaded under --max-loaded-models 1"
+    assert seen["done"] > 0 and seen["replaced"] > 0 and loads >= 4, (seen, loads)
+    # nothing leaked: one model loaded before and after, through many loads and unloads. An
+    # engine left behind would hold its model file's fd, its threads (engine + compute pool)
+    # and ~100 MB per load; the slack is what the event loop's executor may still add.
+    assert len(after["mapped"]) == len(before["mapped"]) == 1, (before, after)
+    assert after["fds"] <= before["fds"] + 4, (before, after)
+    assert after["threads"] <= before["threads"] + 4, (before, after)
+    assert after["rss_kb"] - before["rss_kb"] < len(data) // 1024, (before, after)  # < a model
 
 
 SOAK_WARMUP = 400

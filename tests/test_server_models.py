@@ -353,6 +353,81 @@ def test_no_room_while_every_other_model_stays_busy_is_503():
     assert loads.count == Counter({"/m/a.gguf": 1, "/m/b.gguf": 1})
 
 
+class SlowCloses(Loads):
+    """Loads whose engines take a while to close (as a real engine writing its cache pages
+    does), counting how many engines are alive (made, not yet closed) at the worst moment."""
+
+    def __init__(self, close_delay):
+        super().__init__()
+        self.close_delay = close_delay
+        self.live = 0
+        self.most_live = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, config):
+        engine = super().__call__(config)
+        with self.lock:
+            self.live += 1
+            self.most_live = max(self.most_live, self.live)
+        close, loads = engine.close, self
+
+        def slow_close():
+            time.sleep(loads.close_delay)
+            close()
+            with loads.lock:
+                loads.live -= 1
+        engine.close = slow_close
+        return engine
+
+
+@pytest.mark.parametrize("budget,max_loaded", [(None, 1), (150, None)])
+def test_unloads_racing_new_loads_never_exceed_the_limits(budget, max_loaded):
+    """Issue 39 defect 3, as a bounded stress test: requests for two models under a limit of one,
+    with keep-alive 0 and explicit unloads, so a model's unload (slow to close) races a new load
+    of the same model and of the other. At no moment may two engines be alive, and every request
+    is answered. Before the fix the unload's end marked a reloading slot unloaded, and the other
+    model loaded beside it."""
+    import asyncio
+    import random
+
+    from edgellm.server.metrics import ServerMetrics
+    from edgellm.server.model_pool import LOADED, ModelPool
+
+    cat = _catalog("/m/a.gguf", "/m/b.gguf")
+    loads = SlowCloses(close_delay=0.015)
+    rng = random.Random(39)
+
+    async def run():
+        pool = ModelPool(ServerConfig(model="a"), cat.entries, loads, SamplingParams,
+                         ServerMetrics(), planner=lambda c: 100, budget=budget,
+                         max_loaded=max_loaded, keep_alive=0, wait_timeout=30)
+        slots = [pool.slot(e) for e in cat.entries]
+        worst = 0
+
+        async def client(n):  # requests one after another, at random moments
+            nonlocal worst
+            for _ in range(n):
+                await asyncio.sleep(rng.random() * 0.02)
+                slot = rng.choice(slots)
+                await pool.acquire(slot)
+                worst = max(worst, sum(s.state == LOADED for s in slots))
+                await asyncio.sleep(rng.random() * 0.005)
+                pool.release(slot, keep_alive=rng.choice([0, 0, 0.005, None]))
+
+        async def unloader(n):
+            for _ in range(n):
+                await asyncio.sleep(rng.random() * 0.02)
+                await pool.unload(rng.choice(slots))
+
+        await asyncio.wait_for(asyncio.gather(*[client(60) for _ in range(3)], unloader(60)), 120)
+        assert worst <= 1
+        pool.close()
+
+    asyncio.run(run())
+    assert loads.most_live == 1, f"{loads.most_live} engines were alive at once under a limit of 1"
+    assert sum(loads.count.values()) > 30  # the models really were unloaded and loaded again
+
+
 def test_model_that_cannot_fit_alone_is_503_naming_the_numbers():
     s = ModelsServer(models_memory=500, sizes={"/m/c.gguf": 4096})
     try:
@@ -436,7 +511,10 @@ def test_one_model_keeps_the_single_model_server():
 
 # --- the command line ----------------------------------------------------------------------------
 
-def _serve(*args):
+def _serve(*args, log=None):
+    """`edgellm serve ARGS` on a free port: (process, url). Its output goes to a pipe (read by
+    _wait_up when it fails), or to the open file `log` for a server that logs more than a pipe
+    holds (a full pipe would block it)."""
     root = Path(__file__).resolve().parent.parent
     env = dict(os.environ)
     paths = [str(root / "python")] if env.get("EDGELLM_BUILD_DIR") else []
@@ -445,7 +523,8 @@ def _serve(*args):
         env["EDGELLM_BUILD_DIR"] = os.path.abspath(env["EDGELLM_BUILD_DIR"])
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "edgellm", "serve", *args, "--port", str(port),
-                             "--log-level", "warning"], env=env, stdout=subprocess.PIPE,
+                             "--log-level", "warning"], env=env,
+                            stdout=subprocess.PIPE if log is None else log,
                             stderr=subprocess.STDOUT, text=True)
     return proc, f"http://127.0.0.1:{port}"
 
@@ -453,7 +532,7 @@ def _serve(*args):
 def _wait_up(proc, url, timeout=60):
     deadline = time.monotonic() + timeout
     while True:
-        assert proc.poll() is None, proc.stdout.read()
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else "server exited"
         try:
             if httpx.get(url + "/health", timeout=2).status_code == 200:
                 return

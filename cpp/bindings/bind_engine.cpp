@@ -205,6 +205,10 @@ struct PyEngine {
     if (!engine) throw InvalidRequestError("the engine is closed");
     return *engine;
   }
+  Model& loaded() {
+    if (!model) throw InvalidRequestError("the engine is closed");
+    return *model;
+  }
 };
 
 // LLM(...)'s load options: the engine's own (EngineConfig) and the loader's.
@@ -451,22 +455,24 @@ void bind_engine(py::module_& m) {
       .def("abort", [](PyEngine& self, int64_t id) { self.get().abort(id); }, py::arg("request_id"))
       .def(
           "slot_save",
-          [](PyEngine& self, int slot, const std::string& file) {
+          [](PyEngine& self, int slot, const std::string& file, const std::string& model_key) {
             Engine& e = self.get();
             py::gil_scoped_release nogil;
-            const SlotResult r = e.slot_save(slot, file);
+            const SlotResult r = e.slot_save(slot, file, model_key);
             return std::make_pair(r.n_tokens, r.n_bytes);
           },
-          py::arg("slot"), py::arg("file"), "Writes the slot's cached KV pages to file: (tokens saved, bytes written).")
+          py::arg("slot"), py::arg("file"), py::arg("model_key"),
+          "Writes the slot's cached KV pages to file under the model's content key: (tokens saved, bytes written).")
       .def(
           "slot_restore",
-          [](PyEngine& self, int slot, const std::string& file) {
+          [](PyEngine& self, int slot, const std::string& file, const std::string& model_key) {
             Engine& e = self.get();
             py::gil_scoped_release nogil;
-            const SlotResult r = e.slot_restore(slot, file);
+            const SlotResult r = e.slot_restore(slot, file, model_key);
             return std::make_pair(r.n_tokens, r.n_bytes);
           },
-          py::arg("slot"), py::arg("file"), "Reads a slot file into the prefix cache: (tokens restored, bytes read).")
+          py::arg("slot"), py::arg("file"), py::arg("model_key"),
+          "Reads a slot file saved under the same content key into the prefix cache: (tokens restored, bytes read).")
       .def(
           "slot_erase",
           [](PyEngine& self, int slot) {
@@ -481,6 +487,20 @@ void bind_engine(py::module_& m) {
         e.flush_cache();
       }, "Waits until the persistent prefix cache's queued pages are on disk.")
       .def("stats", [](PyEngine& self) { return stats_dict(self.get().stats()); })
+      .def_property_readonly(
+          "gguf", [](PyEngine& self) { return self.loaded().file_handle(); },
+          "The loaded model's GgufFile (its metadata as loaded, whatever the path holds now).")
+      .def(
+          "model_file_state",
+          [](PyEngine& self) {
+            self.get();
+            FileState st = self.loaded().file().state();
+            if (self.draft) st = std::max(st, self.draft->file().state());  // the worse of the two
+            return std::string(file_state_name(st));
+          },
+          "The model file (and draft's) now: 'intact'; 'replaced' (the path names another file: the loaded one "
+          "is still intact, a reload loads the new); 'changed' (rewritten in place: the model fails its requests "
+          "with ModelFileChangedError).")
       .def(
           "eval_logits",
           [](PyEngine& self, std::vector<int32_t> ids) {
@@ -497,6 +517,10 @@ void bind_engine(py::module_& m) {
       .def("close", [](PyEngine& self) {
         py::gil_scoped_release nogil;
         self.engine.reset();  // joins the engine thread; in-flight requests end "cancelled"
+        // The weights, their mapping and the compute threads go now, not when the Python object
+        // is collected (an LLM in a reference cycle could hold them until a full collection).
+        self.draft.reset();
+        self.model.reset();
       })
       .def_property_readonly("closed", [](const PyEngine& self) { return !self.engine; })
       .def_property_readonly("n_ctx", [](PyEngine& self) { return self.get().n_ctx(); })
@@ -505,28 +529,28 @@ void bind_engine(py::module_& m) {
       .def_property_readonly("n_embd", [](PyEngine& self) { return self.get().n_embd(); })
       .def_property_readonly("default_pooling", [](PyEngine& self) { return static_cast<int>(self.get().default_pooling()); },
                              "Pooling an embedding gets when none is asked for: the GGUF's pooling_type, else 1 (mean).")
-      .def_property_readonly("n_threads", [](PyEngine& self) { return self.model->threads().size(); },
+      .def_property_readonly("n_threads", [](PyEngine& self) { return self.loaded().threads().size(); },
                              "Compute threads of the pool (its size, fixed at load).")
-      .def_property_readonly("n_threads_active", [](PyEngine& self) { return self.model->threads().active(); },
+      .def_property_readonly("n_threads_active", [](PyEngine& self) { return self.loaded().threads().active(); },
                              "Compute threads taking work now (set_n_threads; n_threads unless lowered).")
       .def(
           "set_n_threads",
           [](PyEngine& self, int n) {
             self.get();  // a closed engine raises
-            const int size = self.model->threads().size();
+            const int size = self.loaded().threads().size();
             if (n < 1 || n > size)
               throw InvalidRequestError("set_n_threads: the count must be in 1.." + std::to_string(size) +
                                         " (the pool's size), got " + std::to_string(n));
-            self.model->threads().set_active(n);  // the draft model shares this pool
+            self.loaded().threads().set_active(n);  // the draft model shares this pool
           },
           py::arg("n"),
           "Lets only n of the pool's threads compute from the next parallel op on (1..n_threads), e.g. while "
           "the CPU throttles; the others sleep until it is raised again.")
-      .def_property_readonly("n_gpu_layers", [](PyEngine& self) { return self.model->gpu_layers(); },
+      .def_property_readonly("n_gpu_layers", [](PyEngine& self) { return self.loaded().gpu_layers(); },
                              "Layers running on the GPU (0: all on the CPU).")
       .def_property_readonly("page_size", [](PyEngine& self) { return self.get().kv().page_size(); })
-      .def_property_readonly("arch", [](PyEngine& self) { return text(self.model->config().arch); })
-      .def_property_readonly("n_ctx_train", [](PyEngine& self) { return self.model->config().n_ctx_train; },
+      .def_property_readonly("arch", [](PyEngine& self) { return text(self.loaded().config().arch); })
+      .def_property_readonly("n_ctx_train", [](PyEngine& self) { return self.loaded().config().n_ctx_train; },
                              "The model's trained context length (0 when the file does not say).")
       .def_property_readonly("tokenizer", [](PyEngine& self) { return self.tok; })
       .def_property_readonly("speculative", [](PyEngine& self) { return std::string(spec_mode_name(self.get().config().spec.mode)); },

@@ -35,6 +35,7 @@ inline pybind11::str text(std::string_view s) {
 // The Python classes of the C++ error types (common/errors.h), created by _core.
 struct ErrorClasses {
   pybind11::object base, model_format, invalid_request, context_length, cancelled, load_cancelled;
+  pybind11::object model_file_changed, storage;
 };
 // Raises the exception in flight as its Python class (for a pybind11 exception translator).
 // Messages may quote bytes from a file that are not UTF-8: PyErr_SetString would replace the
@@ -55,6 +56,11 @@ inline void raise_as_python(std::exception_ptr p, const ErrorClasses& c) {
     raise(c.load_cancelled, e);
   } catch (const RequestCancelled& e) {
     raise(c.cancelled, e);
+  } catch (const ModelFileChangedError& e) {
+    raise(c.model_file_changed, e);
+  } catch (const StorageError& e) {
+    // an OSError: (errno, message), so .errno says which
+    PyErr_SetObject(c.storage.ptr(), pybind11::make_tuple(e.err, text(e.what())).ptr());
   } catch (const Error& e) {
     raise(c.base, e);
   }

@@ -20,6 +20,8 @@ PYBIND11_MODULE(_core, m) {
   //   ModelFormatError(EdgeLLMError, ValueError)
   //   InvalidRequestError(EdgeLLMError, ValueError) > ContextLengthError
   //   RequestCancelled(EdgeLLMError) > LoadCancelled
+  //   ModelFileChangedError(EdgeLLMError)
+  //   StorageError(EdgeLLMError, OSError)
   static py::exception<edgellm::Error> base(m, "EdgeLLMError", PyExc_Exception);
   py::handle bases_value = py::make_tuple(base, py::handle(PyExc_ValueError)).release();
   static py::object model_format = py::reinterpret_steal<py::object>(
@@ -33,13 +35,24 @@ PYBIND11_MODULE(_core, m) {
       PyErr_NewException("edgellm._core.RequestCancelled", base.ptr(), nullptr));
   static py::object load_cancelled = py::reinterpret_steal<py::object>(
       PyErr_NewException("edgellm._core.LoadCancelled", cancelled.ptr(), nullptr));
+  static py::object model_file_changed = py::reinterpret_steal<py::object>(
+      PyErr_NewException("edgellm._core.ModelFileChangedError", base.ptr(), nullptr));
+  py::handle bases_os = py::make_tuple(base, py::handle(PyExc_OSError)).release();
+  static py::object storage = py::reinterpret_steal<py::object>(
+      PyErr_NewException("edgellm._core.StorageError", bases_os.ptr(), nullptr));
+  bases_os.dec_ref();
   m.attr("ModelFormatError") = model_format;
   m.attr("InvalidRequestError") = invalid_request;
   m.attr("ContextLengthError") = context_length;
   m.attr("RequestCancelled") = cancelled;
   m.attr("LoadCancelled") = load_cancelled;
+  m.attr("ModelFileChangedError") = model_file_changed;
+  m.attr("StorageError") = storage;
+  // What every ModelFileChangedError message contains: a request's error event says it so.
+  m.attr("MODEL_FILE_CHANGED") = edgellm::kModelFileChanged;
 
-  static const ErrorClasses classes{base, model_format, invalid_request, context_length, cancelled, load_cancelled};
+  static const ErrorClasses classes{base,      model_format,      invalid_request, context_length,
+                                    cancelled, load_cancelled, model_file_changed, storage};
   py::register_exception_translator([](std::exception_ptr p) { edgellm::bindings::raise_as_python(p, classes); });
 
   // ---- machine facts ----

@@ -1,7 +1,9 @@
 // GgufFile's typed getters (llama.cpp strictness: a key of the wrong type is a format error
 // naming the key and both types), lookups, and tensor views, on a file written byte by byte.
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -115,6 +117,47 @@ int main() {
   const std::string cut_path = write_temp(cut);
   CHECK(throws_with([&] { GgufFile::open(cut_path); }, "tensor 'w': data [offset 0, 32 bytes] extends past end of file"));
   unlink(cut_path.c_str());
+
+  // The file under a loaded model (issue 39 defect 1, gguf/file_guard.h). Intact; renamed over:
+  // "replaced", the mapping still reads the old file.
+  CHECK(g->state() == FileState::Intact);
+  const std::string other = write_temp(f.b);
+  CHECK(rename(other.c_str(), path.c_str()) == 0);
+  CHECK(g->state() == FileState::Replaced);
+  std::memcpy(&v5, w->data + 5 * sizeof(float), sizeof v5);
+  CHECK(v5 == 5.0f);
+  g->check_unchanged();  // replaced is not changed: no throw
+  // Truncated in place while mapped: a read of its data faults, and the guard turns that into
+  // zeros instead of SIGBUS killing the process; the file reads as changed from then on.
+  {
+    auto h = GgufFile::open(path);
+    const TensorInfo* hw = h->find_tensor("w");
+    CHECK(truncate(path.c_str(), 0) == 0);
+    CHECK(h->state() == FileState::Changed);
+    float got = -1;
+    std::memcpy(&got, hw->data + 5 * sizeof(float), sizeof got);  // before: SIGBUS
+    CHECK(got == 0.0f);
+    bool threw = false;
+    try {
+      h->check_unchanged();
+    } catch (const ModelFileChangedError& e) {
+      threw = std::string(e.what()).find(kModelFileChanged) != std::string::npos;
+    }
+    CHECK(threw);
+  }
+  // Rewritten in place with the same bytes (what `cp` over it does): changed too.
+  {
+    const int fd0 = ::open(path.c_str(), O_WRONLY | O_TRUNC);
+    CHECK(fd0 >= 0 && write(fd0, f.b.data(), f.b.size()) == static_cast<ssize_t>(f.b.size()));
+    close(fd0);
+    auto h = GgufFile::open(path);
+    CHECK(h->state() == FileState::Intact);
+    usleep(20000);  // past the file system's timestamp granularity
+    const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC);
+    CHECK(fd >= 0 && write(fd, f.b.data(), f.b.size()) == static_cast<ssize_t>(f.b.size()));
+    close(fd);
+    CHECK(h->state() == FileState::Changed);
+  }
   unlink(path.c_str());
   return test_util::report();
 }

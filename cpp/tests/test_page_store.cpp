@@ -2,11 +2,14 @@
 // by another over a fresh KVCache (a restart), byte for byte; corrupt files detected, deleted and
 // never loaded; the directory bound (LRU); KV layouts kept apart; slot files round trip, and a
 // damaged or foreign slot file is refused.
+#include <dirent.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -22,6 +25,34 @@ using namespace edgellm;
 namespace {
 
 using fixtures::tokens;
+
+const std::string kKeyA = "0123456789abcdef0123456789abcdef", kKeyB = "fedcba9876543210fedcba9876543210";
+
+// The InvalidRequestError message f throws ("" when it throws none).
+template <class F>
+std::string message_of(F f) {
+  try {
+    f();
+  } catch (const InvalidRequestError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+int entries_in(const std::string& dir) {
+  int n = 0;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) n += std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0;
+    closedir(d);
+  }
+  return n;
+}
+
+long max_rss_kb() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss;
+}
 
 // Two full-attention layers, plus a window layer (layer 1) when window > 0; two KV heads.
 KVCacheConfig config(int64_t pages, int32_t window, DType dt = DType::F16) {
@@ -281,7 +312,7 @@ void test_slot_files(int32_t window) {
     kv.release(0);
     auto recs = cache.export_chain(t.data(), 70);
     CHECK(recs.size() == 4);
-    const int64_t n = PageStore::write_slot(file, PrefixCache::layout_of(kv), t, recs);
+    const int64_t n = PageStore::write_slot(file, PrefixCache::layout_of(kv), kKeyA, t, recs);
     CHECK(n > 4 * static_cast<int64_t>(kv.group_page_bytes(KvGroup::Full)));
     CHECK(cache.erase_chain(t.data(), 70) == 64);
     CHECK(cache.entries() == 0 && kv.pages_used() == 0);
@@ -290,8 +321,13 @@ void test_slot_files(int32_t window) {
   PrefixCache cache(kv);
   std::vector<int32_t> back;
   std::vector<PageRecord> recs;
-  PageStore::read_slot(file, PrefixCache::layout_of(kv), back, recs);
+  PageStore::read_slot(file, PrefixCache::layout_of(kv), kKeyA, 4096, back, recs);
   CHECK(back == t && recs.size() == 4);
+  // another model with the same KV layout (issue 39 defect 4): refused by its content key, naming it
+  const std::string foreign = message_of([&] { PageStore::read_slot(file, PrefixCache::layout_of(kv), kKeyB, 4096, back, recs); });
+  CHECK(foreign.find("another model") != std::string::npos && foreign.find(kKeyB) != std::string::npos);
+  // more tokens than the context: refused before the rest is read
+  CHECK(test_util::throws_invalid([&] { PageStore::read_slot(file, PrefixCache::layout_of(kv), kKeyA, 69, back, recs); }));
   CHECK(cache.import_chain(back.data(), static_cast<int32_t>(back.size()), recs) == 64);
   CHECK(cache.attach_prefix(0, t.data(), 69) == 64);
   CHECK(page_bytes(kv, KvGroup::Full, kv.page_table(0, 0)[0]) == p0);
@@ -302,7 +338,7 @@ void test_slot_files(int32_t window) {
   CHECK(test_util::throws_invalid([&] { cache.import_chain(wrong.data(), 70, recs); }));
   // another layout, a flipped byte, a truncated file, a missing file: InvalidRequestError
   KVCache other(config(32, window, DType::F32));
-  CHECK(test_util::throws_invalid([&] { PageStore::read_slot(file, PrefixCache::layout_of(other), back, recs); }));
+  CHECK(test_util::throws_invalid([&] { PageStore::read_slot(file, PrefixCache::layout_of(other), kKeyA, 4096, back, recs); }));
   {
     FILE* f = std::fopen(file.c_str(), "r+b");
     std::fseek(f, 200, SEEK_SET);
@@ -311,11 +347,69 @@ void test_slot_files(int32_t window) {
     std::fputc(c ^ 1, f);
     std::fclose(f);
   }
-  CHECK(test_util::throws_invalid([&] { PageStore::read_slot(file, PrefixCache::layout_of(kv), back, recs); }));
+  CHECK(test_util::throws_invalid([&] { PageStore::read_slot(file, PrefixCache::layout_of(kv), kKeyA, 4096, back, recs); }));
   CHECK(truncate(file.c_str(), 20) == 0);
-  CHECK(test_util::throws_invalid([&] { PageStore::read_slot(file, PrefixCache::layout_of(kv), back, recs); }));
-  CHECK(test_util::throws_invalid([&] { PageStore::read_slot(dir + "/nope", PrefixCache::layout_of(kv), back, recs); }));
+  CHECK(test_util::throws_invalid([&] { PageStore::read_slot(file, PrefixCache::layout_of(kv), kKeyA, 4096, back, recs); }));
+  CHECK(test_util::throws_invalid([&] { PageStore::read_slot(dir + "/nope", PrefixCache::layout_of(kv), kKeyA, 4096, back, recs); }));
   cache.clear();
+  std::system(("rm -rf '" + dir + "'").c_str());
+}
+
+// Slot and page files are untrusted (issue 39 defects 6, 11): a FIFO in a file's place is refused
+// without blocking, a sparse giant is refused from its header and size without being read, a
+// 255-byte name saves (its temporary name is short), and a page file that is not a regular file
+// of one record's size is corrupt, never read.
+void test_hostile_files() {
+  const std::string dir = temp_dir();
+  KVCache kv(config(32, 0));
+  const PageLayout layout = PrefixCache::layout_of(kv);
+  std::vector<int32_t> back;
+  std::vector<PageRecord> recs;
+  // A FIFO named like a slot file: before, the read blocked for ever.
+  const std::string fifo = dir + "/fifo.bin";
+  CHECK(mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(message_of([&] { PageStore::read_slot(fifo, layout, kKeyA, 4096, back, recs); }).find("not a regular file") !=
+        std::string::npos);
+  // A valid header over a sparse 3 GiB file: refused by its size, with no read of the rest.
+  const std::string file = dir + "/slot.bin";
+  const auto t = tokens(40, 2);
+  PageStore::write_slot(file, layout, kKeyA, t, {});
+  PageStore::read_slot(file, layout, kKeyA, 4096, back, recs);
+  CHECK(back == t);
+  CHECK(truncate(file.c_str(), 3ll << 30) == 0);
+  const long rss0 = max_rss_kb();
+  const std::string big = message_of([&] { PageStore::read_slot(file, layout, kKeyA, 4096, back, recs); });
+  CHECK(big.find("truncated or corrupt") != std::string::npos);
+  CHECK(max_rss_kb() - rss0 < 64 * 1024);  // before: the whole 3 GiB read into memory
+  // 255 bytes of name (NAME_MAX): saves and restores (before: its ".tmp-PID" name was too long)
+  const std::string longest = dir + "/" + std::string(255, 'n');
+  PageStore::write_slot(longest, layout, kKeyA, t, {});
+  PageStore::read_slot(longest, layout, kKeyA, 4096, back, recs);
+  CHECK(back == t);
+  CHECK(entries_in(dir) == 3);  // fifo, slot.bin, the long one: no temporary left
+  // A name that cannot be a file (a directory there): InvalidRequestError
+  CHECK(test_util::throws_invalid([&] { PageStore::write_slot(dir, layout, kKeyA, t, {}); }));
+  // Page files: a FIFO in place of a .kvp page is corrupt (removed), the lookup does not block.
+  {
+    PageStore store(dir + "/cache", "m", layout, 1 << 30);
+    const uint64_t h0 = PrefixCache::chain_hash(0, t.data(), 16);
+    char name[32];
+    std::snprintf(name, sizeof name, "/%016llx.kvp", static_cast<unsigned long long>(h0));
+    const std::string page = store.path() + name;
+    CHECK(mkfifo(page.c_str(), 0600) == 0);
+    CHECK(store.contains(h0) == false);  // not a regular file: not there
+    PageRecord out;
+    CHECK(!store.load(h0, 0, t.data(), out));
+    CHECK(store.stats().corrupt == 1 && access(page.c_str(), F_OK) != 0);
+    // a sparse giant under a page's name: corrupt by its size, never read
+    FILE* f = std::fopen(page.c_str(), "wb");
+    std::fclose(f);
+    CHECK(truncate(page.c_str(), 3ll << 30) == 0);
+    const long rss1 = max_rss_kb();
+    CHECK(!store.load(h0, 0, t.data(), out));
+    CHECK(max_rss_kb() - rss1 < 64 * 1024);
+    CHECK(store.stats().corrupt == 2);
+  }
   std::system(("rm -rf '" + dir + "'").c_str());
 }
 
@@ -367,6 +461,7 @@ int main() {
   test_bound_lru();
   test_slot_files(0);
   test_slot_files(20);
+  test_hostile_files();
   test_load_evicts_unpinned();
   return test_util::report();
 }

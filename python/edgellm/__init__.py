@@ -12,8 +12,10 @@ from ._core import (  # noqa: E402
     EdgeLLMError,
     InvalidRequestError,
     LoadCancelled,
+    ModelFileChangedError,
     ModelFormatError,
     RequestCancelled,
+    StorageError,
 )
 from .model_file import ModelFile  # noqa: E402
 from .memory_plan import MemoryPlan, MemoryPlanError  # noqa: E402
@@ -33,6 +35,8 @@ __all__ = [
     "ContextLengthError",
     "RequestCancelled",
     "LoadCancelled",
+    "ModelFileChangedError",
+    "StorageError",
     "MemoryPlanError",
     "MemoryPlan",
     "ModelFile",

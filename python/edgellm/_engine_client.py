@@ -93,9 +93,18 @@ def _usage(ev) -> Usage:
                  ev.prompt_tokens + ev.completion_tokens, ev.cached_tokens)
 
 
+def event_error(message: str, default: str = "request failed in the engine") -> Exception:
+    """The exception a request's error event stands for: ModelFileChangedError when the model
+    file changed under the engine (its message says so: _core.MODEL_FILE_CHANGED), else
+    EdgeLLMError."""
+    if message and _core.MODEL_FILE_CHANGED in message:
+        return _core.ModelFileChangedError(message)
+    return _core.EdgeLLMError(message or default)
+
+
 def raise_if_error(ev) -> None:
     if ev.finished and ev.finish_reason == "error":
-        raise _core.EdgeLLMError(ev.error or "request failed in the engine")
+        raise event_error(ev.error)
 
 
 class WakePipe:

@@ -31,18 +31,29 @@ def model_key(model_path: str, cache_dir: str) -> str:
         if isinstance(hit, dict) and all(hit.get(k) == v for k, v in stamp.items()) \
                 and isinstance(hit.get("sha256"), str):
             return hit["sha256"][:32]
-        h = hashlib.sha256()
-        with open(real, "rb") as f:
-            while True:
-                chunk = f.read(8 << 20)
-                if not chunk:
-                    break
-                h.update(chunk)
-        digest = h.hexdigest()
+        digest = _sha256(real)
         memo = _read_memo(memo_path)  # another process may have written it meanwhile
         memo[real] = dict(stamp, sha256=digest)
         _write_memo(memo_path, memo)
         return digest[:32]
+
+
+def file_key(model_path: str, cache_dir: Optional[str] = None) -> str:
+    """model_key, remembered in cache_dir when there is one, else hashed from the file."""
+    if cache_dir:
+        return model_key(model_path, cache_dir)
+    return _sha256(os.path.realpath(model_path))[:32]
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(8 << 20)
+            if not chunk:
+                break
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def _read_memo(path: str) -> dict:

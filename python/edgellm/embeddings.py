@@ -30,7 +30,7 @@ import numpy as np
 
 from . import _core
 from ._core import ContextLengthError, InvalidRequestError
-from ._engine_client import POLL_S, WakePipe
+from ._engine_client import POLL_S, WakePipe, event_error
 
 __all__ = ["Embeddings", "POOLING_TYPES", "pooling_code", "normalize_code"]
 
@@ -151,7 +151,7 @@ def _result(events: list, pool: int, norm: int) -> Embeddings:
     data, counts, timings = [], [], []
     for ev in events:
         if ev.finish_reason == "error":
-            raise _core.EdgeLLMError(ev.error or "embedding failed in the engine")
+            raise event_error(ev.error, "embedding failed in the engine")
         m = ev.embedding
         if ev.finish_reason == "cancelled" or m is None:
             raise _core.RequestCancelled("the embedding request was cancelled")

@@ -125,6 +125,7 @@ class LLM:
         self.model_path, self.memory_plan, self._engine, cache_path = open_engine(model_path, a, progress)
         # the persistent prefix cache's directory (None without one)
         self.cache_dir: Optional[str] = cache_path or None
+        self._content_key: Optional[str] = None  # the model file's, once a slot action needs it
         if cache_path:
             from . import cache_dir as _cache_dir
             _cache_dir.track(self)
@@ -168,12 +169,11 @@ class LLM:
     # ---- model facts ----
     @property
     def metadata(self) -> dict:
-        """GGUF metadata key -> value (scalars; long arrays such as the vocabulary left out)."""
+        """GGUF metadata key -> value (scalars; long arrays such as the vocabulary left out), of
+        the file as loaded (not read again from the path, which may name another file now)."""
         if self._metadata is None:
-            from .model_file import ModelFile
-            with ModelFile(self.model_path) as f:
-                self._metadata = {k: v for k, v in f.metadata.items()
-                                  if not (isinstance(v, list) and len(v) > 64)}
+            self._metadata = {k: v for k, v in self._engine.gguf.metadata().items()
+                              if not (isinstance(v, list) and len(v) > 64)}
         return self._metadata
 
     @property
@@ -425,7 +425,7 @@ class LLM:
     def slot_save(self, slot: int, path) -> dict:
         """llama.cpp's slot save: the KV of slot `slot`'s last sequence (its full pages in the
         prefix cache) and its tokens, to `path`. {"n_saved": tokens, "n_written": bytes}."""
-        n, b = self._engine.slot_save(_slot_id(slot), os.fspath(path))
+        n, b = self._engine.slot_save(_slot_id(slot), os.fspath(path), self._slot_key())
         return {"n_saved": n, "n_written": b}
 
     def slot_restore(self, slot: int, path) -> dict:
@@ -433,8 +433,27 @@ class LLM:
         them) and makes it slot `slot`'s. A missing, corrupt or foreign file (another model, KV
         type or page size) is an InvalidRequestError; nothing of it is loaded.
         {"n_restored": tokens, "n_read": bytes}."""
-        n, b = self._engine.slot_restore(_slot_id(slot), os.fspath(path))
+        n, b = self._engine.slot_restore(_slot_id(slot), os.fspath(path), self._slot_key())
         return {"n_restored": n, "n_read": b}
+
+    def model_file_state(self) -> str:
+        """The model file (and the draft's) now: "intact"; "replaced" (the path names another
+        file: this model is intact, a new LLM would load the new file); "changed" (rewritten in
+        place while loaded: requests fail with ModelFileChangedError)."""
+        return self._engine.model_file_state()
+
+    def _slot_key(self) -> str:
+        """The model file's content key, which slot files carry (cache_dir.model_key: memoised
+        under cache_dir when there is one); computed on the first slot action, while the file
+        is still the one loaded."""
+        if self._content_key is None:
+            if self.model_file_state() != "intact":
+                raise _core.ModelFileChangedError(
+                    f"{self.model_path}: {_core.MODEL_FILE_CHANGED} or replaced: its slot files "
+                    "cannot be matched to it (load it again)")
+            from .cache_dir import file_key
+            self._content_key = file_key(self.model_path, self.cache_dir)
+        return self._content_key
 
     def slot_erase(self, slot: int) -> dict:
         """Drops slot `slot`'s cached pages. {"n_erased": tokens}."""

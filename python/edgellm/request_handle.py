@@ -24,6 +24,7 @@ from typing import Callable, List, Optional
 
 from . import _core
 from ._chat import finish_chat, parse_chunk
+from ._engine_client import event_error
 from ._core import InvalidRequestError
 from .outputs import Completion, CompletionChunk, Usage
 from .sampling_params import SamplingParams
@@ -69,7 +70,7 @@ class RequestHandle:
     # ---- taking events (any thread; never more than one at a time) ----
     def _take(self, ev) -> None:
         if ev.finished and ev.finish_reason == "error":
-            err = _core.EdgeLLMError(ev.error or "request failed in the engine")
+            err = event_error(ev.error)
             with self._state_lock:
                 self._error = err
                 self._final = CompletionChunk(text="", token_ids=[], finish_reason="error")

@@ -39,4 +39,20 @@ struct LoadCancelled : RequestCancelled {
   using RequestCancelled::RequestCancelled;
 };
 
+// A loaded model's file was changed in place (truncated, rewritten) while mapped: what the
+// engine read from it can no longer be trusted, so the requests running on it fail and the
+// model takes no more work (gguf/file_guard.h). Python: edgellm.ModelFileChangedError. Every
+// message contains kModelFileChanged, which is how a request's error event is told apart.
+struct ModelFileChangedError : Error {
+  using Error::Error;
+};
+inline constexpr const char* kModelFileChanged = "the model file changed on disk while loaded";
+
+// Writing a file failed for lack of room (ENOSPC, EDQUOT) or another I/O error that is the
+// server's, not the request's. `err` is the errno. Python: edgellm.StorageError (an OSError).
+struct StorageError : Error {
+  StorageError(int e, const std::string& what) : Error(what), err(e) {}
+  int err;
+};
+
 }  // namespace edgellm

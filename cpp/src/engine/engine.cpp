@@ -320,24 +320,25 @@ void Engine::check_slot(int32_t slot) const {
                               "device memory");
 }
 
-SlotResult Engine::slot_save(int32_t slot, const std::string& file) {
+SlotResult Engine::slot_save(int32_t slot, const std::string& file, const std::string& model_key) {
   check_slot(slot);
   SlotResult res;
   run_sync([&] {
     const std::vector<int32_t>& t = slot_tokens_[slot];
     std::vector<PageRecord> recs = cache_->export_chain(t.data(), static_cast<int32_t>(t.size()));
     res.n_tokens = static_cast<int32_t>(recs.size()) * kv_->page_size();
-    res.n_bytes = PageStore::write_slot(file, PrefixCache::layout_of(*kv_), t, recs);
+    res.n_bytes = PageStore::write_slot(file, PrefixCache::layout_of(*kv_), model_key, t, recs);
   });
   return res;
 }
 
-SlotResult Engine::slot_restore(int32_t slot, const std::string& file) {
+SlotResult Engine::slot_restore(int32_t slot, const std::string& file, const std::string& model_key) {
   check_slot(slot);
   std::vector<int32_t> tokens;
   std::vector<PageRecord> recs;
   SlotResult res;
-  res.n_bytes = PageStore::read_slot(file, PrefixCache::layout_of(*kv_), tokens, recs);  // off the engine thread
+  res.n_bytes = PageStore::read_slot(file, PrefixCache::layout_of(*kv_), model_key, n_ctx_, tokens,
+                                     recs);  // off the engine thread
   for (int32_t id : tokens)
     if (id < 0 || id >= n_vocab_) throw InvalidRequestError("slot file '" + file + "' holds token ids outside the vocabulary");
   run_sync([&] {

@@ -128,10 +128,12 @@ class Engine {
   // Slots: a slot remembers the tokens of the last sequence that ran in it. save writes the
   // prefix cache's full pages of those tokens (and the tokens) to `file`; restore reads such a
   // file back into the prefix cache (a later request with that prefix reuses it) and makes it
-  // the slot's; erase drops the slot's cached pages. Throw InvalidRequestError (bad slot, no
-  // prefix cache, a file that is missing, corrupt or from another model / layout).
-  SlotResult slot_save(int32_t slot, const std::string& file);
-  SlotResult slot_restore(int32_t slot, const std::string& file);
+  // the slot's; erase drops the slot's cached pages. model_key: the model file's content hash
+  // (kv/page_store.h), written into the file and required of it. Throw InvalidRequestError (bad
+  // slot, no prefix cache, a file that is missing, corrupt or from another model / layout) and
+  // StorageError (the disk refused the write).
+  SlotResult slot_save(int32_t slot, const std::string& file, const std::string& model_key);
+  SlotResult slot_restore(int32_t slot, const std::string& file, const std::string& model_key);
   int32_t slot_erase(int32_t slot);
   // Blocks until the persistent cache's queued pages are written (no-op without cache_dir).
   void flush_cache();

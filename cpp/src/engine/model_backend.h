@@ -14,8 +14,12 @@ class ModelBackend : public EngineModel {
   int32_t n_vocab() const override { return model_->config().n_vocab; }
   int32_t context_length() const override { return model_->config().n_ctx_train; }
   KVCacheConfig kv_geometry() const override { return model_->kv_config(); }
+  // A model file changed in place under the mapping fails the step (and every later one) with
+  // ModelFileChangedError: its outputs are discarded before anything is sampled from them.
   void forward(const Batch& batch, KVCache& kv, float* logits, float* hidden) override {
+    model_->file().check_unchanged();
     model_->forward(batch, kv, logits, hidden);
+    model_->file().check_unchanged();
   }
   int32_t n_embd() const override { return model_->config().n_embd; }
   int32_t pooling_type() const override { return model_->config().pooling_type; }

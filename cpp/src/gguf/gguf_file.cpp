@@ -16,6 +16,8 @@
 #include <limits>
 #include <unordered_set>
 
+#include "gguf/file_guard.h"
+
 namespace edgellm {
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -163,7 +165,7 @@ double GgufValue::array_number(uint64_t i) const {
 std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
   std::shared_ptr<GgufFile> f(new GgufFile());
   f->path_ = path;
-  f->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  f->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO cannot block the open
   if (f->fd_ < 0) throw ModelFormatError(path + ": cannot open: " + std::strerror(errno));
   struct stat st;
   if (::fstat(f->fd_, &st) != 0) throw ModelFormatError(path + ": cannot stat: " + std::strerror(errno));
@@ -171,19 +173,56 @@ std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
   if (!S_ISREG(st.st_mode)) throw ModelFormatError(path + ": is not a regular file");
   if (st.st_size == 0) throw ModelFormatError(path + ": file is empty (0 bytes), not a GGUF file");
   f->size_ = static_cast<uint64_t>(st.st_size);
+  f->dev_ = static_cast<uint64_t>(st.st_dev);
+  f->ino_ = static_cast<uint64_t>(st.st_ino);
+  f->mtime_ns_ = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000ll + st.st_mtim.tv_nsec;
   void* p = ::mmap(nullptr, static_cast<size_t>(f->size_), PROT_READ, MAP_PRIVATE, f->fd_, 0);
   if (p == MAP_FAILED) throw ModelFormatError(path + ": cannot map " + std::to_string(f->size_) + " bytes: " + std::strerror(errno));
   f->base_ = static_cast<const uint8_t*>(p);
-  // The mapping keeps the file contents reachable; the descriptor is no longer needed.
-  ::close(f->fd_);
-  f->fd_ = -1;
+  // A truncation of the file while it is parsed or served faults into zero pages, not a crash.
+  f->guard_ = file_guard::add(f->base_, static_cast<size_t>(f->size_));
   f->parse();
+  f->check_unchanged();  // changed while parsed: what was read is not the file
   return f;
 }
 
 GgufFile::~GgufFile() {
+  file_guard::remove(guard_);
   if (base_) ::munmap(const_cast<uint8_t*>(base_), static_cast<size_t>(size_));
   if (fd_ >= 0) ::close(fd_);
+}
+
+const char* file_state_name(FileState s) {
+  switch (s) {
+    case FileState::Intact: return "intact";
+    case FileState::Replaced: return "replaced";
+    case FileState::Changed: return "changed";
+  }
+  return "changed";
+}
+
+bool GgufFile::changed() const {
+  if (file_guard::faulted(guard_)) return true;
+  struct stat st;
+  if (fd_ < 0 || ::fstat(fd_, &st) != 0) return false;
+  const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000ll + st.st_mtim.tv_nsec;
+  return static_cast<uint64_t>(st.st_size) != size_ || mtime != mtime_ns_;
+}
+
+FileState GgufFile::state() const {
+  if (changed()) return FileState::Changed;
+  struct stat st;
+  if (::stat(path_.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_dev) != dev_ ||
+      static_cast<uint64_t>(st.st_ino) != ino_)
+    return FileState::Replaced;
+  return FileState::Intact;
+}
+
+void GgufFile::check_unchanged() const {
+  if (!changed()) return;
+  throw ModelFileChangedError(path_ + ": " + kModelFileChanged +
+                              " (truncated or rewritten in place); replace a served model by writing a new file "
+                              "and renaming it over the old one");
 }
 
 // ---- parsing ------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 // GGUF reader: memory-maps the file, parses and validates the header, metadata and tensor
-// table, and hands out zero-copy views of tensor data. Every count, length, offset and size is
+// table, and hands out zero-copy views of tensor data. The mapping is guarded against the file
+// changing under it (gguf/file_guard.h, state()). Every count, length, offset and size is
 // checked against the file size; nothing is ever read outside the mapping. Malformed input
 // throws ModelFormatError naming the key or tensor at fault.
 #pragma once
@@ -57,6 +58,14 @@ struct TensorInfo {
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
 };
 
+// Whether a mapped file is still what was loaded (GgufFile::state). Intact: the path names the
+// mapped file, unchanged. Replaced: the path now names another file or none (renamed over,
+// deleted); the mapping still reads the old one, intact, but a reload would load something else.
+// Changed: the mapped file itself was truncated or rewritten in place (its size or mtime
+// differ, or a read of it faulted: gguf/file_guard.h): what is read from it is not the model.
+enum class FileState { Intact, Replaced, Changed };
+const char* file_state_name(FileState s);
+
 class GgufFile {
  public:
   // Maps and validates `path`. Throws ModelFormatError (or std::system_error-free: I/O
@@ -87,15 +96,24 @@ class GgufFile {
   std::string get_string(std::string_view key) const;
   const std::vector<std::string>* find_string_array(std::string_view key) const;
 
+  // The mapped file's state now (one fstat and one stat; safe from any thread).
+  FileState state() const;
+  // Throws ModelFileChangedError (naming the path) when state() is Changed (one fstat).
+  void check_unchanged() const;
+
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find_tensor(std::string_view name) const;  // nullptr if absent
 
  private:
   GgufFile() = default;
   void parse();
+  bool changed() const;
 
   std::string path_;
-  int fd_ = -1;
+  int fd_ = -1;         // kept open: fstat tells an in-place change of the mapped file
+  int guard_ = -1;      // the mapping's file_guard registration
+  uint64_t dev_ = 0, ino_ = 0;
+  int64_t mtime_ns_ = 0;
   const uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
   uint32_t version_ = 0;

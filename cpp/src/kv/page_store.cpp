@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -65,30 +66,73 @@ struct In {
   }
 };
 
-bool read_file(const std::string& path, std::vector<uint8_t>& out) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return false;
-  out.clear();
-  if (std::fseek(f, 0, SEEK_END) == 0) {
-    const long size = std::ftell(f);
-    if (size > 0) out.resize(static_cast<size_t>(size));
-    std::fseek(f, 0, SEEK_SET);
-  }
-  const size_t got = out.empty() ? 0 : std::fread(out.data(), 1, out.size(), f);
-  std::fclose(f);
-  out.resize(got);
-  return true;
-}
+// A file opened for reading the way untrusted cache and slot files must be: without blocking (a
+// FIFO or a device in the file's place cannot hang the reader), and only when it is a regular
+// file, whose size is known before a byte is read.
+struct ReadOnlyFile {
+  enum Status { Ok, Missing, NotRegular, Unreadable };
+  int fd = -1;
+  uint64_t size = 0;
+  Status status = Missing;
+  int err = 0;
 
-// Writes `data` to `path` through a temporary file in the same directory and a rename.
-bool write_atomic(const std::string& path, const std::string& tmp, const std::vector<uint8_t>& data) {
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) return false;
-  bool ok = std::fwrite(data.data(), 1, data.size(), f) == data.size();
-  ok = (std::fclose(f) == 0) && ok;
-  if (ok) ok = std::rename(tmp.c_str(), path.c_str()) == 0;
-  if (!ok) std::remove(tmp.c_str());
-  return ok;
+  explicit ReadOnlyFile(const std::string& path) {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+      err = errno;
+      status = errno == ENOENT ? Missing : Unreadable;
+      return;
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      err = errno;
+      status = Unreadable;
+    } else if (!S_ISREG(st.st_mode)) {
+      status = NotRegular;
+    } else {
+      size = static_cast<uint64_t>(st.st_size);
+      status = Ok;
+    }
+  }
+  ~ReadOnlyFile() {
+    if (fd >= 0) ::close(fd);
+  }
+  ReadOnlyFile(const ReadOnlyFile&) = delete;
+  ReadOnlyFile& operator=(const ReadOnlyFile&) = delete;
+
+  // Reads n bytes at `offset` into out (resized); false when fewer are there (the file shrank).
+  bool read(uint64_t offset, size_t n, std::vector<uint8_t>& out) const {
+    out.resize(n);
+    size_t got = 0;
+    while (got < n) {
+      const ssize_t r = ::pread(fd, out.data() + got, n - got, static_cast<off_t>(offset + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return false;
+      got += static_cast<size_t>(r);
+    }
+    return true;
+  }
+};
+
+// Writes `data` to `path` through a temporary file `tmp` in the same directory and a rename.
+// Returns 0, or the errno of the step that failed (the temporary file is removed).
+int write_atomic(const std::string& path, const std::string& tmp, const std::vector<uint8_t>& data) {
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0644);
+  if (fd < 0) return errno;
+  int err = 0;
+  for (size_t off = 0; off < data.size();) {
+    const ssize_t n = ::write(fd, data.data() + off, data.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : EIO;
+      break;
+    }
+    off += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  if (err != 0) ::unlink(tmp.c_str());
+  return err;
 }
 
 bool make_dirs(const std::string& dir) {
@@ -147,6 +191,13 @@ uint64_t PageLayout::hash() const {
 
 // Record: magic, version, page_size, layout hash, hash, parent, depth, flags, full bytes, window
 // bytes, payload checksum, tokens, header checksum; then the payload (full, then window).
+constexpr size_t kRecordFixedBytes = 8 + 4 + 4 + 8 + 8 + 8 + 4 + 4 + 8 + 8 + 8;  // before the tokens
+
+uint64_t record_bytes(const PageLayout& layout, bool with_window) {  // = encode_record(...).size()
+  return kRecordFixedBytes + static_cast<uint64_t>(layout.page_size) * sizeof(int32_t) + 8 + layout.full_bytes +
+         (with_window ? layout.window_bytes : 0);
+}
+
 std::vector<uint8_t> encode_record(const PageRecord& r, const PageLayout& layout) {
   std::vector<uint8_t> b;
   b.reserve(96 + r.tokens.size() * 4 + r.full.size() + r.window.size());
@@ -277,7 +328,8 @@ bool PageStore::contains(uint64_t hash) {
 bool PageStore::load(uint64_t hash, uint64_t parent, const int32_t* tokens, PageRecord& out) {
   const std::string file = file_of(hash);
   std::vector<uint8_t> data;
-  if (!read_file(file, data)) {  // not there (or another process removed it)
+  const ReadOnlyFile f(file);
+  if (f.status == ReadOnlyFile::Missing) {  // not there (or another process removed it)
     std::lock_guard<std::mutex> lock(mu_);
     auto it = index_.find(hash);
     if (it != index_.end()) {
@@ -287,9 +339,13 @@ bool PageStore::load(uint64_t hash, uint64_t parent, const int32_t* tokens, Page
     }
     return false;
   }
+  // Only a regular file of one record's exact size is read (a FIFO, a directory or a sparse
+  // giant in its place is corrupt: removed, never read).
+  const bool sized = f.status == ReadOnlyFile::Ok &&
+                     (f.size == record_bytes(layout_, false) || (layout_.window_bytes > 0 && f.size == record_bytes(layout_, true)));
   PageRecord r;
-  const size_t used = decode_record(data.data(), data.size(), layout_, r);
-  const bool ok = used == data.size() && r.hash == hash && r.parent == parent &&
+  const size_t used = sized && f.read(0, static_cast<size_t>(f.size), data) ? decode_record(data.data(), data.size(), layout_, r) : 0;
+  const bool ok = used > 0 && used == data.size() && r.hash == hash && r.parent == parent &&
                   std::equal(r.tokens.begin(), r.tokens.end(), tokens);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = index_.find(hash);
@@ -372,7 +428,7 @@ void PageStore::write_one(const PageRecord& r) {
   }
   const std::vector<uint8_t> data = encode_record(r, layout_);
   const std::string tmp = path_ + "/.tmp-" + std::to_string(::getpid()) + "-" + std::to_string(seq_);
-  const bool ok = write_atomic(file_of(r.hash), tmp, data);
+  const bool ok = write_atomic(file_of(r.hash), tmp, data) == 0;
   std::lock_guard<std::mutex> lock(mu_);
   if (!ok) {  // disk full, directory gone: the page stays in memory only
     ++stats_.write_dropped;
@@ -405,16 +461,47 @@ void PageStore::enforce_bound_locked() {
 }
 
 // ---- slot files ---------------------------------------------------------------------------------
-// magic, version, page_size, layout hash, n_tokens, n_records, tokens, header checksum; records.
+// magic, version, page_size, layout hash, model key (kSlotKeyBytes, NUL padded), n_tokens,
+// n_records, tokens, header checksum; records.
 
-int64_t PageStore::write_slot(const std::string& file, const PageLayout& layout, const std::vector<int32_t>& tokens,
-                              const std::vector<PageRecord>& records) {
+namespace {
+constexpr uint32_t kSlotVersion = 2;  // 1 had no model key
+constexpr size_t kSlotKeyBytes = 32;
+constexpr size_t kSlotFixedBytes = 8 + 4 + 4 + 8 + kSlotKeyBytes + 8 + 8;  // before the tokens
+
+std::string slot_key_field(const std::string& model_key) {
+  std::string k = model_key.substr(0, kSlotKeyBytes);
+  k.resize(kSlotKeyBytes, '\0');
+  return k;
+}
+
+std::string printable_key(const std::string& field) {
+  std::string out;
+  for (char c : field)
+    if (std::isxdigit(static_cast<unsigned char>(c))) out += c;
+  return out.empty() ? "none" : out;
+}
+
+// A temporary name for `file` in its directory, short whatever the file's name (a 255-byte name
+// plus a suffix would pass NAME_MAX), unique per process and call.
+std::string slot_temp_name(const std::string& file) {
+  static std::atomic<uint64_t> seq{0};
+  const size_t slash = file.rfind('/');
+  const std::string dir = slash == std::string::npos ? std::string(".") : file.substr(0, slash);
+  return dir + "/.tmp-slot-" + std::to_string(::getpid()) + "-" + std::to_string(++seq);
+}
+}  // namespace
+
+int64_t PageStore::write_slot(const std::string& file, const PageLayout& layout, const std::string& model_key,
+                              const std::vector<int32_t>& tokens, const std::vector<PageRecord>& records) {
   std::vector<uint8_t> b;
   Out o{b};
   o.bytes(kSlotMagic, 8);
-  o.put(kVersion);
+  o.put(kSlotVersion);
   o.put(static_cast<uint32_t>(layout.page_size));
   o.put(layout.hash());
+  const std::string key = slot_key_field(model_key);
+  o.bytes(key.data(), key.size());
   o.put(static_cast<uint64_t>(tokens.size()));
   o.put(static_cast<uint64_t>(records.size()));
   o.bytes(tokens.data(), tokens.size() * sizeof(int32_t));
@@ -423,31 +510,66 @@ int64_t PageStore::write_slot(const std::string& file, const PageLayout& layout,
     const auto rec = encode_record(r, layout);
     o.bytes(rec.data(), rec.size());
   }
-  const std::string tmp = file + ".tmp-" + std::to_string(::getpid());
-  if (!write_atomic(file, tmp, b))
-    throw InvalidRequestError("cannot write slot file '" + file + "': " + std::strerror(errno));
+  const int err = write_atomic(file, slot_temp_name(file), b);
+  if (err == EISDIR || err == ENOTDIR || err == ENAMETOOLONG)  // what the name asks for cannot be
+    throw InvalidRequestError("cannot write slot file '" + file + "': " + std::strerror(err));
+  if (err != 0)  // the server's disk: full, read-only, failing
+    throw StorageError(err, "cannot write slot file '" + file + "': " + std::strerror(err));
   return static_cast<int64_t>(b.size());
 }
 
-int64_t PageStore::read_slot(const std::string& file, const PageLayout& layout, std::vector<int32_t>& tokens,
-                             std::vector<PageRecord>& records) {
-  std::vector<uint8_t> data;
-  if (!read_file(file, data)) throw InvalidRequestError("slot file '" + file + "' not found");
+int64_t PageStore::read_slot(const std::string& file, const PageLayout& layout, const std::string& model_key,
+                             int64_t max_tokens, std::vector<int32_t>& tokens, std::vector<PageRecord>& records) {
   const std::string bad = "slot file '" + file + "' ";
-  In in{data.data(), data.size()};
-  if (data.size() < 8 || std::memcmp(data.data(), kSlotMagic, 8) != 0)
+  const ReadOnlyFile f(file);
+  if (f.status == ReadOnlyFile::Missing) throw InvalidRequestError(bad + "not found");
+  if (f.status == ReadOnlyFile::NotRegular) throw InvalidRequestError(bad + "is not a regular file");
+  if (f.status != ReadOnlyFile::Ok) throw InvalidRequestError(bad + "cannot be read: " + std::strerror(f.err));
+  // The fixed header first: everything after it is sized by it, and checked against the file's
+  // size before it is read (a sparse giant is refused at once, not read).
+  std::vector<uint8_t> data;
+  if (f.size < 8 || !f.read(0, 8, data) || std::memcmp(data.data(), kSlotMagic, 8) != 0)
     throw InvalidRequestError(bad + "is not an edgellm slot file");
+  if (f.size < kSlotFixedBytes || !f.read(0, kSlotFixedBytes, data)) {
+    uint32_t version = 0;
+    if (f.size >= 12 && f.read(0, 12, data)) std::memcpy(&version, data.data() + 8, 4);
+    if (version == 1) throw InvalidRequestError(bad + "has version 1 (saved without the model's identity): save it again");
+    throw InvalidRequestError(bad + "is truncated");
+  }
+  In in{data.data(), data.size()};
   in.at = 8;
   uint32_t version = 0, page_size = 0;
   uint64_t lhash = 0, n_tokens = 0, n_records = 0, hc = 0;
-  if (!in.get(version) || !in.get(page_size) || !in.get(lhash) || !in.get(n_tokens) || !in.get(n_records))
-    throw InvalidRequestError(bad + "is truncated");
-  if (version != kVersion) throw InvalidRequestError(bad + "has version " + std::to_string(version));
+  in.get(version);
+  if (version == 1) throw InvalidRequestError(bad + "has version 1 (saved without the model's identity): save it again");
+  if (version != kSlotVersion) throw InvalidRequestError(bad + "has version " + std::to_string(version));
+  in.get(page_size);
+  in.get(lhash);
+  const std::string key(reinterpret_cast<const char*>(data.data() + in.at), kSlotKeyBytes);
+  in.at += kSlotKeyBytes;
+  in.get(n_tokens);
+  in.get(n_records);
   if (page_size != static_cast<uint32_t>(layout.page_size) || lhash != layout.hash())
     throw InvalidRequestError(bad + "was saved from another model or KV layout (" +
                               "page size " + std::to_string(page_size) + ")");
-  if (n_tokens > (data.size() - in.at) / sizeof(int32_t) || n_records > n_tokens / std::max<uint32_t>(1, page_size))
-    throw InvalidRequestError(bad + "is truncated or corrupt");
+  if (key != slot_key_field(model_key))
+    throw InvalidRequestError(bad + "was saved from another model (content hash " + printable_key(key) +
+                              ", this model's " + printable_key(slot_key_field(model_key)) + ")");
+  if (n_tokens > static_cast<uint64_t>(std::max<int64_t>(0, max_tokens)))
+    throw InvalidRequestError(bad + "holds " + std::to_string(n_tokens) + " tokens, more than the context of " +
+                              std::to_string(max_tokens));
+  if (n_records > n_tokens / std::max<uint32_t>(1, page_size)) throw InvalidRequestError(bad + "is corrupt");
+  // n_tokens and n_records are bounded now: no product below overflows.
+  const uint64_t head = kSlotFixedBytes + n_tokens * sizeof(int32_t) + 8;
+  const uint64_t least = head + n_records * record_bytes(layout, false);
+  const uint64_t most = head + n_records * record_bytes(layout, layout.window_bytes > 0);
+  if (f.size < least || f.size > most)
+    throw InvalidRequestError(bad + "is truncated or corrupt (" + std::to_string(f.size) + " bytes; its header says " +
+                              (least == most ? std::to_string(least) : std::to_string(least) + ".." + std::to_string(most)) +
+                              ")");
+  if (!f.read(0, static_cast<size_t>(f.size), data)) throw InvalidRequestError(bad + "is truncated");
+  in = In{data.data(), data.size()};
+  in.at = kSlotFixedBytes;
   tokens.resize(n_tokens);
   std::memcpy(tokens.data(), data.data() + in.at, n_tokens * sizeof(int32_t));
   in.at += n_tokens * sizeof(int32_t);

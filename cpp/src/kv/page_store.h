@@ -17,8 +17,10 @@
 // a write). The directory is bounded: past max_bytes the least recently used files (by their
 // mtime, which a hit refreshes) are removed.
 //
-// Slot files (llama.cpp's /slots save/restore) use the same page records: a header, the slot's
-// tokens, then one record per cached full page of them.
+// Slot files (llama.cpp's /slots save/restore) use the same page records: a header (with the
+// model's content key: a slot file restores into the model it was saved from only), the slot's
+// tokens, then one record per cached full page of them. Page and slot files are opened without
+// blocking, read only when regular files, and sized from their headers before they are read.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -54,6 +56,8 @@ uint64_t checksum64(const void* data, size_t n, uint64_t seed = 0);
 // Serialises one record (header + payload) / parses and verifies one at `data` (returns the bytes
 // consumed, 0 when the record is malformed or its checksums fail).
 std::vector<uint8_t> encode_record(const PageRecord& r, const PageLayout& layout);
+// Bytes of one encoded record, with or without the window group's page.
+uint64_t record_bytes(const PageLayout& layout, bool with_window);
 size_t decode_record(const uint8_t* data, size_t n, const PageLayout& layout, PageRecord& out);
 
 struct PageStoreStats {
@@ -85,12 +89,17 @@ class PageStore {
   void flush();
   PageStoreStats stats() const;
 
-  // Slot files: tokens + records. write_slot returns the bytes written; read_slot throws
-  // InvalidRequestError naming what is wrong (missing, another model or layout, corrupt).
-  static int64_t write_slot(const std::string& file, const PageLayout& layout, const std::vector<int32_t>& tokens,
-                            const std::vector<PageRecord>& records);
-  static int64_t read_slot(const std::string& file, const PageLayout& layout, std::vector<int32_t>& tokens,
-                           std::vector<PageRecord>& records);
+  // Slot files: the model's content key (the hex hash the persistent cache is keyed by), tokens,
+  // records. write_slot returns the bytes written; throws StorageError when the disk refuses
+  // (full, read-only) and InvalidRequestError when the name cannot be a file. read_slot opens
+  // without blocking, reads regular files only and checks the header (magic, version, layout,
+  // model key, at most max_tokens tokens) and the file's size against it before reading the rest;
+  // throws InvalidRequestError naming what is wrong (missing, not a file, another model or
+  // layout, truncated, corrupt).
+  static int64_t write_slot(const std::string& file, const PageLayout& layout, const std::string& model_key,
+                            const std::vector<int32_t>& tokens, const std::vector<PageRecord>& records);
+  static int64_t read_slot(const std::string& file, const PageLayout& layout, const std::string& model_key,
+                           int64_t max_tokens, std::vector<int32_t>& tokens, std::vector<PageRecord>& records);
 
  private:
   struct FileInfo {

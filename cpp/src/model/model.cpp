@@ -20,7 +20,10 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<GgufFile> file, const LoadOpt
   if (!file) throw InvalidRequestError("Model::load: no file");
   ModelConfig config;
   const Architecture& arch = read_model_config(*file, config);
-  return std::make_unique<DecoderModel>(std::move(file), arch, std::move(config), opts);
+  const GgufFile& f = *file;
+  auto model = std::make_unique<DecoderModel>(std::move(file), arch, std::move(config), opts);
+  f.check_unchanged();  // rewritten while loading (packing read zeros for its faulted pages)
+  return model;
 }
 
 KVCacheConfig kv_config_for(const ModelConfig& c) {

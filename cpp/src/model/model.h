@@ -54,6 +54,7 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
   const GgufFile& file() const { return *file_; }
+  const std::shared_ptr<GgufFile>& file_handle() const { return file_; }
   ThreadPool& threads() { return *threads_; }
   const std::shared_ptr<ThreadPool>& thread_pool() const { return threads_; }
   int max_batch_tokens() const { return max_batch_tokens_; }

@@ -18,6 +18,14 @@ reused as is), its planned bytes and its use counts. The rules, all applied on t
   Ollama's): None keeps it loaded, 0 unloads it at once.
 - A failed load answers every waiting request (503 when the engine's own memory check refused,
   else 500) and leaves the slot unloaded; the next request tries again.
+- A loaded model whose file changed on disk (LLM.model_file_state) is loaded again before the
+  next request runs on it: at once when idle; when the file was rewritten in place ("changed":
+  its running requests fail with ModelFileChangedError, 503) after those requests end; when it
+  was renamed over ("replaced": the loaded one is intact) once no request uses it.
+- One transition at a time per slot: unloaded -> loading -> loaded -> unloading -> unloaded.
+  A request for a model that is unloading waits for the unload to end before its load starts
+  (the closing engine still holds its memory, and counts against the limits until then); only
+  the transition that set a state may move it on.
 """
 import asyncio
 import logging
@@ -75,6 +83,7 @@ class ModelSlot:
         self.loads = 0
         self.unloads: Dict[str, int] = {}       # reason -> count (keep_alive, evicted, request)
         self._loading: Optional[asyncio.Future] = None
+        self._unloading: Optional[asyncio.Future] = None  # the unload under way, if any
         self._timer: Optional[asyncio.TimerHandle] = None
 
     @property
@@ -122,10 +131,14 @@ class ModelPool:
         """Until `slot` is loaded; then it is claimed (busy) until release(slot)."""
         slot.waiting += 1
         try:
+            await self._reload_if_stale(slot)
             while slot.state != LOADED:
                 if self.closed:
                     raise APIError(503, "the server is shutting down", "unavailable_error",
                                    None, "shutting_down")
+                if slot._unloading is not None:  # its engine is still closing: then a load
+                    await asyncio.shield(slot._unloading)
+                    continue
                 if slot._loading is None:
                     slot._loading = asyncio.ensure_future(self._load(slot))
                 await asyncio.shield(slot._loading)  # a waiter leaving does not stop the load
@@ -133,6 +146,24 @@ class ModelPool:
             slot.waiting -= 1
         slot.busy += 1
         self._cancel_timer(slot)
+
+    async def _reload_if_stale(self, slot: ModelSlot) -> None:
+        """Unloads `slot` when its model file changed since it was loaded (acquire then loads
+        the file as it is now); a changed file's running requests are waited for (they fail at
+        their next step), a replaced one's are not (the loaded model is intact: it serves them
+        and this request)."""
+        while slot.state == LOADED and not self.closed:
+            state = _file_state(slot.host.llm)
+            if state == "intact" or (state == "replaced" and slot.busy > 0):
+                return
+            if slot.busy == 0:
+                log.warning("model %s: its file was %s on disk; loading it again", slot.entry.id,
+                            "rewritten in place" if state == "changed" else "replaced")
+                await self._unload(slot, "file_changed")
+                return
+            if self._changed is None:
+                self._changed = asyncio.Event()
+            await self._changed.wait()
 
     def release(self, slot: ModelSlot, keep_alive: Any = SERVER_KEEP_ALIVE) -> None:
         """The end of a request; `keep_alive` (seconds, None = for ever) is how long the model
@@ -240,6 +271,9 @@ class ModelPool:
         """Unload `slot` now if it is idle (POST /models/unload); False when it is busy."""
         if slot._loading is not None:
             return False
+        if slot._unloading is not None:
+            await asyncio.shield(slot._unloading)
+            return True
         if slot.state != LOADED:
             return True
         if not slot.idle:
@@ -248,17 +282,22 @@ class ModelPool:
         return True
 
     async def _unload(self, slot: ModelSlot, reason: str) -> None:
-        assert slot.idle, slot.entry.id
+        assert slot.state == LOADED and slot.busy == 0 and slot._unloading is None, slot.entry.id
         self._cancel_timer(slot)
         slot.state = UNLOADING
         llm, slot.host.llm = slot.host.llm, None
         slot.host.state = UNLOADED
+        done = slot._unloading = asyncio.get_running_loop().create_future()
         try:
             if llm is not None:  # closing writes queued cache pages: off the event loop
                 await asyncio.get_running_loop().run_in_executor(None, _close, llm)
         finally:
             del llm
+            # nothing else moves a slot out of UNLOADING (acquire waits on `done`), so the
+            # slot is the unload's to finish
             slot.state = UNLOADED
+            slot._unloading = None
+            done.set_result(None)
             slot.unloads[reason] = slot.unloads.get(reason, 0) + 1
             log.info("model %s unloaded (%s)", slot.entry.id, reason)
             self._notify()
@@ -305,6 +344,19 @@ class ModelPool:
             else:
                 slot.host.close()
                 slot.state = UNLOADED
+
+
+def _file_state(llm) -> str:
+    """LLM.model_file_state() of a loaded engine (AsyncLLM holds its LLM as .llm); "intact" for
+    an engine that cannot tell."""
+    for obj in (llm, getattr(llm, "llm", None)):
+        probe = getattr(obj, "model_file_state", None)
+        if callable(probe):
+            try:
+                return probe()
+            except Exception:  # noqa: BLE001 - a closed engine: nothing to reload
+                return "intact"
+    return "intact"
 
 
 def _close(llm) -> None:

@@ -8,9 +8,11 @@ Waiting for the first chunk before answering means a request the engine rejects 
 overflow, bad template input) gets a proper 400 even when it asked to stream.
 """
 import asyncio
+import errno
 import inspect
 import json
 import logging
+import os
 import re
 import sys
 import time
@@ -45,6 +47,12 @@ def engine_error(e: BaseException, param: Optional[str] = None) -> APIError:
     """Map what the engine raises to the status a client should see."""
     if isinstance(e, APIError):
         return e
+    if isinstance(e, edgellm.ModelFileChangedError):  # the server's file, not the request
+        return APIError(503, str(e), "unavailable_error", None, "model_file_changed")
+    if isinstance(e, edgellm.StorageError):  # the server's disk: full (507) or failing (500)
+        full = e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+        return APIError(507 if full else 500, f"server storage {'full' if full else 'error'}: {os.strerror(e.errno)}",
+                        "server_error", None, "storage_full" if full else "storage_error")
     if isinstance(e, edgellm.ContextLengthError):
         return _context_error(e, param)
     if isinstance(e, (edgellm.InvalidRequestError, ValueError)):
