@@ -201,7 +201,7 @@ def _read_header(path: str) -> Dict[str, SourceTensor]:
         if not isinstance(info, dict):
             raise ConvertError(f"{where}: entry is {_kind(info)}, not an object")
         dtype = info.get("dtype")
-        if dtype not in _DTYPES:
+        if not isinstance(dtype, str) or dtype not in _DTYPES:
             raise ConvertError(f"{where} has dtype {show(dtype)}; only F32, F16, BF16, F64 and U8 (MXFP4) are "
                                f"converted")
         shape, offsets = info.get("shape"), info.get("data_offsets")

@@ -132,6 +132,10 @@ def _check_value(f: Field, v) -> bool:
     return all(_check_value(item, x) for x in v)
 
 
+def _num(x) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
+
+
 def _check_fields(obj: dict, fields: Dict[str, Field], path: str, prefix: str = "") -> None:
     for key, f in fields.items():
         v = obj.get(key)
@@ -139,7 +143,7 @@ def _check_fields(obj: dict, fields: Dict[str, Field], path: str, prefix: str = 
             continue
         rng = ""
         if f.kind in ("int", "num", "nums", "ints"):
-            rng = f" {'greater than' if f.lo_open else 'from'} {f.lo:g} {'and at most' if f.lo_open else 'to'} {f.hi:g}"
+            rng = f" {'greater than' if f.lo_open else 'from'} {_num(f.lo)} {'and at most' if f.lo_open else 'to'} {_num(f.hi)}"
             if f.kind in ("nums", "ints"):
                 rng = ", each" + rng
         raise ConvertError(f"{path}: config.json {prefix}{key} = {show(v)} must be {_KIND_NAMES[f.kind]}{rng}")

@@ -27,7 +27,7 @@ _MAX_SEQUENCE_DEPTH = 8  # Sequence inside Sequence: real tokenizers nest one le
 
 
 def _flatten(pre, path: str, depth: int = 0) -> list:
-    if not pre:
+    if pre is None:
         return []
     if not isinstance(pre, dict):
         raise ConvertError(f"{path}: pre_tokenizer step {show(pre)} is not an object")
@@ -125,9 +125,9 @@ def _bpe_vocab(tj: dict, path: str, n_vocab: int):
         raise ConvertError(f"{path}: \"model\" is {show(model)}, not an object")
     if model.get("type") != "BPE":
         raise UnsupportedArchitectureError(f"{path}: tokenizer model {show(model.get('type'))} is not supported (BPE only)")
-    vocab = model.get("vocab") or {}
-    added = tj.get("added_tokens") or []
-    merges = model.get("merges") or []
+    vocab, added, merges = model.get("vocab", {}), tj.get("added_tokens", []), model.get("merges", [])
+    vocab, added, merges = ({} if vocab is None else vocab), ([] if added is None else added), \
+        ([] if merges is None else merges)
     if not isinstance(vocab, dict):
         raise ConvertError(f"{path}: model.vocab is not an object of token text -> id")
     if not isinstance(added, list):
