@@ -415,6 +415,7 @@ def main() -> int:
               f"bytes)", flush=True)
         for (name, outcome), n in sorted(h.outcomes.items()):
             print(f"  {name:32s} {outcome:32s} {n}")
+        print(f"stat::number_of_executed_units: {h.executions}", flush=True)  # as libFuzzer says it
         return rc
     finally:
         shutil.rmtree(root, ignore_errors=True)
