@@ -13,7 +13,9 @@ buffers included, ~4x slower).
 
 Runs under atheris (coverage-guided libFuzzer for Python) when it is installed, else under a
 seeded, coverage-agnostic mutation loop in this file (byte flips, interesting numbers, JSON
-tokens, splices). Usage:
+tokens, splices). Both mutate half the time at the JSON level (a node of the parsed file, or
+of a shard's header, replaced by a value of another type, an extreme number, another node,
+or dropped), half at the byte level. Usage:
 
     python fuzz/fuzz_convert.py [--seconds S] [--runs N] [--seed K] [--engine atheris|mutate]
                                 [--memory rss|tracemalloc] [--work DIR] [--artifacts DIR] [FILE...]
@@ -259,8 +261,84 @@ _TOKENS = [b"-1", b"0", b"1", b"1e30", b"-1e30", b"64.7", b"NaN", b"Infinity", b
 _INTERESTING = [0, 1, 0x7F, 0x80, 0xFF, 0x22, 0x5B, 0x7B, 0x2C, 0x30]
 
 
+# values a JSON-aware mutation puts in place of a node: wrong types, extremes, escapes
+_VALUES = [-1, 0, 1, 2, 3, 7, 2**31, 2**32, 2**63, 2**64, 10**30, 1e30, -1e30, 64.7, 0.5, -0.0, float("nan"),
+           float("inf"), "", "x", "F16", "U8", "I64", "../x", "/etc/passwd", "\ud800", None, True, False, [], {},
+           [0], [0, 0], [[0]], {"a": 1}, "model.embed_tokens.weight", "Sequence", "ByteLevel", "BPE",
+           "LlamaForCausalLM", "Qwen2MoeForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM", "GptOssForCausalLM",
+           "llama3", "yarn", "longrope", "linear"]
+
+
+def _nodes(tree, limit: int = 4096) -> list:
+    """(parent, key) of the tree's nodes, breadth first, at most limit."""
+    out, queue = [], [tree]
+    while queue and len(out) < limit:
+        node = queue.pop(0)
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for k, v in items:
+            out.append((node, k))
+            if isinstance(v, (dict, list)):
+                queue.append(v)
+    return out
+
+
+def json_mutate(rng: random.Random, data: bytes):
+    """A structure-aware mutant of data (the JSON of the file, or of a shard's header, changed at
+    one to three nodes), or None when data holds no parseable JSON."""
+    if not data:
+        return None
+    target, body = data[0] % len(FILES), data[1:]
+    if target == 0:
+        if len(body) < 8:
+            return None
+        n = struct.unpack("<Q", body[:8])[0]
+        text, rest = body[8:8 + n], body[8 + n:]
+    else:
+        text, rest = body, b""
+    try:
+        tree = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    nodes = _nodes(tree)
+    if not nodes:
+        return None
+    for _ in range(rng.choice((1, 1, 2, 3))):
+        parent, key = rng.choice(nodes)
+        op = rng.randrange(6)
+        if op <= 2:  # another value
+            parent[key] = rng.choice(_VALUES)
+        elif op == 3:  # another node's value
+            other_parent, other_key = rng.choice(nodes)
+            parent[key] = json.loads(json.dumps(other_parent[other_key]))
+        elif op == 4 and isinstance(parent, dict):  # drop the key
+            del parent[key]
+        elif op == 4:  # wrap it
+            parent[key] = [parent[key]]
+        elif isinstance(parent[key], int) and not isinstance(parent[key], bool):  # a near number
+            parent[key] = parent[key] + rng.choice((-1, 1, -parent[key], parent[key], 1 << 32))
+        else:  # a dict as a list of its values, a list as a dict
+            v = parent[key]
+            parent[key] = list(v.values()) if isinstance(v, dict) else {str(i): x for i, x in enumerate(v)} \
+                if isinstance(v, list) else v
+        nodes = _nodes(tree)
+        if not nodes:
+            break
+    try:
+        out = json.dumps(tree).encode("utf-8", "surrogatepass")
+    except (ValueError, RecursionError):
+        return None
+    if target == 0:
+        out = struct.pack("<Q", len(out)) + out + rest
+    return bytes([data[0]]) + out
+
+
 def mutate(rng: random.Random, data: bytes, pool: list) -> bytes:
-    """A mutant of data (pool: inputs of the same target, for splicing)."""
+    """A mutant of data (pool: inputs of the same target, for splicing): JSON-aware half the
+    time, bytes otherwise."""
+    if rng.random() < 0.5:
+        out = json_mutate(rng, data)
+        if out is not None:
+            return out
     b = bytearray(data)
     for _ in range(rng.choice((1, 1, 1, 2, 3, 4, 8))):
         op = rng.randrange(9)
@@ -439,7 +517,12 @@ def run_atheris(h: Harness, args) -> int:
         lf.append(f"-runs={args.runs}")
     if args.seconds:
         lf.append(f"-max_total_time={int(args.seconds)}")
-    atheris.Setup(lf, h.run)
+    def custom_mutator(data: bytes, max_size: int, seed: int) -> bytes:
+        rng = random.Random(seed)
+        out = json_mutate(rng, data) if rng.random() < 0.5 else None
+        return out[:max_size] if out is not None else atheris.Mutate(data, max_size)
+
+    atheris.Setup(lf, h.run, custom_mutator=custom_mutator)
     atheris.Fuzz()
     return 0
 

@@ -125,7 +125,7 @@ python_env_ok() {  # the edgellm package with its extension: installed, or this 
   "$py" -c "import edgellm._core" >/dev/null 2>&1
 }
 run_convert() {  # the same verdicts as the C++ targets: regressions first, then SECONDS or RUNS
-  local art="$build/artifacts/convert" work="$build/corpus/convert" log="$build/fuzz-convert.log" t0 rc
+  local art="$build/artifacts/convert" work="$build/corpus/convert" log="$build/fuzz-convert.log" t0 rc=0
   mkdir -p "$art" "$work"
   t0=$(date +%s)
   if ! python_env_ok; then
@@ -151,20 +151,27 @@ run_convert() {  # the same verdicts as the C++ targets: regressions first, then
   "$py" fuzz/fuzz_convert.py "${limit[@]}" --work "$work" --artifacts "$art" >"$log" 2>&1
   rc=$?
   set -e
-  local done_line execs cov ft verdict
+  record convert "$rc" "$log" "$art" "$t0" 'FINDING|Error|Exceeded|Traceback|File "'
+}
+
+# record TARGET RC LOG ARTIFACTS T0 PATTERN: a run's summary line from libFuzzer's statistics
+# (executions, cov, ft), and on a finding the log's lines matching PATTERN
+record() {
+  local t=$1 rc=$2 log=$3 art=$4 t0=$5 pattern=$6 done_line execs cov ft verdict
   done_line=$(grep -E '^#[0-9]+[[:space:]]+(DONE|pulse|NEW|REDUCE|INITED)' "$log" | tail -1 || true)
-  execs=$(grep -oE '^stat::number_of_executed_units: [0-9]+' "$log" | grep -oE '[0-9]+$' || echo "?")
-  cov=$(echo "$done_line" | grep -oE 'cov: [0-9]+' | grep -oE '[0-9]+' || echo "-")
-  ft=$(echo "$done_line" | grep -oE 'ft: [0-9]+' | grep -oE '[0-9]+' || echo "-")
+  execs=$(grep -oE '^stat::number_of_executed_units: [0-9]+' "$log" | grep -oE '[0-9]+$' || true)
+  [ -n "$execs" ] || execs=$(echo "$done_line" | grep -oE '^#[0-9]+' | tr -d '#' || echo "?")
+  cov=$(echo "$done_line" | grep -oE 'cov: [0-9]+' | grep -oE '[0-9]+' || echo "?")
+  ft=$(echo "$done_line" | grep -oE 'ft: [0-9]+' | grep -oE '[0-9]+' || echo "?")
   if [ "$rc" -eq 0 ]; then
     verdict="ok"
   else
     verdict="FINDING (exit $rc): $(ls -t "$art" | head -1 | sed "s|^|$art/|")"
     failures=$((failures + 1))
-    say "FAIL convert (exit $rc):"
-    { grep -E 'FINDING|Error|Exceeded|Traceback|File "' "$log" || true; } | tail -25 | sed 's/^/    /'
+    say "FAIL $t (exit $rc):"
+    { grep -E "$pattern" "$log" || true; } | head -40 | sed 's/^/    /'
   fi
-  summary+=("$(printf '%-18s %12s %8s %8s  %s' convert "$execs" "$cov" "$ft" "$verdict ($(( $(date +%s) - t0 )) s)")")
+  summary+=("$(printf '%-18s %12s %8s %8s  %s' "$t" "${execs:-?}" "$cov" "$ft" "$verdict ($(( $(date +%s) - t0 )) s)")")
 }
 
 failures=0
@@ -203,20 +210,7 @@ for t in "${targets[@]}"; do
     "$work" "fuzz/corpus/$t" >"$log" 2>&1
   rc=$?
   set -e
-  done_line=$(grep -E '^#[0-9]+[[:space:]]+(DONE|pulse|NEW|REDUCE|INITED)' "$log" | tail -1 || true)
-  execs=$(grep -oE '^stat::number_of_executed_units: [0-9]+' "$log" | grep -oE '[0-9]+$' || true)
-  [ -n "$execs" ] || execs=$(echo "$done_line" | grep -oE '^#[0-9]+' | tr -d '#' || echo "?")
-  cov=$(echo "$done_line" | grep -oE 'cov: [0-9]+' | grep -oE '[0-9]+' || echo "?")
-  ft=$(echo "$done_line" | grep -oE 'ft: [0-9]+' | grep -oE '[0-9]+' || echo "?")
-  if [ "$rc" -eq 0 ]; then
-    verdict="ok"
-  else
-    verdict="FINDING (exit $rc): $(ls -t "$art" | head -1 | sed "s|^|$art/|")"
-    failures=$((failures + 1))
-    say "FAIL $t (exit $rc):"
-    grep -E 'ERROR|SUMMARY|FUZZ_CHECK|runtime error|does not|#[0-9]+ 0x' "$log" | head -25 | sed 's/^/    /'
-  fi
-  summary+=("$(printf '%-18s %12s %8s %8s  %s' "$t" "$execs" "$cov" "$ft" "$verdict ($(( $(date +%s) - t0 )) s)")")
+  record "$t" "$rc" "$log" "$art" "$t0" 'ERROR|SUMMARY|FUZZ_CHECK|runtime error|does not|#[0-9]+ 0x'
 done
 
 echo

@@ -75,7 +75,11 @@ def member(directory: str, name, listed_by: Optional[str] = None) -> str:
     """The path of checkpoint file `name` (as a file such as model.safetensors.index.json lists
     it): a relative name without `..` that resolves inside the checkpoint folder."""
     where = f" (listed by {listed_by})" if listed_by else ""
-    if not isinstance(name, str) or not name or "\0" in name:
+    try:
+        ok = isinstance(name, str) and name and "\0" not in name and os.fsencode(name)
+    except UnicodeEncodeError:  # a lone surrogate
+        ok = False
+    if not ok:
         raise ConvertError(f"{directory}: file name {show(name)}{where} is not a file name")
     parts = name.replace("\\", "/").split("/")
     if os.path.isabs(name) or name.startswith(("/", "\\")) or ".." in parts:
