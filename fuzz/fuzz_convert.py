@@ -26,6 +26,7 @@ installed package); scripts/fuzz.sh runs it as target `convert`."""
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import random
@@ -283,6 +284,13 @@ def _nodes(tree, limit: int = 4096) -> list:
 
 
 def json_mutate(rng: random.Random, data: bytes):
+    try:
+        return _json_mutate(rng, data)
+    except (ValueError, RecursionError):  # a tree json cannot print (too deep): no mutant
+        return None
+
+
+def _json_mutate(rng: random.Random, data: bytes):
     """A structure-aware mutant of data (the JSON of the file, or of a shard's header, changed at
     one to three nodes), or None when data holds no parseable JSON."""
     if not data:
@@ -305,8 +313,8 @@ def json_mutate(rng: random.Random, data: bytes):
     for _ in range(rng.choice((1, 1, 2, 3))):
         parent, key = rng.choice(nodes)
         op = rng.randrange(6)
-        if op <= 2:  # another value
-            parent[key] = rng.choice(_VALUES)
+        if op <= 2:  # another value (a copy: _VALUES's lists and dicts must not join the tree)
+            parent[key] = copy.deepcopy(rng.choice(_VALUES))
         elif op == 3:  # another node's value
             other_parent, other_key = rng.choice(nodes)
             parent[key] = json.loads(json.dumps(other_parent[other_key]))
