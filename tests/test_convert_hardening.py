@@ -424,3 +424,15 @@ def test_fuzz_harness_reports_an_allocation_past_the_bound(tmp_path, monkeypatch
             h.run(bytes([1]) + cfg)
     finally:
         tracemalloc.stop()
+
+
+def test_a_tensor_listed_twice_in_one_header_is_refused(base, tmp_path):
+    # json keeps the last of two entries: the other tensor's bytes would go unchecked
+    d = _copy(base, "qwen3", tmp_path)
+    header, data = _header(_tensors())
+    text = json.dumps(header)
+    dup = json.dumps({EMB: header[EMB]})[1:-1]
+    _write_shard(d / "model.safetensors", ("{" + dup + ", " + text[1:]).encode(), data)
+    with pytest.raises(ConvertError, match=f"model.safetensors: the safetensors header is not valid JSON \\(key "
+                                           f"'{EMB}' appears twice in one object\\)"):
+        plan(str(d))

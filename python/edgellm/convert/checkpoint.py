@@ -34,11 +34,9 @@ INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 # the safetensors library's own cap on the JSON header (MAX_HEADER_SIZE)
 MAX_HEADER_BYTES = 100_000_000
-# JSON side files (config.json, tokenizer.json, tokenizer_config.json, ...) and tokenizer.model /
+# JSON side files (config.json, tokenizer.json, the shard index, ...), tokenizer.model and
 # chat_template.jinja: the largest real ones are tens of MB (Gemma 3's tokenizer.json: 33 MB)
 MAX_SIDE_FILE_BYTES = 100_000_000
-# the index of a sharded checkpoint (names and shard names only)
-MAX_INDEX_BYTES = 100_000_000
 
 
 @dataclass(frozen=True)
@@ -130,15 +128,17 @@ def _no_duplicates(pairs):
     return out
 
 
-def parse_json(data: bytes, path: str, what: str = "file"):
+def parse_json(data: bytes, path: str, what: str = "file", unique_keys: bool = False):
     """JSON text of a checkpoint file; any failure is a ConvertError naming the file (and the
-    position, never the bytes)."""
+    position, never the bytes). unique_keys: a key twice in one object is an error (safetensors
+    headers: which of two entries of a tensor is meant?); elsewhere the last wins, as json and
+    transformers read config files."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ConvertError(f"{path}: the {what} is not valid UTF-8 (at byte {e.start})") from None
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates)
+        return json.loads(text, object_pairs_hook=_no_duplicates if unique_keys else None)
     except RecursionError:
         raise ConvertError(f"{path}: the {what} is nested too deeply") from None
     except json.JSONDecodeError as e:
@@ -189,7 +189,7 @@ def _read_header(path: str) -> Dict[str, SourceTensor]:
         if n > size - 8:
             raise ConvertError(f"{path}: safetensors header length {n} runs past the file end ({size} bytes)")
         raw = read_exact(f, n, path, "safetensors header")
-    header = parse_json(raw, path, "safetensors header")
+    header = parse_json(raw, path, "safetensors header", unique_keys=True)
     if not isinstance(header, dict):
         raise ConvertError(f"{path}: the safetensors header is {_kind(header)}, not an object")
     base = 8 + n
@@ -247,7 +247,7 @@ class Checkpoint:
         self.tensors: Dict[str, SourceTensor] = {}
         index = os.path.join(self.dir, INDEX_FILE)
         if os.path.lexists(index):
-            weight_map = read_json(member(self.dir, INDEX_FILE), MAX_INDEX_BYTES).get("weight_map")
+            weight_map = read_json(member(self.dir, INDEX_FILE)).get("weight_map")
             if not isinstance(weight_map, dict):
                 raise ConvertError(f"{index}: no weight_map object")
             paths = {shard: member(self.dir, shard, f"{INDEX_FILE} for tensor {show(t)}")
