@@ -2,8 +2,8 @@
 config.json, tokenizer.json and model.safetensors.index.json, each fed to the real `plan()` of a
 small, otherwise valid checkpoint, then every planned tensor read (`load_transformed`).
 
-Input: byte 0 picks the file (mod 4: shard, config.json, tokenizer.json, index), the rest is
-that file's content. Only `ConvertError` (UnsupportedArchitectureError included) or success
+Input: byte 0 picks the file (mod 5: shard, config.json, tokenizer.json, index,
+tokenizer_config.json), the rest is that file's content. Only `ConvertError` (UnsupportedArchitectureError included) or success
 may come out; any other exception is a finding. The memory one input costs must stay under
 MEMORY_BASE + MEMORY_PER_BYTE * len(input): a reader that allocates from a size it has not
 checked against the file (a header length, a vocab_size, a shape) is a finding too. Measured
@@ -47,7 +47,8 @@ import hf_checkpoints as hc  # noqa: E402
 MEMORY_BASE = 4 << 20  # the fixed files of the checkpoint, the plan, interpreter noise
 MEMORY_PER_BYTE = 64  # JSON text -> Python objects: "[{}," is 4 bytes -> a 64-byte dict + a pointer
 TIME_LIMIT_S = 10
-FILES = ("model.safetensors", "config.json", "tokenizer.json", "model.safetensors.index.json")
+FILES = ("model.safetensors", "config.json", "tokenizer.json", "model.safetensors.index.json",
+         "tokenizer_config.json")
 
 # ---- the base checkpoint: llama, 1 layer, hidden 8, vocabulary 32, F16, tied embeddings ------------
 
@@ -100,14 +101,18 @@ def safetensors_bytes(tensors: dict, metadata: dict | None = None) -> bytes:
     return struct.pack("<Q", len(h)) + h + b"".join(blobs)
 
 
+def base_tokenizer_config() -> dict:
+    return {"bos_token": "<|endoftext|>", "eos_token": {"content": "<|im_end|>"}, "add_bos_token": False,
+            "chat_template": "{{ x }}", "added_tokens_decoder": {"24": {"content": "<|endoftext|>", "special": True}}}
+
+
 def write_base(directory: str, sharded: bool) -> None:
     """The valid checkpoint every input is written into (one file replaced)."""
     os.makedirs(directory, exist_ok=True)
     cfg = base_config()
     files = {"config.json": json.dumps(cfg).encode(),
              "tokenizer.json": json.dumps(base_tokenizer()).encode(),
-             "tokenizer_config.json": json.dumps({"bos_token": "<|endoftext|>", "eos_token": "<|im_end|>",
-                                                  "add_bos_token": False, "chat_template": "{{ x }}"}).encode()}
+             "tokenizer_config.json": json.dumps(base_tokenizer_config()).encode()}
     t = base_tensors(cfg)
     if sharded:
         names = sorted(t)
@@ -150,6 +155,10 @@ def seeds() -> list:
     wm = {k: "model-00001-of-00002.safetensors" if i % 2 == 0 else "model-00002-of-00002.safetensors"
           for i, k in enumerate(names)}
     out.append(bytes([3]) + json.dumps({"metadata": {}, "weight_map": wm}).encode())
+    tc = base_tokenizer_config()
+    out.append(bytes([4]) + json.dumps(tc).encode())
+    out.append(bytes([4]) + json.dumps({**tc, "chat_template": [{"name": "default", "template": "t"}],
+                                        "add_bos_token": None, "add_eos_token": True}).encode())
     return out
 
 

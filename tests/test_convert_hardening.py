@@ -298,6 +298,8 @@ def test_malformed_tokenizer_config(base, tmp_path):
     d = _copy(base, "qwen3", tmp_path)
     _edit_json(d / "tokenizer_config.json", chat_template=[1, {"name": "default", "template": "x"}])
     assert dict(plan(str(d)).metadata)["tokenizer.chat_template"] == "x"  # AttributeError on 1
+    _edit_json(d / "tokenizer_config.json", bos_token={"content": ["<|endoftext|>"]})  # unhashable
+    assert "tokenizer.ggml.bos_token_id" in dict(plan(str(d)).metadata)  # from config.json's bos_token_id
     _edit_json(d / "tokenizer_config.json", chat_template="\ud800")
     with pytest.raises(ConvertError, match="tokenizer_config.json: chat_template holds a lone surrogate"):
         convert(str(d), str(tmp_path / "o.gguf"))

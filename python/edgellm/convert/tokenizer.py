@@ -86,7 +86,7 @@ def identify_pre(pre, path: str) -> str:
 
 def _token_text(tok) -> Optional[str]:
     if isinstance(tok, dict):
-        return tok.get("content")
+        tok = tok.get("content")
     return tok if isinstance(tok, str) else None
 
 
