@@ -13,7 +13,9 @@
 # Env: EDGELLM_FUZZ_BUILD (default build/fuzz), EDGELLM_FUZZ_RUNS=N (stop each target after N
 # executions instead of SECONDS), EDGELLM_FUZZ_ARGS (extra libFuzzer flags), EDGELLM_MODELS
 # (the real models whose vocabularies the tokenizer targets use; without them those targets
-# are skipped, or fail under EDGELLM_REQUIRE_MODELS=1), EDGELLM_JOBS.
+# are skipped, or fail under EDGELLM_REQUIRE_MODELS=1), EDGELLM_JOBS, EDGELLM_PYTHON (the
+# interpreter of target convert, default python3; without the package it is skipped, or fails
+# under CI=true).
 # Needs clang with libFuzzer; installs clang with apt-get when missing and we are root or have
 # password-less sudo (CI). Work corpora are kept in BUILD/corpus/<target> between runs.
 set -euo pipefail
