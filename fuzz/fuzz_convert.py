@@ -489,6 +489,8 @@ def main() -> int:
 
     tmp_root = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
     root = tempfile.mkdtemp(prefix="edgellm-fuzz-convert-", dir=tmp_root)
+    if engine == "atheris":  # atheris ends the process from C (no finally): remove the folder now,
+        atexit_rmtree(root)  # at exit, through a child that waits for this process
     try:
         if engine == "atheris":
             import atheris
@@ -514,6 +516,28 @@ def main() -> int:
         return rc
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def atexit_rmtree(path: str) -> None:
+    """Removes path once this process has exited (atheris.Fuzz() exits from C, past Python's
+    finally blocks and atexit handlers): a forked child waits for the parent to go, then
+    removes the folder."""
+    parent = os.getpid()
+    if os.fork() == 0:
+        try:
+            os.setsid()
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):  # hold no pipe of the caller's open
+                os.dup2(null, fd)
+            while True:
+                try:
+                    os.kill(parent, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(1)
+            shutil.rmtree(path, ignore_errors=True)
+        finally:
+            os._exit(0)
 
 
 def run_atheris(h: Harness, args) -> int:
