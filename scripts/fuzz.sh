@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses (fuzz/, clang, -fsanitize=fuzzer,address,undefined) and runs
 # each for SECONDS (default 20), after replaying its regressions (fuzz/regressions/<target>/).
+# Target `convert` is Python (fuzz/fuzz_convert.py: `edgellm convert`'s readers under atheris,
+# installed with pip when missing, else the harness's own seeded mutation loop); it needs the
+# edgellm package importable (installed, or build/dev + python/ of this checkout).
 # Exits non-zero on any crash, sanitizer report, leak, timeout or out-of-memory; the input
 # lands in BUILD/artifacts/<target>/. Prints executions and coverage per target.
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]      (targets: gguf tokenizer_bpe tokenizer_spm gbnf
-#                                               regex json_schema json_value grammar_automaton;
-#                                               default all)
+#                                               regex json_schema json_value grammar_automaton
+#                                               convert; default all)
 # Env: EDGELLM_FUZZ_BUILD (default build/fuzz), EDGELLM_FUZZ_RUNS=N (stop each target after N
 # executions instead of SECONDS), EDGELLM_FUZZ_ARGS (extra libFuzzer flags), EDGELLM_MODELS
 # (the real models whose vocabularies the tokenizer targets use; without them those targets
-# are skipped, or fail under EDGELLM_REQUIRE_MODELS=1), EDGELLM_JOBS.
+# are skipped, or fail under EDGELLM_REQUIRE_MODELS=1), EDGELLM_JOBS, EDGELLM_PYTHON (the
+# interpreter of target convert, default python3; without the package it is skipped, or fails
+# under CI=true).
 # Needs clang with libFuzzer; installs clang with apt-get when missing and we are root or have
 # password-less sudo (CI). Work corpora are kept in BUILD/corpus/<target> between runs.
 set -euo pipefail
@@ -19,7 +24,8 @@ secs=${1:-20}
 shift || true
 build=${EDGELLM_FUZZ_BUILD:-build/fuzz}
 jobs=${EDGELLM_JOBS:-2}
-all_targets=(gguf tokenizer_bpe tokenizer_spm gbnf regex json_schema json_value grammar_automaton)
+cpp_targets=(gguf tokenizer_bpe tokenizer_spm gbnf regex json_schema json_value grammar_automaton)
+all_targets=("${cpp_targets[@]}" convert)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
 for t in "${targets[@]}"; do
@@ -27,8 +33,12 @@ for t in "${targets[@]}"; do
 done
 
 say() { echo "[fuzz] $*"; }
+need_cpp=0
+for t in "${targets[@]}"; do [[ $t == convert ]] || need_cpp=1; done
 
-# ---- clang -----------------------------------------------------------------------------------
+# ---- clang (C++ targets) ---------------------------------------------------------------------
+start=$(date +%s)
+if [ "$need_cpp" = 1 ]; then
 find_clang() {
   if [ -n "${CXX:-}" ] && "$CXX" --version 2>/dev/null | grep -q clang; then echo "$CXX"; return; fi
   local c
@@ -68,7 +78,6 @@ fi
 cc=${cxx/clang++/clang}
 
 # ---- build -----------------------------------------------------------------------------------
-start=$(date +%s)
 if [ ! -f "$build/build.ninja" ]; then
   launcher=()
   command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
@@ -80,7 +89,8 @@ cmake --build "$build" --target fuzz_all -- -j"$jobs" 2>&1 | grep -vE '^\[[0-9]+
 rc=${PIPESTATUS[0]}
 set -e
 [ "$rc" -eq 0 ] || { echo "[fuzz] FAIL: build failed (exit $rc)" >&2; exit 1; }
-say "built ${#all_targets[@]} harnesses in $build ($(( $(date +%s) - start )) s, $cxx)"
+say "built ${#cpp_targets[@]} harnesses in $build ($(( $(date +%s) - start )) s, $cxx)"
+fi  # need_cpp
 
 # ---- vocabularies for the tokenizer targets --------------------------------------------------
 export EDGELLM_FUZZ_VOCAB_DIR="$PWD/$build/vocab"
@@ -108,9 +118,68 @@ dict_for() {
   esac
 }
 
+# ---- the Python target: edgellm convert's readers ------------------------------------------------
+py=${EDGELLM_PYTHON:-python3}
+python_env_ok() {  # the edgellm package with its extension: installed, or this checkout's build/dev
+  "$py" -c "import edgellm._core" >/dev/null 2>&1 && return 0
+  [ -d build/dev ] || return 1
+  export EDGELLM_BUILD_DIR=${EDGELLM_BUILD_DIR:-$PWD/build/dev} PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+  "$py" -c "import edgellm._core" >/dev/null 2>&1
+}
+run_convert() {  # the same verdicts as the C++ targets: regressions first, then SECONDS or RUNS
+  local art="$build/artifacts/convert" work="$build/corpus/convert" log="$build/fuzz-convert.log" t0 rc=0
+  mkdir -p "$art" "$work"
+  t0=$(date +%s)
+  if ! python_env_ok; then
+    if [ "${CI:-}" = true ]; then
+      say "FAIL convert: the edgellm package is not importable"; failures=$((failures + 1))
+      summary+=("$(printf '%-18s %12s %8s %8s  %s' convert - - - "NO PACKAGE")")
+    else
+      say "SKIP convert: the edgellm package is not importable (pip install ., or build/dev)"
+    fi
+    return
+  fi
+  "$py" -c "import atheris" >/dev/null 2>&1 || "$py" -m pip install -q atheris >/dev/null 2>&1 \
+    || say "convert: atheris not installable; the harness's seeded mutation loop runs instead"
+  if ! "$py" fuzz/fuzz_convert.py --artifacts "$art" fuzz/regressions/convert >"$log" 2>&1; then
+    say "FAIL convert: a regression input fails again:"; tail -30 "$log" | sed 's/^/    /'
+    failures=$((failures + 1))
+    summary+=("$(printf '%-18s %12s %8s %8s  %s' convert - - - "REGRESSION FAILS")")
+    return
+  fi
+  local limit=(--seconds "$secs")
+  [ -n "${EDGELLM_FUZZ_RUNS:-}" ] && limit=(--runs "$EDGELLM_FUZZ_RUNS")
+  set +e
+  "$py" fuzz/fuzz_convert.py "${limit[@]}" --work "$work" --artifacts "$art" >"$log" 2>&1
+  rc=$?
+  set -e
+  record convert "$rc" "$log" "$art" "$t0" 'FINDING|Error|Exceeded|Traceback|File "'
+}
+
+# record TARGET RC LOG ARTIFACTS T0 PATTERN: a run's summary line from libFuzzer's statistics
+# (executions, cov, ft), and on a finding the log's lines matching PATTERN
+record() {
+  local t=$1 rc=$2 log=$3 art=$4 t0=$5 pattern=$6 done_line execs cov ft verdict
+  done_line=$(grep -E '^#[0-9]+[[:space:]]+(DONE|pulse|NEW|REDUCE|INITED)' "$log" | tail -1 || true)
+  execs=$(grep -oE '^stat::number_of_executed_units: [0-9]+' "$log" | grep -oE '[0-9]+$' || true)
+  [ -n "$execs" ] || execs=$(echo "$done_line" | grep -oE '^#[0-9]+' | tr -d '#' || echo "?")
+  cov=$(echo "$done_line" | grep -oE 'cov: [0-9]+' | grep -oE '[0-9]+' || echo "?")
+  ft=$(echo "$done_line" | grep -oE 'ft: [0-9]+' | grep -oE '[0-9]+' || echo "?")
+  if [ "$rc" -eq 0 ]; then
+    verdict="ok"
+  else
+    verdict="FINDING (exit $rc): $(ls -t "$art" | head -1 | sed "s|^|$art/|")"
+    failures=$((failures + 1))
+    say "FAIL $t (exit $rc):"
+    { grep -E "$pattern" "$log" || true; } | head -40 | sed 's/^/    /'
+  fi
+  summary+=("$(printf '%-18s %12s %8s %8s  %s' "$t" "${execs:-?}" "$cov" "$ft" "$verdict ($(( $(date +%s) - t0 )) s)")")
+}
+
 failures=0
 summary=()
 for t in "${targets[@]}"; do
+  if [ "$t" = convert ]; then run_convert; continue; fi
   bin="$build/fuzz/fuzz_$t"
   work="$build/corpus/$t"
   art="$build/artifacts/$t"
@@ -143,20 +212,7 @@ for t in "${targets[@]}"; do
     "$work" "fuzz/corpus/$t" >"$log" 2>&1
   rc=$?
   set -e
-  done_line=$(grep -E '^#[0-9]+[[:space:]]+(DONE|pulse|NEW|REDUCE|INITED)' "$log" | tail -1 || true)
-  execs=$(grep -oE '^stat::number_of_executed_units: [0-9]+' "$log" | grep -oE '[0-9]+$' || true)
-  [ -n "$execs" ] || execs=$(echo "$done_line" | grep -oE '^#[0-9]+' | tr -d '#' || echo "?")
-  cov=$(echo "$done_line" | grep -oE 'cov: [0-9]+' | grep -oE '[0-9]+' || echo "?")
-  ft=$(echo "$done_line" | grep -oE 'ft: [0-9]+' | grep -oE '[0-9]+' || echo "?")
-  if [ "$rc" -eq 0 ]; then
-    verdict="ok"
-  else
-    verdict="FINDING (exit $rc): $(ls -t "$art" | head -1 | sed "s|^|$art/|")"
-    failures=$((failures + 1))
-    say "FAIL $t (exit $rc):"
-    grep -E 'ERROR|SUMMARY|FUZZ_CHECK|runtime error|does not|#[0-9]+ 0x' "$log" | head -25 | sed 's/^/    /'
-  fi
-  summary+=("$(printf '%-18s %12s %8s %8s  %s' "$t" "$execs" "$cov" "$ft" "$verdict ($(( $(date +%s) - t0 )) s)")")
+  record "$t" "$rc" "$log" "$art" "$t0" 'ERROR|SUMMARY|FUZZ_CHECK|runtime error|does not|#[0-9]+ 0x'
 done
 
 echo

@@ -10,6 +10,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from .checkpoint import show
 from .errors import ConvertError, UnsupportedArchitectureError
 
 
@@ -44,6 +45,126 @@ ARCHS: Dict[str, ArchSpec] = {
 }
 
 
+# ---- config.json schema -------------------------------------------------------------------------
+# Every config.json key the converter reads, with its JSON type and range, checked before any
+# value is used (check_config): a wrong type, a float where an integer belongs, NaN, or a size
+# past what a GGUF (u32) or the engine can hold is a ConvertError naming the key. Absent and
+# null keys pass here; the code that needs one says so (_req).
+@dataclass(frozen=True)
+class Field:
+    kind: str  # int, num (int or float), bool, str, strs / nums / ints (lists of), obj
+    lo: float = 0
+    hi: float = 0
+    lo_open: bool = False  # lo itself excluded (eps, theta, factors: > 0)
+
+
+_I31 = 2**31 - 1
+_DIM = Field("int", 1, 1 << 24)
+_CONTEXT = Field("int", 1, _I31)
+_POS = Field("num", 0, 1e15, lo_open=True)
+_CAP = Field("num", 0, 1e6)
+ROPE_FIELDS: Dict[str, Field] = {  # rope_scaling / rope_parameters (and each per-layer-type entry)
+    "rope_type": Field("str"), "type": Field("str"),
+    "rope_theta": _POS, "factor": _POS, "low_freq_factor": _POS, "high_freq_factor": _POS,
+    "original_max_position_embeddings": Field("int", 2, _I31),
+    "attention_factor": _POS, "mscale": Field("num", -1e6, 1e6), "mscale_all_dim": Field("num", -1e6, 1e6),
+    "beta_fast": Field("num", -1e6, 1e6), "beta_slow": Field("num", -1e6, 1e6),
+    "extrapolation_factor": Field("num", -1e6, 1e6), "truncate": Field("bool"),
+    "long_factor": Field("nums", 0, 1e15, lo_open=True), "short_factor": Field("nums", 0, 1e15, lo_open=True),
+    "partial_rotary_factor": Field("num", 0, 1, lo_open=True),
+}
+CONFIG_FIELDS: Dict[str, Field] = {
+    "architectures": Field("strs"),
+    "hidden_size": Field("int", 1, 1 << 20),
+    "intermediate_size": _DIM,
+    "num_hidden_layers": Field("int", 1, 4096),
+    "num_attention_heads": Field("int", 1, 1 << 14),
+    "num_key_value_heads": Field("int", 1, 1 << 14),
+    "head_dim": Field("int", 1, 1 << 16),
+    "vocab_size": Field("int", 1, _I31),
+    "max_position_embeddings": _CONTEXT,
+    "original_max_position_embeddings": Field("int", 2, _I31),
+    "rms_norm_eps": Field("num", 0, 1, lo_open=True), "layer_norm_eps": Field("num", 0, 1, lo_open=True),
+    "rope_theta": _POS, "rope_local_base_freq": _POS,
+    "partial_rotary_factor": Field("num", 0, 1, lo_open=True),
+    "rope_scaling": Field("obj"), "rope_parameters": Field("obj"),
+    "tie_word_embeddings": Field("bool"),
+    "hidden_act": Field("str"), "hidden_activation": Field("str"),
+    "use_sliding_window": Field("bool"), "sliding_window": Field("int", 0, _I31),
+    "sliding_window_pattern": Field("int", 1, 4096), "layer_types": Field("strs"),
+    "query_pre_attn_scalar": _POS, "attn_logit_softcapping": _CAP, "final_logit_softcapping": _CAP,
+    "clip_qkv": Field("num", -1e15, 1e15),
+    "num_local_experts": Field("int", 1, 1 << 16), "num_experts": Field("int", 1, 1 << 16),
+    "num_experts_per_tok": Field("int", 1, 1 << 16),
+    "moe_intermediate_size": _DIM, "shared_expert_intermediate_size": _DIM,
+    "decoder_sparse_step": Field("int", 0, 4096), "mlp_only_layers": Field("ints", 0, 4096),
+    "norm_topk_prob": Field("bool"),
+}
+_KIND_NAMES = {"int": "an integer", "num": "a number", "bool": "true or false", "str": "a string",
+               "strs": "a list of strings", "nums": "a list of numbers", "ints": "a list of integers",
+               "obj": "an object"}
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _in_range(f: Field, v) -> bool:
+    if isinstance(v, float) and not math.isfinite(v):
+        return False
+    return (f.lo < v if f.lo_open else f.lo <= v) and v <= f.hi
+
+
+def _check_value(f: Field, v) -> bool:
+    if f.kind == "int":
+        return _is_int(v) and _in_range(f, v)
+    if f.kind == "num":
+        return (_is_int(v) or isinstance(v, float)) and _in_range(f, v)
+    if f.kind == "bool":
+        return isinstance(v, bool)
+    if f.kind == "str":
+        return isinstance(v, str)
+    if f.kind == "obj":
+        return isinstance(v, dict)
+    if not isinstance(v, list):
+        return False
+    item = Field({"strs": "str", "nums": "num", "ints": "int"}[f.kind], f.lo, f.hi, f.lo_open)
+    return all(_check_value(item, x) for x in v)
+
+
+def _num(x) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
+
+
+def _check_fields(obj: dict, fields: Dict[str, Field], path: str, prefix: str = "") -> None:
+    for key, f in fields.items():
+        v = obj.get(key)
+        if v is None or _check_value(f, v):
+            continue
+        rng = ""
+        if f.kind in ("int", "num", "nums", "ints"):
+            rng = f" {'greater than' if f.lo_open else 'from'} {_num(f.lo)} {'and at most' if f.lo_open else 'to'} {_num(f.hi)}"
+            if f.kind in ("nums", "ints"):
+                rng = ", each" + rng
+        raise ConvertError(f"{path}: config.json {prefix}{key} = {show(v)} must be {_KIND_NAMES[f.kind]}{rng}")
+
+
+def check_config(config: dict, path: str) -> None:
+    """config.json's keys against CONFIG_FIELDS and its RoPE objects against ROPE_FIELDS."""
+    _check_fields(config, CONFIG_FIELDS, path)
+    for key in ("rope_scaling", "rope_parameters"):
+        rp = config.get(key)
+        if not rp:
+            continue
+        _check_fields(rp, ROPE_FIELDS, path, f"{key}.")
+        for sub in ("full_attention", "sliding_attention"):  # transformers 5: one per layer type
+            v = rp.get(sub)
+            if v is not None and not isinstance(v, dict):
+                raise ConvertError(f"{path}: config.json {key}.{sub} = {show(v)} must be an object")
+            if v:
+                _check_fields(v, ROPE_FIELDS, path, f"{key}.{sub}.")
+
+
 def supported() -> List[str]:
     return sorted(ARCHS)
 
@@ -66,6 +187,7 @@ class Hparams:
 
 
 def arch_of(config: dict, path: str) -> Tuple[str, ArchSpec]:
+    check_config(config, path)
     names = config.get("architectures") or []
     if not isinstance(names, list) or not names:
         raise UnsupportedArchitectureError(
@@ -74,7 +196,7 @@ def arch_of(config: dict, path: str) -> Tuple[str, ArchSpec]:
         if n in ARCHS:
             return n, ARCHS[n]
     raise UnsupportedArchitectureError(
-        f"{path}: architecture {', '.join(map(str, names))} is not supported; supported: {', '.join(supported())}")
+        f"{path}: architecture {show(', '.join(names), 200)} is not supported; supported: {', '.join(supported())}")
 
 
 def _req(config: dict, key: str, path: str):
@@ -114,19 +236,29 @@ def _moe_hparams(config: dict, path: str, spec: ArchSpec, hp: Hparams) -> None:
 
 
 def hparams(config: dict, path: str, spec: Optional[ArchSpec] = None) -> Hparams:
-    n_head = int(_req(config, "num_attention_heads", path))
-    n_embd = int(_req(config, "hidden_size", path))
-    head_dim = config.get("head_dim") or n_embd // n_head
+    check_config(config, path)
+    n_head = _req(config, "num_attention_heads", path)
+    n_embd = _req(config, "hidden_size", path)
+    head_dim = config.get("head_dim")
+    if head_dim is None:
+        if n_embd % n_head:
+            raise ConvertError(f"{path}: config.json hidden_size = {n_embd} is not a multiple of "
+                               f"num_attention_heads = {n_head} (and no head_dim is given)")
+        head_dim = n_embd // n_head
+    n_head_kv = config.get("num_key_value_heads") or n_head
+    if n_head % n_head_kv:
+        raise ConvertError(f"{path}: config.json num_attention_heads = {n_head} is not a multiple of "
+                           f"num_key_value_heads = {n_head_kv}")
     tied = config.get("tie_word_embeddings")
     hp = Hparams(
-        n_layer=int(_req(config, "num_hidden_layers", path)),
+        n_layer=_req(config, "num_hidden_layers", path),
         n_embd=n_embd,
-        n_ff=int(_req(config, "intermediate_size", path)),
+        n_ff=_req(config, "intermediate_size", path),
         n_head=n_head,
-        n_head_kv=int(config.get("num_key_value_heads") or n_head),
-        head_dim=int(head_dim),
-        n_vocab=int(_req(config, "vocab_size", path)),
-        tied=bool(True if tied is None else tied),
+        n_head_kv=n_head_kv,
+        head_dim=head_dim,
+        n_vocab=_req(config, "vocab_size", path),
+        tied=True if tied is None else tied,
     )
     if spec is not None and spec.moe:
         _moe_hparams(config, path, spec, hp)
@@ -140,11 +272,12 @@ def _rope_params(config: dict) -> dict:
     if isinstance(rp, dict) and isinstance(rp.get("full_attention"), dict):
         rp = rp["full_attention"]
     if isinstance(rp, dict):
-        return rp
-    out = dict(config.get("rope_scaling") or {})
-    if config.get("rope_theta") is not None:
-        out["rope_theta"] = config["rope_theta"]
-    return out
+        out = dict(rp)
+    else:
+        out = dict(config.get("rope_scaling") or {})
+        if config.get("rope_theta") is not None:
+            out["rope_theta"] = config["rope_theta"]
+    return {k: v for k, v in out.items() if v is not None}  # null: the default
 
 
 def _rope_scaling(config: dict, path: str, arch: str, put: Callable) -> None:
@@ -161,6 +294,8 @@ def _rope_scaling(config: dict, path: str, arch: str, put: Callable) -> None:
     if kind in ("longrope", "su") and arch == "phi3":
         return  # rope_factors_long/short.weight and rope.scaling.attn_factor (longrope_factors)
     if kind == "llama3" and arch == "llama":
+        if not float(rs.get("low_freq_factor", 1.0)) < float(rs.get("high_freq_factor", 4.0)):
+            raise ConvertError(f"{path}: config.json rope_scaling: llama3 needs low_freq_factor < high_freq_factor")
         return  # baked into rope_freqs.weight (llama3_rope_factors)
     if kind == "yarn" and arch == "gpt-oss":  # the keys llama.cpp's converter writes
         put(f"{arch}.rope.scaling.type", "yarn")
@@ -222,7 +357,11 @@ def metadata(config: dict, path: str, spec: ArchSpec, hp: Hparams) -> List[Tuple
     partial = float(rp.get("partial_rotary_factor", config.get("partial_rotary_factor", 1.0)) or 1.0)
     if partial != 1.0 and a != "phi3":
         raise UnsupportedArchitectureError(f"{path}: partial_rotary_factor {partial} is not supported for {a}")
-    put(f"{a}.rope.dimension_count", int(hp.head_dim * partial))
+    n_rot = int(hp.head_dim * partial)
+    if n_rot < 2 or n_rot % 2:
+        raise ConvertError(f"{path}: config.json gives {n_rot} rotary dimensions (head_dim {hp.head_dim} x "
+                           f"partial_rotary_factor {partial}); RoPE needs an even number, at least 2")
+    put(f"{a}.rope.dimension_count", n_rot)
     put(f"{a}.rope.freq_base", float(_rope_params(config).get("rope_theta", 10000.0)))
     put(f"{a}.vocab_size", hp.n_vocab)
     _rope_scaling(config, path, a, put)
@@ -274,13 +413,13 @@ def metadata(config: dict, path: str, spec: ArchSpec, hp: Hparams) -> List[Tuple
             if isinstance(types, list) and len(types) == hp.n_layer:
                 put(f"{a}.attention.sliding_window_pattern", [t == "sliding_attention" for t in types])
             elif a == "gemma3":
-                put(f"{a}.attention.sliding_window_pattern", int(config.get("sliding_window_pattern", 6)))
+                put(f"{a}.attention.sliding_window_pattern", int(config.get("sliding_window_pattern") or 6))
         elif a == "gemma2":
             put(f"{a}.attention.sliding_window", 0)
         if a == "gemma3":
             rp = config.get("rope_parameters") or {}
             local = (rp.get("sliding_attention") or {}).get("rope_theta") if isinstance(rp, dict) else None
-            put(f"{a}.rope.freq_base_swa", float(local or config.get("rope_local_base_freq", 10000.0)))
+            put(f"{a}.rope.freq_base_swa", float(local or config.get("rope_local_base_freq") or 10000.0))
             if config.get("attn_logit_softcapping"):
                 raise UnsupportedArchitectureError(f"{path}: attn_logit_softcapping is not supported for gemma3")
         else:  # gemma2: the engine's defaults (50, 30) apply when a key is absent; None = off
@@ -302,6 +441,8 @@ def llama3_rope_factors(config: dict, hp: Hparams) -> Optional[np.ndarray]:
     factor = float(rs.get("factor", 8.0))
     low, high = float(rs.get("low_freq_factor", 1.0)), float(rs.get("high_freq_factor", 4.0))
     old_ctx = float(rs.get("original_max_position_embeddings", 8192))
+    if not low < high:
+        raise ConvertError(f"config.json rope_scaling: llama3 needs low_freq_factor ({low}) < high_freq_factor ({high})")
     dim = hp.head_dim
     # inverse frequencies in float32 as transformers computes them, the rest in double
     freqs = np.float32(1.0) / (np.float32(base) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))

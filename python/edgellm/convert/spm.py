@@ -8,6 +8,7 @@ from __future__ import annotations
 import struct
 from typing import Dict, Iterator, List, Tuple
 
+from .checkpoint import MAX_SIDE_FILE_BYTES, open_regular, read_exact
 from .errors import ConvertError
 
 
@@ -22,6 +23,8 @@ def _varint(b: bytes, i: int) -> Tuple[int, int]:
         if not c & 0x80:
             return v, i
         shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
 
 
 def _fields(b: bytes) -> Iterator[Tuple[int, int, object]]:
@@ -51,9 +54,10 @@ def _signed(v: int) -> int:
 
 def read_model(path: str) -> Dict[str, object]:
     """{"tokens", "scores", "types", "unk_id", "bos_id", "eos_id", "pad_id", "add_dummy_prefix"}."""
+    f, size = open_regular(path, MAX_SIDE_FILE_BYTES)
+    with f:
+        data = read_exact(f, size, path, "file")
     try:
-        with open(path, "rb") as f:
-            data = f.read()
         tokens: List[str] = []
         scores: List[float] = []
         types: List[int] = []
@@ -69,6 +73,8 @@ def read_model(path: str) -> Dict[str, object]:
                         score = struct.unpack("<f", v2)[0]
                     elif n2 == 3 and w2 == 0:
                         typ = v2
+                if not 1 <= typ <= 6:
+                    raise ValueError(f"piece {len(tokens)} has type {typ} (SentencePiece's are 1 to 6)")
                 tokens.append(piece)
                 scores.append(score)
                 types.append(typ)
@@ -80,9 +86,9 @@ def read_model(path: str) -> Dict[str, object]:
                 for n2, w2, v2 in _fields(v):
                     if n2 == 3 and w2 == 0:
                         add_dummy_prefix = bool(v2)
-    except FileNotFoundError:
-        raise ConvertError(f"{path}: file not found") from None
-    except (ValueError, UnicodeDecodeError, struct.error) as e:
+    except UnicodeDecodeError as e:
+        raise ConvertError(f"{path}: not a SentencePiece model (a piece is not valid UTF-8 at byte {e.start})") from None
+    except (ValueError, struct.error) as e:
         raise ConvertError(f"{path}: not a SentencePiece model ({e})") from None
     if not tokens:
         raise ConvertError(f"{path}: no pieces (not a SentencePiece model?)")

@@ -13,7 +13,7 @@ from .checkpoint import Checkpoint
 from .config import ArchSpec, Hparams
 from .errors import ConvertError
 
-_LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
+_LAYER = re.compile(r"^model\.layers\.([0-9]{1,6})\.(.+)$", re.S)
 
 # HF suffix inside a layer → GGUF suffix
 _LAYER_NAMES = {
@@ -55,7 +55,7 @@ _SHARED = {
 }
 # one expert's matrix: model.layers.L.mlp.experts.E.gate_proj.weight (Mixtral: block_sparse_moe
 # ... w1 gate, w3 up, w2 down) -> stacked along a new first axis into ffn_{gate,up,down}_exps
-_EXPERT = re.compile(r"^(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w2|w3)\.weight$")
+_EXPERT = re.compile(r"^(?:mlp|block_sparse_moe)\.experts\.([0-9]{1,6})\.(gate_proj|up_proj|down_proj|w1|w2|w3)\.weight$")
 _EXPERT_KIND = {"gate_proj": "gate", "w1": "gate", "up_proj": "up", "w3": "up", "down_proj": "down", "w2": "down"}
 _GPT_OSS = {  # besides the attention projections (with biases)
     "post_attention_layernorm.weight": "post_attention_norm.weight",

@@ -4,11 +4,10 @@ is identified from the pre-tokenizer's own structure and regex in tokenizer.json
 the model's name (the names edgellm implements: docs/formats.md §7.3)."""
 from __future__ import annotations
 
-import json
 import os
 from typing import List, Optional, Tuple
 
-from .checkpoint import read_json
+from .checkpoint import member, read_json, read_text, show
 from .errors import ConvertError, UnsupportedArchitectureError
 
 # token types (docs/formats.md §1.6)
@@ -24,13 +23,23 @@ _GPT4O_WORD = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}
 _GPT4O_RE = _GPT4O_WORD + r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 
 
-def _flatten(pre) -> list:
-    if not pre:
+_MAX_SEQUENCE_DEPTH = 8  # Sequence inside Sequence: real tokenizers nest one level
+
+
+def _flatten(pre, path: str, depth: int = 0) -> list:
+    if pre is None:
         return []
+    if not isinstance(pre, dict):
+        raise ConvertError(f"{path}: pre_tokenizer step {show(pre)} is not an object")
     if pre.get("type") == "Sequence":
+        steps = pre.get("pretokenizers", [])
+        if not isinstance(steps, list):
+            raise ConvertError(f"{path}: pre_tokenizer Sequence's pretokenizers is not a list")
+        if depth >= _MAX_SEQUENCE_DEPTH:
+            raise ConvertError(f"{path}: pre_tokenizer Sequences nested more than {_MAX_SEQUENCE_DEPTH} deep")
         out = []
-        for p in pre.get("pretokenizers", []):
-            out += _flatten(p)
+        for p in steps:
+            out += _flatten(p, path, depth + 1)
         return out
     return [pre]
 
@@ -42,7 +51,7 @@ def _regex(p) -> Optional[str]:
 
 def identify_pre(pre, path: str) -> str:
     """The engine's pre-tokenizer name for a tokenizer.json `pre_tokenizer` object."""
-    steps = _flatten(pre)
+    steps = _flatten(pre, path)
     shape = []
     for p in steps:
         t = p.get("type")
@@ -54,9 +63,11 @@ def identify_pre(pre, path: str) -> str:
             shape.append("digits1" if p.get("individual_digits") else "digits")
         elif t == "Split" and p.get("behavior") == "Isolated" and not p.get("invert"):
             rx = _regex(p)
-            shape.append({_LLAMA3_RE: "llama3", _QWEN2_RE: "qwen2", _GPT2_RE: "gpt2", _GPT4O_RE: "gpt-4o"}.get(rx, f"split {rx!r}"))
+            names = {_LLAMA3_RE: "llama3", _QWEN2_RE: "qwen2", _GPT2_RE: "gpt2", _GPT4O_RE: "gpt-4o"}
+            shape.append(names.get(rx, f"split {show(rx, 200)}") if isinstance(rx, str) or rx is None
+                         else f"split {show(rx)}")
         else:
-            shape.append(json.dumps(p, sort_keys=True))
+            shape.append(show(p, 200))
     known = {
         ("bytelevel+regex",): "gpt2",
         ("digits1", "bytelevel+regex"): "smollm",
@@ -68,48 +79,100 @@ def identify_pre(pre, path: str) -> str:
     name = known.get(tuple(shape))
     if name is None:
         raise UnsupportedArchitectureError(
-            f"{path}: pre-tokenizer {' + '.join(shape) or '(none)'} is not one edgellm implements "
+            f"{path}: pre-tokenizer {show(' + '.join(shape), 600) if shape else '(none)'} is not one edgellm implements "
             f"(gpt2, smollm, llama3, qwen2, gpt-4o: docs/formats.md §7.3)")
     return name
 
 
 def _token_text(tok) -> Optional[str]:
     if isinstance(tok, dict):
-        return tok.get("content")
+        tok = tok.get("content")
     return tok if isinstance(tok, str) else None
 
 
 def chat_template(directory: str, tok_config: dict) -> Optional[str]:
     jinja = os.path.join(directory, "chat_template.jinja")
-    if os.path.exists(jinja):
-        with open(jinja, "r", encoding="utf-8") as f:
-            return f.read()
+    if os.path.lexists(jinja):
+        return _utf8(read_text(member(directory, "chat_template.jinja")), jinja, "chat template")
     t = tok_config.get("chat_template")
     if isinstance(t, list):  # named templates: the default one
-        t = next((x.get("template") for x in t if x.get("name") == "default"), None)
-    return t if isinstance(t, str) else None
+        t = next((x.get("template") for x in t if isinstance(x, dict) and x.get("name") == "default"), None)
+    if isinstance(t, str):
+        return _utf8(t, os.path.join(directory, "tokenizer_config.json"), "chat_template")
+    return None
+
+
+def _utf8(text: str, path: str, what: str) -> str:
+    """text, which a GGUF can store: no lone surrogates (JSON's \\ud800 escapes)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ConvertError(f"{path}: {what} holds a lone surrogate (at character {e.start})") from None
+    return text
+
+
+def _side_json(directory: str, name: str) -> dict:
+    """An optional JSON file of the checkpoint ({} when absent)."""
+    path = os.path.join(directory, name)
+    return read_json(member(directory, name)) if os.path.lexists(path) else {}
+
+
+def _bpe_vocab(tj: dict, path: str, n_vocab: int):
+    """tokenizer.json's model (vocab: text -> id, merges) and added_tokens, checked: ids in
+    [0, vocab_size), texts strings, merges pairs of strings."""
+    model = tj.get("model")
+    if not isinstance(model, dict):
+        raise ConvertError(f"{path}: \"model\" is {show(model)}, not an object")
+    if model.get("type") != "BPE":
+        raise UnsupportedArchitectureError(f"{path}: tokenizer model {show(model.get('type'))} is not supported (BPE only)")
+    vocab, added, merges = model.get("vocab", {}), tj.get("added_tokens", []), model.get("merges", [])
+    vocab, added, merges = ({} if vocab is None else vocab), ([] if added is None else added), \
+        ([] if merges is None else merges)
+    if not isinstance(vocab, dict):
+        raise ConvertError(f"{path}: model.vocab is not an object of token text -> id")
+    if not isinstance(added, list):
+        raise ConvertError(f"{path}: added_tokens is not a list")
+    if not isinstance(merges, list):
+        raise ConvertError(f"{path}: model.merges is not a list")
+
+    def bad_id(i):
+        return not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n_vocab
+
+    def refuse(i, what):
+        raise ConvertError(f"{path}: {what} has id {show(i)}, not an integer in [0, {n_vocab}) "
+                           f"(config.json's vocab_size)")
+
+    for text, i in vocab.items():
+        if bad_id(i):
+            refuse(i, f"model.vocab token {show(text)}")
+    for k, a in enumerate(added):
+        if not isinstance(a, dict) or not isinstance(a.get("content"), str):
+            raise ConvertError(f"{path}: added_tokens[{k}] is not an object with a \"content\" string")
+        if bad_id(a.get("id")):
+            refuse(a.get("id"), f"added_tokens[{k}] ({show(a['content'])})")
+    out = []
+    for k, m in enumerate(merges):
+        if isinstance(m, list) and len(m) == 2 and all(isinstance(x, str) for x in m):
+            m = " ".join(m)
+        if not isinstance(m, str):
+            raise ConvertError(f"{path}: model.merges[{k}] = {show(m)} is neither \"a b\" nor [\"a\", \"b\"]")
+        out.append(m)
+    return vocab, added, out
 
 
 def vocab_metadata(directory: str, n_vocab: int, config: dict) -> List[Tuple[str, object]]:
     """tokenizer.* (key, value) pairs; the vocabulary is padded to config's vocab_size. A
     tokenizer.model (SentencePiece) is preferred over tokenizer.json when both are present."""
-    tc_path = os.path.join(directory, "tokenizer_config.json")
-    tc = read_json(tc_path) if os.path.exists(tc_path) else {}
-    if os.path.exists(os.path.join(directory, "tokenizer.model")):
+    tc = _side_json(directory, "tokenizer_config.json")
+    if os.path.lexists(os.path.join(directory, "tokenizer.model")):
         return _spm_metadata(directory, n_vocab, tc)
     path = os.path.join(directory, "tokenizer.json")
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         raise ConvertError(f"{path}: file not found (the converter needs tokenizer.json or tokenizer.model)")
-    tj = read_json(path)
-    model = tj.get("model") or {}
-    if model.get("type") != "BPE":
-        raise UnsupportedArchitectureError(f"{path}: tokenizer model {model.get('type')!r} is not supported (BPE only)")
+    tj = read_json(member(directory, "tokenizer.json"))
+    vocab, added, merges = _bpe_vocab(tj, path, n_vocab)
     pre = identify_pre(tj.get("pre_tokenizer"), path)
-    vocab = model.get("vocab") or {}
-    added = tj.get("added_tokens") or []
-    size = max([n_vocab - 1] + list(vocab.values()) + [a["id"] for a in added]) + 1
-    if size > n_vocab:
-        raise ConvertError(f"{path}: {size} tokens, more than config.json's vocab_size {n_vocab}")
+    size = n_vocab
     tokens: List[Optional[str]] = [None] * size
     types = [NORMAL] * size
     for text, i in vocab.items():
@@ -121,7 +184,8 @@ def vocab_metadata(directory: str, n_vocab: int, config: dict) -> List[Tuple[str
         if t is None:
             tokens[i] = f"[PAD{i}]"
             types[i] = UNUSED
-    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
+    _utf8("".join(tokens), path, "a token text")
+    _utf8("".join(merges), path, "a merge")
 
     kv: List[Tuple[str, object]] = [
         ("tokenizer.ggml.model", "gpt2"),
@@ -130,8 +194,7 @@ def vocab_metadata(directory: str, n_vocab: int, config: dict) -> List[Tuple[str
         ("tokenizer.ggml.token_type", types),
         ("tokenizer.ggml.merges", merges),
     ]
-    gc_path = os.path.join(directory, "generation_config.json")
-    gc = read_json(gc_path) if os.path.exists(gc_path) else {}
+    gc = _side_json(directory, "generation_config.json")
     index = {t: i for i, t in enumerate(tokens)}
 
     def special(key, text_key, ids):
@@ -143,7 +206,7 @@ def vocab_metadata(directory: str, n_vocab: int, config: dict) -> List[Tuple[str
             v = src.get(text_key + "_id")
             if isinstance(v, list):
                 v = v[0] if v else None
-            if isinstance(v, int) and 0 <= v < size:
+            if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < size:
                 kv.append((key, v))
                 return
 
@@ -153,8 +216,9 @@ def vocab_metadata(directory: str, n_vocab: int, config: dict) -> List[Tuple[str
     special("tokenizer.ggml.padding_token_id", "pad_token", (gc, config))
     add_bos = tc.get("add_bos_token")
     if add_bos is None:  # a post-processor that prepends a special token
-        single = ((tj.get("post_processor") or {}).get("single") or [])
-        add_bos = bool(single) and "SpecialToken" in single[0]
+        post = tj.get("post_processor")
+        single = (post.get("single") if isinstance(post, dict) else None) or []
+        add_bos = isinstance(single, list) and bool(single) and isinstance(single[0], dict) and "SpecialToken" in single[0]
     kv.append(("tokenizer.ggml.add_bos_token", bool(add_bos)))
     if tc.get("add_eos_token") is not None:
         kv.append(("tokenizer.ggml.add_eos_token", bool(tc["add_eos_token"])))
@@ -180,31 +244,31 @@ def _spm_added_tokens(directory: str, tokens: list, scores: list, types: list, t
     n = len(tokens)
     path = os.path.join(directory, "added_tokens.json")
     entries = []
-    if os.path.exists(path):
-        added = read_json(path)
-        if not isinstance(added, dict):
-            raise ConvertError(f"{path}: expected an object of token text -> id")
+    if os.path.lexists(path):
+        added = read_json(member(directory, "added_tokens.json"))
         for text, i in added.items():
             if not isinstance(i, int) or isinstance(i, bool) or i < 0:
-                raise ConvertError(f"{path}: token {text!r} has id {i!r}, not a non-negative integer")
+                raise ConvertError(f"{path}: token {show(text)} has id {show(i)}, not a non-negative integer")
             entries.append((path, i, text, USER_DEFINED))
     decoder = tc.get("added_tokens_decoder") or {}
     tc_path = os.path.join(directory, "tokenizer_config.json")
+    if not isinstance(decoder, dict):
+        raise ConvertError(f"{tc_path}: added_tokens_decoder is not an object of id -> token")
     for key, data in decoder.items():
         try:
             i = int(key)
         except ValueError:
-            raise ConvertError(f"{tc_path}: added_tokens_decoder key {key!r} is not a token id") from None
+            raise ConvertError(f"{tc_path}: added_tokens_decoder key {show(key)} is not a token id") from None
         text = data.get("content") if isinstance(data, dict) else None
         if not isinstance(text, str) or i < 0:
-            raise ConvertError(f"{tc_path}: added_tokens_decoder[{key!r}] has no token text (\"content\")")
+            raise ConvertError(f"{tc_path}: added_tokens_decoder[{show(key)}] has no token text (\"content\")")
         if data.get("special") or _looks_special(text):
             entries.append((tc_path, i, text, CONTROL))
         else:
             entries.append((tc_path, i, text.replace("\u2581", " "), USER_DEFINED))
     for src, i, text, kind in entries:
         if i >= n:
-            raise ConvertError(f"{src}: added token {text!r} has id {i}, past config.json's vocab_size {n} "
+            raise ConvertError(f"{src}: added token {show(text)} has id {i}, past config.json's vocab_size {n} "
                                f"(the embedding has no row for it)")
         tokens[i], scores[i], types[i] = text, -1000.0, kind
 
@@ -212,7 +276,7 @@ def _spm_added_tokens(directory: str, tokens: list, scores: list, types: list, t
 def _spm_metadata(directory: str, n_vocab: int, tc: dict) -> List[Tuple[str, object]]:
     from .spm import read_model
 
-    path = os.path.join(directory, "tokenizer.model")
+    path = member(directory, "tokenizer.model")
     m = read_model(path)
     tokens, scores, types = list(m["tokens"]), list(m["scores"]), list(m["types"])
     if len(tokens) > n_vocab:
@@ -222,6 +286,7 @@ def _spm_metadata(directory: str, n_vocab: int, tc: dict) -> List[Tuple[str, obj
         scores.append(-1000.0)
         types.append(UNUSED)
     _spm_added_tokens(directory, tokens, scores, types, tc)
+    _utf8("".join(tokens), path, "a piece or added token")
     kv: List[Tuple[str, object]] = [
         ("tokenizer.ggml.model", "llama"),
         ("tokenizer.ggml.tokens", tokens),

@@ -86,8 +86,10 @@ def plan(hf_dir: str, out_type: str = "F16") -> ConversionPlan:
         hp.tied = not any(_strip_prefix(n) == "lm_head.weight" for n in ckpt.names())
     kv = [("general.name", os.path.basename(ckpt.dir.rstrip("/")))]
     kv += metadata(ckpt.config, os.path.join(ckpt.dir, "config.json"), spec, hp)
-    kv += vocab_metadata(ckpt.dir, hp.n_vocab, ckpt.config)
+    # the tensors first: their shapes, checked against the files, bound vocab_size before the
+    # vocabulary is padded to it
     tplans = plan_tensors(ckpt, spec, hp)
+    kv += vocab_metadata(ckpt.dir, hp.n_vocab, ckpt.config)
     factors = llama3_rope_factors(ckpt.config, hp) if spec.gguf_arch == "llama" else None
     if factors is not None:
         tplans.insert(0, TensorPlan("(config.json rope_scaling llama3)", "rope_freqs.weight", factors.shape,
