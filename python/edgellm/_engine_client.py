@@ -194,6 +194,36 @@ class RequestControl:
             abort()
 
 
+class _Live:
+    """One submitted request as its consumer follows it (the sync and the async event loops):
+    its unfinished sequences, counted off as their last events arrive; end() detaches its
+    RequestControl and aborts the request when sequences are left (the consumer left early)."""
+
+    def __init__(self, client: "EngineClient", n: int, control: Optional[RequestControl]):
+        self.client = client
+        self.remaining = n
+        self.control = control
+        self.rid: Optional[int] = None
+
+    def submitted(self, rid: int) -> None:
+        self.rid = rid
+        if self.control is not None:
+            self.control.attach(lambda: self.client.abort(rid))
+
+    def take(self, ev):
+        """`ev` counted; the request's error raised."""
+        if ev.finished:
+            self.remaining -= 1
+        raise_if_error(ev)
+        return ev
+
+    def end(self) -> None:
+        if self.control is not None:
+            self.control.detach()
+        if self.remaining and self.rid is not None:
+            self.client.abort(self.rid)
+
+
 class EngineClient:
     """Requests to one engine and their results (see the module docstring)."""
 
@@ -224,24 +254,16 @@ class EngineClient:
         core = params.to_core(self.n_vocab)
         ids = self.prompt_ids(prompt)
         channel = _core.OutputChannel()
-        rid = self.submit(ids, core, channel, stream)
-        remaining = core.n
-        if control is not None:
-            control.attach(lambda: self.abort(rid))
+        live = _Live(self, core.n, control)
+        live.submitted(self.submit(ids, core, channel, stream))
         try:
-            while remaining:
+            while live.remaining:
                 ev = channel.pop(POLL_S)
                 if ev is None:
                     continue
-                if ev.finished:
-                    remaining -= 1
-                raise_if_error(ev)
-                yield ev
+                yield live.take(ev)
         finally:
-            if control is not None:
-                control.detach()
-            if remaining:
-                self.abort(rid)
+            live.end()
 
     async def async_events(self, ids: List[int], params: SamplingParams, stream: bool,
                            control: Optional[RequestControl] = None):
@@ -250,23 +272,13 @@ class EngineClient:
         core = params.to_core(self.n_vocab)
         pipe = WakePipe(asyncio.get_running_loop())
         channel = pipe.channel()
-        remaining = core.n
-        rid = None
+        live = _Live(self, core.n, control)
         try:
-            rid = self.submit(ids, core, channel, stream)
-            if control is not None:
-                control.attach(lambda: self.abort(rid))
-            while remaining:
-                ev = await pipe.next_event(channel)
-                if ev.finished:
-                    remaining -= 1
-                raise_if_error(ev)
-                yield ev
+            live.submitted(self.submit(ids, core, channel, stream))
+            while live.remaining:
+                yield live.take(await pipe.next_event(channel))
         finally:
-            if control is not None:
-                control.detach()
-            if remaining and rid is not None:
-                self.abort(rid)
+            live.end()
             pipe.close()
 
     # ---- events -> results ----

@@ -21,6 +21,21 @@ std::string WeightLoader::shape_of(const TensorInfo& t) const {
   return s + "}";
 }
 
+namespace {
+
+// Throws ModelFormatError naming the tensor unless t's type has a matmul kernel and rows of n_in
+// elements are whole blocks of it (WeightLoader::matrix and ::experts alike).
+void check_matmul_rows(const std::string& path, const std::string& name, const TensorInfo& t, int64_t n_in) {
+  const DTypeInfo& info = dtype_info(t.type);
+  if (!kernels::active().matmul[static_cast<int>(t.type)])
+    throw ModelFormatError(path + ": tensor " + name + " has type " + info.name + ", which has no matmul kernel");
+  if (n_in % info.block_elems != 0)
+    throw ModelFormatError(path + ": tensor " + name + " rows of " + std::to_string(n_in) +
+                           " elements are not whole " + info.name + " blocks");
+}
+
+}  // namespace
+
 Matrix WeightLoader::matrix(const std::string& name, int64_t n_in, int64_t n_out, bool optional) {
   Matrix m;
   const TensorInfo* t = find(name, optional);
@@ -28,13 +43,7 @@ Matrix WeightLoader::matrix(const std::string& name, int64_t n_in, int64_t n_out
   if (t->n_dims != 2 || t->ne[0] != n_in || t->ne[1] != n_out)
     throw ModelFormatError(file_.path() + ": tensor " + name + " has shape " + shape_of(*t) + ", expected {" +
                            std::to_string(n_in) + ", " + std::to_string(n_out) + "}");
-  const DTypeInfo& info = dtype_info(t->type);
-  if (!kernels::active().matmul[static_cast<int>(t->type)])
-    throw ModelFormatError(file_.path() + ": tensor " + name + " has type " + info.name +
-                           ", which has no matmul kernel");
-  if (n_in % info.block_elems != 0)
-    throw ModelFormatError(file_.path() + ": tensor " + name + " rows of " + std::to_string(n_in) +
-                           " elements are not whole " + info.name + " blocks");
+  check_matmul_rows(file_.path(), name, *t, n_in);
   m.info = t;
   m.type = t->type;
   m.data = t->data;
@@ -58,13 +67,7 @@ std::vector<Matrix> WeightLoader::experts(const std::string& name, int64_t n_in,
     throw ModelFormatError(file_.path() + ": tensor " + name + " has shape " + shape_of(*t) + ", expected {" +
                            std::to_string(n_in) + ", " + std::to_string(n_out) + ", " + std::to_string(n_expert) +
                            "} ({n_in, n_out, expert_count})");
-  const DTypeInfo& info = dtype_info(t->type);
-  if (!kernels::active().matmul[static_cast<int>(t->type)])
-    throw ModelFormatError(file_.path() + ": tensor " + name + " has type " + info.name +
-                           ", which has no matmul kernel");
-  if (n_in % info.block_elems != 0)
-    throw ModelFormatError(file_.path() + ": tensor " + name + " rows of " + std::to_string(n_in) +
-                           " elements are not whole " + info.name + " blocks");
+  check_matmul_rows(file_.path(), name, *t, n_in);
   std::vector<Matrix> out(static_cast<size_t>(n_expert));
   const size_t rb = row_bytes(t->type, n_in);
   for (int64_t e = 0; e < n_expert; ++e) {

@@ -1,7 +1,5 @@
 // Byte-level BPE (tokenizer.ggml.model = "gpt2"): pre-tokenize, map bytes to GPT-2's printable
 // codepoints, then merge adjacent symbols by merge rank (lowest first, ties leftmost).
-#include <queue>
-
 #include "tokenizer/merge_symbols.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -32,6 +30,7 @@ class BpeTokenizer final : public Tokenizer {
     bool operator<(const Bigram& o) const {  // priority_queue top = lowest rank, then leftmost
       return rank > o.rank || (rank == o.rank && left > o.left);
     }
+    bool current(const MergeSymbol& l, const MergeSymbol& r) const { return l.n == n_left && r.n == n_right; }
   };
 
   void encode_word(const std::string& w, std::vector<int32_t>& out) const {
@@ -41,24 +40,11 @@ class BpeTokenizer final : public Tokenizer {
     }
     std::vector<MergeSymbol> sym = utf8_symbols(w);
     std::priority_queue<Bigram> queue;
-    auto try_add = [&](int32_t l, int32_t r) {
-      if (l < 0 || r < 0) return;
+    merge_pairs(sym, queue, [&](int32_t l, int32_t r) {
       std::string_view sv(w);
       int32_t rank = vocab_.find_merge(sv.substr(sym[l].start, sym[l].n), sv.substr(sym[r].start, sym[r].n));
-      if (rank < 0) return;
-      queue.push({rank, l, r, sym[l].n, sym[r].n});
-    };
-    for (int32_t i = 1; i < int32_t(sym.size()); ++i) try_add(i - 1, i);
-    while (!queue.empty()) {
-      Bigram b = queue.top();
-      queue.pop();
-      const MergeSymbol& l = sym[b.left];
-      const MergeSymbol& r = sym[b.right];
-      if (l.n == 0 || r.n == 0 || l.n != b.n_left || r.n != b.n_right) continue;  // outdated
-      join_symbols(sym, b.left, b.right);
-      try_add(l.prev, b.left);
-      try_add(b.left, l.next);
-    }
+      if (rank >= 0) queue.push({rank, l, r, sym[l].n, sym[r].n});
+    });
     for (int32_t i = sym.empty() ? -1 : 0; i != -1; i = sym[i].next) {
       std::string_view piece = std::string_view(w).substr(sym[i].start, sym[i].n);
       int32_t id = vocab_.find(piece);

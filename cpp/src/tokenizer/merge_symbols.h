@@ -4,6 +4,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <queue>
 #include <string_view>
 #include <vector>
 
@@ -36,6 +37,25 @@ inline void join_symbols(std::vector<MergeSymbol>& sym, int32_t left, int32_t ri
   r.n = 0;
   l.next = r.next;
   if (r.next >= 0) sym[r.next].prev = left;
+}
+
+// The merge loop both tokenizers run over `sym`: try_add(l, r) queues the adjacent pair sym[l],
+// sym[r] when it may merge (l, r >= 0 here); queue.top() is the pair to join next. A queued pair
+// is dropped when either symbol was joined away or has grown since (Pair::current(l, r) false).
+// Each join offers the joined symbol's new pairs with its neighbours.
+template <class Pair, class TryAdd>
+inline void merge_pairs(std::vector<MergeSymbol>& sym, std::priority_queue<Pair>& queue, TryAdd&& try_add) {
+  for (int32_t i = 1; i < int32_t(sym.size()); ++i) try_add(i - 1, i);
+  while (!queue.empty()) {
+    const Pair b = queue.top();
+    queue.pop();
+    const MergeSymbol& l = sym[b.left];
+    const MergeSymbol& r = sym[b.right];
+    if (l.n == 0 || r.n == 0 || !b.current(l, r)) continue;
+    join_symbols(sym, b.left, b.right);
+    if (l.prev >= 0) try_add(l.prev, b.left);
+    if (l.next >= 0) try_add(b.left, l.next);
+  }
 }
 
 }  // namespace edgellm

@@ -1,7 +1,6 @@
 // SentencePiece-style tokenizer (tokenizer.ggml.model = "llama"): spaces become U+2581, then
 // adjacent symbols merge by the merged token's score (highest first, ties leftmost); final
 // symbols that are not tokens are split back along their merges, down to <0xXX> byte tokens.
-#include <queue>
 #include <unordered_map>
 
 #include "tokenizer/merge_symbols.h"
@@ -36,6 +35,7 @@ class SpmTokenizer final : public Tokenizer {
     bool operator<(const Bigram& o) const {  // top = highest score, then leftmost
       return score < o.score || (score == o.score && left > o.left);
     }
+    bool current(const MergeSymbol& l, const MergeSymbol& r) const { return l.n + r.n == size; }
   };
   struct Session {
     const SpmTokenizer& tk;
@@ -47,7 +47,6 @@ class SpmTokenizer final : public Tokenizer {
     std::string_view str(const MergeSymbol& s) const { return std::string_view(text).substr(s.start, s.n); }
 
     void try_add(int32_t l, int32_t r) {
-      if (l < 0 || r < 0) return;
       std::string joined = std::string(text, sym[l].start, sym[l].n + sym[r].n);
       int32_t id = tk.vocab_.find(joined);
       if (id == kNoToken) return;
@@ -71,17 +70,7 @@ class SpmTokenizer final : public Tokenizer {
 
     void run(std::vector<int32_t>& out) {
       sym = utf8_symbols(text);
-      for (int32_t i = 1; i < int32_t(sym.size()); ++i) try_add(i - 1, i);
-      while (!queue.empty()) {
-        Bigram b = queue.top();
-        queue.pop();
-        const MergeSymbol& l = sym[b.left];
-        const MergeSymbol& r = sym[b.right];
-        if (l.n == 0 || r.n == 0 || l.n + r.n != b.size) continue;
-        join_symbols(sym, b.left, b.right);
-        try_add(l.prev, b.left);
-        try_add(b.left, l.next);
-      }
+      merge_pairs(sym, queue, [this](int32_t l, int32_t r) { try_add(l, r); });
       for (int32_t i = sym.empty() ? -1 : 0; i != -1; i = sym[i].next) resegment(sym[i], out);
     }
   };
