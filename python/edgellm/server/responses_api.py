@@ -45,6 +45,7 @@ from .sse import EventStreamResponse
 JSON = Dict[str, Any]
 ENDPOINT = "responses"
 STORE_MAX = 1024          # responses kept for previous_response_id / GET, least recently used out
+STORE_MAX_BYTES = 256 << 20  # and at most this many bytes of them (their JSON), LRU out
 MAX_METADATA_KEYS = 16    # OpenAI's limits on `metadata`
 MAX_METADATA_KEY = 64
 MAX_METADATA_VALUE = 512
@@ -594,20 +595,33 @@ class StoredResponse:
     body: JSON               # the response object, as GET returns it
     history: List[JSON]      # chat messages up to and including its output (no instructions)
     items: List[JSON] = field(default_factory=list)  # its own input items, in order
+    size: int = 0            # bytes it holds (its JSON), set by ResponseStore.put
+
+    def measure(self) -> int:
+        return len(json.dumps([self.body, self.history, self.items], ensure_ascii=False))
 
 
 class ResponseStore:
-    """Responses by id, least recently used dropped beyond `capacity`."""
+    """Responses by id, least recently used dropped beyond `capacity` responses or `max_bytes`
+    bytes (each measured as its JSON: input items the template never renders count too)."""
 
-    def __init__(self, capacity: int = STORE_MAX):
+    def __init__(self, capacity: int = STORE_MAX, max_bytes: Optional[int] = None):
         self.capacity = capacity
+        self.max_bytes = STORE_MAX_BYTES if max_bytes is None else max_bytes
+        self.bytes = 0
         self._items: "OrderedDict[str, StoredResponse]" = OrderedDict()
 
-    def put(self, rid: str, stored: StoredResponse) -> None:
+    def put(self, rid: str, stored: StoredResponse) -> bool:
+        """Keep `stored` (False: it alone is over max_bytes, so it is not kept)."""
+        self.delete(rid)
+        stored.size = stored.measure()
+        if stored.size > self.max_bytes:
+            return False
         self._items[rid] = stored
-        self._items.move_to_end(rid)
-        while len(self._items) > self.capacity:
-            self._items.popitem(last=False)
+        self.bytes += stored.size
+        while len(self._items) > self.capacity or self.bytes > self.max_bytes:
+            self.bytes -= self._items.popitem(last=False)[1].size
+        return True
 
     def get(self, rid: str) -> Optional[StoredResponse]:
         stored = self._items.get(rid)
@@ -616,7 +630,10 @@ class ResponseStore:
         return stored
 
     def delete(self, rid: str) -> bool:
-        return self._items.pop(rid, None) is not None
+        stored = self._items.pop(rid, None)
+        if stored is not None:
+            self.bytes -= stored.size
+        return stored is not None
 
     def __len__(self) -> int:
         return len(self._items)
@@ -953,6 +970,12 @@ class ResponsesAPI:
             raise invalid(f"previous response with id '{req.previous_response_id}' not found "
                           "(responses are kept in memory while the server runs, only with "
                           "store: true)", "previous_response_id", "previous_response_not_found")
+        limit = getattr(self.config, "max_body_size", None)
+        if limit and stored.size > limit:  # a continued conversation counts as if sent whole
+            raise APIError(413, f"the conversation of previous_response_id is {stored.size} "
+                                f"bytes, over the server's request limit of {limit} bytes "
+                                "(edgellm serve --max-body-size); start a new one",
+                           "invalid_request_error", "previous_response_id", "request_too_large")
         return stored.history
 
     def _body(self, rid: str, created: float, req: ResponsesRequest, params, status: str,
