@@ -12,7 +12,6 @@ llama.vscode, its server tests) read:
 server: an unknown field is a 400 naming it; fields llama.cpp clients send routinely that mean
 nothing here (id_slot, samplers, ...) are accepted and listed in docs/SERVER.md.
 """
-import asyncio
 import copy
 import inspect
 import json
@@ -27,15 +26,14 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 import edgellm
 
 from . import protocol
-from .admission import ChunkStream
 from .errors import APIError, invalid
+from .lifecycle import (Encoder, Generation, check_token_ids, engine_error, off_loop,
+                        read_json)
 from .progress import progress_of, progress_timings, prompt_progress
-from .sse import EventStreamResponse, sse
 
 log = logging.getLogger("edgellm.server")
 
 JSON = Dict[str, Any]
-CLIENT_CLOSED = 499
 MAX_PROMPTS = 64
 
 # --- errors in llama-server's types -----------------------------------------------------------
@@ -528,11 +526,73 @@ class Result:
         return "".join(self.parts)
 
 
+class NativeEncoder(Encoder):
+    """/completion and /infill's answer: one final object per prompt (a list for several), or
+    the stream of partials, each prompt's final as it finishes."""
+
+    def __init__(self, api: "LlamaCppAPI", fields: JSON, ids_list: List[List[int]],
+                 settings: JSON, stream: bool, n_ctx: int, t0: float):
+        self.api, self.fields, self.settings, self.n_ctx, self.t0 = api, fields, settings, n_ctx, t0
+        self.stream = stream
+        self.results = {i: Result(i, ids) for i, ids in enumerate(ids_list)}
+        self.sent: set = set()  # prompts whose final went out
+        self.per_token = bool(fields.get("timings_per_token"))
+
+    def add(self, index: int, chunk) -> None:
+        self.results[index].add(chunk)
+
+    def _final(self, r: Result) -> JSON:
+        self.sent.add(r.index)
+        return self.api.final(r, self.fields, self.settings, self.stream, self.n_ctx)
+
+    def response(self) -> Response:
+        finals = [self._final(self.results[i]) for i in sorted(self.results)]
+        return JSONResponse(finals[0] if len(finals) == 1 else finals)
+
+    def events(self, index: int, chunk) -> List[JSON]:
+        r, out = self.results[index], []
+        if chunk.token_ids or chunk.text:
+            out.append(self._partial(r, chunk))
+        elif progress_of(chunk) is not None:
+            out.append(self._progress(r, progress_of(chunk)))
+        if chunk.finish_reason is not None:
+            out.append(self._final(r))
+        return out
+
+    def finish(self) -> List[JSON]:  # nothing was generated (n_predict 0): every final now
+        return [self._final(self.results[i]) for i in sorted(self.results) if i not in self.sent]
+
+    def _partial(self, r: Result, chunk) -> JSON:
+        out = {"index": r.index, "content": chunk.text or "",
+               "tokens": [int(t) for t in chunk.token_ids], "stop": False, "id_slot": 0,
+               "tokens_predicted": len(r.tokens), "tokens_evaluated": len(r.prompt_ids)}
+        if self.per_token:
+            now = time.monotonic()
+            first_at = r.t_first or now
+            out["timings"] = native_timings({
+                "prompt_n": len(r.prompt_ids), "prompt_ms": (first_at - self.t0) * 1e3,
+                "predicted_n": len(r.tokens), "predicted_ms": (now - first_at) * 1e3}, 0)
+        if self.fields.get("n_probs") and chunk.logprobs:
+            out["completion_probabilities"] = probs_json(
+                chunk.logprobs, bool(self.fields.get("post_sampling_probs")))
+        return out
+
+    def _progress(self, r: Result, p) -> JSON:
+        # return_progress: llama-server's partial with no content and its prompt_progress
+        out = {"index": r.index, "content": "", "tokens": [], "stop": False, "id_slot": 0,
+               "tokens_predicted": 0, "tokens_evaluated": len(r.prompt_ids)}
+        if self.per_token:
+            out["timings"] = progress_timings(p)
+        out["prompt_progress"] = prompt_progress(p)
+        return out
+
+
 # --- the endpoints --------------------------------------------------------------------------------
 
 class LlamaCppAPI:
     def __init__(self, routes):
-        self.routes = routes          # the OpenAI routes: shared helpers (_race, _fail, _close)
+        self.routes = routes          # the OpenAI routes (metrics_text)
+        self.life = routes.life
         self.host = routes.host
         self.config = routes.config
         self.metrics = routes.metrics
@@ -584,7 +644,7 @@ class LlamaCppAPI:
                 ids = tokenize_pieces(llm, pieces)
             if not ids:
                 raise invalid("the prompt is empty (no tokens)", "prompt", "invalid_value")
-            _check_token_ids([ids], self.host.n_vocab, "prompt")
+            check_token_ids([ids], self.host.n_vocab, "prompt")
             if n_ctx and len(ids) >= n_ctx:
                 raise exceed_context(len(ids), n_ctx)
             ids_list.append(ids)
@@ -633,80 +693,46 @@ class LlamaCppAPI:
                 if int(t) < 0:
                     raise invalid(f"'logit_bias' has negative token id {t}", "logit_bias",
                                   "invalid_value")
-                _check_token_ids([[int(t)]], getattr(getattr(llm, "llm", llm), "n_vocab", None),
+                check_token_ids([[int(t)]], getattr(getattr(llm, "llm", llm), "n_vocab", None),
                                  "logit_bias")
                 out[int(t)] = bias
         return out
 
     async def _native(self, request: Request, endpoint: str, infill: bool) -> Response:
         t0 = time.monotonic()
-        routes = self.routes
-        try:
-            llm = self.host.require_ready()
-            body = await _read_json(request)
-            # tokenizing (and checking) the prompt pieces: in a thread, off the event loop
-            fields, params, ids_list = await _off_loop(self._prepare, llm, body, infill)
-            admission = self.host.admit(len(ids_list))
-        except APIError as e:
-            return routes._fail(endpoint, e)
-        except Exception as e:  # noqa: BLE001
-            return routes._fail(endpoint, _engine_error(e))
 
-        n_ctx = self.host.n_ctx or 0
-        asked = _attr(params, "max_tokens")
-        shifts = bool(getattr(self.config, "context_shift", False))
-        per_prompt = []
-        for ids in ids_list:
-            p = copy.copy(params)
-            room = n_ctx - len(ids) if n_ctx and not shifts else None  # --context-shift: no end
-            if room is not None and asked is not None and asked > room:
-                p.max_tokens = room  # llama-server stops at a full context (truncated: true)
-            per_prompt.append(p)
-        results = {i: Result(i, ids) for i, ids in enumerate(ids_list)}
-        stream_mode = bool(fields.get("stream", False))
-        settings = generation_settings(params, fields, stream_mode)
+        async def plan(llm) -> Generation:
+            body = await read_json(request)
+            try:  # tokenizing (and checking) the prompt pieces: in a thread, off the event loop
+                fields, params, ids_list = await off_loop(self._prepare, llm, body, infill)
+            except json.JSONDecodeError as e:
+                raise invalid(f"the request body is not valid JSON: {e}", None,
+                              "invalid_json") from None
+            n_ctx = self.host.n_ctx or 0
+            asked = _attr(params, "max_tokens")
+            shifts = bool(getattr(self.config, "context_shift", False))
+            per_prompt = []
+            for ids in ids_list:
+                p = copy.copy(params)
+                room = n_ctx - len(ids) if n_ctx and not shifts else None  # --context-shift: no end
+                if room is not None and asked is not None and asked > room:
+                    p.max_tokens = room  # llama-server stops at a full context (truncated: true)
+                per_prompt.append(p)
+            stream = bool(fields.get("stream", False))
+            enc = NativeEncoder(self, fields, ids_list, generation_settings(params, fields, stream),
+                                stream, n_ctx, t0)
 
-        if asked == 0:  # llama-server: evaluate nothing new, answer at once (clients warm caches)
-            admission.release()
-            for r in results.values():
-                r.finish_reason = "length"
-            return self._answer(endpoint, fields, results, settings, stream_mode, [], n_ctx)
+            def open_streams():
+                if asked == 0:  # llama-server: evaluate nothing new, answer at once (cache warming)
+                    for r in enc.results.values():
+                        r.finish_reason = "length"
+                    return []
+                return [llm.stream_chunks(ids, p) for ids, p in zip(ids_list, per_prompt)]
+            return Generation(open_streams, enc, stream, 1, len(ids_list), "prompt",
+                              lambda e, _: _engine_error(e, ids_list, n_ctx))
+        return await self.life.run(request, endpoint, plan, "prompt")
 
-        deadline = routes._deadline(t0)
-        started = await routes._start(
-            request, endpoint,
-            lambda: [llm.stream_chunks(ids, p) for ids, p in zip(ids_list, per_prompt)], 1,
-            admission, t0, deadline,
-            lambda e: routes._fail(endpoint, _engine_error(e, ids_list, n_ctx)))
-        if isinstance(started, Response):
-            return started
-        stream, first = started
-
-        if stream_mode:
-            return self._stream(endpoint, fields, results, settings, stream, admission, first,
-                                deadline, t0, n_ctx)
-
-        async def collect():
-            item = first
-            while item is not None:
-                index, chunk = item
-                results[index].add(chunk)
-                item = await stream.next()
-
-        try:
-            await routes._race(collect(), request, deadline)
-        except _client_gone():
-            self.metrics.request_done(endpoint, CLIENT_CLOSED)
-            return Response(status_code=CLIENT_CLOSED)
-        except BaseException as e:  # noqa: BLE001
-            if isinstance(e, asyncio.CancelledError):
-                raise
-            return routes._fail(endpoint, _engine_error(e, ids_list, n_ctx))
-        finally:
-            await asyncio.shield(routes._close(stream, admission))
-        return self._answer(endpoint, fields, results, settings, False, None, n_ctx)
-
-    def _final(self, r: Result, fields: JSON, settings: JSON, stream: bool, n_ctx: int) -> JSON:
+    def final(self, r: Result, fields: JSON, settings: JSON, stream: bool, n_ctx: int) -> JSON:
         llm = self.host.llm
         stop_type = "none"
         word = ""
@@ -753,89 +779,11 @@ class LlamaCppAPI:
             return pick_fields(out, fields["response_fields"])
         return out
 
-    def _answer(self, endpoint, fields, results, settings, stream_mode, _unused, n_ctx) -> Response:
-        self.metrics.request_done(endpoint, 200)
-        finals = [self._final(results[i], fields, settings, stream_mode, n_ctx)
-                  for i in sorted(results)]
-        if stream_mode:
-            async def events():
-                for f in finals:
-                    yield sse(f)
-
-            async def on_close(disconnected):
-                return None
-            return EventStreamResponse(events(), on_close)
-        return JSONResponse(finals[0] if len(finals) == 1 else finals)
-
-    def _stream(self, endpoint, fields, results, settings, stream: ChunkStream, admission, first,
-                deadline, t0, n_ctx) -> Response:
-        per_token = bool(fields.get("timings_per_token"))
-        want_probs = bool(fields.get("n_probs"))
-        post = bool(fields.get("post_sampling_probs"))
-        outcome = {"status": 200}
-
-        def partial(r: Result, chunk) -> JSON:
-            out = {"index": r.index, "content": chunk.text or "",
-                   "tokens": [int(t) for t in chunk.token_ids], "stop": False, "id_slot": 0,
-                   "tokens_predicted": len(r.tokens), "tokens_evaluated": len(r.prompt_ids)}
-            if per_token:
-                now = time.monotonic()
-                first_at = r.t_first or now
-                out["timings"] = native_timings({
-                    "prompt_n": len(r.prompt_ids), "prompt_ms": (first_at - t0) * 1e3,
-                    "predicted_n": len(r.tokens), "predicted_ms": (now - first_at) * 1e3}, 0)
-            if want_probs and chunk.logprobs:
-                out["completion_probabilities"] = probs_json(chunk.logprobs, post)
-            return out
-
-        def progress_partial(r: Result, p) -> JSON:
-            # return_progress: llama-server's partial with no content and its prompt_progress
-            out = {"index": r.index, "content": "", "tokens": [], "stop": False, "id_slot": 0,
-                   "tokens_predicted": 0, "tokens_evaluated": len(r.prompt_ids)}
-            if per_token:
-                out["timings"] = progress_timings(p)
-            out["prompt_progress"] = prompt_progress(p)
-            return out
-
-        async def events():
-            item = first
-            while item is not None:
-                index, chunk = item
-                r = results[index]
-                r.add(chunk)
-                if chunk.token_ids or chunk.text:
-                    yield sse(partial(r, chunk))
-                elif progress_of(chunk) is not None:
-                    yield sse(progress_partial(r, progress_of(chunk)))
-                if chunk.finish_reason is not None:
-                    yield sse(self._final(r, fields, settings, True, n_ctx))
-                try:
-                    timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-                    item = await asyncio.wait_for(stream.next(), timeout)
-                except asyncio.TimeoutError:
-                    outcome["status"] = 504
-                    err = APIError(504, f"request timed out after {self.config.timeout:g} s "
-                                        "(server --timeout); it was aborted", "timeout_error",
-                                   None, "timeout")
-                    yield sse(err.body())
-                    return
-                except Exception as e:  # noqa: BLE001
-                    err = _engine_error(e, [r.prompt_ids for r in results.values()], n_ctx)
-                    outcome["status"] = err.status
-                    yield sse(err.body())
-                    return
-
-        async def on_close(disconnected: bool):
-            await self.routes._close(stream, admission)
-            self.metrics.request_done(endpoint, CLIENT_CLOSED if disconnected else outcome["status"])
-
-        return EventStreamResponse(events(), on_close)
-
     # --- /apply-template ---------------------------------------------------------------------------
     async def apply_template(self, request: Request) -> Response:
         try:
             llm = self.host.require_ready()
-            body = await _read_json(request)
+            body = await read_json(request)
             if not isinstance(body, dict):
                 raise invalid("the request body must be a JSON object", None, "invalid_type")
             body = dict(body)
@@ -857,11 +805,11 @@ class LlamaCppAPI:
                     raise invalid("'chat_template_kwargs' is not supported by this build",
                                   "chat_template_kwargs", "unsupported")
                 call_kw["chat_template_kwargs"] = kwargs
-            prompt = await _off_loop(llm.apply_chat_template, req.messages, **call_kw)
+            prompt = await off_loop(llm.apply_chat_template, req.messages, **call_kw)
         except APIError as e:
-            return self.routes._fail("apply-template", e)
+            return self.life.fail("apply-template", e)
         except Exception as e:  # noqa: BLE001
-            return self.routes._fail("apply-template", _engine_error(e))
+            return self.life.fail("apply-template", _engine_error(e))
         self.metrics.request_done("apply-template", 200)
         return JSONResponse({"prompt": prompt})
 
@@ -870,7 +818,7 @@ class LlamaCppAPI:
         """A chat request body -> {"input_tokens": tokens of its rendered prompt}."""
         try:
             llm = self.host.require_ready()
-            req = protocol.parse_chat(await _read_json(request))
+            req = protocol.parse_chat(await read_json(request))
             prompt_ids = getattr(llm, "chat_prompt_ids", None)
 
             def count():
@@ -880,11 +828,11 @@ class LlamaCppAPI:
                 return llm.tokenize(llm.apply_chat_template(req.messages, tools=req.tools),
                                     add_special=True, parse_special=True)
 
-            ids = await _off_loop(count)  # rendering and tokenizing: off the event loop
+            ids = await off_loop(count)  # rendering and tokenizing: off the event loop
         except APIError as e:
-            return self.routes._fail("input_tokens", e)
+            return self.life.fail("input_tokens", e)
         except Exception as e:  # noqa: BLE001
-            return self.routes._fail("input_tokens", _engine_error(e))
+            return self.life.fail("input_tokens", _engine_error(e))
         self.metrics.request_done("input_tokens", 200)
         return JSONResponse({"input_tokens": len(ids)})
 
@@ -913,7 +861,7 @@ class LlamaCppAPI:
         try:
             llm = self.host.require_ready()
         except APIError as e:
-            return self.routes._fail("props", e)
+            return self.life.fail("props", e)
         inner = getattr(llm, "llm", llm)
         try:
             defaults = self.host.sampling_params({"max_tokens": None})
@@ -958,12 +906,12 @@ class LlamaCppAPI:
 
     async def slots(self, request: Request) -> Response:
         if not self.config.slots_endpoint:
-            return self.routes._fail("slots", not_supported(
+            return self.life.fail("slots", not_supported(
                 "This server does not support slots endpoint (start it with --slots)"))
         try:
             self.host.require_ready()
         except APIError as e:
-            return self.routes._fail("slots", e)
+            return self.life.fail("slots", e)
         stats = self.host.stats() or {}
         running = int(stats.get("running", 0))
         self.metrics.request_done("slots", 200)
@@ -989,10 +937,10 @@ class LlamaCppAPI:
             llm = self.host.require_ready()
             inner = getattr(llm, "llm", llm)
             if action == "erase":
-                n = (await _off_loop(inner.slot_erase, slot))["n_erased"]
+                n = (await off_loop(inner.slot_erase, slot))["n_erased"]
                 self.metrics.request_done(name, 200)
                 return JSONResponse({"id_slot": slot, "n_erased": n})
-            body = await _read_json(request)
+            body = await read_json(request)
             if not isinstance(body, dict):
                 raise invalid("the request body must be a JSON object", None, "invalid_type")
             filename = body.get("filename")
@@ -1004,26 +952,26 @@ class LlamaCppAPI:
             path = os.path.join(folder, filename)
             t0 = time.perf_counter()
             if action == "save":
-                r = await _off_loop(inner.slot_save, slot, path)
+                r = await off_loop(inner.slot_save, slot, path)
                 out = {"id_slot": slot, "filename": filename, "n_saved": r["n_saved"],
                        "n_written": r["n_written"],
                        "timings": {"save_ms": (time.perf_counter() - t0) * 1e3}}
             else:
-                r = await _off_loop(inner.slot_restore, slot, path)
+                r = await off_loop(inner.slot_restore, slot, path)
                 out = {"id_slot": slot, "filename": filename, "n_restored": r["n_restored"],
                        "n_read": r["n_read"],
                        "timings": {"restore_ms": (time.perf_counter() - t0) * 1e3}}
         except APIError as e:
-            return self.routes._fail(name, e)
+            return self.life.fail(name, e)
         except Exception as e:  # noqa: BLE001
-            return self.routes._fail(name, _engine_error(e))
+            return self.life.fail(name, _engine_error(e))
         self.metrics.request_done(name, 200)
         return JSONResponse(out)
 
     # --- /metrics ------------------------------------------------------------------------------------
     async def metrics_endpoint(self, request: Request) -> Response:
         if not self.config.metrics_endpoint:
-            return self.routes._fail("metrics", not_supported(
+            return self.life.fail("metrics", not_supported(
                 "This server does not support metrics endpoint (start it with --metrics)"))
         resp = await self.routes.metrics_text(request)
         text = resp.body.decode("utf-8") + llamacpp_metrics(self.host.stats(), self.metrics)
@@ -1090,28 +1038,7 @@ def llamacpp_metrics(stats: Optional[dict], m) -> str:
 
 # --- helpers --------------------------------------------------------------------------------------
 
-async def _read_json(request: Request):
-    from .routes import read_json
-    return await read_json(request)
-
-
-async def _off_loop(fn, *args, **kwargs):
-    from .routes import off_loop
-    return await off_loop(fn, *args, **kwargs)
-
-
-def _check_token_ids(lists, n_vocab, param: str) -> None:
-    from .routes import check_token_ids
-    check_token_ids(lists, n_vocab, param)
-
-
-def _client_gone():
-    from .routes import ClientGone
-    return ClientGone
-
-
 def _engine_error(e: BaseException, ids_list=None, n_ctx: int = 0) -> APIError:
-    from .routes import engine_error
     if isinstance(e, edgellm.ContextLengthError) and ids_list:
         return exceed_context(max(len(i) for i in ids_list), n_ctx)
     if isinstance(e, json.JSONDecodeError):

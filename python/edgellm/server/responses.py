@@ -4,6 +4,12 @@ import time
 import uuid
 from typing import Any, Dict, List, Optional
 
+from starlette.responses import JSONResponse
+
+from .lifecycle import Encoder
+from .progress import progress_of, progress_timings, prompt_progress
+from .sse import DONE
+
 JSON = Dict[str, Any]
 
 
@@ -231,3 +237,95 @@ class Formatter:
         if first:
             out["timings"] = timings(first)  # llama-server sends them with the usage
         return out
+
+
+class OpenAIEncoder(Encoder):
+    """A chat or legacy completion request's answer: one JSON body, or its stream of chunks
+    (a chat choice opens with a role chunk; prompt_progress and running timings as llama-server
+    sends them; the usage chunk and [DONE] at the end)."""
+
+    def __init__(self, kind: str, req, prompts: int, model: str, fingerprint: str,
+                 verbose_prompt: Optional[str] = None):
+        self.fmt = Formatter(kind, model, fingerprint)
+        self.req = req
+        self.prompts = prompts
+        self.verbose_prompt = verbose_prompt
+        echo = req.prompts if req.echo else None
+        self.choices = {i: Choice(i, echo[i // req.n] if echo else "")
+                        for i in range(prompts * req.n)}
+        self.want_logprobs = req.logprobs if kind == "chat" else "logprobs" in req.sampling
+        # timings_per_token (llama-server): each chunk carries the figures so far; the
+        # prompt's are known once the first token is out (prompt_ms = time to it)
+        self.per_token = bool(req.extra.get("timings_per_token"))
+        self.clock = {"start": time.monotonic(), "first": None, "n": 0}
+
+    def _ordered(self) -> List[Choice]:
+        return [self.choices[i] for i in sorted(self.choices)]
+
+    def add(self, index: int, chunk) -> None:
+        self.choices[index].add(chunk)
+
+    def response(self) -> JSONResponse:
+        ordered = self._ordered()
+        body = self.fmt.response(ordered, self.want_logprobs, self.prompts)
+        if self.verbose_prompt is not None:
+            body["__verbose"] = {"prompt": self.verbose_prompt,
+                                 "content": ordered[0].text if ordered else ""}
+        return JSONResponse(body)
+
+    def start(self):
+        self.clock["start"] = time.monotonic()
+        return ()
+
+    def events(self, index: int, chunk) -> List[JSON]:
+        fmt, choice, usage_ = self.fmt, self.choices[index], self.req.include_usage
+        out = []
+        parsed = getattr(chunk, "delta", None)
+        has_text = bool(parsed) if parsed is not None else bool(chunk.text)
+        progress = progress_of(chunk)
+        if progress is not None:  # return_progress: llama-server's prompt_progress chunk
+            out.append(self._progress_chunk(choice, progress))
+        elif fmt.kind == "chat" and not choice.started:
+            # chat: a first chunk of its own says the role (content null), as OpenAI and
+            # llama-server stream it
+            out.append(fmt.role_chunk(choice, self.want_logprobs, usage_))
+        if progress is None and (has_text or chunk.finish_reason is not None
+                                 or chunk.logprobs or not choice.started):
+            event = fmt.chunk(choice, chunk, self.want_logprobs, usage_)
+            if self.per_token and "timings" not in event:
+                event["timings"] = self._running_timings(chunk)
+            out.append(event)
+        return out
+
+    def finish(self):
+        if self.req.include_usage:
+            return [self.fmt.usage_chunk(self._ordered(), self.prompts), DONE]
+        return [DONE]
+
+    def _running_timings(self, chunk) -> JSON:
+        clock, now = self.clock, time.monotonic()
+        clock["n"] += len(chunk.token_ids or ())
+        if clock["first"] is None:
+            clock["first"] = now
+        prompt_ms = 1e3 * (clock["first"] - clock["start"])
+        gen_ms = 1e3 * (now - clock["first"])
+        n = clock["n"]
+        return {"prompt_ms": prompt_ms, "predicted_n": n, "predicted_ms": gen_ms,
+                "predicted_per_token_ms": gen_ms / (n - 1) if n > 1 else 0.0,
+                "predicted_per_second": 1e3 * (n - 1) / gen_ms if n > 1 and gen_ms > 0 else 0.0}
+
+    def _progress_chunk(self, choice: Choice, progress) -> JSON:
+        # chat: a role delta (content null), as llama-server sends each progress update;
+        # completions: empty text. Neither starts the choice's text.
+        if self.fmt.kind == "chat":
+            event = self.fmt.role_chunk(choice, self.want_logprobs, self.req.include_usage)
+        else:
+            event = self.fmt._head("text_completion")
+            event["choices"] = [{"index": choice.index, "text": "", "logprobs": None,
+                                 "finish_reason": None}]
+            if self.req.include_usage:
+                event["usage"] = None
+        if self.per_token:
+            event["timings"] = progress_timings(progress)
+        event["prompt_progress"] = prompt_progress(progress)
+        return event
