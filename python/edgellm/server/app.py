@@ -11,6 +11,7 @@ from starlette.routing import Route
 
 from . import anthropic_api, llamacpp_api
 from .auth import BearerAuth
+from .browser_guard import BrowserGuard
 from .config import ServerConfig
 from .cors import CORS
 from .admission import EngineHost, default_loader, default_params_factory
@@ -165,6 +166,8 @@ def _starlette(config: ServerConfig, routes: List[Route], lifespan, metrics) -> 
     app.add_middleware(BearerAuth, api_key=config.api_key,
                        open_paths=(*OPEN_PATHS, *(webui.open_paths if webui else [])),
                        metrics=metrics, render_error=render_error)
+    # Host / Origin / Content-Type checks against web pages driving the server (browser_guard.py)
+    app.add_middleware(BrowserGuard, config=config, render_error=render_error, metrics=metrics)
     # outermost: preflights are answered before the key check, every answer carries the headers
     app.add_middleware(CORS, origins=config.cors_origins, methods=config.cors_methods,
                        headers=config.cors_headers, credentials=config.cors_credentials)

@@ -76,7 +76,11 @@ class ServerConfig:
     embd_normalize: int = 2            # llama.cpp's embd_normalize for pooled vectors
     embedding: bool = False            # --embedding: accepted; embeddings are always served
     # llama-server compatible server options (docs/SERVER.md "llama.cpp's native endpoints")
-    cors_origins: str = "*"            # "*" (echo Origin), "localhost", or a comma list
+    # who may use the server from a web page (server/cors.py, server/browser_guard.py;
+    # docs/SERVER.md "Security"): "" = the server's own pages only, "*", "localhost", or a
+    # comma list of origins; Host names a keyless server answers beyond its own and localhost
+    cors_origins: str = ""
+    allowed_hosts: str = ""            # comma list of names, ".example.com", or "*" (any)
     cors_methods: str = "GET, POST, DELETE, OPTIONS"
     cors_headers: str = "*"
     cors_credentials: bool = True
