@@ -162,39 +162,23 @@ def parse_messages(raw: Any, model=W.MessagesBody) -> MessagesRequest:
     """A `POST /v1/messages` body (`model` CountTokensBody: a count_tokens one), checked."""
     body = parse(model, raw)
     req = MessagesRequest(messages=convert_messages(body))
-    names: List[str] = []
-    for i, t in enumerate(body.tools or ()):
-        if t.name in names:
-            raise invalid(f"'tools[{i}].name': tool {t.name!r} is defined twice",
-                          f"tools[{i}].name", "invalid_value")
-        names.append(t.name)
-        fn = {"name": t.name, "description": t.description, "parameters": t.input_schema}
-        req.tools = (req.tools or []) + [
-            {"type": "function", "function": {k: v for k, v in fn.items() if v is not None}}]
+    req.tools = [{"type": "function", "function": {
+        "name": t.name, **({} if t.description is None else {"description": t.description}),
+        "parameters": t.input_schema}} for t in body.tools or ()] or None
     choice = body.tool_choice
     if choice is not None:
-        if choice.type in ("any", "tool") and not names:
-            raise invalid(f"tool_choice {choice.type!r} needs 'tools'", "tool_choice",
-                          "invalid_value")
-        if choice.type == "tool" and choice.name not in names:
-            raise invalid(f"'tool_choice.name' {choice.name!r} is not one of the tools "
-                          f"({', '.join(names)})", "tool_choice.name", "invalid_value")
         req.tool_choice = {"auto": "auto", "any": "required", "none": "none"}.get(choice.type) \
             or {"type": "function", "function": {"name": choice.name}}
         req.parallel_tool_calls = not getattr(choice, "disable_parallel_tool_use", False)
     if req.tools and req.parallel_tool_calls is None:
         req.parallel_tool_calls = True  # Anthropic's default: several calls may come at once
-    max_tokens = getattr(body, "max_tokens", None)
     if body.thinking is not None:
-        budget = getattr(body.thinking, "budget_tokens", None)
-        if budget is not None and max_tokens is not None and budget >= max_tokens:
-            raise invalid(f"'thinking.budget_tokens' ({budget}) must be less than 'max_tokens' "
-                          f"({max_tokens})", "thinking.budget_tokens", "invalid_value")
         req.chat_template_kwargs = {"enable_thinking": body.thinking.type != "disabled"}
         req.show_thinking = getattr(body.thinking, "display", None) != "omitted"
     if isinstance(body, W.MessagesBody):
-        req.max_tokens, req.stop_sequences, req.stream = max_tokens, body.stop_sequences, body.stream
-        req.sampling = {"max_tokens": max_tokens, **body.model_dump(
+        req.max_tokens, req.stop_sequences, req.stream = body.max_tokens, body.stop_sequences, \
+            body.stream
+        req.sampling = {"max_tokens": body.max_tokens, **body.model_dump(
             include={"temperature", "top_p", "top_k"}, exclude_none=True)}
         if body.stop_sequences:
             req.sampling["stop"] = list(body.stop_sequences)

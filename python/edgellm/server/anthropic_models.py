@@ -3,10 +3,11 @@ an unknown field a 400 naming it) and the message, content blocks and stream eve
 with. What they mean for the engine is anthropic_api.py's."""
 from typing import Any, Dict, List, Literal, Optional, Union
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from typing_extensions import Annotated
 
 from .. import validation as V
+from .errors import invalid
 from .wire import Refusal, Wire, of_type, rule, shape, tagged, text_or
 
 JSON = Dict[str, Any]
@@ -138,6 +139,21 @@ class CountTokensBody(Wire):
                                          "disabled": ThinkingDisabled})]] = None
     cache_control: Optional[CacheControl] = None
 
+    @model_validator(mode="after")
+    def _tools_agree(self) -> "CountTokensBody":
+        names = [t.name for t in self.tools or ()]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise invalid(f"'tools[{i}].name': tool {name!r} is defined twice",
+                              f"tools[{i}].name", "invalid_value")
+        kind = getattr(self.tool_choice, "type", None)
+        if kind in ("any", "tool") and not names:
+            raise invalid(f"tool_choice {kind!r} needs 'tools'", "tool_choice", "invalid_value")
+        if kind == "tool" and self.tool_choice.name not in names:
+            raise invalid(f"'tool_choice.name' {self.tool_choice.name!r} is not one of the tools "
+                          f"({', '.join(names)})", "tool_choice.name", "invalid_value")
+        return self
+
 
 class MessagesBody(CountTokensBody):
     """`POST /v1/messages`."""
@@ -150,6 +166,14 @@ class MessagesBody(CountTokensBody):
     metadata: Optional[shape("Metadata", Wire, user_id=(Optional[str], None))] = None
     output_config: Optional[shape("OutputConfig", Wire,
                                   format=(Optional[OutputFormat], None))] = None
+
+    @model_validator(mode="after")
+    def _budget_in_max_tokens(self) -> "MessagesBody":
+        budget = getattr(self.thinking, "budget_tokens", None)
+        if budget is not None and budget >= self.max_tokens:
+            raise invalid(f"'thinking.budget_tokens' ({budget}) must be less than 'max_tokens' "
+                          f"({self.max_tokens})", "thinking.budget_tokens", "invalid_value")
+        return self
 
 
 # --- the answer: a message, and the stream events that build it ----------------------------------

@@ -37,6 +37,7 @@ from edgellm.chat_output import ChatDelta, new_call_id
 from . import responses_models as W
 from .errors import APIError, invalid
 from .lifecycle import Encoder, Generation, Lifecycle, read_json
+from .llamacpp_api import native_timings
 from .progress import progress_of, progress_timings, prompt_progress
 from .responses import timings
 from .responses_models import event
@@ -399,38 +400,6 @@ class OutputBuilder:
         return msg
 
 
-class _RunningTimings:
-    """timings_per_token on a Responses stream: llama-server's timings so far (the prompt's
-    figures from the progress events when there were any, else known at the first token)."""
-
-    def __init__(self):
-        self.start = time.monotonic()
-        self.first: Optional[float] = None
-        self.prompt_n = 0
-        self.n = 0
-
-    def progress(self, p: JSON) -> JSON:
-        out = progress_timings(p)
-        self.prompt_n = out["prompt_n"]
-        return out
-
-    def tokens(self, n: int) -> JSON:
-        now = time.monotonic()
-        if self.first is None:
-            self.first = now
-        self.n += n
-        prompt_ms = 1e3 * (self.first - self.start)
-        gen_ms = 1e3 * (now - self.first)
-        steps = self.n - 1  # the first token comes with the prompt
-        return {"prompt_n": self.prompt_n, "prompt_ms": prompt_ms,
-                "prompt_per_token_ms": prompt_ms / self.prompt_n if self.prompt_n else 0.0,
-                "prompt_per_second": 1e3 * self.prompt_n / prompt_ms
-                if self.prompt_n and prompt_ms > 0 else 0.0,
-                "predicted_n": self.n, "predicted_ms": gen_ms,
-                "predicted_per_token_ms": gen_ms / steps if steps > 0 else 0.0,
-                "predicted_per_second": 1e3 * steps / gen_ms if steps > 0 and gen_ms > 0 else 0.0}
-
-
 # --- one response's answer -----------------------------------------------------------------------
 
 class ResponseEncoder(Encoder):
@@ -443,7 +412,10 @@ class ResponseEncoder(Encoder):
         self.builder = OutputBuilder()
         self.finish_reason: Optional[str] = None
         self.usage = self.timings = None
-        self.clock = _RunningTimings() if req.timings_per_token else None
+        # timings_per_token: llama-server's figures so far, the prompt's from the progress
+        # events when there were any, else known at the first token
+        self.per_token, self.t0, self.first = req.timings_per_token, time.monotonic(), None
+        self.prompt_n = self.n = 0
         self._events: List[JSON] = []
         self._seq = itertools.count()
         self._start = self.body("in_progress")
@@ -472,14 +444,18 @@ class ResponseEncoder(Encoder):
         progress = progress_of(chunk)
         if progress is not None:  # return_progress, as llama-server sends it
             ev = event("response.in_progress", response=self._start)
-            if self.clock:
-                ev["timings"] = self.clock.progress(progress)
+            if self.per_token:
+                ev["timings"] = progress_timings(progress)
+                self.prompt_n = ev["timings"]["prompt_n"]
             events.append({**ev, "prompt_progress": prompt_progress(progress)})
         fed = self.builder.feed(chunk_delta(chunk), len(chunk.token_ids or ()))
-        if self.clock and chunk.token_ids and fed:  # llama-server: on the step's last event
-            fed[-1] = dict(fed[-1], timings=self.clock.tokens(len(chunk.token_ids)))
-        elif self.clock and chunk.token_ids:
-            self.clock.tokens(len(chunk.token_ids))
+        if self.per_token and chunk.token_ids:
+            now, self.n = time.monotonic(), self.n + len(chunk.token_ids)
+            self.first = self.first or now
+            t = native_timings({"prompt_n": self.prompt_n, "prompt_ms": 1e3 * (self.first - self.t0),
+                                "predicted_n": self.n, "predicted_ms": 1e3 * (now - self.first)}, 0)
+            if fed:  # llama-server: on the step's last event
+                fed[-1] = dict(fed[-1], timings=t)
         if chunk.finish_reason is not None:
             self.finish_reason, self.timings = chunk.finish_reason, chunk.timings
         if chunk.usage is not None:
@@ -504,7 +480,7 @@ class ResponseEncoder(Encoder):
                 [self.builder.assistant_message()]
             self.api.store.put(self.rid, StoredResponse(self.final, kept, self.req.items))
         done = event(f"response.{status}", response=self.final)
-        if self.clock and self.timings:
+        if self.per_token and self.timings:
             done["timings"] = timings(self.timings)
         return events + [done]
 
@@ -561,33 +537,19 @@ class ResponsesAPI:
         page as OpenAI's: `limit` 1..100 (20), `order` desc (default) | asc, `after` an id."""
         async def work() -> Response:
             rid = request.path_params["response_id"]
-            stored, q = self._stored(rid), request.query_params
-            for key in q:
-                if key not in ("limit", "order", "after", "include", "include[]"):
-                    raise invalid(f"unknown query parameter '{key}'", key, "unknown_field")
-            try:
-                limit = int(q.get("limit", "20"))
-            except ValueError:
-                raise invalid(f"'limit' must be an integer, got {q['limit']!r}", "limit",
-                              "invalid_type") from None
-            if not 1 <= limit <= 100:
-                raise invalid(f"'limit' must be in 1..100, got {limit}", "limit", "invalid_value")
-            order = q.get("order", "desc")
-            if order not in ("asc", "desc"):
-                raise invalid(f"'order' must be 'asc' or 'desc', got {order!r}", "order",
-                              "invalid_value")
-            items = stored.items if order == "asc" else stored.items[::-1]
-            if "after" in q:
+            stored, q = self._stored(rid), parse(W.ItemsQuery, dict(request.query_params))
+            items = stored.items if q.order == "asc" else stored.items[::-1]
+            if q.after is not None:
                 ids = [it["id"] for it in items]
-                if q["after"] not in ids:
-                    raise invalid(f"no input item '{q['after']}' in response '{rid}'", "after",
+                if q.after not in ids:
+                    raise invalid(f"no input item '{q.after}' in response '{rid}'", "after",
                                   "invalid_value")
-                items = items[ids.index(q["after"]) + 1:]
-            page = items[:limit]
+                items = items[ids.index(q.after) + 1:]
+            page = items[:q.limit]
             return JSONResponse({"object": "list", "data": page,
                                  "first_id": page[0]["id"] if page else None,
                                  "last_id": page[-1]["id"] if page else None,
-                                 "has_more": len(items) > limit})
+                                 "has_more": len(items) > q.limit})
         return await self.life.answer(ENDPOINT, work)
 
     async def delete(self, request: Request) -> Response:

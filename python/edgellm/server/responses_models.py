@@ -25,20 +25,12 @@ def _refuse(test, message: str, code: str = "unsupported", param: str = "{where}
 
 # --- input items -----------------------------------------------------------------------------------
 
-class TextPart(Wire):
-    type: Literal["input_text", "output_text", "text"]
-    text: str
-    annotations: Optional[List[Any]] = None
-    logprobs: Optional[List[Any]] = None
-
-
-class RefusalPart(Wire):
-    type: Literal["refusal"]
-    refusal: str
-    annotations: Optional[List[Any]] = None
-    logprobs: Optional[List[Any]] = None
-
-
+Lists = (Optional[List[Any]], None)
+Str = (Optional[str], None)
+Given = (str, Field(None, validate_default=True))  # required; absent or null is a wrong type
+TextPart = shape("TextPart", Wire, type=Literal["input_text", "output_text", "text"], text=str,
+                 annotations=Lists, logprobs=Lists)
+RefusalPart = of_type("refusal", Wire, refusal=str, annotations=Lists, logprobs=Lists)
 MEDIA_PARTS = ("input_image", "input_file", "input_audio", "image_url", "image", "file")
 
 
@@ -56,46 +48,19 @@ Part = Annotated[Union[TextPart, RefusalPart], tagged(
 Content = text_or(Part, "content parts")
 
 
-class MessageItem(Wire):
-    type: Literal["message"] = "message"
-    role: Literal["user", "assistant", "system", "developer"]
-    content: Content
-    id: Optional[str] = None
-    status: Optional[str] = None
-    phase: Optional[str] = None
-
-
-class FunctionCallItem(Wire):
-    type: Literal["function_call"]
-    call_id: str = Field(None, validate_default=True)
-    name: str = Field(None, validate_default=True)
-    arguments: str = Field(None, validate_default=True)
-    id: Optional[str] = None
-    status: Optional[str] = None
-    namespace: Optional[str] = None
-
-
-class FunctionCallOutputItem(Wire):
-    type: Literal["function_call_output"]
-    call_id: str = Field(None, validate_default=True)
-    output: Content
-    id: Optional[str] = None
-    status: Optional[str] = None
-
-
-class ReasoningText(Wire):
-    type: Literal["reasoning_text", "summary_text"]
-    text: str
-
-
-class ReasoningItem(Wire):
-    type: Literal["reasoning"]
-    id: Optional[str] = None
-    summary: List[ReasoningText] = []
-    content: Optional[List[ReasoningText]] = None
-    encrypted_content: Annotated[Optional[str], _refuse(
-        lambda v: True, "'{where}' is not supported: this server never encrypts reasoning")] = None
-    status: Optional[str] = None
+MessageItem = of_type("message", Wire, role=Literal["user", "assistant", "system", "developer"],
+                      content=Content, id=Str, status=Str, phase=Str)
+FunctionCallItem = of_type("function_call", Wire, call_id=Given, name=Given, arguments=Given,
+                           id=Str, status=Str, namespace=Str)
+FunctionCallOutputItem = of_type("function_call_output", Wire, call_id=Given, output=Content,
+                                 id=Str, status=Str)
+ReasoningText = shape("ReasoningText", Wire, type=Literal["reasoning_text", "summary_text"],
+                      text=str)
+ReasoningItem = of_type("reasoning", Wire, id=Str, summary=(List[ReasoningText], []),
+                        content=(Optional[List[ReasoningText]], None), status=Str,
+                        encrypted_content=(Annotated[Optional[str], _refuse(lambda v: True, (
+                            "'{where}' is not supported: this server never encrypts reasoning"))],
+                                           None))
 
 
 def _unknown_item(kind: Any) -> Refusal:
@@ -132,12 +97,10 @@ def _nonempty(v: Any) -> Any:
     return v
 
 
-class FunctionTool(Wire):
-    type: Literal["function"]
-    name: Annotated[str, BeforeValidator(_nonempty)] = Field(None, validate_default=True)
-    description: Optional[str] = None
-    parameters: Optional[Dict[str, Any]] = None
-    strict: bool = True  # OpenAI shows it so when the client leaves it out
+# `strict` true when the client leaves it out: OpenAI shows it so
+FunctionTool = of_type("function", Wire, name=(Annotated[str, BeforeValidator(_nonempty)], Given[1]),
+                       description=Str, parameters=(Optional[Dict[str, Any]], None),
+                       strict=(bool, True))
 
 
 def _builtin_tool(kind: Any) -> Refusal:
@@ -148,9 +111,7 @@ def _builtin_tool(kind: Any) -> Refusal:
                    param="{where}.type")
 
 
-class FunctionChoice(Wire):
-    type: Literal["function"]
-    name: str
+FunctionChoice = shape("FunctionChoice", Wire, type=Literal["function"], name=str)
 
 
 def _tool_choice(v: Any) -> Any:
@@ -167,8 +128,7 @@ def _tool_choice(v: Any) -> Any:
     return FunctionChoice.model_validate(v)
 
 
-class PlainFormat(Wire):
-    type: Literal["text", "json_object"]
+PlainFormat = shape("PlainFormat", Wire, type=Literal["text", "json_object"])
 
 
 class SchemaFormat(Wire):
@@ -199,14 +159,9 @@ Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 Summary = Literal["auto", "concise", "detailed"]
 
 
-class Reasoning(Wire):
-    effort: Optional[Effort] = None
-    summary: Optional[Summary] = None
-    generate_summary: Optional[Summary] = None
-
-
-class StreamOptions(Wire):
-    include_obfuscation: Optional[bool] = None
+Reasoning = shape("Reasoning", Wire, effort=(Optional[Effort], None),
+                  summary=(Optional[Summary], None), generate_summary=(Optional[Summary], None))
+StreamOptions = shape("StreamOptions", Wire, include_obfuscation=(Optional[bool], None))
 
 
 # Fields of OpenAI's API that this server does not implement, with what to do instead.
@@ -290,6 +245,16 @@ class ResponsesBody(Wire):
             raise invalid(f"'tool_choice.name' is '{self.tool_choice.name}', which is not a "
                           "function in 'tools'", "tool_choice.name", "invalid_value")
         return self
+
+
+class ItemsQuery(BaseModel):
+    """`GET /v1/responses/{id}/input_items`'s query (strings: not strict), a page as OpenAI's."""
+    model_config = ConfigDict(extra="forbid")
+    limit: Annotated[int, Field(ge=1, le=100)] = 20
+    order: Literal["asc", "desc"] = "desc"
+    after: Optional[str] = None
+    include: Any = None  # nothing more can be included than what was stored
+    include_: Any = Field(None, alias="include[]")
 
 
 # --- the answer: a response object, its output items, the stream events ------------------------

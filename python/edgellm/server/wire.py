@@ -123,7 +123,7 @@ def _path(loc) -> str:
 
 
 def _num(x: Any) -> str:
-    return str(x) if isinstance(x, int) or not float(x).is_integer() else f"{x:g}"
+    return f"{x:g}" if isinstance(x, float) and x.is_integer() else str(x)
 
 
 def api_error(e: ValidationError) -> APIError:
