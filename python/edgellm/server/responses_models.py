@@ -149,7 +149,7 @@ class SchemaFormat(Wire):
 class TextConfig(Wire):
     format: Annotated[Union[PlainFormat, SchemaFormat], tagged(
         {"text": PlainFormat, "json_object": PlainFormat, "json_schema": SchemaFormat})] = \
-        PlainFormat(type="text")
+        Field(default_factory=lambda: PlainFormat(type="text"))
     verbosity: Annotated[Optional[str], _refuse(
         lambda v: v != "medium", "'{where}' {v} is not supported: the model writes as it does "
                                  "('medium', the default, is accepted)")] = None
@@ -199,8 +199,8 @@ class ResponsesBody(Wire):
     store: bool = True
     metadata: Annotated[Dict[Annotated[str, Field(max_length=64)],
                              Annotated[str, Field(max_length=512)]], Field(max_length=16)] = {}
-    text: TextConfig = TextConfig()
-    reasoning: Reasoning = Reasoning()
+    text: TextConfig = Field(default_factory=TextConfig)
+    reasoning: Reasoning = Field(default_factory=Reasoning)
     user: Optional[str] = None
     safety_identifier: Optional[str] = None
     prompt_cache_key: Optional[str] = None

@@ -39,7 +39,9 @@ class Wire(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _null_is_absent(cls, v: Any) -> Any:
-        return {k: x for k, x in v.items() if x is not None} if isinstance(v, dict) else v
+        if isinstance(v, dict) and None in v.values():
+            return {k: x for k, x in v.items() if x is not None}
+        return v
 
 
 def shape(name: str, base: type = BaseModel, /, **fields: Any) -> type:
