@@ -18,8 +18,9 @@ whole body before reading the answer gets the 413 instead of a reset connection.
 """
 import asyncio
 import logging
+import re
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -49,6 +50,42 @@ def read_timed_out(seconds: float) -> APIError:
     return APIError(408, f"the request body did not arrive within {seconds:g} s of its headers "
                          f"(edgellm serve --read-timeout)", "invalid_request_error", None,
                     "request_timeout", headers={"Connection": "close"})
+
+
+# a JSON escape of a UTF-16 surrogate (\ud800-\udfff): only such a body can hold a lone one
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def check_unicode(raw: bytes, value: Any) -> None:
+    """A parsed JSON body may hold strings no engine can take: JSON's \\ud800 escape gives a
+    lone UTF-16 surrogate, which has no UTF-8 form (the engine's text is UTF-8; the binding
+    would raise TypeError, a 500). 400 naming where it is, code `invalid_unicode`. Only a body
+    whose bytes have a surrogate escape is walked (iteratively: any nesting json.loads took)."""
+    if not _SURROGATE_ESCAPE.search(raw):
+        return
+    stack = [(value, "")]
+    while stack:  # in the body's order, so the first bad string is the one named
+        v, path = stack.pop()
+        if isinstance(v, str):
+            _check_text(v, path)
+        elif isinstance(v, dict):
+            for k in v:
+                _check_text(k, path, key=True)
+            stack.extend(reversed([(x, f"{path}.{k}" if path else k) for k, x in v.items()]))
+        elif isinstance(v, list):
+            stack.extend(reversed([(x, f"{path}[{i}]") for i, x in enumerate(v)]))
+
+
+def _check_text(text: str, path: str, key: bool = False) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        where = (f"a key of '{path}'" if path else "a key") if key else \
+            (f"'{path}'" if path else "the request body")
+        raise APIError(400, f"{where} holds a lone UTF-16 surrogate (\\u{ord(text[e.start]):04x} "
+                            f"at character {e.start}), which is not valid Unicode: pair it or "
+                            "leave it out", "invalid_request_error", path or None,
+                       "invalid_unicode") from None
 
 
 class BodyLimit:

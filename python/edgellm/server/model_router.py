@@ -27,6 +27,7 @@ from starlette.routing import Match, Route, Router
 
 from .config import parse_keep_alive
 from .errors import APIError, invalid
+from .limits import check_unicode
 from .metrics import ServerMetrics
 from .model_catalog import ModelCatalog, ModelEntry
 from .model_pool import LOADED, SERVER_KEEP_ALIVE, ModelPool, ModelSlot
@@ -142,6 +143,7 @@ class ModelRouter:
             raise invalid(f"the request body is not valid JSON: {e}", None, "invalid_json") from None
         except RecursionError:
             raise invalid("the request body is nested too deeply", None, "nesting_too_deep") from None
+        check_unicode(body, fields)  # a lone surrogate: 400 (the body may be written again)
         return body, fields if isinstance(fields, dict) else {}
 
     # --- the routes about every model ------------------------------------------------------------
