@@ -4,7 +4,7 @@ A request model (`Wire`) is strict (no "1" for 1, no 1 for true; JSON's 3.0 is n
 forbids unknown fields (a misspelt `temprature` is a 400 naming it, never a silent default) and
 reads null as absent, as the SDKs send it. `parse(Model, body)` answers a 400 APIError naming
 the wrong field by its path (`messages[0].content[1].type`). A model's own rule raises
-`Refusal`, whose message and param may say `{where}`: the path of the value being checked.
+`errors.Refusal`, whose message and param may say `{where}`: the checked value's path.
 Response bodies and stream events are plain pydantic models (`model_dump()` is the JSON).
 """
 import re
@@ -17,19 +17,10 @@ from typing_extensions import Annotated
 from .. import validation as V
 from ..chat_output import ChatDelta
 from ..validation import InvalidRequestError
-from .errors import APIError, invalid
+from .errors import Refusal, api_error, invalid
 
 M = TypeVar("M", bound=BaseModel)
 JSON = Dict[str, Any]
-
-
-class Refusal(ValueError):
-    """A rule of a model's own failing; `{where}` in `message` / `param` is the checked value's
-    path, which only the parser knows."""
-
-    def __init__(self, message: str, code: str = "invalid_value", param: str = "{where}"):
-        super().__init__(message)
-        self.message, self.code, self.param = message, code, param
 
 
 class Wire(BaseModel):
@@ -68,8 +59,7 @@ def rule(check: Callable[[Any, str], Any]) -> BeforeValidator:
 
 
 def bad_type(v: Any, want: str, where: str = "{where}") -> Refusal:
-    return Refusal(f"'{where}' must be {want}, got {V.type_name(v)} {V.short(v)}",
-                   "invalid_type", where)
+    return Refusal(str(V.bad_type(where, v, want)), "invalid_type", where)
 
 
 def tagged(kinds: Dict[Any, type], unknown: Optional[Callable[[Any], Refusal]] = None,
@@ -103,60 +93,6 @@ def text_or(item: Any, want: str) -> Any:
             raise bad_type(v, f"a string or an array of {want}")
         return items.validate_python(v)
     return Annotated[Union[str, List[item]], BeforeValidator(check)]
-
-
-# --- a validation error -> the 400 naming the field ---------------------------------------------
-
-_TYPES = {"string_type": "a string", "int_type": "an integer", "float_type": "a number",
-          "bool_type": "a boolean", "dict_type": "an object", "model_type": "an object",
-          "model_attributes_type": "an object", "list_type": "an array"}
-_BOUNDS = {"greater_than_equal": (">=", "ge"), "less_than_equal": ("<=", "le"),
-           "greater_than": (">", "gt"), "less_than": ("<", "lt")}
-
-
-def _path(loc) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part != "[key]":
-            out += f".{part}" if out else str(part)
-    return out
-
-
-def _num(x: Any) -> str:
-    return f"{x:g}" if isinstance(x, float) and x.is_integer() else str(x)
-
-
-def api_error(e: ValidationError) -> APIError:
-    """The first error of `e` (an unknown field first) as the 400 naming its field."""
-    errors = e.errors()
-    err = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
-    where, kind, ctx, v = _path(err["loc"]), err["type"], err.get("ctx") or {}, err.get("input")
-    if isinstance(ctx.get("error"), Refusal):
-        r = ctx["error"]
-        return invalid(r.message.replace("{where}", where), r.param.replace("{where}", where),
-                       r.code)
-    if kind == "extra_forbidden":
-        return invalid(f"unknown field '{where}'", where, "unknown_field")
-    if kind == "missing":
-        return invalid(f"'{where}' is required", where, "missing_field")
-    if kind in _TYPES:
-        return invalid(bad_type(v, _TYPES[kind], where).message, where, "invalid_type")
-    if kind in _BOUNDS:
-        op, key = _BOUNDS[kind]
-        text = f"must be {op} {_num(ctx[key])}, got {_num(v)}"
-    elif kind == "literal_error":
-        text = f"must be {ctx['expected']}, got {V.short(v)}"
-    elif kind == "string_pattern_mismatch":
-        text = f"must match {ctx['pattern']}, got {V.short(v)}"
-    elif kind == "too_short":
-        text = "must not be empty"
-    elif kind == "too_long":
-        text = f"has {ctx['actual_length']} entries or characters, at most {ctx['max_length']}"
-    else:  # finite_number, ...
-        text = err["msg"][0].lower() + err["msg"][1:]
-    return invalid(f"'{where}' {text}", where, "invalid_value")
 
 
 def parse(model: Type[M], body: Any) -> M:
