@@ -18,19 +18,35 @@ with whatever else is running; a disconnect or the --timeout aborts them all.
 import base64
 import logging
 import time
-from typing import Any, List
+from typing import Any, List, Literal, Optional
 
 import numpy as np
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from pydantic import Field, WithJsonSchema
+from typing_extensions import Annotated
+
 from .errors import APIError, invalid
-from .routes import (CLIENT_CLOSED, ClientGone, Routes, check_token_ids, engine_error, off_loop,
-                     read_json)
+from .lifecycle import ClientGone, check_token_ids, engine_error, off_loop, read_json
+from .routes import Routes
+from .wire import Wire, parse
 
 log = logging.getLogger("edgellm.server")
 
-_FIELDS = {"input", "content", "model", "encoding_format", "dimensions", "user", "embd_normalize"}
+_INPUT = {"anyOf": [{"type": "string"}, {"type": "array"}, {"type": "object"}]}
+
+
+class EmbeddingsBody(Wire):
+    """POST /v1/embeddings, /embeddings, /embedding."""
+    input: Annotated[Any, WithJsonSchema(_INPUT)] = None
+    content: Annotated[Any, WithJsonSchema(_INPUT)] = None  # llama-server's name: native answer
+    model: Optional[str] = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: Optional[int] = None    # only the model's own width
+    user: Optional[str] = None
+    # -1 none, 0 max absolute, 1 taxicab, 2 euclidean, > 2 p-norm
+    embd_normalize: Annotated[Optional[int], Field(ge=-1)] = None
 
 
 def _type(v: Any) -> str:
@@ -133,7 +149,7 @@ class _Tokenizer:
 
 class EmbeddingRoutes:
     def __init__(self, routes: Routes):
-        self.routes = routes
+        self.life = routes.life
         self.host = routes.host
         self.config = routes.config
         self.metrics = routes.metrics
@@ -159,17 +175,11 @@ class EmbeddingRoutes:
             if not hasattr(llm, "embeddings"):
                 raise APIError(501, "this engine does not compute embeddings", "not_supported_error",
                                None, "not_supported")
-            body = await read_json(request)
-            if not isinstance(body, dict):
-                raise invalid(f"the request body must be a JSON object, got {_type(body)}", None,
-                              "invalid_type")
-            for key in body:
-                if key not in _FIELDS:
-                    raise invalid(f"unknown field '{key}'", key, "unknown_field")
-            if body.get("input") is not None:
-                param, raw = "input", body["input"]
-            elif body.get("content") is not None:
-                param, raw, oai = "content", body["content"], False  # llama-server: content = native
+            body = parse(EmbeddingsBody, await read_json(request))
+            if body.input is not None:
+                param, raw = "input", body.input
+            elif body.content is not None:
+                param, raw, oai = "content", body.content, False  # llama-server: content = native
             else:
                 raise invalid("'input' or 'content' must be provided", "input", "missing_field")
             pooling = self._pooling(inner)
@@ -177,54 +187,32 @@ class EmbeddingRoutes:
                 raise invalid("pooling 'none' gives one vector per token, which is not "
                               "OpenAI-shaped: use POST /embeddings, or serve with another "
                               "--pooling", "input", "unsupported")
-            fmt = body.get("encoding_format")
-            if fmt is None:
-                fmt = "float"
-            if fmt not in ("float", "base64"):
-                raise invalid(f"'encoding_format' must be 'float' or 'base64', got {fmt!r}",
-                              "encoding_format", "invalid_value")
-            dims = body.get("dimensions")
-            if dims is not None:
-                width = getattr(inner, "n_embd", None)
-                if not _is_id(dims):
-                    raise invalid(f"'dimensions' must be an integer, got {_type(dims)}",
-                                  "dimensions", "invalid_type")
-                if dims != width:
-                    raise invalid(f"'dimensions' {dims} is not supported: this model's embeddings "
-                                  f"have {width} dimensions and are not shortened",
-                                  "dimensions", "unsupported")
-            for key in ("model", "user"):
-                if body.get(key) is not None and not isinstance(body[key], str):
-                    raise invalid(f"'{key}' must be a string, got {_type(body[key])}", key,
-                                  "invalid_type")
+            fmt = body.encoding_format
+            width = getattr(inner, "n_embd", None)
+            if body.dimensions is not None and body.dimensions != width:
+                raise invalid(f"'dimensions' {body.dimensions} is not supported: this model's "
+                              f"embeddings have {width} dimensions and are not shortened",
+                              "dimensions", "unsupported")
             normalize = getattr(self.config, "embd_normalize", 2)
-            if body.get("embd_normalize") is not None:
-                normalize = body["embd_normalize"]
-                if not _is_id(normalize) or normalize < -1:
-                    raise invalid("'embd_normalize' must be an integer >= -1 (-1 none, 0 max "
-                                  "absolute, 1 taxicab, 2 euclidean, > 2 p-norm)",
-                                  "embd_normalize", "invalid_value")
+            if body.embd_normalize is not None:
+                normalize = body.embd_normalize
             if pooling == "none":
                 normalize = -1  # llama-server: per-token vectors come unnormalised
             # tokenized in a thread: a big input must not stall the event loop
             prompts = await off_loop(_Tokenizer(llm, param).prompts, raw)
             check_token_ids(prompts, self.host.n_vocab, param)
             admission = self.host.admit(len(prompts))
-        except APIError as e:
-            return self.routes._fail(endpoint, e)
-        except Exception as e:  # noqa: BLE001 - tokenizer failures and the like
-            return self.routes._fail(endpoint, engine_error(e, "input"))
+        except Exception as e:  # noqa: BLE001 - APIError, tokenizer failures and the like
+            return self.life.fail(endpoint, engine_error(e, "input"))
 
         try:
-            result = await self.routes._race(
+            result = await self.life.race(
                 llm.embeddings(prompts, normalize=normalize, pooling=pooling), request,
-                self.routes._deadline(t0))
+                self.life.deadline(t0))
         except ClientGone:
-            self.metrics.request_done(endpoint, CLIENT_CLOSED)
-            log.info("client disconnected while its embeddings were computed; aborted")
-            return Response(status_code=CLIENT_CLOSED)
+            return self.life.gone(endpoint, "while its embeddings were computed")
         except Exception as e:  # noqa: BLE001
-            return self.routes._fail(endpoint, engine_error(e, param))
+            return self.life.fail(endpoint, engine_error(e, param))
         finally:
             admission.release()
 

@@ -26,6 +26,7 @@ import edgellm
 
 from .admission import ChunkStream, EngineHost
 from .errors import APIError, from_exception, invalid, timed_out
+from .limits import check_unicode
 from .sse import EventStreamResponse, cancel_and_wait, sse, wait_disconnect
 
 log = logging.getLogger("edgellm.server")
@@ -89,14 +90,17 @@ async def read_json(request: Request) -> Any:
         raise invalid("the request body is empty; send a JSON object", None, "invalid_json")
     try:
         if len(raw) > OFF_LOOP_BYTES:  # a few MB of JSON take a while to parse
-            return await asyncio.get_running_loop().run_in_executor(None, json.loads, raw)
-        return json.loads(raw)
+            value = await asyncio.get_running_loop().run_in_executor(None, json.loads, raw)
+        else:
+            value = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise invalid(f"the request body is not valid JSON: {e}", None, "invalid_json") from None
     except RecursionError:
         raise invalid("the request body is nested too deeply: JSON arrays and objects may nest "
                       f"at most about {sys.getrecursionlimit()} levels", None,
                       "nesting_too_deep") from None
+    check_unicode(raw, value)  # a lone UTF-16 surrogate: a 400 naming the field
+    return value
 
 
 async def off_loop(fn: Callable, *args, **kwargs):

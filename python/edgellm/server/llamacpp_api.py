@@ -25,11 +25,16 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 import edgellm
 
+from pydantic import Field, create_model
+
+from .. import validation as V
 from . import protocol
 from .errors import APIError, invalid
 from .lifecycle import (Encoder, Generation, check_token_ids, engine_error, off_loop,
                         read_json)
 from .progress import progress_of, progress_timings, prompt_progress
+from .protocol import _INT, _NUM, checked
+from .wire import Wire, parse
 
 log = logging.getLogger("edgellm.server")
 
@@ -63,7 +68,7 @@ def not_supported(message: str) -> APIError:
     return APIError(501, message, "not_supported_error", None, "not_supported")
 
 
-# --- field checks ---------------------------------------------------------------------------
+# --- the request body -------------------------------------------------------------------------
 
 def _logit_bias(v, name):
     """llama-server's shapes: [[token id or text, bias or false], ...] or {"id": bias}.
@@ -74,119 +79,101 @@ def _logit_bias(v, name):
     elif isinstance(v, list):
         for i, p in enumerate(v):
             if not (isinstance(p, list) and len(p) == 2):
-                raise invalid(f"'{name}[{i}]' must be a [token, bias] pair", name, "invalid_value")
+                raise V.fail(f"'{name}[{i}]' must be a [token, bias] pair", name)
             pairs.append((p[0], p[1]))
     else:
-        raise invalid(f"'{name}' must be an array of [token, bias] pairs or an object", name,
-                      "invalid_type")
+        raise V.fail(f"'{name}' must be an array of [token, bias] pairs or an object", name,
+                     "invalid_type")
     out = []
     for key, bias in pairs:
         if bias is False:
             bias = -100.0
         elif isinstance(bias, bool) or not isinstance(bias, (int, float)):
-            raise invalid(f"'{name}' bias for {key!r} must be a number or false", name,
-                          "invalid_type")
+            raise V.fail(f"'{name}' bias for {key!r} must be a number or false", name,
+                         "invalid_type")
         if isinstance(key, str) and key.lstrip("-").isdigit() and isinstance(v, dict):
             key = int(key)
         if isinstance(key, bool) or not isinstance(key, (int, str)):
-            raise invalid(f"'{name}' keys must be token ids or text, got {key!r}", name,
-                          "invalid_value")
+            raise V.fail(f"'{name}' keys must be token ids or text, got {key!r}", name)
         out.append((key, max(-100.0, min(100.0, float(bias)))))
     return out
 
 
-def _int_or_minus1(v, name):
-    return protocol.integer(-1)(v, name)
-
-
-def _strings(v, name):
-    if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
-        raise invalid(f"'{name}' must be an array of strings", name, "invalid_type")
-    return v
-
-
-def _inert_default(default):
-    """A llama.cpp sampler edgellm does not have: accepted at its off value only."""
+def _off(default):
+    """A llama.cpp sampler edgellm does not have: accepted at its off value only (clients such
+    as llama.cpp's web UI send every setting)."""
     def check(v, name):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or float(v) != float(default):
-            raise invalid(f"'{name}' is not supported (only {default}, off, is accepted)", name,
-                          "unsupported")
+            raise V.fail(f"'{name}' is not supported (only {default}, off, is accepted)", name,
+                         "unsupported")
         return v
-    return check
+    return checked(check, _NUM)
 
 
-# The fields SamplingParams takes as they are have its rules (edgellm.validation); the others
-# are llama-server's own: n_predict / max_tokens -1, a negative temperature (greedy), seed -1.
-_rule = protocol.sampling_rule
-_SAMPLING = {
-    "n_predict": _int_or_minus1,
-    "max_tokens": _int_or_minus1,
-    "temperature": protocol.number(),          # llama-server: <= 0 is greedy
-    "top_k": _rule("top_k"),
-    "top_p": _rule("top_p"),
-    "min_p": _rule("min_p"),
-    "typical_p": _rule("typical_p"),
-    "repeat_penalty": _rule("repetition_penalty"),
-    "repeat_last_n": _rule("repeat_last_n"),   # -1: the whole context
-    "presence_penalty": _rule("presence_penalty"),
-    "frequency_penalty": _rule("frequency_penalty"),
-    "seed": protocol.integer(),
-    "stop": protocol.stop_strings,
-    "ignore_eos": protocol.boolean,
-    "n_probs": _rule("logprobs"),
-    "n_keep": protocol.integer(-1),      # --context-shift: tokens kept at the start; -1 = the prompt
-    "n_discard": protocol.integer(0),    # --context-shift: tokens dropped per shift; 0 = half
-    "min_keep": protocol.integer(0),
-    "logit_bias": _logit_bias,
-    "grammar": protocol.string,
-    "json_schema": protocol.json_schema,
-}
-# Samplers llama.cpp has and edgellm does not: their off values are accepted (clients such as
-# llama.cpp's web UI send every setting), anything else is a 400.
-_OFF_SAMPLERS = {
-    "mirostat": _inert_default(0),
-    "dynatemp_range": _inert_default(0),
-    "xtc_probability": _inert_default(0),
-    "dry_multiplier": _inert_default(0),
-    "top_n_sigma": _inert_default(-1),
-}
-# Settings of those samplers, meaningless while they are off.
-_OFF_SAMPLER_SETTINGS = ("mirostat_tau", "mirostat_eta", "dynatemp_exponent", "xtc_threshold",
-                         "dry_base", "dry_allowed_length", "dry_penalty_last_n",
-                         "dry_sequence_breakers", "adaptive_target", "adaptive_decay")
-_SERVER = {
-    "prompt": protocol.anything,
-    "stream": protocol.boolean,
-    "return_tokens": protocol.boolean,
-    "timings_per_token": protocol.boolean,
-    "return_progress": protocol.boolean,  # stream: prompt_progress chunks (progress.py)
-    "post_sampling_probs": protocol.boolean,
-    "response_fields": _strings,
-    "cache_prompt": protocol.boolean,   # the prefix cache is always on
-    "model": protocol.string,
-}
-# Sent routinely by llama.cpp clients; no effect here (documented in docs/SERVER.md).
-_ACCEPTED_INERT = {
-    "id_slot": protocol.integer(-1),     # no slot pinning: sequences are scheduled by the engine
-    "n_indent": protocol.integer(0),
-    "t_max_predict_ms": protocol.number(0.0),
-    "samplers": protocol.anything,       # the chain's order is fixed (llama.cpp's default order)
-    "lora": protocol.anything,           # accepted when empty only (checked below)
-    "stream_options": protocol.obj,
-    "backend_sampling": protocol.boolean,  # sampling always runs on the CPU
+def _int(lo=None, hi=None):
+    return checked(V.integer(lo, hi), _INT)
+
+
+def _num(lo=None, hi=None):
+    return checked(V.number(lo, hi), _NUM)
+
+
+def _rule(target, schema=_NUM):
+    return checked(V.SAMPLING_RULES[target], schema)
+
+
+# SamplingParams' fields keep its rules (edgellm.validation); llama-server's own: n_predict /
+# max_tokens -1, a negative temperature (greedy), seed -1.
+NATIVE_FIELDS = {
+    "prompt": Any, "n_predict": _int(-1), "max_tokens": _int(-1), "temperature": _num(),
+    "top_k": _rule("top_k", _INT), "top_p": _rule("top_p"), "min_p": _rule("min_p"),
+    "typical_p": _rule("typical_p"), "repeat_penalty": _rule("repetition_penalty"),
+    "repeat_last_n": _rule("repeat_last_n", _INT),  # -1: the whole context
+    "presence_penalty": _rule("presence_penalty"), "frequency_penalty": _rule("frequency_penalty"),
+    "seed": _int(), "stop": checked(V.stop_strings, {"type": "array", "items": {"type": "string"}}),
+    "ignore_eos": bool, "n_probs": _rule("logprobs", _INT),
+    "n_keep": _int(-1),     # --context-shift: tokens kept at the start; -1 = the prompt
+    "n_discard": _int(0),   # --context-shift: tokens dropped per shift; 0 = half
+    "min_keep": _int(0), "logit_bias": checked(_logit_bias, {"type": ["array", "object"]}),
+    "grammar": str, "json_schema": checked(V.json_schema, {}),
+    # samplers llama.cpp has and edgellm does not: their off values only
+    "mirostat": _off(0), "dynatemp_range": _off(0), "xtc_probability": _off(0),
+    "dry_multiplier": _off(0), "top_n_sigma": _off(-1),
+    # the server's
+    "stream": bool, "return_tokens": bool, "timings_per_token": bool,
+    "return_progress": bool,  # stream: prompt_progress chunks (progress.py)
+    "post_sampling_probs": bool, "response_fields": List[str],
+    "cache_prompt": bool,  # the prefix cache is always on
+    "model": str,
+    # sent routinely by llama.cpp clients; no effect here (docs/SERVER.md)
+    "id_slot": _int(-1),  # no slot pinning: sequences are scheduled by the engine
+    "n_indent": _int(0), "t_max_predict_ms": _num(0.0),
+    "samplers": Any,      # the chain's order is fixed (llama.cpp's default order)
+    "lora": Any,          # accepted when empty only
+    "stream_options": Dict[str, Any],
+    "backend_sampling": bool,  # sampling always runs on the CPU
     # llama-server's per-request draft settings: edgellm sizes each sequence's drafts from
     # measured step costs and its acceptance (bounded by serve --draft-max); the output does
     # not depend on them (greedy verification is exact, sampled drafts keep the distribution)
-    "speculative.n_max": protocol.integer(0),
-    "speculative.n_min": protocol.integer(0),
-    "speculative.p_min": protocol.number(0.0, 1.0),
+    "speculative.n_max": _int(0), "speculative.n_min": _int(0),
+    "speculative.p_min": _num(0.0, 1.0),
+    # settings of the samplers above, meaningless while they are off
+    **{k: Any for k in ("mirostat_tau", "mirostat_eta", "dynatemp_exponent", "xtc_threshold",
+                        "dry_base", "dry_allowed_length", "dry_penalty_last_n",
+                        "dry_sequence_breakers", "adaptive_target", "adaptive_decay")},
 }
-for _k in _OFF_SAMPLER_SETTINGS:
-    _ACCEPTED_INERT[_k] = protocol.anything
 
-COMPLETION_FIELDS = {**_SAMPLING, **_OFF_SAMPLERS, **_SERVER, **_ACCEPTED_INERT}
-INFILL_FIELDS = {**COMPLETION_FIELDS, "input_prefix": protocol.anything,
-                 "input_suffix": protocol.anything, "input_extra": protocol.anything}
+
+def _body_model(name: str, doc: str, fields: JSON):
+    return create_model(name, __base__=Wire, __doc__=doc, **{
+        k.replace(".", "_"): (Optional[t] if t is bool or t is str else t,
+                              Field(None, alias=k) if "." in k else None)
+        for k, t in fields.items()})
+
+
+NativeCompletionBody = _body_model("NativeCompletionBody", "POST /completion", NATIVE_FIELDS)
+InfillBody = _body_model("InfillBody", "POST /infill", {
+    **NATIVE_FIELDS, "input_prefix": Any, "input_suffix": Any, "input_extra": Any})
 
 
 # --- prompts ----------------------------------------------------------------------------------
@@ -598,6 +585,19 @@ class LlamaCppAPI:
         self.metrics = routes.metrics
         self.started_at = time.time()
 
+    def endpoints(self) -> list:
+        """(path, endpoint, method, request model) of each native route."""
+        chat = protocol.ChatBody
+        return [("/completion", self.completion, "POST", NativeCompletionBody),
+                ("/completions", self.completion, "POST", NativeCompletionBody),  # native too
+                ("/infill", self.infill, "POST", InfillBody),
+                ("/apply-template", self.apply_template, "POST", chat),
+                ("/props", self.props, "GET", None),
+                ("/slots", self.slots, "GET", None),
+                ("/slots/{id_slot}", self.slot_action, "POST", None),
+                ("/chat/completions/input_tokens", self.chat_input_tokens, "POST", chat),
+                ("/v1/chat/completions/input_tokens", self.chat_input_tokens, "POST", chat)]
+
     # --- /completion and /infill ---------------------------------------------------------------
     async def completion(self, request: Request) -> Response:
         return await self._native(request, "completion", infill=False)
@@ -606,8 +606,8 @@ class LlamaCppAPI:
         return await self._native(request, "infill", infill=True)
 
     def _prepare(self, llm, body: Any, infill: bool):
-        fields = protocol.check_fields(body, INFILL_FIELDS if infill else COMPLETION_FIELDS,
-                                        name_type=False)
+        fields = parse(InfillBody if infill else NativeCompletionBody, body).model_dump(
+            by_alias=True, exclude_unset=True)
         if fields.get("lora"):
             raise invalid("'lora' adapters are not supported", "lora", "unsupported")
         if infill:
@@ -1044,22 +1044,3 @@ def _engine_error(e: BaseException, ids_list=None, n_ctx: int = 0) -> APIError:
     if isinstance(e, json.JSONDecodeError):
         return invalid(f"the request body is not valid JSON: {e}", None, "invalid_json")
     return engine_error(e, "prompt")
-
-
-def register(app_routes: list, routes) -> LlamaCppAPI:
-    """Add the native routes to the app's route list (before the app is built)."""
-    from starlette.routing import Route
-
-    api = LlamaCppAPI(routes)
-    app_routes += [
-        Route("/completion", api.completion, methods=["POST"]),
-        Route("/completions", api.completion, methods=["POST"]),  # llama-server: native too
-        Route("/infill", api.infill, methods=["POST"]),
-        Route("/apply-template", api.apply_template, methods=["POST"]),
-        Route("/props", api.props, methods=["GET"]),
-        Route("/slots", api.slots, methods=["GET"]),
-        Route("/slots/{id_slot}", api.slot_action, methods=["POST"]),
-        Route("/chat/completions/input_tokens", api.chat_input_tokens, methods=["POST"]),
-        Route("/v1/chat/completions/input_tokens", api.chat_input_tokens, methods=["POST"]),
-    ]
-    return api

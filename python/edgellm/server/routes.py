@@ -12,9 +12,8 @@ import edgellm
 
 from . import protocol
 from .admission import EngineHost
-from .errors import APIError
-from .lifecycle import (CLIENT_CLOSED, OFF_LOOP_BYTES, ClientGone, Generation,  # noqa: F401
-                        Lifecycle, check_token_ids, engine_error, off_loop, read_json)
+from .lifecycle import (CLIENT_CLOSED, OFF_LOOP_BYTES, Generation,  # noqa: F401 (model_router)
+                        Lifecycle, check_token_ids, off_loop, read_json)
 from .responses import OpenAIEncoder
 
 
@@ -112,9 +111,9 @@ class Routes:
             to_piece = getattr(llm, "token_to_piece", None) or llm.llm.token_to_piece
 
             def run() -> List[Any]:
-                ids = [int(t) for t in llm.tokenize(f["content"], add_special=f["add_special"],
-                                                    parse_special=f["parse_special"])]
-                if not f["with_pieces"]:
+                ids = [int(t) for t in llm.tokenize(f.content, add_special=f.add_special,
+                                                    parse_special=f.parse_special)]
+                if not f.with_pieces:
                     return ids
                 tokens: List[Any] = []
                 for t in ids:
@@ -135,51 +134,3 @@ class Routes:
             text = await off_loop(llm.detokenize, ids)
             return JSONResponse({"content": await text if inspect.isawaitable(text) else text})
         return await self.life.answer("detokenize", work, "tokens")
-
-    # --- for anthropic_api.py / responses_api.py until they run on Lifecycle --------------------
-    def _fail(self, endpoint: str, e: APIError) -> Response:
-        return self.life.fail(endpoint, e)
-
-    def _deadline(self, t0: float):
-        return self.life.deadline(t0)
-
-    async def _race(self, awaitable, request: Request, deadline):
-        return await self.life.race(awaitable, request, deadline)
-
-    async def _start(self, request, endpoint, open_streams, n, admission, t0, deadline, fail):
-        import asyncio
-        from .admission import ChunkStream
-        stream = None
-        try:
-            stream = ChunkStream(open_streams(), n, self.metrics, t0)
-            return stream, await self._race(stream.next(), request, deadline)
-        except ClientGone:
-            await self._close(stream, admission)
-            return self.life.gone(endpoint, "before the first token")
-        except BaseException as e:  # noqa: BLE001
-            await asyncio.shield(self._close(stream, admission))
-            if isinstance(e, asyncio.CancelledError):
-                raise
-            return fail(e)
-
-    async def _collect(self, endpoint, collect, request, deadline, stream, admission, fail):
-        import asyncio
-        try:
-            await self._race(collect(), request, deadline)
-        except ClientGone:
-            return self.life.gone(endpoint, "while waiting")
-        except BaseException as e:  # noqa: BLE001
-            if isinstance(e, asyncio.CancelledError):
-                raise
-            return fail(e)
-        finally:
-            await asyncio.shield(self._close(stream, admission))
-        return None
-
-    @staticmethod
-    async def _close(stream, admission) -> None:
-        try:
-            if stream is not None:
-                await stream.aclose()
-        finally:
-            admission.release()
