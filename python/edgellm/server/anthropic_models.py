@@ -8,7 +8,7 @@ from typing_extensions import Annotated
 
 from .. import validation as V
 from .errors import invalid
-from .wire import Refusal, Wire, of_type, rule, shape, tagged, text_or
+from .wire import Int, Refusal, Wire, of_type, rule, shape, tagged, text_or
 
 JSON = Dict[str, Any]
 Display = (Literal["summarized", "omitted"], "summarized")
@@ -117,7 +117,7 @@ ChoiceAuto = shape("ChoiceAuto", Wire, type=Literal["auto", "any"],
                    disable_parallel_tool_use=(bool, False))
 ChoiceTool = of_type("tool", Wire, name=str, disable_parallel_tool_use=(bool, False))
 ChoiceNone = of_type("none", Wire)
-ThinkingEnabled = of_type("enabled", Wire, budget_tokens=Annotated[int, Field(ge=1)],
+ThinkingEnabled = of_type("enabled", Wire, budget_tokens=Annotated[Int, Field(ge=1)],
                           display=Display)
 ThinkingAdaptive = of_type("adaptive", Wire, display=Display)
 ThinkingDisabled = of_type("disabled", Wire)
@@ -157,11 +157,11 @@ class CountTokensBody(Wire):
 
 class MessagesBody(CountTokensBody):
     """`POST /v1/messages`."""
-    max_tokens: Annotated[int, Field(ge=1)]
+    max_tokens: Annotated[Int, Field(ge=1)]
     stop_sequences: Annotated[List[str], rule(_stop_sequences)] = []
     temperature: Annotated[Optional[float], Field(ge=0.0, le=1.0)] = None
     top_p: Annotated[Optional[float], Field(gt=0.0, le=1.0)] = None
-    top_k: Annotated[Optional[int], Field(ge=0)] = None
+    top_k: Annotated[Optional[Int], Field(ge=0)] = None
     stream: bool = False
     metadata: Optional[shape("Metadata", Wire, user_id=(Optional[str], None))] = None
     output_config: Optional[shape("OutputConfig", Wire,

@@ -8,7 +8,7 @@ from typing_extensions import Annotated
 
 from .. import validation as V
 from .errors import invalid
-from .wire import Refusal, Wire, bad_type, of_type, shape, tagged, text_or
+from .wire import Int, Refusal, Wire, bad_type, of_type, shape, tagged, text_or
 
 JSON = Dict[str, Any]
 
@@ -186,7 +186,7 @@ class ResponsesBody(Wire):
     model: Optional[str] = None
     input: Annotated[List[Item], BeforeValidator(_as_items), Field(min_length=1)]
     instructions: Optional[str] = None
-    max_output_tokens: Annotated[Optional[int], Field(ge=1)] = None
+    max_output_tokens: Annotated[Optional[Int], Field(ge=1)] = None
     temperature: Annotated[Optional[float], Field(ge=0.0, le=2.0)] = None
     top_p: Annotated[Optional[float], Field(gt=0.0, le=1.0)] = None
     tools: List[Annotated[FunctionTool, tagged({"function": FunctionTool}, _builtin_tool)]] = []

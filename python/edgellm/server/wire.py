@@ -35,6 +35,14 @@ class Wire(BaseModel):
         return v
 
 
+def _integral(v: Any) -> Any:
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+# An integer; JSON has one number type, so 3.0 is 3 (2.9 is an error, never truncated).
+Int = Annotated[int, BeforeValidator(_integral)]
+
+
 def shape(name: str, base: type = BaseModel, /, **fields: Any) -> type:
     """A model in one line: each field a type (required) or (type, default)."""
     return create_model(name, __base__=base, **{
