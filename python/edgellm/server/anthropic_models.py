@@ -3,7 +3,7 @@ an unknown field a 400 naming it) and the message, content blocks and stream eve
 with. What they mean for the engine is anthropic_api.py's."""
 from typing import Any, Dict, List, Literal, Optional, Union
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 from typing_extensions import Annotated
 
 from .. import validation as V
@@ -21,20 +21,14 @@ CacheControl = shape("CacheControl", Wire, type=Literal["ephemeral"],
 Cache = (Optional[CacheControl], None)
 
 
-class TextBlock(Wire):
-    type: Literal["text"] = "text"
-    text: str
-    cache_control: Optional[CacheControl] = None
-    citations: Optional[List[Any]] = None
-
-    @field_validator("citations")
-    @classmethod
-    def _no_citations(cls, v):
-        if v:
-            raise Refusal("'{where}': citations are not supported", "unsupported")
-        return v
+def _no_citations(v: Any) -> Any:
+    if v:
+        raise Refusal("'{where}': citations are not supported", "unsupported")
+    return v
 
 
+TextBlock = of_type("text", Wire, text=str, cache_control=Cache,
+                    citations=(Annotated[Optional[List[Any]], AfterValidator(_no_citations)], None))
 ToolUseBlock = of_type("tool_use", Wire, id=str, name=str, input=Dict[str, Any], cache_control=Cache)
 ThinkingBlock = of_type("thinking", Wire, thinking=str, signature=(Optional[str], None))
 RedactedThinkingBlock = of_type("redacted_thinking", Wire, data=(Optional[str], None))
