@@ -18,9 +18,11 @@ _log = logging.getLogger("edgellm.server")
 
 
 class APIError(Exception):
+    """`extra`: more fields of the error object (llama-server's n_prompt_tokens, n_ctx)."""
+
     def __init__(self, status: int, message: str, type: str = "invalid_request_error",
                  param: Optional[str] = None, code: Optional[str] = None,
-                 headers: Optional[Dict[str, str]] = None):
+                 headers: Optional[Dict[str, str]] = None, extra: Optional[dict] = None):
         super().__init__(message)
         self.status = status
         self.message = message
@@ -28,10 +30,11 @@ class APIError(Exception):
         self.param = param
         self.code = code
         self.headers = headers or {}
+        self.extra = extra or {}
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type,
-                          "param": self.param, "code": self.code}}
+                          "param": self.param, "code": self.code, **self.extra}}
 
     def response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)

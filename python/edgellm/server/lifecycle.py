@@ -43,18 +43,11 @@ class ClientGone(Exception):
 
 # --- failures -------------------------------------------------------------------------------
 
-class ContextError(APIError):
+def context_error(message: str, param: Optional[str], extra: dict) -> APIError:
     """OpenAI's code (context_length_exceeded) with llama-server's type and numbers
     (exceed_context_size_error, n_prompt_tokens, n_ctx), which llama.cpp clients read."""
-
-    def __init__(self, message: str, param: Optional[str], extra: dict):
-        super().__init__(400, message, "exceed_context_size_error", param, "context_length_exceeded")
-        self.extra = extra
-
-    def body(self) -> dict:
-        out = super().body()
-        out["error"].update(self.extra)
-        return out
+    return APIError(400, message, "exceed_context_size_error", param, "context_length_exceeded",
+                    extra=extra)
 
 
 def engine_error(e: BaseException, param: Optional[str] = None) -> APIError:
@@ -68,7 +61,7 @@ def engine_error(e: BaseException, param: Optional[str] = None) -> APIError:
             m = re.search(pattern, text)
             if m:
                 extra[key] = int(m.group(1))
-        return ContextError(f"the request does not fit the context: {text}", param, extra)
+        return context_error(f"the request does not fit the context: {text}", param, extra)
     if isinstance(e, (edgellm.InvalidRequestError, ValueError)):
         return invalid(str(e), param)
     if isinstance(e, NotImplementedError):  # e.g. a parameter this engine build cannot honour

@@ -13,12 +13,13 @@ server: an unknown field is a 400 naming it; fields llama.cpp clients send routi
 nothing here (id_slot, samplers, ...) are accepted and listed in docs/SERVER.md.
 """
 import copy
+import os
 import inspect
 import json
 import logging
 import math
 import time
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Union
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -30,11 +31,11 @@ from pydantic import Field, create_model
 from .. import validation as V
 from . import protocol
 from .errors import APIError, invalid
-from .lifecycle import (Encoder, Generation, check_token_ids, engine_error, off_loop,
-                        read_json)
+from .lifecycle import (Encoder, Generation, check_token_ids, context_error, engine_error,
+                        off_loop, read_json)
 from .progress import progress_of, progress_timings, prompt_progress
 from .protocol import _INT, _NUM, checked
-from .wire import Wire, parse
+from .wire import Wire, parse, shape
 
 log = logging.getLogger("edgellm.server")
 
@@ -44,24 +45,10 @@ MAX_PROMPTS = 64
 # --- errors in llama-server's types -----------------------------------------------------------
 
 
-class LlamaError(APIError):
-    """An APIError whose body carries llama-server's extra fields (n_prompt_tokens, n_ctx)."""
-
-    def __init__(self, status, message, type_, extra=None, code=None):
-        super().__init__(status, message, type_, None, code)
-        self.extra = extra or {}
-
-    def body(self) -> dict:
-        out = super().body()
-        out["error"].update(self.extra)
-        return out
-
-
-def exceed_context(n_prompt: int, n_ctx: int) -> LlamaError:
-    return LlamaError(400, f"request ({n_prompt} tokens) exceeds the available context size "
-                           f"({n_ctx} tokens), try increasing it",
-                      "exceed_context_size_error", {"n_prompt_tokens": n_prompt, "n_ctx": n_ctx},
-                      "context_length_exceeded")
+def exceed_context(n_prompt: int, n_ctx: int) -> APIError:
+    return context_error(f"request ({n_prompt} tokens) exceeds the available context size "
+                         f"({n_ctx} tokens), try increasing it", None,
+                         {"n_prompt_tokens": n_prompt, "n_ctx": n_ctx})
 
 
 def not_supported(message: str) -> APIError:
@@ -125,7 +112,7 @@ def _rule(target, schema=_NUM):
 # SamplingParams' fields keep its rules (edgellm.validation); llama-server's own: n_predict /
 # max_tokens -1, a negative temperature (greedy), seed -1.
 NATIVE_FIELDS = {
-    "prompt": Any, "n_predict": _int(-1), "max_tokens": _int(-1), "temperature": _num(),
+    "n_predict": _int(-1), "max_tokens": _int(-1), "temperature": _num(),
     "top_k": _rule("top_k", _INT), "top_p": _rule("top_p"), "min_p": _rule("min_p"),
     "typical_p": _rule("typical_p"), "repeat_penalty": _rule("repetition_penalty"),
     "repeat_last_n": _rule("repeat_last_n", _INT),  # -1: the whole context
@@ -165,15 +152,34 @@ NATIVE_FIELDS = {
 
 
 def _body_model(name: str, doc: str, fields: JSON):
-    return create_model(name, __base__=Wire, __doc__=doc, **{
-        k.replace(".", "_"): (Optional[t] if t is bool or t is str else t,
-                              Field(None, alias=k) if "." in k else None)
-        for k, t in fields.items()})
+    """A model of `fields` (name -> type, or (type, default)); all optional unless a default
+    is given."""
+    def spec(k, t):
+        t, default = t if isinstance(t, tuple) else (t, None)
+        return (Optional[t] if t is bool or t is str else t,
+                Field(default, alias=k) if "." in k else default)
+    return create_model(name, __base__=Wire, __doc__=doc,
+                        **{k.replace(".", "_"): spec(k, t) for k, t in fields.items()})
 
 
-NativeCompletionBody = _body_model("NativeCompletionBody", "POST /completion", NATIVE_FIELDS)
+def _pieces(v, where):
+    if isinstance(v, str):
+        return [v]
+    if isinstance(v, list) and all(_is_id(x) or isinstance(x, str) for x in v):
+        return list(v)
+    raise V.fail(f"'{where}' must be a string or an array of token ids and strings", where,
+                 "invalid_type")
+
+
+_PIECES = {"anyOf": [{"type": "string"}, {"type": "array", "items": {
+    "anyOf": [{"type": "string"}, _INT]}}]}
+SlotFileBody = shape("SlotFileBody", Wire, filename=str)  # POST /slots/{id}: save / restore
+InfillFile = shape("InfillFile", Wire, text=str, filename=(str, "tmp"))
+NativeCompletionBody = _body_model("NativeCompletionBody", "POST /completion", {
+    **NATIVE_FIELDS, "prompt": (checked(lambda v, _: split_prompts(v), _PIECES), ...)})
 InfillBody = _body_model("InfillBody", "POST /infill", {
-    **NATIVE_FIELDS, "input_prefix": Any, "input_suffix": Any, "input_extra": Any})
+    **NATIVE_FIELDS, "prompt": (str, ""), "input_prefix": (checked(_pieces, _PIECES), ...),
+    "input_suffix": (checked(_pieces, _PIECES), ...), "input_extra": (List[InfillFile], [])})
 
 
 # --- prompts ----------------------------------------------------------------------------------
@@ -325,41 +331,6 @@ def infill_prompt(llm, fim: Dict[str, Optional[int]], prefix: List[Piece], suffi
     if bos is not None:
         out.append(bos)  # the extra context goes before BOS, the FIM prefix after it
     return out + [fim["pre"]] + pre + list(prompt_ids) + [fim["suf"]] + suf + [fim["mid"]]
-
-
-def check_infill(fields: JSON) -> Tuple[list, list, list]:
-    for key in ("input_prefix", "input_suffix"):
-        if key not in fields:
-            raise invalid(f"'{key}' is required", key, "missing_field")
-    out = []
-    for key in ("input_prefix", "input_suffix"):
-        v = fields[key]
-        if isinstance(v, str):
-            out.append([v])
-        elif isinstance(v, list) and all(_is_id(x) or isinstance(x, str) for x in v):
-            out.append(list(v))
-        else:
-            raise invalid(f"'{key}' must be a string or an array of token ids and strings", key,
-                          "invalid_type")
-    extra = fields.get("input_extra", [])
-    if not isinstance(extra, list):
-        raise invalid("'input_extra' must be an array of {\"filename\": string, \"text\": string}",
-                      "input_extra", "invalid_type")
-    for i, chunk in enumerate(extra):
-        where = f"input_extra[{i}]"
-        if not isinstance(chunk, dict):
-            raise invalid(f"'{where}' must be an object", where, "invalid_type")
-        unknown = set(chunk) - {"filename", "text"}
-        if unknown:
-            raise invalid(f"unknown field '{where}.{sorted(unknown)[0]}'", where, "unknown_field")
-        if not isinstance(chunk.get("text"), str):
-            raise invalid(f"'{where}.text' must be a string", f"{where}.text", "invalid_type")
-        if "filename" in chunk and not isinstance(chunk["filename"], str):
-            raise invalid(f"'{where}.filename' must be a string", f"{where}.filename",
-                          "invalid_type")
-    if "prompt" in fields and not isinstance(fields["prompt"], str):
-        raise invalid("'prompt' must be a string", "prompt", "invalid_type")
-    return out[0], out[1], extra
 
 
 # --- the response objects ---------------------------------------------------------------------
@@ -594,7 +565,7 @@ class LlamaCppAPI:
                 ("/apply-template", self.apply_template, "POST", chat),
                 ("/props", self.props, "GET", None),
                 ("/slots", self.slots, "GET", None),
-                ("/slots/{id_slot}", self.slot_action, "POST", None),
+                ("/slots/{id_slot}", self.slot_action, "POST", SlotFileBody),
                 ("/chat/completions/input_tokens", self.chat_input_tokens, "POST", chat),
                 ("/v1/chat/completions/input_tokens", self.chat_input_tokens, "POST", chat)]
 
@@ -622,12 +593,11 @@ class LlamaCppAPI:
                                + " or a vocabulary token such as "
                                + ", ".join(FIM_KINDS[k][1][0] for k in missing) + ")",
                                "not_supported_error", None, "infill_unsupported")
-            prefix, suffix, extra = check_infill(fields)
+            prefix, suffix = fields["input_prefix"], fields["input_suffix"]
+            extra = fields.get("input_extra", [])
             prompts = [[fields.get("prompt", "")]]
         else:
-            if "prompt" not in fields:
-                raise invalid("'prompt' is required", "prompt", "missing_field")
-            prompts = split_prompts(fields["prompt"])
+            prompts = fields["prompt"]
 
         kw = self._sampling(llm, fields)
         params = self.host.sampling_params(kw)
@@ -658,16 +628,9 @@ class LlamaCppAPI:
             raise invalid("'n_predict' and 'max_tokens' disagree; send one", "max_tokens",
                           "invalid_value")
         kw["max_tokens"] = None if n is None or n < 0 else n
-        for src, dst in (("temperature", "temperature"), ("top_k", "top_k"), ("top_p", "top_p"),
-                         ("min_p", "min_p"), ("typical_p", "typical_p"),
-                         ("repeat_penalty", "repetition_penalty"),
-                         ("repeat_last_n", "repeat_last_n"),
-                         ("presence_penalty", "presence_penalty"),
-                         ("frequency_penalty", "frequency_penalty"), ("stop", "stop"),
-                         ("ignore_eos", "ignore_eos"), ("grammar", "grammar"),
-                         ("json_schema", "json_schema")):
-            if src in fields:
-                kw[dst] = fields[src]
+        # the fields SamplingParams takes as they are, by the OpenAI routes' table
+        kw.update({protocol.SAMPLING[k][0]: v for k, v in fields.items()
+                   if k in protocol.SAMPLING and k not in ("max_tokens", "seed", "logit_bias")})
         if "temperature" in kw and kw["temperature"] < 0:
             kw["temperature"] = 0.0  # llama-server: negative temperature = greedy
         if "seed" in fields and fields["seed"] >= 0:
@@ -678,9 +641,6 @@ class LlamaCppAPI:
             kw["logit_bias"] = self._bias(llm, fields["logit_bias"])
         if fields.get("return_progress") and fields.get("stream"):
             kw["return_progress"] = True  # llama-server: in stream mode only
-        for name in ("n_keep", "n_discard"):
-            if name in fields:
-                kw[name] = fields[name]
         return kw
 
     @staticmethod
@@ -781,42 +741,29 @@ class LlamaCppAPI:
 
     # --- /apply-template ---------------------------------------------------------------------------
     async def apply_template(self, request: Request) -> Response:
-        try:
+        """A chat request body -> {"prompt": the rendered template}."""
+        async def work():
             llm = self.host.require_ready()
             body = await read_json(request)
-            if not isinstance(body, dict):
-                raise invalid("the request body must be a JSON object", None, "invalid_type")
-            body = dict(body)
-            add_gen = body.pop("add_generation_prompt", True)
-            if not isinstance(add_gen, bool):
-                raise invalid("'add_generation_prompt' must be a boolean",
-                              "add_generation_prompt", "invalid_type")
-            kwargs = body.pop("chat_template_kwargs", None)
-            if kwargs is not None and not isinstance(kwargs, dict):
-                raise invalid("'chat_template_kwargs' must be an object", "chat_template_kwargs",
-                              "invalid_type")
-            for key in ("reasoning_format", "enable_thinking"):
-                body.pop(key, None)
+            if isinstance(body, dict):  # llama-server's reasoning switches: no effect here
+                body = {k: v for k, v in body.items()
+                        if k not in ("reasoning_format", "enable_thinking")}
             req = protocol.parse_chat(body)  # the body of a chat request; sampling fields unused
-            call_kw = {"add_generation_prompt": add_gen, "tools": req.tools}
-            if kwargs:
-                sig = inspect.signature(llm.apply_chat_template)
-                if "chat_template_kwargs" not in sig.parameters:
+            kw = {"add_generation_prompt": req.extra.get("add_generation_prompt", True),
+                  "tools": req.tools}
+            if req.chat_template_kwargs:
+                if "chat_template_kwargs" not in inspect.signature(
+                        llm.apply_chat_template).parameters:
                     raise invalid("'chat_template_kwargs' is not supported by this build",
                                   "chat_template_kwargs", "unsupported")
-                call_kw["chat_template_kwargs"] = kwargs
-            prompt = await off_loop(llm.apply_chat_template, req.messages, **call_kw)
-        except APIError as e:
-            return self.life.fail("apply-template", e)
-        except Exception as e:  # noqa: BLE001
-            return self.life.fail("apply-template", _engine_error(e))
-        self.metrics.request_done("apply-template", 200)
-        return JSONResponse({"prompt": prompt})
+                kw["chat_template_kwargs"] = req.chat_template_kwargs
+            prompt = await off_loop(llm.apply_chat_template, req.messages, **kw)
+            return JSONResponse({"prompt": prompt})
+        return await self.life.answer("apply-template", work, "prompt")
 
-    # --- /chat/completions/input_tokens ---------------------------------------------------------------
     async def chat_input_tokens(self, request: Request) -> Response:
         """A chat request body -> {"input_tokens": tokens of its rendered prompt}."""
-        try:
+        async def work():
             llm = self.host.require_ready()
             req = protocol.parse_chat(await read_json(request))
             prompt_ids = getattr(llm, "chat_prompt_ids", None)
@@ -827,14 +774,9 @@ class LlamaCppAPI:
                 # a stand-in engine: render, then tokenize with special tokens parsed
                 return llm.tokenize(llm.apply_chat_template(req.messages, tools=req.tools),
                                     add_special=True, parse_special=True)
-
-            ids = await off_loop(count)  # rendering and tokenizing: off the event loop
-        except APIError as e:
-            return self.life.fail("input_tokens", e)
-        except Exception as e:  # noqa: BLE001
-            return self.life.fail("input_tokens", _engine_error(e))
-        self.metrics.request_done("input_tokens", 200)
-        return JSONResponse({"input_tokens": len(ids)})
+            # rendering and tokenizing: off the event loop
+            return JSONResponse({"input_tokens": len(await off_loop(count))})
+        return await self.life.answer("input_tokens", work, "prompt")
 
     # --- /props and /slots -------------------------------------------------------------------------
     def _template_source(self, llm) -> str:
@@ -858,10 +800,10 @@ class LlamaCppAPI:
         return isinstance(mode, str) and mode != "off"
 
     async def props(self, request: Request) -> Response:
-        try:
-            llm = self.host.require_ready()
-        except APIError as e:
-            return self.life.fail("props", e)
+        return await self.life.answer("props", self._props)
+
+    async def _props(self) -> Response:
+        llm = self.host.require_ready()
         inner = getattr(llm, "llm", llm)
         try:
             defaults = self.host.sampling_params({"max_tokens": None})
@@ -878,7 +820,6 @@ class LlamaCppAPI:
         dgs["prompt"] = ""
         dgs["next_token"] = [{"has_next_token": True, "has_new_line": False, "n_remain": -1,
                               "n_decoded": 0}]
-        self.metrics.request_done("props", 200)
         return JSONResponse({
             "default_generation_settings": dgs,
             "total_slots": self.config.parallel,
@@ -905,23 +846,19 @@ class LlamaCppAPI:
         })
 
     async def slots(self, request: Request) -> Response:
-        if not self.config.slots_endpoint:
-            return self.life.fail("slots", not_supported(
-                "This server does not support slots endpoint (start it with --slots)"))
-        try:
+        async def work():
+            if not self.config.slots_endpoint:
+                raise not_supported("This server does not support slots endpoint (start it "
+                                    "with --slots)")
             self.host.require_ready()
-        except APIError as e:
-            return self.life.fail("slots", e)
-        stats = self.host.stats() or {}
-        running = int(stats.get("running", 0))
-        self.metrics.request_done("slots", 200)
-        return JSONResponse([self._slot(i, i < running) for i in range(self.config.parallel)])
+            running = int((self.host.stats() or {}).get("running", 0))
+            return JSONResponse([self._slot(i, i < running) for i in range(self.config.parallel)])
+        return await self.life.answer("slots", work)
 
     async def slot_action(self, request: Request) -> Response:
         """POST /slots/{id}?action=save|restore|erase (llama-server's, under --slot-save-path):
         the slot's cached KV pages to / from a file in that folder, or dropped."""
-        name = "slots"
-        try:
+        async def work():
             # as llama-server: independent of --no-slots (GET /slots), all actions need the folder
             folder = getattr(self.config, "slot_save_path", None)
             if not folder:
@@ -938,35 +875,17 @@ class LlamaCppAPI:
             inner = getattr(llm, "llm", llm)
             if action == "erase":
                 n = (await off_loop(inner.slot_erase, slot))["n_erased"]
-                self.metrics.request_done(name, 200)
                 return JSONResponse({"id_slot": slot, "n_erased": n})
-            body = await read_json(request)
-            if not isinstance(body, dict):
-                raise invalid("the request body must be a JSON object", None, "invalid_type")
-            filename = body.get("filename")
-            if not isinstance(filename, str):
-                raise invalid("'filename' (a string) is required", "filename")
+            filename = parse(SlotFileBody, await read_json(request)).filename
             if not _valid_filename(filename):
                 raise invalid("Invalid filename: a plain file name (no folders, no '..')", "filename")
-            import os
-            path = os.path.join(folder, filename)
             t0 = time.perf_counter()
-            if action == "save":
-                r = await off_loop(inner.slot_save, slot, path)
-                out = {"id_slot": slot, "filename": filename, "n_saved": r["n_saved"],
-                       "n_written": r["n_written"],
-                       "timings": {"save_ms": (time.perf_counter() - t0) * 1e3}}
-            else:
-                r = await off_loop(inner.slot_restore, slot, path)
-                out = {"id_slot": slot, "filename": filename, "n_restored": r["n_restored"],
-                       "n_read": r["n_read"],
-                       "timings": {"restore_ms": (time.perf_counter() - t0) * 1e3}}
-        except APIError as e:
-            return self.life.fail(name, e)
-        except Exception as e:  # noqa: BLE001
-            return self.life.fail(name, _engine_error(e))
-        self.metrics.request_done(name, 200)
-        return JSONResponse(out)
+            r = await off_loop(getattr(inner, f"slot_{action}"), slot,
+                               os.path.join(folder, filename))
+            n = ("n_saved", "n_written") if action == "save" else ("n_restored", "n_read")
+            return JSONResponse({"id_slot": slot, "filename": filename, n[0]: r[n[0]], n[1]: r[n[1]],
+                                 "timings": {f"{action}_ms": (time.perf_counter() - t0) * 1e3}})
+        return await self.life.answer("slots", work, "prompt")
 
     # --- /metrics ------------------------------------------------------------------------------------
     async def metrics_endpoint(self, request: Request) -> Response:
