@@ -546,10 +546,10 @@ class ResponsesAPI:
                                   "invalid_value")
                 items = items[ids.index(q.after) + 1:]
             page = items[:q.limit]
-            return JSONResponse({"object": "list", "data": page,
-                                 "first_id": page[0]["id"] if page else None,
-                                 "last_id": page[-1]["id"] if page else None,
-                                 "has_more": len(items) > q.limit})
+            return JSONResponse(W.ItemsPage(
+                data=page, first_id=page[0]["id"] if page else None,
+                last_id=page[-1]["id"] if page else None, has_more=len(items) > q.limit
+            ).model_dump())
         return await self.life.answer(ENDPOINT, work)
 
     async def delete(self, request: Request) -> Response:
@@ -557,7 +557,7 @@ class ResponsesAPI:
             rid = request.path_params["response_id"]
             self._stored(rid)
             self.store.delete(rid)
-            return JSONResponse({"id": rid, "object": "response.deleted", "deleted": True})
+            return JSONResponse(W.Deleted(id=rid).model_dump())
         return await self.life.answer(ENDPOINT, work)
 
     def _history(self, req: ResponsesRequest) -> List[JSON]:

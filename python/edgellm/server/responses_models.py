@@ -295,6 +295,12 @@ class ResponseObject(BaseModel):
     max_tool_calls: Optional[int] = None
 
 
+ItemsPage = shape("ItemsPage", object=(Literal["list"], "list"), data=List[JSON],
+                  first_id=Optional[str], last_id=Optional[str], has_more=bool)
+Deleted = shape("Deleted", id=str, object=(Literal["response.deleted"], "response.deleted"),
+                deleted=(bool, True))
+
+
 # Stream events, by type (OpenAI's ResponseStreamEvent union); `sequence_number` is set as each
 # is sent, and llama-server's `timings` / `prompt_progress` ride along where asked for.
 _Item = dict(item_id=str, output_index=int)
