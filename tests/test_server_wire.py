@@ -94,3 +94,57 @@ def test_a_body_that_is_no_object():
     with pytest.raises(APIError) as info:
         parse(Body, [1, 2])
     assert info.value.code == "invalid_type" and "JSON object" in info.value.message
+
+
+# --- random bodies: a 400 or a parsed request, never another exception --------------------------
+
+_KEYS = ["model", "messages", "max_tokens", "system", "tools", "tool_choice", "thinking", "role",
+         "content", "type", "text", "tool_use_id", "id", "name", "input", "input_schema",
+         "budget_tokens", "display", "stop_sequences", "temperature", "top_k", "stream",
+         "metadata", "output_config", "format", "schema", "cache_control", "citations",
+         "instructions", "max_output_tokens", "call_id", "arguments", "output", "summary",
+         "parameters", "strict", "reasoning", "effort", "include", "truncation", "refusal"]
+_WORDS = ["user", "assistant", "text", "tool_use", "tool_result", "thinking", "image", "auto",
+          "any", "tool", "none", "enabled", "ephemeral", "json_schema", "object", "function",
+          "message", "function_call", "function_call_output", "reasoning", "input_text",
+          "refusal", "required", "", "x"]
+_GOOD = [{"type": "text", "text": "a"}, {"type": "tool_use", "id": "t1", "name": "f", "input": {}},
+         {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "r"}]},
+         {"role": "user", "content": "a"}, {"type": "function_call", "call_id": "c", "name": "f",
+                                            "arguments": "{}"},
+         {"type": "function_call_output", "call_id": "c", "output": "o"},
+         {"type": "reasoning", "summary": [{"type": "summary_text", "text": "s"}]}]
+
+
+def _random(rng, depth=0):
+    r = rng.random()
+    if depth > 4 or r < 0.25:
+        return rng.choice(_WORDS)
+    if r < 0.35:
+        return rng.choice([0, 1, -1, 2.5, 3.0, 1e300, 2**70, True, None, float("nan")])
+    if r < 0.45:
+        return dict(rng.choice(_GOOD))
+    if r < 0.7:
+        return {rng.choice(_KEYS): _random(rng, depth + 1) for _ in range(rng.randint(0, 4))}
+    return [_random(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+
+
+def test_random_bodies_get_a_400_or_parse():
+    import random
+
+    from edgellm.server import anthropic_api, anthropic_models, responses_api
+
+    rng = random.Random(38)
+    parsers = [anthropic_api.parse_messages, responses_api.parse_request,
+               lambda b: anthropic_api.parse_messages(b, anthropic_models.CountTokensBody)]
+    for _ in range(3000):
+        body = rng.choice([{"model": "m", "max_tokens": 16}, {"input": "hi"}, {}])
+        for _ in range(rng.randint(1, 3)):
+            body[rng.choice(_KEYS)] = _random(rng)
+        if "input" in body and isinstance(body["input"], list):
+            body["input"] = [dict(rng.choice(_GOOD))] + body["input"]
+        for parse_body in parsers:
+            try:
+                parse_body(body)
+            except APIError as e:
+                assert e.status == 400 and e.message and e.code, (body, e.message)

@@ -8,7 +8,7 @@ from typing_extensions import Annotated
 
 from .. import validation as V
 from .errors import invalid
-from .wire import Int, Refusal, Wire, of_type, rule, shape, tagged, text_or
+from .wire import Int, Refusal, Wire, bad_type, of_type, rule, shape, tagged, text_or
 
 JSON = Dict[str, Any]
 Display = (Literal["summarized", "omitted"], "summarized")
@@ -42,18 +42,21 @@ UNSUPPORTED_BLOCKS = {
 
 
 def _unknown_block(kind: Any) -> Refusal:
+    if kind is None:
+        return Refusal("'{where}.type' is required", "missing_field", "{where}.type")
+    if not isinstance(kind, str):
+        return bad_type(kind, "a string", "{where}.type")
     if kind in UNSUPPORTED_BLOCKS:
         return Refusal(f"'{{where}}': {kind} blocks are not supported: {UNSUPPORTED_BLOCKS[kind]}",
                        "unsupported", "{where}.type")
-    if not isinstance(kind, str):
-        return Refusal("'{where}.type' is required", "missing_field", "{where}.type")
     return Refusal(f"'{{where}}.type' {V.short(kind)} is not a known content block type",
                    param="{where}.type")
 
 
 def _text_only(kind: Any) -> Refusal:
-    return _unknown_block(kind) if kind in UNSUPPORTED_BLOCKS or not isinstance(kind, str) else \
-        Refusal("'{where}': only text blocks are allowed here", param="{where}.type")
+    if isinstance(kind, str) and kind not in UNSUPPORTED_BLOCKS:
+        return Refusal("'{where}': only text blocks are allowed here", param="{where}.type")
+    return _unknown_block(kind)
 
 
 TextOnly = Annotated[TextBlock, tagged({"text": TextBlock}, _text_only)]
