@@ -24,7 +24,7 @@ from edgellm.chat_output import ChatDelta
 from . import anthropic_models as W
 from .errors import APIError, invalid
 from .lifecycle import Encoder, Generation, Lifecycle, off_loop, read_json
-from .wire import chunk_delta, parse
+from .wire import chunk_delta, named_event, parse
 
 log = logging.getLogger("edgellm.server")
 
@@ -351,11 +351,6 @@ class MessageBuilder:
         return self.msg.model_dump()
 
 
-def sse_event(ev: JSON) -> bytes:
-    data = json.dumps(ev, ensure_ascii=False, separators=(",", ":"))
-    return f"event: {ev['type']}\ndata: {data}\n\n".encode()
-
-
 class MessageEncoder(Encoder):
     """The lifecycle's view of a MessageBuilder: Anthropic's named events, its envelope."""
 
@@ -387,7 +382,7 @@ class MessageEncoder(Encoder):
         self.finish()
         return JSONResponse(self.builder.message(), headers=self.headers)
 
-    frame = staticmethod(sse_event)
+    frame = staticmethod(named_event)
 
 
 # --- the routes ------------------------------------------------------------------------------------

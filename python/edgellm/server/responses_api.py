@@ -41,7 +41,7 @@ from .llamacpp_api import native_timings
 from .progress import progress_of, progress_timings, prompt_progress
 from .responses import timings
 from .responses_models import event
-from .wire import chunk_delta, parse
+from .wire import chunk_delta, named_event, parse
 
 JSON = Dict[str, Any]
 ENDPOINT = "responses"
@@ -433,7 +433,7 @@ class ResponseEncoder(Encoder):
             input_tokens_details={"cached_tokens": getattr(u, "cached_tokens", 0) or 0},
             output_tokens_details={"reasoning_tokens": self.builder.reasoning_tokens})
         return W.ResponseObject(
-            id=self.rid, created_at=int(self.created), status=status, model=self.api.model_id,
+            id=self.rid, created_at=int(self.created), status=status, model=self.api.config.model_id,
             error=None if error is None else W.ErrorInfo(code="server_error", message=error),
             incomplete_details={"reason": "max_output_tokens"} if status == "incomplete" else None,
             output=self.builder.items, usage=usage,
@@ -494,9 +494,7 @@ class ResponseEncoder(Encoder):
         return JSONResponse(self.final)
 
     def frame(self, ev: JSON) -> bytes:
-        ev = dict(ev, sequence_number=next(self._seq))
-        return (f"event: {ev['type']}\n".encode() + b"data: "
-                + json.dumps(ev, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n")
+        return named_event({**ev, "sequence_number": next(self._seq)})
 
 
 # --- the routes ----------------------------------------------------------------------------------
@@ -507,10 +505,6 @@ class ResponsesAPI:
         self.config = self.host.config
         self.life = Lifecycle(self.host)
         self.store = store if store is not None else ResponseStore()  # an empty one is falsy
-
-    @property
-    def model_id(self) -> str:
-        return self.config.model_id
 
     def _stored(self, rid: str) -> StoredResponse:
         stored = self.store.get(rid)

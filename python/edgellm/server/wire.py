@@ -7,6 +7,7 @@ the wrong field by its path (`messages[0].content[1].type`). A model's own rule 
 `errors.Refusal`, whose message and param may say `{where}`: the checked value's path.
 Response bodies and stream events are plain pydantic models (`model_dump()` is the JSON).
 """
+import json
 import re
 from typing import Any, Callable, Dict, List, Literal, Optional, Type, TypeVar, Union
 
@@ -119,3 +120,10 @@ def chunk_delta(chunk) -> ChatDelta:
     which every API re-shapes."""
     delta = getattr(chunk, "delta", None)
     return ChatDelta(content=chunk.text or "") if delta is None else delta
+
+
+def named_event(ev: JSON) -> bytes:
+    """A server-sent event named by its `type` (`event:` line), as Anthropic and the Responses
+    API stream them."""
+    data = json.dumps(ev, ensure_ascii=False, separators=(",", ":"))
+    return f"event: {ev['type']}\ndata: {data}\n\n".encode()
