@@ -187,38 +187,62 @@ InfillBody = _body_model("InfillBody", "POST /infill", {
 Piece = Union[str, int]
 
 
-def split_prompts(v: Any) -> List[List[Piece]]:
-    """llama-server's prompt shapes -> prompts, each a list of text pieces and token ids:
+def split_prompts(v: Any, param: str = "prompt",
+                  limit: Optional[int] = MAX_PROMPTS) -> List[List[Piece]]:
+    """llama-server's prompt shapes (its /completion's and its embeddings') -> prompts, each a
+    list of text pieces and token ids:
 
-    "text" | [id, ...] | [id or "text", ...] (one mixed prompt) | {"prompt_string": "text"}
-    | ["text", [ids], {...}, ...] (several prompts).
+    "text" | [id, ...] | [id or "text", ...] (one mixed prompt) | {"prompt_string": ...}
+    | {"content": [{"type": "text", "text": ...}, ...]} | ["text", [ids], {...}, ...] (several
+    prompts, at most `limit`). A failure is a 400 naming `param`.
     """
     def one(p, where) -> List[Piece]:
         if isinstance(p, str):
             return [p]
         if isinstance(p, dict):
+            if "content" in p:
+                return [_text_parts(p["content"], where, param)]
             extra = set(p) - {"prompt_string", "multimodal_data"}
             if extra:
-                raise invalid(f"unknown field '{where}.{sorted(extra)[0]}'", where, "unknown_field")
+                raise invalid(f"unknown field '{where}.{sorted(extra)[0]}'", param, "unknown_field")
             if p.get("multimodal_data"):
-                raise invalid("multimodal prompts are not supported by this model", where,
-                              "unsupported")
-            if not isinstance(p.get("prompt_string"), str):
-                raise invalid(f"'{where}.prompt_string' must be a string", where, "invalid_type")
-            return [p["prompt_string"]]
-        if isinstance(p, list) and p and all(_is_id(x) or isinstance(x, str) for x in p):
+                raise invalid(f"'{where}.multimodal_data': this model takes no images or audio",
+                              param, "unsupported")
+            if isinstance(p.get("prompt_string"), (str, list)):
+                return one(p["prompt_string"], where + ".prompt_string")
+            raise invalid(f"'{where}' must have 'content' or a 'prompt_string' string or array",
+                          param, "invalid_type")
+        if isinstance(p, list) and p:
+            for k, x in enumerate(p):
+                if type(x) is int and x < 0:
+                    raise invalid(f"'{where}[{k}]': token id {x} is negative", param,
+                                  "invalid_value")
+                if type(x) is not int and not isinstance(x, str):
+                    raise invalid(f"'{where}[{k}]' must be a string or a token id, got "
+                                  f"{V.type_name(x)}", param, "invalid_type")
             return list(p)
         raise invalid(f"'{where}' must be a string, an array of token ids (and strings) or an "
-                      f"object with 'prompt_string'", where, "invalid_type")
+                      f"object, got {V.type_name(p)}", param, "invalid_type")
 
-    if v is None:
-        raise invalid("'prompt' is required", "prompt", "missing_field")
-    if isinstance(v, list) and v and not any(_is_id(x) for x in v):
-        if len(v) > MAX_PROMPTS:
-            raise invalid(f"'prompt' has {len(v)} prompts, at most {MAX_PROMPTS} are allowed",
-                          "prompt", "invalid_value")
-        return [one(p, f"prompt[{i}]") for i, p in enumerate(v)]
-    return [one(v, "prompt")]
+    if isinstance(v, list) and v and not any(type(x) is int for x in v):
+        if limit is not None and len(v) > limit:
+            raise invalid(f"'{param}' has {len(v)} prompts, at most {limit} are allowed",
+                          param, "invalid_value")
+        return [one(p, f"{param}[{i}]") for i, p in enumerate(v)]
+    return [one(v, param)]
+
+
+def _text_parts(parts: Any, where: str, param: str = "prompt") -> str:
+    if not isinstance(parts, list):
+        raise invalid(f"'{where}.content' must be an array of {{\"type\": \"text\"}} parts, "
+                      f"got {V.type_name(parts)}", param, "invalid_type")
+    for k, part in enumerate(parts):
+        if not isinstance(part, dict) or part.get("type") != "text" \
+                or not isinstance(part.get("text"), str):
+            raise invalid(f"'{where}.content[{k}]' must be a {{\"type\": \"text\", \"text\": "
+                          "...}} part: only text parts are supported (this model takes no "
+                          "images, audio or video)", param, "invalid_value")
+    return "".join(part["text"] for part in parts)
 
 
 def _is_id(x) -> bool:
