@@ -19,11 +19,10 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from edgellm.chat_output import ChatDelta
-
 from . import anthropic_models as W
 from .errors import APIError, invalid
 from .lifecycle import Encoder, Generation, Lifecycle, off_loop, read_json
+from .answer_items import ItemAssembler
 from .wire import chunk_delta, named_event, parse
 
 log = logging.getLogger("edgellm.server")
@@ -236,91 +235,61 @@ def _tool_input(args: str) -> JSON:
     return value if isinstance(value, dict) else {}
 
 
-class MessageBuilder:
+class MessageBuilder(ItemAssembler):
     """One assistant message built from ChatDeltas: `add`/`finish` return the stream events
     (Anthropic's, as JSON objects); `message()` is the whole response body."""
 
     def __init__(self, model: str, req: MessagesRequest, input_tokens: int = 0):
         self.msg = W.MessageOut(id=_new_id("msg_"), model=model,
                                 usage=W.Usage(input_tokens=input_tokens))
-        self.blocks = self.msg.content
+        super().__init__(self.msg.content)
+        self.blocks = self.items
         self.req = req
-        self._open: Optional[str] = None     # kind of blocks[-1] while it is open
-        self._pending_ws = ""                # whitespace-only text not yet given a block
         self._args: Dict[int, str] = {}      # tool_use block index -> argument JSON text
-        self._call_block: Dict[int, int] = {}  # the chat API's call index -> block index
         self._late: set = set()              # tool_use blocks continued after they closed
 
     stop_reason = property(lambda self: self.msg.stop_reason)
     stop_sequence = property(lambda self: self.msg.stop_sequence)
+    add = ItemAssembler.feed
 
     def start(self) -> JSON:
         return W.MessageStart(message=self.msg).model_dump()
 
-    def add(self, delta: ChatDelta) -> List[JSON]:
-        ev: List[BaseModel] = []
-        if delta.reasoning:
-            ev += self._text("thinking", delta.reasoning)
-        if delta.content:
-            ev += self._text("text", delta.content)
-        for tc in delta.tool_calls:
-            ev += self._tool(tc)
-        return [e.model_dump() for e in ev]
-
-    def _begin(self, block: BaseModel) -> List[BaseModel]:
-        ev = self._close()
-        ev.append(W.BlockStart(index=len(self.blocks), content_block=block.model_copy()))
+    def begin(self, kind: str, tc) -> List[JSON]:
+        block = W.OutText() if kind == "text" else W.OutThinking() if kind == "reasoning" else \
+            W.OutToolUse(id=tool_use_id(tc.id), name=tc.name or "")
         self.blocks.append(block)
-        self._open = block.type
-        return ev
+        return [W.BlockStart(index=len(self.blocks) - 1, content_block=block).model_dump()]
 
-    def _text(self, kind: str, text: str) -> List[BaseModel]:
-        ev: List[BaseModel] = []
-        if self._open != kind:
-            if kind == "text" and not text.strip():
-                self._pending_ws += text  # e.g. the newlines between </think> and a tool call
-                return ev
-            ev += self._begin(W.OutText() if kind == "text" else W.OutThinking())
-            if kind == "text":
-                text, self._pending_ws = self._pending_ws + text, ""
-        if kind == "thinking" and not self.req.show_thinking:
-            return ev  # display: omitted -- the block is there, its text is not
-        block = self.blocks[-1]
-        setattr(block, kind, getattr(block, kind) + text)
-        ev.append(W.BlockDelta(index=len(self.blocks) - 1, delta=W.TextDelta(text=text)
-                               if kind == "text" else W.ThinkingDelta(thinking=text)))
-        return ev
+    def extend(self, pos: int, kind: str, text: str) -> List[JSON]:
+        block = self.blocks[pos]
+        if kind == "text":
+            block.text += text
+            return [W.BlockDelta(index=pos, delta=W.TextDelta(text=text)).model_dump()]
+        if not self.req.show_thinking:
+            return []  # display: omitted -- the block is there, its text is not
+        block.thinking += text
+        return [W.BlockDelta(index=pos, delta=W.ThinkingDelta(thinking=text)).model_dump()]
 
-    def _tool(self, tc) -> List[BaseModel]:
-        ev: List[BaseModel] = []
-        index = self._call_block.get(tc.index)
-        if index is None or tc.id is not None or tc.name is not None:
-            self._pending_ws = ""
-            ev += self._begin(W.OutToolUse(id=tool_use_id(tc.id), name=tc.name or ""))
-            index = self._call_block[tc.index] = len(self.blocks) - 1
-            self._args[index] = ""
-        if tc.arguments:
-            self._args[index] += tc.arguments
-            if index == len(self.blocks) - 1 and self._open == "tool_use":
-                ev.append(W.BlockDelta(index=index,
-                                       delta=W.InputJsonDelta(partial_json=tc.arguments)))
-            else:  # a fragment of an earlier call: the stream cannot reopen its block
-                log.warning("tool call %d continued after another block began", tc.index)
-                self._late.add(index)
-        return ev
-
-    def _close(self) -> List[BaseModel]:
-        if self._open is None:
+    def extend_call(self, pos: int, tc, live: bool) -> List[JSON]:
+        if not tc.arguments:
             return []
-        index = len(self.blocks) - 1
-        if self._open == "tool_use":
-            self.blocks[index].input = _tool_input(self._args.get(index, ""))
-        self._open = None
-        return [W.BlockStop(index=index)]
+        self._args[pos] = self._args.get(pos, "") + tc.arguments
+        if live:
+            return [W.BlockDelta(index=pos, delta=W.InputJsonDelta(
+                partial_json=tc.arguments)).model_dump()]
+        log.warning("tool call %d continued after another block began", tc.index)
+        self._late.add(pos)
+        return []
+
+    def end(self, pos: int, status: str) -> List[JSON]:
+        if self.blocks[pos].type == "tool_use":
+            self.blocks[pos].input = _tool_input(self._args.get(pos, ""))
+        return [W.BlockStop(index=pos).model_dump()]
 
     def finish(self, chunk) -> List[JSON]:
         """The engine's last chunk: close the open block, work out stop_reason and usage."""
-        ev = self._close()
+        ev = self.close_item()
         for i in self._late:  # calls continued after their block was closed
             self.blocks[i].input = _tool_input(self._args[i])
         reason, stop, msg = chunk.finish_reason, getattr(chunk, "stop_reason", None), self.msg
@@ -342,10 +311,9 @@ class MessageBuilder:
         else:
             raise APIError(503, f"the request ended without an answer ({reason})",
                            "unavailable_error", None, "cancelled")
-        ev += [W.MessageDelta(delta=W.StopDelta(stop_reason=msg.stop_reason,
-                                                stop_sequence=msg.stop_sequence),
-                              usage=msg.usage), W.MessageStop()]
-        return [e.model_dump() for e in ev]
+        return ev + [W.MessageDelta(delta=W.StopDelta(stop_reason=msg.stop_reason,
+                                                      stop_sequence=msg.stop_sequence),
+                                    usage=msg.usage).model_dump(), W.MessageStop().model_dump()]
 
     def message(self) -> JSON:
         return self.msg.model_dump()

@@ -59,20 +59,21 @@ def _text_only(kind: Any) -> Refusal:
     return _unknown_block(kind)
 
 
-TextOnly = Annotated[TextBlock, tagged({"text": TextBlock}, _text_only)]
-ToolResultBlock = of_type("tool_result", Wire, tool_use_id=str,
-                          content=(text_or(TextOnly, "text blocks"), ""), is_error=(bool, False),
-                          cache_control=Cache)
-Block = Annotated[Union[TextBlock, ToolUseBlock, ToolResultBlock, ThinkingBlock,
-                        RedactedThinkingBlock],
-                  tagged({"text": TextBlock, "tool_use": ToolUseBlock,
-                          "tool_result": ToolResultBlock, "thinking": ThinkingBlock,
-                          "redacted_thinking": RedactedThinkingBlock}, _unknown_block)]
+TextBlocks = text_or(Annotated[TextBlock, tagged({"text": TextBlock}, _text_only)],
+                     "text blocks")
+ToolResultBlock = of_type("tool_result", Wire, tool_use_id=str, content=(TextBlocks, ""),
+                          is_error=(bool, False), cache_control=Cache)
+Blocks = text_or(Annotated[Union[TextBlock, ToolUseBlock, ToolResultBlock, ThinkingBlock,
+                                 RedactedThinkingBlock],
+                           tagged({"text": TextBlock, "tool_use": ToolUseBlock,
+                                   "tool_result": ToolResultBlock, "thinking": ThinkingBlock,
+                                   "redacted_thinking": RedactedThinkingBlock}, _unknown_block)],
+                 "content blocks")
 
 
 class Message(Wire):
     role: str
-    content: Annotated[text_or(Block, "content blocks"), Field(min_length=1)]
+    content: Annotated[Blocks, Field(min_length=1)]
 
     @field_validator("role")
     @classmethod
@@ -121,13 +122,15 @@ ThinkingDisabled = of_type("disabled", Wire)
 # Structured output: the format's schema constrains the text (the engine's grammar).
 OutputFormat = shape("OutputFormat", Wire, type=Literal["json_schema"],
                      schema_=(Dict[str, Any], Field(alias="schema")))
+OutputConfig = shape("OutputConfig", Wire, format=(Optional[OutputFormat], None))
+Metadata = shape("Metadata", Wire, user_id=(Optional[str], None))
 
 
 class CountTokensBody(Wire):
     """`POST /v1/messages/count_tokens`: what makes the prompt."""
     model: str
     messages: Annotated[List[Message], Field(min_length=1)]
-    system: Optional[text_or(TextOnly, "text blocks")] = None
+    system: Optional[TextBlocks] = None
     tools: Optional[List[Annotated[Tool, tagged({"custom": Tool, None: Tool}, _server_tool)]]] = None
     tool_choice: Optional[Annotated[Union[ChoiceAuto, ChoiceTool, ChoiceNone], tagged(
         {"auto": ChoiceAuto, "any": ChoiceAuto, "tool": ChoiceTool, "none": ChoiceNone})]] = None
@@ -160,9 +163,8 @@ class MessagesBody(CountTokensBody):
     top_p: Annotated[Optional[float], Field(gt=0.0, le=1.0)] = None
     top_k: Annotated[Optional[Int], Field(ge=0)] = None
     stream: bool = False
-    metadata: Optional[shape("Metadata", Wire, user_id=(Optional[str], None))] = None
-    output_config: Optional[shape("OutputConfig", Wire,
-                                  format=(Optional[OutputFormat], None))] = None
+    metadata: Optional[Metadata] = None
+    output_config: Optional[OutputConfig] = None
 
     @model_validator(mode="after")
     def _budget_in_max_tokens(self) -> "MessagesBody":

@@ -26,7 +26,7 @@ import secrets
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 from pydantic import BaseModel
 from starlette.requests import Request
@@ -41,6 +41,7 @@ from .llamacpp_api import native_timings
 from .progress import progress_of, progress_timings, prompt_progress
 from .responses import timings
 from .responses_models import event
+from .answer_items import ItemAssembler
 from .wire import chunk_delta, named_event, parse
 
 JSON = Dict[str, Any]
@@ -265,29 +266,59 @@ class ResponseStore:
 
 # --- output items from chat deltas -------------------------------------------------------------
 
-class OutputBuilder:
-    """Assembles the output items of one response from ChatDeltas and produces the stream
-    events of each step (`feed`, `finish` return lists of event objects without sequence
-    numbers).
-
-    Items follow the order the model writes them: reasoning, message text, function calls; a
-    new kind of piece closes the open item. Whitespace-only text between items (the newline
-    after </think> or before a tool call) belongs to neither and is dropped.
-    """
+class OutputBuilder(ItemAssembler):
+    """The output items of one response from ChatDeltas (answer_items.py), and the stream
+    events of each step (`feed`, `finish` return them without sequence numbers). Whitespace
+    between items is dropped; only an answer's own leading whitespace is kept."""
 
     def __init__(self):
-        self.items: List[BaseModel] = []
-        self._open: Optional[int] = None     # position of the open item
-        self._open_key: Any = None           # "reasoning" | "message" | ("call", index)
-        self._calls: Dict[int, int] = {}     # the chat API's call index -> item position
-        self._held = ""                      # whitespace text waiting for a message
+        super().__init__()
         self.reasoning_tokens = 0
 
-    def _close(self, status: str = "completed") -> List[JSON]:
-        if self._open is None:
+    def feed(self, delta: ChatDelta, n_tokens: int = 0) -> List[JSON]:
+        if delta.reasoning and not delta.content and not delta.tool_calls:
+            self.reasoning_tokens += n_tokens
+        return super().feed(delta)
+
+    def keep_held(self) -> bool:
+        return len(self.items) == 1
+
+    def begin(self, kind: str, tc) -> List[JSON]:
+        if kind == "call":
+            item, part = W.OutCall(id=_id("fc"), call_id=tc.id or new_call_id(),
+                                   name=tc.name or ""), None
+        elif kind == "text":
+            item, part = W.OutMessage(id=_id("msg")), W.OutputText()
+        else:
+            item, part = W.OutReasoning(id=_id("rs")), W.ReasoningOut()
+        self.items.append(item)
+        pos = len(self.items) - 1
+        events = [event("response.output_item.added", output_index=pos, item=item)]
+        if part is not None:
+            item.content.append(part)
+            events.append(event("response.content_part.added", item_id=item.id,
+                                output_index=pos, content_index=0, part=part))
+        return events
+
+    def extend(self, pos: int, kind: str, text: str) -> List[JSON]:
+        item = self.items[pos]
+        part = item.content[0]
+        part.text += text
+        return [event(f"response.{part.type}.delta", item_id=item.id, output_index=pos,
+                      content_index=0, delta=text)]
+
+    def extend_call(self, pos: int, tc, live: bool) -> List[JSON]:
+        item = self.items[pos]
+        if tc.name and not item.name:
+            item.name = tc.name
+        if not tc.arguments:
             return []
-        pos, item = self._open, self.items[self._open]
-        self._open = self._open_key = None
+        item.arguments += tc.arguments
+        return [event("response.function_call_arguments.delta", item_id=item.id,
+                      output_index=pos, delta=tc.arguments)] if live else []
+
+    def end(self, pos: int, status: str) -> List[JSON]:
+        item = self.items[pos]
         item.status = status
         where = {"item_id": item.id, "output_index": pos}
         if item.type == "function_call":
@@ -299,88 +330,17 @@ class OutputBuilder:
                       event("response.content_part.done", **where, content_index=0, part=part)]
         return events + [event("response.output_item.done", output_index=pos, item=item)]
 
-    def _start(self, key, item: BaseModel, part: Optional[BaseModel]) -> List[JSON]:
-        events = self._close()
-        self.items.append(item)
-        pos = self._open = len(self.items) - 1
-        self._open_key = key
-        events.append(event("response.output_item.added", output_index=pos, item=item))
-        if part is not None:
-            item.content.append(part)
-            events.append(event("response.content_part.added", item_id=item.id,
-                                output_index=pos, content_index=0, part=part))
-        return events
-
-    def _text(self, text: str) -> List[JSON]:
-        events: List[JSON] = []
-        if self._open_key != "message":
-            if not text.strip():
-                self._held += text
-                return events
-            if not self.items:  # the answer's own leading whitespace is kept
-                text = self._held + text
-            self._held = ""
-            events += self._start("message", W.OutMessage(id=_id("msg")), W.OutputText())
-        item = self.items[self._open]
-        item.content[0].text += text
-        return events + [event("response.output_text.delta", item_id=item.id,
-                               output_index=self._open, content_index=0, delta=text)]
-
-    def _reasoning(self, text: str) -> List[JSON]:
-        events: List[JSON] = []
-        if self._open_key != "reasoning":
-            events += self._start("reasoning", W.OutReasoning(id=_id("rs")), W.ReasoningOut())
-        item = self.items[self._open]
-        item.content[0].text += text
-        return events + [event("response.reasoning_text.delta", item_id=item.id,
-                               output_index=self._open, content_index=0, delta=text)]
-
-    def _call(self, d) -> List[JSON]:
-        events: List[JSON] = []
-        key = ("call", d.index)
-        if self._open_key != key:
-            earlier = self._calls.get(d.index)
-            if earlier is not None and d.id is None and d.name is None:
-                # More arguments for a call already closed (the parser interleaved): keep them.
-                self.items[earlier].arguments += d.arguments or ""
-                return events
-            self._held = ""
-            events += self._start(key, W.OutCall(id=_id("fc"), call_id=d.id or new_call_id(),
-                                                 name=d.name or ""), None)
-            self._calls[d.index] = self._open
-        item = self.items[self._open]
-        if d.name and not item.name:
-            item.name = d.name
-        if d.arguments:
-            item.arguments += d.arguments
-            events.append(event("response.function_call_arguments.delta", item_id=item.id,
-                                output_index=self._open, delta=d.arguments))
-        return events
-
-    def feed(self, delta: ChatDelta, n_tokens: int = 0) -> List[JSON]:
-        events: List[JSON] = []
-        if delta.reasoning:
-            events += self._reasoning(delta.reasoning)
-            if not delta.content and not delta.tool_calls:
-                self.reasoning_tokens += n_tokens
-        if delta.content:
-            events += self._text(delta.content)
-        for d in delta.tool_calls or ():
-            events += self._call(d)
-        return events
-
     def finish(self, status: str) -> List[JSON]:
         """Close the open item; `status` "incomplete" marks it cut off. An answer with no item
         at all still gets a message (empty, or the whitespace it wrote), so `output_text` is
         always there; whitespace held back after other items is dropped."""
         events: List[JSON] = []
         if not self.items:
-            held, self._held = self._held, ""
-            events += self._start("message", W.OutMessage(id=_id("msg")), W.OutputText())
-            if held:
-                events += self._text(held)
-        self._held = ""
-        return events + self._close(status)
+            events = self._open_item("text")
+            if self.held:
+                events += self.extend(0, "text", self.held)
+        self.held = ""
+        return events + self.close_item(status)
 
     def output(self) -> List[JSON]:
         return [it.model_dump() for it in self.items]

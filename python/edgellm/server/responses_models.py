@@ -276,6 +276,7 @@ Usage = shape("Usage", input_tokens=int,
               output_tokens_details=shape("OutputTokens", reasoning_tokens=(int, 0)),
               total_tokens=int)
 ErrorInfo = shape("ErrorInfo", code=str, message=str)
+Incomplete = shape("Incomplete", reason=str)
 
 
 class ResponseObject(BaseModel):
@@ -287,7 +288,7 @@ class ResponseObject(BaseModel):
     status: str
     background: bool = False
     error: Optional[ErrorInfo] = None
-    incomplete_details: Optional[shape("Incomplete", reason=str)] = None
+    incomplete_details: Optional[Incomplete] = None
     model: str
     output: List[OutItem] = []
     usage: Optional[Usage] = None
