@@ -1,28 +1,13 @@
-"""What keeps a web page from driving the server through its visitor's browser (docs/SERVER.md
-"Security"). A server without an API key on 127.0.0.1 is still reachable from every page the
-user opens; three checks close the ways in, before any route runs:
+"""What keeps a web page from driving the server through its visitor's browser, checked before
+any route runs (docs/SERVER.md "Security" says what is refused and why):
 
-- **Host** (DNS rebinding): without an API key, a request whose Host header names a DNS name
-  this server was not started for is refused 403. A page at http://attacker.example can make
-  attacker.example resolve to 127.0.0.1; its requests then come same-origin, but with
-  `Host: attacker.example`. Accepted: IP literals, names without a dot (a public DNS name has
-  one), localhost and the local names (*.localhost, *.local, *.internal, *.home.arpa), the
-  machine's host name, the names given to --host, and --allowed-hosts (a name, `.example.com`
-  for it and every name under it, or `*` for any). With a key the check is off: a page that
-  rebinds a name still has no key to send.
-- **Origin**: a request that carries an Origin header (every cross-origin request a browser
-  sends, and its same-origin POSTs) is served only when the origin is this server's own (its
-  host and port are the Host header's) or one --cors-origins allows; else 403. `Origin: null`
-  (sandboxed frames, file: pages) is never allowed. Preflights (OPTIONS) are answered by the
-  CORS middleware outside this one and never reach a route.
-- **Content-Type**: a body is read as JSON only when it is sent as JSON: a POST, PUT, PATCH or
-  DELETE whose Content-Type is not `application/json` (or `*/*+json`) is refused 415 naming
-  the type. `text/plain`, form and multipart bodies are what a page may send cross-origin
-  without a preflight; a request with no Content-Type is still read (curl-like clients omit it,
-  and a browser sending one cross-origin carries an Origin, refused above).
-
-WebSocket upgrades are refused too (no route speaks WebSocket): 403 before the handshake, with
-the reason as the close reason, instead of an ASGI app that never answers (uvicorn's 500).
+- Host (DNS rebinding): without an API key, a Host naming a DNS name the server was not started
+  for is 403 (IP literals, dotless and local names, the machine's name, --host, --allowed-hosts
+  pass);
+- Origin: a request carrying an Origin that is neither the server's own nor allowed by
+  --cors-origins is 403 ('null' never passes); preflights are answered by cors.CORS outside;
+- Content-Type: a body a page may send without a preflight (anything but JSON) is 415;
+- WebSocket: refused before the handshake (403) instead of an app that never answers.
 """
 import ipaddress
 import socket
@@ -51,23 +36,19 @@ def split_host(value: str) -> Tuple[Optional[str], Optional[int]]:
     return host.rstrip(".").lower(), port
 
 
-def is_ip(host: str) -> bool:
+def ip_of(host: str):
+    """The IP address a host name is written as (None for a DNS name)."""
     try:
-        ipaddress.ip_address(host.split("%", 1)[0])
-        return True
+        return ipaddress.ip_address(host.strip("[]").split("%", 1)[0])
     except ValueError:
-        return False
+        return None
 
 
 def is_loopback(address: str) -> bool:
     """Whether a --host address only this machine can reach (127.0.0.0/8, ::1, localhost)."""
-    host = address.strip().strip("[]").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
-    except ValueError:
-        return False
+    host = address.strip().lower()
+    ip = ip_of(host)
+    return ip.is_loopback if ip else (host == "localhost" or host.endswith(".localhost"))
 
 
 class HostRule:
@@ -78,11 +59,7 @@ class HostRule:
         names.discard("")
         self.any = "*" in names
         self.suffixes = tuple(n for n in names if n.startswith("."))
-        try:
-            names.add(socket.gethostname().rstrip(".").lower())
-        except OSError:  # pragma: no cover - no host name: nothing to add
-            pass
-        self.names = frozenset(names)
+        self.names = frozenset(names | {socket.gethostname().rstrip(".").lower()})
 
     def allows(self, host: Optional[str]) -> bool:
         if self.any or not host:  # HTTP/1.0 sends none: no browser does that
@@ -90,7 +67,7 @@ class HostRule:
         name, _ = split_host(host)
         if name is None:
             return False
-        return (is_ip(name) or "." not in name or name in self.names
+        return (ip_of(name) is not None or "." not in name or name in self.names
                 or name.endswith(LOCAL_SUFFIXES)
                 or any(name.endswith(s) or name == s[1:] for s in self.suffixes))
 
@@ -188,16 +165,7 @@ class BrowserGuard:
 
     @staticmethod
     async def _refuse_websocket(scope: Scope, receive: Receive, send: Send) -> None:
-        message = await receive()  # websocket.connect
-        if message.get("type") != "websocket.connect":
-            return
-        err = APIError(403, "this server speaks no WebSocket: use HTTP (server-sent events "
-                            "stream the answers)", "invalid_request_error", None,
-                       "websocket_not_supported")
-        if "websocket.http.response" in scope.get("extensions", {}):
-            response = err.response()
-            await send({"type": "websocket.http.response.start", "status": err.status,
-                        "headers": response.raw_headers})
-            await send({"type": "websocket.http.response.body", "body": response.body})
-            return
-        await send({"type": "websocket.close", "code": 1008, "reason": err.message[:120]})
+        """A close before the handshake: the server answers the upgrade 403."""
+        if (await receive()).get("type") == "websocket.connect":
+            await send({"type": "websocket.close", "code": 1008,
+                        "reason": "this server speaks no WebSocket: use HTTP"})

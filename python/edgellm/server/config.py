@@ -75,10 +75,8 @@ class ServerConfig:
     pooling: Optional[str] = None      # none | mean | cls | last; None = the model's (else mean)
     embd_normalize: int = 2            # llama.cpp's embd_normalize for pooled vectors
     embedding: bool = False            # --embedding: accepted; embeddings are always served
-    # llama-server compatible server options (docs/SERVER.md "llama.cpp's native endpoints")
-    # who may use the server from a web page (server/cors.py, server/browser_guard.py;
-    # docs/SERVER.md "Security"): "" = the server's own pages only, "*", "localhost", or a
-    # comma list of origins; Host names a keyless server answers beyond its own and localhost
+    # llama-server's options (docs/SERVER.md "llama.cpp's native endpoints"); web pages allowed
+    # ("" none, "*", "localhost", origins) and Host names answered without a key ("Security")
     cors_origins: str = ""
     allowed_hosts: str = ""            # comma list of names, ".example.com", or "*" (any)
     cors_methods: str = "GET, POST, DELETE, OPTIONS"

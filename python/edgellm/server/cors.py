@@ -1,19 +1,10 @@
 """CORS with llama-server's options (--cors-origins, --cors-methods, --cors-headers,
---cors-credentials), but closed by default (docs/SERVER.md "Security"):
-
-- with no --cors-origins (the default) no origin but the server's own is allowed: answers carry
-  no Access-Control-Allow-Origin, so no other page can read them (and server/browser_guard.py
-  refuses its requests);
-- "*" allows every origin (the request's Origin is echoed when credentials are on, as
-  llama-server does; else "*" is sent); "localhost" allows only localhost origins
-  (http(s)://localhost, 127.0.0.1 or [::1], any port); a comma-separated list allows those
-  origins exactly. `Origin: null` (sandboxed frames, file: pages) is never allowed or echoed;
-- an OPTIONS request (a browser's preflight) is answered 200 at once, with the allowed
-  credentials, methods and headers when the origin is allowed, and never needs the API key:
-  browsers send none with it.
-
-This middleware sits outside the API-key check, so 401 and 503 answers carry the headers too.
-Header names are sent in llama-server's capitalisation (some clients compare them exactly).
+--cors-credentials), closed by default (docs/SERVER.md "Security"): no --cors-origins allows no
+origin but the server's own; '*' allows any (the Origin echoed with credentials, as
+llama-server); 'localhost' allows localhost origins; a comma list allows those exactly;
+'null' never. A preflight (OPTIONS) is answered 200 at once, without the API key (browsers send
+none with it). Sitting outside the key check, 401 and 503 answers carry the headers too; names
+are sent in llama-server's capitalisation (some clients compare them exactly).
 """
 from typing import Optional
 from urllib.parse import urlsplit

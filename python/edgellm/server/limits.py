@@ -169,18 +169,22 @@ class BodyLimit:
             if body:
                 chunks.append(body)
 
-        replayed = False
         whole = b"".join(chunks)
         chunks.clear()
+        await self.app(scope, replay(whole, receive), send)
 
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": whole, "more_body": False}
-            return await receive()
 
-        await self.app(scope, replay, send)
+def replay(body: bytes, receive: Receive) -> Receive:
+    """A receive() that gives the body read already, then goes to the connection."""
+    sent = False
+
+    async def receive_again() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+    return receive_again
 
 
 def http_protocol(read_timeout: Optional[float], base: Optional[type] = None) -> type:

@@ -27,8 +27,8 @@ from starlette.routing import Match, Route, Router
 
 from .config import parse_keep_alive
 from .errors import APIError, invalid
-from .limits import check_unicode
-from .metrics import ServerMetrics
+from .limits import check_unicode, replay
+from .metrics import ServerMetrics, _labels
 from .model_catalog import ModelCatalog, ModelEntry
 from .model_pool import LOADED, SERVER_KEEP_ALIVE, ModelPool, ModelSlot
 from .routes import CLIENT_CLOSED, OFF_LOOP_BYTES, engine_meta, off_loop
@@ -89,7 +89,7 @@ class ModelRouter:
             self.metrics.request_done("http", CLIENT_CLOSED)
             return  # the client left while its model was loading: nothing to answer
         try:
-            await self._app(slot)(scope, _replay(body, receive), send)
+            await self._app(slot)(scope, replay(body, receive), send)
         finally:
             self.pool.release(slot, keep_alive)
 
@@ -228,18 +228,6 @@ class ModelRouter:
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-def _replay(body: bytes, receive):
-    sent = False
-
-    async def replay():
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-    return replay
-
-
 def _summed(stats: List[Optional[dict]]) -> Optional[dict]:
     """The engines' counters and gauges added up (each is a count, a byte size or a rate)."""
     out: dict = {}
@@ -253,26 +241,23 @@ def _summed(stats: List[Optional[dict]]) -> Optional[dict]:
 
 
 def _pool_metrics(slots: List[ModelSlot]) -> str:
-    from .metrics import _fmt, _labels
+    from .metrics import family
 
-    lines = ["# HELP edgellm_model_loaded 1 while the model is in memory",
-             "# TYPE edgellm_model_loaded gauge"]
-    lines += [f"edgellm_model_loaded{_labels([('model', s.entry.id)])} "
-              f"{1 if s.state == LOADED else 0}" for s in slots]
-    lines += ["# HELP edgellm_model_memory_bytes The model's memory plan (counted against "
-              "--models-memory while it is loaded)", "# TYPE edgellm_model_memory_bytes gauge"]
-    lines += [f"edgellm_model_memory_bytes{_labels([('model', s.entry.id)])} {_fmt(s.bytes)}"
-              for s in slots if s.bytes is not None]
-    lines += ["# HELP edgellm_model_requests_running Requests holding the model now",
-              "# TYPE edgellm_model_requests_running gauge"]
-    lines += [f"edgellm_model_requests_running{_labels([('model', s.entry.id)])} {s.busy}"
-              for s in slots]
-    lines += ["# HELP edgellm_model_loads_total Times the model was loaded",
-              "# TYPE edgellm_model_loads_total counter"]
-    lines += [f"edgellm_model_loads_total{_labels([('model', s.entry.id)])} {s.loads}"
-              for s in slots]
-    lines += ["# HELP edgellm_model_unloads_total Times the model was unloaded, by reason "
-              "(keep_alive, evicted for room, request)", "# TYPE edgellm_model_unloads_total counter"]
-    lines += [f"edgellm_model_unloads_total{_labels([('model', s.entry.id), ('reason', r)])} {n}"
-              for s in slots for r, n in sorted(s.unloads.items())]
-    return "\n".join(lines) + "\n"
+    def each(value) -> list:
+        return [(_labels([("model", s.entry.id)]), value(s)) for s in slots]
+
+    out: List[str] = []
+    family(out, "edgellm_model_loaded", "gauge", "1 while the model is in memory",
+           each(lambda s: 1 if s.state == LOADED else 0))
+    family(out, "edgellm_model_memory_bytes", "gauge", "The model's memory plan (counted against "
+           "--models-memory while it is loaded)",
+           [(_labels([("model", s.entry.id)]), s.bytes) for s in slots if s.bytes is not None])
+    family(out, "edgellm_model_requests_running", "gauge", "Requests holding the model now",
+           each(lambda s: s.busy))
+    family(out, "edgellm_model_loads_total", "counter", "Times the model was loaded",
+           each(lambda s: s.loads))
+    family(out, "edgellm_model_unloads_total", "counter", "Times the model was unloaded, by reason "
+           "(keep_alive, evicted for room, request)",
+           [(_labels([("model", s.entry.id), ("reason", r)]), n)
+            for s in slots for r, n in sorted(s.unloads.items())])
+    return "\n".join(out) + "\n"
