@@ -14,6 +14,7 @@ from . import protocol
 from .admission import EngineHost
 from .lifecycle import (CLIENT_CLOSED, OFF_LOOP_BYTES, Generation,  # noqa: F401 (model_router)
                         Lifecycle, check_token_ids, off_loop, read_json)
+from .model_pool import public_text
 from .responses import OpenAIEncoder
 
 
@@ -95,8 +96,9 @@ class Routes:
         state = self.host.state
         if state == "ready":
             return JSONResponse({"status": "ok"})
-        if state == "failed":
-            return JSONResponse({"status": "error", "message": str(self.host.error)}, 500)
+        if state == "failed":  # /health is open: no paths or file bytes in the message
+            return JSONResponse({"status": "error",
+                                 "message": public_text(str(self.host.error))}, 500)
         return JSONResponse({"status": state}, 503, headers={"Retry-After": "1"})
 
     async def metrics_text(self, request: Request) -> Response:
