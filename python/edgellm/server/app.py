@@ -163,7 +163,7 @@ def _many_model_app(config: ServerConfig, loader, params_factory, planner) -> Fa
         finally:
             pool.close()
 
-    app = _fastapi(config, router.routes() + stored, lifespan, metrics,
+    app = _fastapi(config, router.routes(route) + stored, lifespan, metrics,
                    [r for r in documented if r.path not in _SERVER_PATHS | _STORED_PATHS])
     app.router.default = router.dispatch  # every other path: one model's routes
     app.state.host = pool.slot(router.default).host

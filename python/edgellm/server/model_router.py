@@ -20,6 +20,7 @@ import logging
 import time
 from typing import Any, Callable, Dict, List, Optional
 
+from pydantic import Field
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -27,16 +28,23 @@ from starlette.routing import Match, Route, Router
 
 from .config import parse_keep_alive
 from .errors import APIError, invalid
+from .lifecycle import CLIENT_CLOSED, OFF_LOOP_BYTES, off_loop, read_json
 from .limits import check_unicode, replay
 from .metrics import ServerMetrics, _labels
 from .model_catalog import ModelCatalog, ModelEntry
 from .model_pool import LOADED, SERVER_KEEP_ALIVE, ModelPool, ModelSlot
-from .routes import CLIENT_CLOSED, OFF_LOOP_BYTES, engine_meta, off_loop
+from .routes import engine_meta
 from .sse import cancel_and_wait, wait_disconnect
+from .wire import Wire, parse
 
 log = logging.getLogger("edgellm.server")
 
 _BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+
+
+class ModelName(Wire):
+    """The body of POST /models/load and /models/unload (llama-server's router mode)."""
+    model: str = Field(min_length=1)
 
 
 class ModelRouter:
@@ -147,16 +155,15 @@ class ModelRouter:
         return body, fields if isinstance(fields, dict) else {}
 
     # --- the routes about every model ------------------------------------------------------------
-    def routes(self) -> List[Route]:
-        return [
-            Route("/v1/models", self.list_models, methods=["GET"]),
-            Route("/models", self.list_models, methods=["GET"]),
-            Route("/health", self.health, methods=["GET"]),
-            Route("/v1/health", self.health, methods=["GET"]),
-            Route("/metrics", self.metrics_text, methods=["GET"]),
-            Route("/models/load", self.load, methods=["POST"]),
-            Route("/models/unload", self.unload, methods=["POST"]),
-        ]
+    def routes(self, route: Callable[..., Route]) -> List[Route]:
+        """Its own routes, each built by `route(path, endpoint, method, body, tag)` (app.route:
+        in the OpenAPI document)."""
+        return [route(path, fn, method, body, "models") for path, fn, method, body in [
+            ("/v1/models", self.list_models, "GET", None), ("/models", self.list_models, "GET", None),
+            ("/health", self.health, "GET", None), ("/v1/health", self.health, "GET", None),
+            ("/metrics", self.metrics_text, "GET", None),
+            ("/models/load", self.load, "POST", ModelName),
+            ("/models/unload", self.unload, "POST", ModelName)]]
 
     def _card(self, slot: ModelSlot) -> dict:
         e = slot.entry
@@ -205,14 +212,8 @@ class ModelRouter:
         return JSONResponse({"success": True, "model": slot.entry.id, "status": slot.state})
 
     async def _named_slot(self, request: Request) -> ModelSlot:
-        try:
-            fields = json.loads(await request.body() or b"{}")
-        except ValueError as e:
-            raise invalid(f"the request body is not valid JSON: {e}", None, "invalid_json") from None
-        name = fields.get("model") if isinstance(fields, dict) else None
-        if not isinstance(name, str) or not name:
-            raise invalid("give the model: {\"model\": NAME}", "model", "missing_field")
-        return self.pool.slot(self.catalog.find(name))
+        fields = await read_json(request)
+        return self.pool.slot(self.catalog.find(parse(ModelName, fields).model))
 
     async def metrics_text(self, request: Request) -> Response:
         from .llamacpp_api import llamacpp_metrics, not_supported
