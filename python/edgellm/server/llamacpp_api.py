@@ -178,8 +178,8 @@ InfillFile = shape("InfillFile", Wire, text=str, filename=(str, "tmp"))
 NativeCompletionBody = _body_model("NativeCompletionBody", "POST /completion", {
     **NATIVE_FIELDS, "prompt": (checked(lambda v, _: split_prompts(v), _PIECES), ...)})
 InfillBody = _body_model("InfillBody", "POST /infill", {
-    **NATIVE_FIELDS, "prompt": (str, ""), "input_prefix": (checked(_pieces, _PIECES), ...),
-    "input_suffix": (checked(_pieces, _PIECES), ...), "input_extra": (List[InfillFile], [])})
+    **NATIVE_FIELDS, "prompt": (str, ""), "input_prefix": checked(_pieces, _PIECES),
+    "input_suffix": checked(_pieces, _PIECES), "input_extra": (List[InfillFile], [])})
 
 
 # --- prompts ----------------------------------------------------------------------------------
@@ -617,6 +617,9 @@ class LlamaCppAPI:
                                + " or a vocabulary token such as "
                                + ", ".join(FIM_KINDS[k][1][0] for k in missing) + ")",
                                "not_supported_error", None, "infill_unsupported")
+            for key in ("input_prefix", "input_suffix"):  # after the FIM check, as llama-server
+                if key not in fields:
+                    raise invalid(f"'{key}' is required", key, "missing_field")
             prefix, suffix = fields["input_prefix"], fields["input_suffix"]
             extra = fields.get("input_extra", [])
             prompts = [[fields.get("prompt", "")]]
