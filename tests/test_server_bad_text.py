@@ -87,6 +87,22 @@ def _error(r, status=400):
 
 
 @pytest.mark.real_model
+@pytest.mark.parametrize("path, body, param", [
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "stop": ["\ud800"]}, "stop[0]"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+                              "stop": "a\udbff"}, "stop"),
+    ("/completion", {"prompt": "hi", "n_predict": 2, "grammar": 'root ::= "\ud800"'}, "grammar"),
+    ("/completion", {"prompt": "hi", "n_predict": 2, "stop": ["\udc00"]}, "stop[0]"),
+    ("/slots/0?action=save", {"filename": "a\ud800.bin"}, "filename"),
+])
+def test_lone_surrogates_are_400_on_the_real_server(smol, path, body, param):
+    raw = json.dumps(body).encode()  # (httpx's json= cannot encode a lone surrogate)
+    err = _error(httpx.post(smol.url + path, content=raw, timeout=60,
+                            headers={**smol.headers, "content-type": "application/json"}))
+    assert err["code"] == "invalid_unicode" and err["param"] == param, err
+
+
+@pytest.mark.real_model
 @pytest.mark.parametrize("schema", CYCLES)
 def test_a_cyclic_tool_schema_is_400_before_generation(smol, schema):
     for choice in ("required", "auto"):
