@@ -11,13 +11,14 @@ any route runs (docs/SERVER.md "Security" says what is refused and why):
 """
 import ipaddress
 import socket
-from typing import Callable, Iterable, Optional, Tuple
+from typing import Iterable, Optional, Tuple
 from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .cors import origin_allowed
 from .errors import APIError
+from .limits import Guard
 
 LOCAL_SUFFIXES = (".localhost", ".local", ".internal", ".home.arpa")
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -120,12 +121,9 @@ def unsupported_type(content_type: str) -> APIError:
                     "unsupported_media_type")
 
 
-class BrowserGuard:
-    def __init__(self, app: ASGIApp, config, render_error: Optional[Callable] = None,
-                 metrics=None):
-        self.app = app
-        self.render_error = render_error  # (scope, APIError) -> the response for this path
-        self.metrics = metrics
+class BrowserGuard(Guard):
+    def __init__(self, app: ASGIApp, config, **kw):
+        super().__init__(app, **kw)
         self.origins = getattr(config, "cors_origins", "") or ""
         allowed = [h for h in (getattr(config, "allowed_hosts", "") or "").split(",") if h.strip()]
         self.hosts = None if config.api_key else HostRule(config.hosts, allowed)
@@ -157,11 +155,8 @@ class BrowserGuard:
         err = self.refusal(scope) if kind == "http" else None
         if err is None:
             await self.app(scope, receive, send)
-            return
-        if self.metrics is not None:
-            self.metrics.request_done("http", err.status)
-        response = self.render_error(scope, err) if self.render_error else err.response()
-        await response(scope, receive, send)
+        else:
+            await self.refuse(scope, receive, send, err)
 
     @staticmethod
     async def _refuse_websocket(scope: Scope, receive: Receive, send: Send) -> None:

@@ -88,21 +88,30 @@ def _check_text(text: str, path: str, key: bool = False) -> None:
                        "invalid_unicode") from None
 
 
-class BodyLimit:
-    def __init__(self, app: ASGIApp, max_body_size: Optional[int], read_timeout: Optional[float],
-                 render_error: Optional[Callable[[Scope, APIError], ASGIApp]] = None,
-                 metrics=None):
+class Guard:
+    """A pure ASGI middleware that may refuse a request before the routes, in the envelope of
+    the path's API (`render_error(scope, err)`; OpenAI's by default), counted in metrics."""
+
+    def __init__(self, app: ASGIApp, render_error: Optional[Callable[[Scope, APIError], ASGIApp]]
+                 = None, metrics=None):
         self.app = app
-        self.limit = max_body_size or None      # None / 0 = unlimited
-        self.timeout = read_timeout or None     # None / 0 = no deadline
         self.render_error = render_error
         self.metrics = metrics
 
-    async def _answer(self, scope: Scope, receive: Receive, send: Send, err: APIError) -> None:
+    async def refuse(self, scope: Scope, receive: Receive, send: Send, err: APIError,
+                     endpoint: str = "http") -> None:
         if self.metrics is not None:
-            self.metrics.request_done("http", err.status)
+            self.metrics.request_done(endpoint, err.status)
         response = self.render_error(scope, err) if self.render_error else err.response()
         await response(scope, receive, send)
+
+
+class BodyLimit(Guard):
+    def __init__(self, app: ASGIApp, max_body_size: Optional[int], read_timeout: Optional[float],
+                 **kw):
+        super().__init__(app, **kw)
+        self.limit = max_body_size or None      # None / 0 = unlimited
+        self.timeout = read_timeout or None     # None / 0 = no deadline
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -144,7 +153,7 @@ class BodyLimit:
         if self.limit and declared is not None and declared > self.limit:
             if not expect_continue:  # else the client waits for "100 Continue" and sends nothing
                 await drain(True, 0)
-            await self._answer(scope, receive, send, too_large(self.limit, declared))
+            await self.refuse(scope, receive, send, too_large(self.limit, declared))
             return
 
         chunks = []
@@ -154,7 +163,7 @@ class BodyLimit:
             message = await next_message()
             if message is None:
                 log.info("request body too slow (--read-timeout %g s): answered 408", self.timeout)
-                await self._answer(scope, receive, send, read_timed_out(self.timeout))
+                await self.refuse(scope, receive, send, read_timed_out(self.timeout))
                 return
             if message["type"] == "http.disconnect":
                 return  # the client left before sending its body: nobody to answer
@@ -164,7 +173,7 @@ class BodyLimit:
             if self.limit and size > self.limit:
                 chunks.clear()
                 await drain(more, size)
-                await self._answer(scope, receive, send, too_large(self.limit))
+                await self.refuse(scope, receive, send, too_large(self.limit))
                 return
             if body:
                 chunks.append(body)
