@@ -66,6 +66,23 @@ def test_a_tool_schema_matching_nothing_is_refused_up_front(fmt, schema):
     assert "root ::=" in gbnf
 
 
+def test_several_models_router_refuses_a_lone_surrogate():
+    """The router reads the body to pick the model and writes it again without keep_alive:
+    that write of a lone surrogate failed with a codec error naming no field (a bare 400)."""
+    from test_server_models import ModelsServer
+
+    s = ModelsServer()
+    try:
+        raw = json.dumps({"model": "a", "keep_alive": "1m", "max_tokens": 2, "stop": ["\ud800"],
+                          "messages": [{"role": "user", "content": "hi"}]}).encode()
+        r = httpx.post(s.url + "/v1/chat/completions", content=raw, timeout=10,
+                       headers={"content-type": "application/json"})
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["code"] == "invalid_unicode" and not s.loads.count
+    finally:
+        s.stop()
+
+
 # --- SmolLM2 behind `edgellm serve` -----------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -28,8 +28,8 @@ from starlette.routing import Match, Route, Router
 
 from .config import parse_keep_alive
 from .errors import APIError, invalid
-from .lifecycle import CLIENT_CLOSED, OFF_LOOP_BYTES, off_loop, read_json
-from .limits import check_unicode, replay
+from .lifecycle import CLIENT_CLOSED, read_json
+from .limits import replay
 from .metrics import ServerMetrics, _labels
 from .model_catalog import ModelCatalog, ModelEntry
 from .model_pool import LOADED, SERVER_KEEP_ALIVE, ModelPool, ModelSlot
@@ -76,10 +76,14 @@ class ModelRouter:
         matches = {r.matches(scope)[0] for r in template.routes}
         if Match.FULL not in matches:  # answered in the app's envelope; nothing is loaded
             raise HTTPException(405 if Match.PARTIAL in matches else 404)
-        body, fields = await self._read(scope, receive)
+        request = Request(scope, receive)
+        body = await request.body()  # server/limits.BodyLimit has bounded it
+        fields = await read_json(request) if scope["method"] in _BODY_METHODS \
+            and body.strip() else {}
+        fields = fields if isinstance(fields, dict) else {}  # the route says what is wrong
         name = fields.get("model")
         if name is None:
-            name = Request(scope).query_params.get("model")
+            name = request.query_params.get("model")
         if name is not None and not isinstance(name, str):
             raise invalid("'model' must be a string: the name of one of this server's models",
                           "model", "invalid_type")
@@ -126,33 +130,6 @@ class ModelRouter:
         await cancel_and_wait(acquiring, watcher)
         if not acquiring.cancelled() and acquiring.exception() is None:
             self.pool.release(slot)  # it was claimed just as the client left
-
-    @staticmethod
-    async def _read(scope, receive):
-        """The whole body (server/limits.BodyLimit has bounded it) and, when it is a JSON
-        object, its fields; the routes read the same bytes again."""
-        chunks = []
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        body = b"".join(chunks)
-        if scope.get("method") not in _BODY_METHODS or not body.strip():
-            return body, {}
-        try:
-            if len(body) > OFF_LOOP_BYTES:
-                fields = await off_loop(json.loads, body)
-            else:
-                fields = json.loads(body)
-        except (UnicodeDecodeError, ValueError) as e:
-            raise invalid(f"the request body is not valid JSON: {e}", None, "invalid_json") from None
-        except RecursionError:
-            raise invalid("the request body is nested too deeply", None, "nesting_too_deep") from None
-        check_unicode(body, fields)  # a lone surrogate: 400 (the body may be written again)
-        return body, fields if isinstance(fields, dict) else {}
 
     # --- the routes about every model ------------------------------------------------------------
     def routes(self, route: Callable[..., Route]) -> List[Route]:
