@@ -134,3 +134,11 @@ def test_a_cyclic_tool_schema_is_400_before_generation(smol, schema):
                                                                     "schema": schema}}}))
     assert "matches nothing" in err["message"]
     assert httpx.get(smol.url + "/health").status_code == 200
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("path", ["/embeddings", "/embedding", "/v1/embeddings"])
+def test_an_embd_normalize_past_int32_is_400(smol, path):
+    # found by tests/test_server_openapi.py's schemathesis run: a 500 pybind TypeError before
+    err = _error(smol.post(path, {"input": "x", "embd_normalize": 2 ** 80}))
+    assert err["param"] == "embd_normalize", err

@@ -15,8 +15,13 @@ command: a few examples per operation here; EDGELLM_SCHEMATHESIS_EXAMPLES=N (and
 EDGELLM_SCHEMATHESIS_PHASES, EDGELLM_SCHEMATHESIS_SEED) make the long run whose figures
 docs/SERVER.md "OpenAPI" records.
 """
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
+import httpx
 import pytest
 
 pytest.importorskip("edgellm._core", reason="edgellm._core is not built (scripts/dev-build.sh)")
@@ -80,3 +85,68 @@ def test_openapi_document_validates_and_names_every_route(tmp_path, several):
     missing = {(m, p) for m, p in _served(app) - documented
                if p not in ("/", "/webui/{name}", "/docs", "/openapi.json")}
     assert not missing, f"routes not in /openapi.json: {sorted(missing)}"
+
+
+# --- schemathesis against SmolLM2 -------------------------------------------------------------
+
+KEY = "schemathesis-key"
+
+
+def run_schemathesis(url: str, report_dir: Path, headers: dict, examples: int = EXAMPLES,
+                     phases: str = PHASES, seed: str = SEED) -> dict:
+    """schemathesis' command line against `url` (its /openapi.json); its JSON report."""
+    cmd = [sys.executable, "-m", "schemathesis.cli", "run", url + "/openapi.json",
+           "--checks", CHECKS, "--request-timeout", str(REQUEST_TIMEOUT),
+           "--max-examples", str(examples), "--phases", phases, "--workers", "2",
+           "--generation-database", "none", "--no-color", "--report", "json",
+           "--report-dir", str(report_dir)]
+    if seed:
+        cmd += ["--seed", str(seed)]
+    for name, value in headers.items():
+        cmd += ["--header", f"{name}: {value}"]
+    run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         timeout=3600, cwd=report_dir.parent)  # its crash cache stays there
+    reports = sorted(report_dir.glob("*.json"))
+    assert reports, run.stdout[-6000:]
+    report = json.loads(reports[-1].read_text())
+    out = run.stdout
+    # what to show when it fails: each failure with its answer and the curl that reproduces it
+    start, end = out.find("= FAILURES ="), out.find("= WARNINGS =")
+    report["output"] = out[start:end if end > start else None] if start >= 0 else out[-6000:]
+    return report
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+@pytest.mark.parametrize("several", [False, True])
+def test_schemathesis_finds_no_5xx_hang_or_schema_break(smollm2_path, tmp_path, several):
+    from test_server import ServerProcess
+
+    args = ["--parallel", "4", "--ctx-size", "256", "--slot-save-path", str(tmp_path / "slots")]
+    model = smollm2_path
+    if several:  # --models-dir: the router's routes too (/models/load, /models/unload)
+        models = tmp_path / "models"
+        models.mkdir()
+        (models / "tiny.gguf").symlink_to(smollm2_path)  # a second id, "tiny"
+        model, args = "smollm2", args + ["--models-dir", str(models)]
+    s = ServerProcess(model, *args, api_key=KEY)
+    try:
+        s.wait_ready()
+        report = run_schemathesis(s.url, tmp_path / "report", {"Authorization": f"Bearer {KEY}"},
+                                  examples=EXAMPLES // 2 if several else EXAMPLES)
+        cases = report["test_cases"]
+        ops = report["operations"]
+        print(f"schemathesis: {cases['generated']} requests over {ops['tested']} operations in "
+              f"{report['running_time']:.0f} s (seed {report['seed']}): "
+              f"{len(report['failures'])} failures, {len(report['errors'])} errors")
+        assert ops["tested"] == ops["total"] and ops["errored"] == 0, report["output"][:12000]
+        assert cases["generated"] >= ops["total"] * 2, cases
+        assert not report["failures"] and not report["errors"], report["output"][:12000]
+        assert report["exit_code"] == 0, report["output"][:12000]
+        assert httpx.get(s.url + "/health", timeout=10).status_code == 200
+        s.log.flush()
+        s.log.seek(0)
+        log = s.log.read()
+        assert "Traceback" not in log, log[-8000:]
+    finally:
+        s.stop()

@@ -15,6 +15,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import BaseRoute
 
 import edgellm
@@ -39,7 +40,7 @@ _SCHEMAS = "#/components/schemas/"
 
 
 def route(path: str, endpoint: Callable, method: str = "POST", body: Optional[type] = None,
-          tag: str = "OpenAI") -> APIRoute:
+          tag: str = "OpenAI", response_class: type = JSONResponse) -> APIRoute:
     """One endpoint; `body`, the pydantic model of its request, goes in the OpenAPI document
     only (the endpoint parses the body itself, answering in its API's error envelope)."""
     extra: dict = {"parameters": [{"name": name, "in": "path", "required": True,
@@ -50,6 +51,7 @@ def route(path: str, endpoint: Callable, method: str = "POST", body: Optional[ty
             "schema": {"$ref": _SCHEMAS + body.__name__}}}}
     doc = (endpoint.__doc__ or "").strip().split("\n")[0] or None
     out = APIRoute(path, endpoint, methods=[method], openapi_extra=extra, tags=[tag],
+                   response_class=response_class,
                    summary=doc, name=f"{method} {path}", operation_id=method.lower()
                    + path.replace("/", "_").replace("{", "").replace("}", "").replace("-", "_"))
     out.body_model = body
@@ -82,7 +84,8 @@ def model_routes(host: EngineHost, store: Optional[ResponseStore] = None) -> Lis
         route("/models", routes.models, "GET"),
         route("/health", routes.health, "GET", tag="server"),
         route("/v1/health", routes.health, "GET", tag="server"),
-        route("/metrics", native.metrics_endpoint, "GET", tag="server"),  # + llamacpp:* names
+        route("/metrics", native.metrics_endpoint, "GET", tag="server",  # + llamacpp:* names
+              response_class=PlainTextResponse),
         route("/tokenize", routes.tokenize, body=protocol.TokenizeBody, tag="llama.cpp"),
         route("/detokenize", routes.detokenize, body=protocol.DetokenizeBody, tag="llama.cpp"),
         # OpenAI's embeddings, and llama-server's native ones (server/embeddings.py)

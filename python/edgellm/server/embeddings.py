@@ -48,7 +48,7 @@ class EmbeddingsBody(Wire):
     dimensions: Optional[int] = None    # only the model's own width
     user: Optional[str] = None
     # -1 none, 0 max absolute, 1 taxicab, 2 euclidean, > 2 p-norm
-    embd_normalize: Annotated[Optional[int], Field(ge=-1)] = None
+    embd_normalize: Annotated[Optional[int], Field(ge=-1, le=(1 << 31) - 1)] = None
 
 
 class EmbeddingRoutes:

@@ -138,9 +138,10 @@ class ModelRouter:
         return [route(path, fn, method, body, "models") for path, fn, method, body in [
             ("/v1/models", self.list_models, "GET", None), ("/models", self.list_models, "GET", None),
             ("/health", self.health, "GET", None), ("/v1/health", self.health, "GET", None),
-            ("/metrics", self.metrics_text, "GET", None),
             ("/models/load", self.load, "POST", ModelName),
-            ("/models/unload", self.unload, "POST", ModelName)]]
+            ("/models/unload", self.unload, "POST", ModelName)]] + [
+            route("/metrics", self.metrics_text, "GET", None, "models",
+                  response_class=PlainTextResponse)]
 
     def _card(self, slot: ModelSlot) -> dict:
         e = slot.entry
