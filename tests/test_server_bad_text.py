@@ -90,12 +90,9 @@ def smol(smollm2_path, tmp_path_factory):
     from test_server import ServerProcess
 
     slots = tmp_path_factory.mktemp("slots")
-    s = ServerProcess(smollm2_path, "--parallel", "2", "--ctx-size", "512",
-                      "--slot-save-path", str(slots))
-    try:
-        yield s.wait_ready()
-    finally:
-        s.stop()
+    with ServerProcess(smollm2_path, "--parallel", "2", "--ctx-size", "512",
+                       "--slot-save-path", str(slots)) as s:
+        yield s
 
 
 def _error(r, status=400):

@@ -110,8 +110,9 @@ def run_schemathesis(url: str, report_dir: Path, headers: dict, examples: int = 
     assert reports, run.stdout[-6000:]
     report = json.loads(reports[-1].read_text())
     out = run.stdout
-    # what to show when it fails: each failure with its answer and the curl that reproduces it
-    start, end = out.find("= FAILURES ="), out.find("= WARNINGS =")
+    # what to show when it fails: errors, and each failure with its answer and its curl
+    found = [i for i in (out.find("= ERRORS ="), out.find("= FAILURES =")) if i >= 0]
+    start, end = min(found, default=-1), out.find("= WARNINGS =")
     report["output"] = out[start:end if end > start else None] if start >= 0 else out[-6000:]
     return report
 
@@ -129,9 +130,7 @@ def test_schemathesis_finds_no_5xx_hang_or_schema_break(smollm2_path, tmp_path, 
         models.mkdir()
         (models / "tiny.gguf").symlink_to(smollm2_path)  # a second id, "tiny"
         model, args = "smollm2", args + ["--models-dir", str(models)]
-    s = ServerProcess(model, *args, api_key=KEY)
-    try:
-        s.wait_ready()
+    with ServerProcess(model, *args, api_key=KEY) as s:
         report = run_schemathesis(s.url, tmp_path / "report", {"Authorization": f"Bearer {KEY}"},
                                   examples=EXAMPLES // 2 if several else EXAMPLES)
         cases = report["test_cases"]
@@ -148,5 +147,3 @@ def test_schemathesis_finds_no_5xx_hang_or_schema_break(smollm2_path, tmp_path, 
         s.log.seek(0)
         log = s.log.read()
         assert "Traceback" not in log, log[-8000:]
-    finally:
-        s.stop()
