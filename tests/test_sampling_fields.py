@@ -90,10 +90,12 @@ def test_wire_maps_are_derived():
     # OpenAI: every declared name maps to its field (max_tokens / response_format keep the
     # wire's own forms)
     for wire, field in sampling_fields.wire_names("openai").items():
-        assert protocol._SAMPLING[wire][1] == field
+        assert protocol.SAMPLING[wire][0] == field
+        assert protocol.SAMPLING[wire][1] == sampling_fields.BY_NAME[field].json_schema
+    assert set(protocol.SAMPLING) == set(sampling_fields.wire_names("openai"))
     # llama.cpp: every declared name is a /completion field
     for wire in sampling_fields.wire_names("llamacpp"):
-        assert wire in llamacpp_api.COMPLETION_FIELDS
+        assert wire in llamacpp_api.NATIVE_FIELDS
     # the unsupported samplers are never declared supported
     assert not set(sampling_fields.LLAMACPP_UNSUPPORTED) & set(sampling_fields.wire_names("llamacpp"))
     assert llamacpp_api.SAMPLERS == list(sampling_fields.LLAMACPP_CHAIN)

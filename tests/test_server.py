@@ -93,6 +93,16 @@ class ServerProcess:
                 self.proc.wait()
         self.log.close()
 
+    def __enter__(self):  # `with ServerProcess(...) as s:` -- ready, and stopped at the end
+        try:
+            return self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc):
+        self.stop()
+
 
 @pytest.fixture(scope="module")
 def server(smollm2_path):

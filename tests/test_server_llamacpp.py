@@ -383,7 +383,7 @@ PREFLIGHT = {"Access-Control-Request-Method": "POST", "Access-Control-Request-He
 
 
 def test_preflight_needs_no_key_and_errors_carry_cors():
-    s = RunningServer(api_key="k").wait_ready()
+    s = RunningServer(api_key="k", cors_origins="*").wait_ready()  # llama-server's default
     try:
         r = httpx.options(s.url + "/completion", headers={"Origin": "http://a.example", **PREFLIGHT})
         assert r.status_code == 200

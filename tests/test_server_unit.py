@@ -670,3 +670,26 @@ def test_cli_exits_1_when_the_model_fails_to_load():
 def test_cli_rejects_bad_options():
     proc, _ = _serve("--kv-memory", "lots")
     assert proc.wait(30) == 2 and "memory size" in proc.stdout.read()
+
+
+# --- the OpenAPI document -----------------------------------------------------------------------
+
+def test_openapi_document_names_every_route_and_its_body(server):
+    doc = httpx.get(server.url + "/openapi.json").json()
+    try:
+        from openapi_spec_validator import validate
+        validate(doc)
+    except ImportError:
+        pass
+    for path, method in (("/v1/chat/completions", "post"), ("/v1/completions", "post"),
+                         ("/v1/messages", "post"), ("/v1/responses", "post"),
+                         ("/completion", "post"), ("/infill", "post"), ("/v1/embeddings", "post"),
+                         ("/tokenize", "post"), ("/v1/models", "get"), ("/props", "get")):
+        assert method in doc["paths"][path], path
+    body = doc["paths"]["/v1/chat/completions"]["post"]["requestBody"]
+    name = body["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+    fields = doc["components"]["schemas"][name]["properties"]
+    assert {"messages", "temperature", "max_tokens", "tools", "stream"} <= set(fields)
+    assert doc["components"]["schemas"][name]["additionalProperties"] is False  # unknown: a 400
+    page = httpx.get(server.url + "/docs")
+    assert page.status_code == 200 and "/openapi.json" in page.text

@@ -37,6 +37,22 @@ __all__ = ["ToolCall", "ToolCallDelta", "ChatDelta", "ChatFormat", "ChatOutputPa
 _NAME_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*')
 
 
+def check_tool_schemas(tools: Sequence[Dict[str, Any]]) -> None:
+    """Each tool's parameters must admit some JSON value, as a response_format schema must:
+    checked up front by compiling it alone (microseconds), since inside the tool-call grammar a
+    schema that matches nothing (a $ref cycle such as {"$ref": "#"}) sits behind the call's
+    literal prefix and would only fail once a call is being written ("no token can be
+    sampled", mid-generation)."""
+    from ._core import Grammar, InvalidRequestError
+
+    for tool in tools:
+        try:
+            Grammar.from_json_schema(json.dumps(tool_parameters(tool)))
+        except InvalidRequestError as e:
+            raise InvalidRequestError(f"tool {tool_name(tool)!r}: its parameters schema cannot "
+                                      f"be used: {e}") from None
+
+
 GENERIC_TOOL_PROMPT = (
     "You can call these tools (JSON schemas of their parameters):\n{tools}\n\n"
     "To call tools, answer with only a JSON object of the form "
@@ -84,10 +100,11 @@ class ChatFormat:
         """(GBNF, triggers) for tool calls: triggers empty means the whole output is a call
         (tool_choice required or named) -- after the reasoning block when the template thinks;
         else the grammar switches on at a trigger (auto)."""
+        picked = chosen_tools(tools, tool_choice)
+        check_tool_schemas(picked)
         hooks = registered_formats().get(self.tool_format)
         if hooks is not None:
             return hooks.tool_grammar(json_schema_to_gbnf, tools, tool_choice)
-        picked = chosen_tools(tools, tool_choice)
         rules: List[str] = []
         alts: List[str] = []
         key = "parameters" if self.tool_format == LLAMA3 else "arguments"

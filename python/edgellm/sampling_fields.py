@@ -55,6 +55,7 @@ class Field:
     repl: Optional[str] = None          # `/set parameter NAME` (Ollama's spelling)
     engine: Optional[dict] = None       # the engine's row (type, range, flags); None: Python's own
     range_text: str = ""                # the range, in words, for the docs
+    schema: Any = None                  # a Python field's JSON schema (engine fields: derived)
 
     @property
     def reads_history(self) -> bool:
@@ -71,6 +72,25 @@ class Field:
 
     def names(self, api: str) -> Tuple[str, ...]:
         return getattr(self, api)
+
+    @property
+    def json_schema(self) -> dict:
+        """The field's JSON schema on the wire (the servers' /openapi.json): the engine's type and
+        range, or the Python field's own schema."""
+        if self.engine is None:
+            return dict(self.schema)
+        kind = self.engine["type"]
+        if kind == "bool":
+            return {"type": "boolean"}
+        out = {"type": "integer" if kind == "int" else "number"}
+        lo, hi, lo_open = self.bounds
+        if self.engine["unset_below_0"]:
+            return out  # negative values mean "unset" on some wires (-1: no limit)
+        if math.isfinite(lo) and lo > -(2**31):
+            out["exclusiveMinimum" if lo_open else "minimum"] = lo
+        if math.isfinite(hi) and hi < 2**31 - 1:
+            out["maximum"] = hi
+        return out
 
 
 def _range_words(row: dict) -> str:
@@ -120,11 +140,12 @@ def engine(name: str, help: str, *, openai=None, llamacpp=None, ollama=None, ant
 
 
 def python(name: str, annotation: Any, default: Any, check: Check, help: str, range_text: str,
-           *, openai=None, llamacpp=None, ollama=None, anthropic=None,
+           schema: dict, *, openai=None, llamacpp=None, ollama=None, anthropic=None,
            repl: Optional[str] = None) -> Field:
-    """A field the Python side checks and converts (a string, a list, a mapping, the seed)."""
+    """A field the Python side checks and converts (a string, a list, a mapping, the seed);
+    `schema` is its JSON schema on the wire."""
     return Field(name, annotation, default, check, help, _names(openai), _names(llamacpp),
-                 _names(ollama), _names(anthropic), repl, None, range_text)
+                 _names(ollama), _names(anthropic), repl, None, range_text, schema)
 
 
 def _seed(v: Any, name: str) -> int:
@@ -150,6 +171,9 @@ _opt = V.optional
 _str_list = Union[None, str, List[str]]
 
 # ---- the table (SamplingParams' field order: positional arguments keep their meaning) ---------
+_STR = {"type": "string"}
+_STRINGS = {"anyOf": [_STR, {"type": "array", "items": _STR}]}
+
 FIELDS: Tuple[Field, ...] = (
     engine("max_tokens", "most tokens to generate; none: until end of generation or a full "
            "context", openai="max_tokens", llamacpp=("n_predict", "max_tokens"),
@@ -180,15 +204,17 @@ FIELDS: Tuple[Field, ...] = (
            ollama="frequency_penalty", repl="frequency_penalty"),
     python("logit_bias", Optional[Dict[int, float]], None, _opt(V.logit_bias),
            "added to the token's logit; -inf bans it", "token id -> finite number or -inf",
+           {"type": "object"},
            openai="logit_bias", llamacpp="logit_bias"),
     python("seed", Optional[int], None, _opt(_seed), "random seed; none = random each request",
-           "64-bit integer, or none", openai="seed", llamacpp="seed", ollama="seed",
+           "64-bit integer, or none", {"type": "integer"}, openai="seed", llamacpp="seed", ollama="seed",
            repl="seed"),
     python("stop", _str_list, None, _opt(V.stop_strings), "stop strings (not in the output)",
-           f"at most {V.MAX_STOP} non-empty strings", openai="stop", llamacpp="stop",
+           f"at most {V.MAX_STOP} non-empty strings", _STRINGS, openai="stop", llamacpp="stop",
            ollama="stop", anthropic="stop_sequences", repl="stop"),
     python("stop_token_ids", Optional[List[int]], None, _opt(_token_id_list),
-           "token ids that end generation", "token ids"),
+           "token ids that end generation", "token ids",
+           {"type": "array", "items": {"type": "integer"}}),
     engine("ignore_eos", "end-of-generation tokens are masked", openai="ignore_eos",
            llamacpp="ignore_eos"),
     engine("logprobs", "per generated token: its log-prob and the top n", llamacpp="n_probs"),
@@ -196,18 +222,21 @@ FIELDS: Tuple[Field, ...] = (
     engine("n", "completions of one prompt", openai="n"),
     python("json_schema", Union[None, dict, str], None, _opt(V.json_schema),
            "constrain the output to this JSON schema", "object or string",
+           {"type": ["object", "string"]},
            openai="json_schema", llamacpp="json_schema"),
     python("grammar", Optional[str], None, _opt(V.string), "constrain the output to this GBNF "
-           "grammar", "string", openai="grammar", llamacpp="grammar"),
+           "grammar", "string", _STR, openai="grammar", llamacpp="grammar"),
     python("regex", Optional[str], None, _opt(V.string), "constrain the output to this regex",
-           "string"),
+           "string", _STR),
     python("response_format", Optional[dict], None, _opt(V.response_format),
-           "OpenAI's response_format (json_object, json_schema)", "object",
+           "OpenAI's response_format (json_object, json_schema)", "object", {"type": "object"},
            openai="response_format"),
     python("grammar_triggers", Optional[List[str]], None, _opt(_string_list),
-           "lazy constraint: free text until one of these strings", "non-empty strings"),
+           "lazy constraint: free text until one of these strings", "non-empty strings",
+           {"type": "array", "items": _STR}),
     python("grammar_budget_close", bool, False, V.boolean, "the grammar steers to the nearest "
            "complete document when the tokens left would not otherwise suffice", "boolean",
+           {"type": "boolean"},
            openai="grammar_budget_close"),
     engine("return_progress", "streams: prompt-progress chunks while the prompt is prefilled"),
     engine("n_keep", "context shift: tokens kept at the start; -1 = the whole prompt",

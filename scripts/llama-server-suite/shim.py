@@ -249,6 +249,8 @@ def main(argv):
     out.append(("--host", host))
     if not metrics:
         out.append(("--no-metrics", None))  # llama-server serves /metrics only with --metrics
+    if not any(opt == "--cors-origins" for opt, _ in out):
+        out.append(("--cors-origins", "*"))  # llama-server's default; edgellm's is none
     if alias:
         out.append(("--alias", alias))
     out.append(("--log-level", "debug" if verbose else "info"))

@@ -161,9 +161,15 @@ def _keep_alive(ctx, param, value):
               help="Accepted for llama-server compatibility: embeddings are always served, "
                    "next to generation.")
 # llama-server's options, same names and meaning (docs/SERVER.md "llama.cpp's native endpoints")
-@click.option("--cors-origins", default="*", show_default=True,
-              help="Origins allowed by CORS: '*' (echo the request's Origin), 'localhost' (echo "
-                   "it only for localhost origins) or a comma-separated list.")
+@click.option("--cors-origins", default="",
+              help="Web pages of other origins allowed to use the server: '*' (any), "
+                   "'localhost' (pages served from localhost) or a comma-separated list of "
+                   "origins (https://app.example.com) [default: none but the server's own "
+                   "pages]. 'null' is never allowed.")
+@click.option("--allowed-hosts", default="",
+              help="Without an API key, Host header names answered besides IP addresses, "
+                   "localhost, local names and --host (a guard against DNS rebinding): a "
+                   "comma-separated list, '.example.com' for it and its subdomains, '*' for any.")
 @click.option("--cors-methods", default="GET, POST, DELETE, OPTIONS", show_default=True,
               help="Access-Control-Allow-Methods of preflight answers.")
 @click.option("--cors-headers", default="*", show_default=True,
@@ -216,7 +222,8 @@ def _keep_alive(ctx, param, value):
 @spec_options()
 def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_size, kv_memory,
             threads, timeout, chat_template, aliases, max_batch_tokens, shutdown_grace,
-            max_body_size, read_timeout, log_level, engine_factory, n_gpu_layers, cors_origins="*", cors_methods="GET, POST, DELETE, OPTIONS",
+            max_body_size, read_timeout, log_level, engine_factory, n_gpu_layers, cors_origins="",
+            allowed_hosts="", cors_methods="GET, POST, DELETE, OPTIONS",
             cors_headers="*", cors_credentials=True, n_predict=-1, seed=-1, temperature=None,
             slots_endpoint=True, metrics_endpoint=True, tags=None, reasoning="auto",
             verbose=False, spec="auto", draft=None, draft_max=None, context_shift=False,
@@ -273,6 +280,7 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
         max_body_size=max_body_size or None, read_timeout=read_timeout or None)
     _llamacpp_options(config, cors_origins, cors_methods, cors_headers, cors_credentials,
                       n_predict, seed, temperature, slots_endpoint, metrics_endpoint)
+    config.allowed_hosts = allowed_hosts.strip()
     config.tags = tags
     config.reasoning = reasoning
     spec_args = spec_kwargs(spec, draft, draft_max)
@@ -330,6 +338,8 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
                    f"(loading {config.model_path})", err=True)
     if config.webui:
         click.echo(f"edgellm: web chat at http://{_url_host(hosts[0])}:{port}/", err=True)
+    for line in exposure_warnings(config):
+        click.echo(f"edgellm: warning: {line}", err=True)
     server.run(sockets=sockets)
     if failure:
         click.echo(f"edgellm: could not load {config.model_path}: {failure[0]}", err=True)
@@ -340,7 +350,7 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
 
 def _llamacpp_options(config, cors_origins, cors_methods, cors_headers, cors_credentials,
                       n_predict, seed, temperature, slots_endpoint, metrics_endpoint) -> None:
-    config.cors_origins = cors_origins.strip() or "*"
+    config.cors_origins = cors_origins.strip()
     config.cors_methods = cors_methods
     config.cors_headers = cors_headers
     config.cors_credentials = cors_credentials
@@ -349,6 +359,28 @@ def _llamacpp_options(config, cors_origins, cors_methods, cors_headers, cors_cre
     config.temperature = temperature
     config.slots_endpoint = slots_endpoint
     config.metrics_endpoint = metrics_endpoint
+
+
+def exposure_warnings(config) -> list:
+    """What start-up says when the server is open to more than this machine's own clients
+    (docs/SERVER.md "Security")."""
+    from edgellm.server.browser_guard import is_loopback
+
+    out = []
+    if config.api_key:
+        return out
+    exposed = [h for h in config.hosts if not is_loopback(h)]
+    if exposed:
+        out.append(f"serving without an API key on {', '.join(exposed)}: anyone who can reach "
+                   "this address can use the server, load models and write slot files; give "
+                   "--api-key or --api-key-file, or listen on 127.0.0.1")
+    if config.cors_origins == "*":
+        out.append("--cors-origins '*' without an API key: every web page the users of this "
+                   "machine open can use the server")
+    if config.allowed_hosts == "*":
+        out.append("--allowed-hosts '*' without an API key: a web page can reach the server "
+                   "through a DNS name of its own (DNS rebinding)")
+    return out
 
 
 def _thermal_options(config, mode: str, root: str) -> None:

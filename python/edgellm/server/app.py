@@ -1,20 +1,32 @@
-"""The ASGI application: routes, error envelopes, auth, and the model loading in the background
-once the server is up; with several models, the router in front of each one's routes."""
+"""The ASGI application (FastAPI on Starlette): routes, error envelopes, auth, the OpenAPI
+document (/openapi.json, its page at /docs), and the model loading in the background once the
+server is up; with several models, the router in front of each one's routes.
+
+Bodies are parsed by each API's own pydantic models (protocol.py, anthropic_models.py,
+responses_models.py), not by FastAPI's parameters, so every error keeps its API's envelope; the
+routes only name those models for the OpenAPI document."""
 import asyncio
 import contextlib
+import re
 from typing import Any, Callable, List, Optional
 
-from starlette.applications import Starlette
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.routing import Route
+from starlette.responses import JSONResponse, PlainTextResponse
+from starlette.routing import BaseRoute
 
-from . import anthropic_api, llamacpp_api
+import edgellm
+
+from . import anthropic_api, anthropic_models, llamacpp_api, protocol, responses_models
 from .auth import BearerAuth
+from .browser_guard import BrowserGuard
 from .config import ServerConfig
 from .cors import CORS
 from .admission import EngineHost, default_loader, default_params_factory
-from .embeddings import EmbeddingRoutes
+from .embeddings import EmbeddingRoutes, EmbeddingsBody
 from .errors import APIError, ErrorGuard
 from .limits import BodyLimit
 from .metrics import ServerMetrics
@@ -22,42 +34,65 @@ from .responses_api import ResponsesAPI, ResponseStore
 from .routes import Routes
 from .webui import WebUI
 
-OPEN_PATHS = ("/health", "/v1/health")  # and the web chat page's files (webui.py)
+DOC_PATHS = ("/docs", "/openapi.json")
+OPEN_PATHS = ("/health", "/v1/health", *DOC_PATHS)  # and the web chat page's files (webui.py)
+_SCHEMAS = "#/components/schemas/"
 
 
-def model_routes(host: EngineHost, store: Optional[ResponseStore] = None) -> List[Route]:
+def route(path: str, endpoint: Callable, method: str = "POST", body: Optional[type] = None,
+          tag: str = "OpenAI", response_class: type = JSONResponse) -> APIRoute:
+    """One endpoint; `body`, the pydantic model of its request, goes in the OpenAPI document
+    only (the endpoint parses the body itself, answering in its API's error envelope)."""
+    extra: dict = {"parameters": [{"name": name, "in": "path", "required": True,
+                                   "schema": {"type": "string"}}
+                                  for name in re.findall(r"{(\w+)}", path)]}
+    if body is not None:
+        extra["requestBody"] = {"required": True, "content": {"application/json": {
+            "schema": {"$ref": _SCHEMAS + body.__name__}}}}
+    doc = (endpoint.__doc__ or "").strip().split("\n")[0] or None
+    out = APIRoute(path, endpoint, methods=[method], openapi_extra=extra, tags=[tag],
+                   response_class=response_class,
+                   summary=doc, name=f"{method} {path}", operation_id=method.lower()
+                   + path.replace("/", "_").replace("{", "").replace("}", "").replace("-", "_"))
+    out.body_model = body
+    return out
+
+
+def model_routes(host: EngineHost, store: Optional[ResponseStore] = None) -> List[APIRoute]:
     """Every route of the API over one model's EngineHost; `store` keeps /v1/responses (one
     store shared by every model of a many-model server)."""
     routes = Routes(host)
     embeddings = EmbeddingRoutes(routes)
     anthropic = anthropic_api.AnthropicRoutes(host)
-    responses_api = ResponsesAPI(routes, store)
-    native_routes: list = []  # llama-server's own endpoints (llamacpp_api.py)
-    native = llamacpp_api.register(native_routes, routes)
+    responses = ResponsesAPI(routes, store)
+    native = llamacpp_api.LlamaCppAPI(routes)
+    chat, completion = protocol.ChatBody, protocol.CompletionBody
     return [
-        Route("/v1/chat/completions", routes.chat_completions, methods=["POST"]),
-        Route("/chat/completions", routes.chat_completions, methods=["POST"]),
-        Route("/v1/completions", routes.completions, methods=["POST"]),
-        Route("/v1/responses", responses_api.create, methods=["POST"]),
-        Route("/responses", responses_api.create, methods=["POST"]),
-        Route("/v1/responses/{response_id}", responses_api.retrieve, methods=["GET"]),
-        Route("/v1/responses/{response_id}", responses_api.delete, methods=["DELETE"]),
-        Route("/v1/responses/{response_id}/input_items", responses_api.input_items,
-              methods=["GET"]),
-        Route("/v1/messages", anthropic.messages, methods=["POST"]),
-        Route("/v1/messages/count_tokens", anthropic.count_tokens, methods=["POST"]),
-        Route("/v1/models", routes.models, methods=["GET"]),
-        Route("/models", routes.models, methods=["GET"]),
-        Route("/health", routes.health, methods=["GET"]),
-        Route("/v1/health", routes.health, methods=["GET"]),
-        Route("/metrics", native.metrics_endpoint, methods=["GET"]),  # + llamacpp:* names
-        Route("/tokenize", routes.tokenize, methods=["POST"]),
-        Route("/detokenize", routes.detokenize, methods=["POST"]),
+        route("/v1/chat/completions", routes.chat_completions, body=chat),
+        route("/chat/completions", routes.chat_completions, body=chat),
+        route("/v1/completions", routes.completions, body=completion),
+        route("/v1/responses", responses.create, body=responses_models.ResponsesBody),
+        route("/responses", responses.create, body=responses_models.ResponsesBody),
+        route("/v1/responses/{response_id}", responses.retrieve, "GET"),
+        route("/v1/responses/{response_id}", responses.delete, "DELETE"),
+        route("/v1/responses/{response_id}/input_items", responses.input_items, "GET"),
+        route("/v1/messages", anthropic.messages, body=anthropic_models.MessagesBody,
+              tag="Anthropic"),
+        route("/v1/messages/count_tokens", anthropic.count_tokens,
+              body=anthropic_models.CountTokensBody, tag="Anthropic"),
+        route("/v1/models", routes.models, "GET"),
+        route("/models", routes.models, "GET"),
+        route("/health", routes.health, "GET", tag="server"),
+        route("/v1/health", routes.health, "GET", tag="server"),
+        route("/metrics", native.metrics_endpoint, "GET", tag="server",  # + llamacpp:* names
+              response_class=PlainTextResponse),
+        route("/tokenize", routes.tokenize, body=protocol.TokenizeBody, tag="llama.cpp"),
+        route("/detokenize", routes.detokenize, body=protocol.DetokenizeBody, tag="llama.cpp"),
         # OpenAI's embeddings, and llama-server's native ones (server/embeddings.py)
-        Route("/v1/embeddings", embeddings.v1_embeddings, methods=["POST"]),
-        Route("/embeddings", embeddings.native, methods=["POST"]),
-        Route("/embedding", embeddings.native, methods=["POST"]),
-        *native_routes,
+        route("/v1/embeddings", embeddings.v1_embeddings, body=EmbeddingsBody),
+        route("/embeddings", embeddings.native, body=EmbeddingsBody, tag="llama.cpp"),
+        route("/embedding", embeddings.native, body=EmbeddingsBody, tag="llama.cpp"),
+        *[route(path, fn, method, body, "llama.cpp") for path, fn, method, body in native.endpoints()],
     ]
 
 
@@ -70,7 +105,7 @@ _STORED_PATHS = {"/v1/responses/{response_id}", "/v1/responses/{response_id}/inp
 def create_app(config: ServerConfig, loader: Callable[[ServerConfig], Any] = default_loader,
                params_factory: Callable[..., Any] = default_params_factory,
                on_load_failure: Optional[Callable[[BaseException], None]] = None,
-               planner: Optional[Callable[[ServerConfig], int]] = None) -> Starlette:
+               planner: Optional[Callable[[ServerConfig], int]] = None) -> FastAPI:
     """An OpenAI-compatible app over one AsyncLLM that `loader(config)` builds in a thread --
     or, when `config.multi_model`, over several, each loaded on first use (`planner(config)`:
     the bytes a model needs, default its memory plan; docs/SERVER.md "Several models").
@@ -94,12 +129,12 @@ def create_app(config: ServerConfig, loader: Callable[[ServerConfig], Any] = def
             else:
                 host.close()
 
-    app = _starlette(config, model_routes(host), lifespan, host.metrics)
+    app = _fastapi(config, model_routes(host), lifespan, host.metrics)
     app.state.host = host
     return app
 
 
-def _many_model_app(config: ServerConfig, loader, params_factory, planner) -> Starlette:
+def _many_model_app(config: ServerConfig, loader, params_factory, planner) -> FastAPI:
     from .model_catalog import CatalogError, ModelCatalog
     from .model_pool import ModelPool, default_planner, machine_budget
     from .model_router import ModelRouter
@@ -121,8 +156,8 @@ def _many_model_app(config: ServerConfig, loader, params_factory, planner) -> St
                          lambda host: [r for r in model_routes(host, store)
                                        if r.path not in _SERVER_PATHS | _STORED_PATHS],
                          metrics)
-    stored = [r for r in model_routes(pool.slot(router.default).host, store)
-              if r.path in _STORED_PATHS]  # they read the shared store only
+    documented = model_routes(pool.slot(router.default).host, store)
+    stored = [r for r in documented if r.path in _STORED_PATHS]  # they read the shared store only
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -131,14 +166,18 @@ def _many_model_app(config: ServerConfig, loader, params_factory, planner) -> St
         finally:
             pool.close()
 
-    app = _starlette(config, router.routes() + stored, lifespan, metrics)
+    app = _fastapi(config, router.routes(route) + stored, lifespan, metrics,
+                   [r for r in documented if r.path not in _SERVER_PATHS | _STORED_PATHS])
     app.router.default = router.dispatch  # every other path: one model's routes
     app.state.host = pool.slot(router.default).host
     app.state.models = pool
     return app
 
 
-def _starlette(config: ServerConfig, routes: List[Route], lifespan, metrics) -> Starlette:
+def _fastapi(config: ServerConfig, routes: List[BaseRoute], lifespan, metrics,
+             dispatched: List[APIRoute] = ()) -> FastAPI:
+    """The app over `routes`; `dispatched`: routes the many-model router reaches, documented
+    in /openapi.json as the app's own."""
     async def http_error(request: Request, exc: HTTPException):
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         message = {404: f"no route {request.url.path}",
@@ -153,8 +192,13 @@ def _starlette(config: ServerConfig, routes: List[Route], lifespan, metrics) -> 
         return err.response()
 
     webui = WebUI() if config.webui else None  # the chat page at / (webui.py), one model or several
-    app = Starlette(routes=[*routes, *(webui.routes() if webui else [])],
-                    exception_handlers={HTTPException: http_error}, lifespan=lifespan)
+    app = FastAPI(title="edgellm", version=edgellm.__version__, lifespan=lifespan,
+                  routes=[*routes, *(webui.routes() if webui else [])],
+                  exception_handlers={HTTPException: http_error},
+                  docs_url=DOC_PATHS[0], openapi_url=DOC_PATHS[1], redoc_url=None,
+                  description="OpenAI-, Anthropic- and llama.cpp-compatible server over "
+                              "edgellm's engine (docs/SERVER.md)")
+    app.openapi = lambda: _openapi(app, [*app.routes, *dispatched])
     # innermost first: an exception escaping a route becomes the envelope (errors.ErrorGuard);
     # the body is read, size- and time-limited, before any route sees it (limits.BodyLimit),
     # but only once the key is checked, so an unauthenticated client is never buffered
@@ -165,7 +209,36 @@ def _starlette(config: ServerConfig, routes: List[Route], lifespan, metrics) -> 
     app.add_middleware(BearerAuth, api_key=config.api_key,
                        open_paths=(*OPEN_PATHS, *(webui.open_paths if webui else [])),
                        metrics=metrics, render_error=render_error)
+    # Host / Origin / Content-Type checks against web pages driving the server (browser_guard.py)
+    app.add_middleware(BrowserGuard, config=config, render_error=render_error, metrics=metrics)
     # outermost: preflights are answered before the key check, every answer carries the headers
     app.add_middleware(CORS, origins=config.cors_origins, methods=config.cors_methods,
                        headers=config.cors_headers, credentials=config.cors_credentials)
     return app
+
+
+def _openapi(app: FastAPI, routes: List[BaseRoute]) -> dict:
+    """FastAPI's document of the routes, with the request models they name as components."""
+    if app.openapi_schema is None:
+        doc = get_openapi(title=app.title, version=app.version, description=app.description,
+                          routes=routes)
+        schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+        for model in {getattr(r, "body_model", None) for r in routes} - {None}:
+            out = model.model_json_schema(ref_template=_SCHEMAS + "{model}")
+            schemas.update(out.pop("$defs", {}), **{model.__name__: out})
+        app.openapi_schema = _no_null_defaults(doc)
+    return app.openapi_schema
+
+
+def _no_null_defaults(node):
+    """Drop `"default": null`: on the wire null is the field left out, which the schema of an
+    optional field already says (and a null default breaks a non-null type)."""
+    if isinstance(node, dict):
+        if node.get("default", 0) is None:
+            del node["default"]
+        for v in node.values():
+            _no_null_defaults(v)
+    elif isinstance(node, list):
+        for v in node:
+            _no_null_defaults(v)
+    return node

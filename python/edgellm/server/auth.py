@@ -3,23 +3,19 @@ orchestrators can probe without the key; the web chat page and its files, so a b
 the page that then asks for the key), as llama-server's --api-key does. The key comes as
 `Authorization: Bearer <key>` (OpenAI) or `x-api-key: <key>` (Anthropic)."""
 import hmac
-from typing import Callable, Iterable, Optional
+from typing import Iterable, Optional
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .errors import APIError
-from .metrics import ServerMetrics
+from .limits import Guard
 
 
-class BearerAuth:
-    def __init__(self, app: ASGIApp, api_key: Optional[str], open_paths: Iterable[str],
-                 metrics: Optional[ServerMetrics] = None,
-                 render_error: Optional[Callable[[Scope, APIError], ASGIApp]] = None):
-        self.app = app
-        self.render_error = render_error  # the error's response for this path (else OpenAI's)
+class BearerAuth(Guard):
+    def __init__(self, app: ASGIApp, api_key: Optional[str], open_paths: Iterable[str], **kw):
+        super().__init__(app, **kw)
         self.key = api_key.encode() if api_key else None
         self.open_paths = frozenset(open_paths)
-        self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.key is None or scope["type"] != "http" or scope["path"] in self.open_paths:
@@ -44,7 +40,4 @@ class BearerAuth:
             await self.app(scope, receive, send)
             return
         err.headers["WWW-Authenticate"] = "Bearer"
-        if self.metrics is not None:
-            self.metrics.request_done("auth", 401)
-        response = self.render_error(scope, err) if self.render_error else err.response()
-        await response(scope, receive, send)
+        await self.refuse(scope, receive, send, err, "auth")

@@ -75,8 +75,10 @@ class ServerConfig:
     pooling: Optional[str] = None      # none | mean | cls | last; None = the model's (else mean)
     embd_normalize: int = 2            # llama.cpp's embd_normalize for pooled vectors
     embedding: bool = False            # --embedding: accepted; embeddings are always served
-    # llama-server compatible server options (docs/SERVER.md "llama.cpp's native endpoints")
-    cors_origins: str = "*"            # "*" (echo Origin), "localhost", or a comma list
+    # llama-server's options (docs/SERVER.md "llama.cpp's native endpoints"); web pages allowed
+    # ("" none, "*", "localhost", origins) and Host names answered without a key ("Security")
+    cors_origins: str = ""
+    allowed_hosts: str = ""            # comma list of names, ".example.com", or "*" (any)
     cors_methods: str = "GET, POST, DELETE, OPTIONS"
     cors_headers: str = "*"
     cors_credentials: bool = True

@@ -1,17 +1,12 @@
-"""CORS as llama-server does it (its --cors-origins, --cors-methods, --cors-headers,
---cors-credentials):
-
-- every response gets Access-Control-Allow-Origin: with origins "*" and credentials on (the
-  default) the request's Origin is echoed; with "localhost" it is echoed only for a localhost
-  origin (http(s)://localhost, 127.0.0.1 or [::1], any port); with a comma-separated list it is
-  echoed when it is one of them (llama-server sends the list itself, which browsers reject);
-- an OPTIONS request (a browser's preflight) is answered 200 at once, with the allowed
-  credentials, methods and headers, and never needs the API key: browsers send none with it.
-
-This middleware sits outside the API-key check, so 401 and 503 answers carry the headers too.
-Header names are sent in llama-server's capitalisation (some clients compare them exactly).
+"""CORS with llama-server's options (--cors-origins, --cors-methods, --cors-headers,
+--cors-credentials), closed by default (docs/SERVER.md "Security"): no --cors-origins allows no
+origin but the server's own; '*' allows any (the Origin echoed with credentials, as
+llama-server); 'localhost' allows localhost origins; a comma list allows those exactly;
+'null' never. A preflight (OPTIONS) is answered 200 at once, without the API key (browsers send
+none with it). Sitting outside the key check, 401 and 503 answers carry the headers too; names
+are sent in llama-server's capitalisation (some clients compare them exactly).
 """
-from typing import List, Optional
+from typing import Optional
 from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -29,24 +24,35 @@ def origin_is_localhost(origin: str) -> bool:
     return u.scheme in ("http", "https") and host in _LOCAL_HOSTS and not u.path.strip("/")
 
 
+def origin_allowed(origins: str, origin: str) -> bool:
+    """Whether --cors-origins `origins` ("", "*", "localhost" or a comma list) lets a page of
+    `origin` use the server. 'null' never."""
+    origins = (origins or "").strip()
+    if not origin or origin.strip().lower() == "null" or not origins:
+        return False
+    if origins == "*":
+        return True
+    if origins == "localhost":
+        return origin_is_localhost(origin)
+    return origin in [o.strip() for o in origins.split(",")]
+
+
 class CORS:
-    def __init__(self, app: ASGIApp, origins: str = "*", methods: str = "GET, POST, DELETE, OPTIONS",
+    def __init__(self, app: ASGIApp, origins: str = "", methods: str = "GET, POST, DELETE, OPTIONS",
                  headers: str = "*", credentials: bool = True):
         self.app = app
-        self.origins = (origins or "*").strip()
-        self.allowed: List[str] = [o.strip() for o in self.origins.split(",") if o.strip()]
+        self.origins = (origins or "").strip()
         self.methods = methods
         self.headers = headers
         self.credentials = credentials
 
     def allow_origin(self, origin: Optional[str]) -> Optional[str]:
-        if self.origins == "*":
-            return origin if (self.credentials and origin) else "*"
+        """The Access-Control-Allow-Origin value for a request from `origin`, None for none."""
         if not origin:
+            return "*" if self.origins == "*" else None
+        if not origin_allowed(self.origins, origin):
             return None
-        if self.origins == "localhost":
-            return origin if origin_is_localhost(origin) else None
-        return origin if origin in self.allowed else None
+        return origin if (self.credentials or self.origins != "*") else "*"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -65,10 +71,11 @@ class CORS:
                 extra.append((b"Vary", b"Origin"))
 
         if scope["method"] == "OPTIONS":
-            headers = extra + [
+            headers = extra + ([
                 (b"Access-Control-Allow-Credentials", b"true" if self.credentials else b"false"),
                 (b"Access-Control-Allow-Methods", self.methods.encode("latin-1")),
                 (b"Access-Control-Allow-Headers", self.headers.encode("latin-1")),
+            ] if allow is not None else []) + [
                 (b"content-type", b"text/html"),
                 (b"content-length", b"0"),
             ]

@@ -7,17 +7,22 @@ model still loading, timeout, missing key) becomes an APIError with its HTTP sta
 handler never lets a bare exception turn into an opaque 500.
 """
 import logging
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
+from pydantic import ValidationError
 from starlette.responses import JSONResponse
+
+from .. import validation as V
 
 _log = logging.getLogger("edgellm.server")
 
 
 class APIError(Exception):
+    """`extra`: more fields of the error object (llama-server's n_prompt_tokens, n_ctx)."""
+
     def __init__(self, status: int, message: str, type: str = "invalid_request_error",
                  param: Optional[str] = None, code: Optional[str] = None,
-                 headers: Optional[Dict[str, str]] = None):
+                 headers: Optional[Dict[str, str]] = None, extra: Optional[dict] = None):
         super().__init__(message)
         self.status = status
         self.message = message
@@ -25,10 +30,11 @@ class APIError(Exception):
         self.param = param
         self.code = code
         self.headers = headers or {}
+        self.extra = extra or {}
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type,
-                          "param": self.param, "code": self.code}}
+                          "param": self.param, "code": self.code, **self.extra}}
 
     def response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
@@ -112,3 +118,67 @@ class ErrorGuard:
                 self.metrics.request_done("http", err.status)
             response = self.render_error(scope, err) if self.render_error else err.response()
             await response(scope, receive, send)
+
+
+# --- a request model's validation error (server/wire.py) -> the 400 naming the field -------------
+
+class Refusal(ValueError):
+    """A rule of a model's own failing; `{where}` in `message` / `param` is the checked value's
+    path, which only the parser knows."""
+
+    def __init__(self, message: str, code: str = "invalid_value", param: str = "{where}"):
+        super().__init__(message)
+        self.message, self.code, self.param = message, code, param
+
+
+_TYPES = {"string_type": "a string", "int_type": "an integer", "float_type": "a number",
+          "bool_type": "a boolean", "dict_type": "an object", "model_type": "an object",
+          "model_attributes_type": "an object", "list_type": "an array"}
+_BOUNDS = {"greater_than_equal": (">=", "ge"), "less_than_equal": ("<=", "le"),
+           "greater_than": (">", "gt"), "less_than": ("<", "lt")}
+
+
+def _path(loc) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part != "[key]":
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _num(x: Any) -> str:
+    return f"{x:g}" if isinstance(x, float) and x.is_integer() else str(x)
+
+
+def api_error(e: ValidationError) -> APIError:
+    """The first error of `e` (an unknown field first) as the 400 naming its field."""
+    errors = e.errors()
+    err = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
+    where, kind, ctx, v = _path(err["loc"]), err["type"], err.get("ctx") or {}, err.get("input")
+    if isinstance(ctx.get("error"), Refusal):
+        r = ctx["error"]
+        return invalid(r.message.replace("{where}", where), r.param.replace("{where}", where),
+                       r.code)
+    if kind == "extra_forbidden":
+        return invalid(f"unknown field '{where}'", where, "unknown_field")
+    if kind == "missing":
+        return invalid(f"'{where}' is required", where, "missing_field")
+    if kind in _TYPES:
+        return invalid(f"'{where}' must be {_TYPES[kind]}, got {V.type_name(v)} {V.short(v)}",
+                       where, "invalid_type")
+    if kind in _BOUNDS:
+        op, key = _BOUNDS[kind]
+        text = f"must be {op} {_num(ctx[key])}, got {_num(v)}"
+    elif kind == "literal_error":
+        text = f"must be {ctx['expected']}, got {V.short(v)}"
+    elif kind == "string_pattern_mismatch":
+        text = f"must match {ctx['pattern']}, got {V.short(v)}"
+    elif kind == "too_short":
+        text = "must not be empty"
+    elif kind == "too_long":
+        text = f"has {ctx['actual_length']} entries or characters, at most {ctx['max_length']}"
+    else:  # finite_number, ...
+        text = err["msg"][0].lower() + err["msg"][1:]
+    return invalid(f"'{where}' {text}", where, "invalid_value")

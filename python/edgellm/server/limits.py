@@ -18,8 +18,9 @@ whole body before reading the answer gets the 413 instead of a reset connection.
 """
 import asyncio
 import logging
+import re
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -51,21 +52,66 @@ def read_timed_out(seconds: float) -> APIError:
                     "request_timeout", headers={"Connection": "close"})
 
 
-class BodyLimit:
-    def __init__(self, app: ASGIApp, max_body_size: Optional[int], read_timeout: Optional[float],
-                 render_error: Optional[Callable[[Scope, APIError], ASGIApp]] = None,
-                 metrics=None):
+# a JSON escape of a UTF-16 surrogate (\ud800-\udfff): only such a body can hold a lone one
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def check_unicode(raw: bytes, value: Any) -> None:
+    """A parsed JSON body may hold strings no engine can take: JSON's \\ud800 escape gives a
+    lone UTF-16 surrogate, which has no UTF-8 form (the engine's text is UTF-8; the binding
+    would raise TypeError, a 500). 400 naming where it is, code `invalid_unicode`. Only a body
+    whose bytes have a surrogate escape is walked (iteratively: any nesting json.loads took)."""
+    if not _SURROGATE_ESCAPE.search(raw):
+        return
+    stack = [(value, "")]
+    while stack:  # in the body's order, so the first bad string is the one named
+        v, path = stack.pop()
+        if isinstance(v, str):
+            _check_text(v, path)
+        elif isinstance(v, dict):
+            for k in v:
+                _check_text(k, path, key=True)
+            stack.extend(reversed([(x, f"{path}.{k}" if path else k) for k, x in v.items()]))
+        elif isinstance(v, list):
+            stack.extend(reversed([(x, f"{path}[{i}]") for i, x in enumerate(v)]))
+
+
+def _check_text(text: str, path: str, key: bool = False) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        where = (f"a key of '{path}'" if path else "a key") if key else \
+            (f"'{path}'" if path else "the request body")
+        raise APIError(400, f"{where} holds a lone UTF-16 surrogate (\\u{ord(text[e.start]):04x} "
+                            f"at character {e.start}), which is not valid Unicode: pair it or "
+                            "leave it out", "invalid_request_error", path or None,
+                       "invalid_unicode") from None
+
+
+class Guard:
+    """A pure ASGI middleware that may refuse a request before the routes, in the envelope of
+    the path's API (`render_error(scope, err)`; OpenAI's by default), counted in metrics."""
+
+    def __init__(self, app: ASGIApp, render_error: Optional[Callable[[Scope, APIError], ASGIApp]]
+                 = None, metrics=None):
         self.app = app
-        self.limit = max_body_size or None      # None / 0 = unlimited
-        self.timeout = read_timeout or None     # None / 0 = no deadline
         self.render_error = render_error
         self.metrics = metrics
 
-    async def _answer(self, scope: Scope, receive: Receive, send: Send, err: APIError) -> None:
+    async def refuse(self, scope: Scope, receive: Receive, send: Send, err: APIError,
+                     endpoint: str = "http") -> None:
         if self.metrics is not None:
-            self.metrics.request_done("http", err.status)
+            self.metrics.request_done(endpoint, err.status)
         response = self.render_error(scope, err) if self.render_error else err.response()
         await response(scope, receive, send)
+
+
+class BodyLimit(Guard):
+    def __init__(self, app: ASGIApp, max_body_size: Optional[int], read_timeout: Optional[float],
+                 **kw):
+        super().__init__(app, **kw)
+        self.limit = max_body_size or None      # None / 0 = unlimited
+        self.timeout = read_timeout or None     # None / 0 = no deadline
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -107,7 +153,7 @@ class BodyLimit:
         if self.limit and declared is not None and declared > self.limit:
             if not expect_continue:  # else the client waits for "100 Continue" and sends nothing
                 await drain(True, 0)
-            await self._answer(scope, receive, send, too_large(self.limit, declared))
+            await self.refuse(scope, receive, send, too_large(self.limit, declared))
             return
 
         chunks = []
@@ -117,7 +163,7 @@ class BodyLimit:
             message = await next_message()
             if message is None:
                 log.info("request body too slow (--read-timeout %g s): answered 408", self.timeout)
-                await self._answer(scope, receive, send, read_timed_out(self.timeout))
+                await self.refuse(scope, receive, send, read_timed_out(self.timeout))
                 return
             if message["type"] == "http.disconnect":
                 return  # the client left before sending its body: nobody to answer
@@ -127,23 +173,27 @@ class BodyLimit:
             if self.limit and size > self.limit:
                 chunks.clear()
                 await drain(more, size)
-                await self._answer(scope, receive, send, too_large(self.limit))
+                await self.refuse(scope, receive, send, too_large(self.limit))
                 return
             if body:
                 chunks.append(body)
 
-        replayed = False
         whole = b"".join(chunks)
         chunks.clear()
+        await self.app(scope, replay(whole, receive), send)
 
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": whole, "more_body": False}
-            return await receive()
 
-        await self.app(scope, replay, send)
+def replay(body: bytes, receive: Receive) -> Receive:
+    """A receive() that gives the body read already, then goes to the connection."""
+    sent = False
+
+    async def receive_again() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+    return receive_again
 
 
 def http_protocol(read_timeout: Optional[float], base: Optional[type] = None) -> type:

@@ -12,61 +12,51 @@ llama.vscode, its server tests) read:
 server: an unknown field is a 400 naming it; fields llama.cpp clients send routinely that mean
 nothing here (id_slot, samplers, ...) are accepted and listed in docs/SERVER.md.
 """
-import asyncio
 import copy
+import os
 import inspect
 import json
 import logging
 import math
 import time
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Union
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 import edgellm
 
+from pydantic import Field, create_model
+
 from .. import sampling_fields
+from .. import validation as V
 from . import protocol
-from .admission import ChunkStream
 from .errors import APIError, invalid
+from .lifecycle import (Encoder, Generation, check_token_ids, context_error, engine_error,
+                        off_loop, read_json)
 from .progress import progress_of, progress_timings, prompt_progress
-from .sse import EventStreamResponse, sse
+from .protocol import _INT, _NUM, checked
+from .wire import Wire, parse, shape
 
 log = logging.getLogger("edgellm.server")
 
 JSON = Dict[str, Any]
-CLIENT_CLOSED = 499
 MAX_PROMPTS = 64
 
 # --- errors in llama-server's types -----------------------------------------------------------
 
 
-class LlamaError(APIError):
-    """An APIError whose body carries llama-server's extra fields (n_prompt_tokens, n_ctx)."""
-
-    def __init__(self, status, message, type_, extra=None, code=None):
-        super().__init__(status, message, type_, None, code)
-        self.extra = extra or {}
-
-    def body(self) -> dict:
-        out = super().body()
-        out["error"].update(self.extra)
-        return out
-
-
-def exceed_context(n_prompt: int, n_ctx: int) -> LlamaError:
-    return LlamaError(400, f"request ({n_prompt} tokens) exceeds the available context size "
-                           f"({n_ctx} tokens), try increasing it",
-                      "exceed_context_size_error", {"n_prompt_tokens": n_prompt, "n_ctx": n_ctx},
-                      "context_length_exceeded")
+def exceed_context(n_prompt: int, n_ctx: int) -> APIError:
+    return context_error(f"request ({n_prompt} tokens) exceeds the available context size "
+                         f"({n_ctx} tokens), try increasing it", None,
+                         {"n_prompt_tokens": n_prompt, "n_ctx": n_ctx})
 
 
 def not_supported(message: str) -> APIError:
     return APIError(501, message, "not_supported_error", None, "not_supported")
 
 
-# --- field checks ---------------------------------------------------------------------------
+# --- the request body -------------------------------------------------------------------------
 
 def _logit_bias(v, name):
     """llama-server's shapes: [[token id or text, bias or false], ...] or {"id": bias}.
@@ -77,105 +67,111 @@ def _logit_bias(v, name):
     elif isinstance(v, list):
         for i, p in enumerate(v):
             if not (isinstance(p, list) and len(p) == 2):
-                raise invalid(f"'{name}[{i}]' must be a [token, bias] pair", name, "invalid_value")
+                raise V.fail(f"'{name}[{i}]' must be a [token, bias] pair", name)
             pairs.append((p[0], p[1]))
     else:
-        raise invalid(f"'{name}' must be an array of [token, bias] pairs or an object", name,
-                      "invalid_type")
+        raise V.fail(f"'{name}' must be an array of [token, bias] pairs or an object", name,
+                     "invalid_type")
     out = []
     for key, bias in pairs:
         if bias is False:
             bias = -100.0
         elif isinstance(bias, bool) or not isinstance(bias, (int, float)):
-            raise invalid(f"'{name}' bias for {key!r} must be a number or false", name,
-                          "invalid_type")
+            raise V.fail(f"'{name}' bias for {key!r} must be a number or false", name,
+                         "invalid_type")
         else:  # the one rule of every route: finite, or -inf to ban the token
-            bias = protocol.bias_value(bias, name)
+            bias = V.bias_value(bias, name)
         if isinstance(key, str) and key.lstrip("-").isdigit() and isinstance(v, dict):
             key = int(key)
         if isinstance(key, bool) or not isinstance(key, (int, str)):
-            raise invalid(f"'{name}' keys must be token ids or text, got {key!r}", name,
-                          "invalid_value")
+            raise V.fail(f"'{name}' keys must be token ids or text, got {key!r}", name)
         out.append((key, bias if bias == -math.inf else max(-100.0, min(100.0, float(bias)))))
     return out
 
 
-def _int_or_minus1(v, name):
-    return protocol.integer(-1)(v, name)
-
-
-def _strings(v, name):
-    if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
-        raise invalid(f"'{name}' must be an array of strings", name, "invalid_type")
-    return v
-
-
-def _inert_default(default):
-    """A llama.cpp sampler edgellm does not have: accepted at its off value only."""
+def _off(default):
+    """A llama.cpp sampler edgellm does not have: accepted at its off value only (clients such
+    as llama.cpp's web UI send every setting)."""
     def check(v, name):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or float(v) != float(default):
-            raise invalid(f"'{name}' is not supported (only {default}, off, is accepted)", name,
-                          "unsupported")
+            raise V.fail(f"'{name}' is not supported (only {default}, off, is accepted)", name,
+                         "unsupported")
         return v
-    return check
+    return checked(check, _NUM)
 
 
-# The fields SamplingParams takes as they are have its rules, under edgellm.sampling_fields'
-# llama.cpp names; the others are llama-server's own forms: n_predict / max_tokens -1, a
-# negative temperature (greedy), seed -1, logit_bias pairs.
-_rule = protocol.sampling_rule
-_SAMPLING = {
-    **{w: _rule(f) for w, f in sampling_fields.wire_names("llamacpp").items()},
-    "n_predict": _int_or_minus1,
-    "max_tokens": _int_or_minus1,
-    "temperature": protocol.number(),          # llama-server: <= 0 is greedy
-    "seed": protocol.integer(),                # -1: random
-    "logit_bias": _logit_bias,
-    "min_keep": protocol.integer(0),
-}
-# Samplers llama.cpp has and edgellm does not (sampling_fields.LLAMACPP_UNSUPPORTED): their off
-# values are accepted (clients such as llama.cpp's web UI send every setting), anything else is a
-# 400; the settings of those samplers are meaningless while they are off.
-_OFF_SAMPLERS = {k: _inert_default(d) for k, (d, switch) in
-                 sampling_fields.LLAMACPP_UNSUPPORTED.items() if switch}
-_OFF_SAMPLER_SETTINGS = tuple(k for k, (_, switch) in
-                              sampling_fields.LLAMACPP_UNSUPPORTED.items() if not switch)
-_SERVER = {
-    "prompt": protocol.anything,
-    "stream": protocol.boolean,
-    "return_tokens": protocol.boolean,
-    "timings_per_token": protocol.boolean,
-    "return_progress": protocol.boolean,  # stream: prompt_progress chunks (progress.py)
-    "post_sampling_probs": protocol.boolean,
-    "response_fields": _strings,
-    "cache_prompt": protocol.boolean,   # the prefix cache is always on
-    "model": protocol.string,
-}
-# Sent routinely by llama.cpp clients; no effect here (documented in docs/SERVER.md).
-_ACCEPTED_INERT = {
-    "id_slot": protocol.integer(-1),     # no slot pinning: sequences are scheduled by the engine
-    "n_indent": protocol.integer(0),
-    "t_max_predict_ms": protocol.number(0.0),
-    "samplers": protocol.anything,       # the chain's order is fixed (llama.cpp's default order)
-    "lora": protocol.anything,           # accepted when empty only (checked below)
-    "stream_options": protocol.obj,
-    "backend_sampling": protocol.boolean,  # sampling always runs on the CPU
+def _int(lo=None, hi=None):
+    return checked(V.integer(lo, hi), _INT)
+
+
+def _num(lo=None, hi=None):
+    return checked(V.number(lo, hi), _NUM)
+
+
+# The fields SamplingParams takes as they are: edgellm.sampling_fields' llama.cpp names, with
+# their rules; the rest are llama-server's own forms: n_predict / max_tokens -1, a negative
+# temperature (greedy), seed -1, logit_bias pairs.
+_PLAIN = {w: f for w, f in sampling_fields.wire_names("llamacpp").items()
+          if w not in ("n_predict", "max_tokens", "temperature", "seed", "n_probs", "logit_bias")}
+NATIVE_FIELDS = {
+    **{w: checked(sampling_fields.SAMPLING_RULES[f], sampling_fields.BY_NAME[f].json_schema)
+       for w, f in sampling_fields.wire_names("llamacpp").items()},
+    "n_predict": _int(-1), "max_tokens": _int(-1), "temperature": _num(), "seed": _int(),
+    "min_keep": _int(0), "logit_bias": checked(_logit_bias, {"type": ["array", "object"]}),
+    # samplers llama.cpp has and edgellm does not (sampling_fields.LLAMACPP_UNSUPPORTED): their
+    # off values only; their settings are meaningless while they are off
+    **{k: _off(d) if switch else Any
+       for k, (d, switch) in sampling_fields.LLAMACPP_UNSUPPORTED.items()},
+    # the server's
+    "stream": bool, "return_tokens": bool, "timings_per_token": bool,
+    "return_progress": bool,  # stream: prompt_progress chunks (progress.py)
+    "post_sampling_probs": bool, "response_fields": List[str],
+    "cache_prompt": bool,  # the prefix cache is always on
+    "model": str,
+    # sent routinely by llama.cpp clients; no effect here (docs/SERVER.md)
+    "id_slot": _int(-1),  # no slot pinning: sequences are scheduled by the engine
+    "n_indent": _int(0), "t_max_predict_ms": _num(0.0),
+    "samplers": Any,      # the chain's order is fixed (llama.cpp's default order)
+    "lora": Any,          # accepted when empty only
+    "stream_options": Dict[str, Any],
+    "backend_sampling": bool,  # sampling always runs on the CPU
     # llama-server's per-request draft settings: edgellm sizes each sequence's drafts from
     # measured step costs and its acceptance (bounded by serve --draft-max); the output does
     # not depend on them (greedy verification is exact, sampled drafts keep the distribution)
-    "speculative.n_max": protocol.integer(0),
-    "speculative.n_min": protocol.integer(0),
-    "speculative.p_min": protocol.number(0.0, 1.0),
+    "speculative.n_max": _int(0), "speculative.n_min": _int(0),
+    "speculative.p_min": _num(0.0, 1.0),
 }
-for _k in _OFF_SAMPLER_SETTINGS:
-    _ACCEPTED_INERT[_k] = protocol.anything
 
-# The fields _sampling copies as they are (the others have llama-server's own forms).
-_PLAIN = {w: f for w, f in sampling_fields.wire_names("llamacpp").items()
-          if w not in ("n_predict", "max_tokens", "seed", "n_probs", "logit_bias")}
-COMPLETION_FIELDS = {**_SAMPLING, **_OFF_SAMPLERS, **_SERVER, **_ACCEPTED_INERT}
-INFILL_FIELDS = {**COMPLETION_FIELDS, "input_prefix": protocol.anything,
-                 "input_suffix": protocol.anything, "input_extra": protocol.anything}
+
+def _body_model(name: str, doc: str, fields: JSON):
+    """A model of `fields` (name -> type, or (type, default)); all optional unless a default
+    is given."""
+    def spec(k, t):
+        t, default = t if isinstance(t, tuple) else (t, None)
+        return (Optional[t] if t is bool or t is str else t,
+                Field(default, alias=k) if "." in k else default)
+    return create_model(name, __base__=Wire, __doc__=doc,
+                        **{k.replace(".", "_"): spec(k, t) for k, t in fields.items()})
+
+
+def _pieces(v, where):
+    if isinstance(v, str):
+        return [v]
+    if isinstance(v, list) and all(_is_id(x) or isinstance(x, str) for x in v):
+        return list(v)
+    raise V.fail(f"'{where}' must be a string or an array of token ids and strings", where,
+                 "invalid_type")
+
+
+_PIECES = {"anyOf": [{"type": "string"}, {"type": "array", "items": {
+    "anyOf": [{"type": "string"}, _INT]}}]}
+SlotFileBody = shape("SlotFileBody", Wire, filename=str)  # POST /slots/{id}: save / restore
+InfillFile = shape("InfillFile", Wire, text=str, filename=(str, "tmp"))
+NativeCompletionBody = _body_model("NativeCompletionBody", "POST /completion", {
+    **NATIVE_FIELDS, "prompt": (checked(lambda v, _: split_prompts(v), _PIECES), ...)})
+InfillBody = _body_model("InfillBody", "POST /infill", {
+    **NATIVE_FIELDS, "prompt": (str, ""), "input_prefix": checked(_pieces, _PIECES),
+    "input_suffix": checked(_pieces, _PIECES), "input_extra": (List[InfillFile], [])})
 
 
 # --- prompts ----------------------------------------------------------------------------------
@@ -183,38 +179,62 @@ INFILL_FIELDS = {**COMPLETION_FIELDS, "input_prefix": protocol.anything,
 Piece = Union[str, int]
 
 
-def split_prompts(v: Any) -> List[List[Piece]]:
-    """llama-server's prompt shapes -> prompts, each a list of text pieces and token ids:
+def split_prompts(v: Any, param: str = "prompt",
+                  limit: Optional[int] = MAX_PROMPTS) -> List[List[Piece]]:
+    """llama-server's prompt shapes (its /completion's and its embeddings') -> prompts, each a
+    list of text pieces and token ids:
 
-    "text" | [id, ...] | [id or "text", ...] (one mixed prompt) | {"prompt_string": "text"}
-    | ["text", [ids], {...}, ...] (several prompts).
+    "text" | [id, ...] | [id or "text", ...] (one mixed prompt) | {"prompt_string": ...}
+    | {"content": [{"type": "text", "text": ...}, ...]} | ["text", [ids], {...}, ...] (several
+    prompts, at most `limit`). A failure is a 400 naming `param`.
     """
     def one(p, where) -> List[Piece]:
         if isinstance(p, str):
             return [p]
         if isinstance(p, dict):
+            if "content" in p:
+                return [_text_parts(p["content"], where, param)]
             extra = set(p) - {"prompt_string", "multimodal_data"}
             if extra:
-                raise invalid(f"unknown field '{where}.{sorted(extra)[0]}'", where, "unknown_field")
+                raise invalid(f"unknown field '{where}.{sorted(extra)[0]}'", param, "unknown_field")
             if p.get("multimodal_data"):
-                raise invalid("multimodal prompts are not supported by this model", where,
-                              "unsupported")
-            if not isinstance(p.get("prompt_string"), str):
-                raise invalid(f"'{where}.prompt_string' must be a string", where, "invalid_type")
-            return [p["prompt_string"]]
-        if isinstance(p, list) and p and all(_is_id(x) or isinstance(x, str) for x in p):
+                raise invalid(f"'{where}.multimodal_data': this model takes no images or audio",
+                              param, "unsupported")
+            if isinstance(p.get("prompt_string"), (str, list)):
+                return one(p["prompt_string"], where + ".prompt_string")
+            raise invalid(f"'{where}' must have 'content' or a 'prompt_string' string or array",
+                          param, "invalid_type")
+        if isinstance(p, list) and p:
+            for k, x in enumerate(p):
+                if type(x) is int and x < 0:
+                    raise invalid(f"'{where}[{k}]': token id {x} is negative", param,
+                                  "invalid_value")
+                if type(x) is not int and not isinstance(x, str):
+                    raise invalid(f"'{where}[{k}]' must be a string or a token id, got "
+                                  f"{V.type_name(x)}", param, "invalid_type")
             return list(p)
         raise invalid(f"'{where}' must be a string, an array of token ids (and strings) or an "
-                      f"object with 'prompt_string'", where, "invalid_type")
+                      f"object, got {V.type_name(p)}", param, "invalid_type")
 
-    if v is None:
-        raise invalid("'prompt' is required", "prompt", "missing_field")
-    if isinstance(v, list) and v and not any(_is_id(x) for x in v):
-        if len(v) > MAX_PROMPTS:
-            raise invalid(f"'prompt' has {len(v)} prompts, at most {MAX_PROMPTS} are allowed",
-                          "prompt", "invalid_value")
-        return [one(p, f"prompt[{i}]") for i, p in enumerate(v)]
-    return [one(v, "prompt")]
+    if isinstance(v, list) and v and not any(type(x) is int for x in v):
+        if limit is not None and len(v) > limit:
+            raise invalid(f"'{param}' has {len(v)} prompts, at most {limit} are allowed",
+                          param, "invalid_value")
+        return [one(p, f"{param}[{i}]") for i, p in enumerate(v)]
+    return [one(v, param)]
+
+
+def _text_parts(parts: Any, where: str, param: str = "prompt") -> str:
+    if not isinstance(parts, list):
+        raise invalid(f"'{where}.content' must be an array of {{\"type\": \"text\"}} parts, "
+                      f"got {V.type_name(parts)}", param, "invalid_type")
+    for k, part in enumerate(parts):
+        if not isinstance(part, dict) or part.get("type") != "text" \
+                or not isinstance(part.get("text"), str):
+            raise invalid(f"'{where}.content[{k}]' must be a {{\"type\": \"text\", \"text\": "
+                          "...}} part: only text parts are supported (this model takes no "
+                          "images, audio or video)", param, "invalid_value")
+    return "".join(part["text"] for part in parts)
 
 
 def _is_id(x) -> bool:
@@ -327,41 +347,6 @@ def infill_prompt(llm, fim: Dict[str, Optional[int]], prefix: List[Piece], suffi
     if bos is not None:
         out.append(bos)  # the extra context goes before BOS, the FIM prefix after it
     return out + [fim["pre"]] + pre + list(prompt_ids) + [fim["suf"]] + suf + [fim["mid"]]
-
-
-def check_infill(fields: JSON) -> Tuple[list, list, list]:
-    for key in ("input_prefix", "input_suffix"):
-        if key not in fields:
-            raise invalid(f"'{key}' is required", key, "missing_field")
-    out = []
-    for key in ("input_prefix", "input_suffix"):
-        v = fields[key]
-        if isinstance(v, str):
-            out.append([v])
-        elif isinstance(v, list) and all(_is_id(x) or isinstance(x, str) for x in v):
-            out.append(list(v))
-        else:
-            raise invalid(f"'{key}' must be a string or an array of token ids and strings", key,
-                          "invalid_type")
-    extra = fields.get("input_extra", [])
-    if not isinstance(extra, list):
-        raise invalid("'input_extra' must be an array of {\"filename\": string, \"text\": string}",
-                      "input_extra", "invalid_type")
-    for i, chunk in enumerate(extra):
-        where = f"input_extra[{i}]"
-        if not isinstance(chunk, dict):
-            raise invalid(f"'{where}' must be an object", where, "invalid_type")
-        unknown = set(chunk) - {"filename", "text"}
-        if unknown:
-            raise invalid(f"unknown field '{where}.{sorted(unknown)[0]}'", where, "unknown_field")
-        if not isinstance(chunk.get("text"), str):
-            raise invalid(f"'{where}.text' must be a string", f"{where}.text", "invalid_type")
-        if "filename" in chunk and not isinstance(chunk["filename"], str):
-            raise invalid(f"'{where}.filename' must be a string", f"{where}.filename",
-                          "invalid_type")
-    if "prompt" in fields and not isinstance(fields["prompt"], str):
-        raise invalid("'prompt' must be a string", "prompt", "invalid_type")
-    return out[0], out[1], extra
 
 
 # --- the response objects ---------------------------------------------------------------------
@@ -503,15 +488,90 @@ class Result:
         return "".join(self.parts)
 
 
+class NativeEncoder(Encoder):
+    """/completion and /infill's answer: one final object per prompt (a list for several), or
+    the stream of partials, each prompt's final as it finishes."""
+
+    def __init__(self, api: "LlamaCppAPI", fields: JSON, ids_list: List[List[int]],
+                 settings: JSON, stream: bool, n_ctx: int, t0: float):
+        self.api, self.fields, self.settings, self.n_ctx, self.t0 = api, fields, settings, n_ctx, t0
+        self.stream = stream
+        self.results = {i: Result(i, ids) for i, ids in enumerate(ids_list)}
+        self.sent: set = set()  # prompts whose final went out
+        self.per_token = bool(fields.get("timings_per_token"))
+
+    def add(self, index: int, chunk) -> None:
+        self.results[index].add(chunk)
+
+    def _final(self, r: Result) -> JSON:
+        self.sent.add(r.index)
+        return self.api.final(r, self.fields, self.settings, self.stream, self.n_ctx)
+
+    def response(self) -> Response:
+        finals = [self._final(self.results[i]) for i in sorted(self.results)]
+        return JSONResponse(finals[0] if len(finals) == 1 else finals)
+
+    def events(self, index: int, chunk) -> List[JSON]:
+        r, out = self.results[index], []
+        if chunk.token_ids or chunk.text:
+            out.append(self._partial(r, chunk))
+        elif progress_of(chunk) is not None:
+            out.append(self._progress(r, progress_of(chunk)))
+        if chunk.finish_reason is not None:
+            out.append(self._final(r))
+        return out
+
+    def finish(self) -> List[JSON]:  # nothing was generated (n_predict 0): every final now
+        return [self._final(self.results[i]) for i in sorted(self.results) if i not in self.sent]
+
+    def _partial(self, r: Result, chunk) -> JSON:
+        out = {"index": r.index, "content": chunk.text or "",
+               "tokens": [int(t) for t in chunk.token_ids], "stop": False, "id_slot": 0,
+               "tokens_predicted": len(r.tokens), "tokens_evaluated": len(r.prompt_ids)}
+        if self.per_token:
+            now = time.monotonic()
+            first_at = r.t_first or now
+            out["timings"] = native_timings({
+                "prompt_n": len(r.prompt_ids), "prompt_ms": (first_at - self.t0) * 1e3,
+                "predicted_n": len(r.tokens), "predicted_ms": (now - first_at) * 1e3}, 0)
+        if self.fields.get("n_probs") and chunk.logprobs:
+            out["completion_probabilities"] = probs_json(
+                chunk.logprobs, bool(self.fields.get("post_sampling_probs")))
+        return out
+
+    def _progress(self, r: Result, p) -> JSON:
+        # return_progress: llama-server's partial with no content and its prompt_progress
+        out = {"index": r.index, "content": "", "tokens": [], "stop": False, "id_slot": 0,
+               "tokens_predicted": 0, "tokens_evaluated": len(r.prompt_ids)}
+        if self.per_token:
+            out["timings"] = progress_timings(p)
+        out["prompt_progress"] = prompt_progress(p)
+        return out
+
+
 # --- the endpoints --------------------------------------------------------------------------------
 
 class LlamaCppAPI:
     def __init__(self, routes):
-        self.routes = routes          # the OpenAI routes: shared helpers (_race, _fail, _close)
+        self.routes = routes          # the OpenAI routes (metrics_text)
+        self.life = routes.life
         self.host = routes.host
         self.config = routes.config
         self.metrics = routes.metrics
         self.started_at = time.time()
+
+    def endpoints(self) -> list:
+        """(path, endpoint, method, request model) of each native route."""
+        chat = protocol.ChatBody
+        return [("/completion", self.completion, "POST", NativeCompletionBody),
+                ("/completions", self.completion, "POST", NativeCompletionBody),  # native too
+                ("/infill", self.infill, "POST", InfillBody),
+                ("/apply-template", self.apply_template, "POST", chat),
+                ("/props", self.props, "GET", None),
+                ("/slots", self.slots, "GET", None),
+                ("/slots/{id_slot}", self.slot_action, "POST", SlotFileBody),
+                ("/chat/completions/input_tokens", self.chat_input_tokens, "POST", chat),
+                ("/v1/chat/completions/input_tokens", self.chat_input_tokens, "POST", chat)]
 
     # --- /completion and /infill ---------------------------------------------------------------
     async def completion(self, request: Request) -> Response:
@@ -521,8 +581,8 @@ class LlamaCppAPI:
         return await self._native(request, "infill", infill=True)
 
     def _prepare(self, llm, body: Any, infill: bool):
-        fields = protocol.check_fields(body, INFILL_FIELDS if infill else COMPLETION_FIELDS,
-                                        name_type=False)
+        fields = parse(InfillBody if infill else NativeCompletionBody, body).model_dump(
+            by_alias=True, exclude_unset=True)
         if fields.get("lora"):
             raise invalid("'lora' adapters are not supported", "lora", "unsupported")
         if infill:
@@ -537,12 +597,14 @@ class LlamaCppAPI:
                                + " or a vocabulary token such as "
                                + ", ".join(FIM_KINDS[k][1][0] for k in missing) + ")",
                                "not_supported_error", None, "infill_unsupported")
-            prefix, suffix, extra = check_infill(fields)
+            for key in ("input_prefix", "input_suffix"):  # after the FIM check, as llama-server
+                if key not in fields:
+                    raise invalid(f"'{key}' is required", key, "missing_field")
+            prefix, suffix = fields["input_prefix"], fields["input_suffix"]
+            extra = fields.get("input_extra", [])
             prompts = [[fields.get("prompt", "")]]
         else:
-            if "prompt" not in fields:
-                raise invalid("'prompt' is required", "prompt", "missing_field")
-            prompts = split_prompts(fields["prompt"])
+            prompts = fields["prompt"]
 
         kw = self._sampling(llm, fields)
         params = self.host.sampling_params(kw)
@@ -559,7 +621,7 @@ class LlamaCppAPI:
                 ids = tokenize_pieces(llm, pieces)
             if not ids:
                 raise invalid("the prompt is empty (no tokens)", "prompt", "invalid_value")
-            _check_token_ids([ids], self.host.n_vocab, "prompt")
+            check_token_ids([ids], self.host.n_vocab, "prompt")
             if n_ctx and len(ids) >= n_ctx:
                 raise exceed_context(len(ids), n_ctx)
             ids_list.append(ids)
@@ -573,11 +635,9 @@ class LlamaCppAPI:
             raise invalid("'n_predict' and 'max_tokens' disagree; send one", "max_tokens",
                           "invalid_value")
         kw["max_tokens"] = None if n is None or n < 0 else n
-        for src, dst in _PLAIN.items():
-            if src in fields:
-                kw[dst] = fields[src]
-        if "temperature" in kw and kw["temperature"] < 0:
-            kw["temperature"] = 0.0  # llama-server: negative temperature = greedy
+        kw.update({f: fields[w] for w, f in _PLAIN.items() if w in fields})
+        if "temperature" in fields:  # llama-server: negative temperature = greedy
+            kw["temperature"] = max(0.0, float(fields["temperature"]))
         if "seed" in fields and fields["seed"] >= 0:
             kw["seed"] = fields["seed"]
         if fields.get("n_probs"):
@@ -598,80 +658,46 @@ class LlamaCppAPI:
                 if int(t) < 0:
                     raise invalid(f"'logit_bias' has negative token id {t}", "logit_bias",
                                   "invalid_value")
-                _check_token_ids([[int(t)]], getattr(getattr(llm, "llm", llm), "n_vocab", None),
+                check_token_ids([[int(t)]], getattr(getattr(llm, "llm", llm), "n_vocab", None),
                                  "logit_bias")
                 out[int(t)] = bias
         return out
 
     async def _native(self, request: Request, endpoint: str, infill: bool) -> Response:
         t0 = time.monotonic()
-        routes = self.routes
-        try:
-            llm = self.host.require_ready()
-            body = await _read_json(request)
-            # tokenizing (and checking) the prompt pieces: in a thread, off the event loop
-            fields, params, ids_list = await _off_loop(self._prepare, llm, body, infill)
-            admission = self.host.admit(len(ids_list))
-        except APIError as e:
-            return routes._fail(endpoint, e)
-        except Exception as e:  # noqa: BLE001
-            return routes._fail(endpoint, _engine_error(e))
 
-        n_ctx = self.host.n_ctx or 0
-        asked = _attr(params, "max_tokens")
-        shifts = bool(getattr(self.config, "context_shift", False))
-        per_prompt = []
-        for ids in ids_list:
-            p = copy.copy(params)
-            room = n_ctx - len(ids) if n_ctx and not shifts else None  # --context-shift: no end
-            if room is not None and asked is not None and asked > room:
-                p.max_tokens = room  # llama-server stops at a full context (truncated: true)
-            per_prompt.append(p)
-        results = {i: Result(i, ids) for i, ids in enumerate(ids_list)}
-        stream_mode = bool(fields.get("stream", False))
-        settings = generation_settings(params, fields, stream_mode)
+        async def plan(llm) -> Generation:
+            body = await read_json(request)
+            try:  # tokenizing (and checking) the prompt pieces: in a thread, off the event loop
+                fields, params, ids_list = await off_loop(self._prepare, llm, body, infill)
+            except json.JSONDecodeError as e:
+                raise invalid(f"the request body is not valid JSON: {e}", None,
+                              "invalid_json") from None
+            n_ctx = self.host.n_ctx or 0
+            asked = _attr(params, "max_tokens")
+            shifts = bool(getattr(self.config, "context_shift", False))
+            per_prompt = []
+            for ids in ids_list:
+                p = copy.copy(params)
+                room = n_ctx - len(ids) if n_ctx and not shifts else None  # --context-shift: no end
+                if room is not None and asked is not None and asked > room:
+                    p.max_tokens = room  # llama-server stops at a full context (truncated: true)
+                per_prompt.append(p)
+            stream = bool(fields.get("stream", False))
+            enc = NativeEncoder(self, fields, ids_list, generation_settings(params, fields, stream),
+                                stream, n_ctx, t0)
 
-        if asked == 0:  # llama-server: evaluate nothing new, answer at once (clients warm caches)
-            admission.release()
-            for r in results.values():
-                r.finish_reason = "length"
-            return self._answer(endpoint, fields, results, settings, stream_mode, [], n_ctx)
+            def open_streams():
+                if asked == 0:  # llama-server: evaluate nothing new, answer at once (cache warming)
+                    for r in enc.results.values():
+                        r.finish_reason = "length"
+                    return []
+                return [llm.stream_chunks(ids, p) for ids, p in zip(ids_list, per_prompt)]
+            return Generation(open_streams, enc, stream, 1, len(ids_list), "prompt",
+                              lambda e, _: _engine_error(e, ids_list, n_ctx))
+        return await self.life.run(request, endpoint, plan, "prompt")
 
-        deadline = routes._deadline(t0)
-        started = await routes._start(
-            request, endpoint,
-            lambda: [llm.stream_chunks(ids, p) for ids, p in zip(ids_list, per_prompt)], 1,
-            admission, t0, deadline,
-            lambda e: routes._fail(endpoint, _engine_error(e, ids_list, n_ctx)))
-        if isinstance(started, Response):
-            return started
-        stream, first = started
-
-        if stream_mode:
-            return self._stream(endpoint, fields, results, settings, stream, admission, first,
-                                deadline, t0, n_ctx)
-
-        async def collect():
-            item = first
-            while item is not None:
-                index, chunk = item
-                results[index].add(chunk)
-                item = await stream.next()
-
-        try:
-            await routes._race(collect(), request, deadline)
-        except _client_gone():
-            self.metrics.request_done(endpoint, CLIENT_CLOSED)
-            return Response(status_code=CLIENT_CLOSED)
-        except BaseException as e:  # noqa: BLE001
-            if isinstance(e, asyncio.CancelledError):
-                raise
-            return routes._fail(endpoint, _engine_error(e, ids_list, n_ctx))
-        finally:
-            await asyncio.shield(routes._close(stream, admission))
-        return self._answer(endpoint, fields, results, settings, False, None, n_ctx)
-
-    def _final(self, r: Result, fields: JSON, settings: JSON, stream: bool, n_ctx: int) -> JSON:
+    def final(self, r: Result, fields: JSON, settings: JSON, stream: bool, n_ctx: int) -> JSON:
         llm = self.host.llm
         stop_type = "none"
         word = ""
@@ -718,124 +744,33 @@ class LlamaCppAPI:
             return pick_fields(out, fields["response_fields"])
         return out
 
-    def _answer(self, endpoint, fields, results, settings, stream_mode, _unused, n_ctx) -> Response:
-        self.metrics.request_done(endpoint, 200)
-        finals = [self._final(results[i], fields, settings, stream_mode, n_ctx)
-                  for i in sorted(results)]
-        if stream_mode:
-            async def events():
-                for f in finals:
-                    yield sse(f)
-
-            async def on_close(disconnected):
-                return None
-            return EventStreamResponse(events(), on_close)
-        return JSONResponse(finals[0] if len(finals) == 1 else finals)
-
-    def _stream(self, endpoint, fields, results, settings, stream: ChunkStream, admission, first,
-                deadline, t0, n_ctx) -> Response:
-        per_token = bool(fields.get("timings_per_token"))
-        want_probs = bool(fields.get("n_probs"))
-        post = bool(fields.get("post_sampling_probs"))
-        outcome = {"status": 200}
-
-        def partial(r: Result, chunk) -> JSON:
-            out = {"index": r.index, "content": chunk.text or "",
-                   "tokens": [int(t) for t in chunk.token_ids], "stop": False, "id_slot": 0,
-                   "tokens_predicted": len(r.tokens), "tokens_evaluated": len(r.prompt_ids)}
-            if per_token:
-                now = time.monotonic()
-                first_at = r.t_first or now
-                out["timings"] = native_timings({
-                    "prompt_n": len(r.prompt_ids), "prompt_ms": (first_at - t0) * 1e3,
-                    "predicted_n": len(r.tokens), "predicted_ms": (now - first_at) * 1e3}, 0)
-            if want_probs and chunk.logprobs:
-                out["completion_probabilities"] = probs_json(chunk.logprobs, post)
-            return out
-
-        def progress_partial(r: Result, p) -> JSON:
-            # return_progress: llama-server's partial with no content and its prompt_progress
-            out = {"index": r.index, "content": "", "tokens": [], "stop": False, "id_slot": 0,
-                   "tokens_predicted": 0, "tokens_evaluated": len(r.prompt_ids)}
-            if per_token:
-                out["timings"] = progress_timings(p)
-            out["prompt_progress"] = prompt_progress(p)
-            return out
-
-        async def events():
-            item = first
-            while item is not None:
-                index, chunk = item
-                r = results[index]
-                r.add(chunk)
-                if chunk.token_ids or chunk.text:
-                    yield sse(partial(r, chunk))
-                elif progress_of(chunk) is not None:
-                    yield sse(progress_partial(r, progress_of(chunk)))
-                if chunk.finish_reason is not None:
-                    yield sse(self._final(r, fields, settings, True, n_ctx))
-                try:
-                    timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-                    item = await asyncio.wait_for(stream.next(), timeout)
-                except asyncio.TimeoutError:
-                    outcome["status"] = 504
-                    err = APIError(504, f"request timed out after {self.config.timeout:g} s "
-                                        "(server --timeout); it was aborted", "timeout_error",
-                                   None, "timeout")
-                    yield sse(err.body())
-                    return
-                except Exception as e:  # noqa: BLE001
-                    err = _engine_error(e, [r.prompt_ids for r in results.values()], n_ctx)
-                    outcome["status"] = err.status
-                    yield sse(err.body())
-                    return
-
-        async def on_close(disconnected: bool):
-            await self.routes._close(stream, admission)
-            self.metrics.request_done(endpoint, CLIENT_CLOSED if disconnected else outcome["status"])
-
-        return EventStreamResponse(events(), on_close)
-
     # --- /apply-template ---------------------------------------------------------------------------
     async def apply_template(self, request: Request) -> Response:
-        try:
+        """A chat request body -> {"prompt": the rendered template}."""
+        async def work():
             llm = self.host.require_ready()
-            body = await _read_json(request)
-            if not isinstance(body, dict):
-                raise invalid("the request body must be a JSON object", None, "invalid_type")
-            body = dict(body)
-            add_gen = body.pop("add_generation_prompt", True)
-            if not isinstance(add_gen, bool):
-                raise invalid("'add_generation_prompt' must be a boolean",
-                              "add_generation_prompt", "invalid_type")
-            kwargs = body.pop("chat_template_kwargs", None)
-            if kwargs is not None and not isinstance(kwargs, dict):
-                raise invalid("'chat_template_kwargs' must be an object", "chat_template_kwargs",
-                              "invalid_type")
-            for key in ("reasoning_format", "enable_thinking"):
-                body.pop(key, None)
+            body = await read_json(request)
+            if isinstance(body, dict):  # llama-server's reasoning switches: no effect here
+                body = {k: v for k, v in body.items()
+                        if k not in ("reasoning_format", "enable_thinking")}
             req = protocol.parse_chat(body)  # the body of a chat request; sampling fields unused
-            call_kw = {"add_generation_prompt": add_gen, "tools": req.tools}
-            if kwargs:
-                sig = inspect.signature(llm.apply_chat_template)
-                if "chat_template_kwargs" not in sig.parameters:
+            kw = {"add_generation_prompt": req.extra.get("add_generation_prompt", True),
+                  "tools": req.tools}
+            if req.chat_template_kwargs:
+                if "chat_template_kwargs" not in inspect.signature(
+                        llm.apply_chat_template).parameters:
                     raise invalid("'chat_template_kwargs' is not supported by this build",
                                   "chat_template_kwargs", "unsupported")
-                call_kw["chat_template_kwargs"] = kwargs
-            prompt = await _off_loop(llm.apply_chat_template, req.messages, **call_kw)
-        except APIError as e:
-            return self.routes._fail("apply-template", e)
-        except Exception as e:  # noqa: BLE001
-            return self.routes._fail("apply-template", _engine_error(e))
-        self.metrics.request_done("apply-template", 200)
-        return JSONResponse({"prompt": prompt})
+                kw["chat_template_kwargs"] = req.chat_template_kwargs
+            prompt = await off_loop(llm.apply_chat_template, req.messages, **kw)
+            return JSONResponse({"prompt": prompt})
+        return await self.life.answer("apply-template", work, "prompt")
 
-    # --- /chat/completions/input_tokens ---------------------------------------------------------------
     async def chat_input_tokens(self, request: Request) -> Response:
         """A chat request body -> {"input_tokens": tokens of its rendered prompt}."""
-        try:
+        async def work():
             llm = self.host.require_ready()
-            req = protocol.parse_chat(await _read_json(request))
+            req = protocol.parse_chat(await read_json(request))
             prompt_ids = getattr(llm, "chat_prompt_ids", None)
 
             def count():
@@ -844,14 +779,9 @@ class LlamaCppAPI:
                 # a stand-in engine: render, then tokenize with special tokens parsed
                 return llm.tokenize(llm.apply_chat_template(req.messages, tools=req.tools),
                                     add_special=True, parse_special=True)
-
-            ids = await _off_loop(count)  # rendering and tokenizing: off the event loop
-        except APIError as e:
-            return self.routes._fail("input_tokens", e)
-        except Exception as e:  # noqa: BLE001
-            return self.routes._fail("input_tokens", _engine_error(e))
-        self.metrics.request_done("input_tokens", 200)
-        return JSONResponse({"input_tokens": len(ids)})
+            # rendering and tokenizing: off the event loop
+            return JSONResponse({"input_tokens": len(await off_loop(count))})
+        return await self.life.answer("input_tokens", work, "prompt")
 
     # --- /props and /slots -------------------------------------------------------------------------
     def _template_source(self, llm) -> str:
@@ -875,10 +805,10 @@ class LlamaCppAPI:
         return isinstance(mode, str) and mode != "off"
 
     async def props(self, request: Request) -> Response:
-        try:
-            llm = self.host.require_ready()
-        except APIError as e:
-            return self.routes._fail("props", e)
+        return await self.life.answer("props", self._props)
+
+    async def _props(self) -> Response:
+        llm = self.host.require_ready()
         inner = getattr(llm, "llm", llm)
         try:
             defaults = self.host.sampling_params({"max_tokens": None})
@@ -895,7 +825,6 @@ class LlamaCppAPI:
         dgs["prompt"] = ""
         dgs["next_token"] = [{"has_next_token": True, "has_new_line": False, "n_remain": -1,
                               "n_decoded": 0}]
-        self.metrics.request_done("props", 200)
         return JSONResponse({
             "default_generation_settings": dgs,
             "total_slots": self.config.parallel,
@@ -922,23 +851,19 @@ class LlamaCppAPI:
         })
 
     async def slots(self, request: Request) -> Response:
-        if not self.config.slots_endpoint:
-            return self.routes._fail("slots", not_supported(
-                "This server does not support slots endpoint (start it with --slots)"))
-        try:
+        async def work():
+            if not self.config.slots_endpoint:
+                raise not_supported("This server does not support slots endpoint (start it "
+                                    "with --slots)")
             self.host.require_ready()
-        except APIError as e:
-            return self.routes._fail("slots", e)
-        stats = self.host.stats() or {}
-        running = int(stats.get("running", 0))
-        self.metrics.request_done("slots", 200)
-        return JSONResponse([self._slot(i, i < running) for i in range(self.config.parallel)])
+            running = int((self.host.stats() or {}).get("running", 0))
+            return JSONResponse([self._slot(i, i < running) for i in range(self.config.parallel)])
+        return await self.life.answer("slots", work)
 
     async def slot_action(self, request: Request) -> Response:
         """POST /slots/{id}?action=save|restore|erase (llama-server's, under --slot-save-path):
         the slot's cached KV pages to / from a file in that folder, or dropped."""
-        name = "slots"
-        try:
+        async def work():
             # as llama-server: independent of --no-slots (GET /slots), all actions need the folder
             folder = getattr(self.config, "slot_save_path", None)
             if not folder:
@@ -954,41 +879,23 @@ class LlamaCppAPI:
             llm = self.host.require_ready()
             inner = getattr(llm, "llm", llm)
             if action == "erase":
-                n = (await _off_loop(inner.slot_erase, slot))["n_erased"]
-                self.metrics.request_done(name, 200)
+                n = (await off_loop(inner.slot_erase, slot))["n_erased"]
                 return JSONResponse({"id_slot": slot, "n_erased": n})
-            body = await _read_json(request)
-            if not isinstance(body, dict):
-                raise invalid("the request body must be a JSON object", None, "invalid_type")
-            filename = body.get("filename")
-            if not isinstance(filename, str):
-                raise invalid("'filename' (a string) is required", "filename")
+            filename = parse(SlotFileBody, await read_json(request)).filename
             if not _valid_filename(filename):
                 raise invalid("Invalid filename: a plain file name (no folders, no '..')", "filename")
-            import os
-            path = os.path.join(folder, filename)
             t0 = time.perf_counter()
-            if action == "save":
-                r = await _off_loop(inner.slot_save, slot, path)
-                out = {"id_slot": slot, "filename": filename, "n_saved": r["n_saved"],
-                       "n_written": r["n_written"],
-                       "timings": {"save_ms": (time.perf_counter() - t0) * 1e3}}
-            else:
-                r = await _off_loop(inner.slot_restore, slot, path)
-                out = {"id_slot": slot, "filename": filename, "n_restored": r["n_restored"],
-                       "n_read": r["n_read"],
-                       "timings": {"restore_ms": (time.perf_counter() - t0) * 1e3}}
-        except APIError as e:
-            return self.routes._fail(name, e)
-        except Exception as e:  # noqa: BLE001
-            return self.routes._fail(name, _engine_error(e))
-        self.metrics.request_done(name, 200)
-        return JSONResponse(out)
+            r = await off_loop(getattr(inner, f"slot_{action}"), slot,
+                               os.path.join(folder, filename))
+            n = ("n_saved", "n_written") if action == "save" else ("n_restored", "n_read")
+            return JSONResponse({"id_slot": slot, "filename": filename, n[0]: r[n[0]], n[1]: r[n[1]],
+                                 "timings": {f"{action}_ms": (time.perf_counter() - t0) * 1e3}})
+        return await self.life.answer("slots", work, "prompt")
 
     # --- /metrics ------------------------------------------------------------------------------------
     async def metrics_endpoint(self, request: Request) -> Response:
         if not self.config.metrics_endpoint:
-            return self.routes._fail("metrics", not_supported(
+            return self.life.fail("metrics", not_supported(
                 "This server does not support metrics endpoint (start it with --metrics)"))
         resp = await self.routes.metrics_text(request)
         text = resp.body.decode("utf-8") + llamacpp_metrics(self.host.stats(), self.metrics)
@@ -1055,49 +962,9 @@ def llamacpp_metrics(stats: Optional[dict], m) -> str:
 
 # --- helpers --------------------------------------------------------------------------------------
 
-async def _read_json(request: Request):
-    from .routes import read_json
-    return await read_json(request)
-
-
-async def _off_loop(fn, *args, **kwargs):
-    from .routes import off_loop
-    return await off_loop(fn, *args, **kwargs)
-
-
-def _check_token_ids(lists, n_vocab, param: str) -> None:
-    from .routes import check_token_ids
-    check_token_ids(lists, n_vocab, param)
-
-
-def _client_gone():
-    from .routes import ClientGone
-    return ClientGone
-
-
 def _engine_error(e: BaseException, ids_list=None, n_ctx: int = 0) -> APIError:
-    from .routes import engine_error
     if isinstance(e, edgellm.ContextLengthError) and ids_list:
         return exceed_context(max(len(i) for i in ids_list), n_ctx)
     if isinstance(e, json.JSONDecodeError):
         return invalid(f"the request body is not valid JSON: {e}", None, "invalid_json")
     return engine_error(e, "prompt")
-
-
-def register(app_routes: list, routes) -> LlamaCppAPI:
-    """Add the native routes to the app's route list (before the app is built)."""
-    from starlette.routing import Route
-
-    api = LlamaCppAPI(routes)
-    app_routes += [
-        Route("/completion", api.completion, methods=["POST"]),
-        Route("/completions", api.completion, methods=["POST"]),  # llama-server: native too
-        Route("/infill", api.infill, methods=["POST"]),
-        Route("/apply-template", api.apply_template, methods=["POST"]),
-        Route("/props", api.props, methods=["GET"]),
-        Route("/slots", api.slots, methods=["GET"]),
-        Route("/slots/{id_slot}", api.slot_action, methods=["POST"]),
-        Route("/chat/completions/input_tokens", api.chat_input_tokens, methods=["POST"]),
-        Route("/v1/chat/completions/input_tokens", api.chat_input_tokens, methods=["POST"]),
-    ]
-    return api

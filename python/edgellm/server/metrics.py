@@ -8,7 +8,7 @@ and status — is recorded here as requests pass.
 """
 import bisect
 import threading
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -105,110 +105,108 @@ class ServerMetrics:
         many-model server, replaces (model_id, ready) in edgellm_model_ready."""
         e = engine or {}
         out: List[str] = []
-
-        def metric(name: str, kind: str, help_: str, samples: List[Tuple[str, float]]):
-            out.append(f"# HELP {name} {help_}")
-            out.append(f"# TYPE {name} {kind}")
-            for labels, value in samples:
-                out.append(f"{name}{labels} {_fmt(value)}")
-
         with self._lock:
-            metric("edgellm_model_ready", "gauge", "1 once the model is loaded and serving",
+            family(out, "edgellm_model_ready", "gauge", "1 once the model is loaded and serving",
                    [(_labels([("model", m)]), 1 if r else 0)
                     for m, r in (models if models is not None else [(model_id, ready)])])
-            metric("edgellm_requests_running", "gauge", "Sequences the engine is running now",
-                   [("", e.get("running", 0))])
-            metric("edgellm_requests_waiting", "gauge",
-                   "Sequences admitted and waiting in the engine queue",
-                   [("", e.get("waiting", 0))])
-            metric("edgellm_http_requests_active", "gauge",
-                   "Generation requests admitted by the server and not yet answered in full",
-                   [("", self.active_requests)])
-            metric("edgellm_prompt_tokens_total", "counter", "Prompt tokens processed",
-                   [("", e.get("prompt_tokens_total", self.prompt_tokens))])
-            metric("edgellm_generation_tokens_total", "counter", "Tokens generated",
-                   [("", e.get("generated_tokens_total", self.generation_tokens))])
-            metric("edgellm_kv_pages_used", "gauge",
-                   "KV pages out of the free lists (held by requests or kept by the prefix cache)",
-                   [("", used_pages(e))])
-            metric("edgellm_kv_pages_total", "gauge",
-                   "The most KV pages out of the free lists at once (the pools share one byte budget)",
-                   [("", e.get("pages_total", 0))])
-            if "kv_bytes_total" in e:
-                metric("edgellm_kv_bytes_used", "gauge",
-                       "KV bytes out of the free lists, both layer groups (requests and prefix cache)",
-                       [("", e.get("kv_bytes_used", 0))])
-                metric("edgellm_kv_bytes_total", "gauge", "The KV byte budget (kv_memory)",
-                       [("", e["kv_bytes_total"])])
-            metric("edgellm_kv_pages_in_use_requests", "gauge",
-                   "KV pages held by requests (excluding pages only the prefix cache keeps); "
-                   "0 when idle",
-                   [("", requests_pages(e))])
-            metric("edgellm_kv_pages_cached", "gauge",
-                   "KV pages only the prefix cache keeps (reclaimable)",
-                   [("", e.get("pages_cached", 0))])
-            if "preemptions" in e:
-                metric("edgellm_preemptions_total", "counter",
-                       "Sequences preempted (pages reclaimed, recomputed later) for lack of KV pages",
-                       [("", e["preemptions"])])
-            if "context_shifts" in e:
-                metric("edgellm_context_shifts_total", "counter",
-                       "Context shifts (--context-shift): a full context kept its first n_keep "
-                       "tokens and the newer half of the rest and went on generating",
-                       [("", e["context_shifts"])])
-            if e.get("cache_disk"):  # --cache-dir
-                for key, name, help_ in (
-                        ("cache_disk_pages_read", "edgellm_cache_disk_pages_read_total",
-                         "Persistent prefix cache: KV pages read back from --cache-dir"),
-                        ("cache_disk_pages_written", "edgellm_cache_disk_pages_written_total",
-                         "Persistent prefix cache: KV pages written to --cache-dir"),
-                        ("cache_disk_corrupt", "edgellm_cache_disk_corrupt_total",
-                         "Persistent prefix cache: files that failed their checks (deleted, "
-                         "never loaded)")):
-                    metric(name, "counter", help_, [("", e.get(key, 0))])
-                metric("edgellm_cache_disk_bytes", "gauge",
-                       "Persistent prefix cache: bytes of this model's files in --cache-dir",
-                       [("", e.get("cache_disk_bytes", 0))])
-            queries = e.get("prefix_cache_queries", 0)
-            metric("edgellm_prefix_cache_hit_ratio", "gauge",
-                   "Prefix cache hits / lookups since start",
-                   [("", (e.get("prefix_cache_hits", 0) / queries) if queries else 0.0)])
-            if "spec_drafted" in e:  # speculative decoding
-                drafted = e.get("spec_drafted", 0)
-                metric("edgellm_spec_draft_tokens_total", "counter",
-                       "Speculative decoding: tokens drafted (n-gram or draft model) and verified",
-                       [("", drafted)])
-                metric("edgellm_spec_accepted_tokens_total", "counter",
-                       "Speculative decoding: drafted tokens the model accepted",
-                       [("", e.get("spec_accepted", 0))])
-                metric("edgellm_spec_verify_steps_total", "counter",
-                       "Speculative decoding: sequence-steps that verified a draft",
-                       [("", e.get("spec_steps", 0))])
-                metric("edgellm_spec_acceptance_ratio", "gauge",
-                       "Speculative decoding: accepted / drafted tokens since start",
-                       [("", (e.get("spec_accepted", 0) / drafted) if drafted else 0.0)])
-                metric("edgellm_spec_draft_seconds_total", "counter",
-                       "Speculative decoding: time in draft-model forward passes",
-                       [("", e.get("spec_draft_seconds", 0.0))])
-            metric("edgellm_tokens_per_second", "gauge",
-                   "Generated tokens per second over the engine's recent window",
-                   [("", e.get("tokens_per_second", 0.0))])
-            metric("edgellm_requests_total", "counter",
+            for name, kind, help_, value in ENGINE_FAMILIES:
+                v = value(e, self)
+                if v is not None:
+                    family(out, name, kind, help_, [("", v)])
+            family(out, "edgellm_requests_total", "counter",
                    "HTTP requests answered, by endpoint and status code",
                    [(_labels([("endpoint", ep), ("status", st)]), n)
                     for (ep, st), n in sorted(self.requests.items())])
-            metric("edgellm_requests_finished_total", "counter",
+            family(out, "edgellm_requests_finished_total", "counter",
                    "Completions finished, by finish reason",
                    [(_labels([("finish_reason", r)]), n) for r, n in sorted(self.finished.items())])
-            out.append("# HELP edgellm_time_to_first_token_seconds Request arrival to first "
-                       "generated token, as the client sees it")
-            out.append("# TYPE edgellm_time_to_first_token_seconds histogram")
-            out.extend(self.ttft.lines("edgellm_time_to_first_token_seconds"))
-            out.append("# HELP edgellm_inter_token_latency_seconds Time between generated tokens "
-                       "of one completion")
-            out.append("# TYPE edgellm_inter_token_latency_seconds histogram")
-            out.extend(self.itl.lines("edgellm_inter_token_latency_seconds"))
+            for name, help_, hist in (
+                    ("edgellm_time_to_first_token_seconds",
+                     "Request arrival to first generated token, as the client sees it", self.ttft),
+                    ("edgellm_inter_token_latency_seconds",
+                     "Time between generated tokens of one completion", self.itl)):
+                out += [f"# HELP {name} {help_}", f"# TYPE {name} histogram", *hist.lines(name)]
         return "\n".join(out) + "\n"
+
+
+def family(out: List[str], name: str, kind: str, help_: str,
+           samples: Iterable[Tuple[str, float]]) -> None:
+    """One metric family in the text format: HELP, TYPE and a line per (labels, value)."""
+    out += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"]
+    out += [f"{name}{labels} {_fmt(value)}" for labels, value in samples]
+
+
+def _if(key: str, value: Callable[[dict], float]) -> Callable[[dict, "ServerMetrics"], Any]:
+    """The family only when the engine's stats have `key` (and it is set)."""
+    return lambda e, m: value(e) if e.get(key) else None
+
+
+def _ratio(e: dict, num: str, den: str) -> float:
+    return e.get(num, 0) / e[den] if e.get(den) else 0.0
+
+
+_DISK = "Persistent prefix cache: "
+_SPEC = "Speculative decoding: "
+# (name, type, help, value from the engine's stats and the server's figures; None: left out)
+ENGINE_FAMILIES = [
+    ("edgellm_requests_running", "gauge", "Sequences the engine is running now",
+     lambda e, m: e.get("running", 0)),
+    ("edgellm_requests_waiting", "gauge", "Sequences admitted and waiting in the engine queue",
+     lambda e, m: e.get("waiting", 0)),
+    ("edgellm_http_requests_active", "gauge",
+     "Generation requests admitted by the server and not yet answered in full",
+     lambda e, m: m.active_requests),
+    ("edgellm_prompt_tokens_total", "counter", "Prompt tokens processed",
+     lambda e, m: e.get("prompt_tokens_total", m.prompt_tokens)),
+    ("edgellm_generation_tokens_total", "counter", "Tokens generated",
+     lambda e, m: e.get("generated_tokens_total", m.generation_tokens)),
+    ("edgellm_kv_pages_used", "gauge",
+     "KV pages out of the free lists (held by requests or kept by the prefix cache)",
+     lambda e, m: used_pages(e)),
+    ("edgellm_kv_pages_total", "gauge",
+     "The most KV pages out of the free lists at once (the pools share one byte budget)",
+     lambda e, m: e.get("pages_total", 0)),
+    ("edgellm_kv_bytes_used", "gauge",
+     "KV bytes out of the free lists, both layer groups (requests and prefix cache)",
+     lambda e, m: e.get("kv_bytes_used", 0) if "kv_bytes_total" in e else None),
+    ("edgellm_kv_bytes_total", "gauge", "The KV byte budget (kv_memory)",
+     lambda e, m: e.get("kv_bytes_total")),
+    ("edgellm_kv_pages_in_use_requests", "gauge",
+     "KV pages held by requests (excluding pages only the prefix cache keeps); 0 when idle",
+     lambda e, m: requests_pages(e)),
+    ("edgellm_kv_pages_cached", "gauge", "KV pages only the prefix cache keeps (reclaimable)",
+     lambda e, m: e.get("pages_cached", 0)),
+    ("edgellm_preemptions_total", "counter",
+     "Sequences preempted (pages reclaimed, recomputed later) for lack of KV pages",
+     lambda e, m: e.get("preemptions")),
+    ("edgellm_context_shifts_total", "counter",
+     "Context shifts (--context-shift): a full context kept its first n_keep tokens and the "
+     "newer half of the rest and went on generating", lambda e, m: e.get("context_shifts")),
+    ("edgellm_cache_disk_pages_read_total", "counter", _DISK + "KV pages read back from --cache-dir",
+     _if("cache_disk", lambda e: e.get("cache_disk_pages_read", 0))),
+    ("edgellm_cache_disk_pages_written_total", "counter", _DISK + "KV pages written to --cache-dir",
+     _if("cache_disk", lambda e: e.get("cache_disk_pages_written", 0))),
+    ("edgellm_cache_disk_corrupt_total", "counter",
+     _DISK + "files that failed their checks (deleted, never loaded)",
+     _if("cache_disk", lambda e: e.get("cache_disk_corrupt", 0))),
+    ("edgellm_cache_disk_bytes", "gauge", _DISK + "bytes of this model's files in --cache-dir",
+     _if("cache_disk", lambda e: e.get("cache_disk_bytes", 0))),
+    ("edgellm_prefix_cache_hit_ratio", "gauge", "Prefix cache hits / lookups since start",
+     lambda e, m: _ratio(e, "prefix_cache_hits", "prefix_cache_queries")),
+    ("edgellm_spec_draft_tokens_total", "counter",
+     _SPEC + "tokens drafted (n-gram or draft model) and verified", lambda e, m: e.get("spec_drafted")),
+    ("edgellm_spec_accepted_tokens_total", "counter", _SPEC + "drafted tokens the model accepted",
+     lambda e, m: e.get("spec_accepted", 0) if "spec_drafted" in e else None),
+    ("edgellm_spec_verify_steps_total", "counter", _SPEC + "sequence-steps that verified a draft",
+     lambda e, m: e.get("spec_steps", 0) if "spec_drafted" in e else None),
+    ("edgellm_spec_acceptance_ratio", "gauge", _SPEC + "accepted / drafted tokens since start",
+     lambda e, m: _ratio(e, "spec_accepted", "spec_drafted") if "spec_drafted" in e else None),
+    ("edgellm_spec_draft_seconds_total", "counter", _SPEC + "time in draft-model forward passes",
+     lambda e, m: e.get("spec_draft_seconds", 0.0) if "spec_drafted" in e else None),
+    ("edgellm_tokens_per_second", "gauge",
+     "Generated tokens per second over the engine's recent window",
+     lambda e, m: e.get("tokens_per_second", 0.0)),
+]
 
 
 def requests_pages(stats: dict) -> int:

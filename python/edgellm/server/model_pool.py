@@ -29,6 +29,7 @@ reused as is), its planned bytes and its use counts. The rules, all applied on t
 """
 import asyncio
 import logging
+import re
 import time
 from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional
@@ -209,7 +210,7 @@ class ModelPool:
             if self.closed:
                 raise APIError(503, "the server is shutting down", "unavailable_error", None,
                                "shutting_down")
-            slot.error = str(error)
+            slot.error = public_text(str(error))
             raise _load_error(slot, error)
         except APIError:
             if slot.state == LOADING:
@@ -217,7 +218,7 @@ class ModelPool:
             raise
         except Exception as e:  # noqa: BLE001 - the planner failed: the file is not usable
             slot.state = UNLOADED
-            slot.error = str(e)
+            slot.error = public_text(str(e))
             raise _load_error(slot, e) from None
         finally:
             slot._loading = None
@@ -374,9 +375,24 @@ def _is_memory_refusal(e: Optional[BaseException]) -> bool:
     return isinstance(e, (MemoryPlanError, MemoryError))
 
 
+_ABS_PATH = re.compile(r"(?<![\w.~])(?:[A-Za-z]:)?[/\\](?:[^\s'\"/\\]+[/\\])+([^\s'\"/\\:]*)")
+_QUOTED = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"")
+
+
+def public_text(message: str) -> str:
+    """A load failure as clients may read it: absolute paths cut to their file names, and
+    quoted text (what the engine read from the file: a symlink to /etc/passwd fails with its
+    first bytes as the 'magic') replaced by '...'. The log keeps the whole message."""
+    return _QUOTED.sub("'...'", _ABS_PATH.sub(r"\1", message))
+
+
 def _load_error(slot: ModelSlot, e: Optional[BaseException]) -> APIError:
     if _is_memory_refusal(e):
-        return APIError(503, f"the model {slot.entry.id} does not fit in memory: {e}",
+        return APIError(503, f"the model {slot.entry.id} does not fit in memory: "
+                             f"{public_text(str(e))}",
                         "unavailable_error", "model", "model_too_large")
-    return APIError(500, f"loading the model {slot.entry.id} ({slot.entry.path}) failed: "
-                         f"{type(e).__name__}: {e}", "server_error", "model", "model_load_failed")
+    log.warning("loading the model %s (%s) failed: %s: %s", slot.entry.id, slot.entry.path,
+                type(e).__name__, e)
+    return APIError(500, f"loading the model {slot.entry.id} failed: "
+                         f"{type(e).__name__}: {public_text(str(e))}", "server_error", "model",
+                    "model_load_failed")

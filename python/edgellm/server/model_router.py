@@ -20,6 +20,7 @@ import logging
 import time
 from typing import Any, Callable, Dict, List, Optional
 
+from pydantic import Field
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -27,15 +28,23 @@ from starlette.routing import Match, Route, Router
 
 from .config import parse_keep_alive
 from .errors import APIError, invalid
-from .metrics import ServerMetrics
+from .lifecycle import CLIENT_CLOSED, read_json
+from .limits import replay
+from .metrics import ServerMetrics, _labels
 from .model_catalog import ModelCatalog, ModelEntry
 from .model_pool import LOADED, SERVER_KEEP_ALIVE, ModelPool, ModelSlot
-from .routes import CLIENT_CLOSED, OFF_LOOP_BYTES, engine_meta, off_loop
+from .routes import engine_meta
 from .sse import cancel_and_wait, wait_disconnect
+from .wire import Wire, parse
 
 log = logging.getLogger("edgellm.server")
 
 _BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+
+
+class ModelName(Wire):
+    """The body of POST /models/load and /models/unload (llama-server's router mode)."""
+    model: str = Field(min_length=1)
 
 
 class ModelRouter:
@@ -67,10 +76,14 @@ class ModelRouter:
         matches = {r.matches(scope)[0] for r in template.routes}
         if Match.FULL not in matches:  # answered in the app's envelope; nothing is loaded
             raise HTTPException(405 if Match.PARTIAL in matches else 404)
-        body, fields = await self._read(scope, receive)
+        request = Request(scope, receive)
+        body = await request.body()  # server/limits.BodyLimit has bounded it
+        fields = await read_json(request) if scope["method"] in _BODY_METHODS \
+            and body.strip() else {}
+        fields = fields if isinstance(fields, dict) else {}  # the route says what is wrong
         name = fields.get("model")
         if name is None:
-            name = Request(scope).query_params.get("model")
+            name = request.query_params.get("model")
         if name is not None and not isinstance(name, str):
             raise invalid("'model' must be a string: the name of one of this server's models",
                           "model", "invalid_type")
@@ -88,7 +101,7 @@ class ModelRouter:
             self.metrics.request_done("http", CLIENT_CLOSED)
             return  # the client left while its model was loading: nothing to answer
         try:
-            await self._app(slot)(scope, _replay(body, receive), send)
+            await self._app(slot)(scope, replay(body, receive), send)
         finally:
             self.pool.release(slot, keep_alive)
 
@@ -118,43 +131,17 @@ class ModelRouter:
         if not acquiring.cancelled() and acquiring.exception() is None:
             self.pool.release(slot)  # it was claimed just as the client left
 
-    @staticmethod
-    async def _read(scope, receive):
-        """The whole body (server/limits.BodyLimit has bounded it) and, when it is a JSON
-        object, its fields; the routes read the same bytes again."""
-        chunks = []
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        body = b"".join(chunks)
-        if scope.get("method") not in _BODY_METHODS or not body.strip():
-            return body, {}
-        try:
-            if len(body) > OFF_LOOP_BYTES:
-                fields = await off_loop(json.loads, body)
-            else:
-                fields = json.loads(body)
-        except (UnicodeDecodeError, ValueError) as e:
-            raise invalid(f"the request body is not valid JSON: {e}", None, "invalid_json") from None
-        except RecursionError:
-            raise invalid("the request body is nested too deeply", None, "nesting_too_deep") from None
-        return body, fields if isinstance(fields, dict) else {}
-
     # --- the routes about every model ------------------------------------------------------------
-    def routes(self) -> List[Route]:
-        return [
-            Route("/v1/models", self.list_models, methods=["GET"]),
-            Route("/models", self.list_models, methods=["GET"]),
-            Route("/health", self.health, methods=["GET"]),
-            Route("/v1/health", self.health, methods=["GET"]),
-            Route("/metrics", self.metrics_text, methods=["GET"]),
-            Route("/models/load", self.load, methods=["POST"]),
-            Route("/models/unload", self.unload, methods=["POST"]),
-        ]
+    def routes(self, route: Callable[..., Route]) -> List[Route]:
+        """Its own routes, each built by `route(path, endpoint, method, body, tag)` (app.route:
+        in the OpenAPI document)."""
+        return [route(path, fn, method, body, "models") for path, fn, method, body in [
+            ("/v1/models", self.list_models, "GET", None), ("/models", self.list_models, "GET", None),
+            ("/health", self.health, "GET", None), ("/v1/health", self.health, "GET", None),
+            ("/models/load", self.load, "POST", ModelName),
+            ("/models/unload", self.unload, "POST", ModelName)]] + [
+            route("/metrics", self.metrics_text, "GET", None, "models",
+                  response_class=PlainTextResponse)]
 
     def _card(self, slot: ModelSlot) -> dict:
         e = slot.entry
@@ -179,7 +166,10 @@ class ModelRouter:
         return JSONResponse({"object": "list", "data": data})
 
     async def health(self, request: Request) -> Response:
-        """200 while the server can take requests (models load on demand); each model's state."""
+        """200 while the server can take requests (models load on demand); each model's state,
+        unless an API key is set: /health needs none, so it names no models then."""
+        if self.pool.config.api_key:
+            return JSONResponse({"status": "ok"})
         return JSONResponse({"status": "ok", "models": {
             e.id: self.pool.slot(e).state for e in self.catalog.entries}})
 
@@ -200,14 +190,8 @@ class ModelRouter:
         return JSONResponse({"success": True, "model": slot.entry.id, "status": slot.state})
 
     async def _named_slot(self, request: Request) -> ModelSlot:
-        try:
-            fields = json.loads(await request.body() or b"{}")
-        except ValueError as e:
-            raise invalid(f"the request body is not valid JSON: {e}", None, "invalid_json") from None
-        name = fields.get("model") if isinstance(fields, dict) else None
-        if not isinstance(name, str) or not name:
-            raise invalid("give the model: {\"model\": NAME}", "model", "missing_field")
-        return self.pool.slot(self.catalog.find(name))
+        fields = await read_json(request)
+        return self.pool.slot(self.catalog.find(parse(ModelName, fields).model))
 
     async def metrics_text(self, request: Request) -> Response:
         from .llamacpp_api import llamacpp_metrics, not_supported
@@ -223,18 +207,6 @@ class ModelRouter:
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-def _replay(body: bytes, receive):
-    sent = False
-
-    async def replay():
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-    return replay
-
-
 def _summed(stats: List[Optional[dict]]) -> Optional[dict]:
     """The engines' counters and gauges added up (each is a count, a byte size or a rate)."""
     out: dict = {}
@@ -248,26 +220,23 @@ def _summed(stats: List[Optional[dict]]) -> Optional[dict]:
 
 
 def _pool_metrics(slots: List[ModelSlot]) -> str:
-    from .metrics import _fmt, _labels
+    from .metrics import family
 
-    lines = ["# HELP edgellm_model_loaded 1 while the model is in memory",
-             "# TYPE edgellm_model_loaded gauge"]
-    lines += [f"edgellm_model_loaded{_labels([('model', s.entry.id)])} "
-              f"{1 if s.state == LOADED else 0}" for s in slots]
-    lines += ["# HELP edgellm_model_memory_bytes The model's memory plan (counted against "
-              "--models-memory while it is loaded)", "# TYPE edgellm_model_memory_bytes gauge"]
-    lines += [f"edgellm_model_memory_bytes{_labels([('model', s.entry.id)])} {_fmt(s.bytes)}"
-              for s in slots if s.bytes is not None]
-    lines += ["# HELP edgellm_model_requests_running Requests holding the model now",
-              "# TYPE edgellm_model_requests_running gauge"]
-    lines += [f"edgellm_model_requests_running{_labels([('model', s.entry.id)])} {s.busy}"
-              for s in slots]
-    lines += ["# HELP edgellm_model_loads_total Times the model was loaded",
-              "# TYPE edgellm_model_loads_total counter"]
-    lines += [f"edgellm_model_loads_total{_labels([('model', s.entry.id)])} {s.loads}"
-              for s in slots]
-    lines += ["# HELP edgellm_model_unloads_total Times the model was unloaded, by reason "
-              "(keep_alive, evicted for room, request)", "# TYPE edgellm_model_unloads_total counter"]
-    lines += [f"edgellm_model_unloads_total{_labels([('model', s.entry.id), ('reason', r)])} {n}"
-              for s in slots for r, n in sorted(s.unloads.items())]
-    return "\n".join(lines) + "\n"
+    def each(value) -> list:
+        return [(_labels([("model", s.entry.id)]), value(s)) for s in slots]
+
+    out: List[str] = []
+    family(out, "edgellm_model_loaded", "gauge", "1 while the model is in memory",
+           each(lambda s: 1 if s.state == LOADED else 0))
+    family(out, "edgellm_model_memory_bytes", "gauge", "The model's memory plan (counted against "
+           "--models-memory while it is loaded)",
+           [(_labels([("model", s.entry.id)]), s.bytes) for s in slots if s.bytes is not None])
+    family(out, "edgellm_model_requests_running", "gauge", "Requests holding the model now",
+           each(lambda s: s.busy))
+    family(out, "edgellm_model_loads_total", "counter", "Times the model was loaded",
+           each(lambda s: s.loads))
+    family(out, "edgellm_model_unloads_total", "counter", "Times the model was unloaded, by reason "
+           "(keep_alive, evicted for room, request)",
+           [(_labels([("model", s.entry.id), ("reason", r)]), n)
+            for s in slots for r, n in sorted(s.unloads.items())])
+    return "\n".join(out) + "\n"

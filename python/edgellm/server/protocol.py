@@ -1,183 +1,250 @@
-"""OpenAI request bodies: check every field's type and range, and map them to SamplingParams.
+"""OpenAI's request bodies (chat, legacy completions) and llama-server's tokenize / detokenize, as
+pydantic models (wire.py: strict, an unknown field a 400 naming it, null = absent), and their
+mapping to SamplingParams.
 
 Parameters follow llama-server: a field the client leaves out is not sent to SamplingParams, so
 its defaults (llama.cpp's: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, ...) apply, not
 OpenAI's (temperature 1.0). One exception: an absent `max_tokens` means "until end of generation
-or the context is full", as in both llama-server and OpenAI, not SamplingParams' 128.
-
-Unknown fields are rejected (400) rather than ignored, so a misspelt `temprature` never silently
-falls back to a default. Accepted-but-inert OpenAI fields (`user`, `store`, `metadata`, ...) are
-listed as such.
+or the context is full", as in both llama-server and OpenAI, not SamplingParams' 128. A misspelt
+`temprature` is a 400, never a silent default; OpenAI fields with no effect here (`user`,
+`store`, `metadata`, ...) are accepted.
 """
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Union
+
+from pydantic import Field, WithJsonSchema, create_model, model_validator
+from typing_extensions import Annotated
 
 from .. import sampling_fields
 from .. import validation as V
-from ..validation import InvalidRequestError
-from .errors import APIError, invalid
+from .errors import invalid
+from .wire import Refusal, Wire, bad_type, parse, rule
 
 JSON = Dict[str, Any]
-
-MAX_N = V.MAX_N                    # choices per request
-MAX_STOP = V.MAX_STOP              # stop strings per request
-MAX_TOP_LOGPROBS = V.MAX_TOP_LOGPROBS
-
-
-# --- field checks -------------------------------------------------------------------------
-# Each takes (value, param name) and returns the value to use or raises a 400 naming the field.
-# The rules are edgellm.validation's -- the same ones SamplingParams applies in the library --
-# with their InvalidRequestError turned into the server's APIError.
-
-_type_name = V.type_name
-_short = V.short
+_INT, _NUM, _STR = {"type": "integer"}, {"type": "number"}, {"type": "string"}
+_OBJ, _ANY = {"type": "object"}, {}
+_STRINGS = {"anyOf": [_STR, {"type": "array", "items": _STR}]}
 
 
-def _api_error(e: InvalidRequestError, name: Optional[str]) -> APIError:
-    return invalid(str(e), getattr(e, "param", None) or name, getattr(e, "code", "invalid_value"))
+def checked(check, schema: JSON) -> Any:
+    """A field checked by one of edgellm.validation's rules (their words in the 400), documented
+    in /openapi.json as `schema`."""
+    return Annotated[Any, rule(check), WithJsonSchema(schema)]
 
 
-def _served(check: Callable) -> Callable:
-    def run(v, name):
-        try:
-            return check(v, name)
-        except InvalidRequestError as e:
-            raise _api_error(e, name) from None
-    return run
+def _max_tokens(v, name):  # on the wire -1 is "no limit", as llama-server's n_predict
+    return None if v == -1 and type(v) is int else sampling_fields.SAMPLING_RULES["max_tokens"](v, name)
 
 
-def _bad_type(name: str, v: Any, want: str) -> APIError:
-    return _api_error(V.bad_type(name, v, want), name)
-
-
-def integer(lo: Optional[int] = None, hi: Optional[int] = None) -> Callable:
-    return _served(V.integer(lo, hi))
-
-
-def number(lo: Optional[float] = None, hi: Optional[float] = None, lo_open: bool = False) -> Callable:
-    return _served(V.number(lo, hi, lo_open))
-
-
-boolean = _served(V.boolean)
-string = _served(V.string)
-json_schema = _served(V.json_schema)
-logit_bias = _served(V.logit_bias)
-bias_value = _served(V.bias_value)      # one logit bias: finite, or -inf (a ban)
-stop_strings = _served(V.stop_strings)
-
-
-def obj(v, name):
-    if not isinstance(v, dict):
-        raise _bad_type(name, v, "an object")
-    return v
-
-
-def anything(v, name):
-    return v
-
-
-def sampling_rule(target: str) -> Callable:
-    """The check of SamplingParams field `target`, answering with a 400."""
-    return _served(sampling_fields.SAMPLING_RULES[target])
-
-
-def max_tokens(v, name):
-    # on the wire -1 is "no limit", as llama-server's n_predict; SamplingParams' is None
-    if isinstance(v, int) and not isinstance(v, bool) and v == -1:
-        return None
-    return sampling_rule("max_tokens")(v, name)
-
-
-def response_format(v, name):
-    v = sampling_rule("response_format")(v, name)
+def _response_format(v, name):
+    v = sampling_fields.SAMPLING_RULES["response_format"](v, name)
     return None if v.get("type") == "text" else v
 
 
-def stream_options(v, name):
-    obj(v, name)
-    for key, val in v.items():
-        if key in ("include_usage", "continuous_usage_stats"):
-            boolean(val, f"{name}.{key}")
-        else:
-            raise invalid(f"unknown field '{name}.{key}'", f"{name}.{key}", "unknown_field")
-    return v
+# --- sampling fields: the wire name -> (SamplingParams field, JSON schema) ------------------------
+# edgellm.sampling_fields' OpenAI names (OpenAI's fields and llama-server's extras)
+SAMPLING: Dict[str, tuple] = {w: (f, sampling_fields.BY_NAME[f].json_schema)
+                              for w, f in sampling_fields.wire_names("openai").items()}
+_CHECKS = {"max_tokens": _max_tokens, "response_format": _response_format}
+Sampling = create_model("Sampling", __base__=Wire, **{
+    name: (checked(_CHECKS.get(name) or sampling_fields.SAMPLING_RULES[target], schema), None)
+    for name, (target, schema) in SAMPLING.items()})
 
 
-def tools(v, name):
+class StreamOptions(Wire):
+    include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
+class OpenAIBody(Sampling):
+    """The fields chat and legacy completions share."""
+    model: Optional[str] = None
+    stream: bool = False
+    stream_options: Optional[StreamOptions] = None
+    cache_prompt: Optional[bool] = None  # the prefix cache is always on (llama-server clients)
+    return_progress: bool = False  # streams: prompt_progress chunks while the prompt is prefilled
+    # OpenAI's, no effect here
+    user: Optional[str] = None
+    store: Optional[bool] = None
+    metadata: Any = None
+    service_tier: Any = None
+    # llama-server's names on the OpenAI routes
+    n_predict: checked(_max_tokens, _INT) = None
+    id_slot: checked(V.integer(-1), _INT) = None
+    backend_sampling: Optional[bool] = None
+
+    @model_validator(mode="after")
+    def _agree(self):
+        if self.stream_options is not None and not self.stream:
+            raise invalid("'stream_options' is only allowed when 'stream' is true",
+                          "stream_options", "invalid_value")
+        if "n_predict" in self.model_fields_set:
+            if "max_tokens" in self.model_fields_set and self.max_tokens != self.n_predict:
+                raise invalid("'max_tokens' and 'n_predict' disagree; send one", "n_predict",
+                              "invalid_value")
+            self.max_tokens = self.n_predict  # None = no limit (-1)
+            self.model_fields_set.add("max_tokens")
+        return self
+
+    def sampling(self) -> JSON:
+        sent = self.model_fields_set
+        kw = {target: getattr(self, name) for name, (target, _) in SAMPLING.items() if name in sent}
+        kw.setdefault("max_tokens", None)
+        if {"repeat_penalty", "repetition_penalty"} <= sent \
+                and self.repeat_penalty != self.repetition_penalty:
+            raise invalid("'repeat_penalty' and 'repetition_penalty' disagree; send one",
+                          "repetition_penalty", "invalid_value")
+        try:
+            sampling_fields.validate_sampling(kw)  # the rules across fields (min_tokens <= max_tokens)
+        except V.InvalidRequestError as e:
+            raise invalid(str(e), getattr(e, "param", None), getattr(e, "code", "invalid_value"))
+        if self.stream and self.return_progress:
+            kw["return_progress"] = True  # llama-server: in stream mode only
+        return kw
+
+
+def _messages(v, where):
+    V.validate_messages(v, where)  # the library's rules (LLM.chat applies them too)
+    out = []
+    for i, msg in enumerate(v):
+        at = f"{where}[{i}]"
+        for key in msg:
+            if key not in ("role", "content", "name", "tool_calls", "tool_call_id",
+                           "reasoning_content", "refusal"):
+                raise Refusal(f"unknown field '{at}.{key}'", "unknown_field", f"{at}.{key}")
+        content = msg.get("content")
+        if isinstance(content, list):
+            texts = []
+            for j, part in enumerate(content):
+                kind, w = part.get("type"), f"{at}.content[{j}]"
+                if kind != "text":
+                    raise Refusal(f"'{w}.type' is {V.short(kind)}: only text content parts are "
+                                  "supported (this model takes no images or audio)", param=f"{w}.type")
+                if not isinstance(part.get("text"), str):
+                    raise bad_type(part.get("text"), "a string", f"{w}.text")
+                texts.append(part["text"])
+            content = "\n".join(texts)
+        out.append({**msg, "content": content})
+    return out
+
+
+def _tools(v, where):
     if not isinstance(v, list):
-        raise _bad_type(name, v, "an array")
+        raise bad_type(v, "an array", where)
     for i, tool in enumerate(v):
-        where = f"{name}[{i}]"
-        obj(tool, where)
+        at = f"{where}[{i}]"
+        if not isinstance(tool, dict):
+            raise bad_type(tool, "an object", at)
         if tool.get("type", "function") != "function":
-            raise invalid(f"'{where}.type' must be 'function'", f"{where}.type", "invalid_value")
+            raise Refusal(f"'{at}.type' must be 'function'", param=f"{at}.type")
         fn = tool.get("function")
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-            raise invalid(f"'{where}.function' must be an object with a 'name' string",
-                          f"{where}.function", "invalid_value")
+            raise Refusal(f"'{at}.function' must be an object with a 'name' string",
+                          param=f"{at}.function")
     return v or None
 
 
-def tool_choice(v, name):
-    if isinstance(v, str):
-        if v not in ("none", "auto", "required"):
-            raise invalid(f"'{name}' must be 'none', 'auto', 'required' or an object naming a "
-                          f"function, got {v!r}", name, "invalid_value")
-        return v
-    return obj(v, name)
+def _tool_choice(v, where):
+    if isinstance(v, str) and v not in ("none", "auto", "required"):
+        raise Refusal(f"'{where}' must be 'none', 'auto', 'required' or an object naming a "
+                      f"function, got {v!r}")
+    if not isinstance(v, (str, dict)):
+        raise bad_type(v, "an object", where)
+    return v
 
 
-# --- the fields of each endpoint ------------------------------------------------------------
+_MESSAGES = {"type": "array", "items": {"type": "object", "properties": {
+    "role": {"enum": list(V.MESSAGE_ROLES)},
+    "content": {"anyOf": [_STR, {"type": "array", "items": _OBJ}, {"type": "null"}]}},
+    "required": ["role"]}, "minItems": 1}
+_TOOLS = {"type": "array", "items": _OBJ}
+_TOOL_CHOICE = {"anyOf": [{"enum": ["none", "auto", "required"]}, _OBJ]}
+_PROMPT = {"anyOf": [_STR, {"type": "array"}]}
+_TOP, _N = sampling_fields.SAMPLING_RULES["logprobs"], sampling_fields.SAMPLING_RULES["n"]
 
-# name in the request -> (check, SamplingParams field): edgellm.sampling_fields' OpenAI names
-# (OpenAI's fields and llama-server's extras), with the wire's own forms of two of them.
-_SAMPLING: Dict[str, tuple] = {
-    **{w: (sampling_rule(f), f) for w, f in sampling_fields.wire_names("openai").items()},
-    "max_tokens": (max_tokens, "max_tokens"),                 # -1: no limit
-    "response_format": (response_format, "response_format"),  # "text": none
-}
 
-# Accepted and used by the server, not by the sampler.
-_COMMON: Dict[str, Callable] = {
-    "model": string,
-    "stream": boolean,
-    "stream_options": stream_options,
-    "cache_prompt": boolean,   # the engine's prefix cache is always on; accepted for llama-server clients
-}
-
-# OpenAI fields with no effect here; accepted so stock clients never get a 400 for them.
-_INERT: Dict[str, Callable] = {
-    "user": string,
-    "store": boolean,
-    "metadata": anything,
-    "service_tier": anything,
-}
-
-_CHAT_ONLY: Dict[str, Callable] = {
-    "messages": anything,  # checked by _messages
-    "max_completion_tokens": max_tokens,
-    "logprobs": boolean,
-    "top_logprobs": sampling_rule("logprobs"),
-    "tools": tools,
-    "tool_choice": tool_choice,
-    "parallel_tool_calls": boolean,
-    "chat_template_kwargs": obj,   # llama-server: extra template variables (enable_thinking, ...)
+class ChatBody(OpenAIBody):
+    """POST /v1/chat/completions."""
+    messages: checked(_messages, _MESSAGES)
+    max_completion_tokens: checked(_max_tokens, _INT) = None
+    logprobs: bool = False
+    top_logprobs: checked(_TOP, _INT) = None
+    tools: checked(_tools, _TOOLS) = None
+    tool_choice: checked(_tool_choice, _TOOL_CHOICE) = None
+    parallel_tool_calls: Optional[bool] = None
+    chat_template_kwargs: Optional[Dict[str, Any]] = None  # llama-server: extra template variables
     # llama-server / vLLM prompt shaping and diagnostics
-    "add_generation_prompt": boolean,
-    "continue_final_message": boolean,
-    "verbose": boolean,            # answer with "__verbose": {"prompt": the rendered prompt}
-    "timings_per_token": boolean,  # streamed chunks carry running "timings"
-    "return_progress": boolean,    # streams: "prompt_progress" chunks while the prompt is prefilled
-}
+    add_generation_prompt: Optional[bool] = None
+    continue_final_message: Optional[bool] = None
+    verbose: Optional[bool] = None  # answer with "__verbose": {"prompt": the rendered prompt}
+    timings_per_token: Optional[bool] = None  # streamed chunks carry running "timings"
 
-_COMPLETION_ONLY: Dict[str, Callable] = {
-    "prompt": anything,  # checked by _prompts
-    "logprobs": sampling_rule("logprobs"),
-    "echo": boolean,
-    "best_of": sampling_rule("n"),
-    "suffix": anything,
-    "return_progress": boolean,    # streams: "prompt_progress" chunks while the prompt is prefilled
-}
+    @model_validator(mode="after")
+    def _rules(self):
+        if "max_completion_tokens" in self.model_fields_set:
+            if "max_tokens" in self.model_fields_set \
+                    and self.max_tokens != self.max_completion_tokens:
+                raise invalid("'max_tokens' and 'max_completion_tokens' disagree; send one",
+                              "max_completion_tokens", "invalid_value")
+            self.max_tokens = self.max_completion_tokens
+            self.model_fields_set.add("max_tokens")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise invalid("'top_logprobs' needs 'logprobs': true", "top_logprobs", "invalid_value")
+        choice = self.tool_choice
+        if choice is not None and choice not in ("none", "auto") and not self.tools:
+            raise invalid(f"'tool_choice' {V.short(choice)} needs 'tools'", "tool_choice",
+                          "invalid_value")
+        if isinstance(choice, dict):
+            fn = choice.get("function")
+            if choice.get("type") != "function" or not isinstance(fn, dict) \
+                    or not isinstance(fn.get("name"), str):
+                raise invalid("'tool_choice' must be 'none', 'auto', 'required' or "
+                              "{'type': 'function', 'function': {'name': ...}}", "tool_choice",
+                              "invalid_value")
+            names = [t["function"]["name"] for t in self.tools]
+            if fn["name"] not in names:
+                raise invalid(f"'tool_choice' names function {fn['name']!r}, which is not in "
+                              f"'tools' ({', '.join(names)})", "tool_choice", "invalid_value")
+        return self
+
+
+def _prompts(v, where):
+    """OpenAI's prompt shapes: "text", ["text", ...], [id, ...], [[id, ...], ...]."""
+    def ids(xs) -> bool:
+        return all(type(x) is int and x >= 0 for x in xs)
+
+    if isinstance(v, str):
+        return [v]
+    if isinstance(v, list) and v:
+        if ids(v):
+            return [list(v)]
+        if all(isinstance(p, str) for p in v):
+            return list(v)
+        if all(isinstance(p, list) and p and ids(p) for p in v):
+            return [list(p) for p in v]
+    raise bad_type(v, "a string, an array of strings, an array of token ids or an array of "
+                      "token id arrays", where)
+
+
+class CompletionBody(OpenAIBody):
+    """POST /v1/completions."""
+    prompt: checked(_prompts, _PROMPT)
+    logprobs: checked(_TOP, _INT) = None
+    echo: bool = False
+    best_of: checked(_N, _INT) = None
+    suffix: Any = None
+
+    @model_validator(mode="after")
+    def _rules(self):
+        if self.suffix:
+            raise invalid("'suffix' (fill-in-the-middle) is not supported", "suffix",
+                          "unsupported")
+        if self.best_of is not None and self.best_of != (self.n or 1):
+            raise invalid(f"'best_of' ({self.best_of}) must equal 'n' ({self.n or 1}): ranking "
+                          "candidates is not supported", "best_of", "unsupported")
+        if self.echo and not all(isinstance(p, str) for p in self.prompt):
+            raise invalid("'echo' needs text prompts", "echo", "unsupported")
+        return self
 
 
 @dataclass
@@ -200,223 +267,62 @@ class GenerationRequest:
     extra: JSON = field(default_factory=dict)
 
 
-def check_fields(body: JSON, allowed: Dict[str, Callable], name_type: bool = True) -> JSON:
-    """A request body's fields, each checked by allowed[name] (unknown fields are a 400, null
-    ones absent). name_type: the 400 for a body that is no object names what it is."""
-    if not isinstance(body, dict):
-        got = f", got {_type_name(body)}" if name_type else ""
-        raise invalid(f"the request body must be a JSON object{got}", None, "invalid_type")
-    out = {}
-    for key, value in body.items():
-        check = allowed.get(key)
-        if check is None:
-            raise invalid(f"unknown field '{key}'", key, "unknown_field")
-        if value is None:
-            continue  # null = absent, as OpenAI's SDKs send it
-        out[key] = check(value, key)
-    return out
-
-
-def _sampling(fields: JSON) -> JSON:
-    kw: JSON = {}
-    for key, (_, target) in _SAMPLING.items():
-        if key in fields:
-            kw[target] = fields[key]
-    if "max_tokens" not in fields:
-        kw["max_tokens"] = None
-    if "repeat_penalty" in fields and "repetition_penalty" in fields \
-            and fields["repeat_penalty"] != fields["repetition_penalty"]:
-        raise invalid("'repeat_penalty' and 'repetition_penalty' disagree; send one",
-                      "repetition_penalty", "invalid_value")
-    try:
-        sampling_fields.validate_sampling(kw)  # the rules across fields (min_tokens <= max_tokens)
-    except InvalidRequestError as e:
-        raise _api_error(e, None) from None
-    return kw
-
-
-def _stream_flags(fields: JSON):
-    stream = fields.get("stream", False)
-    opts = fields.get("stream_options")
-    if opts is not None and not stream:
-        raise invalid("'stream_options' is only allowed when 'stream' is true",
-                      "stream_options", "invalid_value")
-    return stream, bool(opts and opts.get("include_usage"))
-
-
-_ROLES = V.MESSAGE_ROLES
-
-
-def _messages(v: Any) -> List[JSON]:
-    if not isinstance(v, list):
-        raise _bad_type("messages", v, "an array of message objects")
-    _served(V.validate_messages)(v, "messages")  # the library's rules (LLM.chat applies them too)
-    out = []
-    for i, msg in enumerate(v):
-        where = f"messages[{i}]"
-        obj(msg, where)
-        content = msg.get("content")
-        if isinstance(content, list):
-            content = _text_parts(content, f"{where}.content")
-        for key in msg:
-            if key not in ("role", "content", "name", "tool_calls", "tool_call_id",
-                           "reasoning_content", "refusal"):
-                raise invalid(f"unknown field '{where}.{key}'", f"{where}.{key}", "unknown_field")
-        clean = dict(msg)
-        clean["content"] = content
-        out.append(clean)
-    return out
-
-
-def _text_parts(parts: list, where: str) -> str:
-    texts = []
-    for j, part in enumerate(parts):
-        w = f"{where}[{j}]"
-        if not isinstance(part, dict):
-            raise _bad_type(w, part, "a content part object")
-        kind = part.get("type")
-        if kind != "text":
-            raise invalid(f"'{w}.type' is {_short(kind)}: only text content parts are supported "
-                          f"(this model takes no images or audio)", f"{w}.type", "invalid_value")
-        if not isinstance(part.get("text"), str):
-            raise _bad_type(f"{w}.text", part.get("text"), "a string")
-        texts.append(part["text"])
-    return "\n".join(texts)
-
-
-def _prompts(v: Any) -> List[Union[str, List[int]]]:
-    """OpenAI's prompt shapes: "text", ["text", ...], [id, ...], [[id, ...], ...]."""
-    bad = _bad_type("prompt", v, "a string, an array of strings, an array of token ids or an "
-                                 "array of token id arrays")
-    if isinstance(v, str):
-        return [v]
-    if not isinstance(v, list) or not v:
-        raise bad
-
-    def ids(xs) -> bool:
-        return all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in xs)
-
-    if ids(v):
-        return [list(v)]
-    if all(isinstance(p, str) for p in v):
-        return list(v)
-    if all(isinstance(p, list) and p and ids(p) for p in v):
-        return [list(p) for p in v]
-    raise bad
-
-
-# --- llama-server's own fields on the OpenAI routes (llamacpp_api.py owns its native routes) ---
-# llama-server takes `n_predict` as max_tokens there; `id_slot` and `backend_sampling` mean
-# nothing here (no slot pinning, CPU sampling) and are accepted for llama.cpp clients.
-_LLAMACPP: Dict[str, Callable] = {
-    "n_predict": max_tokens,
-    "id_slot": integer(-1),
-    "backend_sampling": boolean,
-}
-
-
-def _llamacpp_fields(fields: JSON) -> JSON:
-    fields.pop("id_slot", None)
-    fields.pop("backend_sampling", None)
-    if "n_predict" in fields:
-        n = fields.pop("n_predict")
-        if "max_tokens" in fields and fields["max_tokens"] != n:
-            raise invalid("'max_tokens' and 'n_predict' disagree; send one", "n_predict",
-                          "invalid_value")
-        fields["max_tokens"] = n  # None = no limit (-1)
-    return fields
+def _request(m: OpenAIBody, sampling: JSON, **kw) -> GenerationRequest:
+    return GenerationRequest(sampling=sampling, stream=m.stream, n=sampling.get("n", 1),
+                             include_usage=bool(m.stream_options and m.stream_options.include_usage),
+                             **kw)
 
 
 def parse_chat(body: Any) -> GenerationRequest:
-    fields = _llamacpp_fields(check_fields(body, {**{k: c for k, (c, _) in _SAMPLING.items()},
-                                                   **_COMMON, **_INERT, **_CHAT_ONLY,
-                                                   **_LLAMACPP}))
-    if "messages" not in fields:
-        raise invalid("'messages' is required", "messages", "missing_field")
-    messages = _messages(fields["messages"])
-    if "max_completion_tokens" in fields:
-        if "max_tokens" in fields and fields["max_tokens"] != fields["max_completion_tokens"]:
-            raise invalid("'max_tokens' and 'max_completion_tokens' disagree; send one",
-                          "max_completion_tokens", "invalid_value")
-        fields["max_tokens"] = fields["max_completion_tokens"]
-    sampling = _sampling(fields)
-    want_logprobs = fields.get("logprobs", False)
-    if "top_logprobs" in fields and not want_logprobs:
-        raise invalid("'top_logprobs' needs 'logprobs': true", "top_logprobs", "invalid_value")
-    if want_logprobs:
-        sampling["logprobs"] = fields.get("top_logprobs", 0)
-    stream, include_usage = _stream_flags(fields)
-    if stream and fields.get("return_progress"):
-        sampling["return_progress"] = True  # llama-server: in stream mode only
-    tool_list = fields.get("tools")
-    choice = fields.get("tool_choice")
-    if choice is not None and choice != "none" and choice != "auto" and not tool_list:
-        raise invalid(f"'tool_choice' {_short(choice)} needs 'tools'", "tool_choice", "invalid_value")
-    if isinstance(choice, dict):
-        fn = choice.get("function")
-        if choice.get("type") != "function" or not isinstance(fn, dict) \
-                or not isinstance(fn.get("name"), str):
-            raise invalid("'tool_choice' must be 'none', 'auto', 'required' or "
-                          "{'type': 'function', 'function': {'name': ...}}", "tool_choice",
-                          "invalid_value")
-        names = [t["function"]["name"] for t in tool_list]
-        if fn["name"] not in names:
-            raise invalid(f"'tool_choice' names function {fn['name']!r}, which is not in 'tools' "
-                          f"({', '.join(names)})", "tool_choice", "invalid_value")
-    return GenerationRequest(sampling=sampling, stream=stream, include_usage=include_usage,
-                             n=sampling.get("n", 1), messages=messages, tools=tool_list,
-                             tool_choice=choice,
-                             parallel_tool_calls=fields.get("parallel_tool_calls"),
-                             chat_template_kwargs=fields.get("chat_template_kwargs"),
-                             logprobs=want_logprobs,
-                             extra={k: fields[k] for k in ("add_generation_prompt",
-                                                           "continue_final_message", "verbose",
-                                                           "timings_per_token") if k in fields})
+    m = parse(ChatBody, body)
+    sampling = m.sampling()
+    if m.logprobs:
+        sampling["logprobs"] = m.top_logprobs or 0
+    return _request(m, sampling, messages=m.messages, tools=m.tools, tool_choice=m.tool_choice,
+                    parallel_tool_calls=m.parallel_tool_calls,
+                    chat_template_kwargs=m.chat_template_kwargs, logprobs=m.logprobs,
+                    extra={k: getattr(m, k) for k in ("add_generation_prompt",
+                                                      "continue_final_message", "verbose",
+                                                      "timings_per_token")
+                           if getattr(m, k) is not None})
 
 
 def parse_completion(body: Any) -> GenerationRequest:
-    fields = _llamacpp_fields(check_fields(body, {**{k: c for k, (c, _) in _SAMPLING.items()},
-                                                   **_COMMON, **_INERT, **_COMPLETION_ONLY,
-                                                   **_LLAMACPP}))
-    if "prompt" not in fields:
-        raise invalid("'prompt' is required", "prompt", "missing_field")
-    prompts = _prompts(fields["prompt"])
-    if fields.get("suffix"):
-        raise invalid("'suffix' (fill-in-the-middle) is not supported", "suffix", "unsupported")
-    sampling = _sampling(fields)
-    n = sampling.get("n", 1)
-    if "best_of" in fields and fields["best_of"] != n:
-        raise invalid(f"'best_of' ({fields['best_of']}) must equal 'n' ({n}): ranking candidates "
-                      "is not supported", "best_of", "unsupported")
-    if "logprobs" in fields:
-        sampling["logprobs"] = fields["logprobs"]
-    stream, include_usage = _stream_flags(fields)
-    if stream and fields.get("return_progress"):
-        sampling["return_progress"] = True  # llama-server: in stream mode only
-    echo = fields.get("echo", False)
-    if echo and not all(isinstance(p, str) for p in prompts):
-        raise invalid("'echo' needs text prompts", "echo", "unsupported")
-    return GenerationRequest(sampling=sampling, stream=stream, include_usage=include_usage,
-                             n=n, prompts=prompts, echo=echo)
+    m = parse(CompletionBody, body)
+    sampling = m.sampling()
+    if m.logprobs is not None:
+        sampling["logprobs"] = m.logprobs
+    return _request(m, sampling, prompts=m.prompt, echo=m.echo)
 
 
-def parse_tokenize(body: Any) -> JSON:
-    fields = check_fields(body, {"content": string, "add_special": boolean,
-                                  "parse_special": boolean, "with_pieces": boolean,
-                                  "model": string})
-    if "content" not in fields:
-        raise invalid("'content' is required", "content", "missing_field")
-    # llama-server's defaults: no BOS unless asked, special tokens written as text are parsed
-    fields.setdefault("add_special", False)
-    fields.setdefault("parse_special", True)
-    fields.setdefault("with_pieces", False)
-    return fields
+class TokenizeBody(Wire):
+    """POST /tokenize (llama-server's defaults: no BOS unless asked, special tokens written as
+    text are parsed)."""
+    content: str
+    add_special: bool = False
+    parse_special: bool = True
+    with_pieces: bool = False
+    model: Optional[str] = None
+
+
+_IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}}
+
+
+def _ids(v, where):
+    if not isinstance(v, list) or not all(type(t) is int and t >= 0 for t in v):
+        raise bad_type(v, "an array of token ids (non-negative integers)", where)
+    return v
+
+
+class DetokenizeBody(Wire):
+    """POST /detokenize."""
+    tokens: checked(_ids, _IDS) = Field(default_factory=list)
+    model: Optional[str] = None
+
+
+def parse_tokenize(body: Any) -> TokenizeBody:
+    return parse(TokenizeBody, body)
 
 
 def parse_detokenize(body: Any) -> List[int]:
-    fields = check_fields(body, {"tokens": anything, "model": string})
-    toks = fields.get("tokens", [])
-    if not isinstance(toks, list) or not all(
-            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in toks):
-        raise _bad_type("tokens", toks, "an array of token ids (non-negative integers)")
-    return toks
+    return parse(DetokenizeBody, body).tokens

@@ -4,6 +4,12 @@ import time
 import uuid
 from typing import Any, Dict, List, Optional
 
+from starlette.responses import JSONResponse
+
+from .lifecycle import Encoder
+from .progress import progress_of, progress_timings, prompt_progress
+from .sse import DONE
+
 JSON = Dict[str, Any]
 
 
@@ -127,49 +133,104 @@ def usage(choices: List[Choice], prompts: int = 1) -> Optional[JSON]:
             "prompt_tokens_details": {"cached_tokens": sum(cached.values())}}
 
 
-class Formatter:
-    """The envelope shared by every response and chunk of one request."""
+class OpenAIEncoder(Encoder):
+    """A chat or legacy completion request's answer: one JSON body, or its stream of chunks
+    (a chat choice opens with a role chunk; prompt_progress and running timings as llama-server
+    sends them; the usage chunk and [DONE] at the end)."""
 
-    def __init__(self, kind: str, model: str, fingerprint: str):
+    def __init__(self, kind: str, req, prompts: int, model: str, fingerprint: str,
+                 verbose_prompt: Optional[str] = None):
         self.kind = kind  # "chat" | "completion"
-        self.id = new_id("chatcmpl" if kind == "chat" else "cmpl")
-        self.created = int(time.time())
-        self.model = model
-        self.fingerprint = fingerprint
+        self.head = {"id": new_id("chatcmpl" if kind == "chat" else "cmpl"), "object": None,
+                     "created": int(time.time()), "model": model,
+                     "system_fingerprint": fingerprint}
+        self.obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
+        self.req = req
+        self.prompts = prompts
+        self.verbose_prompt = verbose_prompt
+        echo = req.prompts if req.echo else None
+        self.choices = {i: Choice(i, echo[i // req.n] if echo else "")
+                        for i in range(prompts * req.n)}
+        self.want_logprobs = req.logprobs if kind == "chat" else "logprobs" in req.sampling
+        # timings_per_token (llama-server): each chunk carries the figures so far; the
+        # prompt's are known once the first token is out (prompt_ms = time to it)
+        self.per_token = bool(req.extra.get("timings_per_token"))
+        self.clock = {"start": time.monotonic(), "first": None, "n": 0}
 
-    def _head(self, obj: str) -> JSON:
-        return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
-                "system_fingerprint": self.fingerprint}
+    def _head(self, obj: str, choices: list) -> JSON:
+        return {**self.head, "object": obj, "choices": choices}
 
-    # --- whole responses -----------------------------------------------------------------
-    def response(self, choices: List[Choice], want_logprobs: bool, prompts: int = 1) -> JSON:
-        if self.kind == "chat":
-            out = self._head("chat.completion")
-            out["choices"] = [{
-                "index": c.index,
-                "message": c.chat_message(),
-                "logprobs": ({"content": chat_logprobs(c.logprobs), "refusal": None}
-                             if want_logprobs else None),
-                "finish_reason": c.finish_reason,
-            } for c in choices]
-        else:
-            out = self._head("text_completion")
-            out["choices"] = [{
-                "index": c.index,
-                "text": c.text,
-                "logprobs": (legacy_logprobs(c.logprobs, len(c.prefix))
-                             if want_logprobs else None),
-                "finish_reason": c.finish_reason,
-            } for c in choices]
-        out["usage"] = usage(choices, prompts)
-        first = next((c.timings for c in choices if c.timings), None)
+    def _ordered(self) -> List[Choice]:
+        return [self.choices[i] for i in sorted(self.choices)]
+
+    def _totals(self, out: JSON) -> JSON:
+        ordered = self._ordered()
+        out["usage"] = usage(ordered, self.prompts)
+        first = next((c.timings for c in ordered if c.timings), None)
         if first:
-            out["timings"] = timings(first)
+            out["timings"] = timings(first)  # llama-server sends them with the usage
         return out
 
-    # --- stream chunks -----------------------------------------------------------------------
-    def chunk(self, choice: Choice, chunk, want_logprobs: bool, include_usage: bool) -> JSON:
-        """The SSE event for one engine chunk of `choice` (already added to it)."""
+    # --- the whole answer ------------------------------------------------------------------------
+    def add(self, index: int, chunk) -> None:
+        self.choices[index].add(chunk)
+
+    def response(self) -> JSONResponse:
+        ordered, lp = self._ordered(), self.want_logprobs
+        if self.kind == "chat":
+            body = self._head("chat.completion", [{
+                "index": c.index, "message": c.chat_message(),
+                "logprobs": {"content": chat_logprobs(c.logprobs), "refusal": None} if lp else None,
+                "finish_reason": c.finish_reason} for c in ordered])
+        else:
+            body = self._head("text_completion", [{
+                "index": c.index, "text": c.text,
+                "logprobs": legacy_logprobs(c.logprobs, len(c.prefix)) if lp else None,
+                "finish_reason": c.finish_reason} for c in ordered])
+        self._totals(body)
+        if self.verbose_prompt is not None:
+            body["__verbose"] = {"prompt": self.verbose_prompt,
+                                 "content": ordered[0].text if ordered else ""}
+        return JSONResponse(body)
+
+    # --- the stream ----------------------------------------------------------------------------
+    def start(self):
+        self.clock["start"] = time.monotonic()
+        return ()
+
+    def events(self, index: int, chunk) -> List[JSON]:
+        choice, out = self.choices[index], []
+        parsed = getattr(chunk, "delta", None)
+        has_text = bool(parsed) if parsed is not None else bool(chunk.text)
+        progress = progress_of(chunk)
+        if progress is not None:  # return_progress: llama-server's prompt_progress chunk
+            out.append(self._progress_chunk(choice, progress))
+        elif self.kind == "chat" and not choice.started:
+            # chat: a first chunk of its own says the role (content null), as OpenAI and
+            # llama-server stream it
+            out.append(self._role_chunk(choice))
+        if progress is None and (has_text or chunk.finish_reason is not None
+                                 or chunk.logprobs or not choice.started):
+            event = self._chunk(choice, chunk)
+            if self.per_token and "timings" not in event:
+                event["timings"] = self._running_timings(chunk)
+            out.append(event)
+        return out
+
+    def finish(self):
+        if self.req.include_usage:
+            return [self._totals(self._head(self.obj, [])), DONE]
+        return [DONE]
+
+    def _event(self, body: JSON) -> JSON:
+        out = self._head(self.obj, [body])
+        if self.req.include_usage:
+            out["usage"] = None  # OpenAI: null on every chunk but the final usage chunk
+        return out
+
+    def _chunk(self, choice: Choice, chunk) -> JSON:
+        """The event for one engine chunk of `choice` (already added to it)."""
+        lp = self.want_logprobs
         if self.kind == "chat":
             delta: JSON = {}
             if not choice.started:
@@ -190,9 +251,8 @@ class Formatter:
                     delta["tool_calls"] = [d.to_openai() for d in parsed.tool_calls]
             body = {"index": choice.index, "delta": delta,
                     "logprobs": ({"content": chat_logprobs(chunk.logprobs or []), "refusal": None}
-                                 if want_logprobs else None),
+                                 if lp else None),
                     "finish_reason": chunk.finish_reason}
-            out = self._head("chat.completion.chunk")
         else:
             text = chunk.text
             if not choice.started:
@@ -200,34 +260,41 @@ class Formatter:
                 text = choice.prefix + text
             start = choice.streamed_len + len(text) - len(chunk.text)
             body = {"index": choice.index, "text": text,
-                    "logprobs": (legacy_logprobs(chunk.logprobs or [], start)
-                                 if want_logprobs else None),
+                    "logprobs": legacy_logprobs(chunk.logprobs or [], start) if lp else None,
                     "finish_reason": chunk.finish_reason}
             choice.streamed_len += len(text)
-            out = self._head("text_completion")
-        out["choices"] = [body]
-        if include_usage:
-            out["usage"] = None  # OpenAI: null on every chunk but the final usage chunk
+        out = self._event(body)
         if chunk.finish_reason is not None and chunk.timings:
             out["timings"] = timings(chunk.timings)
         return out
 
-    def role_chunk(self, choice: Choice, want_logprobs: bool, include_usage: bool) -> JSON:
+    def _role_chunk(self, choice: Choice) -> JSON:
         """A chat stream's first event: the role, no content yet."""
         choice.started = True
-        out = self._head("chat.completion.chunk")
-        out["choices"] = [{"index": choice.index, "delta": {"role": "assistant", "content": None},
-                           "logprobs": None, "finish_reason": None}]
-        if include_usage:
-            out["usage"] = None
-        return out
+        return self._event({"index": choice.index, "delta": {"role": "assistant", "content": None},
+                            "logprobs": None, "finish_reason": None})
 
-    def usage_chunk(self, choices: List[Choice], prompts: int = 1) -> JSON:
-        obj = "chat.completion.chunk" if self.kind == "chat" else "text_completion"
-        out = self._head(obj)
-        out["choices"] = []
-        out["usage"] = usage(choices, prompts)
-        first = next((c.timings for c in choices if c.timings), None)
-        if first:
-            out["timings"] = timings(first)  # llama-server sends them with the usage
-        return out
+    def _progress_chunk(self, choice: Choice, progress) -> JSON:
+        # chat: a role delta (content null), as llama-server sends each progress update;
+        # completions: empty text. Neither starts the choice's text.
+        if self.kind == "chat":
+            event = self._role_chunk(choice)
+        else:
+            event = self._event({"index": choice.index, "text": "", "logprobs": None,
+                                 "finish_reason": None})
+        if self.per_token:
+            event["timings"] = progress_timings(progress)
+        event["prompt_progress"] = prompt_progress(progress)
+        return event
+
+    def _running_timings(self, chunk) -> JSON:
+        clock, now = self.clock, time.monotonic()
+        clock["n"] += len(chunk.token_ids or ())
+        if clock["first"] is None:
+            clock["first"] = now
+        prompt_ms = 1e3 * (clock["first"] - clock["start"])
+        gen_ms = 1e3 * (now - clock["first"])
+        n = clock["n"]
+        return {"prompt_ms": prompt_ms, "predicted_n": n, "predicted_ms": gen_ms,
+                "predicted_per_token_ms": gen_ms / (n - 1) if n > 1 else 0.0,
+                "predicted_per_second": 1e3 * (n - 1) / gen_ms if n > 1 and gen_ms > 0 else 0.0}

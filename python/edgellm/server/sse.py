@@ -11,6 +11,7 @@ import json
 import logging
 from typing import AsyncIterator, Awaitable, Callable, Optional
 
+from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 log = logging.getLogger("edgellm.server")
@@ -39,14 +40,16 @@ def sse(obj) -> bytes:
 DONE = b"data: [DONE]\n\n"
 
 
-class EventStreamResponse:
-    """An ASGI response sending the byte strings `events` yields as one text/event-stream."""
+class EventStreamResponse(Response):
+    """An ASGI response sending the byte strings `events` yields as one text/event-stream (a
+    Response, so FastAPI passes it through as it is)."""
 
     def __init__(self, events: AsyncIterator[bytes], on_close: Callable[[bool], Awaitable[None]],
                  headers: Optional[dict] = None):
         self.events = events
         self.on_close = on_close  # called with True when the client disconnected
-        self.headers = headers or {}
+        self.extra_headers = headers or {}
+        self.background, self.status_code, self.raw_headers = None, 200, []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         disconnected = False
@@ -54,7 +57,7 @@ class EventStreamResponse:
             headers = [(b"content-type", b"text/event-stream; charset=utf-8"),
                        (b"cache-control", b"no-cache"),
                        (b"x-accel-buffering", b"no")]  # proxies must not hold events back
-            headers += [(k.lower().encode(), v.encode()) for k, v in self.headers.items()]
+            headers += [(k.lower().encode(), v.encode()) for k, v in self.extra_headers.items()]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             producer = asyncio.ensure_future(self._pump(send))
             watcher = asyncio.ensure_future(wait_disconnect(receive))
