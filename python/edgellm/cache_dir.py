@@ -45,14 +45,19 @@ def file_key(model_path: str, cache_dir: Optional[str] = None) -> str:
     return _sha256(os.path.realpath(model_path))[:32]
 
 
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
+def hash_file(h, path: str) -> None:
+    """Feed the file's bytes to hash object `h`, 8 MiB at a time."""
     with open(path, "rb") as f:
         while True:
             chunk = f.read(8 << 20)
             if not chunk:
                 break
             h.update(chunk)
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    hash_file(h, path)
     return h.hexdigest()
 
 

@@ -11,6 +11,8 @@ import json
 import os
 from pathlib import Path
 
+from ..cache_dir import hash_file
+
 _MEMO = "dir-keys.json"
 
 
@@ -48,12 +50,7 @@ def content_key(directory: str, cache: Path) -> str:
     h = hashlib.sha256()
     for name, p in _files(real):
         h.update(name.encode() + b"\0")
-        with open(p, "rb") as f:
-            while True:
-                chunk = f.read(8 << 20)
-                if not chunk:
-                    break
-                h.update(chunk)
+        hash_file(h, p)
         h.update(b"\0")
     key = h.hexdigest()[:32]
     memo[real] = {"stamp": stamp, "key": key}
