@@ -182,7 +182,7 @@ def test_deeply_nested_json_is_a_convert_error(base, tmp_path):
 def test_dry_run_refuses_a_context_length_no_gguf_holds(base, tmp_path):
     d = _copy(base, "qwen3", tmp_path)
     _edit_json(d / "config.json", max_position_embeddings=1e30)
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ)  # the edgellm this test imports: installed, or PYTHONPATH + EDGELLM_BUILD_DIR
     r = subprocess.run([sys.executable, "-m", "edgellm", "convert", str(d), str(tmp_path / "o.gguf"), "--dry-run"],
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode != 0 and "max_position_embeddings = 1e+30 must be an integer" in r.stderr, r.stderr
@@ -384,7 +384,7 @@ def test_regular_checkpoint_still_converts_and_runs(base, tmp_path):
 
 
 def _harness(*args):
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ)  # the edgellm this test imports: installed, or PYTHONPATH + EDGELLM_BUILD_DIR
     return subprocess.run([sys.executable, os.path.join(ROOT, "fuzz", "fuzz_convert.py"), *args],
                           capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
 
