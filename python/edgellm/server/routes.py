@@ -12,8 +12,7 @@ import edgellm
 
 from . import protocol
 from .admission import EngineHost
-from .lifecycle import (CLIENT_CLOSED, OFF_LOOP_BYTES, Generation,  # noqa: F401 (model_router)
-                        Lifecycle, check_token_ids, off_loop, read_json)
+from .lifecycle import Generation, Lifecycle, check_token_ids, off_loop, read_json
 from .model_pool import public_text
 from .responses import OpenAIEncoder
 
