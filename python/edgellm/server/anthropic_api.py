@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from .. import sampling_fields
 from . import anthropic_models as W
 from .errors import APIError, invalid
 from .lifecycle import Encoder, Generation, Lifecycle, off_loop, read_json
@@ -177,13 +178,15 @@ def parse_messages(raw: Any, model=W.MessagesBody) -> MessagesRequest:
     if isinstance(body, W.MessagesBody):
         req.max_tokens, req.stop_sequences, req.stream = body.max_tokens, body.stop_sequences, \
             body.stream
-        req.sampling = {"max_tokens": body.max_tokens, **body.model_dump(
-            include={"temperature", "top_p", "top_k"}, exclude_none=True)}
-        if body.stop_sequences:
-            req.sampling["stop"] = list(body.stop_sequences)
+        # the sampling fields by edgellm.sampling_fields' Anthropic names (stop_sequences -> stop)
+        req.sampling = {f: getattr(body, w) for w, f in ANTHROPIC_SAMPLING.items()
+                        if getattr(body, w) not in (None, [])}
         if body.output_config is not None and body.output_config.format is not None:
             req.sampling["json_schema"] = body.output_config.format.schema_
     return req
+
+
+ANTHROPIC_SAMPLING = sampling_fields.wire_names("anthropic")
 
 
 # --- calling the engine ----------------------------------------------------------------------------
