@@ -17,6 +17,7 @@
 namespace edgellm {
 
 class ThreadPool;
+class LoraAdapter;
 
 struct LoadOptions {
   int n_threads = 0;        // 0 = physical cores
@@ -78,6 +79,12 @@ class Model {
   // never beside a forward pass (which owns the pool while it runs): the engine samples a
   // step's sequences this way.
   virtual void run_tasks(int64_t n_tasks, const std::function<void(int64_t, int)>& fn) = 0;
+
+  // Opens the LoRA adapter at `path` for this model (model/lora.h): checked against its
+  // architecture and matrices, and the forward scratch made ready for its rank. Safe beside a
+  // running forward pass. Throws ModelFormatError (a bad or foreign adapter) and
+  // InvalidRequestError (a model that cannot run adapters: layers offloaded to a GPU).
+  virtual std::shared_ptr<const LoraAdapter> load_lora(const std::string& path);
 
  protected:
   std::shared_ptr<GgufFile> file_;
