@@ -299,3 +299,80 @@ def test_prompt_lookup_drafts_keep_adapter_results(base, ours):
     finally:
         spec.close()
         plain.close()
+
+
+def test_llm_surface_load_select_unload(base, ours):
+    import edgellm
+    from edgellm import LLM, SamplingParams
+
+    llm = LLM(base("llama")[1], n_ctx=64, n_threads=2, kv_type="f32",
+              lora={"qv": ours("llama_r4_qv"), "all": (ours("llama_r16_all"), 0.5)})
+    try:
+        assert [(e.id, e.name, e.scale, e.rank) for e in llm.loras] == [(0, "qv", 1.0, 4), (1, "all", 0.5, 16)]
+        sizes = [e.nbytes for e in llm.loras]
+        assert llm.memory_plan.lora_adapters == 2 and llm.memory_plan.lora_bytes == sum(sizes) > 0
+        assert "LoRA adapters" in llm.memory_plan.table()
+        greedy = lambda lora: llm.generate(hc.PROMPT, SamplingParams(temperature=0, max_tokens=6, lora=lora)).token_ids  # noqa: E731
+        base_toks = greedy(None)
+        eng = llm._engine
+        want_all = _greedy(eng, hc.PROMPT, 6, [(llm.engine_client.loras.get("all").adapter, 0.5)])
+        assert greedy("all") == want_all  # the loaded default scale
+        assert greedy([("all", 0.5)]) == want_all == greedy([{"id": 1, "scale": 0.5}]) == greedy({"all": 0.5})
+        assert greedy([("all", 0.0)]) == base_toks
+        assert greedy("qv") != base_toks
+        np.testing.assert_array_equal(llm.eval_logits(hc.PROMPT, lora=[("qv", 0.0)]), llm.eval_logits(hc.PROMPT))
+        with pytest.raises(edgellm.InvalidRequestError, match="already loaded"):
+            llm.load_lora("qv", ours("llama_r4_qv"))
+        total = llm.memory_plan.total
+        llm.unload_lora("qv")
+        assert llm.memory_plan.total == total - sizes[0] and llm.memory_plan.lora_adapters == 1
+        with pytest.raises(edgellm.LoraNotFoundError, match="'qv' is not loaded"):
+            greedy("qv")
+        with pytest.raises(edgellm.LoraNotFoundError):
+            llm.unload_lora("qv")
+        with pytest.raises(edgellm.InvalidRequestError):
+            SamplingParams(lora=[("a", float("nan"))])
+        llm.load_lora("qv2", ours("llama_r4_qv"))
+        assert [e.id for e in llm.loras] == [1, 2]
+        with pytest.raises(edgellm.ModelFormatError):
+            llm.load_lora("bad", base("llama")[1])
+    finally:
+        llm.close()
+
+
+def test_unload_while_running_finishes_the_running_request(base, ours):
+    from edgellm import LLM, LoraNotFoundError, SamplingParams
+
+    llm = LLM(base("llama")[1], n_ctx=64, n_threads=2, kv_type="f32", lora={"a": ours("llama_r16_all")})
+    try:
+        want = llm.generate(hc.PROMPT, SamplingParams(temperature=0, max_tokens=40, lora="a",
+                                                      ignore_eos=True)).token_ids
+        stream = llm.stream_chunks(hc.PROMPT, SamplingParams(temperature=0, max_tokens=40, lora="a", ignore_eos=True))
+        it = iter(stream)
+        first = next(it)
+        llm.unload_lora("a")
+        with pytest.raises(LoraNotFoundError):
+            llm.generate(hc.PROMPT, SamplingParams(max_tokens=2, lora="a"))
+        got = list(first.token_ids) + [t for c in it for t in c.token_ids]
+        assert got == want
+    finally:
+        llm.close()
+
+
+def test_run_cli_answers_with_the_adapter(base, ours):
+    from click.testing import CliRunner
+
+    from edgellm.cli import main
+
+    def answer(*extra):
+        r = CliRunner().invoke(main, ["run", base("llama")[1], "-n", "12", "--temp", "0", "--seed", "1",
+                                      *extra, "hello there"])
+        assert r.exit_code == 0, r.output
+        return r.output
+
+    plain = answer()
+    with_lora = answer("--lora", ours("llama_r16_all"))
+    assert with_lora != plain
+    assert answer("--lora", f"x={ours('llama_r16_all')}:0") == plain  # scale 0: the base
+    r = CliRunner().invoke(main, ["run", base("llama")[1], "--lora", base("llama")[1], "hi"])
+    assert r.exit_code != 0 and "not a LoRA adapter" in r.output

@@ -20,6 +20,7 @@ from .checkpoint import Checkpoint, member, read_json, show
 from .config import arch_of, hparams
 from .errors import ConvertError
 from .tensors import expected_shapes, layer_names, permute_rows
+from .writer import gguf_file
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
@@ -154,17 +155,13 @@ def _targets(names: dict) -> List[str]:
 
 def convert_lora(adapter_dir: str, out_path: str, base_dir: Optional[str] = None, out_type: str = "F16") -> LoraPlan:
     """Writes out_path (via a temporary file beside it, renamed when complete)."""
-    import gguf
-
     out_type = out_type.upper()
     if out_type not in LORA_TYPES:
         raise ConvertError(f"LoRA adapters are written as {' or '.join(LORA_TYPES)}, not {out_type}")
     plan = plan_lora(adapter_dir, base_dir_of(adapter_dir, base_dir))
     ckpt = plan.checkpoint
     dt = np.float32 if out_type == "F32" else np.float16
-    tmp = f"{out_path}.{os.getpid()}.part"
-    w = gguf.GGUFWriter(tmp, plan.arch)
-    try:
+    with gguf_file(out_path, plan.arch) as w:
         w.add_string("general.type", "adapter")
         w.add_string("adapter.type", "lora")
         w.add_float32("adapter.lora.alpha", float(plan.alpha))
@@ -178,14 +175,4 @@ def convert_lora(adapter_dir: str, out_path: str, base_dir: Optional[str] = None
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
-        w.close()
-        os.replace(tmp, out_path)
-    except BaseException:
-        try:
-            w.close()
-        except Exception:
-            pass
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
     return plan

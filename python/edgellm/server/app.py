@@ -20,7 +20,7 @@ from starlette.routing import BaseRoute
 
 import edgellm
 
-from . import anthropic_api, anthropic_models, llamacpp_api, protocol, responses_models
+from . import anthropic_api, anthropic_models, llamacpp_api, lora_api, protocol, responses_models
 from .auth import BearerAuth
 from .browser_guard import BrowserGuard
 from .config import ServerConfig
@@ -93,6 +93,7 @@ def model_routes(host: EngineHost, store: Optional[ResponseStore] = None) -> Lis
         route("/embeddings", embeddings.native, body=EmbeddingsBody, tag="llama.cpp"),
         route("/embedding", embeddings.native, body=EmbeddingsBody, tag="llama.cpp"),
         *[route(path, fn, method, body, "llama.cpp") for path, fn, method, body in native.endpoints()],
+        *lora_api.routes(host, route),  # LoRA adapters (server/lora_api.py)
     ]
 
 
