@@ -46,7 +46,7 @@ def engines(base):
 
     def make(arch):
         if arch not in cache:
-            cache[arch] = core.Engine(base(arch)[1], n_threads=2, n_ctx=64, kv_type="f32", max_seqs=8)
+            cache[arch] = core.Engine(base(arch)[1], n_threads=2, n_ctx=128, kv_type="f32", max_seqs=8)
         return cache[arch]
 
     yield make
@@ -81,6 +81,10 @@ def test_logits_equal_the_merged_reference(engines, ours, name):
         ad = eng.load_lora(path)
         got = eng.eval_logits(hc.PROMPT, lora=[(ad, 1.0)])
         np.testing.assert_allclose(got, ref["logits"], rtol=0, atol=1e-3, err_msg=path)
+        # a prompt of more than 64 tokens takes the two-stage path (LoraScratch): its first rows
+        # are the short prompt's
+        long = eng.eval_logits(hc.PROMPT * 8, lora=[(ad, 1.0)])
+        np.testing.assert_allclose(long[: len(hc.PROMPT)], got, rtol=0, atol=1e-4)
         # scale 0 is the base, exactly
         np.testing.assert_array_equal(eng.eval_logits(hc.PROMPT, lora=[(ad, 0.0)]), base_logits)
 

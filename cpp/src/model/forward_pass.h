@@ -89,6 +89,9 @@ struct MoeScratch {
 struct LoraScratch {
   // Tokens per A-stage task, output rows per B-stage task.
   static constexpr int kTokenChunk = 16, kRowChunk = 64;
+  // A wave of at most kOneStageTokens entries (decode steps) runs in one stage: each task
+  // computes A·x for its group itself and B for up to kOneStageRows rows at a time.
+  static constexpr int kOneStageTokens = 64, kOneStageRows = 1024;
   struct Group {
     const LoraAdapter* adapter;
     int32_t first, n;  // its entries in tokens / scales (consecutive), n of them

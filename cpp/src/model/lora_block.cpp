@@ -33,8 +33,14 @@ size_t per_thread_bytes(const ModelConfig& c, int max_tokens, int64_t rank) {
   const size_t T = LoraScratch::kTokenChunk;
   const size_t a = align64(T * widest_input(c) * sizeof(float)) + align64(T * rank * sizeof(float));
   const size_t b = align64(static_cast<size_t>(max_tokens) * LoraScratch::kRowChunk * sizeof(float));
-  return std::max(a, b);
+  // one stage: a's, then the chunk's A outputs in B's format and its B outputs
+  const size_t one = a + align64(T * rank * sizeof(float)) + align64(T * LoraScratch::kOneStageRows * sizeof(float));
+  return std::max({a, b, one});
 }
+
+// Below this many multiply-adds (Σ tokens · rank · (n_in + n_out) over an op's pairs) the op's
+// LoRA work runs on the calling thread: a pool region costs more than it saves (one decode token).
+constexpr int64_t kInlineMacs = 1 << 18;
 
 }  // namespace
 
@@ -97,7 +103,66 @@ void ForwardPass::apply_lora(int il, const LoraTarget* targets, int n, const flo
   const kernels::KernelTable& kt = kernels::active();
   const size_t low_row = L.low_row_bytes();
   const size_t low_part = static_cast<size_t>(L.max_tokens) * low_row;
+  // Small waves (decode steps) run in one stage: each task computes A·x for its group's tokens
+  // itself and then its share of B's rows, so the op costs one pool region (or none, inline).
+  const auto one_stage = [&](const LoraScratch::Wave& wave, const LoraScratch::Task& task, int thread) {
+    const LoraScratch::Group& g = L.groups[task.group];
+    const LoraPair& p = g.adapter->pair(il, targets[task.part]);
+    const int64_t rank = p.rank();
+    uint8_t* buf = L.thread.data() + static_cast<size_t>(thread) * L.thread_bytes;
+    const DType in_a = matmul_input_type(p.a), in_b = matmul_input_type(p.b);
+    const size_t xs = row_bytes(in_a, width), ls = row_bytes(in_b, rank);
+    float* a_out = reinterpret_cast<float*>(buf + align64(LoraScratch::kTokenChunk * xs));
+    uint8_t* low = reinterpret_cast<uint8_t*>(a_out) + align64(LoraScratch::kTokenChunk * rank * sizeof(float));
+    float* delta = reinterpret_cast<float*>(low + align64(LoraScratch::kTokenChunk * rank * sizeof(float)));
+    float* out = y[task.part];
+    for (int32_t c0 = 0; c0 < g.n; c0 += LoraScratch::kTokenChunk) {
+      const int64_t nc = std::min<int64_t>(LoraScratch::kTokenChunk, g.n - c0);
+      for (int64_t c = 0; c < nc; ++c)
+        kt.quantize[static_cast<int>(in_a)](src + static_cast<int64_t>(L.tokens[g.first + c0 + c]) * width,
+                                            buf + c * xs, width);
+      matmul_rows(p.a, 0, rank, buf, xs, nc, a_out, rank);
+      for (int64_t c = 0; c < nc; ++c) {
+        const float sc = L.scales[static_cast<size_t>(g.first + c0 + c)] * p.scale;
+        float* row = a_out + c * rank;
+        for (int64_t r = 0; r < rank; ++r) row[r] *= sc;
+        kt.quantize[static_cast<int>(in_b)](row, low + c * ls, rank);
+      }
+      for (int64_t r0 = task.lo; r0 < task.hi; r0 += LoraScratch::kOneStageRows) {
+        const int64_t rows = std::min<int64_t>(LoraScratch::kOneStageRows, task.hi - r0);
+        matmul_rows(row_view(p.b, r0, rows), 0, rows, low, ls, nc, delta, rows);
+        for (int64_t c = 0; c < nc; ++c) {
+          const int32_t tok = L.tokens[static_cast<size_t>(g.first + c0 + c)];
+          kt.add_f32(delta + c * rows, out + tok * ldy[task.part] + r0, rows);
+        }
+      }
+    }
+    (void)wave;
+  };
   for (const LoraScratch::Wave& wave : L.waves) {
+    const int32_t n_entries = (&wave == &L.waves.back() ? static_cast<int32_t>(L.tokens.size()) : (&wave)[1].first_entry) -
+                              wave.first_entry;
+    if (n_entries <= LoraScratch::kOneStageTokens) {
+      int64_t macs = 0;
+      L.tasks.clear();
+      const int threads = pool_.size();
+      for (int32_t g = wave.first_group; g < wave.first_group + wave.n_groups; ++g)
+        for (int j = 0; j < n; ++j) {
+          const LoraPair& p = L.groups[g].adapter->pair(il, targets[j]);
+          if (!p) continue;
+          macs += static_cast<int64_t>(L.groups[g].n) * p.rank() * (p.a.n_in + p.b.n_out);
+          // rows in about one share per thread, whole 16-row groups
+          const int64_t share = std::max<int64_t>(16, (p.b.n_out + threads - 1) / threads + 15) / 16 * 16;
+          for (int64_t r = 0; r < p.b.n_out; r += share)
+            L.tasks.push_back({g, j, static_cast<int32_t>(r), static_cast<int32_t>(std::min(p.b.n_out, r + share))});
+        }
+      if (macs < kInlineMacs) {
+        for (const LoraScratch::Task& t : L.tasks) one_stage(wave, t, 0);  // no region runs: thread 0's slice is free
+      } else {
+        pool_.run(static_cast<int64_t>(L.tasks.size()), [&](int64_t i, int thread) { one_stage(wave, L.tasks[i], thread); });
+      }
+      continue;
+    }
     // A stage.
     L.tasks.clear();
     for (int32_t g = wave.first_group; g < wave.first_group + wave.n_groups; ++g)
