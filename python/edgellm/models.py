@@ -503,8 +503,8 @@ def resolve(name_or_path: Union[str, Path], fetch: bool = True) -> Path:
         if named is not None:
             return named
         raise UnknownModelError(
-            f"{text!r} is neither an existing file nor a known model ({_known_names()}) nor a "
-            "pulled name (edgellm list) nor a Hugging Face repository (hf.co/USER/REPO[:QUANT])"
+            f"{text!r} is neither an existing file, a pulled name (edgellm list) nor a Hugging "
+            f"Face repository (hf.co/USER/REPO[:QUANT]); known models: {_known_names()}"
         ) from None
     if fetch:
         return _fetch_model(name)

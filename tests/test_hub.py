@@ -1,0 +1,230 @@
+"""`edgellm pull hf.co/USER/REPO[:QUANT]` and Ollama's model verbs (edgellm/hub.py), against a
+local server speaking the Hugging Face Hub's file API (tests/fake_hub.py; no hub is reachable).
+
+The end-to-end part pulls a real GGUF (SmolLM2, served under a Q4_K_M name beside a second quant
+and an mmproj) through huggingface_hub with the connection dropped mid-file, then runs the same
+name offline and works the names with list / show / cp / rm.
+"""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import REPO_ROOT
+from fake_hub import FakeHub
+from gguf_fixtures import write_valid_fixture
+
+pytest.importorskip("huggingface_hub")
+
+from edgellm import hub  # noqa: E402
+from edgellm.cli import main as cli  # noqa: E402
+from edgellm.models import UnknownModelError  # noqa: E402
+
+REPO = "testuser/SmolLM2-135M-Instruct-GGUF"
+MODEL_FILE = "SmolLM2-135M-Instruct-Q4_K_M.gguf"
+OTHER_QUANT = "SmolLM2-135M-Instruct-Q8_0.gguf"
+MMPROJ = "mmproj-SmolLM2-135M-Instruct-F16.gguf"
+DROP_AT = 30_000_000  # the first GET of the model ends here, mid-file
+
+
+# ---- names and the file pick (no server) ------------------------------------------------------
+
+@pytest.mark.parametrize("text, repo, quant", [
+    ("hf.co/bartowski/SmolLM2-GGUF:Q4_K_M", "bartowski/SmolLM2-GGUF", "Q4_K_M"),
+    ("hf.co/bartowski/SmolLM2-GGUF:q4_k_m", "bartowski/SmolLM2-GGUF", "Q4_K_M"),
+    ("hf.co/bartowski/SmolLM2-GGUF", "bartowski/SmolLM2-GGUF", None),
+    ("hf.co/bartowski/SmolLM2-GGUF:latest", "bartowski/SmolLM2-GGUF", None),
+    ("huggingface.co/a/b.c-d_e:IQ4_XS", "a/b.c-d_e", "IQ4_XS"),
+    ("https://huggingface.co/a/b", "a/b", None),
+    ("hf://a/b:Q8_0", "a/b", "Q8_0"),
+    ("a/b:Q8_0", "a/b", "Q8_0"),
+])
+def test_repository_names(text, repo, quant):
+    ref = hub.parse_ref(text)
+    assert (ref.repo, ref.quant) == (repo, quant)
+    assert ref.name == f"hf.co/{repo}:{quant or 'latest'}"
+
+
+def test_what_is_not_a_repository_name(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "b").write_bytes(b"")
+    for text in ("smollm2", "model.gguf", "dir/model.gguf", str(tmp_path / "a" / "b"), "a/b/c"):
+        assert hub.parse_ref(text) is None, text
+    with pytest.raises(UnknownModelError, match="hf.co/USER/REPO"):
+        hub.parse_ref("hf.co/only-a-user")
+
+
+FILES = ["README.md", "Model-IQ4_XS.gguf", "Model-Q8_0.gguf", "Model-Q4_K_M.gguf",
+         "Model-Q4_K_M_L.gguf", "mmproj-Model-F16.gguf", "mmproj-Model-Q8_0.gguf",
+         "Model-imatrix.gguf", "big/Model-Q6_K-00002-of-00003.gguf",
+         "big/Model-Q6_K-00001-of-00003.gguf", "big/Model-Q6_K-00003-of-00003.gguf"]
+
+
+@pytest.mark.parametrize("files, quant, parts, mmproj", [
+    (FILES, "Q8_0", ["Model-Q8_0.gguf"], "mmproj-Model-Q8_0.gguf"),
+    (FILES, "q4_k_m", ["Model-Q4_K_M.gguf"], "mmproj-Model-Q8_0.gguf"),  # not Q4_K_M_L
+    (FILES, None, ["Model-Q4_K_M.gguf"], "mmproj-Model-Q8_0.gguf"),      # llama.cpp's default
+    ([f for f in FILES if "Q4_K_M" not in f], None, ["Model-Q8_0.gguf"], "mmproj-Model-Q8_0.gguf"),
+    (["b-F16.gguf", "a-BF16.gguf"], None, ["b-F16.gguf"], None),           # else the first
+    (FILES, "Q6_K", [f"big/Model-Q6_K-0000{i}-of-00003.gguf" for i in (1, 2, 3)], None),
+])
+def test_pick_files_as_llama_cpp(files, quant, parts, mmproj):
+    assert hub.pick_files(files, quant) == (parts, mmproj)
+
+
+def test_pick_files_errors_name_what_there_is():
+    with pytest.raises(hub.HubError, match=r"Q3_K_S.*IQ4_XS, Q4_K_M, Q4_K_M_L, Q6_K, Q8_0"):
+        hub.pick_files(FILES, "Q3_K_S")
+    with pytest.raises(hub.HubError, match="no GGUF model file"):
+        hub.pick_files(["README.md", "mmproj-x-F16.gguf"], None)
+    with pytest.raises(hub.HubError, match="part of 3 files"):
+        hub.pick_files([f for f in FILES if "00002" not in f], "Q6_K")
+
+
+# ---- end to end against the fake hub ---------------------------------------------------------
+
+def _edgellm(args, env, stdin=subprocess.DEVNULL):
+    return subprocess.run([sys.executable, "-m", "edgellm", *args], env=env, stdin=stdin,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _env(tmp: Path, endpoint: str, **extra) -> dict:
+    env = dict(os.environ, HF_ENDPOINT=endpoint, HF_HUB_CACHE=str(tmp / "hf"),
+               EDGELLM_MODELS=str(tmp / "models"), HF_HUB_DISABLE_TELEMETRY="1",
+               PYTHONPATH=os.pathsep.join([str(REPO_ROOT / "python"), os.environ.get("PYTHONPATH", "")]))
+    env.pop("HF_TOKEN", None)
+    env.pop("HF_HUB_OFFLINE", None)
+    env.update(extra)
+    return env
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def pulled(tmp_path_factory, smollm2_path):
+    """`edgellm pull hf.co/REPO:q4_k_m` once, the model's first GET dropped at DROP_AT bytes."""
+    tmp = tmp_path_factory.mktemp("hub")
+    small = write_valid_fixture(tmp / "small.gguf")
+    files = {MODEL_FILE: smollm2_path, OTHER_QUANT: small,
+             MMPROJ: small.read_bytes() + b"mmproj", "README.md": b"# a test repository\n"}
+    with FakeHub({REPO: files}, drop_after={MODEL_FILE: DROP_AT}) as server:
+        env = _env(tmp, server.url)
+        proc = _edgellm(["pull", f"hf.co/{REPO}:q4_k_m"], env)
+        requests = list(server.requests)
+        model_gets = server.gets(MODEL_FILE)
+    return {"tmp": tmp, "proc": proc, "requests": requests, "model_gets": model_gets,
+            "env": _env(tmp, "http://127.0.0.1:9"),  # from now on no hub answers
+            "small": small, "smollm2": smollm2_path}
+
+
+def test_pull_picks_the_quant_and_prints_only_the_path(pulled):
+    proc = pulled["proc"]
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1
+    path = Path(lines[0])
+    assert path.name == MODEL_FILE and path.is_file()
+    assert Path(pulled["tmp"] / "hf") in path.parents  # huggingface_hub's cache (HF_HUB_CACHE)
+    assert _sha256(path) == _sha256(pulled["smollm2"])
+    assert (path.parent / MMPROJ).is_file()  # the projector beside the model
+    assert not (path.parent / OTHER_QUANT).exists()
+    got = [p for m, p, _ in pulled["requests"] if m == "GET" and "/resolve/" in p]
+    assert not any(p.endswith(OTHER_QUANT) or p.endswith("README.md") for p in got)
+
+
+def test_pull_resumes_a_dropped_download(pulled):
+    gets = pulled["model_gets"]
+    assert len(gets) == 2, gets
+    assert "Range" not in gets[0]
+    start = int(gets[1]["Range"].split("=")[1].rstrip("-"))
+    assert 0 < start <= DROP_AT  # resumed where the bytes ended, not from 0
+
+
+def test_pull_progress_is_one_bar_on_stderr(pulled):
+    err = pulled["proc"].stderr
+    assert "\r" not in err  # not a terminal: plain lines
+    bar = [ln for ln in err.splitlines() if ln.startswith(f"pulling hf.co/{REPO}:q4_k_m: ")]
+    assert bar[0].endswith("0% of 98 MB") and "100% of 98 MB" in bar[-1]
+    percents = [int(ln.split(": ")[1].split("%")[0]) for ln in bar]
+    assert percents == sorted(percents) and len(percents) >= 3
+
+
+def test_the_pulled_name_runs_offline(pulled):
+    assert pulled["proc"].returncode == 0
+    args = ["--temp", "0", "-n", "12", "What is 2+2?"]
+    by_name = _edgellm(["run", f"hf.co/{REPO}:Q4_K_M", *args], pulled["env"])
+    assert by_name.returncode == 0, by_name.stderr
+    by_path = _edgellm(["run", str(pulled["smollm2"]), *args], pulled["env"])
+    assert by_name.stdout == by_path.stdout and by_name.stdout.strip()
+    info = _edgellm(["info", f"{REPO}:Q4_K_M", "--json"], pulled["env"])  # the bare spelling
+    assert json.loads(info.stdout)["architecture"] == "llama"
+
+
+def test_list_show_cp_rm(pulled, monkeypatch):
+    assert pulled["proc"].returncode == 0
+    for k in ("EDGELLM_MODELS", "HF_HUB_CACHE", "HF_ENDPOINT"):
+        monkeypatch.setenv(k, pulled["env"][k])
+    run = CliRunner().invoke
+    name = f"hf.co/{REPO}:Q4_K_M"
+    digest = _sha256(pulled["smollm2"])
+
+    out = run(cli, ["list"]).output.splitlines()
+    assert out[0].split() == ["NAME", "ID", "SIZE", "MODIFIED"]
+    row = next(ln for ln in out if ln.startswith(name))
+    assert row.split()[1:3] == [digest[:12], "98"] and " ago" in row
+
+    shown = run(cli, ["show", name])
+    assert shown.exit_code == 0, shown.output
+    assert "  Model\n    architecture        llama\n" in shown.output
+    assert "    quantization        Q4_1\n" in shown.output
+    assert "  Capabilities\n    completion\n    vision\n" in shown.output  # the mmproj
+
+    assert run(cli, ["cp", name, "smol"]).output == f"copied '{name}' to 'smol'\n"
+    assert any(ln.startswith("smol:latest ") and digest[:12] in ln
+               for ln in run(cli, ["list"]).output.splitlines())
+    path = hub.find("smol").path
+    blob = Path(os.path.realpath(path))
+
+    assert run(cli, ["rm", name]).output == f"deleted '{name}'\n"
+    assert path.is_file()  # `smol` still names it
+    assert "smol" in [m.name.split(":")[0] for m in hub.local_models()]
+    assert hub.find(name) is None
+
+    assert run(cli, ["rm", "smol"]).output == "deleted 'smol'\n"
+    assert not path.exists() and not blob.exists()
+    assert hub.find("smol") is None
+    gone = run(cli, ["rm", "smol"])
+    assert gone.exit_code == 1 and "model 'smol' not found" in gone.output
+    not_pulled = _edgellm(["run", name, "hi"], pulled["env"])  # offline and forgotten
+    assert not_pulled.returncode == 1
+    assert "cannot reach http://127.0.0.1:9" in not_pulled.stderr
+    assert "Traceback" not in not_pulled.stderr
+
+
+def test_hf_token_and_unknown_quant(tmp_path, monkeypatch):
+    small = write_valid_fixture(tmp_path / "small.gguf")
+    with FakeHub({"me/private-GGUF": {"m-Q8_0.gguf": small}}, token="hf_secret") as server:
+        denied = _edgellm(["pull", "hf.co/me/private-GGUF:Q8_0"], _env(tmp_path, server.url))
+        assert denied.returncode == 1 and not denied.stdout
+        assert "no repository me/private-GGUF" in denied.stderr and "set HF_TOKEN" in denied.stderr
+        assert "Traceback" not in denied.stderr
+        env = _env(tmp_path, server.url, HF_TOKEN="hf_secret")
+        wrong = _edgellm(["pull", "hf.co/me/private-GGUF:Q2_K"], env)
+        assert wrong.returncode == 1 and "no GGUF file for quant 'Q2_K'" in wrong.stderr
+        assert "Q8_0" in wrong.stderr
+        ok = _edgellm(["pull", "hf://me/private-GGUF"], env)  # no quant: the first file
+        assert ok.returncode == 0, ok.stderr
+        assert _sha256(Path(ok.stdout.strip())) == _sha256(small)
+
+
+def test_ps_says_when_no_server_runs():
+    out = CliRunner().invoke(cli, ["ps", "--host", "127.0.0.1:9"])
+    assert out.exit_code == 1
+    assert "no edgellm server is running at http://127.0.0.1:9" in out.output
