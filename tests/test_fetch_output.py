@@ -134,13 +134,15 @@ def test_byte_bar_sums_the_files_into_one_bar():
     out = io.StringIO()
     bar = ByteBar("pulling x", stream=out, interactive=True)
     bar("pulling manifest")  # no bytes: nothing drawn
-    bar("pulling aaa", 0, 600)
+    bar("pulling aaa", 0, 600)  # files announced with 0 bytes draw nothing yet
     bar("pulling bbb", 0, 400)
+    assert out.getvalue() == ""
+    bar("pulling aaa", 60, 600)
     bar("pulling aaa", 600, 600)
     bar("pulling bbb", 400, 400)
     bar.close()
     text = out.getvalue()
-    assert text.startswith("\r\x1b[Kpulling x   0% |") and text.endswith("\n")
+    assert text.startswith("\r\x1b[Kpulling x   6% |") and text.endswith("\n")
     assert "pulling x 100% |" + "#" * 24 + "| 1 KB/1 KB" in text
     plain = io.StringIO()
     with ByteBar("pulling x", stream=plain) as bar:  # StringIO is no terminal

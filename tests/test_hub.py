@@ -228,3 +228,68 @@ def test_ps_says_when_no_server_runs():
     out = CliRunner().invoke(cli, ["ps", "--host", "127.0.0.1:9"])
     assert out.exit_code == 1
     assert "no edgellm server is running at http://127.0.0.1:9" in out.output
+
+
+def test_a_split_model_is_fetched_whole(tmp_path):
+    parts = {f"big/M-Q4_K_M-0000{i}-of-00002.gguf": bytes([i]) * (1000 + i) for i in (1, 2)}
+    with FakeHub({"me/split-GGUF": {**parts, "big/M-Q8_0.gguf": b"other"}}) as server:
+        env = _env(tmp_path, server.url)
+        proc = _edgellm(["pull", "hf.co/me/split-GGUF"], env)  # Q4_K_M by default
+        assert proc.returncode == 0, proc.stderr
+        first = Path(proc.stdout.strip())
+        for name, data in parts.items():
+            assert (first.parent / Path(name).name).read_bytes() == data
+        assert not (first.parent / "M-Q8_0.gguf").exists()
+        bar = [ln for ln in proc.stderr.splitlines() if ln.startswith("pulling hf.co/me/split-GGUF: ")]
+        assert all(ln.split("% of ")[1].startswith("2.0 KB") for ln in bar)  # one bar, both parts
+        refused = _edgellm(["info", "hf.co/me/split-GGUF"], env)
+        assert refused.returncode == 1 and "split in 2 files" in refused.stderr
+        assert "llama-gguf-split --merge" in refused.stderr
+
+
+def _answering(routes):
+    """A server answering GET path -> JSON from `routes` (404 otherwise)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            body = json.dumps(routes[self.path]).encode() if self.path in routes else b"{}"
+            self.send_response(200 if self.path in routes else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_ps_lists_what_the_server_has_loaded():
+    import time as _time
+
+    soon = _time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime(_time.time() + 270))
+    ollama = {"/api/ps": {"models": [{"name": "smollm2:latest", "model": "smollm2:latest",
+                                      "size": 150_000_000, "digest": "b179c9523d0e6a0f98a3",
+                                      "size_vram": 0, "context_length": 4096, "expires_at": soon}]}}
+    router = {"/v1/models": {"data": [
+        {"id": "gemma3", "status": {"value": "loaded", "expires_at": int(_time.time()) + 3 * 3600},
+         "meta": {"n_ctx": 8192, "memory_bytes": 400_000_000}},
+        {"id": "qwen", "status": {"value": "unloaded"}, "meta": {}}]}}
+    for routes, row in ((ollama, ["smollm2:latest", "b179c9523d0e", "150", "MB", "100%", "CPU",
+                                  "4096", "4", "minutes", "from", "now"]),
+                        (router, ["gemma3", "-", "400", "MB", "100%", "CPU", "8192", "3", "hours",
+                                  "from", "now"])):
+        server = _answering(routes)
+        try:
+            out = CliRunner().invoke(cli, ["ps", "--host", f"127.0.0.1:{server.server_address[1]}"])
+        finally:
+            server.shutdown()
+            server.server_close()
+        assert out.exit_code == 0, out.output
+        lines = out.output.splitlines()
+        assert lines[0].split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL"]
+        assert [ln.split() for ln in lines[1:]] == [row]  # the unloaded one is not listed

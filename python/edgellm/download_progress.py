@@ -65,8 +65,10 @@ class ByteBar:
         if total is None or not status.startswith("pulling "):
             return  # a step without bytes: the bar says enough
         with self._lock:
+            announced = status in self._files
             self._files[status] = (max(0, min(int(completed or 0), int(total))), int(total))
-            self._draw(final=False)
+            if announced or completed:  # a file announced with 0 waits for the others' totals
+                self._draw(final=False)
 
     @property
     def completed(self) -> int:

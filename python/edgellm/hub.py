@@ -415,14 +415,21 @@ def resolve(name: str, fetch: bool = True) -> Optional[Path]:
     if known is not None:  # smollm2:latest
         return models.resolve(known, fetch=fetch)
     local = find(name)
-    if local is not None:
-        return local.path
-    ref = parse_ref(name)
-    if ref is None:
-        return None
-    if not fetch:
-        raise FileNotFoundError(f"{ref.name} is not pulled; run `edgellm pull {ref.name}`")
-    return pull(name)
+    if local is None:
+        ref = parse_ref(name)
+        if ref is None:
+            return None
+        if not fetch:
+            raise FileNotFoundError(f"{ref.name} is not pulled; run `edgellm pull {ref.name}`")
+        pull(name)
+        local = find(name)
+        assert local is not None, name
+    parts = [f for f in local.files if f != local.mmproj]
+    if len(parts) > 1:
+        raise models.UnknownModelError(
+            f"{local.name} is split in {len(parts)} files ({local.path.name}, ...); edgellm loads "
+            "a model from one file: merge them with llama.cpp's `llama-gguf-split --merge`")
+    return local.path
 
 
 # ---- copy and remove -------------------------------------------------------------------------
