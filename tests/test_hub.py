@@ -145,6 +145,8 @@ def test_pull_resumes_a_dropped_download(pulled):
     assert "Range" not in gets[0]
     start = int(gets[1]["Range"].split("=")[1].rstrip("-"))
     assert 0 < start <= DROP_AT  # resumed where the bytes ended, not from 0
+    said = [ln for ln in pulled["proc"].stderr.splitlines() if "resume" in ln]
+    assert len(said) == 1 and said[0].endswith("Trying to resume download...")  # one line
 
 
 def test_pull_progress_is_one_bar_on_stderr(pulled):
@@ -165,6 +167,42 @@ def test_the_pulled_name_runs_offline(pulled):
     assert by_name.stdout == by_path.stdout and by_name.stdout.strip()
     info = _edgellm(["info", f"{REPO}:Q4_K_M", "--json"], pulled["env"])  # the bare spelling
     assert json.loads(info.stdout)["architecture"] == "llama"
+
+
+def test_the_pulled_name_serves(pulled):
+    import time
+    import urllib.request
+
+    from server_helpers import free_port
+
+    name = f"hf.co/{REPO}:Q4_K_M"
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "edgellm", "serve", name, "--port", str(port),
+                             "-t", "1", "-np", "1", "-c", "256"], env=pulled["env"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(base + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert proc.poll() is None, proc.communicate()[1][-2000:]
+            assert time.monotonic() < deadline, "serve did not come up"
+            time.sleep(0.3)
+        req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(
+            {"model": name, "max_tokens": 4, "temperature": 0,
+             "messages": [{"role": "user", "content": "Hi"}]}).encode(),
+            headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            answer = json.load(r)
+        assert answer["choices"][0]["message"]["content"] and answer["usage"]["completion_tokens"] >= 1
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
 
 
 def test_list_show_cp_rm(pulled, monkeypatch):

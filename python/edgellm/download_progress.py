@@ -106,6 +106,17 @@ class ByteBar:
                               f"{f' in {elapsed:.1f} s' if tenths >= 10 else ''}\n")
         self.stream.flush()
 
+    def note(self, message: str) -> None:
+        """A line of its own above the bar (a resumed download, a warning), the bar redrawn."""
+        with self._lock:
+            if self.interactive and self._drawn:
+                self.stream.write("\r\x1b[K" + message + "\n")
+                self._last_draw = 0.0
+                self._draw(final=False)
+            else:
+                self.stream.write(message + "\n")
+            self.stream.flush()
+
     def close(self) -> None:
         """Ends the bar: its last state at 100 % when complete, then a newline on a terminal."""
         with self._lock:

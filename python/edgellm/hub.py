@@ -26,11 +26,13 @@ edgellm.models.fetch); progress(status, completed, total) gets Ollama's /api/pul
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -288,10 +290,6 @@ def find(name: str) -> Optional[LocalModel]:
 
 # ---- pulling ---------------------------------------------------------------------------------
 
-def _quiet_progress(status: str, completed: Optional[int] = None, total: Optional[int] = None) -> None:
-    pass
-
-
 def _file_bar(report: ProgressFn, status: str, size: Optional[int]):
     """A tqdm stand-in for huggingface_hub's download of one file: its bytes go to `report`."""
 
@@ -376,6 +374,35 @@ def _pull_repo(ref: HubRef, report: ProgressFn) -> LocalModel:
                       source=ref.name, files=paths, mmproj=paths[-1] if mmproj else None)
 
 
+class _NoteHandler(logging.Handler):
+    """huggingface_hub's log lines (a dropped connection being resumed) as notes above the bar."""
+
+    def __init__(self, bar: ByteBar):
+        super().__init__(logging.INFO)
+        self.bar = bar
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.bar.note("; ".join(ln.strip() for ln in record.getMessage().splitlines() if ln.strip()))
+
+
+@contextmanager
+def _hub_log_above(bar: Optional[ByteBar]):
+    if bar is None:  # a caller's callback: huggingface_hub logs as it is configured to
+        yield
+        return
+    try:
+        import huggingface_hub.utils.logging  # noqa: F401 -- adds its handler: replace it after
+    except ImportError:
+        pass  # _pull_repo says what is missing
+    log = logging.getLogger("huggingface_hub")
+    saved = log.handlers[:], log.propagate
+    log.handlers, log.propagate = [_NoteHandler(bar)], False
+    try:
+        yield
+    finally:
+        log.handlers, log.propagate = saved
+
+
 def pull(name: str, progress: Optional[ProgressFn] = None) -> Path:
     """Fetch the model `name` (a known model or a Hugging Face repository name) and return the
     path of its model file. progress(status, completed, total) is called from this (the
@@ -384,6 +411,14 @@ def pull(name: str, progress: Optional[ProgressFn] = None) -> Path:
     if progress is None:
         progress = bar = ByteBar(f"pulling {name}")
     try:
+        return _pull(name, progress, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _pull(name: str, progress: ProgressFn, bar: Optional[ByteBar]) -> Path:
+    with _hub_log_above(bar):
         known = _known(name)
         if known is not None:
             path = models.fetch(known, progress=progress)
@@ -402,9 +437,6 @@ def pull(name: str, progress: Optional[ProgressFn] = None) -> Path:
             path = entry.path
         progress("success", None, None)
         return path  # type: ignore[return-value]
-    finally:
-        if bar is not None:
-            bar.close()
 
 
 def resolve(name: str, fetch: bool = True) -> Optional[Path]:
