@@ -46,7 +46,7 @@ __all__ = ["HubRef", "LocalModel", "HubError", "parse_ref", "pick_files", "pull"
 _LATEST = "latest"
 _DEFAULT_QUANTS = ("Q4_K_M", "Q8_0")  # llama.cpp's picks when no quant is named
 _NAMES_FILE = "names.json"
-_lock = threading.Lock()  # names.json: read-modify-write within this process
+_thread_lock = threading.Lock()  # names.json: read-modify-write within this process
 
 
 class HubError(models.ModelFetchError):
@@ -223,6 +223,22 @@ def _names_path() -> Path:
     return models.cache_dir() / _NAMES_FILE
 
 
+@contextmanager
+def _names_locked():
+    """names.json to this thread and process alone (a pull in the server and `edgellm cp` may
+    run at once): a lock file beside it, through filelock (huggingface_hub's own dependency)."""
+    with _thread_lock:
+        try:
+            from filelock import FileLock
+        except ImportError:
+            yield
+            return
+        path = _names_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(path) + ".lock"):
+            yield
+
+
 def _read_names() -> Dict[str, LocalModel]:
     try:
         data = json.loads(_names_path().read_text(encoding="utf-8"))
@@ -272,7 +288,7 @@ def local_models() -> List[LocalModel]:
     """Every model on this machine by name, newest first: the known models that are fetched
     and the names pulled or copied (whose files still exist). Ollama's /api/tags lists these."""
     found = [m for m in (_known_entry(s) for s in models.KNOWN_MODELS.values()) if m]
-    with _lock:
+    with _names_locked():
         found += [m for m in _read_names().values() if all(f.is_file() for f in m.files)]
     return sorted(found, key=lambda m: -m.modified)
 
@@ -283,7 +299,7 @@ def find(name: str) -> Optional[LocalModel]:
     known = _known(name)
     if known is not None:
         return _known_entry(models.KNOWN_MODELS[known])
-    with _lock:
+    with _names_locked():
         m = _lookup(_read_names(), name)
     return m if m is not None and all(f.is_file() for f in m.files) else None
 
@@ -430,7 +446,7 @@ def _pull(name: str, progress: ProgressFn, bar: Optional[ByteBar]) -> Path:
                     "Hugging Face repository (hf.co/USER/REPO[:QUANT])")
             entry = _pull_repo(ref, progress)
             progress("writing manifest", None, None)
-            with _lock:
+            with _names_locked():
                 names = _read_names()
                 names[entry.name] = entry
                 _write_names(names)
@@ -477,7 +493,7 @@ def copy(source: str, destination: str) -> LocalModel:
         raise models.UnknownModelError(
             f"'{destination}' is a known model's or a repository's name; pick another name")
     entry = LocalModel(**{**src.__dict__, "name": dest, "modified": time.time()})
-    with _lock:
+    with _names_locked():
         names = _read_names()
         for n in [n for n in names if n.lower() == dest.lower()]:
             del names[n]
@@ -513,7 +529,7 @@ def _delete_file(path: Path) -> None:
 def remove(name: str) -> str:
     """`edgellm rm`: forget the name and delete the files no other name uses. Returns the name
     removed. A known model's file is deleted unless a copy of it still names it."""
-    with _lock:
+    with _names_locked():
         names = _read_names()
         known = _known(name)
         if known is not None:
