@@ -15,6 +15,7 @@ Errors carry huggingface.co's X-Error-Code (RepoNotFound, RevisionNotFound, Entr
 the client raises its typed errors. `token=` makes every route answer 401 without
 `Authorization: Bearer <token>` (a private repository). `drop_after={file: n}` closes the
 connection after n bytes of that file's first full GET, as a network that drops mid-file.
+`stated_sha256={file: hex}` states another SHA-256 than the bytes have (a corrupted transfer).
 """
 from __future__ import annotations
 
@@ -54,11 +55,13 @@ class _File:
 
 class FakeHub:
     def __init__(self, repos: Dict[str, Dict[str, Content]], token: Optional[str] = None,
-                 drop_after: Optional[Dict[str, int]] = None):
+                 drop_after: Optional[Dict[str, int]] = None,
+                 stated_sha256: Optional[Dict[str, str]] = None):
         self.repos = {repo: {name: _File(c) for name, c in files.items()} for repo, files in repos.items()}
         self.commits = {repo: hashlib.sha1(repo.encode()).hexdigest() for repo in repos}
         self.token = token
         self.drop_after = dict(drop_after or {})
+        self.stated_sha256 = dict(stated_sha256 or {})
         self.requests: List[Tuple[str, str, Dict[str, str]]] = []
         self._server: Optional[ThreadingHTTPServer] = None
 
@@ -142,7 +145,8 @@ class FakeHub:
             s = {"rfilename": name}
             if blobs:
                 s.update(size=f.size, blobId=f.git_oid,
-                         lfs={"size": f.size, "sha256": f.sha256, "pointerSize": 134})
+                         lfs={"size": f.size, "sha256": self.stated_sha256.get(name, f.sha256),
+                              "pointerSize": 134})
             siblings.append(s)
         body = json.dumps({"_id": repo, "id": repo, "modelId": repo, "author": repo.split("/")[0],
                            "sha": self.commits[repo], "private": self.token is not None,
@@ -173,8 +177,9 @@ class FakeHub:
         h.send_header("Content-Type", "application/octet-stream")
         h.send_header("Content-Length", str(f.size - start))
         h.send_header("Accept-Ranges", "bytes")
-        h.send_header("ETag", f'"{f.sha256}"')
-        h.send_header("X-Linked-Etag", f'"{f.sha256}"')
+        sha = self.stated_sha256.get(name, f.sha256)
+        h.send_header("ETag", f'"{sha}"')
+        h.send_header("X-Linked-Etag", f'"{sha}"')
         h.send_header("X-Linked-Size", str(f.size))
         h.send_header("X-Repo-Commit", commit)
         if start:

@@ -331,3 +331,17 @@ def test_ps_lists_what_the_server_has_loaded():
         lines = out.output.splitlines()
         assert lines[0].split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL"]
         assert [ln.split() for ln in lines[1:]] == [row]  # the unloaded one is not listed
+
+
+def test_bytes_that_do_not_match_the_stated_sha256_are_discarded(tmp_path):
+    with FakeHub({"me/bad-GGUF": {"m-Q8_0.gguf": b"GGUF" + bytes(4000)}},
+                 stated_sha256={"m-Q8_0.gguf": "ab" * 32}) as server:
+        env = _env(tmp_path, server.url)
+        proc = _edgellm(["pull", "hf.co/me/bad-GGUF:Q8_0"], env)
+    assert proc.returncode == 1 and not proc.stdout
+    assert f"m-Q8_0.gguf arrived with SHA-256 {hashlib.sha256(b'GGUF' + bytes(4000)).hexdigest()}" \
+        in proc.stderr and "the download was discarded" in proc.stderr
+    assert not list((tmp_path / "hf").rglob("*.gguf"))  # neither the link nor the blob stays
+    assert not [b for b in (tmp_path / "hf").rglob("*") if b.parent.name == "blobs"]
+    assert not (tmp_path / "models" / "names.json").exists() or \
+        "bad-GGUF" not in (tmp_path / "models" / "names.json").read_text()

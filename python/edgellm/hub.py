@@ -137,10 +137,14 @@ def _split_info(path: str) -> Tuple[str, str, int, int]:
     return prefix, (t.group(1).upper() if t else ""), index, count
 
 
-def _bits(path: str) -> int:
-    tag = _split_info(path)[1]
+def _tag_bits(tag: str) -> int:
+    """The bits a quant tag names: Q4_K_M -> 4, F16 -> 16, IQ4_XS -> 4, BF16 -> 16."""
     m = re.search(r"\d+", tag)
     return int(m.group(0)) if m else 0
+
+
+def _bits(path: str) -> int:
+    return _tag_bits(_split_info(path)[1])
 
 
 def _is_model_file(path: str) -> bool:
@@ -185,7 +189,7 @@ def pick_files(paths: Sequence[str], quant: Optional[str]) -> Tuple[List[str], O
     folder = primary.rsplit("/", 1)[0] if "/" in primary else ""
     projectors = [p for p in paths if p.lower().endswith(".gguf") and "mmproj" in
                   p.rsplit("/", 1)[-1].lower() and (p.rsplit("/", 1)[0] if "/" in p else "") == folder]
-    want = _bits(quant or primary) if quant else _bits(primary)
+    want = _tag_bits(quant) if quant else _bits(primary)
     mmproj = min(projectors, key=lambda p: abs(_bits(p) - want)) if projectors else None
     return parts, mmproj
 
@@ -343,14 +347,18 @@ def _hub_error(ref: HubRef, e: Exception) -> HubError:
         return HubError(f"{ref.repo} on {where}: {e}")
     if isinstance(e, errors.HfHubHTTPError):
         return HubError(f"{where} answered {ref.repo}: {str(e).splitlines()[0]}")
-    return HubError(f"cannot reach {where} for {ref.repo} ({type(e).__name__}: "
-                    f"{str(e).splitlines()[0] if str(e) else 'no detail'}); offline, only pulled "
-                    "names run (edgellm list)")
+    detail = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no detail'}"
+    unreachable = isinstance(e, (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled)) or \
+        any(word in type(e).__name__ for word in ("Connect", "Timeout", "Network"))
+    if unreachable:
+        return HubError(f"cannot reach {where} for {ref.repo} ({detail}); offline, only pulled "
+                        "names run (edgellm list)")
+    return HubError(f"pulling {ref.repo} from {where} failed ({detail})")
 
 
 def _pull_repo(ref: HubRef, report: ProgressFn) -> LocalModel:
     try:
-        from huggingface_hub import HfApi, hf_hub_download
+        from huggingface_hub import HfApi, hf_hub_download, try_to_load_from_cache
     except ImportError:
         raise HubError("pulling from Hugging Face needs the huggingface_hub package: "
                        "pip install huggingface_hub") from None
@@ -374,16 +382,29 @@ def _pull_repo(ref: HubRef, report: ProgressFn) -> LocalModel:
     for f in wanted:  # every file first, so one bar can show the whole model
         report(statuses[f], 0, siblings[f].size or 0)
     paths: List[Path] = []
+    fresh: List[Tuple[Path, str]] = []  # downloaded now, with the sha256 the Hub states
+    revision = info.sha or "main"
     for f in wanted:
+        cached = try_to_load_from_cache(ref.repo, f, revision=revision)
         try:
-            got = hf_hub_download(ref.repo, f, revision=info.sha or "main",
+            got = hf_hub_download(ref.repo, f, revision=revision,
                                   tqdm_class=_file_bar(report, statuses[f], siblings[f].size))
         except Exception as e:  # noqa: BLE001
             raise _hub_error(ref, e) from None
         path = Path(got)
         report(statuses[f], path.stat().st_size, path.stat().st_size)
         paths.append(path)
-    report("verifying sha256 digest", None, None)  # huggingface_hub checked each file's size
+        lfs = siblings[f].lfs
+        if not isinstance(cached, str) and lfs is not None and lfs.sha256:
+            fresh.append((path, lfs.sha256))
+    # huggingface_hub checks a download's size; the bytes are checked here, as Ollama does
+    report("verifying sha256 digest", None, None)
+    for path, expected in fresh:
+        digest_now = models.sha256_of(path)
+        if digest_now != expected.lower():
+            _delete_file(path)
+            raise HubError(f"{ref.repo}: {path.name} arrived with SHA-256 {digest_now}, the Hub "
+                           f"states {expected}; the download was discarded")
     model_files = paths[:len(parts)]
     return LocalModel(name=ref.name, path=model_files[0], digest=digest(parts[0]),
                       size=sum(p.stat().st_size for p in paths), modified=time.time(),
