@@ -65,7 +65,7 @@ def _fail(e: Exception) -> None:
     raise click.ClickException(str(e))
 
 
-@click.command("pull")
+@click.command("pull", short_help="Pull a model from Hugging Face (or a known model).")
 @click.argument("model")
 def pull(model: str) -> None:
     """Download MODEL: hf.co/USER/REPO[:QUANT] (the quant picks the .gguf; default Q4_K_M), or a
@@ -82,7 +82,7 @@ def pull(model: str) -> None:
     click.echo(str(path))
 
 
-@click.command("list")
+@click.command("list", short_help="List models.")
 @click.argument("prefix", required=False)
 def list_models(prefix: Optional[str]) -> None:
     """List the models on this machine (fetched known models, pulled and copied names)."""
@@ -163,7 +163,7 @@ def _processor(size: int, vram: int) -> str:
     return f"{cpu}%/{100 - cpu}% CPU/GPU"
 
 
-@click.command("ps")
+@click.command("ps", short_help="List running models.")
 @click.option("--host", default=None, metavar="URL",
               help="The server to ask (default: $EDGELLM_HOST, else http://127.0.0.1:8080).")
 @click.option("--api-key", default=None, envvar="EDGELLM_API_KEY", help="The server's API key.")
@@ -215,7 +215,7 @@ def _capabilities(md: dict, mmproj) -> List[str]:
     return caps
 
 
-@click.command("show")
+@click.command("show", short_help="Show information for a model.")
 @click.argument("model")
 @click.option("--license", "what", flag_value="license", help="Show the model's license.")
 @click.option("--modelfile", "what", flag_value="modelfile", help="Show a Modelfile for the model.")
@@ -279,7 +279,7 @@ def _short(v) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-@click.command("rm")
+@click.command("rm", short_help="Remove a model.")
 @click.argument("models", nargs=-1, required=True)
 def rm(models: Sequence[str]) -> None:
     """Remove MODELS: the names, and the files no other name uses."""
@@ -294,7 +294,7 @@ def rm(models: Sequence[str]) -> None:
         click.echo(f"deleted '{name}'")
 
 
-@click.command("cp")
+@click.command("cp", short_help="Copy a model.")
 @click.argument("source")
 @click.argument("destination")
 def cp(source: str, destination: str) -> None:
