@@ -58,7 +58,8 @@ class HubError(models.ModelFetchError):
 @dataclass(frozen=True)
 class HubRef:
     repo: str                # USER/REPO
-    quant: Optional[str]     # as typed; None: llama.cpp's default pick
+    quant: Optional[str]     # upper case; None: llama.cpp's default pick
+    bare: bool = False       # typed without hf.co/: it could have been meant as a path
 
     @property
     def name(self) -> str:
@@ -94,7 +95,7 @@ def parse_ref(name: str) -> Optional[HubRef]:
     if quant and quant.lower() == _LATEST:
         quant = None
     # quants are matched case-insensitively and written as llama.cpp's file names write them
-    return HubRef(f"{m.group(1)}/{m.group(2)}", quant.upper() if quant else None)
+    return HubRef(f"{m.group(1)}/{m.group(2)}", quant.upper() if quant else None, bare=not prefixed)
 
 
 def canonical(name: str) -> str:
@@ -336,6 +337,14 @@ def _file_bar(report: ProgressFn, status: str, size: Optional[int]):
 
 
 def _hub_error(ref: HubRef, e: Exception) -> HubError:
+    error = _hub_error_of(ref, e)
+    if ref.bare:
+        return HubError(f"{error} (no file {ref.repo} here, so it was taken as a Hugging Face "
+                        "repository)")
+    return error
+
+
+def _hub_error_of(ref: HubRef, e: Exception) -> HubError:
     from huggingface_hub import constants, errors
 
     where = constants.ENDPOINT
