@@ -345,3 +345,34 @@ def test_bytes_that_do_not_match_the_stated_sha256_are_discarded(tmp_path):
     assert not [b for b in (tmp_path / "hf").rglob("*") if b.parent.name == "blobs"]
     assert not (tmp_path / "models" / "names.json").exists() or \
         "bad-GGUF" not in (tmp_path / "models" / "names.json").read_text()
+
+
+def test_known_models_in_list_cp_rm(tmp_path, monkeypatch):
+    import dataclasses
+
+    from edgellm import models
+
+    monkeypatch.setenv("EDGELLM_MODELS", str(tmp_path))
+    data = b"GGUF" + bytes(96)
+    spec = dataclasses.replace(models.KNOWN_MODELS["smollm2"], name="tiny", filename="tiny.gguf",
+                               size=len(data), sha256=hashlib.sha256(data).hexdigest())
+    monkeypatch.setitem(models.KNOWN_MODELS, "tiny", spec)
+    (tmp_path / "tiny.gguf").write_bytes(data)
+    run = CliRunner().invoke
+    row = next(ln for ln in run(cli, ["list"]).output.splitlines() if ln.startswith("tiny:latest "))
+    assert row.split()[1:3] == [spec.sha256[:12], "100"]
+    assert hub.find("tiny:latest").path == tmp_path / "tiny.gguf"
+    assert models.resolve("tiny:latest") == tmp_path / "tiny.gguf"
+
+    assert run(cli, ["cp", "tiny", "mine"]).exit_code == 0
+    for bad, why in (("smollm2", "a known model's or a repository's name"),
+                     ("hf.co/a/b", "a known model's or a repository's name"),
+                     ("dir/x", "a known model's or a repository's name"), ("x y", "cannot name a model")):
+        out = run(cli, ["cp", "tiny", bad])
+        assert out.exit_code == 1 and why in out.output, (bad, out.output)
+    refused = run(cli, ["rm", "tiny"])
+    assert refused.exit_code == 1 and "also named mine:latest" in refused.output
+    assert run(cli, ["rm", "mine"]).output == "deleted 'mine'\n"
+    assert (tmp_path / "tiny.gguf").is_file()  # the known model's file stays with its name
+    assert run(cli, ["rm", "tiny"]).output == "deleted 'tiny'\n"
+    assert not (tmp_path / "tiny.gguf").exists()
