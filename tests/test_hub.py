@@ -170,10 +170,9 @@ def test_the_pulled_name_runs_offline(pulled):
 
 
 def test_the_pulled_name_serves(pulled):
-    import time
     import urllib.request
 
-    from server_helpers import free_port
+    from server_helpers import free_port, wait_healthy
 
     name = f"hf.co/{REPO}:Q4_K_M"
     port = free_port()
@@ -182,17 +181,7 @@ def test_the_pulled_name_serves(pulled):
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(base + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert proc.poll() is None, proc.communicate()[1][-2000:]
-            assert time.monotonic() < deadline, "serve did not come up"
-            time.sleep(0.3)
+        wait_healthy(proc, base)
         req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(
             {"model": name, "max_tokens": 4, "temperature": 0,
              "messages": [{"role": "user", "content": "Hi"}]}).encode(),
