@@ -353,6 +353,9 @@ def test_known_models_in_list_cp_rm(tmp_path, monkeypatch):
     assert hub.find("tiny:latest").path == tmp_path / "tiny.gguf"
     assert models.resolve("tiny:latest") == tmp_path / "tiny.gguf"
 
+    seen = []
+    assert hub.pull("tiny:latest", progress=lambda *a: seen.append(a)) == tmp_path / "tiny.gguf"
+    assert seen == [(f"pulling {spec.sha256[:12]}", len(data), len(data)), ("success", None, None)]
     assert run(cli, ["cp", "tiny", "mine"]).exit_code == 0
     for bad, why in (("smollm2", "a known model's or a repository's name"),
                      ("hf.co/a/b", "a known model's or a repository's name"),

@@ -467,7 +467,9 @@ def _pull(name: str, progress: ProgressFn, bar: Optional[ByteBar]) -> Path:
     with _hub_log_above(bar):
         known = _known(name)
         if known is not None:
+            spec = models.KNOWN_MODELS[known]
             path = models.fetch(known, progress=progress)
+            progress(f"pulling {spec.sha256[:12]}", spec.size, spec.size)  # also when cached
         else:
             ref = parse_ref(name)
             if ref is None:
