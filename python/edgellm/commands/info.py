@@ -164,11 +164,11 @@ def command(model: str, as_json: bool) -> None:
 
     MODEL is a .gguf path or a known model name (fetched on first use)."""
     import edgellm
-    from edgellm.models import UnknownModelError, resolve
+    from edgellm.models import ModelFetchError, UnknownModelError, resolve
 
     try:
         path = resolve(model)
-    except (UnknownModelError, FileNotFoundError, OSError) as e:
+    except (UnknownModelError, ModelFetchError, FileNotFoundError, OSError) as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(1)
     try:

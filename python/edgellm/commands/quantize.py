@@ -23,11 +23,11 @@ def command(src, dst, type_name, threads, quiet):
 
     from edgellm import EdgeLLMError
     from edgellm.bench.quantize import QuantizeError, quantize_file
-    from edgellm.models import UnknownModelError, resolve
+    from edgellm.models import ModelFetchError, UnknownModelError, resolve
 
     try:
         src = str(resolve(src))
-    except (UnknownModelError, FileNotFoundError, OSError) as e:
+    except (UnknownModelError, ModelFetchError, FileNotFoundError, OSError) as e:
         raise click.BadParameter(str(e), param_hint="SRC") from None
 
     t0 = time.perf_counter()
