@@ -147,6 +147,31 @@ class ChatRenderer:
         head = self.apply(msgs[:-1], True, use_tools, chat_template_kwargs, shield)
         return head + (shield.protect(content) if shield is not None else content)
 
+    def _tool_constraint(self, params: SamplingParams, tools, tool_choice, parallel_tool_calls,
+                         prompt: str) -> SamplingParams:
+        """params constrained for tool calls: under auto the grammar switches on at a call's
+        trigger; with a response_format / json_schema / GBNF grammar as well (auto), the whole
+        output is either the calls or the answer that constraint describes, as OpenAI's API lets
+        the model choose (a regex answer, or a format with no such alternative, keeps only the
+        answer's constraint)."""
+        fmt = self.chat_format
+        forced = tool_choice == "required" or isinstance(tool_choice, dict)
+        schema = params._schema_text()  # json_schema or response_format's
+        has_constraint = bool(schema or params.grammar or params.regex)
+        if has_constraint and forced:
+            raise InvalidRequestError("tool_choice 'required' or a named function cannot be combined "
+                                      "with response_format / json_schema / grammar")
+        answer = None
+        if has_constraint:
+            if params.regex or not fmt.combines_answer:
+                return params
+            answer = _core.json_schema_to_gbnf(schema) if schema else params.grammar
+        # llama-server's default: one call per turn unless parallel calls are asked for
+        gbnf, triggers = fmt.tool_grammar(_core.json_schema_to_gbnf, tools, tool_choice,
+                                          bool(parallel_tool_calls), prompt=prompt, answer=answer)
+        return dataclasses.replace(params, grammar=gbnf, grammar_triggers=triggers or None,
+                                   json_schema=None, response_format=None)
+
     def request(self, messages, params: Optional[SamplingParams], tools, tool_choice,
                 parallel_tool_calls, chat_template_kwargs, add_generation_prompt=None,
                 continue_final_message=None):
@@ -160,18 +185,7 @@ class ChatRenderer:
         ids = self.ids(text, plain)
         fmt = self.chat_format
         if use_tools:
-            forced = tool_choice == "required" or isinstance(tool_choice, dict)
-            has_constraint = bool(params.json_schema or params.grammar or params.regex or
-                                  (params.response_format and params.response_format.get("type") != "text"))
-            if has_constraint and forced:
-                raise InvalidRequestError("tool_choice 'required' or a named function cannot be combined "
-                                          "with response_format / json_schema / grammar")
-            if not has_constraint:
-                # llama-server's default: one call per turn unless parallel calls are asked for
-                parallel = bool(parallel_tool_calls)
-                gbnf, triggers = fmt.tool_grammar(_core.json_schema_to_gbnf, tools, tool_choice,
-                                                  parallel, prompt=text)
-                params = dataclasses.replace(params, grammar=gbnf, grammar_triggers=triggers or None)
+            params = self._tool_constraint(params, tools, tool_choice, parallel_tool_calls, text)
         def new_parser():
             return fmt.parser(tools if use_tools else None, tool_choice, prompt=text)
         return ids, params, new_parser
