@@ -93,7 +93,9 @@ def test_tools_with_response_format_choose_call_or_answer(hermes_llm, form):
     """tools + a response_format under auto (OpenAI's semantics): the model may call a tool
     (the call checked by its schema) or answer in the response schema -- never anything else,
     and the schema no longer shuts the calls out. logit_bias leans the random model towards
-    "<" (a <tool_call> block), then towards the answer's first key; whitespace is damped."""
+    "<" (a <tool_call> block), then towards the answer's first key; whitespace is damped. One
+    short tool: the schema is described in the prompt too, and these tokens are bytes."""
+    ping = TOOLS[1]
     def tid(c):
         (t,) = hermes_llm.tokenize(c, add_special=False)
         return t
@@ -106,14 +108,14 @@ def test_tools_with_response_format_choose_call_or_answer(hermes_llm, form):
     for bias in leans:
         for seed in range(6):
             r = hermes_llm.chat(ASK, SamplingParams(temperature=1.0, seed=seed, max_tokens=120,
-                                                    logit_bias=bias, **extra), tools=TOOLS)
+                                                    logit_bias=bias, **extra), tools=[ping])
             if r.finish_reason == "length":
                 continue
             if r.tool_calls:
                 assert r.finish_reason == "tool_calls" and not r.content, (seed, r.text)
                 (call,) = r.tool_calls
-                schema = PARAMS if call.name == "get_weather" else TOOLS[1]["function"]["parameters"]
-                jsonschema.validate(json.loads(call.arguments), schema)
+                assert call.name == "ping"
+                jsonschema.validate(json.loads(call.arguments), ping["function"]["parameters"])
                 kinds.add("call")
             else:
                 assert r.finish_reason == "stop", (seed, r.text)
@@ -122,6 +124,13 @@ def test_tools_with_response_format_choose_call_or_answer(hermes_llm, form):
     assert kinds == {"call", "answer"}
     with pytest.raises(edgellm.InvalidRequestError, match="cannot be combined"):
         hermes_llm.chat(ASK, SamplingParams(json_schema=ANSWER), tools=TOOLS, tool_choice="required")
+    # the model is told the answer's schema (it cannot otherwise know a JSON answer is wanted)
+    ids, params, _ = hermes_llm.chat_renderer.request(ASK, SamplingParams(json_schema=ANSWER), [ping],
+                                                      "auto", False, None)
+    assert json.dumps(ANSWER) in hermes_llm.detokenize(ids)
+    assert params.grammar and not params.json_schema and not params.grammar_triggers
+    ids, params, _ = hermes_llm.chat_renderer.request(ASK, SamplingParams(), [ping], "auto", False, None)
+    assert "schema" not in hermes_llm.detokenize(ids) and params.grammar_triggers
 
 
 def test_streamed_calls_equal_whole(hermes_llm):

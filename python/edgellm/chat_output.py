@@ -55,6 +55,12 @@ def check_tool_schemas(tools: Sequence[Dict[str, Any]]) -> None:
                                       f"be used: {e}") from None
 
 
+# With tools and a response_format schema under auto, what the model is told about its final
+# answer (the grammar allows a call or that answer; without this the model cannot tell that a
+# JSON answer is wanted and, having the tool's result, calls the tool again)
+ANSWER_PROMPT = ("When you answer (instead of calling a function), answer with only a JSON object "
+                 "that matches this schema:\n{schema}")
+
 GENERIC_TOOL_PROMPT = (
     "You can call these tools (JSON schemas of their parameters):\n{tools}\n\n"
     "To call tools, answer with only a JSON object of the form "
@@ -95,6 +101,10 @@ class ChatFormat:
             return None
         listing = "\n".join(json.dumps(t.get("function", t), ensure_ascii=False) for t in tools)
         return GENERIC_TOOL_PROMPT.format(tools=listing)
+
+    def answer_prompt(self, schema: str) -> str:
+        """System text describing the final answer's JSON schema (tools + response_format)."""
+        return ANSWER_PROMPT.format(schema=schema)
 
     # --- constraining ---------------------------------------------------------------------
     @property
