@@ -135,3 +135,32 @@ def test_sdk_tools_with_response_format_streamed(server):
     content, names, args, finish = turn()
     assert names == [] and finish == "stop"
     assert Weather.model_validate_json(content) == Weather(city="Paris", temperature_c=22)
+
+
+def test_the_models_own_call_format_is_a_call(server):
+    """Given a tool's result under a bare instruction, this model writes its next call as its
+    template shows the format, bare and in doubled braces ({{"name": ..., "arguments": ...}}):
+    it must come back as a call (before, it was content, and agents ended on it as the answer)."""
+    client = server.client(timeout=300)
+    tool = {"type": "function", "function": {"name": "get_weather", "description": "Get the current weather in a city.",
+                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                            "required": ["city"]}}}
+    msgs = [{"role": "system", "content": "You are a helpful agent."},
+            {"role": "user", "content": "What's the weather in Tokyo?"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+                "name": "get_weather", "arguments": '{"city": "Tokyo"}'}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "The weather in Tokyo is sunny"}]
+    r = client.chat.completions.create(model="m", messages=msgs, tools=[tool], temperature=0, max_tokens=MAX_TOKENS)
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls" and not choice.message.content, choice.message
+    (call,) = choice.message.tool_calls
+    assert (call.function.name, json.loads(call.function.arguments)) == ("get_weather", {"city": "Tokyo"})
+    content, args, names = "", "", []
+    for ch in client.chat.completions.create(model="m", messages=msgs, tools=[tool], temperature=0,
+                                             max_tokens=MAX_TOKENS, stream=True):
+        for c in ch.choices:
+            content += c.delta.content or ""
+            for tc in c.delta.tool_calls or []:
+                names += [tc.function.name] if tc.function.name else []
+                args += tc.function.arguments or ""
+    assert (content, names, json.loads(args)) == ("", ["get_weather"], {"city": "Tokyo"})
