@@ -31,6 +31,12 @@ QUESTION = "What is the weather in Paris?"
 MAX_TOKENS = 60
 
 
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+                   "additionalProperties": False}}}
+
+
 class Weather(BaseModel):
     city: str
     temperature_c: int
@@ -55,6 +61,20 @@ def weather_tool(calls):
         calls.append(city)
         return f"The weather in {city} is sunny, 22 degrees celsius."
     return get_weather
+
+
+def streamed(client, **request):
+    """One streamed chat completion: (content, the calls' names, their arguments joined, finish)."""
+    content, args, names, finish = "", "", [], None
+    for ch in client.chat.completions.create(model="m", temperature=0, max_tokens=MAX_TOKENS, stream=True,
+                                             **request):
+        for c in ch.choices:
+            content += c.delta.content or ""
+            for tc in c.delta.tool_calls or []:
+                names += [tc.function.name] if tc.function.name else []
+                args += tc.function.arguments or ""
+            finish = c.finish_reason or finish
+    return content, names, args, finish
 
 
 def async_client(server):
@@ -107,25 +127,11 @@ def test_pydantic_ai_tool_and_output_type(server, calls, native):
 def test_sdk_tools_with_response_format_streamed(server):
     """The same exchange by hand, streamed: a call (its arguments checked), then the answer."""
     client = server.client(timeout=300)
-    tool = {"type": "function", "function": {"name": "get_weather", "description": "Get the current weather in a city.",
-                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                                            "required": ["city"], "additionalProperties": False}}}
     fmt = {"type": "json_schema", "json_schema": {"name": "Weather", "schema": Weather.model_json_schema()}}
     msgs = [{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": QUESTION}]
 
     def turn():
-        content, args, names, finish = "", "", [], None
-        for ch in client.chat.completions.create(model="m", messages=msgs, tools=[tool], response_format=fmt,
-                                                 temperature=0, max_tokens=MAX_TOKENS, stream=True):
-            if not ch.choices:
-                continue
-            d = ch.choices[0].delta
-            content += d.content or ""
-            for tc in d.tool_calls or []:
-                names += [tc.function.name] if tc.function.name else []
-                args += tc.function.arguments or ""
-            finish = ch.choices[0].finish_reason or finish
-        return content, names, args, finish
+        return streamed(client, messages=msgs, tools=[WEATHER_TOOL], response_format=fmt)
 
     content, names, args, finish = turn()
     assert (content, names, json.loads(args), finish) == ("", ["get_weather"], {"city": "Paris"}, "tool_calls")
@@ -142,25 +148,16 @@ def test_the_models_own_call_format_is_a_call(server):
     template shows the format, bare and in doubled braces ({{"name": ..., "arguments": ...}}):
     it must come back as a call (before, it was content, and agents ended on it as the answer)."""
     client = server.client(timeout=300)
-    tool = {"type": "function", "function": {"name": "get_weather", "description": "Get the current weather in a city.",
-                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                                            "required": ["city"]}}}
     msgs = [{"role": "system", "content": "You are a helpful agent."},
             {"role": "user", "content": "What's the weather in Tokyo?"},
             {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
                 "name": "get_weather", "arguments": '{"city": "Tokyo"}'}}]},
             {"role": "tool", "tool_call_id": "call_1", "content": "The weather in Tokyo is sunny"}]
-    r = client.chat.completions.create(model="m", messages=msgs, tools=[tool], temperature=0, max_tokens=MAX_TOKENS)
+    r = client.chat.completions.create(model="m", messages=msgs, tools=[WEATHER_TOOL], temperature=0,
+                                       max_tokens=MAX_TOKENS)
     choice = r.choices[0]
     assert choice.finish_reason == "tool_calls" and not choice.message.content, choice.message
     (call,) = choice.message.tool_calls
     assert (call.function.name, json.loads(call.function.arguments)) == ("get_weather", {"city": "Tokyo"})
-    content, args, names = "", "", []
-    for ch in client.chat.completions.create(model="m", messages=msgs, tools=[tool], temperature=0,
-                                             max_tokens=MAX_TOKENS, stream=True):
-        for c in ch.choices:
-            content += c.delta.content or ""
-            for tc in c.delta.tool_calls or []:
-                names += [tc.function.name] if tc.function.name else []
-                args += tc.function.arguments or ""
-    assert (content, names, json.loads(args)) == ("", ["get_weather"], {"city": "Tokyo"})
+    content, names, args, finish = streamed(client, messages=msgs, tools=[WEATHER_TOOL])
+    assert (content, names, json.loads(args), finish) == ("", ["get_weather"], {"city": "Tokyo"}, "tool_calls")
