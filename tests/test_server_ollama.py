@@ -419,3 +419,51 @@ def test_langchain_chat_ollama_and_embeddings(served, client):
     assert docs[0] == pytest.approx(direct[0], abs=1e-4)
     assert emb.embed_query("the cat sat") == pytest.approx(direct[0], abs=1e-4)
     assert {"/api/chat", "/api/embed"} <= {p for p, _, _ in t.seen}
+
+
+# --- the lifecycle's promises, over a stand-in engine ------------------------------------------------
+
+def test_stand_in_engine_in_band_error_cancellation_and_metrics():
+    """A generation that runs past --timeout after its first line ends with an `{"error"}`
+    line; a client that leaves mid-stream aborts the engine request; /metrics counts both;
+    a single-model server answers any name and refuses the verbs that change its set."""
+    import time
+
+    from test_server_unit import FakeAsyncLLM, RunningServer, metric
+
+    engine = FakeAsyncLLM(token_delay=0.05)
+    s = RunningServer(engine=engine, timeout=0.4).wait_ready()
+    try:
+        body = {"model": "any:tag", "prompt": "hi", "options": {"num_predict": 100}}
+        with httpx.stream("POST", s.url + "/api/generate", json=body, timeout=10) as r:
+            assert r.status_code == 200 and r.headers["content-type"] == "application/x-ndjson"
+            lines = [json.loads(x) for x in r.iter_lines() if x.strip()]
+        assert lines[0]["response"] and not lines[0]["done"]
+        assert set(lines[-1]) == {"error"} and "timed out" in lines[-1]["error"]
+        for line in lines[:-1]:
+            validate("GenerateStreamEvent", line)
+        aborted = engine.aborted
+        with httpx.stream("POST", s.url + "/api/chat", timeout=10, json={
+                "model": "x", "messages": [{"role": "user", "content": "hi"}],
+                "options": {"num_predict": 5}}) as r:
+            next(r.iter_lines())  # one line, then leave
+        deadline = time.monotonic() + 5
+        while engine.aborted == aborted:
+            assert time.monotonic() < deadline, "the engine request was not aborted"
+            time.sleep(0.02)
+        whole = httpx.post(s.url + "/api/chat", json={
+            "model": "x", "stream": False, "messages": [{"role": "user", "content": "hi"}],
+            "options": {"num_predict": 3, "temperature": 0.5}}, timeout=10).json()
+        validate("ChatResponse", whole)
+        assert whole["eval_count"] == 3 and whole["prompt_eval_duration"] == 2_000_000
+        assert engine.last_params.temperature == 0.5 and engine.last_params.max_tokens == 3
+        tags = httpx.get(s.url + "/api/tags")
+        assert tags.status_code == 200 and tags.json() == {"models": []}  # no file to describe
+        r = httpx.post(s.url + "/api/copy", json={"source": "fake", "destination": "b"})
+        assert r.status_code == 400 and "--models-dir" in r.json()["error"]
+        text = httpx.get(s.url + "/metrics").text
+        assert metric(text, 'edgellm_requests_total{endpoint="ollama_generate",status="504"}') == 1
+        assert metric(text, 'edgellm_requests_total{endpoint="ollama_chat",status="200"}') >= 1
+        assert metric(text, 'edgellm_requests_total{endpoint="ollama_copy",status="400"}') == 1
+    finally:
+        s.stop()

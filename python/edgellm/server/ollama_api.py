@@ -857,7 +857,8 @@ class OllamaServer:
         """The models this server has (and the created ones)."""
         async def work():
             def run():
-                cards = [self._card(i, p) for i, p in self.models.entries() if p]
+                cards = [self._card(i, p) for i, p in self.models.entries()
+                         if p and os.path.isfile(p)]  # a stand-in engine has none
                 for m in list(self.made.values()):
                     _, path = self.models.find(m.name)
                     cards.append(self._card(m.name, path, m.modified))
@@ -870,7 +871,7 @@ class OllamaServer:
         async def work():
             out = []
             for ident, path, llm, expires, size in self.models.running():
-                if not path:
+                if not path or not os.path.isfile(path):
                     continue
                 f = await off_loop(facts, path)
                 inner = getattr(llm, "llm", llm)
