@@ -30,7 +30,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from starlette.requests import Request
@@ -39,6 +38,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 import edgellm
 
 from . import ollama_models as W
+from .anthropic_api import _tool_input as tool_input  # arguments JSON text -> an object
 from .answer_items import ItemAssembler
 from .config import parse_keep_alive
 from .errors import APIError, invalid
@@ -346,7 +346,7 @@ class Answer(ItemAssembler):
     def _send(self, pos: int) -> None:
         item, place = self.items[pos], self._sent.get(pos, len(self.tool_calls))
         call = W.OutToolCall(function=W.OutFunction(name=item["name"], index=place,
-                                                    arguments=_arguments(item["args"])))
+                                                    arguments=tool_input(item["args"])))
         if pos in self._sent:
             self.tool_calls[place] = call
         else:
@@ -357,17 +357,6 @@ class Answer(ItemAssembler):
     def take(self) -> List[Tuple[str, Any]]:
         out, self.pieces = self.pieces, []
         return out
-
-
-def _arguments(text: str) -> JSON:
-    if not text.strip():
-        return {}
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        log.warning("tool call arguments are not complete JSON (cut off?): %.80s", text)
-        return {}
-    return value if isinstance(value, dict) else {"value": value}
 
 
 class OllamaEncoder(Encoder):
@@ -495,7 +484,7 @@ def image_part(data: str, where: str) -> JSON:
 def content(text: str, images: Optional[List[str]], where: str) -> Any:
     if not images:
         return text
-    return [{"type": "text", "text": text}] + [image_part(d, f"{where}.images[{i}]")
+    return [{"type": "text", "text": text}] + [image_part(d, f"{where}[{i}]")
                                                for i, d in enumerate(images)]
 
 
@@ -507,7 +496,7 @@ def chat_messages(body: W.ChatBody, system: Optional[str]) -> List[JSON]:
         out.append({"role": "system", "content": system})
     open_calls: Dict[str, List[str]] = {}  # tool name -> ids of calls not yet answered
     for i, m in enumerate(body.messages):
-        msg: JSON = {"role": m.role, "content": content(m.content, m.images, f"messages[{i}]")}
+        msg: JSON = {"role": m.role, "content": content(m.content, m.images, f"messages[{i}].images")}
         if m.thinking:
             msg["reasoning_content"] = m.thinking
         if m.tool_calls:
@@ -596,17 +585,44 @@ class OllamaRoutes:
             kw["reasoning_effort"] = body.think
         return kw
 
-    async def _fit(self, llm, kw: JSON, ctx: Optional[int], ids: Optional[List[int]],
-                   count: Callable[[], int]) -> None:
-        """num_ctx below the loaded context: the prompt and the answer must fit in it."""
+    def _fit(self, kw: JSON, ctx: Optional[int], count: Callable[[], int]) -> None:
+        """num_ctx below the loaded context: the prompt (`count()` tokens) and the answer must
+        fit in it."""
         if not ctx or not self.host.n_ctx or ctx >= self.host.n_ctx:
             return
-        n = len(ids) if ids is not None else await off_loop(count)
+        n = count()
         if n >= ctx:
             raise invalid(f"the prompt has {n} tokens, more than num_ctx {ctx}", "options.num_ctx",
                           "context_length_exceeded")
         room = ctx - n
         kw["max_tokens"] = room if kw.get("max_tokens") is None else min(kw["max_tokens"], room)
+
+    async def _generation(self, llm, body: W.Generation, chat: bool, t0: float,
+                          messages: List[JSON], tools=None, prompt: Optional[str] = None,
+                          template: Optional[str] = None) -> Generation:
+        """The engine call: a prompt written out (raw, fill-in-the-middle, or `template`
+        rendered), its special tokens the model's markup; else the chat API over `messages`."""
+        kw, opts = self._sampling(body, self._made(body.model))
+        ctx = self._load_settings(llm, opts)
+        think = self._think(body, llm, body.model)
+        enc = OllamaEncoder(chat, body.model, t0, body.logprobs)
+        param = "messages" if chat else "prompt"
+        if prompt is None and template:
+            prompt = await off_loop(_render, template, messages, tools, think)
+        if prompt is not None:
+            ids = await off_loop(llm.tokenize, prompt, True, True)
+            self._fit(kw, ctx, lambda: len(ids))
+            params = self.host.sampling_params(kw)
+            return Generation(lambda: [llm.stream_chunks(ids, params)], enc, body.stream,
+                              param=param)
+        inner = getattr(llm, "llm", llm)
+        count = lambda: len(inner.chat_prompt_ids(  # noqa: E731
+            messages, tools=tools, chat_template_kwargs=think))
+        await off_loop(self._fit, kw, ctx, count)  # renders only when num_ctx is the tighter
+        params = self.host.sampling_params(kw)
+        return Generation(lambda: [llm.chat_stream_chunks(
+            messages, params, tools=tools, chat_template_kwargs=think)], enc, body.stream,
+            param=param)
 
     async def _loaded(self, request: Request, body, chat: bool, t0: float) -> Response:
         """The empty request: load the model (keep_alive 0: unload it once answered)."""
@@ -626,12 +642,6 @@ class OllamaRoutes:
         except Exception as e:  # noqa: BLE001
             return None, self.life.fail(endpoint, engine_error(e, param))
 
-    def _raw_stream(self, llm, prompt: str, params):
-        """A prompt written out (raw, a template, fill-in-the-middle): its special tokens are
-        the model's markup."""
-        ids = llm.tokenize(prompt, True, True)
-        return ids, lambda: [llm.stream_chunks(ids, params)]
-
     async def chat(self, request: Request) -> Response:
         t0 = time.monotonic()
         body, failed = await self._parsed(request, W.ChatBody, "ollama_chat", "messages")
@@ -646,24 +656,8 @@ class OllamaRoutes:
             tools = [t.model_dump(exclude_none=True) for t in body.tools or ()] or None
             if tools and "tools" not in self._caps(llm):
                 raise invalid(f'"{body.model}" does not support tools', "tools", "unsupported")
-            kw, opts = self._sampling(body, made)
-            ctx = self._load_settings(llm, opts)
-            think = self._think(body, llm, body.model)
-            enc = OllamaEncoder(True, body.model, t0, body.logprobs)
-            if made and made.template:
-                prompt = await off_loop(_render, made.template, messages, tools, think)
-                ids, open_ = await off_loop(self._raw_stream, llm, prompt, None)
-                await self._fit(llm, kw, ctx, ids, None)
-                params = self.host.sampling_params(kw)
-                return Generation(lambda: [llm.stream_chunks(ids, params)], enc, body.stream,
-                                  param="messages")
-            inner = getattr(llm, "llm", llm)
-            await self._fit(llm, kw, ctx, None, lambda: len(inner.chat_prompt_ids(
-                messages, tools=tools, chat_template_kwargs=think)))
-            params = self.host.sampling_params(kw)
-            return Generation(lambda: [llm.chat_stream_chunks(
-                messages, params, tools=tools, chat_template_kwargs=think)], enc, body.stream,
-                param="messages")
+            return await self._generation(llm, body, True, t0, messages, tools,
+                                          template=made.template if made else None)
         return await self.life.run(request, "ollama_chat", plan, "messages")
 
     async def generate(self, request: Request) -> Response:
@@ -679,10 +673,6 @@ class OllamaRoutes:
             if body.context:
                 raise invalid("'context' (the token ids of an earlier answer) is not supported: "
                               "use /api/chat with the conversation", "context", "unsupported")
-            kw, opts = self._sampling(body, made)
-            ctx = self._load_settings(llm, opts)
-            think = self._think(body, llm, body.model)
-            enc = OllamaEncoder(False, body.model, t0, body.logprobs)
             system = body.system if body.system is not None else (made.system if made else None)
             template = body.template or (made.template if made else None)
             prompt = None
@@ -699,21 +689,9 @@ class OllamaRoutes:
                                   "them", "images", "unsupported")
                 prompt = body.prompt
             messages = ([{"role": "system", "content": system}] if system else []) + [
-                {"role": "user", "content": content(body.prompt, body.images, "")}]
-            if prompt is None and template:
-                prompt = await off_loop(_render, template, messages, None, think)
-            if prompt is not None:
-                ids, _ = await off_loop(self._raw_stream, llm, prompt, None)
-                await self._fit(llm, kw, ctx, ids, None)
-                params = self.host.sampling_params(kw)
-                return Generation(lambda: [llm.stream_chunks(ids, params)], enc, body.stream,
-                                  param="prompt")
-            inner = getattr(llm, "llm", llm)
-            await self._fit(llm, kw, ctx, None, lambda: len(inner.chat_prompt_ids(
-                messages, chat_template_kwargs=think)))
-            params = self.host.sampling_params(kw)
-            return Generation(lambda: [llm.chat_stream_chunks(
-                messages, params, chat_template_kwargs=think)], enc, body.stream, param="prompt")
+                {"role": "user", "content": content(body.prompt, body.images, "images")}]
+            return await self._generation(llm, body, False, t0, messages, None, prompt,
+                                          template)
         return await self.life.run(request, "ollama_generate", plan, "prompt")
 
     # --- embeddings ------------------------------------------------------------------------------
