@@ -171,9 +171,11 @@ GREEDY = {"temperature": 0, "seed": 1}
 @pytest.mark.real_model
 @pytest.mark.slow
 def test_probes_list_show_ps_version(served, client):
-    r = httpx.get(served.url + "/")
+    r = client._request_raw("GET", "/")  # the client asks for JSON, as Ollama's all do
     assert r.status_code == 200 and r.text == "Ollama is running"
-    assert httpx.head(served.url + "/").status_code == 200
+    assert httpx.head(served.url + "/", headers={"Accept": "application/json"}).status_code == 200
+    page = httpx.get(served.url + "/", headers={"Accept": "text/html,*/*"})  # a browser
+    assert "<title>edgellm chat</title>" in page.text
     v = client._request_raw("GET", "/api/version").json()
     assert v["version"] == ollama_api.OLLAMA_VERSION
     names = {m.model: m for m in client.list().models}

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
@@ -816,10 +817,15 @@ class OllamaServer:
         return out
 
     async def root(self, request: Request) -> Response:
-        """GET / : "Ollama is running" (a browser gets the web chat page)."""
-        if self.webui is not None and "text/html" in request.headers.get("accept", ""):
-            return await self.webui.page(request)
-        return PlainTextResponse("Ollama is running")
+        """GET / : "Ollama is running" to Ollama's clients (they ask for JSON, or say they are
+        ollama in User-Agent); anyone else gets the web chat page (404 without it)."""
+        accept = request.headers.get("accept", "")
+        if request.headers.get("user-agent", "").lower().startswith("ollama") or (
+                "application/json" in accept and "text/html" not in accept):
+            return PlainTextResponse("Ollama is running")
+        if self.webui is None:
+            raise HTTPException(404)
+        return await self.webui.page(request)
 
     async def version(self, request: Request) -> Response:
         """The Ollama API version these routes follow."""
