@@ -125,7 +125,7 @@ def test_images_become_data_uri_parts():
     assert part == {"type": "image_url", "image_url": {"url": "data:image/png;base64," + png}}
     err = pytest.raises(APIError, ollama_api.image_part, "not base64!", "images[0]").value
     assert err.status == 400 and "images[0]" in err.message
-    body = W.ChatBody.model_validate({"model": "m", "messages": [
+    body = W.OllamaChatBody.model_validate({"model": "m", "messages": [
         {"role": "user", "content": "what is it?", "images": [png]},
         {"role": "assistant", "content": "", "tool_calls": [
             {"function": {"name": "look", "arguments": {"at": "it"}}}]},

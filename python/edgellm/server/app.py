@@ -100,12 +100,12 @@ def model_routes(host: EngineHost, store: Optional[ResponseStore] = None,
         route("/embedding", embeddings.native, body=EmbeddingsBody, tag="llama.cpp"),
         *[route(path, fn, method, body, "llama.cpp") for path, fn, method, body in native.endpoints()],
         # Ollama's generation and embedding routes (server/ollama_api.py)
-        route("/api/generate", native_ollama.generate, body=ollama_models.GenerateBody,
+        route("/api/generate", native_ollama.generate, body=ollama_models.OllamaGenerateBody,
               tag="Ollama", streams=ollama_api.NDJSON),
-        route("/api/chat", native_ollama.chat, body=ollama_models.ChatBody, tag="Ollama",
+        route("/api/chat", native_ollama.chat, body=ollama_models.OllamaChatBody, tag="Ollama",
               streams=ollama_api.NDJSON),
-        route("/api/embed", native_ollama.embed, body=ollama_models.EmbedBody, tag="Ollama"),
-        route("/api/embeddings", native_ollama.embeddings, body=ollama_models.EmbeddingsBody,
+        route("/api/embed", native_ollama.embed, body=ollama_models.OllamaEmbedBody, tag="Ollama"),
+        route("/api/embeddings", native_ollama.embeddings, body=ollama_models.OllamaEmbeddingsBody,
               tag="Ollama"),
     ]
 

@@ -489,7 +489,7 @@ def content(text: str, images: Optional[List[str]], where: str) -> Any:
                                                for i, d in enumerate(images)]
 
 
-def chat_messages(body: W.ChatBody, system: Optional[str]) -> List[JSON]:
+def chat_messages(body: W.OllamaChatBody, system: Optional[str]) -> List[JSON]:
     """Ollama messages -> the chat API's: thinking -> reasoning_content, tool calls with ids and
     JSON-string arguments, a tool result's tool_name matched to the call it answers."""
     out: List[JSON] = []
@@ -550,7 +550,7 @@ class OllamaRoutes:
         path = getattr(inner, "model_path", None)
         return facts(path).capabilities if path and os.path.isfile(str(path)) else ["completion"]
 
-    def _sampling(self, body: W.Generation, made: Optional[Made]) -> Tuple[JSON, Any]:
+    def _sampling(self, body: W.OllamaGeneration, made: Optional[Made]) -> Tuple[JSON, Any]:
         """SamplingParams keyword arguments (the created model's parameters, then the request's
         options), and the options object holding the load settings."""
         base = made.options() if made else None
@@ -576,7 +576,7 @@ class OllamaRoutes:
         ctx = opts.get("num_ctx")
         return min(ctx, self.host.n_ctx) if ctx and self.host.n_ctx else ctx
 
-    def _think(self, body: W.Generation, llm, name: str) -> Optional[JSON]:
+    def _think(self, body: W.OllamaGeneration, llm, name: str) -> Optional[JSON]:
         if body.think is None:
             return None
         if body.think is not False and "thinking" not in self._caps(llm):
@@ -598,7 +598,7 @@ class OllamaRoutes:
         room = ctx - n
         kw["max_tokens"] = room if kw.get("max_tokens") is None else min(kw["max_tokens"], room)
 
-    async def _generation(self, llm, body: W.Generation, chat: bool, t0: float,
+    async def _generation(self, llm, body: W.OllamaGeneration, chat: bool, t0: float,
                           messages: List[JSON], tools=None, prompt: Optional[str] = None,
                           template: Optional[str] = None) -> Generation:
         """The engine call: a prompt written out (raw, fill-in-the-middle, or `template`
@@ -645,7 +645,7 @@ class OllamaRoutes:
 
     async def chat(self, request: Request) -> Response:
         t0 = time.monotonic()
-        body, failed = await self._parsed(request, W.ChatBody, "ollama_chat", "messages")
+        body, failed = await self._parsed(request, W.OllamaChatBody, "ollama_chat", "messages")
         if failed:
             return failed
         if not body.messages:
@@ -663,7 +663,7 @@ class OllamaRoutes:
 
     async def generate(self, request: Request) -> Response:
         t0 = time.monotonic()
-        body, failed = await self._parsed(request, W.GenerateBody, "ollama_generate", "prompt")
+        body, failed = await self._parsed(request, W.OllamaGenerateBody, "ollama_generate", "prompt")
         if failed:
             return failed
         if not body.prompt and body.suffix is None and not body.images:
@@ -708,7 +708,7 @@ class OllamaRoutes:
         try:
             llm = self.host.require_ready()
             inner = getattr(llm, "llm", llm)
-            body = parse(W.EmbeddingsBody if legacy else W.EmbedBody, await read_json(request))
+            body = parse(W.OllamaEmbeddingsBody if legacy else W.OllamaEmbedBody, await read_json(request))
             texts = [body.prompt] if legacy else \
                 [body.input] if isinstance(body.input, str) else body.input
             pooling = getattr(self.config, "pooling", None) or getattr(inner, "default_pooling",
@@ -792,11 +792,11 @@ class OllamaServer:
 
     def routes(self, route) -> list:
         r = [("/api/version", self.version, "GET", None), ("/api/tags", self.tags, "GET", None),
-             ("/api/ps", self.ps, "GET", None), ("/api/show", self.show, "POST", W.ShowBody),
-             ("/api/pull", self.pull, "POST", W.PullBody),
-             ("/api/create", self.create, "POST", W.CreateBody),
-             ("/api/copy", self.copy, "POST", W.CopyBody),
-             ("/api/delete", self.delete, "DELETE", W.DeleteBody),
+             ("/api/ps", self.ps, "GET", None), ("/api/show", self.show, "POST", W.OllamaShowBody),
+             ("/api/pull", self.pull, "POST", W.OllamaPullBody),
+             ("/api/create", self.create, "POST", W.OllamaCreateBody),
+             ("/api/copy", self.copy, "POST", W.OllamaCopyBody),
+             ("/api/delete", self.delete, "DELETE", W.OllamaDeleteBody),
              ("/api/blobs/{digest}", self.blob, "HEAD", None),
              ("/api/blobs/{digest}", self.blob, "POST", None)]
         out = [route(p, fn, m, b, "Ollama", streams=NDJSON if p in ("/api/pull", "/api/create")
@@ -883,7 +883,7 @@ class OllamaServer:
     async def show(self, request: Request) -> Response:
         """A model's details, GGUF keys, capabilities, template and parameters."""
         async def work():
-            body = parse(W.ShowBody, await read_json(request))
+            body = parse(W.OllamaShowBody, await read_json(request))
             name = _named(body)
             ident, path, made = self._resolve(name)
             f = await off_loop(facts, path)
@@ -914,7 +914,7 @@ class OllamaServer:
     async def copy(self, request: Request) -> Response:
         """A second name for a model."""
         async def work():
-            body = parse(W.CopyBody, await read_json(request))
+            body = parse(W.OllamaCopyBody, await read_json(request))
             models = self._managed("/api/copy")
             ident, path, made = self._resolve(body.source)
             entry = models.catalog.find(body.source)
@@ -946,7 +946,7 @@ class OllamaServer:
         """Forget a name: a copy or created model; a model file of --models-dir is deleted, one
         given on the command line or pulled only leaves the list."""
         async def work():
-            body = parse(W.DeleteBody, await read_json(request))
+            body = parse(W.OllamaDeleteBody, await read_json(request))
             models = self._managed("/api/delete")
             name = _named(body)
             ident, path, made = self._resolve(name)
@@ -978,7 +978,7 @@ class OllamaServer:
 
         async def prepare():
             nonlocal body
-            body = parse(W.CreateBody, await read_json(request))
+            body = parse(W.OllamaCreateBody, await read_json(request))
             models = self._managed("/api/create")
             name = _named(body)
             spec: JSON = {"from": body.from_, "system": body.system, "template": body.template,
@@ -1030,7 +1030,7 @@ class OllamaServer:
         """A known model fetched into the cache (`edgellm models fetch`), with Ollama's progress
         lines, then served."""
         try:
-            body = parse(W.PullBody, await read_json(request))
+            body = parse(W.OllamaPullBody, await read_json(request))
             models = self._managed("/api/pull")
             name = _named(body)
             from edgellm import models as registry

@@ -65,7 +65,7 @@ def _off(name: str):
     return check
 
 
-Options = create_model("Options", __base__=Wire, **{
+Options = create_model("OllamaOptions", __base__=Wire, **{
     wire: (checked(_CHECKS.get(field) or sampling_fields.SAMPLING_RULES[field],
                    sampling_fields.BY_NAME[field].json_schema), None)
     for wire, field in SAMPLING.items()}, **LOAD, **{
@@ -115,25 +115,25 @@ Format = checked(_format, {"anyOf": [{"type": "string"}, {"type": "object"}]})
 Images = Optional[List[str]]
 
 
-class ToolFunctionCall(Wire):
+class OllamaToolFunctionCall(Wire):
     name: str
     arguments: Dict[str, Any] = {}
     index: Optional[Int] = None
     description: Optional[str] = None
 
 
-class ToolCall(Wire):
-    function: ToolFunctionCall
+class OllamaToolCall(Wire):
+    function: OllamaToolFunctionCall
     id: Optional[str] = None
     type: Optional[Literal["function"]] = None
 
 
-class Message(Wire):
+class OllamaMessage(Wire):
     role: str
     content: str = ""
     images: Images = None
     thinking: Optional[str] = None
-    tool_calls: Optional[List[ToolCall]] = None
+    tool_calls: Optional[List[OllamaToolCall]] = None
     tool_name: Optional[str] = None
     tool_call_id: Optional[str] = None
 
@@ -146,18 +146,18 @@ class Message(Wire):
         return v
 
 
-class ToolSpec(Wire):
+class OllamaToolSpec(Wire):
     name: Annotated[str, Field(min_length=1)]
     description: Optional[str] = None
     parameters: Dict[str, Any] = {}
 
 
-class Tool(Wire):
+class OllamaTool(Wire):
     type: Literal["function"] = "function"
-    function: ToolSpec
+    function: OllamaToolSpec
 
 
-class Generation(Wire):
+class OllamaGeneration(Wire):
     """What /api/generate and /api/chat share."""
     model: Annotated[str, Field(min_length=1)]
     format: Format = None
@@ -171,7 +171,7 @@ class Generation(Wire):
     shift: Optional[bool] = None
 
 
-class GenerateBody(Generation):
+class OllamaGenerateBody(OllamaGeneration):
     """POST /api/generate."""
     prompt: str = ""
     suffix: Optional[str] = None
@@ -182,13 +182,13 @@ class GenerateBody(Generation):
     context: Optional[List[Int]] = None
 
 
-class ChatBody(Generation):
+class OllamaChatBody(OllamaGeneration):
     """POST /api/chat."""
-    messages: List[Message] = []
-    tools: Optional[List[Tool]] = None
+    messages: List[OllamaMessage] = []
+    tools: Optional[List[OllamaTool]] = None
 
 
-class EmbedBody(Wire):
+class OllamaEmbedBody(Wire):
     """POST /api/embed."""
     model: Annotated[str, Field(min_length=1)]
     input: Union[str, List[str]]
@@ -198,7 +198,7 @@ class EmbedBody(Wire):
     options: Optional[Options] = None
 
 
-class EmbeddingsBody(Wire):
+class OllamaEmbeddingsBody(Wire):
     """POST /api/embeddings (the legacy one: one prompt, one unnormalised vector)."""
     model: Annotated[str, Field(min_length=1)]
     prompt: str = ""
@@ -206,20 +206,13 @@ class EmbeddingsBody(Wire):
     options: Optional[Options] = None
 
 
-class Named(Wire):
+class OllamaNamed(Wire):
     """A body naming one model: `model`, or `name` as older clients send it."""
     model: Optional[str] = None
     name: Optional[str] = None
 
-    @property
-    def model_name(self) -> str:
-        name = self.model or self.name
-        if not name:
-            raise Refusal("'model' is required", "missing_field", "model")
-        return name
 
-
-class ShowBody(Named):
+class OllamaShowBody(OllamaNamed):
     """POST /api/show."""
     verbose: bool = False
     system: Optional[str] = None
@@ -227,11 +220,11 @@ class ShowBody(Named):
     options: Optional[Options] = None
 
 
-class DeleteBody(Named):
+class OllamaDeleteBody(OllamaNamed):
     """DELETE /api/delete."""
 
 
-class PullBody(Named):
+class OllamaPullBody(OllamaNamed):
     """POST /api/pull."""
     insecure: bool = False
     stream: bool = True
@@ -239,13 +232,13 @@ class PullBody(Named):
     password: Optional[str] = None
 
 
-class CopyBody(Wire):
+class OllamaCopyBody(Wire):
     """POST /api/copy."""
     source: Annotated[str, Field(min_length=1)]
     destination: Annotated[str, Field(min_length=1)]
 
 
-class CreateBody(Named):
+class OllamaCreateBody(OllamaNamed):
     """POST /api/create: `from` (a model of this server, or a GGUF file on the server's disk)
     with a system prompt, template and parameters -- or, as older clients send it, a
     `modelfile` text (FROM, PARAMETER, SYSTEM, TEMPLATE)."""
@@ -258,7 +251,7 @@ class CreateBody(Named):
     system: Optional[str] = None
     parameters: Optional[Dict[str, Any]] = None
     license: Optional[Union[str, List[str]]] = None
-    messages: Optional[List[Message]] = None
+    messages: Optional[List[OllamaMessage]] = None
     quantize: Optional[str] = None
     stream: bool = True
 
