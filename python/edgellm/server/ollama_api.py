@@ -35,6 +35,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
 
 import edgellm
 
@@ -801,10 +802,8 @@ class OllamaServer:
              ("/api/blobs/{digest}", self.blob, "POST", None)]
         out = [route(p, fn, m, b, "Ollama", streams=NDJSON if p in ("/api/pull", "/api/create")
                      else None) for p, fn, m, b in r]
-        for method in ("GET", "HEAD"):
-            out.append(route("/", self.root, method, None, "Ollama",
-                             response_class=PlainTextResponse))
-        return out
+        # "/" is the web chat page's too: like its routes, not in /openapi.json
+        return out + [Route("/", self.root, methods=["GET", "HEAD"])]
 
     async def _answer(self, endpoint: str, work) -> Response:
         try:
