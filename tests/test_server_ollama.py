@@ -1,4 +1,5 @@
-"""Issue 41 part 1: Ollama's native API on `edgellm serve` (server/ollama_api.py).
+"""Issue 41 part 1: Ollama's native API on `edgellm serve` (server/ollama_api.py,
+ollama_library.py, ollama_models.py).
 
 The real clients, unchanged -- the `ollama` package and LangChain's ChatOllama /
 OllamaEmbeddings -- against `edgellm serve` on the real SmolLM2 and Qwen2.5-Coder-0.5B (a
@@ -21,7 +22,7 @@ ollama = pytest.importorskip("ollama")
 yaml = pytest.importorskip("yaml")
 jsonschema = pytest.importorskip("jsonschema")
 
-from edgellm.server import ollama_api, ollama_models as W  # noqa: E402
+from edgellm.server import ollama_api, ollama_library, ollama_models as W  # noqa: E402
 from edgellm.server.errors import APIError  # noqa: E402
 
 SPEC = yaml.safe_load((Path(__file__).parent / "data" / "ollama" / "openapi.yaml").read_text())
@@ -104,19 +105,19 @@ def test_options_use_the_sampling_table_names():
 
 
 def test_modelfile_subset():
-    mf = ollama_api.parse_modelfile('FROM smollm2\n# a comment\nPARAMETER temperature 0.2\n'
+    mf = ollama_library.parse_modelfile('FROM smollm2\n# a comment\nPARAMETER temperature 0.2\n'
                                     'PARAMETER stop "<|im_end|>"\nPARAMETER stop "User:"\n'
                                     'SYSTEM """You are\na pirate."""\nTEMPLATE "{{ x }}"\n')
     assert mf == {"from": "smollm2", "system": "You are\na pirate.", "template": "{{ x }}",
                   "parameters": {"temperature": 0.2, "stop": ["<|im_end|>", "User:"]}}
-    text = ollama_api.parameters_text(mf["parameters"])
+    text = ollama_library.parameters_text(mf["parameters"])
     assert text.splitlines() == ["temperature                    0.2",
                                  'stop                           "<|im_end|>"',
                                  'stop                           "User:"']
     with pytest.raises(APIError, match="ADAPTER is not supported"):
-        ollama_api.parse_modelfile("FROM x\nADAPTER ./lora.gguf\n")
+        ollama_library.parse_modelfile("FROM x\nADAPTER ./lora.gguf\n")
     with pytest.raises(APIError, match="never closed"):
-        ollama_api.parse_modelfile('SYSTEM """open')
+        ollama_library.parse_modelfile('SYSTEM """open')
 
 
 def test_images_become_data_uri_parts():
@@ -177,7 +178,7 @@ def test_probes_list_show_ps_version(served, client):
     page = httpx.get(served.url + "/", headers={"Accept": "text/html,*/*"})  # a browser
     assert "<title>edgellm chat</title>" in page.text
     v = client._request_raw("GET", "/api/version").json()
-    assert v["version"] == ollama_api.OLLAMA_VERSION
+    assert v["version"] == ollama_library.OLLAMA_VERSION
     names = {m.model: m for m in client.list().models}
     assert {"smollm2:latest", f"{QWEN}:latest"} <= set(names)
     assert names["smollm2:latest"].details.family == "llama"

@@ -20,8 +20,8 @@ from starlette.routing import BaseRoute
 
 import edgellm
 
-from . import (anthropic_api, anthropic_models, llamacpp_api, ollama_api, ollama_models, protocol,
-               responses_models)
+from . import (anthropic_api, anthropic_models, llamacpp_api, ollama_api, ollama_library,
+               ollama_models, protocol, responses_models)
 from .auth import BearerAuth
 from .browser_guard import BrowserGuard
 from .config import ServerConfig
@@ -63,7 +63,7 @@ def route(path: str, endpoint: Callable, method: str = "POST", body: Optional[ty
 
 
 def model_routes(host: EngineHost, store: Optional[ResponseStore] = None,
-                 ollama: Optional[ollama_api.OllamaServer] = None) -> List[APIRoute]:
+                 ollama: Optional[ollama_library.OllamaServer] = None) -> List[APIRoute]:
     """Every route of the API over one model's EngineHost; `store` keeps /v1/responses (one
     store shared by every model of a many-model server), `ollama` Ollama's created models."""
     routes = Routes(host)
@@ -101,9 +101,9 @@ def model_routes(host: EngineHost, store: Optional[ResponseStore] = None,
         *[route(path, fn, method, body, "llama.cpp") for path, fn, method, body in native.endpoints()],
         # Ollama's generation and embedding routes (server/ollama_api.py)
         route("/api/generate", native_ollama.generate, body=ollama_models.OllamaGenerateBody,
-              tag="Ollama", streams=ollama_api.NDJSON),
+              tag="Ollama", streams=ollama_models.NDJSON),
         route("/api/chat", native_ollama.chat, body=ollama_models.OllamaChatBody, tag="Ollama",
-              streams=ollama_api.NDJSON),
+              streams=ollama_models.NDJSON),
         route("/api/embed", native_ollama.embed, body=ollama_models.OllamaEmbedBody, tag="Ollama"),
         route("/api/embeddings", native_ollama.embeddings, body=ollama_models.OllamaEmbeddingsBody,
               tag="Ollama"),
@@ -131,7 +131,7 @@ def create_app(config: ServerConfig, loader: Callable[[ServerConfig], Any] = def
     if config.multi_model:
         return _many_model_app(config, loader, params_factory, planner)
     host = EngineHost(config, loader, params_factory, on_load_failure=on_load_failure)
-    ollama = ollama_api.OllamaServer(ollama_api.OneModel(host), host.metrics)
+    ollama = ollama_library.OllamaServer(ollama_library.OneModel(host), host.metrics)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -167,12 +167,12 @@ def _many_model_app(config: ServerConfig, loader, params_factory, planner) -> Fa
                      max_loaded=config.max_loaded_models, keep_alive=config.keep_alive,
                      wait_timeout=config.timeout)
     store = ResponseStore()
-    ollama = ollama_api.OllamaServer(None, metrics)
+    ollama = ollama_library.OllamaServer(None, metrics)
     router = ModelRouter(catalog, pool,
                          lambda host: [r for r in model_routes(host, store, ollama)
                                        if r.path not in _SERVER_PATHS | _STORED_PATHS],
                          metrics)
-    ollama.models = ollama_api.ManyModels(catalog, pool, router)
+    ollama.models = ollama_library.ManyModels(catalog, pool, router)
     documented = model_routes(pool.slot(router.default).host, store, ollama)
     stored = [r for r in documented if r.path in _STORED_PATHS]  # they read the shared store only
 
@@ -207,8 +207,8 @@ def _fastapi(config: ServerConfig, routes: List[BaseRoute], lifespan, metrics,
     def render_error(scope, err: APIError):
         if anthropic_api.is_anthropic_path(scope["path"]):
             return anthropic_api.error_response(err)
-        if ollama_api.is_ollama_path(scope["path"]):
-            return ollama_api.error_response(err)
+        if ollama_models.is_ollama_path(scope["path"]):
+            return ollama_models.error_response(err)
         return err.response()
 
     webui = WebUI() if config.webui else None  # the chat page at / (webui.py), one model or several

@@ -8,14 +8,17 @@ declaration per field -- plus the load settings Ollama puts there too (num_ctx, 
 ...). Ollama's own defaults differ from the OpenAI routes' in one place: `stream` is true unless
 the body says false.
 """
+import time
+from datetime import datetime, timezone
 from typing import Any, Dict, List, Literal, Optional, Union
 
 from pydantic import Field, ValidationError, create_model, field_validator
+from starlette.responses import JSONResponse
 from typing_extensions import Annotated
 
 from .. import sampling_fields
 from .. import validation as V
-from .errors import api_error
+from .errors import APIError, api_error
 from .protocol import checked
 from .wire import Int, Refusal, Wire, bad_type, shape
 
@@ -284,3 +287,36 @@ ErrorBody = shape("ErrorBody", error=str)
 def dump(m) -> JSON:
     """An answer as JSON: the fields left unset (None) are left out, as Ollama's omitempty."""
     return m.model_dump(exclude_none=True)
+
+
+# --- the conventions of every answer ----------------------------------------------------------------
+
+NDJSON = "application/x-ndjson"  # what Ollama streams: one JSON object a line
+
+
+def is_ollama_path(path: str) -> bool:
+    return path.startswith("/api/")
+
+
+def error_body(e: APIError) -> JSON:
+    """Ollama's error: {"error": "..."}, with the status the other routes give."""
+    return ErrorBody(error=e.message).model_dump()
+
+
+def error_response(e: APIError) -> JSONResponse:
+    return JSONResponse(error_body(e), status_code=e.status, headers=e.headers)
+
+
+def now_iso(t: Optional[float] = None) -> str:
+    when = datetime.fromtimestamp(time.time() if t is None else t, timezone.utc)
+    return when.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def tagged(name: str) -> str:
+    """Ollama's spelling of a name: with its tag (`smollm2` -> `smollm2:latest`)."""
+    return name if ":" in name.rsplit("/", 1)[-1] else name + ":latest"
+
+
+def name_key(name: str) -> str:
+    """The key of a name: `Smollm2` and `smollm2:latest` are one."""
+    return tagged(name.strip().lower())
