@@ -12,6 +12,7 @@ without a model.
 """
 import json
 import math
+import time
 from pathlib import Path
 
 import httpx
@@ -322,6 +323,12 @@ def test_load_unload_forms_fim_and_errors(served, client):
     assert e.value.status_code == 400 and "does not support insert" in e.value.error
     r = client.generate(model=QWEN, keep_alive=0)
     assert r.done_reason == "unload"
+    deadline = time.monotonic() + 30
+    while any(m.model == f"{QWEN}:latest" for m in client.ps().models):
+        assert time.monotonic() < deadline, "keep_alive 0 did not unload the model"
+        time.sleep(0.1)
+    r = client.generate(model=QWEN, prompt="Hi", options={"num_predict": 1})
+    assert r.load_duration > 0 and r.total_duration > r.load_duration  # loaded for this one
     # errors: Ollama's shape and status
     for kw, status, words in [
             ({"model": "smollm2", "prompt": "x", "options": {"temprature": 1}}, 400, "temprature"),
@@ -430,8 +437,6 @@ def test_stand_in_engine_in_band_error_cancellation_and_metrics():
     """A generation that runs past --timeout after its first line ends with an `{"error"}`
     line; a client that leaves mid-stream aborts the engine request; /metrics counts both;
     a single-model server answers any name and refuses the verbs that change its set."""
-    import time
-
     from test_server_unit import FakeAsyncLLM, RunningServer, metric
 
     engine = FakeAsyncLLM(token_delay=0.05)

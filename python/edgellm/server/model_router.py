@@ -102,9 +102,12 @@ class ModelRouter:
             scope.setdefault("state", {})["keep_alive"] = keep_alive  # Ollama's load/unload forms
         entry = self.catalog.find(name) if name else self.default
         slot = self.pool.slot(entry)
+        loaded, t0 = slot.state == LOADED, time.monotonic()
         if not await self._acquire(slot, receive):
             self.metrics.request_done("http", CLIENT_CLOSED)
             return  # the client left while its model was loading: nothing to answer
+        if not loaded:  # Ollama's answers report it (load_duration)
+            scope.setdefault("state", {})["load_seconds"] = time.monotonic() - t0
         try:
             await self._app(slot)(scope, replay(body, receive), send)
         finally:

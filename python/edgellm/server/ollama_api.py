@@ -100,11 +100,13 @@ class Answer(ItemAssembler):
 
 
 class OllamaEncoder(Encoder):
-    """The lifecycle's view of one Ollama answer: W.NDJSON lines, or one object."""
+    """The lifecycle's view of one Ollama answer: NDJSON lines, or one object. `t0`: when the
+    request reached its route; `load_s`: the seconds its model took to load before that."""
     headers = {"Content-Type": W.NDJSON}
 
-    def __init__(self, chat: bool, model: str, t0: float, want_logprobs: bool = False):
-        self.chat, self.model, self.t0 = chat, model, t0
+    def __init__(self, chat: bool, model: str, t0: float, want_logprobs: bool = False,
+                 load_s: float = 0.0):
+        self.chat, self.model, self.t0, self.load_s = chat, model, t0, load_s
         self.answer = Answer()
         self.want_logprobs = want_logprobs
         self.logprobs: List[JSON] = []
@@ -157,7 +159,8 @@ class OllamaEncoder(Encoder):
         prompt_s = t["prompt_ms"] / 1e3 if "prompt_ms" in t else first - self.t0
         eval_s = t["predicted_ms"] / 1e3 if "predicted_ms" in t else now - first
         return W.Stats(done_reason="length" if reason == "length" else "stop",
-                       total_duration=_ns(now - self.t0), load_duration=0,
+                       total_duration=_ns(now - self.t0 + self.load_s),
+                       load_duration=_ns(self.load_s),
                        prompt_eval_count=u.prompt_tokens if u else 0,
                        prompt_eval_duration=_ns(prompt_s),
                        eval_count=u.completion_tokens if u else 0,
@@ -259,6 +262,11 @@ def chat_messages(body: W.OllamaChatBody, system: Optional[str]) -> List[JSON]:
     return out
 
 
+def load_seconds(request: Request) -> float:
+    """How long the many-model router waited for the request's model to load (0: it was)."""
+    return getattr(request.state, "load_seconds", 0.0)
+
+
 def keep_alive_of(request: Request, body) -> Any:
     """The request's keep_alive: the many-model router took it out of the body (and left it in
     request.state); a single-model server reads it here (its model stays loaded anyway)."""
@@ -337,7 +345,8 @@ class OllamaRoutes:
         room = ctx - n
         kw["max_tokens"] = room if kw.get("max_tokens") is None else min(kw["max_tokens"], room)
 
-    async def _generation(self, llm, body: W.OllamaGeneration, chat: bool, t0: float,
+    async def _generation(self, llm, request: Request, body: W.OllamaGeneration, chat: bool,
+                          t0: float,
                           messages: List[JSON], tools=None, prompt: Optional[str] = None,
                           template: Optional[str] = None) -> Generation:
         """The engine call: a prompt written out (raw, fill-in-the-middle, or `template`
@@ -345,7 +354,7 @@ class OllamaRoutes:
         kw, opts = self._sampling(body, self._made(body.model))
         ctx = self._load_settings(llm, opts)
         think = self._think(body, llm, body.model)
-        enc = OllamaEncoder(chat, body.model, t0, body.logprobs)
+        enc = OllamaEncoder(chat, body.model, t0, body.logprobs, load_seconds(request))
         param = "messages" if chat else "prompt"
         if prompt is None and template:
             prompt = await off_loop(render, template, messages, tools, think)
@@ -396,7 +405,7 @@ class OllamaRoutes:
             tools = [t.model_dump(exclude_none=True) for t in body.tools or ()] or None
             if tools and "tools" not in self._caps(llm):
                 raise invalid(f'"{body.model}" does not support tools', "tools", "unsupported")
-            return await self._generation(llm, body, True, t0, messages, tools,
+            return await self._generation(llm, request, body, True, t0, messages, tools,
                                           template=made.template if made else None)
         return await self.life.run(request, "ollama_chat", plan, "messages")
 
@@ -430,7 +439,7 @@ class OllamaRoutes:
                 prompt = body.prompt
             messages = ([{"role": "system", "content": system}] if system else []) + [
                 {"role": "user", "content": content(body.prompt, body.images, "images")}]
-            return await self._generation(llm, body, False, t0, messages, None, prompt,
+            return await self._generation(llm, request, body, False, t0, messages, None, prompt,
                                           template)
         return await self.life.run(request, "ollama_generate", plan, "prompt")
 
@@ -496,7 +505,8 @@ class OllamaRoutes:
             vectors = [_shorten(v, body.dimensions) for v in vectors]
         return self.life.done(endpoint, JSONResponse({
             "model": body.model, "embeddings": vectors,
-            "total_duration": _ns(time.monotonic() - t0), "load_duration": 0,
+            "total_duration": _ns(time.monotonic() - t0 + load_seconds(request)),
+            "load_duration": _ns(load_seconds(request)),
             "prompt_eval_count": n}))
 
 
