@@ -368,3 +368,42 @@ def test_known_models_in_list_cp_rm(tmp_path, monkeypatch):
     assert (tmp_path / "tiny.gguf").is_file()  # the known model's file stays with its name
     assert run(cli, ["rm", "tiny"]).output == "deleted 'tiny'\n"
     assert not (tmp_path / "tiny.gguf").exists()
+
+
+def test_ollama_api_pull_of_a_hub_name_then_chat(tmp_path, smollm2_path):
+    """Ollama's /api/pull takes the same hf.co names through edgellm.hub.pull, with its progress
+    lines; the pulled name then answers /api/chat (the `ollama` client, unchanged)."""
+    ollama = pytest.importorskip("ollama")
+    from server_helpers import free_port, wait_healthy
+
+    repo, quant_file = "me/again-GGUF", "again-Q8_0.gguf"
+    (tmp_path / "served").mkdir()
+    with FakeHub({repo: {quant_file: smollm2_path}}) as hub_server:
+        env = _env(tmp_path, hub_server.url)
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "edgellm", "serve", str(smollm2_path),
+                                 "--models-dir", str(tmp_path / "served"), "--port", str(port),
+                                 "-t", "1", "-np", "1", "-c", "256"], env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            wait_healthy(proc, base)
+            client = ollama.Client(host=base)
+            name = f"hf.co/{repo}:Q8_0"
+            steps = list(client.pull(name, stream=True))
+            statuses = [s.status for s in steps]
+            assert statuses[0] == "pulling manifest" and statuses[-1] == "success", statuses
+            sized = [s for s in steps if s.total]
+            assert sized and sized[-1].completed == sized[-1].total == smollm2_path.stat().st_size
+            assert hub_server.gets(quant_file)  # the bytes came from the hub
+            with pytest.raises(ollama.ResponseError) as e:
+                client.pull("hf.co/me/missing-GGUF:Q8_0")
+            assert e.value.status_code in (404, 500) and "missing-GGUF" in str(e.value)
+            answer = client.chat(model=name, messages=[{"role": "user", "content": "Hi"}],
+                                 options={"temperature": 0, "num_predict": 4})
+            assert answer.message.content and answer.eval_count >= 1
+            assert name in [m.model for m in client.list().models]
+        finally:
+            proc.terminate()
+            proc.communicate(timeout=30)

@@ -150,11 +150,12 @@ class ModelCatalog:
         return entry
 
     # --- Ollama's /api/pull, /api/copy, /api/create, /api/delete (server/ollama_api.py) ---
-    def add(self, source: str, path: str) -> ModelEntry:
-        """Serve one more file (the entry of that file when it is served already)."""
+    def add(self, source: str, path: str, name: Optional[str] = None) -> ModelEntry:
+        """Serve one more file (the entry of that file when it is served already), as `name`
+        when given (a pulled hf.co/USER/REPO:QUANT keeps the name it was pulled by)."""
         entry = self._paths.get(os.path.realpath(path))
         if entry is None:
-            entry = self._add(source, path, [])
+            entry = self._add(source, path, [name] if name else [])
             for fn in self._on_added:
                 fn(entry)
         return entry

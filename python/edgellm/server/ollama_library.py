@@ -7,7 +7,6 @@ model_router.py), and the routes about them (`OllamaServer`): GET / and /api/ver
 /api/tags, /api/ps, /api/show, /api/pull, /api/create, /api/copy, /api/delete. The generation
 routes are ollama_api.py's.
 """
-import glob
 import hashlib
 import json
 import logging
@@ -516,25 +515,23 @@ class OllamaServer:
         return _progress_answer(lines, stream)
 
     async def pull(self, request: Request) -> Response:
-        """A known model fetched into the cache (`edgellm models fetch`), with Ollama's progress
-        lines, then served."""
+        """A model fetched by edgellm.hub.pull — a known name or hf.co/USER/REPO[:QUANT] — with
+        Ollama's progress lines, then served under that name."""
         try:
             body = parse(W.OllamaPullBody, await read_json(request))
             models = self._managed("/api/pull")
             name = _named(body)
-            from edgellm import models as registry
-            try:
-                spec = registry._spec(registry.canonical_name(name.split(":")[0]))
-            except Exception:  # noqa: BLE001 - not a known name
-                raise APIError(404, f"pull model manifest: file does not exist: '{name}' is not "
-                                    f"one of the known models ({', '.join(registry.all_names())})",
-                               "not_found_error", "model", "model_not_found") from None
+            from edgellm import hub
+            if hub.parse_ref(name) is None and hub._known(name) is None:
+                raise APIError(404, f"pull model manifest: file does not exist: '{name}' is neither a "
+                                    "known model nor a Hugging Face repository (hf.co/USER/REPO[:QUANT])",
+                               "not_found_error", "model", "model_not_found")
         except Exception as e:  # noqa: BLE001
             err = engine_error(e, None)
             self.metrics.request_done("ollama_pull", err.status)
             return W.error_response(err)
         self.metrics.request_done("ollama_pull", 200)
-        return await _PullAnswer(spec, registry, models, body.stream).answer()
+        return await _PullAnswer(name, models, body.stream).answer()
 
     async def blob(self, request: Request) -> Response:
         """Blob uploads are not taken: create from a GGUF on the server's disk instead."""
@@ -564,41 +561,45 @@ def _progress_answer(lines: List[JSON], stream: bool) -> Response:
 
 
 class _PullAnswer:
-    """The W.NDJSON progress of one pull: the fetch runs in a thread; its bytes so far are polled
-    from the download's partial file."""
+    """The W.NDJSON progress of one pull: edgellm.hub.pull runs in a thread and reports Ollama's
+    steps (status, completed, total), handed to the event loop as they come."""
 
-    def __init__(self, spec, registry, models: ManyModels, stream: bool):
-        self.spec, self.registry, self.models, self.stream = spec, registry, models, stream
-        self.digest = f"sha256:{spec.sha256}"
-
-    def _written(self) -> int:
-        dest = self.registry.cache_dir() / self.spec.filename
-        if dest.is_file() and dest.stat().st_size == self.spec.size:
-            return self.spec.size
-        parts = glob.glob(str(dest.parent / f".fetch-{self.spec.name}-*" / "*.partial"))
-        return max([os.path.getsize(p) for p in parts if os.path.exists(p)], default=0)
+    def __init__(self, name: str, models: ManyModels, stream: bool):
+        self.name, self.models, self.stream = name, models, stream
 
     async def _run(self):
         import asyncio
 
-        yield W.Progress(status="pulling manifest")
+        from edgellm import hub
+
         loop = asyncio.get_running_loop()
-        job = loop.run_in_executor(None, lambda: self.registry.fetch(self.spec.name, quiet=True))
-        total, last = self.spec.size, -1
+        steps: "asyncio.Queue" = asyncio.Queue()
+
+        def progress(status, completed, total):
+            loop.call_soon_threadsafe(steps.put_nowait, (status, completed, total))
+
+        job = loop.run_in_executor(None, lambda: hub.pull(self.name, progress))
+        job.add_done_callback(lambda _: loop.call_soon_threadsafe(steps.put_nowait, None))
+        yield W.Progress(status="pulling manifest")  # known names skip it: said for every pull
+        last = None
         while True:
-            done = job.done()
-            n = self._written() if not done or job.exception() else total
-            if n != last:
-                yield W.Progress(status=f"pulling {self.spec.sha256[:12]}", digest=self.digest,
-                                 total=total, completed=n)
-                last = n
-            if done:
+            step = await steps.get()
+            if step is None:
                 break
-            await asyncio.sleep(0.5)
+            status, completed, total = step
+            if status in ("pulling manifest", "success"):
+                continue  # said first / once the model is in the catalog
+            if (status, completed) == last:
+                continue
+            last = (status, completed)
+            if status.startswith("pulling ") and total is not None:
+                yield W.Progress(status=status, digest=f"sha256:{status.split()[-1]}", total=total,
+                                 completed=completed or 0)
+            else:
+                yield W.Progress(status=status)
         path = job.result()  # its error, if any, becomes the in-band error line
-        yield W.Progress(status="verifying sha256 digest")
-        self.models.catalog.add(self.spec.name, str(path))
-        yield W.Progress(status="writing manifest")
+        known = hub._known(self.name)
+        self.models.catalog.add(known or self.name, str(path), None if known else self.name)
         yield W.Progress(status="success")
 
     async def answer(self) -> Response:
