@@ -328,3 +328,20 @@ def test_openai_image_to_a_text_only_model_is_a_400(tmp_path):
         assert err["param"] == "messages[0].content[0].type" and "takes no images" in err["message"]
     finally:
         s.stop()
+
+
+def test_generate_with_image_and_mmproj(llm, ref, tmp_path):
+    """`edgellm generate MODEL PROMPT --image FILE --mmproj FILE`: one chat turn, transformers' tokens."""
+    from click.testing import CliRunner
+    from edgellm.cli import main
+
+    shutil.copy(MODEL, tmp_path / "model.gguf")  # no projector beside it: --mmproj names it
+    r = CliRunner().invoke(main, ["generate", str(tmp_path / "model.gguf"), QUESTIONS[1], "--image",
+                                  os.path.join(DATA, "image1.png"), "--mmproj", MMPROJ, "--temp", "0", "-n", "8",
+                                  "-c", "256", "-t", "2"])
+    assert r.exit_code == 0, r.output
+    want = b"".join(llm.token_to_piece(t) for t in ref["greedy_1"]).decode("utf-8", "replace")
+    assert r.stdout.rstrip("\n") == want
+    r = CliRunner().invoke(main, ["generate", str(tmp_path / "model.gguf"), "x", "--image",
+                                  os.path.join(DATA, "image1.png"), "-c", "256", "-n", "1"])
+    assert r.exit_code != 0 and "takes no images" in r.output

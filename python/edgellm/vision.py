@@ -204,6 +204,16 @@ def read_url(url: str, media_path: Optional[str], allow_remote: bool, where: str
     raise ImageError(f"'{where}': image URL must be a data: URI (or file:// / http(s) where the server allows them)")
 
 
+def file_part(path: str) -> dict:
+    """An image_url content part holding the file at `path` as a data: URI (the CLI's --image)."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_IMAGE_BYTES + 1)
+    if len(data) > MAX_IMAGE_BYTES:
+        raise ImageError(f"{path}: image larger than {MAX_IMAGE_BYTES} bytes")
+    return {"type": IMAGE_URL, "image_url": {"url": "data:application/octet-stream;base64," +
+                                             base64.b64encode(data).decode("ascii")}}
+
+
 def has_images(messages) -> bool:
     for m in messages or ():
         content = m.get("content") if isinstance(m, Mapping) else None
