@@ -345,3 +345,54 @@ def test_generate_with_image_and_mmproj(llm, ref, tmp_path):
     r = CliRunner().invoke(main, ["generate", str(tmp_path / "model.gguf"), "x", "--image",
                                   os.path.join(DATA, "image1.png"), "-c", "256", "-n", "1"])
     assert r.exit_code != 0 and "takes no images" in r.output
+
+
+def _turn(image: int, question: str):
+    return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_uri(png(image))}},
+                                         {"type": "text", "text": question}]}]
+
+
+def _first_top(out):
+    return [(t.token_id, t.logprob) for t in out.logprobs[0].top_logprobs]
+
+
+def test_prefix_hit_ending_inside_an_image_block_is_exact():
+    """16-token pages: a second question about the same image reuses page 0 (positions 0-15), which
+    ends inside the image block (9-24); the rest of the block is computed against those keys. Its
+    answer equals a run without the prefix cache; another image with the same page-0 text does
+    not reuse it."""
+    kw = dict(n_ctx=256, n_threads=2, kv_type="f32", page_size=16)
+    with edgellm.LLM(MODEL, mmproj=MMPROJ, prefix_cache=False, **kw) as plain:
+        want_same = plain.chat(_turn(0, QUESTIONS[1]), greedy())
+        want_other = plain.chat(_turn(1, QUESTIONS[0]), greedy())
+    with edgellm.LLM(MODEL, mmproj=MMPROJ, **kw) as m:
+        m.chat(_turn(0, QUESTIONS[0]), greedy(1))
+        hit0 = m.stats()["prefix_cache_hit_tokens"]
+        got_same = m.chat(_turn(0, QUESTIONS[1]), greedy())
+        hit1 = m.stats()["prefix_cache_hit_tokens"]
+        got_other = m.chat(_turn(1, QUESTIONS[0]), greedy())
+        hit2 = m.stats()["prefix_cache_hit_tokens"]
+    assert hit1 - hit0 == 16 and hit2 == hit1  # page 0 only, and never for the other image
+    for got, want in ((got_same, want_same), (got_other, want_other)):
+        assert [t.token_id for t in got.logprobs] == [t.token_id for t in want.logprobs]
+        assert np.allclose([l for _, l in _first_top(got)], [l for _, l in _first_top(want)], atol=1e-4)
+
+
+def test_small_batches_never_split_an_image_block(ref):
+    """max_batch_tokens 20: the prompt's first chunk stops before the 16-token block, which goes
+    whole into the next; a block longer than a batch is refused."""
+    with edgellm.LLM(MODEL, mmproj=MMPROJ, n_ctx=256, n_threads=2, kv_type="f32", max_batch_tokens=20) as m:
+        out = m.chat(messages(2), greedy())
+        check_against_reference(ref, 2, [t.token_id for t in out.logprobs], _first_top(out))
+    with edgellm.LLM(MODEL, mmproj=MMPROJ, n_ctx=256, n_threads=2, max_batch_tokens=12) as m:
+        with pytest.raises(edgellm.InvalidRequestError, match="exceed max_batch_tokens"):
+            m.chat(messages(0), greedy(1))
+
+
+def test_f16_projector_matches_transformers(ref):
+    """The projector as published (llama.cpp's --outtype f16: F16 tower matrices, F32 embeddings)."""
+    with edgellm.LLM(MODEL, mmproj=os.path.join(DATA, "mmproj-gemma3-tiny-f16.gguf"), n_ctx=256, n_threads=2,
+                     kv_type="f32") as m:
+        for i in range(3):
+            out = m.chat(messages(i), greedy())
+            check_against_reference(ref, i, [t.token_id for t in out.logprobs], _first_top(out))

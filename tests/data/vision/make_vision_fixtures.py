@@ -8,7 +8,7 @@ widths, 6 layers in Gemma 3's 5 local : 1 global pattern (the one llama.cpp's co
 it writes no pattern key) with an 8-token window, so image blocks straddle the window, on
 tests/data/hf/spm.model plus Gemma 3's five added tokens), saves it as a checkpoint,
 converts it with llama.cpp's converter (gemma3-tiny.gguf, F32, and mmproj-gemma3-tiny.gguf,
-`--mmproj`), and records with transformers' own Gemma3Processor (PIL image backend) and model:
+`--mmproj`; mmproj-gemma3-tiny-f16.gguf, F16 as published projectors are), and records with transformers' own Gemma3Processor (PIL image backend) and model:
   gemma3.npz  per reference image i: prompt_i (rendered chat text), ids_i (input_ids),
               pixels_i (pixel_values), logprobs_i (first-step log-softmax), greedy_i (8 tokens);
               pre_pixels_j for the 20 preprocessing images of tests/vision_images.py
@@ -230,10 +230,13 @@ def main():
 
         env = dict(os.environ, PYTHONPATH=os.path.join(llama_cpp, "gguf-py"))
         conv = os.path.join(llama_cpp, "convert_hf_to_gguf.py")
-        subprocess.run([sys.executable, conv, d, "--outtype", "f32", "--outfile",
+        name = ["--model-name", "gemma3-tiny"]  # else the temporary folder's name: files differ per run
+        subprocess.run([sys.executable, conv, d, *name, "--outtype", "f32", "--outfile",
                         os.path.join(HERE, "gemma3-tiny.gguf")], check=True, env=env)
-        subprocess.run([sys.executable, conv, d, "--outtype", "f32", "--mmproj", "--outfile",
+        subprocess.run([sys.executable, conv, d, *name, "--outtype", "f32", "--mmproj", "--outfile",
                         os.path.join(HERE, "mmproj-gemma3-tiny.gguf")], check=True, env=env)
+        subprocess.run([sys.executable, conv, d, *name, "--outtype", "f16", "--mmproj", "--outfile",
+                        os.path.join(HERE, "mmproj-gemma3-tiny-f16.gguf")], check=True, env=env)
 
         for i, q in enumerate(QUESTIONS):
             img = Image.open(os.path.join(HERE, f"image{i}.png"))
