@@ -145,6 +145,12 @@ def test_mmproj_found_beside_the_model(tmp_path, capfd):
     assert "mmproj-model-f32.gguf" in capfd.readouterr().err
     with edgellm.LLM(str(tmp_path / "model.gguf"), n_ctx=128, n_threads=1, mmproj=False) as m:
         assert not m.takes_images
+    # one that does not fit the model beside it: said, and the model loads text-only
+    shutil.copy(MODEL, tmp_path / "mmproj-model-f32.gguf")
+    capfd.readouterr()
+    with edgellm.LLM(str(tmp_path / "model.gguf"), n_ctx=128, n_threads=1) as m:
+        assert not m.takes_images
+    assert "not using" in capfd.readouterr().err
 
 
 def test_mismatched_projector_is_a_typed_error(tmp_path):

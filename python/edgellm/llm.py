@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from . import _core
 from ._chat import ChatRenderer, finish_chat, parse_chunk
-from ._core import InvalidRequestError, RequestCancelled  # noqa: F401 - importable from here
+from ._core import InvalidRequestError, ModelFormatError, RequestCancelled  # noqa: F401 - importable from here
 from ._engine_client import EngineClient, RequestControl, is_batch, open_engine
 from .outputs import (ChatCompletion, Completion, CompletionChunk, TokenLogprob,  # noqa: F401
                       TopLogprob, Usage)
@@ -174,17 +174,28 @@ class LLM:
     def _open_vision(self, model_path, mmproj, media_path, allow_remote_media) -> None:
         from . import vision
 
+        import sys
+
         if mmproj is False:
             return
-        if mmproj is None:
+        found = mmproj is None
+        if found:
             mmproj = vision.find_mmproj(model_path)
             if mmproj is None:
                 return
-            import sys
+        try:
+            self.chat_renderer.vision = vision.VisionInput(
+                mmproj, self._tok, self.n_embd, str(self.metadata.get("general.architecture", "")), self.n_threads,
+                media_path=media_path, allow_remote=allow_remote_media)
+        except ModelFormatError as e:
+            if not found:
+                self.close()  # the engine's thread and mapping go now
+                raise
+            # a projector that merely sits beside the model and does not fit it: text only
+            print(f"edgellm: not using {mmproj} found beside the model: {e}", file=sys.stderr)
+            return
+        if found:
             print(f"edgellm: using the projector {mmproj} found beside the model (images in chat)", file=sys.stderr)
-        self.chat_renderer.vision = vision.VisionInput(
-            mmproj, self._tok, self.n_embd, str(self.metadata.get("general.architecture", "")), self.n_threads,
-            media_path=media_path, allow_remote=allow_remote_media)
         self.mmproj = str(mmproj)
 
     @property
