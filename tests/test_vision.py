@@ -402,3 +402,18 @@ def test_f16_projector_matches_transformers(ref):
         for i in range(3):
             out = m.chat(messages(i), greedy())
             check_against_reference(ref, i, [t.token_id for t in out.logprobs], _first_top(out))
+
+
+def test_persistent_cache_keys_images_by_pixels(tmp_path, ref):
+    """cache_dir: after a restart the same image's pages come from disk; another image's do not."""
+    kw = dict(n_ctx=256, n_threads=2, kv_type="f32", page_size=16, cache_dir=str(tmp_path))
+    with edgellm.LLM(MODEL, mmproj=MMPROJ, **kw) as m:
+        m.chat(messages(0), greedy())
+    with edgellm.LLM(MODEL, mmproj=MMPROJ, **kw) as m:
+        out = m.chat(messages(0), greedy())
+        disk = m.stats()["cache_disk_hit_tokens"]
+        other = m.chat(_turn(1, QUESTIONS[0]), greedy(1))
+        assert m.stats()["cache_disk_hit_tokens"] == disk
+    assert disk >= 32
+    check_against_reference(ref, 0, [t.token_id for t in out.logprobs], _first_top(out))
+    assert _first_top(other) != _first_top(out)
