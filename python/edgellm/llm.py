@@ -187,7 +187,7 @@ class LLM:
             self.chat_renderer.vision = vision.VisionInput(
                 mmproj, self._tok, self.n_embd, str(self.metadata.get("general.architecture", "")), self.n_threads,
                 media_path=media_path, allow_remote=allow_remote_media)
-        except ModelFormatError as e:
+        except (ModelFormatError, ImportError) as e:
             if not found:
                 self.close()  # the engine's thread and mapping go now
                 raise

@@ -246,6 +246,10 @@ class VisionInput:
 
     def __init__(self, path: str, tok, n_embd: int, arch: str, n_threads: int = 0,
                  media_path: Optional[str] = None, allow_remote: bool = False):
+        try:
+            import PIL  # noqa: F401 - decoding needs it; say so at load, not at the first image
+        except ImportError:
+            raise ImportError("images need Pillow: pip install 'edgellm[vision]'") from None
         self.path = str(path)
         self.encoder = _core.VisionEncoder(self.path, n_threads)
         e = self.encoder
