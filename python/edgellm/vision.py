@@ -182,12 +182,9 @@ def read_url(url: str, media_path: Optional[str], allow_remote: bool, where: str
             raise ImageError(f"'{where}': {url!r} is outside the media path")
         try:
             with open(path, "rb") as f:
-                data = f.read(MAX_IMAGE_BYTES + 1)
+                return _read_capped(f, where)
         except OSError as e:
             raise ImageError(f"'{where}': cannot read {url!r}: {e.strerror}") from None
-        if len(data) > MAX_IMAGE_BYTES:
-            raise ImageError(f"'{where}': image larger than {MAX_IMAGE_BYTES} bytes")
-        return data
     if url.startswith(("http://", "https://")):
         if not allow_remote:
             raise ImageError(f"'{where}': remote image URLs are not fetched (start the server with "
@@ -195,21 +192,23 @@ def read_url(url: str, media_path: Optional[str], allow_remote: bool, where: str
         import urllib.request
         try:
             with urllib.request.urlopen(url, timeout=20) as r:  # noqa: S310 - the operator allowed it
-                data = r.read(MAX_IMAGE_BYTES + 1)
+                return _read_capped(r, where)
         except OSError as e:
             raise ImageError(f"'{where}': cannot fetch {url!r}: {e}") from None
-        if len(data) > MAX_IMAGE_BYTES:
-            raise ImageError(f"'{where}': image larger than {MAX_IMAGE_BYTES} bytes")
-        return data
     raise ImageError(f"'{where}': image URL must be a data: URI (or file:// / http(s) where the server allows them)")
+
+
+def _read_capped(stream, where: str) -> bytes:
+    data = stream.read(MAX_IMAGE_BYTES + 1)
+    if len(data) > MAX_IMAGE_BYTES:
+        raise ImageError(f"'{where}': image larger than {MAX_IMAGE_BYTES} bytes")
+    return data
 
 
 def file_part(path: str) -> dict:
     """An image_url content part holding the file at `path` as a data: URI (the CLI's --image)."""
     with open(path, "rb") as f:
-        data = f.read(MAX_IMAGE_BYTES + 1)
-    if len(data) > MAX_IMAGE_BYTES:
-        raise ImageError(f"{path}: image larger than {MAX_IMAGE_BYTES} bytes")
+        data = _read_capped(f, path)
     return {"type": IMAGE_URL, "image_url": {"url": "data:application/octet-stream;base64," +
                                              base64.b64encode(data).decode("ascii")}}
 

@@ -49,6 +49,18 @@ void layer_norm(const float* x, const Vector& w, const Vector& b, float* y, int6
   for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - m) * inv * w.data[i] + b.data[i];
 }
 
+// `n_out` rows of `n_in` elements of `type` at `data` (row_bytes apart) as a matrix the kernels take.
+Matrix matrix_at(const TensorInfo* info, DType type, const void* data, int64_t n_in, int64_t n_out) {
+  Matrix m;
+  m.info = info;
+  m.type = type;
+  m.data = static_cast<const uint8_t*>(data);
+  m.n_in = n_in;
+  m.n_out = n_out;
+  m.row_bytes = row_bytes(type, n_in);
+  return m;
+}
+
 float gelu_tanh(float x) {
   const float k = 0.7978845608028654f;  // sqrt(2 / pi)
   return 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x)));
@@ -188,14 +200,7 @@ class Gemma3Vision final : public VisionEncoder {
                              std::to_string(P) + ", 3, " + std::to_string(n_out) + "}");
     if ((t->type != DType::F32 && t->type != DType::F16) || !kernels::active().matmul[static_cast<int>(t->type)])
       throw ModelFormatError(file_->path() + ": tensor v.patch_embd.weight must be F32 or F16");
-    Matrix m;
-    m.info = t;
-    m.type = t->type;
-    m.data = t->data;
-    m.n_in = n_in;
-    m.n_out = n_out;
-    m.row_bytes = row_bytes(t->type, n_in);
-    return m;
+    return matrix_at(t, t->type, t->data, n_in, n_out);
   }
 
   // mm.input_projection.weight {n_embd_text, n_embd} as stored (HF's [vision, text]): y = x · W,
@@ -213,12 +218,7 @@ class Gemma3Vision final : public VisionEncoder {
     proj_data_.resize(stored.size());
     for (int64_t r = 0; r < D; ++r)
       for (int64_t j = 0; j < E; ++j) proj_data_[static_cast<size_t>(j * D + r)] = stored[static_cast<size_t>(r * E + j)];
-    proj_.info = t;
-    proj_.type = DType::F32;
-    proj_.data = reinterpret_cast<const uint8_t*>(proj_data_.data());
-    proj_.n_in = D;
-    proj_.n_out = E;
-    proj_.row_bytes = sizeof(float) * static_cast<size_t>(D);
+    proj_ = matrix_at(t, DType::F32, proj_data_.data(), D, E);
   }
 
   void linear(const Matrix& w, const MatmulPlan& plan, const float* x, int64_t rows, float* y, const Vector& b) {
@@ -273,24 +273,14 @@ class Gemma3Vision final : public VisionEncoder {
       const int64_t h = task / n_blocks, q0 = (task % n_blocks) * kQueryBlock;
       const int64_t nq = std::min<int64_t>(kQueryBlock, T - q0);
       float* s = scores_.data() + static_cast<size_t>(thread) * kQueryBlock * T;
-      Matrix km;
-      km.type = DType::F32;
-      km.data = reinterpret_cast<const uint8_t*>(kh_.data() + h * T * hd);
-      km.n_in = hd;
-      km.n_out = T;
-      km.row_bytes = sizeof(float) * hd;
+      const Matrix km = matrix_at(nullptr, DType::F32, kh_.data() + h * T * hd, hd, T);
       matmul_rows(km, 0, T, q + q0 * D + h * hd, sizeof(float) * D, nq, s, T);
       for (int64_t i = 0; i < nq; ++i) {
         float* r = s + i * T;
         for (int64_t j = 0; j < T; ++j) r[j] *= scale;
         softmax(r, T);
       }
-      Matrix vm;
-      vm.type = DType::F32;
-      vm.data = reinterpret_cast<const uint8_t*>(vt_.data() + h * hd * T);
-      vm.n_in = T;
-      vm.n_out = hd;
-      vm.row_bytes = sizeof(float) * T;
+      const Matrix vm = matrix_at(nullptr, DType::F32, vt_.data() + h * hd * T, T, hd);
       matmul_rows(vm, 0, hd, s, sizeof(float) * T, nq, out + q0 * D + h * hd, D);
     });
   }
