@@ -431,13 +431,30 @@ void bind_engine(py::module_& m) {
       .def(
           "submit",
           [](PyEngine& self, std::vector<int32_t> prompt, const SamplingParams& p, std::shared_ptr<OutputChannel> ch,
-             bool stream) {
+             bool stream, const py::list& images) {
             if (!stream) ch->collect_whole();  // the caller side joins a non-streaming request's events
+            std::vector<PromptImage> ims;
+            for (const py::handle& item : images) {
+              // (pos, pixel hash, float32 [n_tokens, n_embd] embeddings)
+              const py::tuple t = py::reinterpret_borrow<py::tuple>(item);
+              if (t.size() != 3) throw InvalidRequestError("images: each item is (pos, hash, embeddings)");
+              PromptImage im;
+              im.pos = t[0].cast<int32_t>();
+              im.hash = t[1].cast<uint64_t>();
+              const auto a = t[2].cast<py::array_t<float, py::array::c_style | py::array::forcecast>>();
+              if (a.ndim() != 2) throw InvalidRequestError("images: embeddings must be a 2-D array");
+              im.n_tokens = static_cast<int32_t>(a.shape(0));
+              im.embd = std::make_shared<const std::vector<float>>(a.data(), a.data() + a.size());
+              ims.push_back(std::move(im));
+            }
             Engine& e = self.get();
             py::gil_scoped_release nogil;
-            return e.submit(std::move(prompt), p, std::move(ch));
+            return e.submit(std::move(prompt), p, std::move(ch), std::move(ims));
           },
-          py::arg("prompt"), py::arg("params"), py::arg("channel"), py::arg("stream") = true)
+          py::arg("prompt"), py::arg("params"), py::arg("channel"), py::arg("stream") = true,
+          py::arg("images") = py::list(),
+          "images: [(pos, pixel hash, float32 [n_tokens, n_embd] embeddings)], image blocks of the prompt in order "
+          "(engine/prompt_image.h)")
       .def(
           "submit_embedding",
           [](PyEngine& self, std::vector<int32_t> prompt, std::shared_ptr<OutputChannel> ch, int pooling,

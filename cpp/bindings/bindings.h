@@ -74,4 +74,5 @@ void bind_memory_plan(pybind11::module_& m);  // bind_memory_plan.cpp: MemoryPla
 void bind_engine(pybind11::module_& m);     // bind_engine.cpp: LLM engine, sampling
 void bind_grammar(pybind11::module_& m);    // bind_grammar.cpp: constrained decoding (factory + test surface)
 void bind_cuda(pybind11::module_& m);       // bind_cuda.cpp: CUDA status
+void bind_vision(pybind11::module_& m);     // bind_vision.cpp: VisionEncoder (mmproj files)
 }  // namespace edgellm::bindings

@@ -42,6 +42,8 @@ class ChatRenderer:
         self.limits: Dict[str, Any] = {}
         self._template: Optional[str] = None
         self._format = None
+        # edgellm.vision.VisionInput when the model was loaded with its projector (mmproj)
+        self.vision = None
 
     @property
     def template(self) -> str:
@@ -115,10 +117,23 @@ class ChatRenderer:
     def shielded_prompt(self, messages, tools=None, tool_choice=None, chat_template_kwargs=None,
                         add_generation_prompt=None, continue_final_message=None, answer_hint=None):
         """LLM.chat_prompt: (prompt text, plain ranges)."""
+        messages, images = self._images(messages)
         shield = self._shield(messages, tools, chat_template_kwargs, answer_hint)
         text = self.prompt_text(messages, tools, tool_choice, chat_template_kwargs,
                                 add_generation_prompt, continue_final_message, shield, answer_hint)
+        if images:
+            text = self.vision.expand(text, len(images))
         return shield.restore(text)
+
+    def _images(self, messages):
+        """(messages with image parts as {"type": "image"}, the images' (URL, where)); a text-only
+        model refuses image parts (edgellm.vision.ImageError)."""
+        from . import vision
+
+        if self.vision is None:
+            vision.refuse_images(messages)
+            return messages, []
+        return self.vision.messages_for_template(messages)
 
     def prompt_text(self, messages, tools, tool_choice, chat_template_kwargs,
                     add_generation_prompt, continue_final_message, shield=None,
@@ -186,6 +201,9 @@ class ChatRenderer:
         text, plain = self.shielded_prompt(messages, tools, tool_choice, chat_template_kwargs,
                                            add_generation_prompt, continue_final_message, hint)
         ids = self.ids(text, plain)
+        images = self._images(messages)[1]
+        if images:
+            ids = self.vision.attach(ids, images)  # edgellm.vision.PromptIds
         if calls:
             # llama-server's default: one call per turn unless parallel calls are asked for
             gbnf, triggers = fmt.tool_grammar(_core.json_schema_to_gbnf, tools, tool_choice,

@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from . import _core
 from ._chat import ChatRenderer, finish_chat, parse_chunk
-from ._core import InvalidRequestError, RequestCancelled  # noqa: F401 - importable from here
+from ._core import InvalidRequestError, ModelFormatError, RequestCancelled  # noqa: F401 - importable from here
 from ._engine_client import EngineClient, RequestControl, is_batch, open_engine
 from .outputs import (ChatCompletion, Completion, CompletionChunk, TokenLogprob,  # noqa: F401
                       TopLogprob, Usage)
@@ -104,7 +104,8 @@ class LLM:
                  prefix_cache: bool = True, draft_model=None, speculative: str = "auto",
                  num_speculative_tokens: Optional[int] = None, spec_adaptive: bool = True,
                  context_shift: bool = False, cache_dir=None, cache_max_bytes: Optional[int] = None,
-                 quantize: Optional[str] = None, progress=None):
+                 quantize: Optional[str] = None, progress=None, mmproj=None,
+                 media_path: Optional[str] = None, allow_remote_media: bool = False):
         from .validation import check_engine_args
 
         t0 = time.perf_counter()
@@ -151,6 +152,10 @@ class LLM:
         # the chat template, its format and render settings (AsyncLLM's too)
         self.chat_renderer = ChatRenderer(self._tok, chat_template)
         self._metadata = None
+        # vision input (edgellm.vision): the projector given, else the one mmproj*.gguf beside
+        # the model (mmproj=False: none); image content parts in chat need it
+        self.mmproj: Optional[str] = None
+        self._open_vision(model_path, mmproj, media_path, allow_remote_media)
         self.load_time: float = time.perf_counter() - t0
 
     @staticmethod
@@ -165,6 +170,38 @@ class LLM:
         return plan(model_path, n_ctx, n_threads, kv_memory=kv_memory, kv_type=kv_type,
                     max_seqs=max_seqs, max_batch_tokens=max_batch_tokens, page_size=page_size,
                     draft_model=draft_model, speculative=speculative)
+
+    def _open_vision(self, model_path, mmproj, media_path, allow_remote_media) -> None:
+        from . import vision
+
+        import sys
+
+        if mmproj is False:
+            return
+        found = mmproj is None
+        if found:
+            mmproj = vision.find_mmproj(model_path)
+            if mmproj is None:
+                return
+        try:
+            self.chat_renderer.vision = vision.VisionInput(
+                mmproj, self._tok, self.n_embd, str(self.metadata.get("general.architecture", "")), self.n_threads,
+                media_path=media_path, allow_remote=allow_remote_media)
+        except (ModelFormatError, ImportError) as e:
+            if not found:
+                self.close()  # the engine's thread and mapping go now
+                raise
+            # a projector that merely sits beside the model and does not fit it: text only
+            print(f"edgellm: not using {mmproj} found beside the model: {e}", file=sys.stderr)
+            return
+        if found:
+            print(f"edgellm: using the projector {mmproj} found beside the model (images in chat)", file=sys.stderr)
+        self.mmproj = str(mmproj)
+
+    @property
+    def takes_images(self) -> bool:
+        """Whether chat messages may hold image parts (a projector was loaded)."""
+        return self.chat_renderer.vision is not None
 
     # ---- model facts ----
     @property
@@ -397,7 +434,10 @@ class LLM:
         return pooling_name(int(self._engine.default_pooling))
 
     def stats(self) -> dict:
-        return dict(self._engine.stats())
+        out = dict(self._engine.stats())
+        if self.chat_renderer.vision is not None:
+            out.update(self.chat_renderer.vision.stats())
+        return out
 
     # ---- compute threads at run time (the thermal back-off, edgellm.thermal) ----
     @property

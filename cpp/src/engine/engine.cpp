@@ -100,13 +100,15 @@ Engine::~Engine() {
   if (cache_) cache_->clear();
 }
 
-int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params, std::shared_ptr<OutputChannel> out) {
+int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params, std::shared_ptr<OutputChannel> out,
+                       std::vector<PromptImage> images) {
   if (prompt.empty()) throw InvalidRequestError("prompt is empty: at least one token is needed");
   for (size_t i = 0; i < prompt.size(); ++i)
     if (prompt[i] < 0 || prompt[i] >= n_vocab_)
       throw InvalidRequestError("prompt token id " + std::to_string(prompt[i]) + " at position " + std::to_string(i) +
                                 " is outside the vocabulary [0, " + std::to_string(n_vocab_) + ")");
   params.validate(n_vocab_);
+  check_images(prompt, params, images);
   if (params.n > cfg_.max_seqs)
     throw InvalidRequestError("n = " + std::to_string(params.n) + " exceeds max_seqs " + std::to_string(cfg_.max_seqs));
   const int64_t np = static_cast<int64_t>(prompt.size());
@@ -153,6 +155,9 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params
     s->index = i;
     s->out = out;
     s->tokens = prompt;
+    s->images = images;
+    for (const PromptImage& im : images)
+      for (int32_t j = 0; j < im.n_tokens; ++j) s->tokens[static_cast<size_t>(im.pos + j)] = image_key_token(im.hash, j);
     s->n_prompt = static_cast<int32_t>(np);
     s->max_tokens = params.max_tokens;
     s->n_keep = params.n_keep;
@@ -161,7 +166,7 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params
     s->sampler = std::make_unique<Sampler>(params, eog_, seed + static_cast<uint64_t>(i));
     s->constraint = std::move(constraints[i]);
     s->stop = StopMatcher(params.stop);
-    spec_->start(s.get(), prompt);
+    if (images.empty()) spec_->start(s.get(), prompt);
     // Completion 0 computes the prompt (the others fork it): it alone reports prefill progress,
     // and only to a channel that streams.
     s->return_progress = i == 0 && !out->collects_whole() && params.return_progress;
@@ -178,6 +183,30 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params
   }
   out->expect(params.n);
   return enqueue(std::move(p));
+}
+
+void Engine::check_images(const std::vector<int32_t>& prompt, const SamplingParams& params,
+                          std::vector<PromptImage>& images) const {
+  if (images.empty()) return;
+  if (params.prompt_logprobs >= 0)
+    throw InvalidRequestError("prompt_logprobs are not available for a prompt with images");
+  const int64_t np = static_cast<int64_t>(prompt.size());
+  int64_t next = 0;
+  for (size_t i = 0; i < images.size(); ++i) {
+    PromptImage& im = images[i];
+    const std::string name = "image " + std::to_string(i) + ": ";
+    if (im.n_tokens <= 0 || im.pos < next || im.pos + static_cast<int64_t>(im.n_tokens) > np)
+      throw InvalidRequestError(name + "positions [" + std::to_string(im.pos) + ", " + std::to_string(im.pos + im.n_tokens) +
+                                ") are not a block of the prompt after the previous image");
+    if (im.n_tokens > cfg_.max_batch_tokens)
+      throw InvalidRequestError(name + std::to_string(im.n_tokens) + " tokens exceed max_batch_tokens " +
+                                std::to_string(cfg_.max_batch_tokens) + " (an image block is computed in one batch)");
+    if (!im.embd || n_embd_ <= 0 || im.embd->size() != static_cast<size_t>(im.n_tokens) * static_cast<size_t>(n_embd_))
+      throw InvalidRequestError(name + "embeddings must be " + std::to_string(im.n_tokens) + " x " +
+                                std::to_string(n_embd_) + " floats (the text model's width)");
+    im.token = prompt[static_cast<size_t>(im.pos)];
+    next = im.pos + im.n_tokens;
+  }
 }
 
 int64_t Engine::enqueue(Pending p) {
@@ -663,7 +692,7 @@ void Engine::postprocess_token(Sequence* s, int32_t token, TokenLogprob* lp) {
   if (!reason) {
     if (s->max_tokens >= 0 && s->n_generated() >= s->max_tokens) reason = FinishReason::Length;
     else if (static_cast<int32_t>(s->tokens.size()) >= n_ctx_) {
-      if (cfg_.context_shift && !s->embedding) shift = true;  // keep generating on the kept tokens
+      if (cfg_.context_shift && !s->embedding && s->images.empty()) shift = true;  // keep generating on the kept tokens
       else reason = FinishReason::Length;
     }
   }

@@ -109,7 +109,11 @@ class Engine {
   // channel that collects whole completions, OutputChannel::collect_whole, joins them). Throws
   // InvalidRequestError / ContextLengthError (prompt + max_tokens > n_ctx, or more pages than the
   // whole pool).
-  int64_t submit(std::vector<int32_t> prompt, const SamplingParams& params, std::shared_ptr<OutputChannel> out);
+  // `images`: image blocks of the prompt (engine/prompt_image.h), sorted, each n_tokens x n_embd
+  // embeddings at positions holding its placeholder id; refused with prompt_logprobs, with a block
+  // longer than max_batch_tokens or of the wrong width.
+  int64_t submit(std::vector<int32_t> prompt, const SamplingParams& params, std::shared_ptr<OutputChannel> out,
+                 std::vector<PromptImage> images = {});
   // Queues an embedding request: the prompt is prefilled in the same batches as everything
   // else, its final-norm hidden states are pooled (params.pooling, else the model's
   // default_pooling()) and normalised, and its one event carries the vector(s) in `embedding`.
@@ -156,6 +160,9 @@ class Engine {
   };
   // Hands a validated request's sequences to the engine thread; returns the request id.
   int64_t enqueue(Pending p);
+  // Validates submit()'s images against the prompt and the model; sets each one's placeholder id.
+  void check_images(const std::vector<int32_t>& prompt, const SamplingParams& params,
+                    std::vector<PromptImage>& images) const;
   void loop();
   void drain_inbox();
   void run_task(const std::function<void()>& task);

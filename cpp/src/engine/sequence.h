@@ -12,6 +12,7 @@
 #include "engine/embedding.h"
 #include "engine/ngram_proposer.h"
 #include "engine/output_channel.h"
+#include "engine/prompt_image.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
 #include "kv/prefix_cache.h"
@@ -55,6 +56,10 @@ struct Sequence {
   int slot = -1;                       // KV sequence slot while admitted
   PrefixCache::Cursor cache_cursor;    // pages registered with the prefix cache
   bool use_prefix_cache = true;
+
+  // Image blocks of the prompt (engine/prompt_image.h): their positions in `tokens` hold key
+  // tokens; such a sequence never shifts its context and drafts nothing.
+  std::vector<PromptImage> images;
 
   int32_t max_tokens = -1;             // < 0: until EOG or n_ctx
   std::unique_ptr<Sampler> sampler;

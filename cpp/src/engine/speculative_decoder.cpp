@@ -56,7 +56,7 @@ void SpeculativeDecoder::propose(const std::vector<std::shared_ptr<Sequence>>& r
     s->draft.clear();
     s->draft_q.clear();
     s->draft_from_model = false;
-    if (s->embedding || s->want_prompt_logprobs || s->blocked() || !s->siblings.empty() || s->remaining() != 1) continue;
+    if (s->embedding || s->want_prompt_logprobs || !s->images.empty() || s->blocked() || !s->siblings.empty() || s->remaining() != 1) continue;
     // Every accepted draft and the token after them must fit max_tokens and the context.
     int32_t left = n_ctx_ - static_cast<int32_t>(s->tokens.size()) - 1;
     if (s->max_tokens >= 0) left = std::min(left, s->max_tokens - s->n_generated() - 1);

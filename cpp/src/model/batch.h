@@ -17,6 +17,12 @@ struct Batch {
   // 1: a speculative verification row, computed bit for bit as a decode step of its position
   // would (its attention block runs under kernels::PagedAttentionArgs::exact_rows).
   std::vector<uint8_t> exact_row;
+  // Image rows (vision input; both empty when the batch has none): embd[t] non-null gives token
+  // t's input embedding (n_embd floats, used as is: no embedding scale) instead of its token's row;
+  // block_last[t] >= 0 makes t attend bidirectionally inside its image block, to every position
+  // of its sequence up to block_last[t] (the block's last position, in the same batch).
+  std::vector<const float*> embd;
+  std::vector<int32_t> block_last;
 
   int32_t size() const { return static_cast<int32_t>(token.size()); }
   bool empty() const { return token.empty(); }
@@ -27,6 +33,8 @@ struct Batch {
     want_logits.clear();
     want_hidden.clear();
     exact_row.clear();
+    embd.clear();
+    block_last.clear();
   }
   void add(int32_t tok, int32_t position, int32_t seq_slot, bool logits, bool hidden = false, bool exact = false) {
     token.push_back(tok);
@@ -35,7 +43,20 @@ struct Batch {
     want_logits.push_back(logits ? 1 : 0);
     want_hidden.push_back(hidden ? 1 : 0);
     exact_row.push_back(exact ? 1 : 0);
+    if (!embd.empty()) {  // a batch with image rows: the others have none
+      embd.push_back(nullptr);
+      block_last.push_back(-1);
+    }
   }
+  // Makes the last token added an image row (see embd / block_last).
+  void set_image_row(const float* row, int32_t last) {
+    embd.resize(token.size(), nullptr);
+    block_last.resize(token.size(), -1);
+    embd.back() = row;
+    block_last.back() = last;
+  }
+  const float* embedding_of(int32_t t) const { return static_cast<size_t>(t) < embd.size() ? embd[t] : nullptr; }
+  int32_t block_last_of(int32_t t) const { return static_cast<size_t>(t) < block_last.size() ? block_last[t] : -1; }
   bool is_exact_row(int32_t t) const { return static_cast<size_t>(t) < exact_row.size() && exact_row[t]; }
   bool wants_hidden(int32_t t) const { return static_cast<size_t>(t) < want_hidden.size() && want_hidden[t]; }
   int32_t n_hidden_outputs() const {

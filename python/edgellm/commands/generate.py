@@ -31,9 +31,15 @@ from ._speculative import spec_kwargs, spec_options, spec_summary
 @click.option("--ignore-eos", is_flag=True, help="Keep generating past end-of-generation tokens.")
 @click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", default=0, show_default=True, type=click.IntRange(-1, None),
               help="Last layers to run on a CUDA GPU (-1 = all); without one, a warning and the CPU.")
+@click.option("--mmproj", "mmproj", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="The model's projector GGUF (llama.cpp's --mmproj file); default: the one "
+                   "mmproj*.gguf beside the model, if any.")
+@click.option("--image", "images", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="An image (JPEG, PNG, WebP, GIF) the prompt is about: the prompt becomes one chat "
+                   "turn, the images before the text. Repeatable.")
 @spec_options()
 def command(model, prompt_arg, prompt, n_predict, temperature, seed, threads, top_k, top_p, min_p, repeat_penalty,
-            repeat_last_n, ctx_size, ignore_eos, n_gpu_layers, spec, draft, draft_max):
+            repeat_last_n, ctx_size, ignore_eos, n_gpu_layers, spec, draft, draft_max, mmproj=None, images=()):
     """Generate text from MODEL (a GGUF path or a known model name) for PROMPT."""
     if prompt is not None and prompt_arg is not None:
         raise click.UsageError("give the prompt once: as PROMPT or with -p, not both")
@@ -49,13 +55,20 @@ def command(model, prompt_arg, prompt, n_predict, temperature, seed, threads, to
         top_k=top_k, top_p=top_p, min_p=min_p, repetition_penalty=repeat_penalty,
         repeat_last_n=repeat_last_n, ignore_eos=ignore_eos)
     try:
-        llm = LLM(model, n_ctx=ctx_size, n_threads=threads, max_seqs=1, n_gpu_layers=n_gpu_layers, **spec_args)
+        llm = LLM(model, n_ctx=ctx_size, n_threads=threads, max_seqs=1, n_gpu_layers=n_gpu_layers, mmproj=mmproj,
+                  **spec_args)
     except (EdgeLLMError, UnknownModelError, ModelFetchError, FileNotFoundError, OSError) as e:
         raise click.ClickException(str(e))
     last = None
     try:
         with llm:
-            for chunk in llm.stream_chunks(prompt, params):
+            if images:  # one chat turn: the images, then the prompt
+                from edgellm.vision import file_part
+                turn = [{"role": "user", "content": [file_part(p) for p in images] + [{"type": "text", "text": prompt}]}]
+                chunks = llm.chat_stream_chunks(turn, params)
+            else:
+                chunks = llm.stream_chunks(prompt, params)
+            for chunk in chunks:
                 if chunk.text:
                     sys.stdout.write(chunk.text)
                     sys.stdout.flush()

@@ -43,11 +43,14 @@ def _stdin_text() -> str:
               help="Persistent prefix cache: KV pages of the conversation are kept as files in this "
                    "folder, so a conversation loaded again (/load) or a piped prompt seen before "
                    "is not prefilled again after a restart.")
+@click.option("--mmproj", "mmproj", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="The model's projector GGUF (llama.cpp's --mmproj file): the model then takes "
+                   "images; default: the one mmproj*.gguf beside the model, if any.")
 @quantize_option()
 @spec_options()
 def command(model, prompt, system, temperature, ctx_size, threads, chat_template, verbose, seed,
             num_predict, n_gpu_layers, spec, draft, draft_max, context_shift=False, cache_dir=None,
-            quantize=None):
+            quantize=None, mmproj=None):
     """Chat with MODEL (a GGUF path, a known model name or a Hugging Face checkpoint directory)
     in the terminal, or answer PROMPT."""
     spec_args = spec_kwargs(spec, draft, draft_max)
@@ -80,7 +83,7 @@ def command(model, prompt, system, temperature, ctx_size, threads, chat_template
 
     def load(n_ctx):
         return LLM(model, n_ctx=n_ctx, n_threads=threads, chat_template=chat_template, max_seqs=1,
-                   n_gpu_layers=n_gpu_layers, context_shift=context_shift, cache_dir=cache_dir,
+                   n_gpu_layers=n_gpu_layers, context_shift=context_shift, cache_dir=cache_dir, mmproj=mmproj,
                    **spec_args)
 
     try:

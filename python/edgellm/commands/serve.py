@@ -199,6 +199,14 @@ def _keep_alive(ctx, param, value):
               help="llama-server's --context-shift: when a sequence fills the context while "
                    "generating, keep its first n_keep tokens (a request field; -1 = the prompt) and "
                    "the newer half of the rest, and go on instead of stopping.")
+@click.option("--mmproj", "mmproj", default=None, type=click.Path(dir_okay=False),
+              help="The model's projector GGUF (llama.cpp's convert_hf_to_gguf.py --mmproj): chat "
+                   "messages may then hold image_url parts. Default: the one mmproj*.gguf beside "
+                   "the model, if any.")
+@click.option("--media-path", "media_path", default=None, type=click.Path(file_okay=False),
+              help="Allow file:// image URLs for files under this folder (refused otherwise).")
+@click.option("--allow-remote-media", "allow_remote_media", is_flag=True, default=False,
+              help="Fetch http(s) image URLs (off: only data: URIs and --media-path files).")
 @click.option("--cache-dir", "cache_dir", default=None, type=click.Path(file_okay=False),
               help="Persistent prefix cache: full KV pages of prompts and replies are kept as files "
                    "in this folder (per model file, checksummed, LRU-bounded) and read back after "
@@ -229,7 +237,8 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
             verbose=False, spec="auto", draft=None, draft_max=None, context_shift=False,
             cache_dir=None, cache_max_bytes=None, slot_save_path=None, thermal_backoff="auto",
             thermal_root="/", models_dir=None, keep_alive=300.0, max_loaded_models=None,
-            models_memory=None, quantize=None, webui=True):
+            models_memory=None, quantize=None, webui=True, mmproj=None, media_path=None,
+            allow_remote_media=False):
     """Serve MODEL (a .gguf path, a known model name or a Hugging Face checkpoint directory)
     over an OpenAI-compatible HTTP API.
 
@@ -290,6 +299,9 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
         config.draft_model = draft if factories else _resolve_model(draft, "--draft")
     config.verbose = verbose
     config.context_shift = context_shift
+    config.mmproj = mmproj
+    config.media_path = media_path
+    config.allow_remote_media = allow_remote_media
     config.cache_dir = cache_dir
     config.cache_max_bytes = cache_max_bytes
     config.models = resolved
