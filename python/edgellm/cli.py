@@ -21,7 +21,19 @@ _COMMANDS = {
 }
 
 
+class OneLineUsageError(click.ClickException):
+    """A usage error shown as every other error is: one plain `Error: ...` line on stderr (exit
+    status 2), without click's usage synopsis and hint before it (`--help` shows those)."""
+    exit_code = 2
+
+
 class _LazyGroup(click.Group):
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as e:
+            raise OneLineUsageError(e.format_message()) from None
+
     def list_commands(self, ctx):
         return sorted(_COMMANDS)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ._quantize_option import converted_model, quantize_option
+from ._sampling import sampling_option
 from ._speculative import spec_kwargs, spec_options
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -176,13 +177,13 @@ def _keep_alive(ctx, param, value):
               help="Access-Control-Allow-Headers of preflight answers.")
 @click.option("--cors-credentials/--no-cors-credentials", default=True, show_default=True,
               help="Access-Control-Allow-Credentials of preflight answers.")
-@click.option("--n-predict", "-n", "n_predict", default=-1, show_default=True,
-              type=click.IntRange(-1), help="Tokens to generate for requests that set no "
-              "max_tokens / n_predict (-1 = until end of generation or a full context).")
-@click.option("--seed", "-s", "seed", default=-1, show_default=True, type=click.IntRange(-1),
-              help="Seed for requests that give none (-1 = random).")
-@click.option("--temp", "temperature", default=None, type=click.FloatRange(0),
-              help="Temperature for requests that give none [default: 0.8].")
+@sampling_option("--n-predict", "-n", "n_predict", field="max_tokens", none_at=-1, default=-1,
+                 show_default=True, help="Tokens to generate for requests that set no "
+                 "max_tokens / n_predict (-1 = until end of generation or a full context).")
+@sampling_option("--seed", "-s", "seed", field="seed", none_at=-1, default=-1, show_default=True,
+                 help="Seed for requests that give none (-1 = random).")
+@sampling_option("--temp", "temperature", field="temperature", default=None,
+                 help="Temperature for requests that give none [default: 0.8].")
 @click.option("--slots/--no-slots", "slots_endpoint", default=True, show_default=True,
               help="Serve GET /slots (without it: 501).")
 @click.option("--metrics/--no-metrics", "metrics_endpoint", default=True, show_default=True,
