@@ -54,7 +54,8 @@ def command(model, prompt_arg, prompt, n_predict, temperature, seed, threads, to
     try:
         llm = LLM(model, n_ctx=ctx_size, n_threads=threads, max_seqs=1, n_gpu_layers=n_gpu_layers, **spec_args)
     except (EdgeLLMError, UnknownModelError, ModelFetchError, FileNotFoundError, OSError) as e:
-        raise click.ClickException(str(e))
+        from edgellm.memory_plan import message_for
+        raise click.ClickException(message_for(e, "run"))  # -c, as run's
     last = None
     try:
         with llm:

@@ -81,7 +81,8 @@ def command(model, prompt, system, temperature, ctx_size, threads, chat_template
         # A bad --chat-template only shows when something is rendered: find out now.
         llm.apply_chat_template([{"role": "user", "content": "hi"}])
     except (EdgeLLMError, UnknownModelError, ModelFetchError, OSError) as e:
-        raise click.ClickException(str(e))
+        from edgellm.memory_plan import message_for
+        raise click.ClickException(message_for(e, "run"))
     except KeyboardInterrupt:
         sys.exit(130)
 

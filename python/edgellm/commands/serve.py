@@ -343,7 +343,9 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
         click.echo(f"edgellm: warning: {line}", err=True)
     server.run(sockets=sockets)
     if failure:
-        click.echo(f"edgellm: could not load {config.model_path}: {failure[0]}", err=True)
+        from edgellm.memory_plan import message_for
+        click.echo(f"edgellm: could not load {config.model_path}: "
+                   f"{message_for(failure[0], 'serve')}", err=True)
         sys.exit(1)
     if not server.started:
         sys.exit(1)  # e.g. the port was taken; uvicorn has said why

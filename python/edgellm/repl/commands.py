@@ -127,7 +127,8 @@ def _set(app, line: str, args: List[str]) -> bool:
             app.render.error(f"Couldn't set parameter: {e}")
             return True
         except Exception as e:  # a reload that failed: the old model stays loaded
-            app.render.error(f"Couldn't set parameter: {e}")
+            from edgellm.memory_plan import message_for
+            app.render.error(f"Couldn't set parameter: {message_for(e, 'repl')}")
             return True
         shown = ", ".join(value) if isinstance(value, list) else value
         app.render.info(f"Set parameter '{name}' to '{shown}'")
@@ -266,7 +267,9 @@ def _load(app, line: str, args: List[str]) -> bool:
         try:
             app.reload(n_ctx)
         except Exception as e:
-            app.render.error(f"{path}: cannot reload the model with num_ctx {n_ctx}: {e}")
+            from edgellm.memory_plan import message_for
+            app.render.error(f"{path}: cannot reload the model with num_ctx {n_ctx}: "
+                             f"{message_for(e, 'repl')}")
             return True
     app.conversation = conversation
     app.params = params
