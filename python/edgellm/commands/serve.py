@@ -313,16 +313,18 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
         failure.append(e)
         server.should_exit = True
 
-    try:
-        app = create_app(config, on_load_failure=on_load_failure, **factories)
-    except ValueError as e:  # several models that cannot be served together (two with one id)
-        raise click.UsageError(str(e)) from None
     hosts = config.hosts
     if not hosts:
         raise click.BadParameter("give at least one address", param_hint="--host")
-    sockets = _bind(hosts, port) if len(hosts) > 1 else None
-    if sockets:
-        port = sockets[0].getsockname()[1]
+    # the port first: one that is taken is said as such, before anything is loaded
+    sockets = _bind(hosts, port)
+    port = sockets[0].getsockname()[1]
+    try:
+        app = create_app(config, on_load_failure=on_load_failure, **factories)
+    except ValueError as e:  # several models that cannot be served together (two with one id)
+        for s in sockets:
+            s.close()
+        raise click.UsageError(str(e)) from None
     from edgellm.server.limits import http_protocol
 
     server = _Server(uvicorn.Config(
@@ -348,7 +350,7 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
                    f"{message_for(failure[0], 'serve')}", err=True)
         sys.exit(1)
     if not server.started:
-        sys.exit(1)  # e.g. the port was taken; uvicorn has said why
+        sys.exit(1)  # uvicorn has said why
 
 
 def _llamacpp_options(config, cors_origins, cors_methods, cors_headers, cors_credentials,
@@ -399,6 +401,7 @@ def _url_host(h: str) -> str:
 
 def _bind(hosts, port: int):
     """One listening socket per address, all on one port (the first bind picks it when 0)."""
+    import errno
     import socket
 
     socks = []
@@ -418,6 +421,9 @@ def _bind(hosts, port: int):
     except (OSError, socket.gaierror) as e:
         for s in socks:
             s.close()
+        if getattr(e, "errno", None) == errno.EADDRINUSE:
+            raise click.ClickException(f"port {port} is in use on {h}: stop what listens there, "
+                                       "or give another --port") from None
         raise click.BadParameter(f"cannot listen on {h}:{port}: {e}", param_hint="--host") from None
     return socks
 
