@@ -3,7 +3,8 @@ echoed), then one line of timings on stderr:
 
     prompt: N tokens, X t/s | generated: M tokens, Y t/s
 
-(followed by ` | drafted: D, accepted: A (P%)` when speculative decoding drafted anything).
+(followed, with --verbose, by ` | drafted: D, accepted: A (P%)` when speculative decoding drafted
+anything).
 """
 import sys
 
@@ -34,9 +35,11 @@ from ._speculative import spec_kwargs, spec_options, spec_summary
 @click.option("--ignore-eos", is_flag=True, help="Keep generating past end-of-generation tokens.")
 @click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", default=0, show_default=True, type=click.IntRange(-1, None),
               help="Last layers to run on a CUDA GPU (-1 = all); without one, a warning and the CPU.")
+@click.option("--verbose", is_flag=True,
+              help="Add speculative decoding's counts (drafted, accepted) to the timing line.")
 @spec_options()
 def command(model, prompt_arg, prompt, n_predict, temperature, seed, threads, top_k, top_p, min_p, repeat_penalty,
-            repeat_last_n, ctx_size, ignore_eos, n_gpu_layers, spec, draft, draft_max):
+            repeat_last_n, ctx_size, ignore_eos, n_gpu_layers, spec, draft, draft_max, verbose=False):
     """Generate text from MODEL (a GGUF path or a known model name) for PROMPT."""
     if prompt is not None and prompt_arg is not None:
         raise click.UsageError("give the prompt once: as PROMPT or with -p, not both")
@@ -74,7 +77,7 @@ def command(model, prompt_arg, prompt, n_predict, temperature, seed, threads, to
     sys.stdout.flush()
     if last is not None:
         t = last.timings or {}
-        spec_line = spec_summary(t)
+        spec_line = spec_summary(t) if verbose else None
         click.echo(
             f"prompt: {t.get('prompt_n', 0)} tokens, {t.get('prompt_per_second', 0.0):.2f} t/s | "
             f"generated: {t.get('predicted_n', 0)} tokens, {t.get('predicted_per_second', 0.0):.2f} t/s"

@@ -321,10 +321,12 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
     port = sockets[0].getsockname()[1]
     try:
         app = create_app(config, on_load_failure=on_load_failure, **factories)
-    except ValueError as e:  # several models that cannot be served together (two with one id)
+    except BaseException as e:
         for s in sockets:
             s.close()
-        raise click.UsageError(str(e)) from None
+        if isinstance(e, ValueError):  # several models that cannot be served together
+            raise click.UsageError(str(e)) from None
+        raise
     from edgellm.server.limits import http_protocol
 
     server = _Server(uvicorn.Config(
