@@ -86,6 +86,13 @@ def command(model, prompt, system, temperature, ctx_size, threads, chat_template
     except KeyboardInterrupt:
         sys.exit(130)
 
+    stand_in = llm.chat_renderer.stand_in
+    if stand_in:
+        import os
+        click.echo(f"Note: {os.path.basename(llm.model_path)} has no chat template (a base "
+                   f"model?): the built-in '{stand_in}' template stands in, and a base model "
+                   "may not answer as a chat model does; --chat-template picks another.",
+                   err=True)
     with llm:
         if question is not None:
             render = Renderer(decorate=False)

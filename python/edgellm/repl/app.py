@@ -13,6 +13,7 @@ from typing import Callable, Optional
 
 from .commands import execute, is_command
 from .conversation import ContextOverflow, Conversation
+from .finish import LoopGuard, finish_notice
 from .input import LineReader, read_message
 from .params import Parameters
 from .render import Renderer
@@ -165,6 +166,8 @@ class ReplApp:
         final = None
         stream = None
         interrupted = False
+        guard = LoopGuard()
+        reason = None
         try:
             stream = self.llm.chat_stream_chunks(self.conversation.rendered(), params)
             for chunk in stream:
@@ -172,7 +175,10 @@ class ReplApp:
                     self.render.answer_piece(chunk.text)
                     parts.append(chunk.text)
                 if chunk.finish_reason is not None:
-                    final = chunk
+                    final, reason = chunk, chunk.finish_reason
+                elif chunk.text and guard.feed(chunk.text):
+                    final, reason = chunk, "repetition"
+                    break
         except KeyboardInterrupt:
             interrupted = True
         except EdgeLLMError as e:
@@ -193,9 +199,12 @@ class ReplApp:
             self.render.line()
             return
         timings = final.timings or {}
+        notice = finish_notice(reason, timings, params.max_tokens, int(self.llm.n_ctx))
+        if notice:
+            self.render.notice(notice)
         if self.verbose:
             self.render.verbose(timings, total_s, self._pending_load_s)
-        else:
+        elif final.finish_reason is not None:
             self.render.timings(timings)
         self._pending_load_s = 0.0
         self.render.line()
@@ -212,13 +221,18 @@ def answer_once(llm, text: str, render: Renderer, *, base_params=None, system: O
     t0 = time.perf_counter()
     final = None
     stream = None
+    guard = LoopGuard()
+    reason = None
     try:
         stream = llm.chat_stream_chunks(conversation.rendered(), params)
         for chunk in stream:
             if chunk.text:
                 render.answer_piece(chunk.text)
             if chunk.finish_reason is not None:
-                final = chunk
+                final, reason = chunk, chunk.finish_reason
+            elif chunk.text and guard.feed(chunk.text):
+                final, reason = chunk, "repetition"
+                break
     except KeyboardInterrupt:
         render.end_line()
         return 130
@@ -230,6 +244,10 @@ def answer_once(llm, text: str, render: Renderer, *, base_params=None, system: O
         if stream is not None:
             _close(stream)
     render.end_line()
+    notice = final is not None and finish_notice(reason, final.timings, params.max_tokens,
+                                                 int(llm.n_ctx))
+    if notice:
+        render.line(notice, render.err)  # stdout carries the answer alone
     if verbose and final is not None:
         render.verbose(final.timings or {}, time.perf_counter() - t0,
                        float(getattr(llm, "load_time", 0.0) or 0.0))
