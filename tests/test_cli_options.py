@@ -49,3 +49,12 @@ def test_minus_one_still_means_no_limit():
 
     t = FieldType("max_tokens", int, none_at=-1)
     assert t.convert("-1", None, None) is None and t.convert("7", None, None) == 7
+
+
+def test_errors_say_error_capitalised(tmp_path):
+    # info / plan / models said "error:" where the rest say "Error:" (issue 43 item 10)
+    for args in (["info", str(tmp_path / "absent.gguf")], ["plan", str(tmp_path / "absent.gguf")],
+                 ["models", "path", "no-such-model"]):
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code != 0
+        assert r.stderr.startswith("Error: ") and "error:" not in r.stderr, (args, r.stderr)

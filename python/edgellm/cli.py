@@ -54,6 +54,15 @@ class _LazyGroup(click.Group):
 @click.version_option(package_name="edgellm")
 def main():
     """edgellm: run quantized GGUF language models on the CPU."""
+    import warnings
+
+    warnings.showwarning = _plain_warning
+
+
+def _plain_warning(message, category, filename, lineno, file=None, line=None):
+    """A Python warning, as a command-line user reads it: one `Warning: ...` line on stderr
+    (not the source file, line and code of the library that warned)."""
+    click.echo(f"Warning: {message}", err=True)
 
 
 if __name__ == "__main__":

@@ -65,6 +65,15 @@ def advice(fixes: List[Fix], where: str = "python") -> List[str]:
     return out
 
 
+def context_warnings(n_ctx: int, n_ctx_train: int) -> List[str]:
+    """What a context of n_ctx tokens deserves a warning for (LLM(...) warns it; `edgellm
+    plan` prints it): beyond the trained context is allowed, as llama.cpp allows it."""
+    if n_ctx_train > 0 and n_ctx > n_ctx_train:
+        return [f"n_ctx {n_ctx} is beyond the model's trained context {n_ctx_train}: output "
+                "past that length may degrade"]
+    return []
+
+
 def message_for(e: BaseException, where: str) -> str:
     """An error's message as `where` shows it: a MemoryPlanError's advice in its words."""
     return e.message_for(where) if isinstance(e, MemoryPlanError) else str(e)
@@ -215,10 +224,14 @@ class MemoryPlan:
     def fits(self) -> bool:
         return self.available is None or self.total <= self.available
 
+    @property
+    def warnings(self) -> List[str]:
+        return context_warnings(self.n_ctx, self.n_ctx_train)
+
     def to_dict(self) -> Dict[str, Any]:
         d = asdict(self)
         d.update(weights=self.weights, scratch=self.scratch, available=self.available,
-                 fits=self.fits)
+                 fits=self.fits, warnings=self.warnings)
         if self.draft is not None:
             d["draft"] = self.draft.to_dict()
         return d

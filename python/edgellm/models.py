@@ -470,7 +470,7 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m edgellm.models
             for name in KNOWN_MODELS:
                 print(describe(name))
     except (UnknownModelError, ModelFetchError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"Error: {e}", file=sys.stderr)
         return 1
     return 0
 

@@ -140,5 +140,5 @@ class Renderer:
         self.line(text)
 
     def error(self, text: str) -> None:
-        msg = f"error: {text}"
+        msg = f"Error: {text}"
         self.line(self._style(msg, _RED) if self.color and self.err.isatty() else msg, self.err)
