@@ -117,7 +117,8 @@ def _keep_alive(ctx, param, value):
 @click.option("--max-queue", default=256, show_default=True, type=click.IntRange(0, 100000),
               help="Sequences allowed to wait beyond --parallel; more get 429 + Retry-After.")
 @click.option("--ctx-size", "-c", default=None, type=click.IntRange(1),
-              help="Context length per sequence [default: the model's].")
+              help="Context length per sequence [default: the model's trained context, at "
+                   "most 4096].")
 @click.option("--kv-memory", default=None, callback=_size,
               help="Memory for the paged KV cache shared by all sequences (and both layer groups), e.g. 512M, 2G.")
 @click.option("--threads", "-t", default=None, type=click.IntRange(1),
@@ -141,7 +142,11 @@ def _keep_alive(ctx, param, value):
               help="Seconds a client may take to send a request's headers (then the connection "
                    "is closed) and, after them, its body (then 408); 0 = no limit.")
 @click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+              help="Lines below this level are not written (info: one line per request).")
+@click.option("--log-format", default="text", show_default=True, type=click.Choice(["text", "json"]),
+              help="Every log line (edgellm's, uvicorn's, one per request: method, path, status, "
+                   "tokens, milliseconds) as text or as one JSON object per line, for collectors.")
 @click.option("--engine-factory", default=None, hidden=True, metavar="MODULE:CALLABLE",
               help="Build the engine with CALLABLE(ServerConfig) instead of edgellm.AsyncLLM; "
                    "MODULE.SamplingParams, if any, replaces edgellm's, MODULE.memory_plan_bytes(config) "
@@ -230,7 +235,7 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
             verbose=False, spec="auto", draft=None, draft_max=None, context_shift=False,
             cache_dir=None, cache_max_bytes=None, slot_save_path=None, thermal_backoff="auto",
             thermal_root="/", models_dir=None, keep_alive=300.0, max_loaded_models=None,
-            models_memory=None, quantize=None, webui=True):
+            models_memory=None, quantize=None, webui=True, log_format="text"):
     """Serve MODEL (a .gguf path, a known model name or a Hugging Face checkpoint directory)
     over an OpenAI-compatible HTTP API.
 
@@ -305,7 +310,9 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
         config.slot_save_path = os.path.abspath(slot_save_path)
     _embedding_options(config)  # --pooling, --embd-normalize, --embedding
     _thermal_options(config, thermal_backoff, thermal_root)
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from edgellm.server import request_log
+    request_log.configure(log_level, log_format)
+    log = logging.getLogger("edgellm.serve")
 
     failure = []
 
@@ -330,26 +337,25 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
     from edgellm.server.limits import http_protocol
 
     server = _Server(uvicorn.Config(
-        app, host=hosts[0], port=port, log_level=log_level, access_log=log_level == "debug",
+        app, host=hosts[0], port=port, log_level=log_level, access_log=False,
+        log_config=None,  # uvicorn's loggers write through request_log's one handler
         http=http_protocol(config.read_timeout),  # uvicorn's, with a header-read timeout
         timeout_graceful_shutdown=max(1, int(round(shutdown_grace))) if shutdown_grace else None,
         lifespan="on"))
     where = ", ".join(f"http://{_url_host(h)}:{port}/v1" for h in hosts)
     if config.multi_model:
-        click.echo(f"edgellm: serving {', '.join(app.state.models.slots)} on {where} (each "
-                   "loaded on first use)", err=True)
+        log.info("serving %s on %s (each loaded on first use)",
+                 ", ".join(app.state.models.slots), where)
     else:
-        click.echo(f"edgellm: serving {config.model_id} on {where} "
-                   f"(loading {config.model_path})", err=True)
+        log.info("serving %s on %s (loading %s)", config.model_id, where, config.model_path)
     if config.webui:
-        click.echo(f"edgellm: web chat at http://{_url_host(hosts[0])}:{port}/", err=True)
+        log.info("web chat at http://%s:%s/", _url_host(hosts[0]), port)
     for line in exposure_warnings(config):
-        click.echo(f"edgellm: warning: {line}", err=True)
+        log.warning("%s", line)
     server.run(sockets=sockets)
     if failure:
         from edgellm.memory_plan import message_for
-        click.echo(f"edgellm: could not load {config.model_path}: "
-                   f"{message_for(failure[0], 'serve')}", err=True)
+        log.error("could not load %s: %s", config.model_path, message_for(failure[0], "serve"))
         sys.exit(1)
     if not server.started:
         sys.exit(1)  # uvicorn has said why
