@@ -8,6 +8,8 @@ import sys
 
 import click
 
+from edgellm.chat_template import builtin_names
+
 from ._quantize_option import converted_model, quantize_option
 from ._sampling import sampling_option, sampling_params
 from ._speculative import spec_kwargs, spec_options
@@ -29,7 +31,8 @@ def _stdin_text() -> str:
               help="Context size in tokens (default: min(trained, 4096)).")
 @click.option("-t", "--threads", default=None, type=click.IntRange(1), help="Threads (default: physical cores).")
 @click.option("--chat-template", default=None, metavar="NAME|FILE",
-              help="Chat template: a built-in name (chatml, gemma, llama3, llama2, zephyr) or a .jinja file.")
+              help=f"Chat template: a built-in name ({', '.join(builtin_names())}) or a .jinja "
+                   "file.")
 @click.option("--verbose", is_flag=True, help="Print Ollama's timing block after each answer.")
 @sampling_option("--seed", field="seed", default=None, help="RNG seed (default: random).")
 @sampling_option("-n", "--num-predict", "num_predict", field="max_tokens", none_at=-1, default=-1,
