@@ -58,3 +58,20 @@ def test_errors_say_error_capitalised(tmp_path):
         r = CliRunner().invoke(main, args)
         assert r.exit_code != 0
         assert r.stderr.startswith("Error: ") and "error:" not in r.stderr, (args, r.stderr)
+
+
+def test_help_summaries_are_whole_phrases():
+    r = CliRunner().invoke(main, ["--help"], terminal_width=80)
+    rows = r.output.split("Commands:\n", 1)[1].strip().splitlines()
+    assert len(rows) >= 10
+    for row in rows:
+        assert not row.rstrip().endswith("...") and row.rstrip().endswith("."), row
+
+
+def test_models_without_arguments_shows_clicks_help():
+    r = CliRunner().invoke(main, ["models"])
+    assert r.exit_code == 2
+    assert r.output.startswith("Usage: ") and "fetch [NAME...|all]" in r.output
+    assert "the following arguments are required" not in r.output
+    h = CliRunner().invoke(main, ["models", "--help"])
+    assert h.exit_code == 0 and h.output.startswith("Usage: ")

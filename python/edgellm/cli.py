@@ -4,20 +4,21 @@ import importlib
 
 import click
 
-# name -> module under edgellm.commands that defines `command` (a click.Command)
+# name -> (module under edgellm.commands that defines `command` (a click.Command), the summary
+# `edgellm --help` lists: a whole phrase, short enough never to be cut)
 _COMMANDS = {
-    "info": "info",
-    "plan": "plan",
-    "models": "models",
-    "generate": "generate",
-    "run": "run",
-    "serve": "serve",
-    "service": "service",
-    "bench": "bench",
-    "perplexity": "perplexity",
-    "quantize": "quantize",
-    "ray-serve": "ray_serve",
-    "convert": "convert",
+    "info": ("info", "Show what a GGUF model file holds."),
+    "plan": ("plan", "Plan a model's memory before loading it."),
+    "models": ("models", "Fetch, locate and list the known models."),
+    "generate": ("generate", "Complete a prompt (raw text, no chat)."),
+    "run": ("run", "Chat with a model in the terminal."),
+    "serve": ("serve", "Serve models over OpenAI-compatible HTTP."),
+    "service": ("service", "Run `edgellm serve` as a systemd service."),
+    "bench": ("bench", "Measure prompt and generation speed."),
+    "perplexity": ("perplexity", "Measure perplexity on a text file."),
+    "quantize": ("quantize", "Quantize a GGUF file to another type."),
+    "ray-serve": ("ray_serve", "Serve a model on a Ray cluster."),
+    "convert": ("convert", "Convert a Hugging Face checkpoint to GGUF."),
 }
 
 
@@ -38,15 +39,17 @@ class _LazyGroup(click.Group):
         return sorted(_COMMANDS)
 
     def get_command(self, ctx, name):
-        module = _COMMANDS.get(name)
-        if module is None:
+        entry = _COMMANDS.get(name)
+        if entry is None:
             return None
+        module, summary = entry if isinstance(entry, tuple) else (entry, None)
         try:
             mod = importlib.import_module(f"edgellm.commands.{module}")
         except ModuleNotFoundError as e:
             if e.name == f"edgellm.commands.{module}":
                 return None  # not built yet
             raise
+        mod.command.short_help = mod.command.short_help or summary
         return mod.command
 
 
