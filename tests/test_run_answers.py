@@ -92,3 +92,27 @@ def test_repl_stops_a_loop(gemma3_path, tmp_path):
         assert t.ctrl_d() == 0
     finally:
         t.close()
+
+
+def test_banner_names_the_file_not_its_internal_name():
+    from types import SimpleNamespace
+
+    from edgellm.repl.model_facts import model_name
+
+    llm = SimpleNamespace(model_path="/c/SmolLM2-135M-Instruct.Q4_1.gguf",
+                          metadata={"general.name": "Smollm2 135M 8k Lc100K Mix1 Ep2"})
+    assert model_name(llm) == "SmolLM2-135M-Instruct.Q4_1"
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_repl_banner_is_readable(smollm2_path, tmp_path):
+    from test_run_pty import Terminal
+
+    t = Terminal(smollm2_path, tmp_path)
+    try:
+        banner = t.prompt()
+        assert "edgellm · SmolLM2-135M-Instruct.Q4_1" in banner and "Lc100K" not in banner
+        assert t.ctrl_d() == 0
+    finally:
+        t.close()
