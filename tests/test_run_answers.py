@@ -116,3 +116,43 @@ def test_repl_banner_is_readable(smollm2_path, tmp_path):
         assert t.ctrl_d() == 0
     finally:
         t.close()
+
+
+def test_unset_removes_a_stop_string():
+    from edgellm.repl.params import ParameterError, Parameters
+
+    p = Parameters()
+    p.set("stop", ["User:", "###"])
+    p.set("temperature", ["0.1"])
+    assert p.unset("stop", ["User:"]) == "stop strings now: '###'"
+    assert p.sampling().stop_list() == ["###"]
+    with pytest.raises(ParameterError, match="is not set"):
+        p.unset("stop", ["nope"])
+    assert p.unset("stop", []) == "the default" and p.sampling().stop_list() == []
+    p.unset("temperature", [])
+    assert "temperature" not in p.values
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_repl_unset_and_typing_during_an_answer(smollm2_path, tmp_path):
+    from test_run_pty import ANSI, Terminal
+
+    t = Terminal(smollm2_path, tmp_path, "-n", "200")
+    try:
+        t.prompt()
+        t.command('/set parameter stop "User:" "###"', r"Set parameter 'stop' to 'User:, ###'")
+        t.command('/unset parameter stop "User:"', r"Unset parameter 'stop': stop strings now: '###'")
+        shown = t.command("/show parameters", r"stop[^\n]*\n")
+        assert "###" in shown and "User:" not in shown
+        t.child.send("Write a long story about a dragon who lives in a castle.\r")
+        t.wait_for(r"castle\.\n(\S+\s+){8}")  # the answer is streaming
+        t.child.send("zqxj typed meanwhile")   # no Enter
+        t.wait_for(r"answer: \d+ tok")
+        t.prompt()
+        screen = ANSI.sub("", t.transcript)
+        assert "zqxj" not in screen             # not echoed into the answer, not left for later
+        assert "Paris" in t.ask("What is the capital of France?")
+        assert t.ctrl_d() == 0
+    finally:
+        t.close()

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 from .commands import execute, is_command
 from .conversation import ContextOverflow, Conversation
 from .finish import LoopGuard, finish_notice
-from .input import LineReader, read_message
+from .input import LineReader, quiet_typing, read_message
 from .params import Parameters
 from .render import Renderer
 
@@ -170,15 +170,16 @@ class ReplApp:
         reason = None
         try:
             stream = self.llm.chat_stream_chunks(self.conversation.rendered(), params)
-            for chunk in stream:
-                if chunk.text:
-                    self.render.answer_piece(chunk.text)
-                    parts.append(chunk.text)
-                if chunk.finish_reason is not None:
-                    final, reason = chunk, chunk.finish_reason
-                elif chunk.text and guard.feed(chunk.text):
-                    final, reason = chunk, "repetition"
-                    break
+            with quiet_typing():  # keys typed meanwhile are not echoed into the answer
+                for chunk in stream:
+                    if chunk.text:
+                        self.render.answer_piece(chunk.text)
+                        parts.append(chunk.text)
+                    if chunk.finish_reason is not None:
+                        final, reason = chunk, chunk.finish_reason
+                    elif chunk.text and guard.feed(chunk.text):
+                        final, reason = chunk, "repetition"
+                        break
         except KeyboardInterrupt:
             interrupted = True
         except EdgeLLMError as e:
