@@ -21,13 +21,21 @@ def _serve_and_ask(*args):
         assert r.status_code == 200, r.text
         bad = httpx.post(url + "/v1/chat/completions", json={"messages": []}, timeout=30)
         assert bad.status_code == 400
+    finally:
+        out = _stop(proc)
+    return r.json()["usage"], [ln for ln in out.splitlines() if ln.strip()]
+
+
+def _stop(proc) -> str:
+    """SIGTERM, and the server's whole output."""
+    if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
-        out = proc.communicate(timeout=30)[0]
+    try:
+        return proc.communicate(timeout=30)[0]
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    return r.json()["usage"], [ln for ln in out.splitlines() if ln.strip()]
 
 
 def test_json_lines_one_per_request():
@@ -57,11 +65,7 @@ def test_log_level_filters_request_lines():
     try:
         _first_health(proc, url)
         httpx.get(url + "/health")
-        proc.send_signal(signal.SIGTERM)
-        out = proc.communicate(timeout=30)[0]
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        out = _stop(proc)
     assert all(json.loads(ln)["level"] in ("WARNING", "ERROR", "CRITICAL")
                for ln in out.splitlines() if ln.strip())

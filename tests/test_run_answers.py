@@ -62,36 +62,34 @@ def test_chat_model_gets_no_template_note(smollm2_path, tmp_path):
     assert r.returncode == 0 and "chat template" not in r.stderr, r.stderr
 
 
-@pytest.mark.real_model
-@pytest.mark.slow
-def test_repl_says_when_the_context_cut_the_answer(smollm2_path, tmp_path):
+def _repl_says(model, tmp_path, args, message, expect):
+    """Start the REPL on `model`, send `message`, wait for `expect`, leave with Ctrl+D."""
     from test_run_pty import Terminal
 
-    t = Terminal(smollm2_path, tmp_path, "-c", "64", "-n", "-1")
+    t = Terminal(model, tmp_path, *args)
     try:
         t.prompt()
-        t.child.send("Write a very long story about a dragon.\r")
-        t.wait_for(r"the answer was cut: the context of 64 tokens is full")
+        t.child.send(message + "\r")
+        t.wait_for(expect)
         t.prompt()
         assert t.ctrl_d() == 0
     finally:
         t.close()
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_repl_says_when_the_context_cut_the_answer(smollm2_path, tmp_path):
+    _repl_says(smollm2_path, tmp_path, ["-c", "64", "-n", "-1"],
+               "Write a very long story about a dragon.",
+               r"the answer was cut: the context of 64 tokens is full")
 
 
 @pytest.mark.real_model
 @pytest.mark.slow
 def test_repl_stops_a_loop(gemma3_path, tmp_path):
-    from test_run_pty import Terminal
-
-    t = Terminal(gemma3_path, tmp_path, "-n", "-1")
-    try:
-        t.prompt()
-        t.child.send("What is the capital of France?\r")
-        t.wait_for(rf"stopped: the answer repeated the same line {REPEATS} times")
-        t.prompt()
-        assert t.ctrl_d() == 0
-    finally:
-        t.close()
+    _repl_says(gemma3_path, tmp_path, ["-n", "-1"], "What is the capital of France?",
+               rf"stopped: the answer repeated the same line {REPEATS} times")
 
 
 def test_banner_names_the_file_not_its_internal_name():

@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 from .commands import execute, is_command
 from .conversation import ContextOverflow, Conversation
-from .finish import LoopGuard, finish_notice
+from .finish import finish_notice, stream_answer
 from .input import LineReader, quiet_typing, read_message
 from .params import Parameters
 from .render import Renderer
@@ -166,20 +166,11 @@ class ReplApp:
         final = None
         stream = None
         interrupted = False
-        guard = LoopGuard()
         reason = None
         try:
             stream = self.llm.chat_stream_chunks(self.conversation.rendered(), params)
             with quiet_typing():  # keys typed meanwhile are not echoed into the answer
-                for chunk in stream:
-                    if chunk.text:
-                        self.render.answer_piece(chunk.text)
-                        parts.append(chunk.text)
-                    if chunk.finish_reason is not None:
-                        final, reason = chunk, chunk.finish_reason
-                    elif chunk.text and guard.feed(chunk.text):
-                        final, reason = chunk, "repetition"
-                        break
+                final, reason = stream_answer(stream, self.render, parts)
         except KeyboardInterrupt:
             interrupted = True
         except EdgeLLMError as e:
@@ -222,18 +213,10 @@ def answer_once(llm, text: str, render: Renderer, *, base_params=None, system: O
     t0 = time.perf_counter()
     final = None
     stream = None
-    guard = LoopGuard()
     reason = None
     try:
         stream = llm.chat_stream_chunks(conversation.rendered(), params)
-        for chunk in stream:
-            if chunk.text:
-                render.answer_piece(chunk.text)
-            if chunk.finish_reason is not None:
-                final, reason = chunk, chunk.finish_reason
-            elif chunk.text and guard.feed(chunk.text):
-                final, reason = chunk, "repetition"
-                break
+        final, reason = stream_answer(stream, render)
     except KeyboardInterrupt:
         render.end_line()
         return 130

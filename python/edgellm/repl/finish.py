@@ -6,7 +6,7 @@
 - `finish_notice`: one line when the answer did not end by itself -- a loop stopped, or the
   context full (the answer is cut; num_predict reached is what was asked for, said by nothing).
 """
-from typing import Optional
+from typing import Any, List, Optional, Tuple
 
 REPEATS = 8  # identical lines in a row that make a loop
 
@@ -49,3 +49,20 @@ def finish_notice(finish_reason: Optional[str], timings: Optional[dict], max_tok
                     "afresh, /set parameter num_ctx N or -c N gives more room, --context-shift "
                     "keeps going)")
     return None
+
+
+def stream_answer(stream, render, parts: Optional[List[str]] = None) -> Tuple[Any, Optional[str]]:
+    """Write `stream`'s text as it comes (collected in `parts`); (the last chunk seen with a
+    finish reason -- or the one that closed a loop --, the finish reason: the engine's, or
+    "repetition" when LoopGuard stopped it; (None, None) when the stream ended without one)."""
+    guard = LoopGuard()
+    for chunk in stream:
+        if chunk.text:
+            render.answer_piece(chunk.text)
+            if parts is not None:
+                parts.append(chunk.text)
+        if chunk.finish_reason is not None:
+            return chunk, chunk.finish_reason
+        if chunk.text and guard.feed(chunk.text):
+            return chunk, "repetition"
+    return None, None
