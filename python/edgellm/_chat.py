@@ -54,6 +54,14 @@ class ChatRenderer:
         return self._template
 
     @property
+    def stand_in(self) -> Optional[str]:
+        """The built-in template's name when one stands in for a chat template the model file
+        does not have (no override given): a base model, most likely; else None."""
+        if self._override or self.tok.chat_template:
+            return None
+        return self.template
+
+    @property
     def chat_format(self):
         if self._format is None:
             from .chat_output import ChatFormat

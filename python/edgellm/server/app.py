@@ -31,6 +31,7 @@ from .embeddings import EmbeddingRoutes, EmbeddingsBody
 from .errors import APIError, ErrorGuard
 from .limits import BodyLimit
 from .metrics import ServerMetrics
+from .request_log import RequestLog
 from .responses_api import ResponsesAPI, ResponseStore
 from .routes import Routes
 from .webui import WebUI
@@ -237,6 +238,7 @@ def _fastapi(config: ServerConfig, routes: List[BaseRoute], lifespan, metrics,
     # outermost: preflights are answered before the key check, every answer carries the headers
     app.add_middleware(CORS, origins=config.cors_origins, methods=config.cors_methods,
                        headers=config.cors_headers, credentials=config.cors_credentials)
+    app.add_middleware(RequestLog)  # outermost: one log line per request (request_log.py)
     return app
 
 
