@@ -128,7 +128,8 @@ EncoderModel::EncoderModel(std::shared_ptr<GgufFile> file, const EncoderArchitec
   a_.resize(T * c.n_embd_attn());
   o_.resize(T * c.n_embd);
   f_.resize(T * c.n_ff);
-  scores_.resize(static_cast<size_t>(nt) * std::max<int64_t>(T, 1));
+  thread_floats_ = std::max<int64_t>((c.head_dim_k + 1) * T, c.n_embd);
+  scores_.resize(static_cast<size_t>(nt) * thread_floats_);
 }
 
 EncoderModel::~EncoderModel() = default;
@@ -167,11 +168,13 @@ std::vector<EncoderModel::Segment> EncoderModel::segments(const Batch& b) const 
   return segs;
 }
 
-void EncoderModel::layernorm(float* x, const Vector& w, const Vector& b, int64_t rows) {
+void EncoderModel::add_layernorm(float* x, const float* add, const Vector& w, const Vector& b, int64_t rows) {
   const int64_t n = config_.n_embd;
   const float eps = config_.rms_eps;
   threads_->parallel_for(0, rows, [&](int64_t r, int) {
     float* v = x + r * n;
+    if (add)
+      for (int64_t i = 0; i < n; ++i) v[i] += add[r * n + i];
     double mean = 0, var = 0;
     for (int64_t i = 0; i < n; ++i) mean += v[i];
     mean /= n;
@@ -219,18 +222,18 @@ void EncoderModel::forward(const Batch& batch, KVCache&, float* logits, float* h
         if (batch.token[t] == sep_id_) second = true;
       }
     }
-  threads_->parallel_for(0, T, [&](int64_t t, int) {
+  threads_->parallel_for(0, T, [&](int64_t t, int thread) {
     float* row = x + t * n;
-    std::vector<float> tmp(n);
+    float* tmp = scores_.data() + static_cast<size_t>(thread) * thread_floats_;
     quant::dequantize_row(w_.token_embd.type, w_.token_embd.row(batch.token[t]), row, n);
-    quant::dequantize_row(w_.pos_embd.type, w_.pos_embd.row(batch.pos[t]), tmp.data(), n);
+    quant::dequantize_row(w_.pos_embd.type, w_.pos_embd.row(batch.pos[t]), tmp, n);
     for (int64_t i = 0; i < n; ++i) row[i] += tmp[i];
     if (w_.type_embd) {
-      quant::dequantize_row(w_.type_embd.type, w_.type_embd.row(type[t]), tmp.data(), n);
+      quant::dequantize_row(w_.type_embd.type, w_.type_embd.row(type[t]), tmp, n);
       for (int64_t i = 0; i < n; ++i) row[i] += tmp[i];
     }
   });
-  layernorm(x, w_.embd_norm_w, w_.embd_norm_b, T);
+  add_layernorm(x, nullptr, w_.embd_norm_w, w_.embd_norm_b, T);
 
   const int n_head = c.n_head, group = c.n_head / c.n_head_kv, hdk = c.head_dim_k, hdv = c.head_dim_v;
   const int64_t nq = c.n_embd_q(), nk = c.n_embd_k(), nv = c.n_embd_v(), na = c.n_embd_attn();
@@ -246,17 +249,24 @@ void EncoderModel::forward(const Batch& batch, KVCache&, float* logits, float* h
     threads_->run(n_tasks, [&](int64_t task, int thread) {
       const Segment& s = segs[task / n_head];
       const int h = static_cast<int>(task % n_head), hk = h / group;
-      float* sc = scores_.data() + static_cast<size_t>(thread) * max_batch_tokens_;
+      // per thread: the scores of one query, then K of the head transposed (kt[e][j]), so
+      // that both inner loops run over contiguous floats without a reduction
+      float* sc = scores_.data() + static_cast<size_t>(thread) * thread_floats_;
+      float* kt = sc + max_batch_tokens_;
+      for (int32_t j = 0; j < s.n; ++j) {
+        const float* kj = k_.data() + (s.begin + j) * nk + hk * hdk;
+        for (int e = 0; e < hdk; ++e) kt[e * s.n + j] = kj[e];
+      }
       for (int32_t i = 0; i < s.n; ++i) {
         const float* qi = q_.data() + (s.begin + i) * nq + h * hdk;
-        float mx = -INFINITY;
-        for (int32_t j = 0; j < s.n; ++j) {
-          const float* kj = k_.data() + (s.begin + j) * nk + hk * hdk;
-          float d = 0;
-          for (int e = 0; e < hdk; ++e) d += qi[e] * kj[e];
-          sc[j] = d * scale;
-          mx = std::max(mx, sc[j]);
+        std::fill(sc, sc + s.n, 0.0f);
+        for (int e = 0; e < hdk; ++e) {
+          const float qe = qi[e] * scale;
+          const float* ke = kt + e * s.n;
+          for (int32_t j = 0; j < s.n; ++j) sc[j] += qe * ke[j];
         }
+        float mx = -INFINITY;
+        for (int32_t j = 0; j < s.n; ++j) mx = std::max(mx, sc[j]);
         float sum = 0;
         for (int32_t j = 0; j < s.n; ++j) sum += (sc[j] = std::exp(sc[j] - mx));
         float* o = a_.data() + (s.begin + i) * na + h * hdv;
@@ -269,12 +279,7 @@ void EncoderModel::forward(const Batch& batch, KVCache&, float* logits, float* h
       }
     });
     matmul(l.wo, l.bo, p.o, a_.data(), T, o_.data());
-    threads_->parallel_for(0, T, [&](int64_t t, int) {
-      float* xr = x + t * n;
-      const float* orow = o_.data() + t * n;
-      for (int64_t i = 0; i < n; ++i) xr[i] += orow[i];
-    });
-    layernorm(x, l.attn_norm_w, l.attn_norm_b, T);
+    add_layernorm(x, o_.data(), l.attn_norm_w, l.attn_norm_b, T);
 
     matmul(l.up, l.b_up, p.up, x, T, f_.data());
     threads_->parallel_for(0, T, [&](int64_t t, int) {
@@ -282,12 +287,7 @@ void EncoderModel::forward(const Batch& batch, KVCache&, float* logits, float* h
       for (int64_t i = 0; i < c.n_ff; ++i) r[i] = 0.5f * r[i] * (1.0f + std::erf(r[i] * 0.70710678118654752f));
     });
     matmul(l.down, l.b_down, p.down, f_.data(), T, o_.data());
-    threads_->parallel_for(0, T, [&](int64_t t, int) {
-      float* xr = x + t * n;
-      const float* orow = o_.data() + t * n;
-      for (int64_t i = 0; i < n; ++i) xr[i] += orow[i];
-    });
-    layernorm(x, l.out_norm_w, l.out_norm_b, T);
+    add_layernorm(x, o_.data(), l.out_norm_w, l.out_norm_b, T);
   }
 
   if (hidden) {

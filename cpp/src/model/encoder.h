@@ -83,7 +83,8 @@ class EncoderModel final : public Model {
     int32_t begin, n;
   };
   std::vector<Segment> segments(const Batch& b) const;
-  void layernorm(float* x, const Vector& w, const Vector& b, int64_t rows);
+  // x = LayerNorm(x + add) * w + b per row (add may be null): the post-norm residual.
+  void add_layernorm(float* x, const float* add, const Vector& w, const Vector& b, int64_t rows);
   void matmul(const Matrix& w, const Vector& bias, const MatmulPlan& plan, const float* x, int64_t rows, float* y);
 
   const EncoderArchitecture& arch_;
@@ -96,7 +97,9 @@ class EncoderModel final : public Model {
   std::vector<std::unique_ptr<float[]>> owned_;
   PackedWeights packed_;
   ActivationQuantizer act_;
-  std::vector<float> x_, q_, k_, v_, a_, o_, f_, scores_;
+  std::vector<float> x_, q_, k_, v_, a_, o_, f_;
+  std::vector<float> scores_;  // per thread: thread_floats_ (attention scores + K transposed; embedding rows)
+  int64_t thread_floats_ = 0;
   int32_t sep_id_ = 102;  // [SEP]: tokens after the first one are token type 1
   std::mutex forward_mutex_;
 };
