@@ -121,6 +121,20 @@ def test_pooling_choices_and_refusals(minilm):
 
 
 @REAL
+def test_truncation_follows_the_smallest_limit(reference):
+    texts = reference[0]
+    llm = edgellm.LLM(str(require_model("all-minilm-l6-v2")), n_threads=2, max_batch_tokens=32)
+    try:
+        res = llm.embeddings(texts[-1])
+        assert res.token_counts == [32]  # max_batch_tokens < max_seq_length: one batch holds an input
+        ids = llm.tokenize(texts[-1])
+        cut = ids[:31] + [ids[-1]]  # [CLS] ... 30 tokens ... [SEP]
+        assert np.allclose(res.data[0], llm.embed(cut)[0], atol=1e-6)
+    finally:
+        llm.close()
+
+
+@REAL
 @pytest.mark.slow
 @pytest.mark.parametrize("out_type", ["F16", "Q8_0"])
 def test_minilm_f16_and_q8_0(minilm_source, reference, tmp_path, out_type):
