@@ -6,6 +6,7 @@
 
 #include "common/errors.h"
 #include "common/thread_pool.h"
+#include "model/architecture.h"
 #include "quant/quant.h"
 
 namespace edgellm {
@@ -22,16 +23,10 @@ std::string layer_tensor(int il, const char* name) { return "blk." + std::to_str
 }  // namespace
 
 const EncoderArchitecture* find_encoder_architecture(const std::string& name) {
-  for (const EncoderArchitecture* a : encoder_architectures())
-    if (name == a->name) return a;
-  return nullptr;
+  return find_by_name(encoder_architectures(), name);
 }
 
-std::string supported_encoder_architectures() {
-  std::string s;
-  for (const EncoderArchitecture* a : encoder_architectures()) s += (s.empty() ? "" : ", ") + std::string(a->name);
-  return s;
-}
+std::string supported_encoder_architectures() { return names_of(encoder_architectures()); }
 
 std::vector<Matrix*> EncoderWeights::matrices() {
   std::vector<Matrix*> v{&pooler, &classifier};
