@@ -79,6 +79,12 @@ def test_wordpiece_rules(minilm):
     assert tok("Café") == tok("cafe")  # lowercase + accents stripped
     assert tok("a,b") == [cls] + tok("a")[1:-1] + tok(",")[1:-1] + tok("b")[1:-1] + [sep]
     assert minilm.detokenize(tok("hello world")[1:-1]) == "hello world"
+    # special-token texts in an embedding input are those tokens, as `tokenizers` reads them
+    # (ids recorded with tokenizers 0.23.3 on this vocabulary)
+    for text, ids in [("a [SEP] b", [101, 1037, 102, 1038, 102]), ("[CLS]x[MASK]y", [101, 101, 1060, 103, 1061, 102]),
+                      ("a[UNK]b [sep]", [101, 1037, 100, 1038, 1031, 19802, 1033, 102])]:
+        assert minilm.tokenize(text, parse_special=True) == ids
+        assert minilm.embeddings(text).token_counts == [len(ids)]
 
 
 # ---- embeddings -----------------------------------------------------------------------------

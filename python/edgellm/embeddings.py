@@ -22,7 +22,8 @@ BOS) -> InvalidRequestError; an input longer than the context -> ContextLengthEr
 which and by how much. Decoders never truncate. Encoders (BERT family, engine.causal False)
 cut an input longer than their limit — the GGUF's <arch>.max_seq_length (sentence-transformers'
 max_seq_length) or else the positions, n_ctx and max_batch_tokens — as sentence-transformers
-does: the first limit - 1 tokens and the closing [SEP].
+does: the first limit - 1 tokens and the closing [SEP]; their text inputs have special-token
+texts ("[SEP]") parsed as those tokens, as Hugging Face tokenizers do.
 """
 from __future__ import annotations
 
@@ -134,8 +135,11 @@ def _prepare(llm, texts, normalize, pooling):
     pool = pooling_code(pooling)
     norm = normalize_code(normalize)
     client = llm.engine_client
-    ids = [client.prompt_ids(t) for t in _inputs(texts)]
     limit = encoder_limit(llm)
+    # encoders read special-token texts in the input as those tokens ("[SEP]"), as Hugging Face
+    # tokenizers (and so sentence-transformers) do
+    ids = [list(client.tok.encode(t, True, True)) if limit is not None and isinstance(t, str)
+           else client.prompt_ids(t) for t in _inputs(texts)]
     if limit is not None:
         ids = [truncate(x, limit, client.tok.eos_id) for x in ids]
     n_ctx = llm.n_ctx

@@ -55,10 +55,10 @@ def rerank_pairs(llm, query: str, documents: Sequence[str]) -> List[List[int]]:
     tok = llm.engine_client.tok
     limit = encoder_limit(llm)
     cls, sep = tok.bos_id, tok.eos_id
-    q = list(tok.encode(query, False, False))
+    q = list(tok.encode(query, False, True))  # special-token texts parsed, as transformers does
     out = []
     for d in docs:
-        a, b = list(q), list(tok.encode(d, False, False))
+        a, b = list(q), list(tok.encode(d, False, True))
         while len(a) + len(b) + 3 > limit and (a or b):
             (a if len(a) > len(b) else b).pop()
         out.append([cls] + a + [sep] + b + [sep])
