@@ -544,6 +544,12 @@ void bind_engine(py::module_& m) {
       .def_property_readonly("context_shift", [](PyEngine& self) { return self.get().config().context_shift; })
       .def_property_readonly("n_vocab", [](PyEngine& self) { return self.get().n_vocab(); })
       .def_property_readonly("n_embd", [](PyEngine& self) { return self.get().n_embd(); })
+      .def_property_readonly("causal", [](PyEngine& self) { return self.get().causal(); },
+                             "False for encoders (BERT family): embeddings and rank only, each input whole.")
+      .def_property_readonly("encoder_input_limit", [](PyEngine& self) { return self.get().encoder_input_limit(); },
+                             "Encoders: the most tokens one input runs with (n_ctx, max_batch_tokens, positions).")
+      .def_property_readonly("rank_outputs", [](PyEngine& self) { return self.get().rank_outputs(); },
+                             "Scores a reranker's classification head gives per input (0: not a reranker).")
       .def_property_readonly("default_pooling", [](PyEngine& self) { return static_cast<int>(self.get().default_pooling()); },
                              "Pooling an embedding gets when none is asked for: the GGUF's pooling_type, else 1 (mean).")
       .def_property_readonly("n_threads", [](PyEngine& self) { return self.loaded().threads().size(); },

@@ -422,6 +422,14 @@ class LLM:
         from .embeddings import embeddings_sync
         return embeddings_sync(self, texts, normalize, pooling)
 
+    def rerank(self, query: str, documents, top_n=None, return_documents: bool = False) -> list:
+        """Documents scored against the query by a cross-encoder (a reranker model), best first:
+        a list of edgellm.rerank.RerankResult (index, relevance_score = the raw score, document
+        with return_documents), exactly min(top_n, len(documents)) of them. Raises
+        InvalidRequestError on a model that is not a reranker."""
+        from .rerank import rerank_sync
+        return rerank_sync(self, query, documents, top_n, return_documents)
+
     @property
     def n_embd(self) -> int:
         return self._engine.n_embd

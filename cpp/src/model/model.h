@@ -79,6 +79,14 @@ class Model {
   // step's sequences this way.
   virtual void run_tasks(int64_t n_tasks, const std::function<void(int64_t, int)>& fn) = 0;
 
+  // Encoders (model/encoder.h) are not causal: a sequence runs whole in one forward pass, and
+  // produces hidden states only.
+  virtual bool causal() const { return true; }
+  // Scores of a reranker's classification head (0: none), and the head applied to a pooled
+  // [CLS] hidden state (n_embd floats) -> rank_outputs() scores.
+  virtual int32_t rank_outputs() const { return 0; }
+  virtual void rank(const float* cls_hidden, float* scores);
+
  protected:
   std::shared_ptr<GgufFile> file_;
   ModelConfig config_;

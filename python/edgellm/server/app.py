@@ -28,6 +28,7 @@ from .config import ServerConfig
 from .cors import CORS
 from .admission import EngineHost, default_loader, default_params_factory
 from .embeddings import EmbeddingRoutes, EmbeddingsBody
+from .rerank import RerankBody, RerankRoutes
 from .errors import APIError, ErrorGuard
 from .limits import BodyLimit
 from .metrics import ServerMetrics
@@ -70,6 +71,7 @@ def model_routes(host: EngineHost, store: Optional[ResponseStore] = None,
     routes = Routes(host)
     native_ollama = ollama_api.OllamaRoutes(host, ollama)
     embeddings = EmbeddingRoutes(routes)
+    rerank = RerankRoutes(routes)
     anthropic = anthropic_api.AnthropicRoutes(host)
     responses = ResponsesAPI(routes, store)
     native = llamacpp_api.LlamaCppAPI(routes)
@@ -99,6 +101,8 @@ def model_routes(host: EngineHost, store: Optional[ResponseStore] = None,
         route("/v1/embeddings", embeddings.v1_embeddings, body=EmbeddingsBody),
         route("/embeddings", embeddings.native, body=EmbeddingsBody, tag="llama.cpp"),
         route("/embedding", embeddings.native, body=EmbeddingsBody, tag="llama.cpp"),
+        # cross-encoders: Jina's / llama-server's rerank (server/rerank.py)
+        *[route(path, rerank.rerank, body=RerankBody) for path in ("/v1/rerank", "/rerank", "/v1/reranking", "/reranking")],
         *[route(path, fn, method, body, "llama.cpp") for path, fn, method, body in native.endpoints()],
         # Ollama's generation and embedding routes (server/ollama_api.py)
         route("/api/generate", native_ollama.generate, body=ollama_models.OllamaGenerateBody,
