@@ -21,6 +21,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_healthy(proc, base: str, timeout: float = 120) -> None:
+    """Until `edgellm serve` (the subprocess `proc`) answers 200 on base/health; its stderr's
+    tail in the failure when it exits first."""
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(base + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        assert time.monotonic() < deadline, "serve did not come up"
+        time.sleep(0.3)
+
+
 def openai_error(r, status):
     """The `error` object of a response with that status, in OpenAI's envelope."""
     assert r.status_code == status, r.text

@@ -83,6 +83,56 @@ def test_required_and_parallel(hermes_llm):
             jsonschema.validate(json.loads(c.arguments), schema)
 
 
+ANSWER = {"type": "object", "properties": {"verdict": {"enum": ["sunny", "rainy"]},
+                                            "days": {"type": "integer", "minimum": 1, "maximum": 9}},
+          "required": ["verdict", "days"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("form", ["response_format", "json_schema"])
+def test_tools_with_response_format_choose_call_or_answer(hermes_llm, form):
+    """tools + a response_format under auto (OpenAI's semantics): the model may call a tool
+    (the call checked by its schema) or answer in the response schema -- never anything else,
+    and the schema no longer shuts the calls out. logit_bias leans the random model towards
+    "<" (a <tool_call> block), then towards the answer's first key; whitespace is damped. One
+    short tool: the schema is described in the prompt too, and these tokens are bytes."""
+    ping = TOOLS[1]
+    def tid(c):
+        (t,) = hermes_llm.tokenize(c, add_special=False)
+        return t
+    damp = {tid(c): -6.0 for c in " \n\t"}
+    leans = [{**damp, tid("<"): 9.0},
+             {**damp, tid("<"): -9.0, tid("`"): -9.0, tid('"'): 5.0, tid("v"): 9.0}]
+    extra = ({"response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": ANSWER}}}
+             if form == "response_format" else {"json_schema": ANSWER})
+    kinds = set()
+    for bias in leans:
+        for seed in range(6):
+            r = hermes_llm.chat(ASK, SamplingParams(temperature=1.0, seed=seed, max_tokens=120,
+                                                    logit_bias=bias, **extra), tools=[ping])
+            if r.finish_reason == "length":
+                continue
+            if r.tool_calls:
+                assert r.finish_reason == "tool_calls" and not r.content, (seed, r.text)
+                (call,) = r.tool_calls
+                assert call.name == "ping"
+                jsonschema.validate(json.loads(call.arguments), ping["function"]["parameters"])
+                kinds.add("call")
+            else:
+                assert r.finish_reason == "stop", (seed, r.text)
+                jsonschema.validate(json.loads(r.content), ANSWER)
+                kinds.add("answer")
+    assert kinds == {"call", "answer"}
+    with pytest.raises(edgellm.InvalidRequestError, match="cannot be combined"):
+        hermes_llm.chat(ASK, SamplingParams(json_schema=ANSWER), tools=TOOLS, tool_choice="required")
+    # the model is told the answer's schema (it cannot otherwise know a JSON answer is wanted)
+    ids, params, _ = hermes_llm.chat_renderer.request(ASK, SamplingParams(json_schema=ANSWER), [ping],
+                                                      "auto", False, None)
+    assert json.dumps(ANSWER) in hermes_llm.detokenize(ids)
+    assert params.grammar and not params.json_schema and not params.grammar_triggers
+    ids, params, _ = hermes_llm.chat_renderer.request(ASK, SamplingParams(), [ping], "auto", False, None)
+    assert "schema" not in hermes_llm.detokenize(ids) and params.grammar_triggers
+
+
 def test_streamed_calls_equal_whole(hermes_llm):
     p = SamplingParams(temperature=1.0, seed=7, max_tokens=200)
     named = {"type": "function", "function": {"name": "get_weather"}}

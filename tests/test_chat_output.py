@@ -145,9 +145,70 @@ def test_reasoning_split(seed):
     assert calls_of(total) == [("add", '{"a": 2, "b": 2}')]
 
 
-def _grammar(fmt, tools, choice, parallel=False):
+def whole_parse(text, tools=TOOLS, fmt=HERMES):
+    p = ChatFormat(fmt, True).parser(tools, "auto")
+    p.feed(text)
+    p.finish()
+    return p.content, [(c.name, json.loads(c.arguments)) for c in p.tool_calls]
+
+
+def streamed_parse(pieces, tools=TOOLS, fmt=HERMES):
+    p = ChatFormat(fmt, True).parser(tools, "auto")
+    total = ChatDelta()
+    for piece in pieces:
+        total.extend(p.feed(piece))
+    total.extend(p.finish())
+    assert total.content == p.content
+    calls = [(n, json.loads(a)) for n, a in calls_of(total)]
+    assert calls == [(c.name, json.loads(c.arguments)) for c in p.tool_calls]
+    return total.content, calls
+
+
+ADD34 = ("add", {"a": 3, "b": 4})
+# Qwen 2.5's template shows a call as {{"name": <function-name>, "arguments": <args-json-object>}}
+# and its models answer so, tagged or bare; what is not a call stays content
+QWEN_OUTPUTS = [
+    ('{{"name": "add", "arguments": {"a": 3, "b": 4}}}', "", [ADD34]),
+    ('{{ "name": "add", "arguments": {"a": 3, "b": 4} }}', "", [ADD34]),
+    ('\n{{"name": "add", "arguments": {"a": 3, "b": 4}}}\n', "", [ADD34]),
+    ('{{"name": "add", "arguments": {"a": 3, "b": 4}}', "", [ADD34]),  # one brace short
+    ('<tool_call>\n{{"name": "add", "arguments": {"a": 3, "b": 4}}}\n</tool_call>', "", [ADD34]),
+    ('I will add them.\n<tool_call>\n{{"name": "add", "arguments": {"a": 3, "b": 4}}}\n</tool_call>',
+     "I will add them.", [ADD34]),
+    ('{{"name": "add", "arguments": {"a": 3, "b": 4}}}\n{{"name": "get_weather", "arguments": '
+     '{"city": "Rome", "days": 2}}}', "", [ADD34, ("get_weather", {"city": "Rome", "days": 2})]),
+    ('{"name": "add", "arguments": {"a": 3, "b": 4}}', "", [ADD34]),
+    ('{{"name": "add", "arguments": {"a": 3, "b": 4}}}\nDone.', "Done.", [ADD34]),
+    # not calls: prose before a bare object, a template, JSON naming no tool
+    ('Call it so: {{"name": "add", "arguments": {"a": 3, "b": 4}}}',
+     'Call it so: {{"name": "add", "arguments": {"a": 3, "b": 4}}}', []),
+    ("{{ user.name }} is {{ user.age }}", "{{ user.name }} is {{ user.age }}", []),
+    ('{"name": "Paris", "temperature_c": 22}', '{"name": "Paris", "temperature_c": 22}', []),
+    ('{{"name": "subtract", "arguments": {"a": 3}}}', '{{"name": "subtract", "arguments": {"a": 3}}}', []),
+]
+
+
+@pytest.mark.parametrize("text,content,calls", QWEN_OUTPUTS)
+def test_qwen_call_format(text, content, calls):
+    assert whole_parse(text) == (content, calls)
+    # streamed: one character at a time, and split in two at every position
+    assert streamed_parse(list(text)) == (content, calls)
+    for k in range(len(text) + 1):
+        assert streamed_parse([text[:k], text[k:]]) == (content, calls), k
+
+
+def test_qwen_call_streams_its_arguments():
+    text = '{{"name": "add", "arguments": {"a": 3, "b": 4}}}'
+    p = ChatFormat(HERMES, True).parser(TOOLS, "auto")
+    pieces = [p.feed(ch) for ch in text]
+    named = [i for i, d in enumerate(pieces) if any(c.name for c in d.tool_calls)]
+    assert named and named[0] < text.index("{\"a\"")  # the name goes out before the arguments
+    assert sum(1 for d in pieces if d.tool_calls) > 5
+
+
+def _grammar(fmt, tools, choice, parallel=False, answer=None):
     gbnf, triggers = ChatFormat(fmt, True).tool_grammar(core.json_schema_to_gbnf, tools, choice,
-                                                        parallel)
+                                                        parallel, answer=answer)
     return core.Grammar.from_gbnf(gbnf), triggers
 
 
@@ -179,6 +240,59 @@ def test_auto_grammar_triggers_and_parallel(fmt):
     assert g.accepts(whole)
     # each trigger (without its anchor) is where a sentence of the grammar may begin
     assert any(whole.startswith(t.lstrip("^")) for t in triggers)
+
+
+def test_auto_grammar_takes_the_qwen_call_format():
+    g, triggers = _grammar(HERMES, TOOLS, "auto")
+    for text in ['{{"name": "add", "arguments": {"a": 1, "b": 2}}}',
+                 '<tool_call>\n{{"name": "add", "arguments": {"a": 1, "b": 2}}}\n</tool_call>']:
+        assert g.accepts(text), text
+        # the lazy grammar switches on where the call begins
+        assert any(text.startswith(t.lstrip("^")) for t in triggers), (text, triggers)
+    for bad in ['{{"name": "add", "arguments": {"a": "x", "b": 2}}}',   # arguments checked
+                '{{"name": "sub", "arguments": {"a": 1, "b": 2}}}',     # a tool's name
+                '{{{"name": "add", "arguments": {"a": 1, "b": 2}}}}']:
+        assert not g.accepts(bad), bad
+
+
+ANSWER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                                            "temperature_c": {"type": "integer"}},
+          "required": ["city", "temperature_c"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("fmt", [HERMES, LLAMA3, MISTRAL, GENERIC])
+def test_tools_with_an_answer_schema_offer_both(fmt):
+    """tools + response_format under auto: the whole output is a checked call or the answer."""
+    g, triggers = _grammar(fmt, TOOLS, "auto", answer=core.json_schema_to_gbnf(json.dumps(ANSWER)))
+    assert triggers == []  # constrained from the first token: the answer must fit too
+    key = "parameters" if fmt == LLAMA3 else "arguments"
+    one = '{"name": "add", "%s": {"a": 1, "b": 2}}' % key
+    call = {HERMES: f"<tool_call>\n{one}\n</tool_call>", LLAMA3: one, MISTRAL: f"[{one}]",
+            GENERIC: '{"tool_calls": [' + one + "]}"}[fmt]
+    assert g.accepts(call)
+    assert g.accepts('{"city": "Paris", "temperature_c": 22}')
+    for bad in ["It is sunny in Paris.",                               # neither
+                '{"city": "Paris"}',                                   # the answer's schema
+                '{"city": "Paris", "temperature_c": 22, "x": 1}',
+                call.replace('"a": 1', '"a": "one"')]:                 # the call's schema
+        assert not g.accepts(bad), bad
+    if fmt == HERMES:
+        assert g.accepts('{{"name": "add", "arguments": {"a": 1, "b": 2}}}')
+    # the answer is content, the call a call
+    assert whole_parse('{"city": "Paris", "temperature_c": 22}', fmt=fmt) == \
+        ('{"city": "Paris", "temperature_c": 22}', [])
+    assert whole_parse(call, fmt=fmt) == ("", [("add", {"a": 1, "b": 2})])
+
+
+def test_answer_alternative_keeps_the_reasoning_block():
+    fmt = ChatFormat(HERMES, True, ("<think>", "</think>"))
+    gbnf, triggers = fmt.tool_grammar(core.json_schema_to_gbnf, TOOLS, "auto", False,
+                                      answer=core.json_schema_to_gbnf(json.dumps(ANSWER)))
+    g = core.Grammar.from_gbnf(gbnf)
+    assert triggers == []
+    assert g.accepts('<think>hot?</think>\n{"city": "Rome", "temperature_c": 30}')
+    assert g.accepts('<think>look it up</think>\n<tool_call>\n{"name": "add", "arguments": '
+                     '{"a": 1, "b": 2}}\n</tool_call>')
 
 
 def test_lazy_constraint_through_the_engine_api():

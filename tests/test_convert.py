@@ -174,9 +174,12 @@ def test_cli_dry_run_prints_the_plan_and_writes_nothing(ckpt, tmp_path):
 def test_cli_converts_with_progress(ckpt, tmp_path):
     out = tmp_path / "x.gguf"
     r = subprocess.run([sys.executable, "-m", "edgellm", "convert", ckpt("qwen3"), str(out), "--type", "f16"],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    assert "100%" in r.stderr and "wrote" in r.stdout
+                       capture_output=True)  # bytes: text mode would turn \r into \n
+    err, stdout = r.stderr.decode(), r.stdout.decode()
+    assert r.returncode == 0, err
+    assert "100%" in err and "wrote" in stdout
+    # stderr is a pipe here, not a terminal: plain lines, no bar redrawn with \r (issue 43 item 10)
+    assert "\r" not in err and err.count("converting:") <= 11, err
     assert core.Model(str(out), n_threads=1) is not None
 
 

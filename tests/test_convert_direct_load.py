@@ -110,10 +110,9 @@ def test_serve_quantize_converts_before_it_listens(tmp_path, converted):
 
 def test_serve_quantize_serves_the_conversion(tmp_path, converted):
     import json
-    import time
     import urllib.request
 
-    from server_helpers import free_port
+    from server_helpers import free_port, wait_healthy
 
     d = hc.write_checkpoint(tmp_path / "qwen3moe", "qwen3moe")
     port = free_port()
@@ -122,17 +121,7 @@ def test_serve_quantize_serves_the_conversion(tmp_path, converted):
                          env=_cli_env(tmp_path), text=True)
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(base + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert p.poll() is None, p.communicate()[1][-2000:]
-            assert time.monotonic() < deadline, "serve did not come up"
-            time.sleep(0.3)
+        wait_healthy(p, base)
         with urllib.request.urlopen(base + "/v1/models", timeout=10) as r:
             assert [m["id"] for m in json.load(r)["data"]] == ["qwen3moe"]
         req = urllib.request.Request(base + "/v1/completions", data=json.dumps(

@@ -97,7 +97,7 @@ def test_info_bad_file_exits_1_with_one_line(tmp_path, content, match):
     assert r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
-    assert lines[0].startswith("error: ") and str(p) in lines[0] and match in lines[0]
+    assert lines[0].startswith("Error: ") and str(p) in lines[0] and match in lines[0]
 
 
 def test_info_missing_file_exits_1(tmp_path):

@@ -348,11 +348,11 @@ def test_cli_plan_does_not_fit(smollm2_path, monkeypatch):
 
 def test_cli_plan_bad_input(tmp_path):
     r = CliRunner().invoke(main, ["plan", str(tmp_path / "absent.gguf")])
-    assert r.exit_code == 1 and "error:" in r.output
+    assert r.exit_code == 1 and "Error:" in r.output
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"not a gguf file at all")
     r = CliRunner().invoke(main, ["plan", str(bad)])
-    assert r.exit_code == 1 and "error:" in r.output
+    assert r.exit_code == 1 and "Error:" in r.output
     r = CliRunner().invoke(main, ["plan", "no-such-model"])
     assert r.exit_code == 1 and "known model" in r.output
 

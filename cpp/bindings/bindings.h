@@ -82,4 +82,5 @@ void bind_cuda(pybind11::module_& m);       // bind_cuda.cpp: CUDA status
 void bind_lora(pybind11::module_& m);       // bind_lora.cpp: LoraAdapter
 // A request's adapters: None, or an iterable of (LoraAdapter, scale); None when empty.
 std::shared_ptr<const LoraMix> lora_mix(const pybind11::object& uses);
+void bind_vision(pybind11::module_& m);     // bind_vision.cpp: VisionEncoder (mmproj files)
 }  // namespace edgellm::bindings

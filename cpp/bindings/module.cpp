@@ -99,4 +99,5 @@ PYBIND11_MODULE(_core, m) {
   edgellm::bindings::bind_engine(m);
   edgellm::bindings::bind_grammar(m);
   edgellm::bindings::bind_cuda(m);
+  edgellm::bindings::bind_vision(m);
 }

@@ -7,6 +7,7 @@
 //   - with a draft model whose distribution differs from the target's, the speculative sampling
 //     rule gives the target's distribution (chi-square on the 2nd and 3rd generated tokens);
 //   - the cost model and the draft-length choice.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -17,6 +18,7 @@
 #include "common/errors.h"
 #include "engine/engine.h"
 #include "engine/spec_policy.h"
+#include "engine/speculative_decoder.h"
 #include "fake_model.h"
 #include "fixtures.h"
 #include "test_util.h"
@@ -373,6 +375,39 @@ void test_cost_model_and_choice() {
   CHECK(choose_draft_length(empty, 1, 0.5, 16, 0.0).k > 0);
 }
 
+// Free prose (issue 43 item 5): n-gram matches of every length, none of their drafts accepted.
+// The policy must stop drafting after a few tries, not try again at each match length it has
+// not failed at yet. Counted: the steps that draft, out of 240, for a cost model where a drafted
+// row costs 3 % of a step (memory-bound, as a small model on a CPU).
+int32_t drafting_steps(bool pooled, int32_t accepted_per_step) {
+  StepCostModel cost;
+  for (int n = 1; n <= 40; ++n)
+    for (int r = 0; r < 3; ++r) cost.observe(n, 0.010 * (1.0 + 0.03 * (n - 1)));
+  Sequence s;
+  s.accept_ngram.assign(13, SpecAcceptance{});
+  int32_t steps = 0;
+  for (int i = 0; i < 240; ++i) {
+    const int32_t n = 1 + i % 12;
+    const double alpha = pooled ? ngram_alpha(s, n) : s.accept_ngram[static_cast<size_t>(n)].alpha();
+    const int32_t k = choose_draft_length(cost, 1, alpha, 32, 0.0).k;
+    if (k <= 0) continue;
+    ++steps;
+    const int32_t acc = std::min(k, accepted_per_step);
+    s.accept_ngram[static_cast<size_t>(n)].update(k, acc);
+  }
+  return steps;
+}
+
+void test_prose_stops_drafting() {
+  const int32_t before = drafting_steps(false, 0), after = drafting_steps(true, 0);
+  std::printf("prose: %d of 240 steps drafted with per-length acceptance alone, %d with the "
+              "longer matches as prior\n", before, after);
+  CHECK(before > 60);  // the old rule: each of the 12 lengths learnt on its own
+  CHECK(after <= 20);  // each length tried once or twice (lengths come shortest first)
+  // Copying (every draft accepted whole): drafting goes on at every step.
+  CHECK(drafting_steps(true, 64) == 240);
+}
+
 void test_refusals() {
   auto model = std::make_shared<fake::FakeModel>();
   CHECK(test_util::throws_invalid([&] { Engine e(model, std::make_shared<fake::FakeVocab>(), config(SpecMode::Draft)); }));
@@ -384,6 +419,7 @@ void test_refusals() {
 int main() {
   test_speculative_pick();
   test_cost_model_and_choice();
+  test_prose_stops_drafting();
   test_refusals();
   test_greedy_identical();
   test_timings_and_small_pool();

@@ -7,7 +7,7 @@ constraints, and the parse of what the model wrote (`LLM.chat*` and `AsyncLLM.ch
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from . import _core
 from ._core import InvalidRequestError
@@ -42,6 +42,8 @@ class ChatRenderer:
         self.limits: Dict[str, Any] = {}
         self._template: Optional[str] = None
         self._format = None
+        # edgellm.vision.VisionInput when the model was loaded with its projector (mmproj)
+        self.vision = None
 
     @property
     def template(self) -> str:
@@ -52,6 +54,14 @@ class ChatRenderer:
         return self._template
 
     @property
+    def stand_in(self) -> Optional[str]:
+        """The built-in template's name when one stands in for a chat template the model file
+        does not have (no override given): a base model, most likely; else None."""
+        if self._override or self.tok.chat_template:
+            return None
+        return self.template
+
+    @property
     def chat_format(self):
         if self._format is None:
             from .chat_output import ChatFormat
@@ -60,9 +70,10 @@ class ChatRenderer:
         return self._format
 
     def apply(self, messages, add_generation_prompt: bool, tools, chat_template_kwargs,
-              shield=None) -> str:
+              shield=None, answer_hint: Optional[str] = None) -> str:
         """The rendered conversation (LLM.apply_chat_template); with `shield`, what the caller
-        wrote has its control-token texts held (edgellm.chat_template.ContentShield)."""
+        wrote has its control-token texts held (edgellm.chat_template.ContentShield).
+        answer_hint: system text on the final answer's form (ChatFormat.answer_prompt)."""
         from .chat_template import prepare_messages, render_chat
 
         tok = self.tok
@@ -75,8 +86,9 @@ class ChatRenderer:
         kwargs = {**self.defaults, **dict(chat_template_kwargs or {})}
         if shield is not None:  # what the caller wrote is text: its control-token texts are held
             msgs, tools, kwargs = shield.protect(msgs), shield.protect(tools), shield.protect(kwargs)
-        if tools:
-            extra_system = self.chat_format.tool_system_prompt(tools)
+            answer_hint = shield.protect(answer_hint)
+        for extra_system in (self.chat_format.tool_system_prompt(tools) if tools else None,
+                             answer_hint):
             if extra_system:
                 if msgs and msgs[0].get("role") in ("system", "developer"):
                     first = dict(msgs[0])
@@ -97,11 +109,11 @@ class ChatRenderer:
             ids = ids[1:]  # the template wrote BOS itself
         return ids
 
-    def _shield(self, messages, tools, chat_template_kwargs):
+    def _shield(self, messages, tools, chat_template_kwargs, answer_hint=None):
         from .chat_template import ContentShield
 
         shield = ContentShield(self.tok.find_control_tokens)
-        shield.pick_marks(messages, tools, chat_template_kwargs)
+        shield.pick_marks(messages, tools, chat_template_kwargs, answer_hint)
         return shield
 
     def prompt_ids(self, messages, tools=None, chat_template_kwargs=None) -> List[int]:
@@ -111,15 +123,29 @@ class ChatRenderer:
         return self.ids(*shield.restore(text))
 
     def shielded_prompt(self, messages, tools=None, tool_choice=None, chat_template_kwargs=None,
-                        add_generation_prompt=None, continue_final_message=None):
+                        add_generation_prompt=None, continue_final_message=None, answer_hint=None):
         """LLM.chat_prompt: (prompt text, plain ranges)."""
-        shield = self._shield(messages, tools, chat_template_kwargs)
+        messages, images = self._images(messages)
+        shield = self._shield(messages, tools, chat_template_kwargs, answer_hint)
         text = self.prompt_text(messages, tools, tool_choice, chat_template_kwargs,
-                                add_generation_prompt, continue_final_message, shield)
+                                add_generation_prompt, continue_final_message, shield, answer_hint)
+        if images:
+            text = self.vision.expand(text, len(images))
         return shield.restore(text)
 
+    def _images(self, messages):
+        """(messages with image parts as {"type": "image"}, the images' (URL, where)); a text-only
+        model refuses image parts (edgellm.vision.ImageError)."""
+        from . import vision
+
+        if self.vision is None:
+            vision.refuse_images(messages)
+            return messages, []
+        return self.vision.messages_for_template(messages)
+
     def prompt_text(self, messages, tools, tool_choice, chat_template_kwargs,
-                    add_generation_prompt, continue_final_message, shield=None) -> str:
+                    add_generation_prompt, continue_final_message, shield=None,
+                    answer_hint=None) -> str:
         """LLM.render_chat_prompt (a conversation ending with the assistant's is continued)."""
         msgs = list(messages)
         last = msgs[-1] if msgs and isinstance(msgs[-1], Mapping) else {}
@@ -131,7 +157,7 @@ class ChatRenderer:
         use_tools = tools if (tools and tool_choice != "none") else None
         if not prefill:
             return self.apply(msgs, add_generation_prompt is not False, use_tools,
-                              chat_template_kwargs, shield)
+                              chat_template_kwargs, shield, answer_hint)
         if not ends_assistant:
             raise InvalidRequestError("continue_final_message: the last message must be the assistant's")
         if last.get("tool_calls"):
@@ -144,34 +170,55 @@ class ChatRenderer:
         if not isinstance(content, str):
             content = "\n\n".join(p.get("text", "") for p in content
                                    if isinstance(p, Mapping) and p.get("type") == "text")
-        head = self.apply(msgs[:-1], True, use_tools, chat_template_kwargs, shield)
+        head = self.apply(msgs[:-1], True, use_tools, chat_template_kwargs, shield, answer_hint)
         return head + (shield.protect(content) if shield is not None else content)
+
+    def _answer_constraint(self, params: SamplingParams, tool_choice) -> Tuple[str, Optional[str], bool]:
+        """With tools: (the final answer's schema text or "", its GBNF or None, whether calls
+        can be constrained). A regex answer, or a format with no answer alternative, keeps
+        its own constraint alone: no call."""
+        forced = tool_choice == "required" or isinstance(tool_choice, dict)
+        schema = params._schema_text()  # json_schema or response_format's
+        if (schema or params.grammar or params.regex) and forced:
+            raise InvalidRequestError("tool_choice 'required' or a named function cannot be combined "
+                                      "with response_format / json_schema / grammar")
+        if not (schema or params.grammar or params.regex):
+            return "", None, True
+        if params.regex or not self.chat_format.combines_answer:
+            return "", None, False
+        return schema, (_core.json_schema_to_gbnf(schema) if schema else params.grammar), True
 
     def request(self, messages, params: Optional[SamplingParams], tools, tool_choice,
                 parallel_tool_calls, chat_template_kwargs, add_generation_prompt=None,
                 continue_final_message=None):
-        """(prompt ids, params with the tool-call constraint, parser factory) for one chat."""
+        """(prompt ids, params with the tool-call constraint, parser factory) for one chat.
+
+        Under tool_choice auto the grammar switches on at a call's trigger. With a
+        response_format / json_schema / GBNF grammar as well, the whole output is either the
+        calls or the answer that constraint describes (OpenAI's API lets the model choose), and
+        a schema is described to the model in the system text (ChatFormat.answer_prompt) so it
+        can tell when to answer; a regex answer keeps only its own constraint."""
         validate_messages(messages)
         params = params or SamplingParams()
         tools = check_tools(tools, tool_choice)
         use_tools = bool(tools) and tool_choice != "none"
-        text, plain = self.shielded_prompt(messages, tools, tool_choice, chat_template_kwargs,
-                                           add_generation_prompt, continue_final_message)
-        ids = self.ids(text, plain)
         fmt = self.chat_format
-        if use_tools:
-            forced = tool_choice == "required" or isinstance(tool_choice, dict)
-            has_constraint = bool(params.json_schema or params.grammar or params.regex or
-                                  (params.response_format and params.response_format.get("type") != "text"))
-            if has_constraint and forced:
-                raise InvalidRequestError("tool_choice 'required' or a named function cannot be combined "
-                                          "with response_format / json_schema / grammar")
-            if not has_constraint:
-                # llama-server's default: one call per turn unless parallel calls are asked for
-                parallel = bool(parallel_tool_calls)
-                gbnf, triggers = fmt.tool_grammar(_core.json_schema_to_gbnf, tools, tool_choice,
-                                                  parallel, prompt=text)
-                params = dataclasses.replace(params, grammar=gbnf, grammar_triggers=triggers or None)
+        schema, answer, calls = (self._answer_constraint(params, tool_choice) if use_tools
+                                 else ("", None, False))
+        hint = fmt.answer_prompt(schema) if schema else None
+        text, plain = self.shielded_prompt(messages, tools, tool_choice, chat_template_kwargs,
+                                           add_generation_prompt, continue_final_message, hint)
+        ids = self.ids(text, plain)
+        images = self._images(messages)[1]
+        if images:
+            ids = self.vision.attach(ids, images)  # edgellm.vision.PromptIds
+        if calls:
+            # llama-server's default: one call per turn unless parallel calls are asked for
+            gbnf, triggers = fmt.tool_grammar(_core.json_schema_to_gbnf, tools, tool_choice,
+                                              bool(parallel_tool_calls), prompt=text, answer=answer)
+            params = dataclasses.replace(params, grammar=gbnf, grammar_triggers=triggers or None,
+                                         json_schema=None, response_format=None)
+
         def new_parser():
             return fmt.parser(tools if use_tools else None, tool_choice, prompt=text)
         return ids, params, new_parser

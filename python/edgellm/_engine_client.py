@@ -239,11 +239,15 @@ class EngineClient:
         """A text prompt tokenized (BOS added, special-token texts left as text), or ids checked."""
         if isinstance(prompt, str):
             return list(self.tok.encode(prompt, True, False))
+        if getattr(prompt, "images", None):  # edgellm.vision.PromptIds, made by the chat renderer
+            return prompt
         return token_ids(prompt, self.n_vocab, "prompt")
 
     def submit(self, ids: List[int], core: "_core.SamplingParams", channel, stream: bool, lora=None) -> int:
-        """`lora`: the request's SamplingParams.lora (names resolved here: LoraNotFoundError)."""
-        return self.engine.submit(ids, core, channel, stream, self.loras.resolve(lora))
+        """`lora`: the request's SamplingParams.lora (names resolved here: LoraNotFoundError).
+        Image blocks (edgellm.vision.PromptIds) go with their ids."""
+        return self.engine.submit(ids, core, channel, stream, list(getattr(ids, "images", ())),
+                                  self.loras.resolve(lora))
 
     def abort(self, request_id: int) -> None:
         self.engine.abort(request_id)

@@ -169,6 +169,11 @@ class AsyncLLM:
         from .embeddings import embeddings_async
         return await embeddings_async(self, texts, normalize, pooling)
 
+    async def rerank(self, query: str, documents, top_n=None, return_documents: bool = False) -> list:
+        """LLM.rerank, awaitable: every pair submitted at once; cancelling aborts them."""
+        from .rerank import rerank_async
+        return (await rerank_async(self, query, documents, top_n, return_documents))[0]
+
     def close(self) -> None:
         self.llm.close()
 

@@ -34,7 +34,9 @@ from .chat_types import (GENERIC, HARMONY, HERMES, LLAMA3, MISTRAL, ChatDelta, T
 __all__ = ["ToolCall", "ToolCallDelta", "ChatDelta", "ChatFormat", "ChatOutputParser",
            "new_call_id", "HARMONY"]
 
-_NAME_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*')
+# a call object's head; `{{` too: Qwen 2.5's template shows the call as {{"name": ..., "arguments": ...}}
+# and its models write it so
+_NAME_HEAD = re.compile(r'\s*\{\s*(?:\{\s*)?"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*')
 
 
 def check_tool_schemas(tools: Sequence[Dict[str, Any]]) -> None:
@@ -52,6 +54,12 @@ def check_tool_schemas(tools: Sequence[Dict[str, Any]]) -> None:
             raise InvalidRequestError(f"tool {tool_name(tool)!r}: its parameters schema cannot "
                                       f"be used: {e}") from None
 
+
+# With tools and a response_format schema under auto, what the model is told about its final
+# answer (the grammar allows a call or that answer; without this the model cannot tell that a
+# JSON answer is wanted and, having the tool's result, calls the tool again)
+ANSWER_PROMPT = ("When you answer (instead of calling a function), answer with only a JSON object "
+                 "that matches this schema:\n{schema}")
 
 GENERIC_TOOL_PROMPT = (
     "You can call these tools (JSON schemas of their parameters):\n{tools}\n\n"
@@ -94,16 +102,31 @@ class ChatFormat:
         listing = "\n".join(json.dumps(t.get("function", t), ensure_ascii=False) for t in tools)
         return GENERIC_TOOL_PROMPT.format(tools=listing)
 
+    def answer_prompt(self, schema: str) -> str:
+        """System text describing the final answer's JSON schema (tools + response_format)."""
+        return ANSWER_PROMPT.format(schema=schema)
+
     # --- constraining ---------------------------------------------------------------------
+    @property
+    def combines_answer(self) -> bool:
+        """Whether tool_grammar can offer a constrained final answer beside the calls
+        (response_format with tools under auto); the registered formats (harmony) cannot."""
+        return self.tool_format not in registered_formats()
+
     def tool_grammar(self, json_schema_to_gbnf, tools: Sequence[Dict[str, Any]], tool_choice: Any,
-                     parallel: bool, prompt: str = "") -> Tuple[str, List[str]]:
+                     parallel: bool, prompt: str = "", answer: Optional[str] = None
+                     ) -> Tuple[str, List[str]]:
         """(GBNF, triggers) for tool calls: triggers empty means the whole output is a call
         (tool_choice required or named) -- after the reasoning block when the template thinks;
-        else the grammar switches on at a trigger (auto)."""
+        else the grammar switches on at a trigger (auto). `answer` (GBNF of the final answer,
+        e.g. a response_format schema's, under auto): the whole output is then either the
+        calls or that answer, so the model chooses (no triggers)."""
         picked = chosen_tools(tools, tool_choice)
         check_tool_schemas(picked)
         hooks = registered_formats().get(self.tool_format)
         if hooks is not None:
+            if answer is not None:
+                raise ValueError(f"{self.tool_format}: no answer alternative (combines_answer)")
             return hooks.tool_grammar(json_schema_to_gbnf, tools, tool_choice)
         rules: List[str] = []
         alts: List[str] = []
@@ -119,13 +142,16 @@ class ChatFormat:
         nl = gbnf_literal("\n")
         if self.tool_format == HERMES:
             # <tool_call> blocks, or (as small models often write) the bare JSON object(s) at
-            # the start of the answer
-            one = gbnf_literal("<tool_call>\n") + " call-object " + gbnf_literal("\n</tool_call>")
+            # the start of the answer; each object may be written in doubled braces, as Qwen
+            # 2.5's template shows the format ({{"name": ..., "arguments": ...}})
+            rules.append(f'hermes-call ::= call-object | {gbnf_literal("{")} call-object '
+                         f'{gbnf_literal("}")}')
+            one = gbnf_literal("<tool_call>\n") + " hermes-call " + gbnf_literal("\n</tool_call>")
             tagged = f"{one} ( {nl} {one} )*" if parallel else one
-            bare = f"call-object ( {nl} call-object )*" if parallel else "call-object"
+            bare = f"hermes-call ( {nl} hermes-call )*" if parallel else "hermes-call"
             fenced = gbnf_literal("```json\n") + f" {bare} " + gbnf_literal("\n```")
             many = f"( {tagged} ) | ( {bare} ) | ( {fenced} )"
-            triggers = ["<tool_call>", '^{"name"', "^```json"]
+            triggers = ["<tool_call>", '^{"name"', '^{{"name"', "^```json"]
         elif self.tool_format == LLAMA3:
             one = "call-object"
             many = f'{one} ( {gbnf_literal("; ")} {one} )*' if parallel else one
@@ -139,7 +165,12 @@ class ChatFormat:
             many = (f'{gbnf_literal("{")} {gbnf_literal(chr(34) + "tool_calls" + chr(34) + ": [")} '
                     f'call-object {sep} {gbnf_literal("]}")}')
             triggers = ['^{"tool_calls"']
-        if forced and self.think:
+        if answer is not None:
+            body, root = prefix_rules(answer, "answer-")
+            rules.append(body)
+            many = f"( {many} ) | {root}"
+        whole = forced or answer is not None
+        if whole and self.think:
             # a thinking model reasons first: free text (without "</") up to the end marker
             start, end = self.think
             rules.append('think-text ::= ( [^<] | "<" [^/] )*')
@@ -150,7 +181,7 @@ class ChatFormat:
             else:
                 many = f"( {gbnf_literal(start)} {block} )? ( {many} )"
         rules.insert(0, f"root ::= {many}")
-        return "\n".join(rules) + "\n", ([] if forced else triggers)
+        return "\n".join(rules) + "\n", ([] if whole else triggers)
 
     def parser(self, tools: Optional[Sequence[Dict[str, Any]]] = None, tool_choice: Any = None,
                prompt: str = "") -> "ChatOutputParser":
@@ -161,7 +192,8 @@ class ChatFormat:
         in_think = False
         if self.think and prompt.rstrip().endswith(self.think[0]):
             in_think = True  # the template opened the thinking block itself
-        return ChatOutputParser(self if use_tools else None, self.think, in_think)
+        names = [tool_name(t) for t in tools] if use_tools else []
+        return ChatOutputParser(self if use_tools else None, self.think, in_think, names)
 
 
 # ---- the streaming parser -----------------------------------------------------------------------
@@ -213,9 +245,11 @@ class ChatOutputParser(StreamingParser):
     """Incremental parse of one completion's text into content, reasoning and tool calls."""
 
     def __init__(self, fmt: Optional[ChatFormat], think: Optional[Tuple[str, str]],
-                 in_think: bool = False):
+                 in_think: bool = False, tool_names: Sequence[str] = ()):
         super().__init__()
         self.fmt = fmt
+        # an untagged object at the start is a call only when it names one of these (when given)
+        self.tool_names = frozenset(tool_names)
         self.think = think
         self.state = "reasoning" if in_think else "content"
         self._at_start = True         # nothing but whitespace seen in content so far
@@ -307,7 +341,8 @@ class ChatOutputParser(StreamingParser):
                     if final:
                         break
                     return  # whitespace only so far: wait
-                heads = {HERMES: ['{"name"', '{ "name"', "```json\n{", '```json\n{"name"'],
+                heads = {HERMES: ['{"name"', '{ "name"', '{{"name"', '{{ "name"', "```json\n{",
+                                  '```json\n{"name"'],
                          LLAMA3: ['{"name"', '{ "name"', '<|python_tag|>'],
                          MISTRAL: ["[TOOL_CALLS]", '[{"name"', '[{ "name"'],
                          GENERIC: ['{"tool_calls"', '{ "tool_calls"', '{"tool_call"', '{"name"']}[self.fmt.tool_format]
@@ -379,6 +414,8 @@ class ChatOutputParser(StreamingParser):
                 name = json.loads('"' + m.group(1) + '"')
             except json.JSONDecodeError:
                 return
+            if self.state == "whole" and self.tool_names and name not in self.tool_names:
+                return  # names no tool: an answer that is JSON (settled at the end)
             self._named = True
             self._scanner = _ArgScanner()
             self._args_from = m.end()
@@ -405,7 +442,10 @@ class ChatOutputParser(StreamingParser):
         """A call's text is complete (or the output ended): settle it."""
         text = self._call_text
         if self.state == "whole" or not self._named:
-            calls = _parse_calls(text)
+            calls, after = _parse_calls(text)
+            if self.state == "whole" and self.tool_names:  # untagged: only calls of the tools
+                known = [c for c in calls if c[0] in self.tool_names]
+                calls = known if self._named or len(known) == len(calls) else []
             if self._named and calls:  # llama3 streamed its first call already
                 first = self.tool_calls[-1]
                 if first.arguments != calls[0][1]:
@@ -428,6 +468,8 @@ class ChatOutputParser(StreamingParser):
                 self.tool_calls.append(ToolCall(new_call_id(), name, args))
                 i = len(self.tool_calls) - 1
                 delta.tool_calls.append(ToolCallDelta(i, self.tool_calls[i].id, name, args))
+            if after:  # text after the calls (a model writing on without the grammar)
+                self._emit_text(delta, after)
         elif self._scanner is not None and self.tool_calls and self.tool_calls[-1].arguments:
             args = self.tool_calls[-1].arguments
             try:  # normalise to compact JSON only if it parses; partial stays as written
@@ -441,8 +483,26 @@ class ChatOutputParser(StreamingParser):
         self._at_start = False
 
 
-def _parse_calls(text: str) -> List[Tuple[str, str]]:
-    """(name, arguments JSON) pairs from a whole-output call text in any of the JSON shapes."""
+def _decode_call(dec: json.JSONDecoder, text: str, i: int) -> Tuple[Any, int]:
+    """The JSON value at text[i:] and where it ends; an object in doubled braces ({{...}}, never
+    JSON, as Qwen 2.5's template shows a call) is the object inside (its second closing brace
+    optional)."""
+    j = i + 1
+    if text.startswith("{", i):
+        while j < len(text) and text[j] in " \t\r\n":
+            j += 1
+        if text.startswith("{", j):
+            v, k = dec.raw_decode(text, j)
+            end = k
+            while end < len(text) and text[end] in " \t\r\n":
+                end += 1
+            return v, (end + 1 if text.startswith("}", end) else k)
+    return dec.raw_decode(text, i)
+
+
+def _parse_calls(text: str) -> Tuple[List[Tuple[str, str]], str]:
+    """(name, arguments JSON) pairs from a whole-output call text in any of the JSON shapes, and
+    the text after the calls that is no call (a call cut short by max_tokens is dropped)."""
     text = text.strip()
     for head in ("<|python_tag|>", "[TOOL_CALLS]", "```json", "```"):
         if text.startswith(head):
@@ -450,6 +510,7 @@ def _parse_calls(text: str) -> List[Tuple[str, str]]:
     if text.endswith("```"):
         text = text[:-3].strip()
     values: List[Any] = []
+    after = ""
     dec = json.JSONDecoder()
     i = 0
     while i < len(text):
@@ -458,11 +519,12 @@ def _parse_calls(text: str) -> List[Tuple[str, str]]:
         if i >= len(text):
             break
         try:
-            v, j = dec.raw_decode(text, i)
+            v, j = _decode_call(dec, text, i)
         except json.JSONDecodeError:
             if values:  # complete calls, then one cut short (max_tokens): keep the complete ones
+                after = "" if text[i] in "{[" else text[i:]
                 break
-            return []
+            return [], ""
         values.append(v)
         i = j
     out: List[Tuple[str, str]] = []
@@ -486,12 +548,12 @@ def _parse_calls(text: str) -> List[Tuple[str, str]]:
     for v in values:
         if isinstance(v, list):
             if not all(add(x) for x in v):
-                return []
+                return [], ""
         elif isinstance(v, dict) and ("tool_calls" in v or "tool_call" in v):
             inner = v.get("tool_calls", v.get("tool_call"))
             inner = inner if isinstance(inner, list) else [inner]
             if not all(add(x) for x in inner):
-                return []
+                return [], ""
         elif not add(v):
-            return []
-    return out
+            return [], ""
+    return out, after

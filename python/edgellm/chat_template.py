@@ -665,9 +665,19 @@ def _compile(source: str):
 
 
 def _flatten_content(content: Any, index: int) -> Any:
-    """OpenAI content parts -> text (templates written for plain strings concatenate it)."""
+    """OpenAI content parts -> text (templates written for plain strings concatenate it). A
+    content with {"type": "image"} parts (edgellm.vision) stays a list of image and text parts,
+    as Hugging Face templates of vision models take it."""
     if content is None or isinstance(content, str):
         return content
+    if isinstance(content, Sequence) and any(isinstance(p, Mapping) and p.get("type") == "image" for p in content):
+        parts = []
+        for part in content:
+            if isinstance(part, Mapping) and part.get("type") == "image":
+                parts.append({"type": "image"})
+            else:
+                parts.append({"type": "text", "text": _flatten_content([part], index)})
+        return parts
     if isinstance(content, Sequence):
         texts = []
         for part in content:

@@ -11,14 +11,19 @@ vector. Nothing here runs per token.
 
 pooling: None = the model's (GGUF `<arch>.pooling_type`, else "mean"), or "mean", "cls" (the
 first token), "last" (the last token), "none" (one vector per token), or llama.cpp's numbers
-0..3. "rank" needs a reranker head and is refused. normalize: True = euclidean (L2), False /
+0..3. "rank" is a reranker's classification head (encoders with one: their scores; refused
+elsewhere). normalize: True = euclidean (L2), False /
 None = raw, or llama.cpp's embd_normalize integer (-1 none, 0 max-abs scaled to the int16
 range, 1 taxicab, 2 euclidean, > 2 p-norm). With pooling "none" each token's vector is
 normalised on its own.
 
 Errors: an empty input list, an input with no tokens (an empty string on a model that adds no
 BOS) -> InvalidRequestError; an input longer than the context -> ContextLengthError naming
-which and by how much. Nothing is ever truncated.
+which and by how much. Decoders never truncate. Encoders (BERT family, engine.causal False)
+cut an input longer than their limit — the GGUF's <arch>.max_seq_length (sentence-transformers'
+max_seq_length) or else the positions, n_ctx and max_batch_tokens — as sentence-transformers
+does: the first limit - 1 tokens and the closing [SEP]; their text inputs have special-token
+texts ("[SEP]") parsed as those tokens, as Hugging Face tokenizers do.
 """
 from __future__ import annotations
 
@@ -78,10 +83,7 @@ def pooling_code(pooling) -> int:
                                       "2 cls, 3 last)")
     else:
         raise InvalidRequestError(f"pooling must be a name or an integer, got {pooling!r}")
-    if code == POOLING_TYPES["rank"]:
-        raise InvalidRequestError("pooling 'rank' needs a reranker's classification head, which "
-                                  "this model has not (use none, mean, cls or last)")
-    return code
+    return code  # "rank" without a classification head: the engine refuses it
 
 
 def normalize_code(normalize) -> int:
@@ -133,7 +135,13 @@ def _prepare(llm, texts, normalize, pooling):
     pool = pooling_code(pooling)
     norm = normalize_code(normalize)
     client = llm.engine_client
-    ids = [client.prompt_ids(t) for t in _inputs(texts)]
+    limit = encoder_limit(llm)
+    # encoders read special-token texts in the input as those tokens ("[SEP]"), as Hugging Face
+    # tokenizers (and so sentence-transformers) do
+    ids = [list(client.tok.encode(t, True, True)) if limit is not None and isinstance(t, str)
+           else client.prompt_ids(t) for t in _inputs(texts)]
+    if limit is not None:
+        ids = [truncate(x, limit, client.tok.eos_id) for x in ids]
     n_ctx = llm.n_ctx
     for i, x in enumerate(ids):
         if not x:
@@ -145,6 +153,26 @@ def _prepare(llm, texts, normalize, pooling):
     if pool == -1:
         pool = int(client.engine.default_pooling)
     return ids, pool, norm
+
+
+def encoder_limit(llm):
+    """The most tokens an encoder input keeps (None for decoders, which never truncate)."""
+    engine = llm.engine_client.engine
+    if engine.causal:
+        return None
+    limit = int(engine.encoder_input_limit)
+    meta = llm.metadata
+    msl = meta.get(f"{meta.get('general.architecture')}.max_seq_length")
+    return min(limit, int(msl)) if isinstance(msl, int) and msl > 0 else limit
+
+
+def truncate(ids: List[int], limit: int, sep: int) -> List[int]:
+    """sentence-transformers' cut: the first limit tokens, the closing [SEP] kept in place."""
+    if len(ids) <= limit:
+        return ids
+    if ids and ids[-1] == sep and limit >= 2:
+        return ids[:limit - 1] + [sep]
+    return ids[:limit]
 
 
 def _result(events: list, pool: int, norm: int) -> Embeddings:

@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from . import _core
 from ._chat import ChatRenderer, finish_chat, parse_chunk
-from ._core import InvalidRequestError, RequestCancelled  # noqa: F401 - importable from here
+from ._core import InvalidRequestError, ModelFormatError, RequestCancelled  # noqa: F401 - importable from here
 from ._engine_client import EngineClient, RequestControl, is_batch, open_engine
 from .outputs import (ChatCompletion, Completion, CompletionChunk, TokenLogprob,  # noqa: F401
                       TopLogprob, Usage)
@@ -113,7 +113,8 @@ class LLM:
                  prefix_cache: bool = True, draft_model=None, speculative: str = "auto",
                  num_speculative_tokens: Optional[int] = None, spec_adaptive: bool = True,
                  context_shift: bool = False, cache_dir=None, cache_max_bytes: Optional[int] = None,
-                 quantize: Optional[str] = None, progress=None, lora=None):
+                 quantize: Optional[str] = None, progress=None, mmproj=None,
+                 media_path: Optional[str] = None, allow_remote_media: bool = False, lora=None):
         from .validation import check_engine_args
 
         t0 = time.perf_counter()
@@ -146,11 +147,10 @@ class LLM:
         self._tok = self._engine.tokenizer
         self.engine_client = EngineClient(self._engine)  # the request layer (AsyncLLM's too)
         self.n_ctx: int = self._engine.n_ctx
-        trained = self._engine.n_ctx_train
-        if trained > 0 and self.n_ctx > trained:  # allowed, as llama.cpp does, with a warning
+        from .memory_plan import context_warnings
+        for text in context_warnings(self.n_ctx, self._engine.n_ctx_train):
             import warnings
-            warnings.warn(f"n_ctx {self.n_ctx} is beyond the model's trained context {trained}: "
-                          "output past that length may degrade", stacklevel=2)
+            warnings.warn(text, stacklevel=2)
         self.n_vocab: int = self._engine.n_vocab
         self.n_threads: int = self._engine.n_threads
         self.isa: str = _core.isa()
@@ -160,6 +160,10 @@ class LLM:
         # the chat template, its format and render settings (AsyncLLM's too)
         self.chat_renderer = ChatRenderer(self._tok, chat_template)
         self._metadata = None
+        # vision input (edgellm.vision): the projector given, else the one mmproj*.gguf beside
+        # the model (mmproj=False: none); image content parts in chat need it
+        self.mmproj: Optional[str] = None
+        self._open_vision(model_path, mmproj, media_path, allow_remote_media)
         try:
             for name, (path, scale) in lora_arg(lora).items():
                 self.load_lora(name, path, scale)
@@ -180,6 +184,38 @@ class LLM:
         return plan(model_path, n_ctx, n_threads, kv_memory=kv_memory, kv_type=kv_type,
                     max_seqs=max_seqs, max_batch_tokens=max_batch_tokens, page_size=page_size,
                     draft_model=draft_model, speculative=speculative)
+
+    def _open_vision(self, model_path, mmproj, media_path, allow_remote_media) -> None:
+        from . import vision
+
+        import sys
+
+        if mmproj is False:
+            return
+        found = mmproj is None
+        if found:
+            mmproj = vision.find_mmproj(model_path)
+            if mmproj is None:
+                return
+        try:
+            self.chat_renderer.vision = vision.VisionInput(
+                mmproj, self._tok, self.n_embd, str(self.metadata.get("general.architecture", "")), self.n_threads,
+                media_path=media_path, allow_remote=allow_remote_media)
+        except (ModelFormatError, ImportError) as e:
+            if not found:
+                self.close()  # the engine's thread and mapping go now
+                raise
+            # a projector that merely sits beside the model and does not fit it: text only
+            print(f"edgellm: not using {mmproj} found beside the model: {e}", file=sys.stderr)
+            return
+        if found:
+            print(f"edgellm: using the projector {mmproj} found beside the model (images in chat)", file=sys.stderr)
+        self.mmproj = str(mmproj)
+
+    @property
+    def takes_images(self) -> bool:
+        """Whether chat messages may hold image parts (a projector was loaded)."""
+        return self.chat_renderer.vision is not None
 
     # ---- model facts ----
     @property
@@ -420,6 +456,14 @@ class LLM:
         from .embeddings import embeddings_sync
         return embeddings_sync(self, texts, normalize, pooling)
 
+    def rerank(self, query: str, documents, top_n=None, return_documents: bool = False) -> list:
+        """Documents scored against the query by a cross-encoder (a reranker model), best first:
+        a list of edgellm.rerank.RerankResult (index, relevance_score = the raw score, document
+        with return_documents), exactly min(top_n, len(documents)) of them. Raises
+        InvalidRequestError on a model that is not a reranker."""
+        from .rerank import rerank_sync
+        return rerank_sync(self, query, documents, top_n, return_documents)
+
     @property
     def n_embd(self) -> int:
         return self._engine.n_embd
@@ -431,7 +475,10 @@ class LLM:
         return pooling_name(int(self._engine.default_pooling))
 
     def stats(self) -> dict:
-        return dict(self._engine.stats())
+        out = dict(self._engine.stats())
+        if self.chat_renderer.vision is not None:
+            out.update(self.chat_renderer.vision.stats())
+        return out
 
     # ---- compute threads at run time (the thermal back-off, edgellm.thermal) ----
     @property

@@ -27,22 +27,75 @@ from typing import Any, Dict, List, Optional
 
 from . import _core
 
-__all__ = ["MemoryPlan", "MachineMemory", "MemoryPlanError", "machine_memory", "plan",
-           "parse_bytes"]
+__all__ = ["MemoryPlan", "MachineMemory", "MemoryPlanError", "Fix", "advice", "machine_memory",
+           "plan", "parse_bytes"]
 
 _DEFAULT_MAX_CONTEXT = 4096  # the engine's default n_ctx cap (engine.cpp)
 _MIN_AUTO_CONTEXT = 256      # the smallest context chosen automatically
 
 
+@dataclass(frozen=True)
+class Fix:
+    """One change that would make a plan fit: `setting` ("n_ctx", "kv_type", "kv_memory", or
+    "model": a smaller model) to `value`, with `note` (sizes, what it means) written after it."""
+    setting: str
+    value: Any = None
+    note: str = ""
+
+
+# How each place that shows advice spells a setting; a setting a place has no way to change is
+# not offered there (`run` has no --kv-memory and runs one sequence; the REPL speaks /set).
+SPELLINGS: Dict[str, Dict[str, str]] = {
+    "python": {"n_ctx": "n_ctx={}", "kv_type": 'kv_type="{}"', "kv_memory": "kv_memory={}"},
+    "plan": {"n_ctx": "-c {}", "kv_type": "--kv-type {}", "kv_memory": "--kv-memory {}"},
+    "serve": {"n_ctx": "--ctx-size {}", "kv_memory": "--kv-memory {}"},
+    "run": {"n_ctx": "-c {}"},
+    "repl": {"n_ctx": "/set parameter num_ctx {}"},
+}
+
+
+def advice(fixes: List[Fix], where: str = "python") -> List[str]:
+    """`fixes` in the words of `where` (a key of SPELLINGS), those it can apply only."""
+    out = []
+    for f in fixes:
+        if f.setting == "model":
+            out.append(f.note)
+        elif f.setting in SPELLINGS[where]:
+            out.append(SPELLINGS[where][f.setting].format(f.value) + (f" {f.note}" if f.note else ""))
+    return out
+
+
+def context_warnings(n_ctx: int, n_ctx_train: int) -> List[str]:
+    """What a context of n_ctx tokens deserves a warning for (LLM(...) warns it; `edgellm
+    plan` prints it): beyond the trained context is allowed, as llama.cpp allows it."""
+    if n_ctx_train > 0 and n_ctx > n_ctx_train:
+        return [f"n_ctx {n_ctx} is beyond the model's trained context {n_ctx_train}: output "
+                "past that length may degrade"]
+    return []
+
+
+def message_for(e: BaseException, where: str) -> str:
+    """An error's message as `where` shows it: a MemoryPlanError's advice in its words."""
+    return e.message_for(where) if isinstance(e, MemoryPlanError) else str(e)
+
+
 class MemoryPlanError(_core.ContextLengthError):
     """The model, at the configuration asked for, needs more memory than the machine can give.
-    `.plan` is the MemoryPlan; `.suggestions` what would fit (a list of strings)."""
+    `.plan` is the MemoryPlan; `.fixes` what would fit (Fix), `.suggestions` the same in
+    LLM(...)'s words; `.message_for(where)` the message in another place's words ("run",
+    "serve", "repl", "plan": edgellm.memory_plan.SPELLINGS)."""
 
     def __init__(self, message: str, plan: "Optional[MemoryPlan]" = None,
-                 suggestions: Optional[List[str]] = None):
-        super().__init__(message)
+                 suggestions: Optional[List[str]] = None, fixes: Optional[List[Fix]] = None):
+        self.head = message
+        self.fixes = list(fixes or [])
+        self.suggestions = suggestions if suggestions is not None else advice(self.fixes)
+        super().__init__(self.message_for("python"))
         self.plan = plan
-        self.suggestions = suggestions or []
+
+    def message_for(self, where: str) -> str:
+        said = advice(self.fixes, where) if self.fixes else self.suggestions
+        return self.head + ("; what would fit: " + "; or ".join(said) if said else "")
 
 
 def parse_bytes(text: str) -> int:
@@ -156,6 +209,8 @@ class MemoryPlan:
     lora_bytes: int = 0
     lora_adapters: int = 0
     machine: MachineMemory = field(default_factory=lambda: MachineMemory(None, "unknown"))
+    # when it does not fit: the changes that would (edgellm.memory_plan.advice words them)
+    fixes: List[Fix] = field(default_factory=list)
 
     @property
     def weights(self) -> int:
@@ -178,11 +233,14 @@ class MemoryPlan:
         self.lora_bytes += sign * nbytes
         self.lora_adapters += sign
         self.total += sign * nbytes
+    @property
+    def warnings(self) -> List[str]:
+        return context_warnings(self.n_ctx, self.n_ctx_train)
 
     def to_dict(self) -> Dict[str, Any]:
         d = asdict(self)
         d.update(weights=self.weights, scratch=self.scratch, available=self.available,
-                 fits=self.fits)
+                 fits=self.fits, warnings=self.warnings)
         if self.draft is not None:
             d["draft"] = self.draft.to_dict()
         return d
@@ -238,6 +296,8 @@ class MemoryPlan:
         rows.append(("available", avail))
         rows.append(("swap", "off" if not m.swap_total else f"{_gb(m.swap_total)} (not counted)"))
         rows.append(("fits", "yes" if self.fits else f"NO: short by {_gb(self.total - self.available)}"))
+        if not self.fits and self.fixes:
+            rows.append(("what would fit", "; or ".join(advice(self.fixes, "plan"))))
         width = max(len(k) for k, _ in rows)
         return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
@@ -291,30 +351,34 @@ def _build(target: _Planner, draft: Optional[_Planner], machine: MachineMemory,
 
 
 def _suggestions(target: _Planner, draft: Optional[_Planner], machine: MachineMemory,
-                 a: Dict[str, Any], p: MemoryPlan) -> List[str]:
+                 a: Dict[str, Any], p: MemoryPlan) -> List[Fix]:
     avail = machine.available or 0
-    out: List[str] = []
+    out: List[Fix] = []
     fixed = p.total - p.kv_budget
     if fixed >= avail:
-        return [f"the model alone (weights, scratch, runtime: {_gb(fixed)}) is more than the "
-                f"{_gb(avail)} available: a smaller or more quantized model is needed"]
+        return [Fix("model", None, f"the model alone (weights, scratch, runtime: {_gb(fixed)}) "
+                                   f"is more than the {_gb(avail)} available: a smaller or more "
+                                   "quantized model is needed")]
     if a["kv_memory"]:
-        out.append(f"kv_memory={avail - fixed} (at most; {_gb(avail - fixed)})")
+        out.append(Fix("kv_memory", avail - fixed, f"(at most; {_gb(avail - fixed)})"))
     else:
-        best = _largest_n_ctx(target, draft, machine, a, p.n_ctx)
+        # never past the model's trained context: a larger one was not what fit was asked for
+        upper = min(p.n_ctx, p.n_ctx_train) if p.n_ctx_train > 0 else p.n_ctx
+        best = _largest_n_ctx(target, draft, machine, a, upper)
         if best:
-            out.append(f"n_ctx={best} (-c {best})")
+            out.append(Fix("n_ctx", best, "(the model's trained context)"
+                           if best == p.n_ctx_train else "(the largest that fits)"))
         if a["kv_type"] != "q8_0":
             q = _build(target, draft, machine, dict(a, n_ctx=p.n_ctx, kv_type="q8_0"))
             if q.fits:
-                out.append(f"kv_type=\"q8_0\" at n_ctx {p.n_ctx} ({_gb(q.total)}; --kv-type q8_0)")
+                out.append(Fix("kv_type", "q8_0", f"at n_ctx {p.n_ctx} ({_gb(q.total)})"))
         # a smaller KV budget at this context: fewer full-length sequences at once (the
         # default holds two); short requests still share it many at a time
         room = avail - fixed
-        if room >= p.kv_page_bytes_full + p.kv_page_bytes_window:
+        if room >= p.kv_page_bytes_full + p.kv_page_bytes_window and p.n_ctx <= upper:
             seqs = room / max(1, p.kv_budget / 2)
-            out.append(f"kv_memory={room} ({_gb(room)}: {seqs:.2f} full-length sequences at "
-                       f"n_ctx {p.n_ctx} instead of 2; --kv-memory {room})")
+            out.append(Fix("kv_memory", room, f"({_gb(room)}: {seqs:.2f} full-length sequences "
+                                              f"at n_ctx {p.n_ctx} instead of 2)"))
     return out
 
 
@@ -334,7 +398,7 @@ def _largest_n_ctx(target: _Planner, draft: Optional[_Planner], machine: Machine
     return lo * step
 
 
-def _refusal(p: MemoryPlan, suggestions: List[str], kv_memory: int) -> str:
+def _refusal(p: MemoryPlan, kv_memory: int) -> str:
     m = p.machine
     per_token = p.kv_bytes_per_token_full + p.kv_bytes_per_token_window
     parts = [f"weights {_gb(p.weights)}", f"KV {_gb(p.kv_budget)} ({per_token} bytes per token)",
@@ -356,8 +420,6 @@ def _refusal(p: MemoryPlan, suggestions: List[str], kv_memory: int) -> str:
     msg = (f"{head}: {Path(p.path).name} at n_ctx {p.n_ctx}, kv_type {p.kv_type}, max_seqs "
            f"{p.max_seqs} needs {p.total} bytes ({_gb(p.total)}: {', '.join(parts)}) but only "
            f"{m.available} bytes ({_gb(m.available)}) of memory are available ({where}; {swap})")
-    if suggestions:
-        msg += "; what would fit: " + "; or ".join(suggestions)
     return msg
 
 
@@ -386,7 +448,10 @@ def plan(model, n_ctx: Optional[int] = None, n_threads: Optional[int] = None, *,
     draft = None
     if draft_model is not None and str(speculative).strip().lower() in ("draft", "auto"):
         draft = _Planner(str(resolve(draft_model)))
-    return _build(target, draft, machine_memory(), a)
+    p = _build(target, draft, machine_memory(), a)
+    if not p.fits:
+        p.fixes = _suggestions(target, draft, p.machine, a, p)
+    return p
 
 
 def check(path: str, a: Dict[str, Any], draft_path: str = "", auto_ctx: bool = True) -> MemoryPlan:
@@ -406,5 +471,5 @@ def check(path: str, a: Dict[str, Any], draft_path: str = "", auto_ctx: bool = T
         best = _largest_n_ctx(target, draft, machine, a, p.n_ctx)
         if best >= min(_MIN_AUTO_CONTEXT, p.n_ctx):
             return _build(target, draft, machine, dict(a, n_ctx=best))
-    sugg = _suggestions(target, draft, machine, a, p)
-    raise MemoryPlanError(_refusal(p, sugg, a["kv_memory"]), p, sugg)
+    p.fixes = _suggestions(target, draft, machine, a, p)
+    raise MemoryPlanError(_refusal(p, a["kv_memory"]), p, fixes=p.fixes)

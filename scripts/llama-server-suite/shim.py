@@ -148,7 +148,8 @@ def standin(name: str):
     if "stories260k" in key or "tinyllamas/" in key or "stories15m" in key:
         return "smollm2", "stand-in for the tiny stories models"
     if "bert-bge-small" in key:
-        name = os.environ.get("EDGELLM_SUITE_EMBEDDING_MODEL", "smollm2")
+        # a BERT with bge-small's uncased WordPiece vocabulary (issue 41)
+        name = os.environ.get("EDGELLM_SUITE_EMBEDDING_MODEL", "all-minilm-l6-v2")
         return name, "stand-in for bert-bge-small (embeddings)"
     if "qwen2.5-coder" in key:
         return "qwen2.5-coder-0.5b", "stand-in for the Qwen2.5-Coder models"

@@ -15,7 +15,7 @@ enum class Pooling : int32_t {
   Mean = 1,
   Cls = 2,           // the first token's
   Last = 3,          // the last token's
-  Rank = 4,          // reranker classification head: not available for decoder models
+  Rank = 4,          // reranker classification head on the first token's state (encoders with one)
 };
 
 const char* pooling_name(Pooling p);
@@ -31,7 +31,8 @@ void normalize_embedding(float* v, int64_t n, int32_t norm);
 // Whether pooling `p` needs the hidden state of prompt position `pos` (of n_prompt).
 inline bool pooling_uses_position(Pooling p, int32_t pos, int32_t n_prompt) {
   switch (p) {
-    case Pooling::Cls: return pos == 0;
+    case Pooling::Cls:
+    case Pooling::Rank: return pos == 0;
     case Pooling::Last: return pos == n_prompt - 1;
     default: return pos < n_prompt;
   }

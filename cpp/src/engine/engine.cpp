@@ -78,6 +78,7 @@ Engine::Engine(std::shared_ptr<EngineModel> model, std::shared_ptr<const EngineV
   }
   slot_tokens_.assign(cfg_.max_seqs, {});
   sched_ = std::make_unique<Scheduler>(*kv_, cache_.get(), cfg_.max_seqs, cfg_.max_batch_tokens);
+  sched_->set_whole_prompts(!model_->causal());
   eog_ = vocab_->eog_tokens();
   n_embd_ = std::max(0, model_->n_embd());
   publish_stats();
@@ -101,7 +102,7 @@ Engine::~Engine() {
 }
 
 int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params, std::shared_ptr<OutputChannel> out,
-                       std::shared_ptr<const LoraMix> lora) {
+                       std::vector<PromptImage> images, std::shared_ptr<const LoraMix> lora) {
   if (lora && lora->empty()) lora.reset();
   if (prompt.empty()) throw InvalidRequestError("prompt is empty: at least one token is needed");
   for (size_t i = 0; i < prompt.size(); ++i)
@@ -109,8 +110,11 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params
       throw InvalidRequestError("prompt token id " + std::to_string(prompt[i]) + " at position " + std::to_string(i) +
                                 " is outside the vocabulary [0, " + std::to_string(n_vocab_) + ")");
   params.validate(n_vocab_);
+  check_images(prompt, params, images);
   if (params.n > cfg_.max_seqs)
     throw InvalidRequestError("n = " + std::to_string(params.n) + " exceeds max_seqs " + std::to_string(cfg_.max_seqs));
+  if (!model_->causal())
+    throw InvalidRequestError("this is an embedding model (an encoder): it does not generate text; use embeddings");
   const int64_t np = static_cast<int64_t>(prompt.size());
   if (cfg_.context_shift) {
     // Generation goes on past n_ctx (the context shifts), so only the prompt must fit.
@@ -155,6 +159,9 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params
     s->index = i;
     s->out = out;
     s->tokens = prompt;
+    s->images = images;
+    for (const PromptImage& im : images)
+      for (int32_t j = 0; j < im.n_tokens; ++j) s->tokens[static_cast<size_t>(im.pos + j)] = image_key_token(im.hash, j);
     s->n_prompt = static_cast<int32_t>(np);
     s->max_tokens = params.max_tokens;
     s->lora = lora;
@@ -165,7 +172,7 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params
     s->sampler = std::make_unique<Sampler>(params, eog_, seed + static_cast<uint64_t>(i));
     s->constraint = std::move(constraints[i]);
     s->stop = StopMatcher(params.stop);
-    spec_->start(s.get(), prompt);
+    if (images.empty()) spec_->start(s.get(), prompt);
     // Completion 0 computes the prompt (the others fork it): it alone reports prefill progress,
     // and only to a channel that streams.
     s->return_progress = i == 0 && !out->collects_whole() && params.return_progress;
@@ -184,6 +191,30 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params
   return enqueue(std::move(p));
 }
 
+void Engine::check_images(const std::vector<int32_t>& prompt, const SamplingParams& params,
+                          std::vector<PromptImage>& images) const {
+  if (images.empty()) return;
+  if (params.prompt_logprobs >= 0)
+    throw InvalidRequestError("prompt_logprobs are not available for a prompt with images");
+  const int64_t np = static_cast<int64_t>(prompt.size());
+  int64_t next = 0;
+  for (size_t i = 0; i < images.size(); ++i) {
+    PromptImage& im = images[i];
+    const std::string name = "image " + std::to_string(i) + ": ";
+    if (im.n_tokens <= 0 || im.pos < next || im.pos + static_cast<int64_t>(im.n_tokens) > np)
+      throw InvalidRequestError(name + "positions [" + std::to_string(im.pos) + ", " + std::to_string(im.pos + im.n_tokens) +
+                                ") are not a block of the prompt after the previous image");
+    if (im.n_tokens > cfg_.max_batch_tokens)
+      throw InvalidRequestError(name + std::to_string(im.n_tokens) + " tokens exceed max_batch_tokens " +
+                                std::to_string(cfg_.max_batch_tokens) + " (an image block is computed in one batch)");
+    if (!im.embd || n_embd_ <= 0 || im.embd->size() != static_cast<size_t>(im.n_tokens) * static_cast<size_t>(n_embd_))
+      throw InvalidRequestError(name + "embeddings must be " + std::to_string(im.n_tokens) + " x " +
+                                std::to_string(n_embd_) + " floats (the text model's width)");
+    im.token = prompt[static_cast<size_t>(im.pos)];
+    next = im.pos + im.n_tokens;
+  }
+}
+
 int64_t Engine::enqueue(Pending p) {
   int64_t id;
   {
@@ -198,6 +229,10 @@ int64_t Engine::enqueue(Pending p) {
   }
   cv_.notify_all();
   return id;
+}
+
+int32_t Engine::encoder_input_limit() const {
+  return std::min({n_ctx_, cfg_.max_batch_tokens, std::max(1, model_->context_length())});
 }
 
 Pooling Engine::default_pooling() const {
@@ -217,10 +252,13 @@ int64_t Engine::submit_embedding(std::vector<int32_t> prompt, const EmbeddingPar
     throw InvalidRequestError("pooling " + std::to_string(params.pooling) +
                               " is not a pooling type (-1 model default, 0 none, 1 mean, 2 cls, 3 last)");
   const Pooling pooling = params.pooling < 0 ? default_pooling() : static_cast<Pooling>(params.pooling);
-  if (pooling == Pooling::Rank)
+  if (pooling == Pooling::Rank && model_->rank_outputs() <= 0)
     throw InvalidRequestError("pooling 'rank' needs a reranker's classification head, which this model has not "
                               "(use none, mean, cls or last)");
   const int64_t np = static_cast<int64_t>(prompt.size());
+  if (!model_->causal() && np > cfg_.max_batch_tokens)
+    throw ContextLengthError("input has " + std::to_string(np) + " tokens > max_batch_tokens " +
+                             std::to_string(cfg_.max_batch_tokens) + ": an encoder runs each input in one batch");
   if (np > n_ctx_)
     throw ContextLengthError("input has " + std::to_string(np) + " tokens > n_ctx " + std::to_string(n_ctx_) + " by " +
                              std::to_string(np - n_ctx_));
@@ -239,7 +277,7 @@ int64_t Engine::submit_embedding(std::vector<int32_t> prompt, const EmbeddingPar
   s->sampler = std::make_unique<Sampler>(SamplingParams{}, eog_, 0);  // never drawn from
   s->use_prefix_cache = false;  // every used position's hidden state must be computed
   s->embedding = true;
-  s->embd = EmbeddingPool(pooling, params.normalize, n_embd_);
+  s->embd = EmbeddingPool(pooling, pooling == Pooling::Rank ? -1 : params.normalize, n_embd_);
   out->expect(1);
   Pending p;
   p.seqs.push_back(std::move(s));
@@ -281,6 +319,7 @@ bool Engine::idle() const {
 
 void Engine::eval_logits(const std::vector<int32_t>& ids, float* out, std::shared_ptr<const LoraMix> lora) {
   if (ids.empty()) return;
+  if (!model_->causal()) throw InvalidRequestError("this is an embedding model (an encoder): it has no logits");
   for (size_t i = 0; i < ids.size(); ++i)
     if (ids[i] < 0 || ids[i] >= n_vocab_)
       throw InvalidRequestError("token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
@@ -669,7 +708,7 @@ void Engine::postprocess_token(Sequence* s, int32_t token, TokenLogprob* lp) {
   if (!reason) {
     if (s->max_tokens >= 0 && s->n_generated() >= s->max_tokens) reason = FinishReason::Length;
     else if (static_cast<int32_t>(s->tokens.size()) >= n_ctx_) {
-      if (cfg_.context_shift && !s->embedding) shift = true;  // keep generating on the kept tokens
+      if (cfg_.context_shift && !s->embedding && s->images.empty()) shift = true;  // keep generating on the kept tokens
       else reason = FinishReason::Length;
     }
   }
@@ -735,6 +774,11 @@ void Engine::send_progress(Sequence* s, int32_t processed) {
 void Engine::finish_embedding(Sequence* s) {
   OutputEvent ev;
   ev.embedding = s->embd.finish(&ev.embedding_rows);
+  if (s->embd.pooling() == Pooling::Rank) {  // the classification head's scores of the [CLS] row
+    std::vector<float> scores(model_->rank_outputs());
+    model_->rank(ev.embedding.data(), scores.data());
+    ev.embedding = std::move(scores);
+  }
   const auto now = Clock::now();
   s->advance(SequenceStatus::Decode);  // timings: prompt_ms runs to the moment the vector is ready
   s->t_first = s->t_last = now;

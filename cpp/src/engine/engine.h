@@ -108,10 +108,14 @@ class Engine {
   // Validates and queues a request; returns its id. Its events go to `out` as they come (a
   // channel that collects whole completions, OutputChannel::collect_whole, joins them). Throws
   // InvalidRequestError / ContextLengthError (prompt + max_tokens > n_ctx, or more pages than the
-  // whole pool). `lora`: the adapters its sequences run with (model/lora.h; null or empty: the
-  // base alone), each loaded by this engine's model (Model::load_lora).
+  // whole pool).
+  // `images`: image blocks of the prompt (engine/prompt_image.h), sorted, each n_tokens x n_embd
+  // embeddings at positions holding its placeholder id; refused with prompt_logprobs, with a block
+  // longer than max_batch_tokens or of the wrong width.
+  // `lora`: the adapters its sequences run with (model/lora.h; null or empty: the base alone),
+  // each loaded by this engine's model (Model::load_lora).
   int64_t submit(std::vector<int32_t> prompt, const SamplingParams& params, std::shared_ptr<OutputChannel> out,
-                 std::shared_ptr<const LoraMix> lora = nullptr);
+                 std::vector<PromptImage> images = {}, std::shared_ptr<const LoraMix> lora = nullptr);
   // Queues an embedding request: the prompt is prefilled in the same batches as everything
   // else, its final-norm hidden states are pooled (params.pooling, else the model's
   // default_pooling()) and normalised, and its one event carries the vector(s) in `embedding`.
@@ -149,6 +153,12 @@ class Engine {
   int32_t n_embd() const { return n_embd_; }
   // The model's <arch>.pooling_type when it names one (none/mean/cls/last/rank), else Mean.
   Pooling default_pooling() const;
+  // Encoders (EngineModel::causal() false): embeddings only, each input in one batch of at most
+  // encoder_input_limit() tokens (n_ctx, max_batch_tokens and the model's positions); rank pooling
+  // where rank_outputs() > 0 (a reranker's scores per input).
+  bool causal() const { return model_->causal(); }
+  int32_t encoder_input_limit() const;
+  int32_t rank_outputs() const { return model_->rank_outputs(); }
   const KVCache& kv() const { return *kv_; }
   const EngineConfig& config() const { return cfg_; }
 
@@ -158,6 +168,9 @@ class Engine {
   };
   // Hands a validated request's sequences to the engine thread; returns the request id.
   int64_t enqueue(Pending p);
+  // Validates submit()'s images against the prompt and the model; sets each one's placeholder id.
+  void check_images(const std::vector<int32_t>& prompt, const SamplingParams& params,
+                    std::vector<PromptImage>& images) const;
   void loop();
   void drain_inbox();
   void run_task(const std::function<void()>& task);

@@ -29,6 +29,11 @@ class EngineModel {
   virtual int32_t n_embd() const { return 0; }
   // The model's embedding pooling (llama.cpp's enum, GGUF <arch>.pooling_type); -1 unspecified.
   virtual int32_t pooling_type() const { return -1; }
+  // False for encoders (model/encoder.h): each prompt runs whole in one forward pass, no logits.
+  virtual bool causal() const { return true; }
+  // A reranker's scores per input (0: no classification head), from its pooled [CLS] row.
+  virtual int32_t rank_outputs() const { return 0; }
+  virtual void rank(const float* /*cls_hidden*/, float* /*scores*/) {}
   // True when some layers keep their KV in device pages mirroring the serving cache's page ids:
   // forward() may then only be given the serving cache.
   virtual bool kv_tied_to_serving_cache() const { return false; }

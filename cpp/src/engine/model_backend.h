@@ -23,6 +23,9 @@ class ModelBackend : public EngineModel {
   }
   int32_t n_embd() const override { return model_->config().n_embd; }
   int32_t pooling_type() const override { return model_->config().pooling_type; }
+  bool causal() const override { return model_->causal(); }
+  int32_t rank_outputs() const override { return model_->rank_outputs(); }
+  void rank(const float* cls_hidden, float* scores) override { model_->rank(cls_hidden, scores); }
   bool kv_tied_to_serving_cache() const override { return model_->gpu_layers() != 0; }
   void run_tasks(int64_t n_tasks, const std::function<void(int64_t)>& fn) override {
     model_->run_tasks(n_tasks, [&](int64_t t, int) { fn(t); });

@@ -77,7 +77,13 @@ void Scheduler::add_chunk(Sequence* s, int32_t n, Batch& batch, std::vector<Sche
       ++hidden_row;
       ++c.n_hidden_rows;
     }
-    batch.add(s->tokens[p], p, s->slot, logits, hidden);
+    if (const PromptImage* im = s->images.empty() ? nullptr : image_at(s->images, p)) {
+      const size_t width = im->embd->size() / static_cast<size_t>(im->n_tokens);
+      batch.add(im->token, p, s->slot, logits, hidden);
+      batch.set_image_row(im->embd->data() + static_cast<size_t>(p - im->pos) * width, im->last());
+    } else {
+      batch.add(s->tokens[p], p, s->slot, logits, hidden);
+    }
   }
   if (c.samples && !s->embedding && !s->draft.empty()) {
     // Verification: the drafted tokens follow the last known one, each row sampled (in order)
@@ -107,6 +113,13 @@ void Scheduler::schedule(Batch& batch, std::vector<ScheduledChunk>& plan) {
     Sequence* s = running_[i].get();
     int32_t k = std::min(s->remaining(), budget);
     if (s->want_prompt_logprobs) k = std::min(k, kPromptLogprobChunk);
+    if (!s->images.empty()) {
+      k = fit_image_chunk(s->images, s->n_computed, k, budget);
+      if (k == 0) {  // its next image block needs more than this step's budget left: next step
+        ++i;
+        continue;
+      }
+    }
     if (!s->draft.empty()) {
       if (s->remaining() != 1 || s->embedding) {
         s->draft.clear();
@@ -141,6 +154,7 @@ void Scheduler::schedule(Batch& batch, std::vector<ScheduledChunk>& plan) {
     auto it = std::find_if(waiting_.begin(), waiting_.end(), [](const auto& s) { return !s->blocked(); });
     if (it == waiting_.end()) break;
     std::shared_ptr<Sequence> s = *it;
+    if (whole_prompts_ && s->remaining() > budget) break;  // next step, whole
     const int slot = acquire_slot();
     s->slot = slot;
     s->n_computed = 0;
@@ -154,7 +168,8 @@ void Scheduler::schedule(Batch& batch, std::vector<ScheduledChunk>& plan) {
     }
     int32_t k = std::min(s->remaining(), budget);
     if (s->want_prompt_logprobs) k = std::min(k, kPromptLogprobChunk);
-    if (!reserve_evicting(slot, s->n_computed + k)) {
+    if (!s->images.empty()) k = fit_image_chunk(s->images, s->n_computed, k, budget);
+    if (k == 0 || !reserve_evicting(slot, s->n_computed + k)) {
       kv_.release(slot);
       release_slot(slot);
       s->slot = -1;

@@ -43,6 +43,8 @@ class Scheduler {
   Scheduler(KVCache& kv, PrefixCache* cache, int32_t n_slots, int32_t max_batch_tokens);
 
   void enqueue(std::shared_ptr<Sequence> s);
+  // Encoders (non-causal models): every prompt is scheduled whole, in one batch.
+  void set_whole_prompts(bool whole) { whole_prompts_ = whole; }
   void schedule(Batch& batch, std::vector<ScheduledChunk>& plan);
   // After the forward pass: positions computed, pages registered with the prefix cache, window
   // pages no query can see any more returned.
@@ -83,6 +85,7 @@ class Scheduler {
   KVCache& kv_;
   PrefixCache* cache_;
   int32_t max_batch_tokens_;
+  bool whole_prompts_ = false;
   std::deque<std::shared_ptr<Sequence>> waiting_;
   std::vector<std::shared_ptr<Sequence>> running_;  // admission order: newest last
   std::vector<int> free_slots_;

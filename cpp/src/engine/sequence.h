@@ -12,6 +12,7 @@
 #include "engine/embedding.h"
 #include "engine/ngram_proposer.h"
 #include "engine/output_channel.h"
+#include "engine/prompt_image.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
 #include "kv/prefix_cache.h"
@@ -32,6 +33,9 @@ struct SpecAcceptance {
     rejected = rejected * kDecay + (n_accepted < drafted ? 1.0 : 0.0);
   }
   double alpha() const { return (accepted + 1.0) / (accepted + rejected + 2.0); }
+  // The same with `prior` (another estimate, e.g. the longer n-gram matches of the sequence) in
+  // place of the uniform 1/2, weighted as two steps; alpha() == alpha_given(0.5).
+  double alpha_given(double prior) const { return (accepted + 2.0 * prior) / (accepted + rejected + 2.0); }
 };
 
 // Where a sequence is in its life. It only moves forward (advance()): a preempted sequence keeps
@@ -61,6 +65,10 @@ struct Sequence {
   std::shared_ptr<const LoraMix> lora;
   uint64_t lora_key = 0;
   PrefixCache::Cursor fresh_cursor() const { return {0, lora_key}; }
+
+  // Image blocks of the prompt (engine/prompt_image.h): their positions in `tokens` hold key
+  // tokens; such a sequence never shifts its context and drafts nothing.
+  std::vector<PromptImage> images;
 
   int32_t max_tokens = -1;             // < 0: until EOG or n_ctx
   std::unique_ptr<Sampler> sampler;
@@ -105,7 +113,7 @@ struct Sequence {
   std::unique_ptr<NgramProposer> ngram;
   // Acceptance per n-gram match length (index n; a long match is a better predictor than a
   // one-token one), and of the draft model; draft_ngram_n: the match length of the current draft.
-  std::vector<SpecAcceptance> accept_ngram;
+  std::vector<SpecAcceptance> accept_ngram;  // per match length
   SpecAcceptance accept_draft;
   int32_t draft_ngram_n = 0;
   int32_t draft_n = 0, draft_n_accepted = 0;  // this completion's totals (timings)

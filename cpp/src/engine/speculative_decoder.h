@@ -53,6 +53,10 @@ struct SpecCounters {
   double draft_seconds = 0.0;
 };
 
+// The acceptance the policy expects of an n-gram draft from a match of n tokens in `s`: that
+// length's record over the record of the matches at least as long (its prior).
+double ngram_alpha(const Sequence& s, int32_t n);
+
 class SpeculativeDecoder {
  public:
   // Throws InvalidRequestError for a bad max_draft, or mode Draft without a draft model. The

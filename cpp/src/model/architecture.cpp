@@ -42,17 +42,9 @@ const std::vector<const Architecture*>& architectures() {
   return list;
 }
 
-const Architecture* find_architecture(const std::string& name) {
-  for (const Architecture* a : architectures())
-    if (name == a->name) return a;
-  return nullptr;
-}
+const Architecture* find_architecture(const std::string& name) { return find_by_name(architectures(), name); }
 
-std::string supported_architectures() {
-  std::string s;
-  for (const Architecture* a : architectures()) s += (s.empty() ? "" : ", ") + std::string(a->name);
-  return s;
-}
+std::string supported_architectures() { return names_of(architectures()); }
 
 const Architecture& read_model_config(const GgufFile& file, ModelConfig& config) {
   config = read_common_config(file);

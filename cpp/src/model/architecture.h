@@ -70,6 +70,21 @@ struct Architecture {
   void (*hparams)(const GgufFile& file, ModelConfig& config);
 };
 
+// A registry's entry named `name` (nullptr when none), and its names "a, b, c": the decoder
+// registry below and the encoders' (model/encoder.h) both look up this way.
+template <class A>
+const A* find_by_name(const std::vector<const A*>& list, const std::string& name) {
+  for (const A* a : list)
+    if (name == a->name) return a;
+  return nullptr;
+}
+template <class A>
+std::string names_of(const std::vector<const A*>& list) {
+  std::string s;
+  for (const A* a : list) s += (s.empty() ? "" : ", ") + std::string(a->name);
+  return s;
+}
+
 // The registry: every supported architecture, by name.
 const std::vector<const Architecture*>& architectures();
 // nullptr when `name` is not supported.

@@ -130,6 +130,11 @@ void ForwardPass::attend(const LayerWeights& w, int il) {
     a.n_tokens = b.n_tokens;
     a.exact_rows = b.exact_rows;
     a.q_pos0 = batch_.pos[b.first];
+    if (b.attend_last >= 0) {
+      // Image row: keys up to the end of its block; the window still counts from its own position.
+      if (a.window > 0) a.window += b.attend_last - a.q_pos0;
+      a.q_pos0 = b.attend_last;
+    }
     a.q = sc_.q.data() + b.first * c_.n_embd_q() + static_cast<int64_t>(hk) * group * c_.head_dim_k;
     if (w.sinks) a.sinks = w.sinks.data + static_cast<int64_t>(hk) * group;  // this group's query heads
     a.pages = kv_.page_table(il, batch_.seq[b.first]).data();

@@ -22,6 +22,12 @@ struct Batch {
   // The adapters each token runs with (model/lora.h); null or an empty mix: the base alone. May be
   // empty (no token of the batch uses an adapter). The mixes outlive the forward pass.
   std::vector<const LoraMix*> lora;
+  // Image rows (vision input; both empty when the batch has none): embd[t] non-null gives token
+  // t's input embedding (n_embd floats, used as is: no embedding scale) instead of its token's row;
+  // block_last[t] >= 0 makes t attend bidirectionally inside its image block, to every position
+  // of its sequence up to block_last[t] (the block's last position, in the same batch).
+  std::vector<const float*> embd;
+  std::vector<int32_t> block_last;
 
   int32_t size() const { return static_cast<int32_t>(token.size()); }
   bool empty() const { return token.empty(); }
@@ -33,6 +39,8 @@ struct Batch {
     want_hidden.clear();
     exact_row.clear();
     lora.clear();
+    embd.clear();
+    block_last.clear();
   }
   // Tokens [from, size()) run with `mix` (the scheduler, after adding a sequence's tokens).
   void set_lora(int32_t from, const LoraMix* mix) {
@@ -48,7 +56,20 @@ struct Batch {
     want_logits.push_back(logits ? 1 : 0);
     want_hidden.push_back(hidden ? 1 : 0);
     exact_row.push_back(exact ? 1 : 0);
+    if (!embd.empty()) {  // a batch with image rows: the others have none
+      embd.push_back(nullptr);
+      block_last.push_back(-1);
+    }
   }
+  // Makes the last token added an image row (see embd / block_last).
+  void set_image_row(const float* row, int32_t last) {
+    embd.resize(token.size(), nullptr);
+    block_last.resize(token.size(), -1);
+    embd.back() = row;
+    block_last.back() = last;
+  }
+  const float* embedding_of(int32_t t) const { return static_cast<size_t>(t) < embd.size() ? embd[t] : nullptr; }
+  int32_t block_last_of(int32_t t) const { return static_cast<size_t>(t) < block_last.size() ? block_last[t] : -1; }
   bool is_exact_row(int32_t t) const { return static_cast<size_t>(t) < exact_row.size() && exact_row[t]; }
   bool wants_hidden(int32_t t) const { return static_cast<size_t>(t) < want_hidden.size() && want_hidden[t]; }
   int32_t n_hidden_outputs() const {

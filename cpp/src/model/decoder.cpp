@@ -112,6 +112,20 @@ void DecoderModel::validate(const Batch& b, KVCache& kv, const float* logits, co
   if (T > max_batch_tokens_)
     throw InvalidRequestError("batch of " + std::to_string(T) + " tokens exceeds max_batch_tokens = " +
                               std::to_string(max_batch_tokens_) + " (split it)");
+  if ((!b.embd.empty() && b.embd.size() != b.token.size()) || (!b.block_last.empty() && b.block_last.size() != b.token.size()))
+    throw InvalidRequestError("batch: embd and block_last must be empty or as long as token");
+  for (int t = 0; t < T; ++t) {
+    const int32_t last = b.block_last_of(t);
+    if (last < 0) continue;
+    // The block's keys must be written by this forward: its last position is a later row of the batch.
+    bool found = false;
+    for (int u = t; u < T && !found; ++u) found = b.seq[u] == b.seq[t] && b.pos[u] == last;
+    if (!found)
+      throw InvalidRequestError("batch token " + std::to_string(t) + ": its image block ends at position " +
+                                std::to_string(last) + ", which is not in the batch (an image block is one chunk)");
+  }
+  if (gpu_ && !b.block_last.empty())
+    throw InvalidRequestError("image input with GPU-offloaded layers is not supported yet (n_gpu_layers = 0)");
   if (!logits && b.n_outputs() > 0) throw InvalidRequestError("forward: logits buffer is null but tokens want logits");
 
   const KVCacheConfig& kc = kv.config();
@@ -173,6 +187,10 @@ void DecoderModel::embed(const Batch& b, float* x) {
   const int64_t n = c.n_embd;
   threads_->parallel_for(0, b.size(), [&](int64_t t, int) {
     float* row = x + t * n;
+    if (const float* e = b.embedding_of(static_cast<int32_t>(t))) {  // an image row: its embedding as given
+      std::memcpy(row, e, sizeof(float) * n);
+      return;
+    }
     quant::dequantize_row(token_embd_.type, token_embd_.row(b.token[t]), row, n);
     if (c.embed_scale != 1.0f)
       for (int64_t i = 0; i < n; ++i) row[i] *= c.embed_scale;

@@ -124,10 +124,15 @@ void ForwardPass::plan_query_blocks() {
   constexpr int kMax = kernels::kAttentionMaxBlockTokens;
   const int per_seq_blocks = std::max(1, (pool_.size() + c_.n_head_kv - 1) / c_.n_head_kv);
   for (int t = 0; t < n_tokens_;) {
+    if (batch_.block_last_of(t) >= 0) {  // an image row: a block of its own (bidirectional keys)
+      blocks.push_back({t, 1, false, batch_.block_last_of(t)});
+      ++t;
+      continue;
+    }
     const bool exact = batch_.is_exact_row(t);
     int e = t + 1;
     while (e < n_tokens_ && batch_.seq[e] == batch_.seq[t] && batch_.pos[e] == batch_.pos[e - 1] + 1 &&
-           batch_.is_exact_row(e) == exact)
+           batch_.is_exact_row(e) == exact && batch_.block_last_of(e) < 0)
       ++e;
     const int len = e - t;
     const int cap = exact ? std::min(kMax, (len + per_seq_blocks - 1) / per_seq_blocks) : kMax;

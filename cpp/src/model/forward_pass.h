@@ -125,6 +125,9 @@ struct QueryBlock {
   int32_t first;     // batch index of the first token
   int32_t n_tokens;
   bool exact_rows = false;  // verification rows: each token computes what it would alone (attention.h)
+  // An image row (Batch::block_last, one token): it attends to the keys up to this position (the
+  // end of its image block) under the window its own position gives; -1: causal.
+  int32_t attend_last = -1;
 };
 
 // Everything a forward pass writes, sized at load for max_batch_tokens (T).

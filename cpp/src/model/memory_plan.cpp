@@ -11,6 +11,7 @@
 #include "common/errors.h"
 #include "kv/kv_cache.h"
 #include "model/architecture.h"
+#include "model/encoder.h"
 #include "model/forward_pass.h"
 #include "model/model.h"
 #include "model/weight_packing.h"
@@ -94,23 +95,42 @@ void MemoryPlanner::read(const std::string& path) {
 
   // The loader's own steps, binding only: config, architecture, every tensor checked by name,
   // shape and type (a corrupt or unsupported file fails here as it would in Model::load).
-  const Architecture& arch = read_model_config(*file, config_);
+  // Encoders (model/encoder.h) bind their own tensors; their embeddings are read row by row.
+  const EncoderArchitecture* enc = find_encoder_architecture(file->get_string("general.architecture"));
+  const Architecture* arch = nullptr;
+  if (enc) {
+    config_ = read_common_config(*file);
+    enc->hparams(*file, config_);
+  } else {
+    arch = &read_model_config(*file, config_);
+  }
   const ModelConfig& c = config_;
   WeightLoader ld(*file, /*plan_only=*/true);
-  Matrix token_embd = ld.matrix("token_embd.weight", c.n_embd, c.n_vocab);
-  ld.vector("output_norm.weight", c.n_embd);
-  Matrix output = ld.matrix("output.weight", c.n_embd, c.n_vocab, /*optional=*/true);
-  const bool tied = !output;
+  EncoderWeights enc_weights;
+  Matrix token_embd, output;
+  std::vector<LayerWeights> layers;
+  if (enc) {
+    bind_encoder(*file, ld, c, enc_weights);
+    token_embd = enc_weights.token_embd;
+  } else {
+    token_embd = ld.matrix("token_embd.weight", c.n_embd, c.n_vocab);
+    ld.vector("output_norm.weight", c.n_embd);
+    output = ld.matrix("output.weight", c.n_embd, c.n_vocab, /*optional=*/true);
+  }
+  const bool tied = !enc && !output;
   if (tied) output = token_embd;
-  bind_rope_factors(ld, c);
-  std::vector<LayerWeights> layers(c.n_layer);
-  for (int il = 0; il < c.n_layer; ++il) bind_layer(ld, c, arch.layer, il, layers[il]);
+  if (!enc) {
+    bind_rope_factors(ld, c);
+    layers.resize(c.n_layer);
+    for (int il = 0; il < c.n_layer; ++il) bind_layer(ld, c, arch->layer, il, layers[il]);
+  }
   converted_ = static_cast<int64_t>(ld.converted_bytes());
 
   // Matrices: packed (an anonymous copy; the mapped source released) or read in place.
   std::vector<const Matrix*> mats{&output};
   for (const LayerWeights& w : layers)
     for (const Matrix* m : w.matrices()) mats.push_back(m);
+  for (Matrix* m : enc_weights.matrices()) mats.push_back(m);
   // A tied head is token_embd again; a fused tensor's row views (Phi-3's attn_qkv) are each a
   // matrix of their own, packed or mapped on their own.
   std::set<std::pair<const TensorInfo*, const uint8_t*>> seen;
@@ -154,7 +174,7 @@ void MemoryPlanner::read(const std::string& path) {
   }
   // The token embedding is read a row per token from the mapping: unless the output head reads
   // all of it in place (tied and not packed), only the rows of tokens used are paged in.
-  if (!(tied && packed_matrix_bytes(output) == 0)) embedding_ = static_cast<int64_t>(token_embd.info->nbytes);
+  if (enc || !(tied && packed_matrix_bytes(output) == 0)) embedding_ = static_cast<int64_t>(token_embd.info->nbytes);
   // 1-D tensors bound as vectors (norms, biases) are f32 copies (counted in converted_ by the
   // loader); their source pages are touched once at load: one OS page each at most.
   // gpt-oss's per-expert bias tables (2-D, bound by WeightLoader::table) likewise.

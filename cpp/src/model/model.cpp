@@ -4,6 +4,7 @@
 #include "common/thread_pool.h"
 #include "model/architecture.h"
 #include "model/decoder.h"
+#include "model/encoder.h"
 
 namespace edgellm {
 
@@ -19,11 +20,23 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
 std::unique_ptr<Model> Model::load(std::shared_ptr<GgufFile> file, const LoadOptions& opts) {
   if (!file) throw InvalidRequestError("Model::load: no file");
   ModelConfig config;
+  if (const EncoderArchitecture* enc = find_encoder_architecture(file->get_string("general.architecture"))) {
+    config = read_common_config(*file);
+    enc->hparams(*file, config);
+    const GgufFile& ef = *file;
+    auto model = std::make_unique<EncoderModel>(std::move(file), *enc, std::move(config), opts);
+    ef.check_unchanged();
+    return model;
+  }
   const Architecture& arch = read_model_config(*file, config);
   const GgufFile& f = *file;
   auto model = std::make_unique<DecoderModel>(std::move(file), arch, std::move(config), opts);
   f.check_unchanged();  // rewritten while loading (packing read zeros for its faulted pages)
   return model;
+}
+
+void Model::rank(const float*, float*) {
+  throw InvalidRequestError("this model has no classification head: it does not rank");
 }
 
 KVCacheConfig kv_config_for(const ModelConfig& c) {

@@ -85,6 +85,13 @@ class Model {
   // running forward pass. Throws ModelFormatError (a bad or foreign adapter) and
   // InvalidRequestError (a model that cannot run adapters: layers offloaded to a GPU).
   virtual std::shared_ptr<const LoraAdapter> load_lora(const std::string& path);
+  // Encoders (model/encoder.h) are not causal: a sequence runs whole in one forward pass, and
+  // produces hidden states only.
+  virtual bool causal() const { return true; }
+  // Scores of a reranker's classification head (0: none), and the head applied to a pooled
+  // [CLS] hidden state (n_embd floats) -> rank_outputs() scores.
+  virtual int32_t rank_outputs() const { return 0; }
+  virtual void rank(const float* cls_hidden, float* scores);
 
  protected:
   std::shared_ptr<GgufFile> file_;

@@ -130,7 +130,11 @@ ModelConfig read_common_config(const GgufFile& f) {
   width_ok(static_cast<int64_t>(c.n_head) * c.head_dim_v, key("attention.value_length"));
   if (c.n_layer > 4096) bad(f, key("block_count"), "= " + std::to_string(c.n_layer) + " is out of range");
 
-  c.rms_eps = f.get_f32(key("attention.layer_norm_rms_epsilon"));
+  // The norm's epsilon: RMSNorm's key, else LayerNorm's (encoders: model/encoder.h).
+  if (!f.find(key("attention.layer_norm_rms_epsilon")) && f.find(key("attention.layer_norm_epsilon")))
+    c.rms_eps = f.get_f32(key("attention.layer_norm_epsilon"));
+  else
+    c.rms_eps = f.get_f32(key("attention.layer_norm_rms_epsilon"));
   if (!(c.rms_eps >= 0.0f) || !std::isfinite(c.rms_eps))
     bad(f, key("attention.layer_norm_rms_epsilon"), "is not a finite non-negative number");
 

@@ -15,6 +15,7 @@ Tokenizer::Tokenizer(Vocab vocab) : vocab_(std::move(vocab)) { build_special_tri
 
 std::unique_ptr<Tokenizer> Tokenizer::create(Vocab vocab) {
   if (vocab.type == VocabType::Spm) return make_spm_tokenizer(std::move(vocab));
+  if (vocab.type == VocabType::Wpm) return make_wordpiece_tokenizer(std::move(vocab));
   return make_bpe_tokenizer(std::move(vocab));
 }
 
@@ -204,9 +205,9 @@ std::string Tokenizer::token_to_piece(int32_t id, bool render_special) const {
   const uint32_t attr = vocab_.attrs[id];
   const uint32_t shown = (render_special ? (kAttrControl | kAttrUnknown) : 0u) | kAttrUserDefined;
   if (attr & shown) return t;
-  if (vocab_.type == VocabType::Spm) {
+  if (vocab_.type != VocabType::Bpe) {
     if (attr & kAttrNormal) {
-      // "▁" (U+2581, e2 96 81) stands for a space.
+      // "▁" (U+2581, e2 96 81) stands for a space (SPM; WordPiece's word-initial pieces).
       std::string out;
       out.reserve(t.size());
       for (size_t i = 0; i < t.size();) {

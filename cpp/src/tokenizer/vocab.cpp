@@ -257,9 +257,14 @@ Vocab load_vocab(const GgufFile& f) {
     v.type = VocabType::Bpe;
     v.bos = 11; v.eos = 11;
     v.add_bos = false; v.add_eos = false; v.add_space_prefix = false;
+  } else if (v.model == "bert") {
+    // llama.cpp's WPM defaults: [CLS] text [SEP], [UNK] 100
+    v.type = VocabType::Wpm;
+    v.bos = 101; v.eos = 102; v.unk = 100;
+    v.add_bos = true; v.add_eos = true; v.add_space_prefix = true;
   } else {
     throw ModelFormatError(f.path() + ": tokenizer.ggml.model '" + v.model +
-                           "' is not supported (supported: llama, gpt2)");
+                           "' is not supported (supported: llama, gpt2, bert)");
   }
   if (auto a = f.find_string("general.architecture")) v.arch = *a;
   if (auto nm = f.find_string("general.name")) v.name = *nm;
@@ -315,6 +320,14 @@ Vocab load_vocab(const GgufFile& f) {
   if (auto b = f.find_bool("tokenizer.ggml.add_bos_token")) v.add_bos = *b;
   if (auto b = f.find_bool("tokenizer.ggml.add_eos_token")) v.add_eos = *b;
   if (auto b = f.find_bool("tokenizer.ggml.add_space_prefix")) v.add_space_prefix = *b;
+  if (v.type == VocabType::Wpm) {
+    // [CLS] and [SEP] frame every input (llama.cpp's files name them cls / seperator)
+    if (v.cls != kNoToken) v.bos = v.cls;
+    if (v.sep != kNoToken) v.eos = v.sep;
+    v.add_space_prefix = true;  // decode: the first word-initial piece's space is dropped
+    if (auto b = f.find_bool("tokenizer.wordpiece.lowercase")) v.wpm_lowercase = *b;
+    v.wpm_strip_accents = f.find_bool("tokenizer.wordpiece.strip_accents").value_or(v.wpm_lowercase);
+  }
   v.chat_template = f.find_string("tokenizer.chat_template");
 
   try {

@@ -30,7 +30,7 @@ enum TokenAttr : uint32_t {
   kAttrMarkup = 1u << 16,
 };
 
-enum class VocabType { Spm, Bpe };
+enum class VocabType { Spm, Bpe, Wpm };  // Wpm: WordPiece (tokenizer.ggml.model "bert")
 
 constexpr int32_t kNoToken = -1;
 
@@ -52,6 +52,9 @@ struct Vocab {
   int32_t fim_pre = kNoToken, fim_suf = kNoToken, fim_mid = kNoToken;
   int32_t fim_pad = kNoToken, fim_rep = kNoToken, fim_sep = kNoToken;
   bool add_bos = false, add_eos = false, add_space_prefix = false;
+  // WordPiece (BertNormalizer): lowercase and strip accents (tokenizer.wordpiece.lowercase /
+  // .strip_accents, edgellm's keys; llama.cpp's files have neither: uncased, as its WPM assumes)
+  bool wpm_lowercase = true, wpm_strip_accents = true;
 
   // ---- derived by finalize_vocab() ----
   std::vector<uint32_t> attrs;

@@ -49,13 +49,13 @@ def command(model, n_prompt, n_gen, threads, reps, max_batch_tokens, batches, fm
     from edgellm import EdgeLLMError
     from edgellm.bench.progress import Progress
     from edgellm.bench.throughput import ThroughputBench, markdown_table
-    from edgellm.models import UnknownModelError, resolve
+    from edgellm.models import ModelFetchError, UnknownModelError, resolve
 
     try:
         path = resolve(model)
         bench = ThroughputBench(str(path), n_threads=threads, max_batch_tokens=max_batch_tokens, seed=seed,
                                 n_gpu_layers=n_gpu_layers)
-    except (EdgeLLMError, UnknownModelError, FileNotFoundError, OSError) as e:
+    except (EdgeLLMError, UnknownModelError, ModelFetchError, FileNotFoundError, OSError) as e:
         raise click.ClickException(str(e))
     spec_mode = spec if spec is not None else ("auto" if draft else "off")
     spec_args = spec_kwargs(spec_mode, draft, draft_max)
@@ -67,7 +67,7 @@ def command(model, n_prompt, n_gen, threads, reps, max_batch_tokens, batches, fm
             if spec_gen:
                 results += _speculative(bench, spec_args, spec_gen, reps, bar, threads,
                                         max_batch_tokens, n_gpu_layers)
-    except (EdgeLLMError, UnknownModelError, FileNotFoundError, OSError) as e:
+    except (EdgeLLMError, UnknownModelError, ModelFetchError, FileNotFoundError, OSError) as e:
         raise click.ClickException(str(e))
     if fmt == "json":
         json.dump([r.as_dict() for r in results], sys.stdout, indent=2)

@@ -3,12 +3,14 @@ echoed), then one line of timings on stderr:
 
     prompt: N tokens, X t/s | generated: M tokens, Y t/s
 
-(followed by ` | drafted: D, accepted: A (P%)` when speculative decoding drafted anything).
+(followed, with --verbose, by ` | drafted: D, accepted: A (P%)` when speculative decoding drafted
+anything).
 """
 import sys
 
 import click
 
+from ._sampling import sampling_option, sampling_params
 from ._speculative import spec_kwargs, spec_options, spec_summary
 
 
@@ -17,23 +19,34 @@ from ._speculative import spec_kwargs, spec_options, spec_summary
 @click.argument("prompt_arg", metavar="[PROMPT]", required=False)
 @click.option("-p", "--prompt", default=None, help="Prompt text (tokenized with BOS as the model asks); "
               "or give it as the second argument.")
-@click.option("-n", "--n-predict", "n_predict", default=128, show_default=True, type=int,
-              help="Tokens to generate; -1: until end-of-generation or the context is full.")
-@click.option("--temp", "temperature", default=0.8, show_default=True, type=float, help="Temperature; 0 = greedy.")
-@click.option("--seed", default=None, type=int, help="RNG seed (default: random).")
-@click.option("-t", "--threads", default=None, type=int, help="Threads (default: physical cores).")
-@click.option("--top-k", default=40, show_default=True, type=int)
-@click.option("--top-p", default=0.95, show_default=True, type=float)
-@click.option("--min-p", default=0.05, show_default=True, type=float)
-@click.option("--repeat-penalty", default=1.0, show_default=True, type=float)
-@click.option("--repeat-last-n", default=64, show_default=True, type=int)
-@click.option("-c", "--ctx-size", "ctx_size", default=None, type=int, help="Context size (default: min(trained, 4096)).")
+@sampling_option("-n", "--n-predict", "n_predict", field="max_tokens", none_at=-1, default=128,
+                 show_default=True,
+                 help="Tokens to generate; -1: until end-of-generation or the context is full.")
+@sampling_option("--temp", "temperature", field="temperature", default=0.8, show_default=True,
+                 help="Temperature; 0 = greedy.")
+@sampling_option("--seed", field="seed", default=None, help="RNG seed (default: random).")
+@click.option("-t", "--threads", default=None, type=click.IntRange(1), help="Threads (default: physical cores).")
+@sampling_option("--top-k", field="top_k", default=40, show_default=True)
+@sampling_option("--top-p", field="top_p", default=0.95, show_default=True)
+@sampling_option("--min-p", field="min_p", default=0.05, show_default=True)
+@sampling_option("--repeat-penalty", field="repetition_penalty", default=1.0, show_default=True)
+@sampling_option("--repeat-last-n", field="repeat_last_n", default=64, show_default=True)
+@click.option("-c", "--ctx-size", "ctx_size", default=None, type=click.IntRange(16), help="Context size (default: min(trained, 4096)).")
 @click.option("--ignore-eos", is_flag=True, help="Keep generating past end-of-generation tokens.")
 @click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", default=0, show_default=True, type=click.IntRange(-1, None),
               help="Last layers to run on a CUDA GPU (-1 = all); without one, a warning and the CPU.")
+@click.option("--mmproj", "mmproj", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="The model's projector GGUF (llama.cpp's --mmproj file); default: the one "
+                   "mmproj*.gguf beside the model, if any.")
+@click.option("--image", "images", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="An image (JPEG, PNG, WebP, GIF) the prompt is about: the prompt becomes one chat "
+                   "turn, the images before the text. Repeatable.")
+@click.option("--verbose", is_flag=True,
+              help="Add speculative decoding's counts (drafted, accepted) to the timing line.")
 @spec_options()
 def command(model, prompt_arg, prompt, n_predict, temperature, seed, threads, top_k, top_p, min_p, repeat_penalty,
-            repeat_last_n, ctx_size, ignore_eos, n_gpu_layers, spec, draft, draft_max):
+            repeat_last_n, ctx_size, ignore_eos, n_gpu_layers, spec, draft, draft_max, mmproj=None, images=(),
+            verbose=False):
     """Generate text from MODEL (a GGUF path or a known model name) for PROMPT."""
     if prompt is not None and prompt_arg is not None:
         raise click.UsageError("give the prompt once: as PROMPT or with -p, not both")
@@ -41,21 +54,29 @@ def command(model, prompt_arg, prompt, n_predict, temperature, seed, threads, to
     if prompt is None:
         raise click.UsageError("no prompt: give PROMPT or -p PROMPT")
     spec_args = spec_kwargs(spec, draft, draft_max)
-    from edgellm import EdgeLLMError, LLM, SamplingParams
+    from edgellm import EdgeLLMError, LLM
     from edgellm.models import ModelFetchError, UnknownModelError
 
-    params = SamplingParams(
-        max_tokens=None if n_predict < 0 else n_predict, temperature=temperature, seed=seed,
+    params = sampling_params(
+        max_tokens=n_predict, temperature=temperature, seed=seed,
         top_k=top_k, top_p=top_p, min_p=min_p, repetition_penalty=repeat_penalty,
         repeat_last_n=repeat_last_n, ignore_eos=ignore_eos)
     try:
-        llm = LLM(model, n_ctx=ctx_size, n_threads=threads, max_seqs=1, n_gpu_layers=n_gpu_layers, **spec_args)
+        llm = LLM(model, n_ctx=ctx_size, n_threads=threads, max_seqs=1, n_gpu_layers=n_gpu_layers, mmproj=mmproj,
+                  **spec_args)
     except (EdgeLLMError, UnknownModelError, ModelFetchError, FileNotFoundError, OSError) as e:
-        raise click.ClickException(str(e))
+        from edgellm.memory_plan import message_for
+        raise click.ClickException(message_for(e, "run"))  # -c, as run's
     last = None
     try:
         with llm:
-            for chunk in llm.stream_chunks(prompt, params):
+            if images:  # one chat turn: the images, then the prompt
+                from edgellm.vision import file_part
+                turn = [{"role": "user", "content": [file_part(p) for p in images] + [{"type": "text", "text": prompt}]}]
+                chunks = llm.chat_stream_chunks(turn, params)
+            else:
+                chunks = llm.stream_chunks(prompt, params)
+            for chunk in chunks:
                 if chunk.text:
                     sys.stdout.write(chunk.text)
                     sys.stdout.flush()
@@ -70,7 +91,7 @@ def command(model, prompt_arg, prompt, n_predict, temperature, seed, threads, to
     sys.stdout.flush()
     if last is not None:
         t = last.timings or {}
-        spec_line = spec_summary(t)
+        spec_line = spec_summary(t) if verbose else None
         click.echo(
             f"prompt: {t.get('prompt_n', 0)} tokens, {t.get('prompt_per_second', 0.0):.2f} t/s | "
             f"generated: {t.get('predicted_n', 0)} tokens, {t.get('predicted_per_second', 0.0):.2f} t/s"

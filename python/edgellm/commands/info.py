@@ -164,17 +164,17 @@ def command(model: str, as_json: bool) -> None:
 
     MODEL is a .gguf path or a known model name (fetched on first use)."""
     import edgellm
-    from edgellm.models import UnknownModelError, resolve
+    from edgellm.models import ModelFetchError, UnknownModelError, resolve
 
     try:
         path = resolve(model)
-    except (UnknownModelError, FileNotFoundError, OSError) as e:
-        click.echo(f"error: {e}", err=True)
+    except (UnknownModelError, ModelFetchError, FileNotFoundError, OSError) as e:
+        click.echo(f"Error: {e}", err=True)
         sys.exit(1)
     try:
         with edgellm.ModelFile(str(path)) as mf:
             summary = summarize(mf)
     except edgellm.ModelFormatError as e:
-        click.echo(f"error: {e}", err=True)
+        click.echo(f"Error: {e}", err=True)
         sys.exit(1)
     click.echo(json.dumps(summary, indent=2) if as_json else _text(summary))

@@ -9,8 +9,18 @@ from edgellm import models as registry
 
 @click.command("models", add_help_option=False,
                context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="COMMAND [ARGS]...")
 def command(args):
-    """Fetch and locate the known GGUF models: fetch [NAME...|all] [--verify] [-q], path NAME,
-    list (cache: $EDGELLM_MODELS or ~/.cache/edgellm/models)."""
+    """Fetch and locate the known GGUF models (cache: $EDGELLM_MODELS or
+    ~/.cache/edgellm/models).
+
+    \b
+    Commands:
+      fetch [NAME...|all] [--verify] [-q]  download models (default: all, the test models)
+      path NAME                            print the cache path of a model (no download)
+      list                                 known models and whether they are cached"""
+    if not args or args[0] in ("-h", "--help"):  # click's help, as every other command's
+        ctx = click.get_current_context()
+        click.echo(ctx.get_help())
+        ctx.exit(0 if args else 2)
     raise SystemExit(registry.main(list(args), prog="edgellm models"))

@@ -23,13 +23,13 @@ def command(model, text_file, n_ctx, n_batch, threads, as_json):
     from edgellm import EdgeLLMError
     from edgellm.bench.perplexity import perplexity
     from edgellm.bench.progress import Progress
-    from edgellm.models import UnknownModelError, resolve
+    from edgellm.models import ModelFetchError, UnknownModelError, resolve
 
     with open(text_file, "r", encoding="utf-8") as f:
         text = f.read()
     try:
         path = resolve(model)
-    except (UnknownModelError, FileNotFoundError, OSError) as e:
+    except (UnknownModelError, ModelFetchError, FileNotFoundError, OSError) as e:
         raise click.ClickException(str(e))
 
     bar = None

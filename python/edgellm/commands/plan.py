@@ -43,14 +43,16 @@ def command(model, ctx_size, parallel, kv_type, kv_memory, threads, max_batch_to
     MODEL is a .gguf path or a known model name (fetched on first use)."""
     import edgellm
     from edgellm.memory_plan import plan
-    from edgellm.models import UnknownModelError
+    from edgellm.models import ModelFetchError, UnknownModelError
 
     try:
         p = plan(model, ctx_size, threads, kv_memory=kv_memory, kv_type=kv_type.lower(),
                  max_seqs=parallel, max_batch_tokens=max_batch_tokens, draft_model=draft)
-    except (UnknownModelError, FileNotFoundError, OSError, edgellm.EdgeLLMError) as e:
-        click.echo(f"error: {e}", err=True)
+    except (UnknownModelError, ModelFetchError, FileNotFoundError, OSError, edgellm.EdgeLLMError) as e:
+        click.echo(f"Error: {e}", err=True)
         sys.exit(1)
+    for text in p.warnings:  # as LLM(...) warns it when `run` / `serve` load the model
+        click.echo(f"Warning: {text}", err=True)
     click.echo(json.dumps(p.to_dict(), indent=2) if as_json else p.table())
     if not p.fits:
         sys.exit(1)

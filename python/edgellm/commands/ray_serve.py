@@ -25,7 +25,7 @@ from .serve import _read_key, _size
               help="Sequences each replica runs at once; Ray sends a replica no more requests "
                    "than that and queues the rest in its router.")
 @click.option("--ctx-size", "-c", default=None, type=click.IntRange(1),
-              help="Context length per sequence [default: the model's].")
+              help="Context length per sequence [default: the model's trained context, at most 4096].")
 @click.option("--kv-memory", default=None, callback=_size, help="KV cache memory per replica, e.g. 512M.")
 @click.option("--alias", default=None, help="Model id shown to clients [default: MODEL's name].")
 @click.option("--drain-timeout", default=30.0, show_default=True, type=click.FloatRange(0),

@@ -8,8 +8,11 @@ import sys
 
 import click
 
+from edgellm.chat_template import builtin_names
+
 from ._lora_option import cli_loras, lora_option
 from ._quantize_option import converted_model, quantize_option
+from ._sampling import sampling_option, sampling_params
 from ._speculative import spec_kwargs, spec_options
 
 
@@ -23,17 +26,18 @@ def _stdin_text() -> str:
 @click.argument("model")
 @click.argument("prompt", nargs=-1)
 @click.option("--system", default=None, help="System message for the conversation.")
-@click.option("--temp", "temperature", default=None, type=float,
-              help="Temperature; 0 = greedy.  [default: 0.8]")
-@click.option("-c", "--ctx-size", "ctx_size", default=None, type=int,
+@sampling_option("--temp", "temperature", field="temperature", default=None,
+                 help="Temperature; 0 = greedy.  [default: 0.8]")
+@click.option("-c", "--ctx-size", "ctx_size", default=None, type=click.IntRange(16),
               help="Context size in tokens (default: min(trained, 4096)).")
-@click.option("-t", "--threads", default=None, type=int, help="Threads (default: physical cores).")
+@click.option("-t", "--threads", default=None, type=click.IntRange(1), help="Threads (default: physical cores).")
 @click.option("--chat-template", default=None, metavar="NAME|FILE",
-              help="Chat template: a built-in name (chatml, gemma, llama3, llama2, zephyr) or a .jinja file.")
+              help=f"Chat template: a built-in name ({', '.join(builtin_names())}) or a .jinja "
+                   "file.")
 @click.option("--verbose", is_flag=True, help="Print Ollama's timing block after each answer.")
-@click.option("--seed", default=None, type=int, help="RNG seed (default: random).")
-@click.option("-n", "--num-predict", "num_predict", default=-1, show_default=True, type=int,
-              help="Most tokens per answer; -1: until the model stops or the context is full.")
+@sampling_option("--seed", field="seed", default=None, help="RNG seed (default: random).")
+@sampling_option("-n", "--num-predict", "num_predict", field="max_tokens", none_at=-1, default=-1,
+                 show_default=True, help="Most tokens per answer; -1: until the model stops or the context is full.")
 @click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", default=0, show_default=True, type=click.IntRange(-1, None),
               help="Last layers to run on a CUDA GPU (-1 = all); without one, a warning and the CPU.")
 @click.option("--context-shift/--no-context-shift", "context_shift", default=False, show_default=True,
@@ -44,32 +48,27 @@ def _stdin_text() -> str:
               help="Persistent prefix cache: KV pages of the conversation are kept as files in this "
                    "folder, so a conversation loaded again (/load) or a piped prompt seen before "
                    "is not prefilled again after a restart.")
+@click.option("--mmproj", "mmproj", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="The model's projector GGUF (llama.cpp's --mmproj file): the model then takes "
+                   "images; default: the one mmproj*.gguf beside the model, if any.")
 @quantize_option()
 @lora_option()
 @spec_options()
 def command(model, prompt, system, temperature, ctx_size, threads, chat_template, verbose, seed,
             num_predict, n_gpu_layers, spec, draft, draft_max, context_shift=False, cache_dir=None,
-            quantize=None):
+            quantize=None, mmproj=None):
     """Chat with MODEL (a GGUF path, a known model name or a Hugging Face checkpoint directory)
     in the terminal, or answer PROMPT."""
     spec_args = spec_kwargs(spec, draft, draft_max)
-    from edgellm import EdgeLLMError, LLM, SamplingParams
+    from edgellm import EdgeLLMError, LLM
     from edgellm.models import ModelFetchError, UnknownModelError
     from edgellm.repl import Renderer, ReplApp, answer_once
     from edgellm.repl.input import PlainReader, PromptToolkitReader, history_path
     from edgellm.repl.model_facts import model_name, quantization
 
-    if num_predict == 0 or num_predict < -1:
-        raise click.BadParameter("must be >= 1, or -1 for no limit", param_hint="-n/--num-predict")
-    if ctx_size is not None and ctx_size < 16:
-        raise click.BadParameter("must be >= 16", param_hint="--ctx-size")
     # --context-shift: the prompt (system message, earlier turns, the question) is kept whole
-    base = SamplingParams(max_tokens=None if num_predict < 0 else num_predict, seed=seed,
-                          n_keep=-1 if context_shift else 0)
-    if temperature is not None:
-        if temperature < 0:
-            raise click.BadParameter("must be >= 0", param_hint="--temp")
-        base.temperature = temperature
+    base = sampling_params(max_tokens=num_predict, seed=seed, n_keep=-1 if context_shift else 0,
+                           **({} if temperature is None else {"temperature": temperature}))
 
     question = " ".join(prompt) if prompt else None
     if not sys.stdin.isatty():
@@ -85,7 +84,7 @@ def command(model, prompt, system, temperature, ctx_size, threads, chat_template
 
     def load(n_ctx):
         return LLM(model, n_ctx=n_ctx, n_threads=threads, chat_template=chat_template, max_seqs=1,
-                   n_gpu_layers=n_gpu_layers, context_shift=context_shift, cache_dir=cache_dir,
+                   n_gpu_layers=n_gpu_layers, context_shift=context_shift, cache_dir=cache_dir, mmproj=mmproj,
                    lora={name: (path, scale) for name, path, scale in loras} or None, **spec_args)
 
     try:
@@ -93,10 +92,18 @@ def command(model, prompt, system, temperature, ctx_size, threads, chat_template
         # A bad --chat-template only shows when something is rendered: find out now.
         llm.apply_chat_template([{"role": "user", "content": "hi"}])
     except (EdgeLLMError, UnknownModelError, ModelFetchError, OSError) as e:
-        raise click.ClickException(str(e))
+        from edgellm.memory_plan import message_for
+        raise click.ClickException(message_for(e, "run"))
     except KeyboardInterrupt:
         sys.exit(130)
 
+    stand_in = llm.chat_renderer.stand_in
+    if stand_in:
+        import os
+        click.echo(f"Note: {os.path.basename(llm.model_path)} has no chat template (a base "
+                   f"model?): the built-in '{stand_in}' template stands in, and a base model "
+                   "may not answer as a chat model does; --chat-template picks another.",
+                   err=True)
     with llm:
         if question is not None:
             render = Renderer(decorate=False)

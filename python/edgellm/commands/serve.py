@@ -9,6 +9,7 @@ import click
 
 from ._lora_option import cli_loras, lora_option
 from ._quantize_option import converted_model, quantize_option
+from ._sampling import sampling_option
 from ._speculative import spec_kwargs, spec_options
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -117,7 +118,8 @@ def _keep_alive(ctx, param, value):
 @click.option("--max-queue", default=256, show_default=True, type=click.IntRange(0, 100000),
               help="Sequences allowed to wait beyond --parallel; more get 429 + Retry-After.")
 @click.option("--ctx-size", "-c", default=None, type=click.IntRange(1),
-              help="Context length per sequence [default: the model's].")
+              help="Context length per sequence [default: the model's trained context, at "
+                   "most 4096].")
 @click.option("--kv-memory", default=None, callback=_size,
               help="Memory for the paged KV cache shared by all sequences (and both layer groups), e.g. 512M, 2G.")
 @click.option("--threads", "-t", default=None, type=click.IntRange(1),
@@ -141,7 +143,11 @@ def _keep_alive(ctx, param, value):
               help="Seconds a client may take to send a request's headers (then the connection "
                    "is closed) and, after them, its body (then 408); 0 = no limit.")
 @click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+              help="Lines below this level are not written (info: one line per request).")
+@click.option("--log-format", default="text", show_default=True, type=click.Choice(["text", "json"]),
+              help="Every log line (edgellm's, uvicorn's, one per request: method, path, status, "
+                   "tokens, milliseconds) as text or as one JSON object per line, for collectors.")
 @click.option("--engine-factory", default=None, hidden=True, metavar="MODULE:CALLABLE",
               help="Build the engine with CALLABLE(ServerConfig) instead of edgellm.AsyncLLM; "
                    "MODULE.SamplingParams, if any, replaces edgellm's, MODULE.memory_plan_bytes(config) "
@@ -177,13 +183,13 @@ def _keep_alive(ctx, param, value):
               help="Access-Control-Allow-Headers of preflight answers.")
 @click.option("--cors-credentials/--no-cors-credentials", default=True, show_default=True,
               help="Access-Control-Allow-Credentials of preflight answers.")
-@click.option("--n-predict", "-n", "n_predict", default=-1, show_default=True,
-              type=click.IntRange(-1), help="Tokens to generate for requests that set no "
-              "max_tokens / n_predict (-1 = until end of generation or a full context).")
-@click.option("--seed", "-s", "seed", default=-1, show_default=True, type=click.IntRange(-1),
-              help="Seed for requests that give none (-1 = random).")
-@click.option("--temp", "temperature", default=None, type=click.FloatRange(0),
-              help="Temperature for requests that give none [default: 0.8].")
+@sampling_option("--n-predict", "-n", "n_predict", field="max_tokens", none_at=-1, default=-1,
+                 show_default=True, help="Tokens to generate for requests that set no "
+                 "max_tokens / n_predict (-1 = until end of generation or a full context).")
+@sampling_option("--seed", "-s", "seed", field="seed", none_at=-1, default=-1, show_default=True,
+                 help="Seed for requests that give none (-1 = random).")
+@sampling_option("--temp", "temperature", field="temperature", default=None,
+                 help="Temperature for requests that give none [default: 0.8].")
 @click.option("--slots/--no-slots", "slots_endpoint", default=True, show_default=True,
               help="Serve GET /slots (without it: 501).")
 @click.option("--metrics/--no-metrics", "metrics_endpoint", default=True, show_default=True,
@@ -200,6 +206,14 @@ def _keep_alive(ctx, param, value):
               help="llama-server's --context-shift: when a sequence fills the context while "
                    "generating, keep its first n_keep tokens (a request field; -1 = the prompt) and "
                    "the newer half of the rest, and go on instead of stopping.")
+@click.option("--mmproj", "mmproj", default=None, type=click.Path(dir_okay=False),
+              help="The model's projector GGUF (llama.cpp's convert_hf_to_gguf.py --mmproj): chat "
+                   "messages may then hold image_url parts. Default: the one mmproj*.gguf beside "
+                   "the model, if any.")
+@click.option("--media-path", "media_path", default=None, type=click.Path(file_okay=False),
+              help="Allow file:// image URLs for files under this folder (refused otherwise).")
+@click.option("--allow-remote-media", "allow_remote_media", is_flag=True, default=False,
+              help="Fetch http(s) image URLs (off: only data: URIs and --media-path files).")
 @click.option("--cache-dir", "cache_dir", default=None, type=click.Path(file_okay=False),
               help="Persistent prefix cache: full KV pages of prompts and replies are kept as files "
                    "in this folder (per model file, checksummed, LRU-bounded) and read back after "
@@ -231,7 +245,8 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
             verbose=False, spec="auto", draft=None, draft_max=None, context_shift=False,
             cache_dir=None, cache_max_bytes=None, slot_save_path=None, thermal_backoff="auto",
             thermal_root="/", models_dir=None, keep_alive=300.0, max_loaded_models=None,
-            models_memory=None, quantize=None, webui=True):
+            models_memory=None, quantize=None, webui=True, mmproj=None, media_path=None,
+            allow_remote_media=False, log_format="text"):
     """Serve MODEL (a .gguf path, a known model name or a Hugging Face checkpoint directory)
     over an OpenAI-compatible HTTP API.
 
@@ -292,6 +307,9 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
         config.draft_model = draft if factories else _resolve_model(draft, "--draft")
     config.verbose = verbose
     config.context_shift = context_shift
+    config.mmproj = mmproj
+    config.media_path = media_path
+    config.allow_remote_media = allow_remote_media
     config.cache_dir = cache_dir
     config.cache_max_bytes = cache_max_bytes
     config.lora = cli_loras()  # --lora NAME=PATH[:SCALE]: loaded with the first model
@@ -308,7 +326,9 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
         config.slot_save_path = os.path.abspath(slot_save_path)
     _embedding_options(config)  # --pooling, --embd-normalize, --embedding
     _thermal_options(config, thermal_backoff, thermal_root)
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from edgellm.server import request_log
+    request_log.configure(log_level, log_format)
+    log = logging.getLogger("edgellm.serve")
 
     failure = []
 
@@ -316,40 +336,45 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
         failure.append(e)
         server.should_exit = True
 
-    try:
-        app = create_app(config, on_load_failure=on_load_failure, **factories)
-    except ValueError as e:  # several models that cannot be served together (two with one id)
-        raise click.UsageError(str(e)) from None
     hosts = config.hosts
     if not hosts:
         raise click.BadParameter("give at least one address", param_hint="--host")
-    sockets = _bind(hosts, port) if len(hosts) > 1 else None
-    if sockets:
-        port = sockets[0].getsockname()[1]
+    # the port first: one that is taken is said as such, before anything is loaded
+    sockets = _bind(hosts, port)
+    port = sockets[0].getsockname()[1]
+    try:
+        app = create_app(config, on_load_failure=on_load_failure, **factories)
+    except BaseException as e:
+        for s in sockets:
+            s.close()
+        if isinstance(e, ValueError):  # several models that cannot be served together
+            raise click.UsageError(str(e)) from None
+        raise
     from edgellm.server.limits import http_protocol
 
     server = _Server(uvicorn.Config(
-        app, host=hosts[0], port=port, log_level=log_level, access_log=log_level == "debug",
+        app, host=hosts[0], port=port, log_level=log_level, access_log=False,
+        log_config=None,  # uvicorn's loggers write through request_log's one handler
         http=http_protocol(config.read_timeout),  # uvicorn's, with a header-read timeout
         timeout_graceful_shutdown=max(1, int(round(shutdown_grace))) if shutdown_grace else None,
         lifespan="on"))
     where = ", ".join(f"http://{_url_host(h)}:{port}/v1" for h in hosts)
     if config.multi_model:
-        click.echo(f"edgellm: serving {', '.join(app.state.models.slots)} on {where} (each "
-                   "loaded on first use)", err=True)
+        log.info("serving %s on %s (each loaded on first use)",
+                 ", ".join(app.state.models.slots), where)
     else:
-        click.echo(f"edgellm: serving {config.model_id} on {where} "
-                   f"(loading {config.model_path})", err=True)
+        log.info("serving %s on %s (loading %s)", config.model_id, where, config.model_path)
     if config.webui:
-        click.echo(f"edgellm: web chat at http://{_url_host(hosts[0])}:{port}/", err=True)
+        log.info("web chat at http://%s:%s/", _url_host(hosts[0]), port)
     for line in exposure_warnings(config):
-        click.echo(f"edgellm: warning: {line}", err=True)
+        log.warning("%s", line)
     server.run(sockets=sockets)
     if failure:
-        click.echo(f"edgellm: could not load {config.model_path}: {failure[0]}", err=True)
+        from edgellm.memory_plan import message_for
+        log.error("could not load %s: %s", config.model_path, message_for(failure[0], "serve"))
         sys.exit(1)
     if not server.started:
-        sys.exit(1)  # e.g. the port was taken; uvicorn has said why
+        sys.exit(1)  # uvicorn has said why
 
 
 def _llamacpp_options(config, cors_origins, cors_methods, cors_headers, cors_credentials,
@@ -400,6 +425,7 @@ def _url_host(h: str) -> str:
 
 def _bind(hosts, port: int):
     """One listening socket per address, all on one port (the first bind picks it when 0)."""
+    import errno
     import socket
 
     socks = []
@@ -419,6 +445,9 @@ def _bind(hosts, port: int):
     except (OSError, socket.gaierror) as e:
         for s in socks:
             s.close()
+        if getattr(e, "errno", None) == errno.EADDRINUSE:
+            raise click.ClickException(f"port {port} is in use on {h}: stop what listens there, "
+                                       "or give another --port") from None
         raise click.BadParameter(f"cannot listen on {h}:{port}: {e}", param_hint="--host") from None
     return socks
 

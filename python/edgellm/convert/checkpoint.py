@@ -29,7 +29,8 @@ import numpy as np
 from .errors import ConvertError
 
 _DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64,
-           "U8": np.uint8}  # U8: MXFP4 blocks and scales (gpt-oss), read raw by load_raw
+           "U8": np.uint8,  # U8: MXFP4 blocks and scales (gpt-oss), read raw by load_raw
+           "I64": np.int64}  # I64: buffers such as BERT's position_ids, listed but never converted
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 # the safetensors library's own cap on the JSON header (MAX_HEADER_SIZE)
@@ -206,8 +207,8 @@ def _read_header(path: str) -> Dict[str, SourceTensor]:
             raise ConvertError(f"{where}: entry is {_kind(info)}, not an object")
         dtype = info.get("dtype")
         if not isinstance(dtype, str) or dtype not in _DTYPES:
-            raise ConvertError(f"{where} has dtype {show(dtype)}; only F32, F16, BF16, F64 and U8 (MXFP4) are "
-                               f"converted")
+            raise ConvertError(f"{where} has dtype {show(dtype)}; only F32, F16, BF16, F64, U8 (MXFP4) and "
+                               f"I64 (skipped buffers) are read")
         shape, offsets = info.get("shape"), info.get("data_offsets")
         if not isinstance(shape, list) or not all(_uint(x) for x in shape):
             raise ConvertError(f"{where}: shape {show(shape)} is not a list of non-negative integers")

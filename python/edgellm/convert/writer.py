@@ -17,6 +17,7 @@ from typing import Callable, List, Optional
 
 import numpy as np
 
+from . import encoder
 from .checkpoint import Checkpoint
 from .config import arch_of, hparams, llama3_rope_factors, longrope_factors, metadata
 from .errors import ConvertError
@@ -81,6 +82,17 @@ def plan(hf_dir: str, out_type: str = "F16") -> ConversionPlan:
     if out_type not in OUT_TYPES:
         raise ConvertError(f"unsupported output type {out_type!r}; choose one of {', '.join(OUT_TYPES)}")
     ckpt = Checkpoint(hf_dir)
+    if encoder.is_encoder(ckpt.config):  # BERT family, sentence-transformers folders (convert/encoder.py)
+        hf_arch, kv, tplans = encoder.plan(ckpt)
+        out = []
+        for p in tplans:
+            ne = tuple(reversed(p.shape))
+            t = encoder.tensor_type(p.dst, ne[0], out_type)
+            n_rows = int(np.prod(ne[1:])) if len(ne) > 1 else 1
+            out.append(PlannedTensor(p, ne, t, n_rows * _row_bytes(t, ne[0])))
+        cp = ConversionPlan("bert", hf_arch, out_type, kv, out)
+        cp.checkpoint = ckpt
+        return cp
     hf_arch, spec = arch_of(ckpt.config, os.path.join(ckpt.dir, "config.json"))
     hp = hparams(ckpt.config, os.path.join(ckpt.dir, "config.json"), spec)
     if ckpt.config.get("tie_word_embeddings") is None:  # unstated: tied exactly when there is no lm_head
@@ -230,10 +242,25 @@ def gguf_file(out_path: str, arch: str):
         raise
 
 
+_last_step = [-1]  # the last tenth reported to a non-terminal
+
+
 def stderr_progress(done: int, total: int, name: str) -> None:
+    """A bar redrawn in place (\r) on a terminal; elsewhere (a log file, a pipe) one plain line
+    per tenth of the bytes, so the file holds no carriage returns."""
+    pct = 100 * done // max(total, 1)
+    if not sys.stderr.isatty():
+        step = pct // 10
+        if step < _last_step[0]:
+            _last_step[0] = -1  # a new conversion
+        if step > _last_step[0]:
+            _last_step[0] = step
+            sys.stderr.write(f"converting: {pct:3d}% {name}\n")
+            sys.stderr.flush()
+        return
     width = 30
     filled = width * done // max(total, 1)
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {100 * done // max(total, 1):3d}% {name[:40]:40s}")
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {pct:3d}% {name[:40]:40s}")
     if done >= total:
         sys.stderr.write("\n")
     sys.stderr.flush()

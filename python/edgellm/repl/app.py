@@ -13,7 +13,8 @@ from typing import Callable, Optional
 
 from .commands import execute, is_command
 from .conversation import ContextOverflow, Conversation
-from .input import LineReader, read_message
+from .finish import finish_notice, stream_answer
+from .input import LineReader, quiet_typing, read_message
 from .params import Parameters
 from .render import Renderer
 
@@ -165,14 +166,11 @@ class ReplApp:
         final = None
         stream = None
         interrupted = False
+        reason = None
         try:
             stream = self.llm.chat_stream_chunks(self.conversation.rendered(), params)
-            for chunk in stream:
-                if chunk.text:
-                    self.render.answer_piece(chunk.text)
-                    parts.append(chunk.text)
-                if chunk.finish_reason is not None:
-                    final = chunk
+            with quiet_typing():  # keys typed meanwhile are not echoed into the answer
+                final, reason = stream_answer(stream, self.render, parts)
         except KeyboardInterrupt:
             interrupted = True
         except EdgeLLMError as e:
@@ -193,9 +191,12 @@ class ReplApp:
             self.render.line()
             return
         timings = final.timings or {}
+        notice = finish_notice(reason, timings, params.max_tokens, int(self.llm.n_ctx))
+        if notice:
+            self.render.notice(notice)
         if self.verbose:
             self.render.verbose(timings, total_s, self._pending_load_s)
-        else:
+        elif final.finish_reason is not None:
             self.render.timings(timings)
         self._pending_load_s = 0.0
         self.render.line()
@@ -212,13 +213,10 @@ def answer_once(llm, text: str, render: Renderer, *, base_params=None, system: O
     t0 = time.perf_counter()
     final = None
     stream = None
+    reason = None
     try:
         stream = llm.chat_stream_chunks(conversation.rendered(), params)
-        for chunk in stream:
-            if chunk.text:
-                render.answer_piece(chunk.text)
-            if chunk.finish_reason is not None:
-                final = chunk
+        final, reason = stream_answer(stream, render)
     except KeyboardInterrupt:
         render.end_line()
         return 130
@@ -230,6 +228,10 @@ def answer_once(llm, text: str, render: Renderer, *, base_params=None, system: O
         if stream is not None:
             _close(stream)
     render.end_line()
+    notice = final is not None and finish_notice(reason, final.timings, params.max_tokens,
+                                                 int(llm.n_ctx))
+    if notice:
+        render.line(notice, render.err)  # stdout carries the answer alone
     if verbose and final is not None:
         render.verbose(final.timings or {}, time.perf_counter() - t0,
                        float(getattr(llm, "load_time", 0.0) or 0.0))

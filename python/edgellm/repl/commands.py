@@ -17,6 +17,7 @@ __all__ = ["execute", "HELP", "is_command"]
 
 HELP = '''Available Commands:
   /set            Set session variables
+  /unset          Unset session variables (e.g. a stop string)
   /show           Show model information
   /clear          Clear session context (keeps the system message)
   /regen          Regenerate the last answer
@@ -34,6 +35,7 @@ HELP_SET = '''Available Commands:
   /set system <string>   Set the system message
   /set verbose           Show the detailed timing block after each answer
   /set quiet             Show only the one-line timing summary
+  /unset parameter NAME  Back to the default (stop: /unset parameter stop "User:" removes one)
 
 Use """ to begin a multi-line system message.'''
 
@@ -127,7 +129,8 @@ def _set(app, line: str, args: List[str]) -> bool:
             app.render.error(f"Couldn't set parameter: {e}")
             return True
         except Exception as e:  # a reload that failed: the old model stays loaded
-            app.render.error(f"Couldn't set parameter: {e}")
+            from edgellm.memory_plan import message_for
+            app.render.error(f"Couldn't set parameter: {message_for(e, 'repl')}")
             return True
         shown = ", ".join(value) if isinstance(value, list) else value
         app.render.info(f"Set parameter '{name}' to '{shown}'")
@@ -153,6 +156,21 @@ def _set(app, line: str, args: List[str]) -> bool:
         app.render.info("Set 'quiet' mode.")
         return True
     app.render.info(f"Unknown command '/set {what}'. Type /? set for help")
+    return True
+
+
+def _unset(app, line: str, args: List[str]) -> bool:
+    """`/unset parameter NAME [STRING...]` (num_ctx: the context the session started with
+    stays loaded until the next /set)."""
+    if len(args) < 2 or args[0] != "parameter":
+        app.render.info('Usage: /unset parameter NAME  (stop: /unset parameter stop "STRING")')
+        return True
+    try:
+        now = app.params.unset(args[1], Parameters.split_args(_rest(line, 3)))
+    except ParameterError as e:
+        app.render.error(f"Couldn't unset parameter: {e}")
+        return True
+    app.render.info(f"Unset parameter '{args[1]}': {now}")
     return True
 
 
@@ -266,7 +284,9 @@ def _load(app, line: str, args: List[str]) -> bool:
         try:
             app.reload(n_ctx)
         except Exception as e:
-            app.render.error(f"{path}: cannot reload the model with num_ctx {n_ctx}: {e}")
+            from edgellm.memory_plan import message_for
+            app.render.error(f"{path}: cannot reload the model with num_ctx {n_ctx}: "
+                             f"{message_for(e, 'repl')}")
             return True
     app.conversation = conversation
     app.params = params
@@ -280,6 +300,7 @@ _COMMANDS: Dict[str, Callable] = {
     "/help": _help, "/?": _help,
     "/clear": _clear,
     "/set": _set,
+    "/unset": _unset,
     "/show": _show,
     "/regen": _regen,
     "/read": _read,

@@ -156,3 +156,43 @@ def read_message(reader: LineReader) -> str:
         lines.append(line)
     reader.remember("\n".join(entered))
     return prefix + "\n".join(lines)
+
+
+class quiet_typing:
+    """While an answer streams: what is typed is not echoed into it (the terminal's echo is off)
+    and is dropped when the answer ends, so it neither lands in the answer on screen nor
+    surprises the next prompt; Ctrl+C still interrupts (signals stay on). No-op when stdin is
+    not a terminal."""
+
+    def __init__(self, stream=None):
+        self.stream = stream
+        self.fd = -1
+        self.saved = None
+
+    def __enter__(self):
+        import sys
+
+        try:
+            import termios
+
+            self.fd = (self.stream or sys.stdin).fileno()
+            if not os.isatty(self.fd):
+                return self
+            self.saved = termios.tcgetattr(self.fd)
+            quiet = termios.tcgetattr(self.fd)
+            quiet[3] &= ~(termios.ECHO | termios.ICANON)
+            termios.tcsetattr(self.fd, termios.TCSANOW, quiet)
+        except (ImportError, OSError, ValueError):  # not a POSIX terminal
+            self.saved = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved is not None:
+            import termios
+
+            try:
+                termios.tcflush(self.fd, termios.TCIFLUSH)  # what was typed meanwhile goes
+                termios.tcsetattr(self.fd, termios.TCSANOW, self.saved)
+            except OSError:
+                pass
+        return False

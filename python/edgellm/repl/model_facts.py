@@ -27,10 +27,16 @@ def _metadata(llm) -> Dict[str, Any]:
 
 
 def model_name(llm) -> str:
+    """The model as the banner and /show info name it: its file's name without .gguf
+    ("SmolLM2-135M-Instruct.Q4_1"), which the user chose or fetched and can find again --
+    not the file's general.name, often a training run's tag ("Smollm2 135M 8k Lc100K Mix1
+    Ep2"); that only when there is no path."""
+    path = str(getattr(llm, "model_path", "") or "")
+    base = os.path.basename(path)
+    if base:
+        return base[:-5] if base.lower().endswith(".gguf") else base
     name = _metadata(llm).get("general.name")
-    if isinstance(name, str) and name.strip():
-        return name.strip()
-    return os.path.basename(str(getattr(llm, "model_path", "model")))
+    return name.strip() if isinstance(name, str) and name.strip() else "model"
 
 
 def _tensor_types(path: str) -> Tuple[Optional[str], Optional[int]]:

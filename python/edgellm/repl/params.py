@@ -130,6 +130,25 @@ class Parameters:
         self.values[name] = spec.parse(args[0])
         return self.values[name]
 
+    def unset(self, name: str, args: List[str]) -> str:
+        """`/unset parameter NAME [STRING...]`: NAME back to its default; for stop, with
+        strings, only those are removed. Returns what now holds, in words."""
+        if name not in PARAMETERS:
+            raise ParameterError(f"unknown parameter {name!r}; known: {', '.join(PARAMETERS)}")
+        if name == "stop" and args:
+            have = self.values.get("stop", [])
+            missing = [s for s in args if s not in have]
+            if missing:
+                raise ParameterError(f"stop {', '.join(map(repr, missing))} is not set; set: "
+                                     f"{', '.join(map(repr, have)) or 'none'}")
+            self.values["stop"] = [s for s in have if s not in args]
+            if not self.values["stop"]:
+                del self.values["stop"]
+            left = self.values.get("stop")
+            return f"stop strings now: {', '.join(map(repr, left))}" if left else "no stop strings"
+        self.values.pop(name, None)
+        return "the default"
+
     @staticmethod
     def split_args(text: str) -> List[str]:
         """Arguments as a shell splits them, so `/set parameter stop "User:"` keeps the colon

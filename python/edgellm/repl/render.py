@@ -35,16 +35,13 @@ def _rate(n: float, per_second: Optional[float]) -> str:
 
 
 def timing_line(timings: Dict[str, float]) -> str:
-    """`prompt: N tok, X t/s · answer: M tok, Y t/s` from llama-server-named timings."""
+    """`prompt: N tok, X t/s · answer: M tok, Y t/s` from llama-server-named timings.
+    Speculative decoding's counts are not in it: `--verbose` / `/set verbose` (the block) and
+    `/show info` show them, as Ollama and llama.cpp show them only when asked."""
     pn = int(timings.get("prompt_n", 0))
     gn = int(timings.get("predicted_n", 0))
-    line = (f"prompt: {pn} tok, {_rate(pn, timings.get('prompt_per_second'))} t/s · "
+    return (f"prompt: {pn} tok, {_rate(pn, timings.get('prompt_per_second'))} t/s · "
             f"answer: {gn} tok, {_rate(gn, timings.get('predicted_per_second'))} t/s")
-    drafted = int(timings.get("draft_n", 0) or 0)
-    if drafted > 0:
-        accepted = int(timings.get("draft_n_accepted", 0) or 0)
-        line += f" · drafted {drafted}, accepted {accepted} ({100.0 * accepted / drafted:.0f}%)"
-    return line
 
 
 def verbose_block(timings: Dict[str, float], total_s: float, load_s: float) -> str:
@@ -143,5 +140,5 @@ class Renderer:
         self.line(text)
 
     def error(self, text: str) -> None:
-        msg = f"error: {text}"
+        msg = f"Error: {text}"
         self.line(self._style(msg, _RED) if self.color and self.err.isatty() else msg, self.err)

@@ -45,6 +45,9 @@ def default_loader(config: ServerConfig):
         cache_dir=getattr(config, "cache_dir", None),
         cache_max_bytes=getattr(config, "cache_max_bytes", None),
         lora=lora_api.loader_arg(config),
+        mmproj=getattr(config, "mmproj", None),
+        media_path=getattr(config, "media_path", None),
+        allow_remote_media=getattr(config, "allow_remote_media", False),
     )
     if getattr(config, "reasoning", "auto") == "off":  # llama-server's --reasoning off
         llm.llm.chat_template_defaults["enable_thinking"] = False

@@ -20,16 +20,19 @@ from starlette.routing import BaseRoute
 
 import edgellm
 
-from . import anthropic_api, anthropic_models, llamacpp_api, lora_api, protocol, responses_models
+from . import (anthropic_api, anthropic_models, llamacpp_api, lora_api, ollama_api, ollama_library,
+               ollama_models, protocol, responses_models)
 from .auth import BearerAuth
 from .browser_guard import BrowserGuard
 from .config import ServerConfig
 from .cors import CORS
 from .admission import EngineHost, default_loader, default_params_factory
 from .embeddings import EmbeddingRoutes, EmbeddingsBody
+from .rerank import RerankBody, RerankRoutes
 from .errors import APIError, ErrorGuard
 from .limits import BodyLimit
 from .metrics import ServerMetrics
+from .request_log import RequestLog
 from .responses_api import ResponsesAPI, ResponseStore
 from .routes import Routes
 from .webui import WebUI
@@ -40,9 +43,11 @@ _SCHEMAS = "#/components/schemas/"
 
 
 def route(path: str, endpoint: Callable, method: str = "POST", body: Optional[type] = None,
-          tag: str = "OpenAI", response_class: type = JSONResponse) -> APIRoute:
+          tag: str = "OpenAI", response_class: type = JSONResponse,
+          streams: Optional[str] = None) -> APIRoute:
     """One endpoint; `body`, the pydantic model of its request, goes in the OpenAPI document
-    only (the endpoint parses the body itself, answering in its API's error envelope)."""
+    only (the endpoint parses the body itself, answering in its API's error envelope);
+    `streams`: the media type it streams in besides JSON (Ollama's NDJSON)."""
     extra: dict = {"parameters": [{"name": name, "in": "path", "required": True,
                                    "schema": {"type": "string"}}
                                   for name in re.findall(r"{(\w+)}", path)]}
@@ -50,19 +55,23 @@ def route(path: str, endpoint: Callable, method: str = "POST", body: Optional[ty
         extra["requestBody"] = {"required": True, "content": {"application/json": {
             "schema": {"$ref": _SCHEMAS + body.__name__}}}}
     doc = (endpoint.__doc__ or "").strip().split("\n")[0] or None
+    responses = {200: {"content": {"application/json": {}, streams: {}}}} if streams else None
     out = APIRoute(path, endpoint, methods=[method], openapi_extra=extra, tags=[tag],
-                   response_class=response_class,
+                   response_class=response_class, responses=responses,
                    summary=doc, name=f"{method} {path}", operation_id=method.lower()
                    + path.replace("/", "_").replace("{", "").replace("}", "").replace("-", "_"))
     out.body_model = body
     return out
 
 
-def model_routes(host: EngineHost, store: Optional[ResponseStore] = None) -> List[APIRoute]:
+def model_routes(host: EngineHost, store: Optional[ResponseStore] = None,
+                 ollama: Optional[ollama_library.OllamaServer] = None) -> List[APIRoute]:
     """Every route of the API over one model's EngineHost; `store` keeps /v1/responses (one
-    store shared by every model of a many-model server)."""
+    store shared by every model of a many-model server), `ollama` Ollama's created models."""
     routes = Routes(host)
+    native_ollama = ollama_api.OllamaRoutes(host, ollama)
     embeddings = EmbeddingRoutes(routes)
+    rerank = RerankRoutes(routes)
     anthropic = anthropic_api.AnthropicRoutes(host)
     responses = ResponsesAPI(routes, store)
     native = llamacpp_api.LlamaCppAPI(routes)
@@ -92,8 +101,18 @@ def model_routes(host: EngineHost, store: Optional[ResponseStore] = None) -> Lis
         route("/v1/embeddings", embeddings.v1_embeddings, body=EmbeddingsBody),
         route("/embeddings", embeddings.native, body=EmbeddingsBody, tag="llama.cpp"),
         route("/embedding", embeddings.native, body=EmbeddingsBody, tag="llama.cpp"),
+        # cross-encoders: Jina's / llama-server's rerank (server/rerank.py)
+        *[route(path, rerank.rerank, body=RerankBody) for path in ("/v1/rerank", "/rerank", "/v1/reranking", "/reranking")],
         *[route(path, fn, method, body, "llama.cpp") for path, fn, method, body in native.endpoints()],
         *lora_api.routes(host, route),  # LoRA adapters (server/lora_api.py)
+        # Ollama's generation and embedding routes (server/ollama_api.py)
+        route("/api/generate", native_ollama.generate, body=ollama_models.OllamaGenerateBody,
+              tag="Ollama", streams=ollama_models.NDJSON),
+        route("/api/chat", native_ollama.chat, body=ollama_models.OllamaChatBody, tag="Ollama",
+              streams=ollama_models.NDJSON),
+        route("/api/embed", native_ollama.embed, body=ollama_models.OllamaEmbedBody, tag="Ollama"),
+        route("/api/embeddings", native_ollama.embeddings, body=ollama_models.OllamaEmbeddingsBody,
+              tag="Ollama"),
     ]
 
 
@@ -118,6 +137,7 @@ def create_app(config: ServerConfig, loader: Callable[[ServerConfig], Any] = def
     if config.multi_model:
         return _many_model_app(config, loader, params_factory, planner)
     host = EngineHost(config, loader, params_factory, on_load_failure=on_load_failure)
+    ollama = ollama_library.OllamaServer(ollama_library.OneModel(host), host.metrics)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -130,7 +150,7 @@ def create_app(config: ServerConfig, loader: Callable[[ServerConfig], Any] = def
             else:
                 host.close()
 
-    app = _fastapi(config, model_routes(host), lifespan, host.metrics)
+    app = _fastapi(config, model_routes(host, ollama=ollama), lifespan, host.metrics, ollama=ollama)
     app.state.host = host
     return app
 
@@ -153,11 +173,13 @@ def _many_model_app(config: ServerConfig, loader, params_factory, planner) -> Fa
                      max_loaded=config.max_loaded_models, keep_alive=config.keep_alive,
                      wait_timeout=config.timeout)
     store = ResponseStore()
+    ollama = ollama_library.OllamaServer(None, metrics)
     router = ModelRouter(catalog, pool,
-                         lambda host: [r for r in model_routes(host, store)
+                         lambda host: [r for r in model_routes(host, store, ollama)
                                        if r.path not in _SERVER_PATHS | _STORED_PATHS],
                          metrics)
-    documented = model_routes(pool.slot(router.default).host, store)
+    ollama.models = ollama_library.ManyModels(catalog, pool, router)
+    documented = model_routes(pool.slot(router.default).host, store, ollama)
     stored = [r for r in documented if r.path in _STORED_PATHS]  # they read the shared store only
 
     @contextlib.asynccontextmanager
@@ -168,7 +190,8 @@ def _many_model_app(config: ServerConfig, loader, params_factory, planner) -> Fa
             pool.close()
 
     app = _fastapi(config, router.routes(route) + stored, lifespan, metrics,
-                   [r for r in documented if r.path not in _SERVER_PATHS | _STORED_PATHS])
+                   [r for r in documented if r.path not in _SERVER_PATHS | _STORED_PATHS],
+                   ollama=ollama)
     app.router.default = router.dispatch  # every other path: one model's routes
     app.state.host = pool.slot(router.default).host
     app.state.models = pool
@@ -176,9 +199,9 @@ def _many_model_app(config: ServerConfig, loader, params_factory, planner) -> Fa
 
 
 def _fastapi(config: ServerConfig, routes: List[BaseRoute], lifespan, metrics,
-             dispatched: List[APIRoute] = ()) -> FastAPI:
+             dispatched: List[APIRoute] = (), ollama=None) -> FastAPI:
     """The app over `routes`; `dispatched`: routes the many-model router reaches, documented
-    in /openapi.json as the app's own."""
+    in /openapi.json as the app's own; `ollama`: Ollama's server routes (/, /api/tags, ...)."""
     async def http_error(request: Request, exc: HTTPException):
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         message = {404: f"no route {request.url.path}",
@@ -190,9 +213,14 @@ def _fastapi(config: ServerConfig, routes: List[BaseRoute], lifespan, metrics,
     def render_error(scope, err: APIError):
         if anthropic_api.is_anthropic_path(scope["path"]):
             return anthropic_api.error_response(err)
+        if ollama_models.is_ollama_path(scope["path"]):
+            return ollama_models.error_response(err)
         return err.response()
 
     webui = WebUI() if config.webui else None  # the chat page at / (webui.py), one model or several
+    if ollama is not None:  # GET / answers Ollama's probe, and a browser the web chat page
+        ollama.webui = webui
+        routes = [*ollama.routes(route), *routes]
     app = FastAPI(title="edgellm", version=edgellm.__version__, lifespan=lifespan,
                   routes=[*routes, *(webui.routes() if webui else [])],
                   exception_handlers={HTTPException: http_error},
@@ -215,6 +243,7 @@ def _fastapi(config: ServerConfig, routes: List[BaseRoute], lifespan, metrics,
     # outermost: preflights are answered before the key check, every answer carries the headers
     app.add_middleware(CORS, origins=config.cors_origins, methods=config.cors_methods,
                        headers=config.cors_headers, credentials=config.cors_credentials)
+    app.add_middleware(RequestLog)  # outermost: one log line per request (request_log.py)
     return app
 
 

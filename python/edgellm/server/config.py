@@ -95,6 +95,11 @@ class ServerConfig:
     num_speculative_tokens: Optional[int] = None  # None = the engine's default
     # llama-server's --context-shift: a full context keeps n_keep + the newer half and goes on
     context_shift: bool = False
+    # vision input (edgellm.vision): --mmproj (None: the one mmproj*.gguf beside the model),
+    # file:// image URLs only under --media-path, http(s) fetched only with --allow-remote-media
+    mmproj: Optional[str] = None
+    media_path: Optional[str] = None
+    allow_remote_media: bool = False
     # the persistent prefix cache (LLM(cache_dir=...)) and llama-server's --slot-save-path
     cache_dir: Optional[str] = None
     cache_max_bytes: Optional[int] = None

@@ -829,7 +829,7 @@ class LlamaCppAPI:
             "model_path": getattr(inner, "model_path", None) or self.config.model_path or "",
             "model_ftype": md.get("general.file_type") if isinstance(md, dict) else None,
             "n_ctx": self.host.n_ctx,
-            "modalities": {"vision": False, "video": False, "audio": False},
+            "modalities": {"vision": getattr(inner, "takes_images", False) is True, "video": False, "audio": False},
             "media_marker": "",
             "endpoint_slots": self.config.slots_endpoint,
             "endpoint_props": True,

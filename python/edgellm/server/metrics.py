@@ -10,6 +10,8 @@ import bisect
 import threading
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
+from . import request_log
+
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -84,6 +86,7 @@ class ServerMetrics:
             self.itl.observe(seconds / max(1, tokens), max(1, tokens))
 
     def tokens(self, prompt: int = 0, generated: int = 0) -> None:
+        request_log.count(prompt, generated)  # the request's own log line
         with self._lock:
             self.prompt_tokens += prompt
             self.generation_tokens += generated

@@ -149,6 +149,43 @@ class ModelCatalog:
         entry.names = [ident] + [a for a in aliases if a != ident]
         return entry
 
+    # --- Ollama's /api/pull, /api/copy, /api/create, /api/delete (server/ollama_api.py) ---
+    def add(self, source: str, path: str, name: Optional[str] = None) -> ModelEntry:
+        """Serve one more file (the entry of that file when it is served already), as `name`
+        when given (a pulled hf.co/USER/REPO:QUANT keeps the name it was pulled by)."""
+        entry = self._paths.get(os.path.realpath(path))
+        if entry is None:
+            entry = self._add(source, path, [name] if name else [])
+            for fn in self._on_added:
+                fn(entry)
+        return entry
+
+    def add_name(self, name: str, entry: ModelEntry) -> None:
+        """`name` picks `entry` from now on."""
+        holder = self._explicit.get(_key(name))
+        if holder is not None and holder is not entry:
+            raise CatalogError(f"the name {name!r} is taken by the model {holder.id}")
+        self._explicit[_key(name)] = entry
+        if name not in entry.names:
+            entry.names.append(name)
+
+    def remove_name(self, name: str) -> None:
+        """Forget a name add_name gave (never an entry's id)."""
+        entry = self._explicit.get(_key(name))
+        if entry is not None and _key(entry.id) != _key(name):
+            del self._explicit[_key(name)]
+            entry.names = [n for n in entry.names if _key(n) != _key(name)]
+
+    def remove(self, entry: ModelEntry) -> None:
+        """Stop serving `entry`, under every name."""
+        self.entries.remove(entry)
+        self._paths = {k: e for k, e in self._paths.items() if e is not entry}
+        self._explicit = {k: e for k, e in self._explicit.items() if e is not entry}
+        for key in list(self._derived):
+            self._derived[key] = [e for e in self._derived[key] if e is not entry]
+            if not self._derived[key]:
+                del self._derived[key]
+
     def names_of(self, entry: ModelEntry) -> List[str]:
         """The names that pick `entry`: its id and aliases, then the derived names no other
         entry shares (lower case; its path picks it too, not listed)."""

@@ -69,6 +69,10 @@ class ModelRouter:
             app = self._apps[slot.entry.id] = Router(routes=self._model_routes(slot.host))
         return app
 
+    def forget(self, entry_id: str) -> None:
+        """Drop a removed model's routes (Ollama's /api/delete)."""
+        self._apps.pop(entry_id, None)
+
     # --- every request for one model -------------------------------------------------------------
     async def dispatch(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -96,11 +100,15 @@ class ModelRouter:
                 raise invalid(str(e), "keep_alive", "invalid_value") from None
             del fields["keep_alive"]
             body = json.dumps(fields, ensure_ascii=False).encode("utf-8")
+            scope.setdefault("state", {})["keep_alive"] = keep_alive  # Ollama's load/unload forms
         entry = lora_api.route_model(self, name)  # a model, or an adapter's base (server/lora_api.py)
         slot = self.pool.slot(entry)
+        loaded, t0 = slot.state == LOADED, time.monotonic()
         if not await self._acquire(slot, receive):
             self.metrics.request_done("http", CLIENT_CLOSED)
             return  # the client left while its model was loading: nothing to answer
+        if not loaded:  # Ollama's answers report it (load_duration)
+            scope.setdefault("state", {})["load_seconds"] = time.monotonic() - t0
         try:
             await self._app(slot)(scope, replay(body, receive), send)
         finally:

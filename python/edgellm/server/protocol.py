@@ -103,7 +103,9 @@ class OpenAIBody(Sampling):
         return kw
 
 
-def _messages(v, where):
+def _messages(v, where, images: bool = False):
+    """Messages with text parts joined; with `images` (a model loaded with its projector) an
+    image_url part stays, {"type": "image_url", "image_url": {"url": ...}} (edgellm.vision)."""
     V.validate_messages(v, where)  # the library's rules (LLM.chat applies them too)
     out = []
     for i, msg in enumerate(v):
@@ -114,16 +116,24 @@ def _messages(v, where):
                 raise Refusal(f"unknown field '{at}.{key}'", "unknown_field", f"{at}.{key}")
         content = msg.get("content")
         if isinstance(content, list):
-            texts = []
+            texts, parts = [], []
             for j, part in enumerate(content):
                 kind, w = part.get("type"), f"{at}.content[{j}]"
+                if kind == "image_url" and images:
+                    img = part.get("image_url")
+                    url = img.get("url") if isinstance(img, dict) else None
+                    if not isinstance(url, str):
+                        raise bad_type(url, "a string (a data: URI)", f"{w}.image_url.url")
+                    parts.append({"type": "image_url", "image_url": {"url": url}})
+                    continue
                 if kind != "text":
                     raise Refusal(f"'{w}.type' is {V.short(kind)}: only text content parts are "
                                   "supported (this model takes no images or audio)", param=f"{w}.type")
                 if not isinstance(part.get("text"), str):
                     raise bad_type(part.get("text"), "a string", f"{w}.text")
                 texts.append(part["text"])
-            content = "\n".join(texts)
+                parts.append({"type": "text", "text": part["text"]})
+            content = parts if len(parts) > len(texts) else "\n".join(texts)
         out.append({**msg, "content": content})
     return out
 
@@ -247,6 +257,15 @@ class CompletionBody(OpenAIBody):
         return self
 
 
+def _image_messages(v, where):
+    return _messages(v, where, images=True)
+
+
+class ImageChatBody(ChatBody):
+    """POST /v1/chat/completions to a model that takes images: image_url parts kept."""
+    messages: checked(_image_messages, _MESSAGES)
+
+
 @dataclass
 class GenerationRequest:
     """A checked request: what to run, how to sample, how to answer."""
@@ -273,8 +292,9 @@ def _request(m: OpenAIBody, sampling: JSON, **kw) -> GenerationRequest:
                              **kw)
 
 
-def parse_chat(body: Any) -> GenerationRequest:
-    m = parse(ChatBody, body)
+def parse_chat(body: Any, images: bool = False) -> GenerationRequest:
+    """images: the model takes images (image_url parts are kept, not refused)."""
+    m = parse(ImageChatBody if images else ChatBody, body)
     sampling = m.sampling()
     if m.logprobs:
         sampling["logprobs"] = m.top_logprobs or 0

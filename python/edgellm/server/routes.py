@@ -27,6 +27,9 @@ def engine_meta(llm) -> dict:
     if isinstance(spec, str):  # speculative decoding: the mode and the draft model's path
         meta["speculative"] = spec
         meta["draft_model"] = getattr(inner, "draft_model_path", None)
+    if getattr(inner, "takes_images", False) is True:  # vision input: the projector file
+        meta["modalities"] = ["text", "image"]
+        meta["mmproj"] = getattr(inner, "mmproj", None)
     md = getattr(inner, "metadata", None) or {}
     if isinstance(md, dict):
         meta["architecture"] = md.get("general.architecture")
@@ -49,7 +52,7 @@ class Routes:
     # --- generation ----------------------------------------------------------------------------
     async def chat_completions(self, request: Request) -> Response:
         async def plan(llm) -> Generation:
-            req = protocol.parse_chat(await read_json(request))
+            req = protocol.parse_chat(await read_json(request), images=bool(getattr(llm, "takes_images", False)))
             shaping = {k: req.extra[k] for k in ("add_generation_prompt", "continue_final_message")
                        if k in req.extra}
             prompt = None

@@ -54,10 +54,13 @@ class EventStreamResponse(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         disconnected = False
         try:
-            headers = [(b"content-type", b"text/event-stream; charset=utf-8"),
+            extra = {k.lower(): v for k, v in self.extra_headers.items()}
+            # text/event-stream unless the API streams another type (Ollama's NDJSON)
+            kind = extra.pop("content-type", "text/event-stream; charset=utf-8")
+            headers = [(b"content-type", kind.encode()),
                        (b"cache-control", b"no-cache"),
                        (b"x-accel-buffering", b"no")]  # proxies must not hold events back
-            headers += [(k.lower().encode(), v.encode()) for k, v in self.extra_headers.items()]
+            headers += [(k.encode(), v.encode()) for k, v in extra.items()]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             producer = asyncio.ensure_future(self._pump(send))
             watcher = asyncio.ensure_future(wait_disconnect(receive))

@@ -6,6 +6,7 @@ import { Api, errorMessage } from "./api.js";
 import { escapeHtml } from "./highlight.js";
 import { renderMarkdown } from "./markdown.js";
 import { sseEvents } from "./sse.js";
+import { timingLine } from "./timing.js";
 import { ChatStore, DEFAULT_SETTINGS, loadSettings, saveSettings } from "./store.js";
 
 const $ = (id) => document.getElementById(id);
@@ -75,13 +76,16 @@ function setStatus(text) {
 // --- settings ---------------------------------------------------------------------------------
 
 const FIELDS = ["system", "temperature", "top_p", "max_tokens", "seed", "tools"];
+const SWITCHES = ["show_speculative"];  // checkboxes
 
 function showSettings() {
   for (const f of FIELDS) $(f).value = settings[f] ?? "";
+  for (const f of SWITCHES) $(f).checked = Boolean(settings[f]);
 }
 
 function readSettings() {
   for (const f of FIELDS) settings[f] = $(f).value;
+  for (const f of SWITCHES) settings[f] = $(f).checked;
   saveSettings(settings);
 }
 
@@ -187,7 +191,7 @@ function fill(m) {
   for (const call of m.tool_calls || []) html += toolCallHtml(call);
   if (m.error) html += `<p class="error">${escapeHtml(m.error)}</p>`;
   body.innerHTML = html;
-  node.querySelector(".meta").textContent = timingLine(m);
+  node.querySelector(".meta").textContent = timingLine(m, models, settings.show_speculative);
 }
 
 function toolCallHtml(call) {
@@ -196,33 +200,6 @@ function toolCallHtml(call) {
   return `<div class="tool-call"><div class="tool-name">tool call: ${escapeHtml(call.name)}` +
     `${call.id ? ` <span class="tool-id">${escapeHtml(call.id)}</span>` : ""}</div>` +
     `<pre><code>${escapeHtml(args)}</code></pre></div>`;
-}
-
-const rate = (v) => (v >= 100 ? v.toFixed(0) : v.toFixed(1));
-
-// "prompt 12 tokens, 340 t/s · answer 80 tokens, 25.1 t/s · speculative 30/41 accepted (73%)"
-export function timingLine(m) {
-  const t = m.timings || {};
-  const parts = [];
-  const cached = m.usage?.prompt_tokens_details?.cached_tokens || t.cache_n || 0;
-  if (t.prompt_n !== undefined) {
-    parts.push(`prompt ${t.prompt_n} tokens` + (t.prompt_per_second ? `, ${rate(t.prompt_per_second)} t/s` : "") +
-      (cached ? ` (+${cached} cached)` : ""));
-  } else if (t.prompt_ms !== undefined) {
-    parts.push(`first token after ${t.prompt_ms.toFixed(0)} ms`);
-  }
-  if (t.predicted_n) {
-    parts.push(`answer ${t.predicted_n} tokens` +
-      (t.predicted_per_second ? `, ${rate(t.predicted_per_second)} t/s` : ""));
-  }
-  if (t.draft_n) {
-    const accepted = t.draft_n_accepted || 0;
-    parts.push(`speculative ${accepted}/${t.draft_n} accepted (${Math.round(100 * accepted / t.draft_n)}%)`);
-  }
-  if (m.stopped) parts.push("stopped");
-  else if (m.finish_reason === "length") parts.push("max_tokens reached");
-  if (m.model && models.length > 1) parts.push(m.model);
-  return parts.join(" · ");
 }
 
 let frame = 0;

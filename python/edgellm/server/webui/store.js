@@ -7,6 +7,7 @@ const KEY = "edgellm.apiKey";
 
 export const DEFAULT_SETTINGS = Object.freeze({
   system: "", temperature: 0.8, top_p: 0.95, max_tokens: 1024, seed: "", model: "", tools: "",
+  show_speculative: false,
 });
 
 function read(name, fallback) {

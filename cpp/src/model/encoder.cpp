@@ -1,0 +1,307 @@
+#include "model/encoder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "common/errors.h"
+#include "common/thread_pool.h"
+#include "model/architecture.h"
+#include "quant/quant.h"
+
+namespace edgellm {
+
+// One accessor per encoder architecture file (as architecture.cpp lists the decoders').
+const EncoderArchitecture& bert_architecture();
+
+namespace {
+const std::vector<const EncoderArchitecture*>& encoder_architectures() {
+  static const std::vector<const EncoderArchitecture*> list = {&bert_architecture()};
+  return list;
+}
+std::string layer_tensor(int il, const char* name) { return "blk." + std::to_string(il) + "." + name; }
+}  // namespace
+
+const EncoderArchitecture* find_encoder_architecture(const std::string& name) {
+  return find_by_name(encoder_architectures(), name);
+}
+
+std::string supported_encoder_architectures() { return names_of(encoder_architectures()); }
+
+std::vector<Matrix*> EncoderWeights::matrices() {
+  std::vector<Matrix*> v{&pooler, &classifier};
+  for (EncoderLayerWeights& l : layers)
+    for (Matrix* m : l.matrices()) v.push_back(m);
+  return v;
+}
+
+void bind_encoder(const GgufFile& f, WeightLoader& ld, const ModelConfig& c, EncoderWeights& w) {
+  w.token_embd = ld.matrix("token_embd.weight", c.n_embd, c.n_vocab);
+  w.pos_embd = ld.matrix("position_embd.weight", c.n_embd, c.n_ctx_train);
+  // Row counts read from the tensors: the token types (tokenizer.ggml.token_type_count) and
+  // the classifier's outputs.
+  auto rows = [&](const char* name) -> int64_t {
+    const TensorInfo* t = f.find_tensor(name);
+    return t && t->n_dims == 2 && t->ne[1] > 0 && t->ne[1] <= 1024 ? t->ne[1] : 1;
+  };
+  if (ld.has("token_types.weight")) w.type_embd = ld.matrix("token_types.weight", c.n_embd, rows("token_types.weight"));
+  w.embd_norm_w = ld.vector("token_embd_norm.weight", c.n_embd);
+  w.embd_norm_b = ld.vector("token_embd_norm.bias", c.n_embd);
+  w.layers.resize(c.n_layer);
+  for (int il = 0; il < c.n_layer; ++il) {
+    auto t = [&](const char* n) { return layer_tensor(il, n); };
+    EncoderLayerWeights& l = w.layers[il];
+    l.wq = ld.matrix(t("attn_q.weight"), c.n_embd, c.n_embd_q());
+    l.wk = ld.matrix(t("attn_k.weight"), c.n_embd, c.n_embd_k());
+    l.wv = ld.matrix(t("attn_v.weight"), c.n_embd, c.n_embd_v());
+    l.wo = ld.matrix(t("attn_output.weight"), c.n_embd_attn(), c.n_embd);
+    l.bq = ld.vector(t("attn_q.bias"), c.n_embd_q());
+    l.bk = ld.vector(t("attn_k.bias"), c.n_embd_k());
+    l.bv = ld.vector(t("attn_v.bias"), c.n_embd_v());
+    l.bo = ld.vector(t("attn_output.bias"), c.n_embd);
+    l.attn_norm_w = ld.vector(t("attn_output_norm.weight"), c.n_embd);
+    l.attn_norm_b = ld.vector(t("attn_output_norm.bias"), c.n_embd);
+    l.up = ld.matrix(t("ffn_up.weight"), c.n_embd, c.n_ff);
+    l.b_up = ld.vector(t("ffn_up.bias"), c.n_ff);
+    l.down = ld.matrix(t("ffn_down.weight"), c.n_ff, c.n_embd);
+    l.b_down = ld.vector(t("ffn_down.bias"), c.n_embd);
+    l.out_norm_w = ld.vector(t("layer_output_norm.weight"), c.n_embd);
+    l.out_norm_b = ld.vector(t("layer_output_norm.bias"), c.n_embd);
+  }
+  if (ld.has("cls.output.weight")) {
+    w.classifier = ld.matrix("cls.output.weight", c.n_embd, rows("cls.output.weight"));
+    w.n_cls_out = static_cast<int32_t>(w.classifier.n_out);
+    w.b_classifier = ld.vector("cls.output.bias", w.n_cls_out, /*optional=*/true);
+    w.pooler = ld.matrix("cls.weight", c.n_embd, c.n_embd, /*optional=*/true);
+    if (w.pooler) w.b_pooler = ld.vector("cls.bias", c.n_embd, /*optional=*/true);
+  }
+}
+
+EncoderModel::EncoderModel(std::shared_ptr<GgufFile> file, const EncoderArchitecture& arch, ModelConfig config,
+                           const LoadOptions& opts)
+    : arch_(arch) {
+  if (opts.max_batch_tokens <= 0)
+    throw InvalidRequestError("LoadOptions.max_batch_tokens must be positive, got " +
+                              std::to_string(opts.max_batch_tokens));
+  if (opts.n_gpu_layers != 0)
+    throw InvalidRequestError("n_gpu_layers: encoder models (" + config.arch + ") run on the CPU only");
+  max_batch_tokens_ = opts.max_batch_tokens;
+  file_ = std::move(file);
+  config_ = std::move(config);
+  const ModelConfig& c = config_;
+  threads_ = opts.threads ? opts.threads : std::make_shared<ThreadPool>(opts.n_threads);
+  sep_id_ = static_cast<int32_t>(file_->find_u32("tokenizer.ggml.seperator_token_id").value_or(102));
+
+  WeightLoader ld(*file_);
+  bind_encoder(*file_, ld, c, w_);
+  owned_ = std::move(ld.owned());
+  opts.progress.report(kLoadBindEnd, "bind");
+
+  const int nt = threads_->size();
+  plans_.resize(c.n_layer);
+  for (int il = 0; il < c.n_layer; ++il) {
+    const EncoderLayerWeights& l = w_.layers[il];
+    plans_[il] = {plan_matmul({&l.wq}, nt), plan_matmul({&l.wk}, nt), plan_matmul({&l.wv}, nt),
+                  plan_matmul({&l.wo}, nt), plan_matmul({&l.up}, nt), plan_matmul({&l.down}, nt)};
+  }
+  if (w_.pooler) pooler_plan_ = plan_matmul({&w_.pooler}, nt);
+  if (w_.classifier) classifier_plan_ = plan_matmul({&w_.classifier}, nt);
+
+  std::vector<Matrix*> mats;
+  for (Matrix* m : w_.matrices())
+    if (*m) mats.push_back(m);
+  packed_ = pack_weights(mats, *threads_, opts.progress.range(kLoadBindEnd, 1.0));
+  opts.progress.report(1.0, "repack");
+
+  const int64_t T = max_batch_tokens_;
+  const int64_t wide = std::max<int64_t>({c.n_embd, c.n_ff, c.n_embd_q(), c.n_embd_attn()});
+  act_.reserve(T, wide);
+  x_.resize(T * c.n_embd);
+  q_.resize(T * c.n_embd_q());
+  k_.resize(T * c.n_embd_k());
+  v_.resize(T * c.n_embd_v());
+  a_.resize(T * c.n_embd_attn());
+  o_.resize(T * c.n_embd);
+  f_.resize(T * c.n_ff);
+  thread_floats_ = std::max<int64_t>((c.head_dim_k + 1) * T, c.n_embd);
+  scores_.resize(static_cast<size_t>(nt) * thread_floats_);
+}
+
+EncoderModel::~EncoderModel() = default;
+
+void EncoderModel::run_tasks(int64_t n_tasks, const std::function<void(int64_t, int)>& fn) {
+  std::lock_guard<std::mutex> lock(forward_mutex_);
+  threads_->run(n_tasks, fn);
+}
+
+std::vector<EncoderModel::Segment> EncoderModel::segments(const Batch& b) const {
+  const ModelConfig& c = config_;
+  if (b.pos.size() != b.token.size() || b.seq.size() != b.token.size() || b.want_logits.size() != b.token.size())
+    throw InvalidRequestError("batch: token, pos, seq and want_logits must have the same length");
+  if (b.size() > max_batch_tokens_)
+    throw InvalidRequestError("batch of " + std::to_string(b.size()) + " tokens exceeds max_batch_tokens = " +
+                              std::to_string(max_batch_tokens_) + " (split it)");
+  std::vector<Segment> segs;
+  for (int32_t t = 0; t < b.size(); ++t) {
+    if (b.want_logits[t])
+      throw InvalidRequestError("this is an encoder model (" + c.arch + "): it computes embeddings, not logits");
+    if (b.token[t] < 0 || b.token[t] >= c.n_vocab)
+      throw InvalidRequestError("batch token " + std::to_string(t) + ": id " + std::to_string(b.token[t]) +
+                                " is outside the vocabulary [0, " + std::to_string(c.n_vocab) + ")");
+    if (b.pos[t] == 0) {
+      segs.push_back({t, 1});
+    } else if (segs.empty() || b.seq[t] != b.seq[segs.back().begin] || b.pos[t] != segs.back().n) {
+      throw InvalidRequestError("encoder batch token " + std::to_string(t) +
+                                ": an encoder runs whole sequences (positions 0..n-1 in one batch)");
+    } else {
+      ++segs.back().n;
+    }
+    if (b.pos[t] >= c.n_ctx_train)
+      throw ContextLengthError("input of more than " + std::to_string(c.n_ctx_train) + " tokens: the model has " +
+                               std::to_string(c.n_ctx_train) + " positions (" + arch_key(c, "context_length") + ")");
+  }
+  return segs;
+}
+
+void EncoderModel::add_layernorm(float* x, const float* add, const Vector& w, const Vector& b, int64_t rows) {
+  const int64_t n = config_.n_embd;
+  const float eps = config_.rms_eps;
+  threads_->parallel_for(0, rows, [&](int64_t r, int) {
+    float* v = x + r * n;
+    if (add)
+      for (int64_t i = 0; i < n; ++i) v[i] += add[r * n + i];
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < n; ++i) mean += v[i];
+    mean /= n;
+    for (int64_t i = 0; i < n; ++i) var += (v[i] - mean) * (v[i] - mean);
+    const float inv = static_cast<float>(1.0 / std::sqrt(var / n + eps));
+    const float m = static_cast<float>(mean);
+    for (int64_t i = 0; i < n; ++i) v[i] = (v[i] - m) * inv * w.data[i] + b.data[i];
+  });
+}
+
+void EncoderModel::matmul(const Matrix& w, const Vector& bias, const MatmulPlan& plan, const float* x, int64_t rows,
+                          float* y) {
+  act_.reset(x, rows, w.n_in, w.n_in);
+  MatmulOperand op;
+  op.w = &w;
+  op.x = act_.get(*threads_, matmul_input_type(w), &op.x_stride);
+  op.y = y;
+  op.ldy = w.n_out;
+  run_matmul(*threads_, plan, &op, rows);
+  if (bias)
+    threads_->parallel_for(0, rows, [&](int64_t r, int) {
+      float* o = y + r * w.n_out;
+      for (int64_t i = 0; i < w.n_out; ++i) o[i] += bias.data[i];
+    });
+}
+
+void EncoderModel::forward(const Batch& batch, KVCache&, float* logits, float* hidden) {
+  (void)logits;
+  std::lock_guard<std::mutex> lock(forward_mutex_);
+  const std::vector<Segment> segs = segments(batch);
+  if (batch.empty()) return;
+  if (!hidden && batch.n_hidden_outputs() > 0)
+    throw InvalidRequestError("forward: hidden buffer is null but tokens want hidden states");
+  const ModelConfig& c = config_;
+  const int64_t T = batch.size(), n = c.n_embd;
+  float* x = x_.data();
+
+  // Embeddings: token + position + token type (1 after the first [SEP]: the second text of a pair).
+  std::vector<uint8_t> type(T, 0);
+  if (w_.type_embd && w_.type_embd.n_out > 1)
+    for (const Segment& s : segs) {
+      bool second = false;
+      for (int32_t t = s.begin; t < s.begin + s.n; ++t) {
+        type[t] = second ? 1 : 0;
+        if (batch.token[t] == sep_id_) second = true;
+      }
+    }
+  threads_->parallel_for(0, T, [&](int64_t t, int thread) {
+    float* row = x + t * n;
+    float* tmp = scores_.data() + static_cast<size_t>(thread) * thread_floats_;
+    quant::dequantize_row(w_.token_embd.type, w_.token_embd.row(batch.token[t]), row, n);
+    quant::dequantize_row(w_.pos_embd.type, w_.pos_embd.row(batch.pos[t]), tmp, n);
+    for (int64_t i = 0; i < n; ++i) row[i] += tmp[i];
+    if (w_.type_embd) {
+      quant::dequantize_row(w_.type_embd.type, w_.type_embd.row(type[t]), tmp, n);
+      for (int64_t i = 0; i < n; ++i) row[i] += tmp[i];
+    }
+  });
+  add_layernorm(x, nullptr, w_.embd_norm_w, w_.embd_norm_b, T);
+
+  const int n_head = c.n_head, group = c.n_head / c.n_head_kv, hdk = c.head_dim_k, hdv = c.head_dim_v;
+  const int64_t nq = c.n_embd_q(), nk = c.n_embd_k(), nv = c.n_embd_v(), na = c.n_embd_attn();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hdk));
+  const int64_t n_tasks = static_cast<int64_t>(segs.size()) * n_head;
+  for (int il = 0; il < c.n_layer; ++il) {
+    const EncoderLayerWeights& l = w_.layers[il];
+    const Plans& p = plans_[il];
+    matmul(l.wq, l.bq, p.q, x, T, q_.data());
+    matmul(l.wk, l.bk, p.k, x, T, k_.data());
+    matmul(l.wv, l.bv, p.v, x, T, v_.data());
+    // Attention: every token of a sequence over all of its tokens; one task per (sequence, head).
+    threads_->run(n_tasks, [&](int64_t task, int thread) {
+      const Segment& s = segs[task / n_head];
+      const int h = static_cast<int>(task % n_head), hk = h / group;
+      // per thread: the scores of one query, then K of the head transposed (kt[e][j]), so
+      // that both inner loops run over contiguous floats without a reduction
+      float* sc = scores_.data() + static_cast<size_t>(thread) * thread_floats_;
+      float* kt = sc + max_batch_tokens_;
+      for (int32_t j = 0; j < s.n; ++j) {
+        const float* kj = k_.data() + (s.begin + j) * nk + hk * hdk;
+        for (int e = 0; e < hdk; ++e) kt[e * s.n + j] = kj[e];
+      }
+      for (int32_t i = 0; i < s.n; ++i) {
+        const float* qi = q_.data() + (s.begin + i) * nq + h * hdk;
+        std::fill(sc, sc + s.n, 0.0f);
+        for (int e = 0; e < hdk; ++e) {
+          const float qe = qi[e] * scale;
+          const float* ke = kt + e * s.n;
+          for (int32_t j = 0; j < s.n; ++j) sc[j] += qe * ke[j];
+        }
+        float mx = -INFINITY;
+        for (int32_t j = 0; j < s.n; ++j) mx = std::max(mx, sc[j]);
+        float sum = 0;
+        for (int32_t j = 0; j < s.n; ++j) sum += (sc[j] = std::exp(sc[j] - mx));
+        float* o = a_.data() + (s.begin + i) * na + h * hdv;
+        std::fill(o, o + hdv, 0.0f);
+        for (int32_t j = 0; j < s.n; ++j) {
+          const float pj = sc[j] / sum;
+          const float* vj = v_.data() + (s.begin + j) * nv + hk * hdv;
+          for (int e = 0; e < hdv; ++e) o[e] += pj * vj[e];
+        }
+      }
+    });
+    matmul(l.wo, l.bo, p.o, a_.data(), T, o_.data());
+    add_layernorm(x, o_.data(), l.attn_norm_w, l.attn_norm_b, T);
+
+    matmul(l.up, l.b_up, p.up, x, T, f_.data());
+    threads_->parallel_for(0, T, [&](int64_t t, int) {
+      float* r = f_.data() + t * c.n_ff;
+      for (int64_t i = 0; i < c.n_ff; ++i) r[i] = 0.5f * r[i] * (1.0f + std::erf(r[i] * 0.70710678118654752f));
+    });
+    matmul(l.down, l.b_down, p.down, f_.data(), T, o_.data());
+    add_layernorm(x, o_.data(), l.out_norm_w, l.out_norm_b, T);
+  }
+
+  if (hidden) {
+    int64_t k = 0;
+    for (int32_t t = 0; t < T; ++t)
+      if (batch.wants_hidden(t)) std::copy(x + t * n, x + (t + 1) * n, hidden + (k++) * n);
+  }
+}
+
+void EncoderModel::rank(const float* cls_hidden, float* scores) {
+  if (!w_.classifier) throw InvalidRequestError("this model has no classification head: it does not rank");
+  std::lock_guard<std::mutex> lock(forward_mutex_);
+  const int64_t n = config_.n_embd;
+  std::vector<float> h(cls_hidden, cls_hidden + n), pooled(n);
+  if (w_.pooler) {
+    matmul(w_.pooler, w_.b_pooler, pooler_plan_, h.data(), 1, pooled.data());
+    for (int64_t i = 0; i < n; ++i) h[i] = std::tanh(pooled[i]);
+  }
+  matmul(w_.classifier, w_.b_classifier, classifier_plan_, h.data(), 1, scores);
+}
+
+}  // namespace edgellm

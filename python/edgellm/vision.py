@@ -1,0 +1,364 @@
+"""Vision input: images in chat messages, for a text model loaded with its projector file
+(`LLM(model, mmproj=PATH)`; llama.cpp's `convert_hf_to_gguf.py --mmproj` layout).
+
+The one internal representation of an image is an OpenAI content part,
+{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}} (every API converts to
+it). For one chat request `VisionInput.prepare` reads each part's bytes (data URI; a file:// URL
+only under `media_path`; http(s) only with `allow_remote`), decodes them with Pillow (JPEG, PNG,
+WebP, GIF's first frame) after checking the pixel count from the header, and preprocesses them as
+the model's Hugging Face processor does (Gemma 3: RGB with transparency composited on white,
+bilinear resize to the square, rescale 1/255, normalise by the projector's mean / std). The
+template renders {"type": "image"} parts as the model's marker (Gemma 3: "<start_of_image>"),
+which is expanded to the processor's markup ("\\n\\n<start_of_image>" + n x "<image_soft_token>"
++ "<end_of_image>\\n\\n"). The encoder (_core.VisionEncoder) turns the pixels into the text
+model's input embeddings, kept in a small LRU keyed by a hash of the pixels (the engine's prefix
+cache is keyed by the same hash); the engine gets them with the prompt ids (PromptIds.images).
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import collections
+import hashlib
+import io
+import os
+import re
+import threading
+from typing import Any, List, Mapping, Optional, Tuple
+
+import numpy as np
+
+from . import _core
+from ._core import InvalidRequestError, ModelFormatError
+
+# Content-part types that carry an image, per API (all converted to IMAGE_URL first).
+IMAGE_URL = "image_url"
+IMAGE_PART_TYPES = (IMAGE_URL, "image", "input_image")
+# Formats decoded (Pillow's names) and the largest image accepted, in pixels, checked from the
+# header before any decoding (a decompression bomb never allocates its pixels).
+FORMATS = ("JPEG", "PNG", "WEBP", "GIF")
+MAX_PIXELS = 64 * 1024 * 1024
+MAX_IMAGE_BYTES = 32 * 1024 * 1024
+# Encoded images kept for requests to come (a second question about the same image).
+EMBEDDING_CACHE_BYTES = 256 * 1024 * 1024
+
+
+class ImageError(InvalidRequestError):
+    """An image that cannot be used: unreadable URL, unknown format, corrupt or truncated data,
+    too many pixels, or a model that takes no images. An InvalidRequestError (a 400 in the server)."""
+
+
+class PromptIds(list):
+    """Prompt ids with the image blocks they hold: `images` = [(pos, pixel hash, float32
+    [n_tokens, n_embd] embeddings)], what Engine.submit takes."""
+    images: list = []
+
+
+# ---- the family's markup and preprocessing ---------------------------------------------------
+
+class _Family:
+    """What a projector type needs from the text side: its template marker, the markup one image
+    becomes, and the processor's resize."""
+
+    def __init__(self, name: str, marker: str, image_token: str, before: str, after: str, resample: str):
+        self.name, self.marker, self.image_token = name, marker, image_token
+        self.before, self.after, self.resample = before, after, resample
+
+    def markup(self, n_tokens: int) -> str:
+        return self.before + self.image_token * n_tokens + self.after
+
+
+FAMILIES = {
+    # transformers' Gemma3Processor / Gemma3ImageProcessor (BILINEAR, no pan-and-scan)
+    "gemma3": _Family("gemma3", "<start_of_image>", "<image_soft_token>",
+                      "\n\n<start_of_image>", "<end_of_image>\n\n", "bilinear"),
+}
+# text architectures each projector type feeds
+TEXT_ARCHS = {"gemma3": ("gemma3",)}
+
+
+def open_image(data: bytes, max_pixels: int = MAX_PIXELS):
+    """Pillow image of `data` (first frame), size checked before decoding; ImageError otherwise."""
+    from PIL import Image
+
+    if not data:
+        raise ImageError("image data is empty")
+    try:
+        im = Image.open(io.BytesIO(data), formats=list(FORMATS))
+    except Image.UnidentifiedImageError:
+        raise ImageError("image format not recognised (JPEG, PNG, WebP and GIF are supported)") from None
+    except Image.DecompressionBombError as e:  # Pillow's own header check, past twice its limit
+        raise ImageError(f"image exceeds the limit of {max_pixels} pixels ({e})") from None
+    except (OSError, SyntaxError, ValueError, EOFError) as e:
+        raise ImageError(f"image header cannot be read: {e}") from None
+    w, h = im.size
+    if w <= 0 or h <= 0:
+        raise ImageError(f"image has no pixels ({w}x{h})")
+    if w * h > max_pixels:
+        raise ImageError(f"image of {w}x{h} = {w * h} pixels exceeds the limit of {max_pixels} pixels")
+    try:
+        im.seek(0)  # GIF / animated WebP: the first frame
+        im.load()
+    except (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError, MemoryError) as e:
+        raise ImageError(f"image data is corrupt or truncated: {e}") from None
+    return im
+
+
+def to_rgb(im):
+    """RGB as transformers' convert_to_rgb makes it: transparency composited on white."""
+    from PIL import Image
+
+    if "A" in im.getbands() or im.info.get("transparency") is not None:
+        im = im.convert("RGBA")
+        background = Image.new("RGBA", im.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, im).convert("RGB")
+    return im.convert("RGB")
+
+
+def preprocess(im, size: int, mean, std, resample: str = "bilinear") -> np.ndarray:
+    """float32 [3, size, size]: resized (stretched) with PIL's `resample`, / 255, (x - mean) / std."""
+    from PIL import Image
+
+    filt = {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC,
+            "lanczos": Image.Resampling.LANCZOS}[resample]
+    rgb = to_rgb(im)
+    if rgb.size != (size, size):
+        rgb = rgb.resize((size, size), resample=filt)
+    x = np.asarray(rgb, dtype=np.uint8).astype(np.float64) * (1.0 / 255.0)
+    x = (x - np.asarray(mean, np.float64)) / np.asarray(std, np.float64)
+    return np.ascontiguousarray(x.transpose(2, 0, 1), dtype=np.float32)
+
+
+def pixel_hash(pixels: np.ndarray) -> int:
+    """64-bit hash of a preprocessed image (the engine's prefix-cache key for its block)."""
+    return int.from_bytes(hashlib.blake2b(pixels.tobytes(), digest_size=8).digest(), "little")
+
+
+# ---- reading an image part -----------------------------------------------------------------
+
+_DATA_URI = re.compile(r"data:([\w/+.-]*)((?:;[\w=.+-]+)*?)(;base64)?,", re.ASCII)
+
+
+def image_url_of(part: Mapping, where: str) -> str:
+    """The URL of an image content part of any API's shape (OpenAI image_url, Responses
+    input_image, a bare {"type": "image", "url"/"image": ...})."""
+    kind = part.get("type")
+    url: Any = None
+    if kind == IMAGE_URL:
+        v = part.get("image_url")
+        url = v.get("url") if isinstance(v, Mapping) else v
+    elif kind == "input_image":
+        url = part.get("image_url")
+    elif kind == "image":
+        url = part.get("url") or part.get("image")
+    if not isinstance(url, str) or not url:
+        raise ImageError(f"'{where}' has no image URL (a data: URI with the image)")
+    return url
+
+
+def read_url(url: str, media_path: Optional[str], allow_remote: bool, where: str) -> bytes:
+    """The bytes of a data: URI, a file:// URL under media_path, or (allow_remote) http(s)."""
+    if url.startswith("data:"):
+        m = _DATA_URI.match(url)
+        if not m:
+            raise ImageError(f"'{where}': malformed data URI")
+        body = url[m.end():]
+        if len(body) > MAX_IMAGE_BYTES * 4 // 3 + 4:
+            raise ImageError(f"'{where}': image larger than {MAX_IMAGE_BYTES} bytes")
+        if not m.group(3):
+            from urllib.parse import unquote_to_bytes
+            return unquote_to_bytes(body)
+        try:
+            return base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError):
+            raise ImageError(f"'{where}': data URI is not valid base64") from None
+    if url.startswith("file://"):
+        if not media_path:
+            raise ImageError(f"'{where}': file:// URLs are refused (the server allows them only under --media-path)")
+        from urllib.parse import unquote, urlparse
+        path = os.path.realpath(unquote(urlparse(url).path))
+        root = os.path.realpath(media_path)
+        if os.path.commonpath([path, root]) != root:
+            raise ImageError(f"'{where}': {url!r} is outside the media path")
+        try:
+            with open(path, "rb") as f:
+                return _read_capped(f, where)
+        except OSError as e:
+            raise ImageError(f"'{where}': cannot read {url!r}: {e.strerror}") from None
+    if url.startswith(("http://", "https://")):
+        if not allow_remote:
+            raise ImageError(f"'{where}': remote image URLs are not fetched (start the server with "
+                             "--allow-remote-media, or send a data: URI)")
+        import urllib.request
+        try:
+            with urllib.request.urlopen(url, timeout=20) as r:  # noqa: S310 - the operator allowed it
+                return _read_capped(r, where)
+        except OSError as e:
+            raise ImageError(f"'{where}': cannot fetch {url!r}: {e}") from None
+    raise ImageError(f"'{where}': image URL must be a data: URI (or file:// / http(s) where the server allows them)")
+
+
+def _read_capped(stream, where: str) -> bytes:
+    data = stream.read(MAX_IMAGE_BYTES + 1)
+    if len(data) > MAX_IMAGE_BYTES:
+        raise ImageError(f"'{where}': image larger than {MAX_IMAGE_BYTES} bytes")
+    return data
+
+
+def file_part(path: str) -> dict:
+    """An image_url content part holding the file at `path` as a data: URI (the CLI's --image)."""
+    with open(path, "rb") as f:
+        data = _read_capped(f, path)
+    return {"type": IMAGE_URL, "image_url": {"url": "data:application/octet-stream;base64," +
+                                             base64.b64encode(data).decode("ascii")}}
+
+
+def has_images(messages) -> bool:
+    for m in messages or ():
+        content = m.get("content") if isinstance(m, Mapping) else None
+        if isinstance(content, (list, tuple)):
+            if any(isinstance(p, Mapping) and p.get("type") in IMAGE_PART_TYPES for p in content):
+                return True
+    return False
+
+
+def refuse_images(messages) -> None:
+    """ImageError when a text-only model is sent an image."""
+    if has_images(messages):
+        raise ImageError("this model takes no images (load it with its projector: mmproj=PATH / --mmproj)")
+
+
+# ---- the encoder ------------------------------------------------------------------------------
+
+def find_mmproj(model_path: str) -> Optional[str]:
+    """The one mmproj*.gguf beside `model_path` (None when there is none or several)."""
+    d = os.path.dirname(os.path.abspath(str(model_path)))
+    try:
+        found = sorted(f for f in os.listdir(d) if f.lower().startswith("mmproj") and f.lower().endswith(".gguf"))
+    except OSError:
+        return None
+    return os.path.join(d, found[0]) if len(found) == 1 else None
+
+
+class VisionInput:
+    """A loaded projector for one text model, and the per-request image work."""
+
+    def __init__(self, path: str, tok, n_embd: int, arch: str, n_threads: int = 0,
+                 media_path: Optional[str] = None, allow_remote: bool = False):
+        try:
+            import PIL  # noqa: F401 - decoding needs it; say so at load, not at the first image
+        except ImportError:
+            raise ImportError("images need Pillow: pip install 'edgellm[vision]'") from None
+        self.path = str(path)
+        self.encoder = _core.VisionEncoder(self.path, n_threads)
+        e = self.encoder
+        self.family = FAMILIES.get(e.projector)
+        if self.family is None:
+            raise ModelFormatError(f"{self.path}: projector type '{e.projector}' is not supported")
+        if arch not in TEXT_ARCHS.get(e.projector, ()):
+            raise ModelFormatError(f"{self.path}: a '{e.projector}' projector does not fit a '{arch}' text model")
+        if e.n_embd_text != n_embd:
+            raise ModelFormatError(f"{self.path}: the projector embeds into width {e.n_embd_text}, but the text "
+                                   f"model's embedding width is {n_embd}")
+        self.tok = tok
+        ids = list(tok.encode(self.family.image_token, False, True))
+        if len(ids) != 1:
+            raise ModelFormatError(f"{self.path}: the text model's vocabulary has no "
+                                   f"'{self.family.image_token}' token")
+        self.image_token_id = ids[0]
+        self.n_tokens: int = e.n_tokens
+        self.media_path = media_path
+        self.allow_remote = allow_remote
+        self._cache: "collections.OrderedDict[int, np.ndarray]" = collections.OrderedDict()
+        self._cache_bytes = 0
+        self._lock = threading.Lock()
+        self.images_encoded = 0
+        self.encode_cache_hits = 0
+
+    def describe(self) -> dict:
+        e = self.encoder
+        return {"path": self.path, "projector": e.projector, "image_size": e.image_size,
+                "tokens_per_image": e.n_tokens}
+
+    # ---- one request ----
+    def messages_for_template(self, messages) -> Tuple[list, List[Tuple[str, str]]]:
+        """Messages with each image part as {"type": "image"} (what HF templates render) and the
+        images' (URL, where) in order."""
+        out, urls = [], []
+        for i, m in enumerate(messages):
+            content = m.get("content") if isinstance(m, Mapping) else None
+            if not isinstance(content, (list, tuple)):
+                out.append(m)
+                continue
+            parts = []
+            for j, p in enumerate(content):
+                if isinstance(p, Mapping) and p.get("type") in IMAGE_PART_TYPES:
+                    where = f"messages[{i}].content[{j}]"
+                    urls.append((image_url_of(p, where), where))
+                    parts.append({"type": "image"})
+                else:
+                    parts.append(p)
+            out.append({**m, "content": parts})
+        return out, urls
+
+    def expand(self, text: str, n_images: int) -> str:
+        """The rendered prompt with each template marker replaced by the processor's markup."""
+        fam = self.family
+        found = text.count(fam.marker)
+        if found != n_images:
+            raise ImageError(f"the chat template placed {found} image markers for {n_images} images "
+                             f"(it must render {{'type': 'image'}} parts as '{fam.marker}')")
+        return text.replace(fam.marker, fam.markup(self.n_tokens))
+
+    def pixels(self, data: bytes) -> np.ndarray:
+        e = self.encoder
+        return preprocess(open_image(data), e.image_size, e.image_mean, e.image_std, self.family.resample)
+
+    def embeddings(self, pixels: np.ndarray) -> Tuple[int, np.ndarray]:
+        """(pixel hash, float32 [n_tokens, n_embd]); encoded once per distinct image while cached."""
+        h = pixel_hash(pixels)
+        with self._lock:
+            hit = self._cache.get(h)
+            if hit is not None:
+                self._cache.move_to_end(h)
+                self.encode_cache_hits += 1
+                return h, hit
+        emb = self.encoder.encode(pixels)
+        with self._lock:
+            self.images_encoded += 1
+            if h not in self._cache:
+                self._cache[h] = emb
+                self._cache_bytes += emb.nbytes
+                while self._cache_bytes > EMBEDDING_CACHE_BYTES and len(self._cache) > 1:
+                    _, old = self._cache.popitem(last=False)
+                    self._cache_bytes -= old.nbytes
+        return h, emb
+
+    def attach(self, ids: List[int], urls: List[Tuple[str, str]]) -> PromptIds:
+        """Prompt ids with each image's block found (runs of the image token, in order) and its
+        embeddings attached."""
+        runs, i = [], 0
+        tid = self.image_token_id
+        while i < len(ids):
+            if ids[i] == tid:
+                j = i
+                while j < len(ids) and ids[j] == tid:
+                    j += 1
+                runs.append((i, j - i))
+                i = j
+            else:
+                i += 1
+        if len(runs) != len(urls) or any(n != self.n_tokens for _, n in runs):
+            raise ImageError(f"the prompt holds image blocks {[n for _, n in runs]} for {len(urls)} images of "
+                             f"{self.n_tokens} tokens (image-token text in the messages?)")
+        out = PromptIds(ids)
+        out.images = []
+        for (pos, _), (url, where) in zip(runs, urls):
+            h, emb = self.embeddings(self.pixels(read_url(url, self.media_path, self.allow_remote, where)))
+            out.images.append((pos, h, emb))
+        return out
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {"images_encoded": self.images_encoded, "image_cache_hits": self.encode_cache_hits,
+                    "image_cache_entries": len(self._cache)}
