@@ -179,9 +179,9 @@ class OpenAIEncoder(Encoder):
         ordered, lp = self._ordered(), self.want_logprobs
         if self.kind == "chat":
             body = self._head("chat.completion", [{
-                "index": c.index, "message": c.chat_message(),
+                "index": c.index, "message": self._legacy(c.chat_message()),
                 "logprobs": {"content": chat_logprobs(c.logprobs), "refusal": None} if lp else None,
-                "finish_reason": c.finish_reason} for c in ordered])
+                "finish_reason": self._finish(c.finish_reason)} for c in ordered])
         else:
             body = self._head("text_completion", [{
                 "index": c.index, "text": c.text,
@@ -249,10 +249,10 @@ class OpenAIEncoder(Encoder):
                     delta["reasoning_content"] = parsed.reasoning
                 if parsed.tool_calls:
                     delta["tool_calls"] = [d.to_openai() for d in parsed.tool_calls]
-            body = {"index": choice.index, "delta": delta,
+            body = {"index": choice.index, "delta": self._legacy(delta),
                     "logprobs": ({"content": chat_logprobs(chunk.logprobs or []), "refusal": None}
                                  if lp else None),
-                    "finish_reason": chunk.finish_reason}
+                    "finish_reason": self._finish(chunk.finish_reason)}
         else:
             text = chunk.text
             if not choice.started:
@@ -267,6 +267,16 @@ class OpenAIEncoder(Encoder):
         if chunk.finish_reason is not None and chunk.timings:
             out["timings"] = timings(chunk.timings)
         return out
+
+    def _legacy(self, message: JSON) -> JSON:
+        """A request with the legacy `functions` is answered in their shape: the (one) call as
+        `function_call`."""
+        if self.req.legacy_functions and "tool_calls" in message:
+            message["function_call"] = message.pop("tool_calls")[0]["function"]
+        return message
+
+    def _finish(self, reason: Optional[str]) -> Optional[str]:
+        return "function_call" if reason == "tool_calls" and self.req.legacy_functions else reason
 
     def _role_chunk(self, choice: Choice) -> JSON:
         """A chat stream's first event: the role, no content yet."""
