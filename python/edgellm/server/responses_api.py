@@ -37,9 +37,7 @@ from edgellm.chat_output import ChatDelta, new_call_id
 from . import responses_models as W
 from .errors import APIError, invalid
 from .lifecycle import Encoder, Generation, Lifecycle, read_json
-from .llamacpp_api import native_timings
-from .progress import progress_of, progress_timings, prompt_progress
-from .responses import timings
+from .progress import progress_of, progress_timings, prompt_progress, running_timings, timings
 from .responses_models import event
 from .answer_items import ItemAssembler
 from .wire import chunk_delta, named_event, parse
@@ -410,12 +408,11 @@ class ResponseEncoder(Encoder):
             events.append({**ev, "prompt_progress": prompt_progress(progress)})
         fed = self.builder.feed(chunk_delta(chunk), len(chunk.token_ids or ()))
         if self.per_token and chunk.token_ids:
-            now, self.n = time.monotonic(), self.n + len(chunk.token_ids)
-            self.first = self.first or now
-            t = native_timings({"prompt_n": self.prompt_n, "prompt_ms": 1e3 * (self.first - self.t0),
-                                "predicted_n": self.n, "predicted_ms": 1e3 * (now - self.first)}, 0)
+            self.n += len(chunk.token_ids)
+            self.first = self.first or time.monotonic()
             if fed:  # llama-server: on the step's last event
-                fed[-1] = dict(fed[-1], timings=t)
+                fed[-1] = dict(fed[-1], timings=running_timings(self.t0, self.first, self.n,
+                                                                self.prompt_n))
         if chunk.finish_reason is not None:
             self.finish_reason, self.timings = chunk.finish_reason, chunk.timings
         if chunk.usage is not None:
