@@ -32,6 +32,7 @@ from .. import sampling_fields
 from .. import validation as V
 from . import protocol
 from .errors import APIError, invalid
+from .metrics import family
 from .lifecycle import (Encoder, Generation, check_token_ids, context_error, engine_error,
                         off_loop, read_json)
 from .answer_items import Answer
@@ -887,13 +888,9 @@ def llamacpp_metrics(stats: Optional[dict], m) -> str:
         ("n_busy_slots_per_decode", "gauge", "Average number of busy slots per engine step.",
          predicted / steps if steps else 0.0),
     ]
-    out = []
+    out: List[str] = []
     for name, kind, help_, value in rows:
-        full = f"llamacpp:{name}"
-        out.append(f"# HELP {full} {help_}")
-        out.append(f"# TYPE {full} {kind}")
-        v = float(value)
-        out.append(f"{full} {int(v) if v.is_integer() else repr(v)}")
+        family(out, f"llamacpp:{name}", kind, help_, [("", value)])
     return "\n".join(out) + "\n"
 
 

@@ -1,7 +1,6 @@
 """OpenAI's answers -- chat and legacy completions, whole or as stream chunks -- as typed models
 (the response schemas of /openapi.json), built from the engine's CompletionChunks."""
 import time
-import uuid
 from typing import Any, Dict, List, Literal, Optional
 
 from pydantic import Field
@@ -11,13 +10,9 @@ from .answer_items import Answer
 from .lifecycle import Encoder
 from .progress import progress_of, progress_timings, prompt_progress, running_timings, timings
 from .sse import DONE
-from .wire import Sparse, shape
+from .wire import Sparse, new_id, shape
 
 JSON = Dict[str, Any]
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex}"
 
 
 # --- the shapes ----------------------------------------------------------------------------------
@@ -123,7 +118,7 @@ class OpenAIEncoder(Encoder):
     def __init__(self, kind: str, req, prompts: int, model: str, fingerprint: str,
                  verbose_prompt: Optional[str] = None):
         self.chat = kind == "chat"
-        self.head = {"id": new_id("chatcmpl" if self.chat else "cmpl"),
+        self.head = {"id": new_id("chatcmpl-" if self.chat else "cmpl-"),
                      "created": int(time.time()), "model": model,
                      "system_fingerprint": fingerprint}
         self.Chunk = ChatChunk if self.chat else TextCompletion

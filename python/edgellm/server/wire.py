@@ -10,6 +10,7 @@ Response bodies and stream events are plain pydantic models (`model_dump()` is t
 """
 import json
 import re
+import uuid
 from typing import Any, Callable, Dict, List, Literal, Optional, Type, TypeVar, Union
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, TypeAdapter, ValidationError,
@@ -128,6 +129,11 @@ def parse(model: Type[M], body: Any) -> M:
         return model.model_validate(body)
     except ValidationError as e:
         raise api_error(e) from None
+
+
+def new_id(prefix: str, n: int = 32) -> str:
+    """An answer's (or item's) id: `prefix` and `n` random hex digits."""
+    return prefix + uuid.uuid4().hex[:n]
 
 
 def chunk_delta(chunk) -> ChatDelta:
