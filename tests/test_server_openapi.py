@@ -17,6 +17,7 @@ docs/SERVER.md "OpenAPI" records.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -147,3 +148,29 @@ def test_schemathesis_finds_no_5xx_hang_or_schema_break(smollm2_path, tmp_path, 
         s.log.seek(0)
         log = s.log.read()
         assert "Traceback" not in log, log[-8000:]
+
+
+def test_answers_are_documented_and_names_kept_apart():
+    """The generation routes document their 200 answers (JSON, and the events of a stream) with
+    the models the answers are built from; two APIs' models of one name (Anthropic's and the
+    Responses API's `Message`) are both kept, not one overwritten by the other."""
+    doc = _document(ServerConfig(model="m"))
+    schemas = doc["components"]["schemas"]
+
+    def answer(path: str, method: str = "post", kind: str = "application/json") -> dict:
+        ref = doc["paths"][path][method]["responses"]["200"]["content"][kind]["schema"]["$ref"]
+        return schemas[ref.rsplit("/", 1)[1]]
+
+    assert answer("/v1/chat/completions")["properties"]["object"]["const"] == "chat.completion"
+    chunk = answer("/v1/chat/completions", kind="text/event-stream")
+    assert chunk["properties"]["object"]["const"] == "chat.completion.chunk"
+    assert "choices" in answer("/v1/completions")["required"]
+    assert answer("/v1/responses")["properties"]["object"]["const"] == "response"
+    assert answer("/v1/messages")["properties"]["type"]["const"] == "message"
+    assert answer("/v1/responses/{response_id}", "delete")["properties"]["deleted"]
+    # every $ref of the document names a schema it has
+    refs = {r.rsplit("/", 1)[1] for r in
+            re.findall(r'"\$ref": "(#/components/schemas/[^"]+)"', json.dumps(doc))}
+    assert refs <= set(schemas)
+    messages = [k for k in schemas if k.endswith("Message") and "Message" in k.split("__")[-1]]
+    assert len({json.dumps(schemas[k], sort_keys=True) for k in messages}) == len(messages) >= 2

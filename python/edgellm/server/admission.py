@@ -110,7 +110,7 @@ class EngineHost:
                 self.on_load_failure(e)
             return
         if self.state == "closed":  # shut down while loading
-            _close(llm)
+            close_engine(llm)
             return
         self.llm = llm
         self.loaded_at = time.time()
@@ -196,10 +196,10 @@ class EngineHost:
         llm, self.llm = self.llm, None
         self.state = "closed"
         if llm is not None:
-            _close(llm)
+            close_engine(llm)
 
 
-def _close(llm) -> None:
+def close_engine(llm) -> None:
     try:
         llm.close()
     except Exception as e:  # noqa: BLE001

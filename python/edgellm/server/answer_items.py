@@ -1,4 +1,5 @@
-"""An answer's items -- reasoning, text, tool calls -- assembled from the chat API's ChatDeltas:
+"""An answer assembled from its engine chunks (`Answer`: every API's encoder keeps one a
+choice), and its items -- reasoning, text, tool calls -- assembled from the chat API's ChatDeltas:
 the state both the Anthropic and the Responses builders keep; each makes its own items and
 stream events (`begin`, `extend`, `extend_call`, `end`).
 
@@ -8,11 +9,55 @@ item: it is held back, and goes to the next text item where `keep_held()` says s
 pieces find their item by the chat API's call index; arguments of a call continued after
 another item began still join it, without an event (a stream cannot reopen an item).
 """
+import time
 from typing import Any, Dict, List, Optional, Union
 
 from edgellm.chat_output import ChatDelta
 
 JSON = Dict[str, Any]
+
+
+class Answer:
+    """One completion (choice `index`, of `prompt_ids`) being assembled from its chunks; `prefix`
+    is the echoed prompt (legacy completions with echo)."""
+
+    def __init__(self, index: int, prompt_ids: Optional[List[int]] = None, prefix: str = ""):
+        self.index, self.prompt_ids, self.prefix = index, prompt_ids or [], prefix
+        self.parts: List[str] = [prefix] if prefix else []
+        self.tokens: List[int] = []
+        self.logprobs: list = []
+        self.finish_reason: Optional[str] = None
+        self.stop_reason: Any = None
+        self.usage = self.timings = None
+        self.t_first: Optional[float] = None  # monotonic time of the first token
+        self.message: Optional[ChatDelta] = None  # the parsed chat message so far, if any
+        self.streamed_len = 0        # characters sent so far (legacy text_offset)
+        self.started = False         # the first event of this choice has been sent
+
+    def add(self, chunk) -> None:
+        if chunk.text:
+            self.parts.append(chunk.text)
+        if chunk.token_ids:
+            self.t_first = self.t_first or time.monotonic()
+            self.tokens.extend(int(t) for t in chunk.token_ids)
+        delta = getattr(chunk, "delta", None)
+        if delta is not None:
+            if self.message is None:
+                self.message = ChatDelta()
+            self.message.extend(delta)
+        if chunk.logprobs:
+            self.logprobs.extend(chunk.logprobs)
+        if chunk.finish_reason is not None:
+            self.finish_reason = chunk.finish_reason
+            self.stop_reason = getattr(chunk, "stop_reason", None)
+        if chunk.usage is not None:
+            self.usage = chunk.usage
+        if chunk.timings:
+            self.timings = chunk.timings
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
 
 
 class ItemAssembler:

@@ -11,7 +11,6 @@ envelope `{"type": "error", "error": {"type", "message"}}`.
 """
 import json
 import logging
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -24,7 +23,7 @@ from . import anthropic_models as W
 from .errors import APIError, invalid
 from .lifecycle import Encoder, Generation, Lifecycle, off_loop, read_json
 from .answer_items import ItemAssembler
-from .wire import chunk_delta, named_event, parse
+from .wire import chunk_delta, named_event, new_id, parse
 
 log = logging.getLogger("edgellm.server")
 
@@ -216,13 +215,9 @@ def fit_context(req: MessagesRequest, n_prompt: int, n_ctx: Optional[int],
 
 # --- the answer ------------------------------------------------------------------------------------
 
-def _new_id(prefix: str) -> str:
-    return prefix + uuid.uuid4().hex[:24]
-
-
 def tool_use_id(call_id: Optional[str]) -> str:
     if not call_id:
-        return _new_id("toolu_")
+        return new_id("toolu_", 24)
     return call_id if call_id.startswith("toolu_") else \
         "toolu_" + (call_id[5:] if call_id.startswith("call_") else call_id)
 
@@ -243,7 +238,7 @@ class MessageBuilder(ItemAssembler):
     (Anthropic's, as JSON objects); `message()` is the whole response body."""
 
     def __init__(self, model: str, req: MessagesRequest, input_tokens: int = 0):
-        self.msg = W.MessageOut(id=_new_id("msg_"), model=model,
+        self.msg = W.MessageOut(id=new_id("msg_", 24), model=model,
                                 usage=W.Usage(input_tokens=input_tokens))
         super().__init__(self.msg.content)
         self.blocks = self.items
@@ -327,7 +322,7 @@ class MessageEncoder(Encoder):
 
     def __init__(self, builder: MessageBuilder):
         self.builder = builder
-        self.headers = {"request-id": _new_id("req_")}
+        self.headers = {"request-id": new_id("req_", 24)}
         self._events: List[JSON] = []
 
     def add(self, index: int, chunk) -> None:
@@ -369,7 +364,7 @@ class AnthropicRoutes:
             req = parse_messages(await read_json(request), W.CountTokensBody)
             n = await off_loop(count_prompt_tokens, llm, req)  # render + tokenize in a thread
             return JSONResponse(W.TokenCount(input_tokens=n).model_dump(),
-                                headers={"request-id": _new_id("req_")})
+                                headers={"request-id": new_id("req_", 24)})
         return await self.life.answer("messages_count_tokens", work, "messages")
 
     async def messages(self, request: Request) -> Response:

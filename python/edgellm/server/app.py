@@ -7,12 +7,14 @@ responses_models.py), not by FastAPI's parameters, so every error keeps its API'
 routes only name those models for the OpenAPI document."""
 import asyncio
 import contextlib
+import json
 import re
 from typing import Any, Callable, List, Optional
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
+from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
@@ -21,7 +23,7 @@ from starlette.routing import BaseRoute
 import edgellm
 
 from . import (anthropic_api, anthropic_models, llamacpp_api, lora_api, ollama_api, ollama_library,
-               ollama_models, protocol, responses_models)
+               ollama_models, protocol, responses, responses_models)
 from .auth import BearerAuth
 from .browser_guard import BrowserGuard
 from .config import ServerConfig
@@ -44,23 +46,31 @@ _SCHEMAS = "#/components/schemas/"
 
 def route(path: str, endpoint: Callable, method: str = "POST", body: Optional[type] = None,
           tag: str = "OpenAI", response_class: type = JSONResponse,
+          answer: Optional[type] = None, events: Optional[type] = None,
           streams: Optional[str] = None) -> APIRoute:
-    """One endpoint; `body`, the pydantic model of its request, goes in the OpenAPI document
-    only (the endpoint parses the body itself, answering in its API's error envelope);
-    `streams`: the media type it streams in besides JSON (Ollama's NDJSON)."""
+    """One endpoint; `body`, the pydantic model of its request, `answer` of its JSON answer and
+    `events` of its stream's events go in the OpenAPI document only (the endpoint parses the
+    body itself, answering in its API's error envelope); `streams`: the media type it streams
+    in besides JSON (Ollama's NDJSON)."""
+    def ref(model: type) -> dict:  # named in _openapi, where every model's name is known
+        return {"schema": {"$ref": f"{_SCHEMAS}{model.__name__}@{id(model)}"}}
+
     extra: dict = {"parameters": [{"name": name, "in": "path", "required": True,
                                    "schema": {"type": "string"}}
                                   for name in re.findall(r"{(\w+)}", path)]}
     if body is not None:
-        extra["requestBody"] = {"required": True, "content": {"application/json": {
-            "schema": {"$ref": _SCHEMAS + body.__name__}}}}
+        extra["requestBody"] = {"required": True, "content": {"application/json": ref(body)}}
+    if answer is not None:
+        extra["responses"] = {"200": {"description": "The answer (`stream`: its events)",
+                                      "content": {"application/json": ref(answer), **(
+                                          {"text/event-stream": ref(events)} if events else {})}}}
     doc = (endpoint.__doc__ or "").strip().split("\n")[0] or None
     responses = {200: {"content": {"application/json": {}, streams: {}}}} if streams else None
     out = APIRoute(path, endpoint, methods=[method], openapi_extra=extra, tags=[tag],
                    response_class=response_class, responses=responses,
                    summary=doc, name=f"{method} {path}", operation_id=method.lower()
                    + path.replace("/", "_").replace("{", "").replace("}", "").replace("-", "_"))
-    out.body_model = body
+    out.models = [m for m in (body, answer, events) if m is not None]
     return out
 
 
@@ -73,22 +83,29 @@ def model_routes(host: EngineHost, store: Optional[ResponseStore] = None,
     embeddings = EmbeddingRoutes(routes)
     rerank = RerankRoutes(routes)
     anthropic = anthropic_api.AnthropicRoutes(host)
-    responses = ResponsesAPI(routes, store)
+    replies = ResponsesAPI(routes, store)
     native = llamacpp_api.LlamaCppAPI(routes)
-    chat, completion = protocol.ChatBody, protocol.CompletionBody
+    chat = dict(body=protocol.ChatBody, answer=responses.ChatCompletion,
+                events=responses.ChatChunk)
+    reply = dict(body=responses_models.ResponsesBody, answer=responses_models.ResponseObject)
     return [
-        route("/v1/chat/completions", routes.chat_completions, body=chat),
-        route("/chat/completions", routes.chat_completions, body=chat),
-        route("/v1/completions", routes.completions, body=completion),
-        route("/v1/responses", responses.create, body=responses_models.ResponsesBody),
-        route("/responses", responses.create, body=responses_models.ResponsesBody),
-        route("/v1/responses/{response_id}", responses.retrieve, "GET"),
-        route("/v1/responses/{response_id}", responses.delete, "DELETE"),
-        route("/v1/responses/{response_id}/input_items", responses.input_items, "GET"),
+        route("/v1/chat/completions", routes.chat_completions, **chat),
+        route("/chat/completions", routes.chat_completions, **chat),
+        route("/v1/completions", routes.completions, body=protocol.CompletionBody,
+              answer=responses.TextCompletion, events=responses.TextCompletion),
+        route("/v1/responses", replies.create, **reply),
+        route("/responses", replies.create, **reply),
+        route("/v1/responses/{response_id}", replies.retrieve, "GET",
+              answer=responses_models.ResponseObject),
+        route("/v1/responses/{response_id}", replies.delete, "DELETE",
+              answer=responses_models.Deleted),
+        route("/v1/responses/{response_id}/input_items", replies.input_items, "GET",
+              answer=responses_models.ItemsPage),
         route("/v1/messages", anthropic.messages, body=anthropic_models.MessagesBody,
-              tag="Anthropic"),
+              tag="Anthropic", answer=anthropic_models.MessageOut),
         route("/v1/messages/count_tokens", anthropic.count_tokens,
-              body=anthropic_models.CountTokensBody, tag="Anthropic"),
+              body=anthropic_models.CountTokensBody, tag="Anthropic",
+              answer=anthropic_models.TokenCount),
         route("/v1/models", routes.models, "GET"),
         route("/models", routes.models, "GET"),
         route("/health", routes.health, "GET", tag="server"),
@@ -248,15 +265,19 @@ def _fastapi(config: ServerConfig, routes: List[BaseRoute], lifespan, metrics,
 
 
 def _openapi(app: FastAPI, routes: List[BaseRoute]) -> dict:
-    """FastAPI's document of the routes, with the request models they name as components."""
+    """FastAPI's document of the routes, with the models they name as components (named by
+    pydantic, which tells apart the models of several APIs that share a name)."""
     if app.openapi_schema is None:
         doc = get_openapi(title=app.title, version=app.version, description=app.description,
                           routes=routes)
-        schemas = doc.setdefault("components", {}).setdefault("schemas", {})
-        for model in {getattr(r, "body_model", None) for r in routes} - {None}:
-            out = model.model_json_schema(ref_template=_SCHEMAS + "{model}")
-            schemas.update(out.pop("$defs", {}), **{model.__name__: out})
-        app.openapi_schema = _no_null_defaults(doc)
+        models = {m for r in routes for m in getattr(r, "models", ())}
+        refs, defs = models_json_schema([(m, "validation") for m in models],
+                                        ref_template=_SCHEMAS + "{model}")
+        doc.setdefault("components", {}).setdefault("schemas", {}).update(defs.get("$defs", {}))
+        text = json.dumps(doc)
+        for (m, _), ref in refs.items():
+            text = text.replace(f'"{_SCHEMAS}{m.__name__}@{id(m)}"', json.dumps(ref["$ref"]))
+        app.openapi_schema = _no_null_defaults(json.loads(text))
     return app.openapi_schema
 
 

@@ -132,6 +132,11 @@ class ServerConfig:
         return [h.strip() for h in self.host.split(",") if h.strip()]
 
     @property
+    def tag_list(self) -> list:
+        """--tags, comma-separated (as llama-server's)."""
+        return [t.strip() for t in (self.tags or "").split(",") if t.strip()]
+
+    @property
     def model_id(self) -> str:
         if self.alias:
             return self.aliases[0]  # llama-server: the first of the sorted aliases

@@ -32,9 +32,12 @@ from .. import sampling_fields
 from .. import validation as V
 from . import protocol
 from .errors import APIError, invalid
+from .metrics import family
 from .lifecycle import (Encoder, Generation, check_token_ids, context_error, engine_error,
                         off_loop, read_json)
-from .progress import progress_of, progress_timings, prompt_progress
+from .answer_items import Answer
+from .progress import (native_timings, progress_of, progress_timings, prompt_progress,
+                       running_timings)
 from .protocol import _INT, _NUM, checked
 from .wire import Wire, parse, shape
 
@@ -409,30 +412,6 @@ def probs_json(items, post_sampling: bool) -> List[JSON]:
     return out
 
 
-def native_timings(t: Optional[dict], cached: int) -> JSON:
-    """llama-server's timings: prompt_n excludes cached tokens (cache_n); the generation rate is
-    over predicted_n - 1 decode steps, since the first token comes with the prompt."""
-    t = t or {}
-    prompt_n = int(t.get("prompt_n", 0))
-    prompt_ms = float(t.get("prompt_ms", 0.0))
-    pred_n = int(t.get("predicted_n", 0))
-    pred_ms = float(t.get("predicted_ms", 0.0))
-    steps = max(0, pred_n - 1)
-    out = {
-        "cache_n": int(cached),
-        "prompt_n": prompt_n, "prompt_ms": prompt_ms,
-        "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
-        "prompt_per_second": 1e3 * prompt_n / prompt_ms if prompt_ms > 0 else 0.0,
-        "predicted_n": pred_n, "predicted_ms": pred_ms,
-        "predicted_per_token_ms": pred_ms / steps if steps and pred_ms > 0 else 0.0,
-        "predicted_per_second": 1e3 * steps / pred_ms if steps and pred_ms > 0 else 0.0,
-    }
-    if int(t.get("draft_n", 0) or 0) > 0:  # speculative decoding drafted for this completion
-        out["draft_n"] = int(t["draft_n"])
-        out["draft_n_accepted"] = int(t.get("draft_n_accepted", 0) or 0)
-    return out
-
-
 def pick_fields(obj: JSON, paths: List[str]) -> JSON:
     """response_fields: "a/b" -> obj["a"]["b"] under the key "a/b"; missing paths left out."""
     out = {}
@@ -450,43 +429,6 @@ def pick_fields(obj: JSON, paths: List[str]) -> JSON:
     return out
 
 
-class Result:
-    """One prompt's completion being assembled."""
-
-    def __init__(self, index: int, prompt_ids: List[int]):
-        self.index = index
-        self.prompt_ids = prompt_ids
-        self.parts: List[str] = []
-        self.tokens: List[int] = []
-        self.probs: list = []
-        self.finish_reason: Optional[str] = None
-        self.stop_reason: Any = None
-        self.usage = None
-        self.timings: Optional[dict] = None
-        self.t_first: Optional[float] = None
-
-    def add(self, chunk) -> None:
-        if chunk.text:
-            self.parts.append(chunk.text)
-        if chunk.token_ids:
-            if self.t_first is None:
-                self.t_first = time.monotonic()
-            self.tokens.extend(int(t) for t in chunk.token_ids)
-        if chunk.logprobs:
-            self.probs.extend(chunk.logprobs)
-        if chunk.finish_reason is not None:
-            self.finish_reason = chunk.finish_reason
-            self.stop_reason = chunk.stop_reason
-        if chunk.usage is not None:
-            self.usage = chunk.usage
-        if chunk.timings:
-            self.timings = chunk.timings
-
-    @property
-    def content(self) -> str:
-        return "".join(self.parts)
-
-
 class NativeEncoder(Encoder):
     """/completion and /infill's answer: one final object per prompt (a list for several), or
     the stream of partials, each prompt's final as it finishes."""
@@ -495,14 +437,14 @@ class NativeEncoder(Encoder):
                  settings: JSON, stream: bool, n_ctx: int, t0: float):
         self.api, self.fields, self.settings, self.n_ctx, self.t0 = api, fields, settings, n_ctx, t0
         self.stream = stream
-        self.results = {i: Result(i, ids) for i, ids in enumerate(ids_list)}
+        self.results = {i: Answer(i, ids) for i, ids in enumerate(ids_list)}
         self.sent: set = set()  # prompts whose final went out
         self.per_token = bool(fields.get("timings_per_token"))
 
     def add(self, index: int, chunk) -> None:
         self.results[index].add(chunk)
 
-    def _final(self, r: Result) -> JSON:
+    def _final(self, r: Answer) -> JSON:
         self.sent.add(r.index)
         return self.api.final(r, self.fields, self.settings, self.stream, self.n_ctx)
 
@@ -523,22 +465,18 @@ class NativeEncoder(Encoder):
     def finish(self) -> List[JSON]:  # nothing was generated (n_predict 0): every final now
         return [self._final(self.results[i]) for i in sorted(self.results) if i not in self.sent]
 
-    def _partial(self, r: Result, chunk) -> JSON:
+    def _partial(self, r: Answer, chunk) -> JSON:
         out = {"index": r.index, "content": chunk.text or "",
                "tokens": [int(t) for t in chunk.token_ids], "stop": False, "id_slot": 0,
                "tokens_predicted": len(r.tokens), "tokens_evaluated": len(r.prompt_ids)}
         if self.per_token:
-            now = time.monotonic()
-            first_at = r.t_first or now
-            out["timings"] = native_timings({
-                "prompt_n": len(r.prompt_ids), "prompt_ms": (first_at - self.t0) * 1e3,
-                "predicted_n": len(r.tokens), "predicted_ms": (now - first_at) * 1e3}, 0)
+            out["timings"] = running_timings(self.t0, r.t_first, len(r.tokens), len(r.prompt_ids))
         if self.fields.get("n_probs") and chunk.logprobs:
             out["completion_probabilities"] = probs_json(
                 chunk.logprobs, bool(self.fields.get("post_sampling_probs")))
         return out
 
-    def _progress(self, r: Result, p) -> JSON:
+    def _progress(self, r: Answer, p) -> JSON:
         # return_progress: llama-server's partial with no content and its prompt_progress
         out = {"index": r.index, "content": "", "tokens": [], "stop": False, "id_slot": 0,
                "tokens_predicted": 0, "tokens_evaluated": len(r.prompt_ids)}
@@ -694,7 +632,7 @@ class LlamaCppAPI:
                               lambda e, _: _engine_error(e, ids_list, n_ctx))
         return await self.life.run(request, endpoint, plan, "prompt")
 
-    def final(self, r: Result, fields: JSON, settings: JSON, stream: bool, n_ctx: int) -> JSON:
+    def final(self, r: Answer, fields: JSON, settings: JSON, stream: bool, n_ctx: int) -> JSON:
         llm = self.host.llm
         stop_type = "none"
         word = ""
@@ -715,7 +653,7 @@ class LlamaCppAPI:
             prompt_text = llm.detokenize(r.prompt_ids) if llm is not None else ""
         except Exception:  # noqa: BLE001
             prompt_text = ""
-        content = r.content
+        content = r.text
         out = {
             "index": r.index,
             "content": "" if stream else content,
@@ -735,7 +673,7 @@ class LlamaCppAPI:
             "timings": native_timings(r.timings, cached),
         }
         if not stream and fields.get("n_probs"):
-            out["completion_probabilities"] = probs_json(r.probs,
+            out["completion_probabilities"] = probs_json(r.logprobs,
                                                          fields.get("post_sampling_probs", False))
         if fields.get("response_fields"):
             return pick_fields(out, fields["response_fields"])
@@ -947,13 +885,9 @@ def llamacpp_metrics(stats: Optional[dict], m) -> str:
         ("n_busy_slots_per_decode", "gauge", "Average number of busy slots per engine step.",
          predicted / steps if steps else 0.0),
     ]
-    out = []
+    out: List[str] = []
     for name, kind, help_, value in rows:
-        full = f"llamacpp:{name}"
-        out.append(f"# HELP {full} {help_}")
-        out.append(f"# TYPE {full} {kind}")
-        v = float(value)
-        out.append(f"{full} {int(v) if v.is_integer() else repr(v)}")
+        family(out, f"llamacpp:{name}", kind, help_, [("", value)])
     return "\n".join(out) + "\n"
 
 

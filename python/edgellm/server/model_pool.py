@@ -34,7 +34,7 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional
 
-from .admission import EngineHost
+from .admission import EngineHost, close_engine
 from .config import ServerConfig
 from .errors import APIError
 from .metrics import ServerMetrics
@@ -291,7 +291,7 @@ class ModelPool:
         done = slot._unloading = asyncio.get_running_loop().create_future()
         try:
             if llm is not None:  # closing writes queued cache pages: off the event loop
-                await asyncio.get_running_loop().run_in_executor(None, _close, llm)
+                await asyncio.get_running_loop().run_in_executor(None, close_engine, llm)
         finally:
             del llm
             # nothing else moves a slot out of UNLOADING (acquire waits on `done`), so the
@@ -358,13 +358,6 @@ def _file_state(llm) -> str:
             except Exception:  # noqa: BLE001 - a closed engine: nothing to reload
                 return "intact"
     return "intact"
-
-
-def _close(llm) -> None:
-    try:
-        llm.close()
-    except Exception as e:  # noqa: BLE001
-        log.warning("closing an engine failed: %s", e)
 
 
 def _is_memory_refusal(e: Optional[BaseException]) -> bool:

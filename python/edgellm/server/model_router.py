@@ -165,7 +165,7 @@ class ModelRouter:
         return {"id": e.id, "object": "model",
                 "created": int(slot.host.loaded_at or self.started), "owned_by": "edgellm",
                 "aliases": self.catalog.names_of(e), "status": status,
-                "tags": [t.strip() for t in (self.pool.config.tags or "").split(",") if t.strip()],
+                "tags": self.pool.config.tag_list,
                 "meta": meta}
 
     async def list_models(self, request: Request) -> Response:

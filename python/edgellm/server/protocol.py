@@ -6,11 +6,14 @@ Parameters follow llama-server: a field the client leaves out is not sent to Sam
 its defaults (llama.cpp's: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, ...) apply, not
 OpenAI's (temperature 1.0). One exception: an absent `max_tokens` means "until end of generation
 or the context is full", as in both llama-server and OpenAI, not SamplingParams' 128. A misspelt
-`temprature` is a 400, never a silent default; OpenAI fields with no effect here (`user`,
-`store`, `metadata`, ...) are accepted.
+`temprature` is a 400, never a silent default. Every field of OpenAI's chat schema is accepted:
+honoured (`reasoning_effort` as the template's, legacy `functions` / `function_call` as tools,
+`modalities` text only) or, with no meaning here, ignored (`user`, `safety_identifier`,
+`prompt_cache_key` -- the prefix cache is automatic --, `store`, `metadata`, `verbosity`,
+`prediction`, `web_search_options`, `stream_options.include_obfuscation`: docs/SERVER.md).
 """
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Literal, Optional, Union
 
 from pydantic import Field, WithJsonSchema, create_model, model_validator
 from typing_extensions import Annotated
@@ -54,6 +57,7 @@ Sampling = create_model("Sampling", __base__=Wire, **{
 class StreamOptions(Wire):
     include_usage: bool = False
     continuous_usage_stats: bool = False
+    include_obfuscation: Optional[bool] = None  # no padding is added to stream chunks
 
 
 class OpenAIBody(Sampling):
@@ -65,6 +69,9 @@ class OpenAIBody(Sampling):
     return_progress: bool = False  # streams: prompt_progress chunks while the prompt is prefilled
     # OpenAI's, no effect here
     user: Optional[str] = None
+    safety_identifier: Optional[str] = None
+    prompt_cache_key: Optional[str] = None  # the prefix cache finds shared prefixes by itself
+    prompt_cache_retention: Optional[str] = None
     store: Optional[bool] = None
     metadata: Any = None
     service_tier: Any = None
@@ -103,16 +110,36 @@ class OpenAIBody(Sampling):
         return kw
 
 
+_MESSAGE_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content",
+                 "refusal", "function_call",
+                 "annotations", "audio")  # answers' own fields sent back in the history: ignored
+
+
+def _legacy(msg: Any) -> Any:
+    """A message with its null keys dropped (null = absent, as at the top level), the legacy
+    function API's shapes as tools': `role: function` a tool result, `function_call` a call."""
+    if not isinstance(msg, dict):
+        return msg
+    msg = {k: x for k, x in msg.items() if x is not None}
+    if msg.get("role") == "function":
+        msg["role"] = "tool"
+    call = msg.pop("function_call", None)
+    if call is not None and "tool_calls" not in msg:
+        msg["tool_calls"] = [{"id": "call_0", "type": "function", "function": call}]
+    return msg
+
+
 def _messages(v, where, images: bool = False):
     """Messages with text parts joined; with `images` (a model loaded with its projector) an
     image_url part stays, {"type": "image_url", "image_url": {"url": ...}} (edgellm.vision)."""
+    if isinstance(v, list):
+        v = [_legacy(m) for m in v]
     V.validate_messages(v, where)  # the library's rules (LLM.chat applies them too)
     out = []
     for i, msg in enumerate(v):
         at = f"{where}[{i}]"
         for key in msg:
-            if key not in ("role", "content", "name", "tool_calls", "tool_call_id",
-                           "reasoning_content", "refusal"):
+            if key not in _MESSAGE_KEYS:
                 raise Refusal(f"unknown field '{at}.{key}'", "unknown_field", f"{at}.{key}")
         content = msg.get("content")
         if isinstance(content, list):
@@ -164,7 +191,7 @@ def _tool_choice(v, where):
 
 
 _MESSAGES = {"type": "array", "items": {"type": "object", "properties": {
-    "role": {"enum": list(V.MESSAGE_ROLES)},
+    "role": {"enum": [*V.MESSAGE_ROLES, "function"]},
     "content": {"anyOf": [_STR, {"type": "array", "items": _OBJ}, {"type": "null"}]}},
     "required": ["role"]}, "minItems": 1}
 _TOOLS = {"type": "array", "items": _OBJ}
@@ -188,9 +215,40 @@ class ChatBody(OpenAIBody):
     continue_final_message: Optional[bool] = None
     verbose: Optional[bool] = None  # answer with "__verbose": {"prompt": the rendered prompt}
     timings_per_token: Optional[bool] = None  # streamed chunks carry running "timings"
+    # OpenAI's: the template's reasoning effort (as llama-server), text output only
+    reasoning_effort: Optional[Literal["none", "minimal", "low", "medium", "high", "xhigh"]] = None
+    modalities: Optional[List[Literal["text", "audio"]]] = None
+    audio: Any = None  # output voice and format: only with "audio" in modalities
+    # OpenAI's, no effect here
+    verbosity: Optional[Literal["low", "medium", "high"]] = None
+    prediction: Any = None
+    web_search_options: Any = None
+    # OpenAI's legacy function calling: the same as tools, answered as `function_call`
+    functions: Optional[List[Dict[str, Any]]] = None
+    function_call: Any = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _functions(cls, v: Any) -> Any:
+        if not isinstance(v, dict) or ("functions" not in v and "function_call" not in v):
+            return v
+        if v.get("tools") is not None or v.get("tool_choice") is not None:
+            raise invalid("send 'tools' / 'tool_choice' or the legacy 'functions' / "
+                          "'function_call', not both", "functions", "invalid_value")
+        v = dict(v)
+        fns, choice = v.get("functions"), v.get("function_call")
+        if isinstance(fns, list):
+            v["tools"] = [{"type": "function", "function": f} for f in fns]
+        if choice is not None:
+            v["tool_choice"] = ({"type": "function", "function": choice}
+                                if isinstance(choice, dict) else choice)
+        return v
 
     @model_validator(mode="after")
     def _rules(self):
+        if "audio" in (self.modalities or ()):
+            raise invalid("'modalities' may only be [\"text\"]: this server answers no audio",
+                          "modalities", "unsupported")
         if "max_completion_tokens" in self.model_fields_set:
             if "max_tokens" in self.model_fields_set \
                     and self.max_tokens != self.max_completion_tokens:
@@ -280,6 +338,7 @@ class GenerationRequest:
     parallel_tool_calls: Optional[bool] = None
     chat_template_kwargs: Optional[JSON] = None
     logprobs: bool = False                # chat: return logprobs.content
+    legacy_functions: bool = False        # chat: calls answered as `function_call`
     # completions
     prompts: Optional[List[Union[str, List[int]]]] = None
     echo: bool = False
@@ -298,9 +357,14 @@ def parse_chat(body: Any, images: bool = False) -> GenerationRequest:
     sampling = m.sampling()
     if m.logprobs:
         sampling["logprobs"] = m.top_logprobs or 0
+    template = m.chat_template_kwargs
+    if m.reasoning_effort is not None:  # as llama-server: a template variable
+        template = {"enable_thinking": m.reasoning_effort != "none",
+                    "reasoning_effort": m.reasoning_effort, **(template or {})}
     return _request(m, sampling, messages=m.messages, tools=m.tools, tool_choice=m.tool_choice,
-                    parallel_tool_calls=m.parallel_tool_calls,
-                    chat_template_kwargs=m.chat_template_kwargs, logprobs=m.logprobs,
+                    parallel_tool_calls=False if m.functions is not None else m.parallel_tool_calls,
+                    chat_template_kwargs=template,
+                    logprobs=m.logprobs, legacy_functions=m.functions is not None,
                     extra={k: getattr(m, k) for k in ("add_generation_prompt",
                                                       "continue_final_message", "verbose",
                                                       "timings_per_token")

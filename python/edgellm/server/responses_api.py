@@ -22,7 +22,6 @@ deadline, in-band errors, metrics) is lifecycle.py's.
 import inspect
 import itertools
 import json
-import secrets
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -37,21 +36,15 @@ from edgellm.chat_output import ChatDelta, new_call_id
 from . import responses_models as W
 from .errors import APIError, invalid
 from .lifecycle import Encoder, Generation, Lifecycle, read_json
-from .llamacpp_api import native_timings
-from .progress import progress_of, progress_timings, prompt_progress
-from .responses import timings
+from .progress import progress_of, progress_timings, prompt_progress, running_timings, timings
 from .responses_models import event
 from .answer_items import ItemAssembler
-from .wire import chunk_delta, named_event, parse
+from .wire import chunk_delta, named_event, new_id, parse
 
 JSON = Dict[str, Any]
 ENDPOINT = "responses"
 STORE_MAX = 1024          # responses kept for previous_response_id / GET, least recently used out
 STORE_MAX_BYTES = 256 << 20  # and at most this many bytes of them (their JSON), LRU out
-
-
-def _id(prefix: str) -> str:
-    return f"{prefix}_{secrets.token_hex(16)}"
 
 
 # --- the request as a chat conversation ------------------------------------------------------------
@@ -126,7 +119,7 @@ def input_items(items: List[BaseModel]) -> List[JSON]:
     """The input as stored items with ids, for GET /v1/responses/{id}/input_items."""
     out = []
     for it in items:
-        d = {"type": it.type, "id": it.id or _id(_ITEM_IDS[it.type]),
+        d = {"type": it.type, "id": it.id or new_id(_ITEM_IDS[it.type] + "_"),
              **it.model_dump(include=_ITEM_FIELDS[it.type], exclude_none=True)}
         if it.type == "message":
             part = "output_text" if it.role == "assistant" else "input_text"
@@ -285,12 +278,12 @@ class OutputBuilder(ItemAssembler):
 
     def begin(self, kind: str, tc) -> List[JSON]:
         if kind == "call":
-            item, part = W.OutCall(id=_id("fc"), call_id=tc.id or new_call_id(),
+            item, part = W.OutCall(id=new_id("fc_"), call_id=tc.id or new_call_id(),
                                    name=tc.name or ""), None
         elif kind == "text":
-            item, part = W.OutMessage(id=_id("msg")), W.OutputText()
+            item, part = W.OutMessage(id=new_id("msg_")), W.OutputText()
         else:
-            item, part = W.OutReasoning(id=_id("rs")), W.ReasoningOut()
+            item, part = W.OutReasoning(id=new_id("rs_")), W.ReasoningOut()
         self.items.append(item)
         pos = len(self.items) - 1
         events = [event("response.output_item.added", output_index=pos, item=item)]
@@ -368,7 +361,7 @@ class ResponseEncoder(Encoder):
 
     def __init__(self, api: "ResponsesAPI", req: ResponsesRequest, params, history: List[JSON]):
         self.api, self.req, self.params, self.history = api, req, params, history
-        self.rid, self.created = _id("resp"), time.time()
+        self.rid, self.created = new_id("resp_"), time.time()
         self.builder = OutputBuilder()
         self.finish_reason: Optional[str] = None
         self.usage = self.timings = None
@@ -410,12 +403,11 @@ class ResponseEncoder(Encoder):
             events.append({**ev, "prompt_progress": prompt_progress(progress)})
         fed = self.builder.feed(chunk_delta(chunk), len(chunk.token_ids or ()))
         if self.per_token and chunk.token_ids:
-            now, self.n = time.monotonic(), self.n + len(chunk.token_ids)
-            self.first = self.first or now
-            t = native_timings({"prompt_n": self.prompt_n, "prompt_ms": 1e3 * (self.first - self.t0),
-                                "predicted_n": self.n, "predicted_ms": 1e3 * (now - self.first)}, 0)
+            self.n += len(chunk.token_ids)
+            self.first = self.first or time.monotonic()
             if fed:  # llama-server: on the step's last event
-                fed[-1] = dict(fed[-1], timings=t)
+                fed[-1] = dict(fed[-1], timings=running_timings(self.t0, self.first, self.n,
+                                                                self.prompt_n))
         if chunk.finish_reason is not None:
             self.finish_reason, self.timings = chunk.finish_reason, chunk.timings
         if chunk.usage is not None:

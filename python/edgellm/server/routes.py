@@ -89,8 +89,7 @@ class Routes:
                 "created": int(self.host.loaded_at or time.time()), "owned_by": "edgellm",
                 # llama-server's --alias list and --tags
                 "aliases": self.config.aliases,
-                "tags": [t.strip() for t in (getattr(self.config, "tags", None) or "").split(",")
-                         if t.strip()],
+                "tags": self.config.tag_list,
                 "meta": meta}] + lora_api.host_cards(self.host, self.config.model_id)})
         return await self.life.answer("models", work)
 

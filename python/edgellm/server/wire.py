@@ -5,14 +5,16 @@ forbids unknown fields (a misspelt `temprature` is a 400 naming it, never a sile
 reads null as absent, as the SDKs send it. `parse(Model, body)` answers a 400 APIError naming
 the wrong field by its path (`messages[0].content[1].type`). A model's own rule raises
 `errors.Refusal`, whose message and param may say `{where}`: the checked value's path.
-Response bodies and stream events are plain pydantic models (`model_dump()` is the JSON).
+Response bodies and stream events are plain pydantic models (`model_dump()` is the JSON); a
+`Sparse` one leaves out the optional fields it was not given (OpenAI's delta keys).
 """
 import json
 import re
+import uuid
 from typing import Any, Callable, Dict, List, Literal, Optional, Type, TypeVar, Union
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, TypeAdapter, ValidationError,
-                      create_model, model_validator)
+                      create_model, model_serializer, model_validator)
 from typing_extensions import Annotated
 
 from .. import validation as V
@@ -34,6 +36,20 @@ class Wire(BaseModel):
         if isinstance(v, dict) and None in v.values():
             return {k: x for k, x in v.items() if x is not None}
         return v
+
+
+class Sparse(BaseModel):
+    """A response shape whose fields left unset and None stay out of its JSON; a None it was
+    given is sent as null."""
+    model_config = ConfigDict(populate_by_name=True)
+
+    @model_serializer(mode="wrap")
+    def _sparse(self, nxt, info) -> JSON:
+        out, given = nxt(self), self.model_fields_set
+        for name, f in type(self).model_fields.items():
+            if name not in given and getattr(self, name) is None:
+                out.pop(f.alias if info.by_alias and f.alias else name, None)
+        return out
 
 
 def _integral(v: Any) -> Any:
@@ -113,6 +129,11 @@ def parse(model: Type[M], body: Any) -> M:
         return model.model_validate(body)
     except ValidationError as e:
         raise api_error(e) from None
+
+
+def new_id(prefix: str, n: int = 32) -> str:
+    """An answer's (or item's) id: `prefix` and `n` random hex digits."""
+    return prefix + uuid.uuid4().hex[:n]
 
 
 def chunk_delta(chunk) -> ChatDelta:
