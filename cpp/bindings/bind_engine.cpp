@@ -19,6 +19,7 @@
 #include "engine/draft_proposer.h"
 #include "engine/engine.h"
 #include "engine/model_backend.h"
+#include "model/lora.h"
 #include "common/thread_pool.h"
 
 namespace py = pybind11;
@@ -431,7 +432,7 @@ void bind_engine(py::module_& m) {
       .def(
           "submit",
           [](PyEngine& self, std::vector<int32_t> prompt, const SamplingParams& p, std::shared_ptr<OutputChannel> ch,
-             bool stream, const py::list& images) {
+             bool stream, const py::list& images, py::object lora) {
             if (!stream) ch->collect_whole();  // the caller side joins a non-streaming request's events
             std::vector<PromptImage> ims;
             for (const py::handle& item : images) {
@@ -448,13 +449,24 @@ void bind_engine(py::module_& m) {
               ims.push_back(std::move(im));
             }
             Engine& e = self.get();
+            std::shared_ptr<const LoraMix> mix = lora_mix(lora);
             py::gil_scoped_release nogil;
-            return e.submit(std::move(prompt), p, std::move(ch), std::move(ims));
+            return e.submit(std::move(prompt), p, std::move(ch), std::move(ims), std::move(mix));
           },
           py::arg("prompt"), py::arg("params"), py::arg("channel"), py::arg("stream") = true,
-          py::arg("images") = py::list(),
+          py::arg("images") = py::list(), py::arg("lora") = py::none(),
           "images: [(pos, pixel hash, float32 [n_tokens, n_embd] embeddings)], image blocks of the prompt in order "
-          "(engine/prompt_image.h)")
+          "(engine/prompt_image.h). lora: None (the base alone) or [(LoraAdapter, scale), ...]")
+      .def(
+          "load_lora",
+          [](PyEngine& self, const std::string& path) {
+            Model& m = self.loaded();
+            py::gil_scoped_release nogil;
+            return std::const_pointer_cast<LoraAdapter>(m.load_lora(path));
+          },
+          py::arg("path"),
+          "Opens a GGUF LoRA adapter for this engine's model (checked against it: ModelFormatError otherwise). "
+          "Requests run with it through submit(..., lora=[(adapter, scale)]); it lives while any holds it.")
       .def(
           "submit_embedding",
           [](PyEngine& self, std::vector<int32_t> prompt, std::shared_ptr<OutputChannel> ch, int pooling,
@@ -520,17 +532,19 @@ void bind_engine(py::module_& m) {
           "with ModelFileChangedError).")
       .def(
           "eval_logits",
-          [](PyEngine& self, std::vector<int32_t> ids) {
+          [](PyEngine& self, std::vector<int32_t> ids, py::object lora) {
             Engine& e = self.get();
+            std::shared_ptr<const LoraMix> mix = lora_mix(lora);
             py::array_t<float> out({static_cast<py::ssize_t>(ids.size()), static_cast<py::ssize_t>(e.n_vocab())});
             float* dst = out.mutable_data();
             {
               py::gil_scoped_release nogil;
-              e.eval_logits(ids, dst);
+              e.eval_logits(ids, dst, std::move(mix));
             }
             return out;
           },
-          py::arg("ids"), "Logits of every position of ids in a fresh context: float32 [len(ids), n_vocab].")
+          py::arg("ids"), py::arg("lora") = py::none(),
+          "Logits of every position of ids in a fresh context: float32 [len(ids), n_vocab]. lora as submit's.")
       .def("close", [](PyEngine& self) {
         py::gil_scoped_release nogil;
         self.engine.reset();  // joins the engine thread; in-flight requests end "cancelled"

@@ -4,11 +4,16 @@
 #include <algorithm>
 #include <cctype>
 #include <exception>
+#include <memory>
 #include <string>
 #include <string_view>
 
 #include "common/dtype.h"
 #include "common/errors.h"
+
+namespace edgellm {
+struct LoraMix;
+}
 
 namespace edgellm::bindings {
 
@@ -74,5 +79,8 @@ void bind_memory_plan(pybind11::module_& m);  // bind_memory_plan.cpp: MemoryPla
 void bind_engine(pybind11::module_& m);     // bind_engine.cpp: LLM engine, sampling
 void bind_grammar(pybind11::module_& m);    // bind_grammar.cpp: constrained decoding (factory + test surface)
 void bind_cuda(pybind11::module_& m);       // bind_cuda.cpp: CUDA status
+void bind_lora(pybind11::module_& m);       // bind_lora.cpp: LoraAdapter
+// A request's adapters: None, or an iterable of (LoraAdapter, scale); None when empty.
+std::shared_ptr<const LoraMix> lora_mix(const pybind11::object& uses);
 void bind_vision(pybind11::module_& m);     // bind_vision.cpp: VisionEncoder (mmproj files)
 }  // namespace edgellm::bindings

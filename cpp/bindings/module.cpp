@@ -95,6 +95,7 @@ PYBIND11_MODULE(_core, m) {
   edgellm::bindings::bind_tokenizer(m);
   edgellm::bindings::bind_model(m);
   edgellm::bindings::bind_memory_plan(m);
+  edgellm::bindings::bind_lora(m);
   edgellm::bindings::bind_engine(m);
   edgellm::bindings::bind_grammar(m);
   edgellm::bindings::bind_cuda(m);

@@ -22,6 +22,7 @@ from .memory_plan import MemoryPlan, MemoryPlanError  # noqa: E402
 from .sampling_params import SamplingParams  # noqa: E402
 from .outputs import Completion, CompletionChunk, TokenLogprob, TopLogprob, Usage  # noqa: E402
 from .llm import LLM  # noqa: E402
+from .lora import LoraNotFoundError  # noqa: E402
 from .request_handle import RequestHandle  # noqa: E402
 from .stream import AsyncStream, Stream  # noqa: E402
 from .async_llm import AsyncLLM  # noqa: E402
@@ -37,6 +38,7 @@ __all__ = [
     "LoadCancelled",
     "ModelFileChangedError",
     "StorageError",
+    "LoraNotFoundError",
     "MemoryPlanError",
     "MemoryPlan",
     "ModelFile",

@@ -15,6 +15,7 @@ import threading
 from typing import AsyncIterator, Dict, Iterator, List, Optional
 
 from . import _core
+from .lora import LoraRegistry
 from ._core import InvalidRequestError
 from .outputs import Completion, CompletionChunk, TokenLogprob, TopLogprob, Usage
 from .sampling_params import SamplingParams
@@ -231,6 +232,7 @@ class EngineClient:
         self.engine = engine
         self.tok = engine.tokenizer
         self.n_vocab: int = engine.n_vocab
+        self.loras = LoraRegistry(engine)  # the LoRA adapters by name (edgellm.lora)
 
     # ---- prompts and submission ----
     def prompt_ids(self, prompt) -> List[int]:
@@ -241,9 +243,11 @@ class EngineClient:
             return prompt
         return token_ids(prompt, self.n_vocab, "prompt")
 
-    def submit(self, ids: List[int], core: "_core.SamplingParams", channel, stream: bool) -> int:
-        # image blocks (edgellm.vision.PromptIds) go with their ids
-        return self.engine.submit(ids, core, channel, stream, list(getattr(ids, "images", ())))
+    def submit(self, ids: List[int], core: "_core.SamplingParams", channel, stream: bool, lora=None) -> int:
+        """`lora`: the request's SamplingParams.lora (names resolved here: LoraNotFoundError).
+        Image blocks (edgellm.vision.PromptIds) go with their ids."""
+        return self.engine.submit(ids, core, channel, stream, list(getattr(ids, "images", ())),
+                                  self.loras.resolve(lora))
 
     def abort(self, request_id: int) -> None:
         self.engine.abort(request_id)
@@ -258,7 +262,7 @@ class EngineClient:
         ids = self.prompt_ids(prompt)
         channel = _core.OutputChannel()
         live = _Live(self, core.n, control)
-        live.submitted(self.submit(ids, core, channel, stream))
+        live.submitted(self.submit(ids, core, channel, stream, params.lora))
         try:
             while live.remaining:
                 ev = channel.pop(POLL_S)
@@ -277,7 +281,7 @@ class EngineClient:
         channel = pipe.channel()
         live = _Live(self, core.n, control)
         try:
-            live.submitted(self.submit(ids, core, channel, stream))
+            live.submitted(self.submit(ids, core, channel, stream, params.lora))
             while live.remaining:
                 yield live.take(await pipe.next_event(channel))
         finally:
@@ -359,7 +363,7 @@ class EngineClient:
         try:
             for p in prompts:
                 ch = _core.OutputChannel()
-                ids.append(self.submit(self.prompt_ids(p), core, ch, False))
+                ids.append(self.submit(self.prompt_ids(p), core, ch, False, params.lora))
                 channels.append(ch)
             results = []
             for ch in channels:

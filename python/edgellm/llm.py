@@ -29,6 +29,7 @@ from ._engine_client import EngineClient, RequestControl, is_batch, open_engine
 from .outputs import (ChatCompletion, Completion, CompletionChunk, TokenLogprob,  # noqa: F401
                       TopLogprob, Usage)
 from .request_handle import RequestHandle
+from .lora import LoadedLora, lora_arg
 from .sampling_params import SamplingParams
 from .stream import Stream
 from .validation import token_ids
@@ -95,6 +96,14 @@ class LLM:
     interleaved for the kernels: most of the time), "tokenizer", "engine", "ready". A callback
     that returns False or raises stops the load with edgellm.LoadCancelled (the exception it
     raised is its __cause__); everything loaded so far is released.
+
+    lora: LoRA adapters loaded with the model, {name: path or (path, scale)} (GGUF adapters as
+    llama.cpp's convert_lora_to_gguf.py or `edgellm convert --base` write them; a foreign or
+    corrupt file is a ModelFormatError). A request runs with the adapters its
+    SamplingParams.lora names (a name, or a list with scales) and with none otherwise; requests
+    with different adapters are batched together, each row adding its own adapter's low-rank
+    product to the shared base matmuls. load_lora / unload_lora change the set at run time
+    (edgellm.lora: requests running on an unloaded adapter finish with it).
     """
 
     def __init__(self, model_path, n_ctx: Optional[int] = None, n_threads: Optional[int] = None, *,
@@ -105,7 +114,7 @@ class LLM:
                  num_speculative_tokens: Optional[int] = None, spec_adaptive: bool = True,
                  context_shift: bool = False, cache_dir=None, cache_max_bytes: Optional[int] = None,
                  quantize: Optional[str] = None, progress=None, mmproj=None,
-                 media_path: Optional[str] = None, allow_remote_media: bool = False):
+                 media_path: Optional[str] = None, allow_remote_media: bool = False, lora=None):
         from .validation import check_engine_args
 
         t0 = time.perf_counter()
@@ -155,6 +164,12 @@ class LLM:
         # the model (mmproj=False: none); image content parts in chat need it
         self.mmproj: Optional[str] = None
         self._open_vision(model_path, mmproj, media_path, allow_remote_media)
+        try:
+            for name, (path, scale) in lora_arg(lora).items():
+                self.load_lora(name, path, scale)
+        except BaseException:
+            self.close()
+            raise
         self.load_time: float = time.perf_counter() - t0
 
     @staticmethod
@@ -400,11 +415,30 @@ class LLM:
                 yield parse_chunk(ch, parsers, new_parser)
         return Stream(chunks(), control)
 
+    # ---- LoRA adapters (edgellm.lora) ----
+    def load_lora(self, name: str, path, scale: float = 1.0) -> LoadedLora:
+        """Loads the GGUF LoRA adapter at `path` as `name` (requests select it by
+        SamplingParams(lora=name)); `scale` is the default of requests that give none."""
+        entry = self.engine_client.loras.load(name, path, scale)
+        self.memory_plan.count_lora(entry.nbytes)
+        return entry
+
+    def unload_lora(self, name: str) -> None:
+        """New requests naming it fail with LoraNotFoundError; running ones finish with it."""
+        entry = self.engine_client.loras.unload(name)
+        self.memory_plan.count_lora(entry.nbytes, -1)
+
+    @property
+    def loras(self) -> List[LoadedLora]:
+        """The loaded adapters, in load order (their ids)."""
+        return self.engine_client.loras.loaded()
+
     # ---- evaluation and state ----
-    def eval_logits(self, ids):
+    def eval_logits(self, ids, lora=None):
         """float32 [len(ids), n_vocab]: the logits at every position of ids in a fresh context
-        (computed between engine steps; running requests are not disturbed)."""
-        return self._engine.eval_logits(token_ids(ids, self.n_vocab, "ids"))
+        (computed between engine steps; running requests are not disturbed); `lora` as
+        SamplingParams.lora."""
+        return self._engine.eval_logits(token_ids(ids, self.n_vocab, "ids"), self.engine_client.loras.resolve(lora))
 
     # ---- embeddings (python/edgellm/embeddings.py) ----
     def embed(self, texts, normalize=True, pooling=None) -> list:

@@ -204,6 +204,10 @@ class MemoryPlan:
     # the draft model's part (speculative decoding with draft_model), included in total
     draft: Optional["MemoryPlan"] = None
     draft_kv: int = 0
+    # LoRA adapters loaded into the model (LLM.load_lora): their tensors' bytes (mapped from
+    # their files, read by every step that uses them), included in total; how many
+    lora_bytes: int = 0
+    lora_adapters: int = 0
     machine: MachineMemory = field(default_factory=lambda: MachineMemory(None, "unknown"))
     # when it does not fit: the changes that would (edgellm.memory_plan.advice words them)
     fixes: List[Fix] = field(default_factory=list)
@@ -224,6 +228,11 @@ class MemoryPlan:
     def fits(self) -> bool:
         return self.available is None or self.total <= self.available
 
+    def count_lora(self, nbytes: int, sign: int = 1) -> None:
+        """An adapter loaded (sign 1) or unloaded (-1): its bytes in lora_bytes and total."""
+        self.lora_bytes += sign * nbytes
+        self.lora_adapters += sign
+        self.total += sign * nbytes
     @property
     def warnings(self) -> List[str]:
         return context_warnings(self.n_ctx, self.n_ctx_train)
@@ -268,6 +277,8 @@ class MemoryPlan:
         if self.draft is not None:
             rows.append(("draft model", f"{_gb(self.draft.weights + self.draft.scratch + self.draft.runtime)}"
                                         f" + KV {_gb(self.draft_kv)} ({self.draft.path})"))
+        if self.lora_adapters:
+            rows.append(("LoRA adapters", f"{_gb(self.lora_bytes)} ({self.lora_adapters} loaded)"))
         rows += [
             ("peak during load", _gb(self.load_peak)),
             ("total", f"{_gb(self.total)} ({self.total} bytes)"),

@@ -65,7 +65,7 @@ class RequestHandle:
         self._cancelled = False
         self._channel = _core.OutputChannel()
         core = params.to_core(client.n_vocab)
-        self._rid = client.submit(ids, core, self._channel, True)
+        self._rid = client.submit(ids, core, self._channel, True, params.lora)
 
     # ---- taking events (any thread; never more than one at a time) ----
     def _take(self, ev) -> None:

@@ -167,6 +167,13 @@ def _string_list(v: Any, name: str) -> Optional[List[str]]:
     return list(v) or None
 
 
+def _lora(v: Any, name: str) -> Any:
+    from .lora import check_lora_spec  # edgellm.lora: the adapters by name, and this rule
+
+    check_lora_spec(v, name)
+    return v
+
+
 _opt = V.optional
 _str_list = Union[None, str, List[str]]
 
@@ -248,6 +255,9 @@ FIELDS: Tuple[Field, ...] = (
            openai="xtc_probability", llamacpp="xtc_probability", repl="xtc_probability"),
     engine("xtc_threshold", "XTC: the probability that makes a token a top choice; > 0.5 off",
            openai="xtc_threshold", llamacpp="xtc_threshold", repl="xtc_threshold"),
+    python("lora", Any, None, _opt(_lora), "LoRA adapters this request runs with (edgellm.lora); "
+           "none: the base alone", "a name, or a list of names / [name, scale] / {name or id, scale}",
+           {"anyOf": [_STR, {"type": "array"}, {"type": "object"}]}, llamacpp="lora"),
 )
 
 BY_NAME: Dict[str, Field] = {f.name: f for f in FIELDS}

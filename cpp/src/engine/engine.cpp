@@ -102,7 +102,8 @@ Engine::~Engine() {
 }
 
 int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params, std::shared_ptr<OutputChannel> out,
-                       std::vector<PromptImage> images) {
+                       std::vector<PromptImage> images, std::shared_ptr<const LoraMix> lora) {
+  if (lora && lora->empty()) lora.reset();
   if (prompt.empty()) throw InvalidRequestError("prompt is empty: at least one token is needed");
   for (size_t i = 0; i < prompt.size(); ++i)
     if (prompt[i] < 0 || prompt[i] >= n_vocab_)
@@ -163,6 +164,8 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params
       for (int32_t j = 0; j < im.n_tokens; ++j) s->tokens[static_cast<size_t>(im.pos + j)] = image_key_token(im.hash, j);
     s->n_prompt = static_cast<int32_t>(np);
     s->max_tokens = params.max_tokens;
+    s->lora = lora;
+    s->lora_key = lora ? lora->cache_key() : 0;
     s->n_keep = params.n_keep;
     s->n_discard = params.n_discard;
     // Completion i draws from seed + i: n completions of a seeded request differ, yet repeat.
@@ -314,7 +317,7 @@ bool Engine::idle() const {
   return !has_work_ && inbox_.empty() && aborts_.empty() && tasks_.empty();
 }
 
-void Engine::eval_logits(const std::vector<int32_t>& ids, float* out) {
+void Engine::eval_logits(const std::vector<int32_t>& ids, float* out, std::shared_ptr<const LoraMix> lora) {
   if (ids.empty()) return;
   if (!model_->causal()) throw InvalidRequestError("this is an embedding model (an encoder): it has no logits");
   for (size_t i = 0; i < ids.size(); ++i)
@@ -323,7 +326,7 @@ void Engine::eval_logits(const std::vector<int32_t>& ids, float* out) {
                                 " is outside the vocabulary [0, " + std::to_string(n_vocab_) + ")");
   if (static_cast<int64_t>(ids.size()) > n_ctx_)
     throw ContextLengthError("eval_logits: " + std::to_string(ids.size()) + " tokens > n_ctx " + std::to_string(n_ctx_));
-  run_sync([&] { do_eval(ids, out); });
+  run_sync([&] { do_eval(ids, out, lora && !lora->empty() ? lora.get() : nullptr); });
 }
 
 void Engine::run_sync(const std::function<void()>& f) {
@@ -405,7 +408,7 @@ void Engine::flush_cache() {
   if (store_) store_->flush();
 }
 
-void Engine::do_eval(const std::vector<int32_t>& ids, float* out) {
+void Engine::do_eval(const std::vector<int32_t>& ids, float* out, const LoraMix* lora) {
   const int32_t n = static_cast<int32_t>(ids.size());
   if (!model_->kv_tied_to_serving_cache()) {
     // eval_logits is the scoring API (perplexity, log-prob research): it runs at full KV precision
@@ -426,6 +429,7 @@ void Engine::do_eval(const std::vector<int32_t>& ids, float* out) {
         throw ContextLengthError("eval_logits: the private KV cache could not hold " + std::to_string(end) + " tokens");
       b.clear();
       for (int32_t p = start; p < end; ++p) b.add(ids[p], p, 0, true);
+      b.set_lora(0, lora);
       model_->forward(b, kv, out + static_cast<size_t>(start) * n_vocab_);
       kv.set_n_positions(0, end);
     }
@@ -441,6 +445,7 @@ void Engine::do_eval(const std::vector<int32_t>& ids, float* out) {
                                  std::to_string(seq_pages_max_ * kv_->page_size()) + " tokens of one sequence)");
       b.clear();
       for (int32_t p = start; p < end; ++p) b.add(ids[p], p, eval_slot_, true);
+      b.set_lora(0, lora);
       model_->forward(b, *kv_, out + static_cast<size_t>(start) * n_vocab_);
       kv_->set_n_positions(eval_slot_, end);
       kv_->trim_window(eval_slot_, end);

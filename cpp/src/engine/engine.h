@@ -112,8 +112,10 @@ class Engine {
   // `images`: image blocks of the prompt (engine/prompt_image.h), sorted, each n_tokens x n_embd
   // embeddings at positions holding its placeholder id; refused with prompt_logprobs, with a block
   // longer than max_batch_tokens or of the wrong width.
+  // `lora`: the adapters its sequences run with (model/lora.h; null or empty: the base alone),
+  // each loaded by this engine's model (Model::load_lora).
   int64_t submit(std::vector<int32_t> prompt, const SamplingParams& params, std::shared_ptr<OutputChannel> out,
-                 std::vector<PromptImage> images = {});
+                 std::vector<PromptImage> images = {}, std::shared_ptr<const LoraMix> lora = nullptr);
   // Queues an embedding request: the prompt is prefilled in the same batches as everything
   // else, its final-norm hidden states are pooled (params.pooling, else the model's
   // default_pooling()) and normalised, and its one event carries the vector(s) in `embedding`.
@@ -127,7 +129,7 @@ class Engine {
 
   // Logits of every position of `ids` in a fresh context, written to out[len(ids) * n_vocab].
   // Runs on the engine thread between steps, in a slot of its own.
-  void eval_logits(const std::vector<int32_t>& ids, float* out);
+  void eval_logits(const std::vector<int32_t>& ids, float* out, std::shared_ptr<const LoraMix> lora = nullptr);
 
   // Slots: a slot remembers the tokens of the last sequence that ran in it. save writes the
   // prefix cache's full pages of those tokens (and the tokens) to `file`; restore reads such a
@@ -200,7 +202,7 @@ class Engine {
   void finish(Sequence* s, FinishReason reason, OutputEvent ev);
   void fail(Sequence* s, const std::string& message);
   void do_abort(int64_t id);
-  void do_eval(const std::vector<int32_t>& ids, float* out);
+  void do_eval(const std::vector<int32_t>& ids, float* out, const LoraMix* lora);
   void publish_stats();
 
   std::shared_ptr<EngineModel> model_;

@@ -43,7 +43,7 @@ void Scheduler::preempt(size_t i) {
   release_slot(s->slot);
   s->slot = -1;
   s->n_computed = 0;
-  s->cache_cursor = {};
+  s->cache_cursor = s->fresh_cursor();
   s->draft.clear();
   s->draft_q.clear();
   if (s->want_prompt_logprobs) s->prompt_logprobs.clear();
@@ -60,6 +60,7 @@ void Scheduler::add_chunk(Sequence* s, int32_t n, Batch& batch, std::vector<Sche
   c.n_tokens = n;
   const int32_t end = s->n_computed + n;
   c.samples = end == static_cast<int32_t>(s->tokens.size());
+  const int32_t first_token = batch.size();
   int32_t row = batch.n_outputs();
   int32_t hidden_row = batch.n_hidden_outputs();
   for (int32_t p = c.start; p < end; ++p) {
@@ -94,6 +95,7 @@ void Scheduler::add_chunk(Sequence* s, int32_t n, Batch& batch, std::vector<Sche
     c.n_tokens += nd;
     c.n_rows += nd;
   }
+  batch.set_lora(first_token, s->lora.get());
   if (!s->started()) {
     s->advance(SequenceStatus::Prefill);
     s->t_start = Clock::now();
@@ -158,9 +160,10 @@ void Scheduler::schedule(Batch& batch, std::vector<ScheduledChunk>& plan) {
     s->n_computed = 0;
     if (cache_ && s->use_prefix_cache) {
       // At least the last token is recomputed: its logits choose the next token.
-      const int32_t hit = cache_->attach_prefix(slot, s->tokens.data(), static_cast<int32_t>(s->tokens.size()) - 1);
+      const int32_t hit =
+          cache_->attach_prefix(slot, s->tokens.data(), static_cast<int32_t>(s->tokens.size()) - 1, s->lora_key);
       s->n_computed = hit;
-      s->cache_cursor = {};
+      s->cache_cursor = s->fresh_cursor();
       if (!s->started()) s->cached_tokens = hit;
     }
     int32_t k = std::min(s->remaining(), budget);
@@ -217,12 +220,13 @@ void Scheduler::restart(Sequence* s) {
   }
   kv_.release(s->slot);
   s->n_computed = 0;
-  s->cache_cursor = {};
+  s->cache_cursor = s->fresh_cursor();
   s->draft.clear();
   s->draft_q.clear();
   if (cache_ && s->use_prefix_cache) {
     // At least the last token is recomputed: its logits choose the next token.
-    s->n_computed = cache_->attach_prefix(s->slot, s->tokens.data(), static_cast<int32_t>(s->tokens.size()) - 1);
+    s->n_computed =
+        cache_->attach_prefix(s->slot, s->tokens.data(), static_cast<int32_t>(s->tokens.size()) - 1, s->lora_key);
   }
 }
 

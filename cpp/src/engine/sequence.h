@@ -16,6 +16,7 @@
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
 #include "kv/prefix_cache.h"
+#include "model/lora.h"
 
 namespace edgellm {
 
@@ -59,6 +60,11 @@ struct Sequence {
   int slot = -1;                       // KV sequence slot while admitted
   PrefixCache::Cursor cache_cursor;    // pages registered with the prefix cache
   bool use_prefix_cache = true;
+  // The LoRA adapters it runs with (null: the base alone). Held here, so an adapter unloaded
+  // while the sequence runs stays until it finishes. lora_key roots its prefix-cache chain.
+  std::shared_ptr<const LoraMix> lora;
+  uint64_t lora_key = 0;
+  PrefixCache::Cursor fresh_cursor() const { return {0, lora_key}; }
 
   // Image blocks of the prompt (engine/prompt_image.h): their positions in `tokens` hold key
   // tokens; such a sequence never shifts its context and drafts nothing.

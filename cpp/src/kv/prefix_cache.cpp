@@ -35,11 +35,11 @@ const PrefixCache::Entry* PrefixCache::find(uint64_t hash, uint64_t parent, cons
   return &e;
 }
 
-int32_t PrefixCache::attach_prefix(int seq, const int32_t* tokens, int32_t n) {
+int32_t PrefixCache::attach_prefix(int seq, const int32_t* tokens, int32_t n, uint64_t root) {
   ++queries_;
   const int32_t P = kv_.page_size();
   std::vector<uint64_t> hashes;
-  uint64_t h = 0;
+  uint64_t h = root;
   for (int32_t i = 0; (i + 1) * P <= n; ++i) {
     const uint64_t next = chain_hash(h, tokens + i * P, P);
     if (!find(next, h, tokens + i * P)) break;
@@ -50,7 +50,7 @@ int32_t PrefixCache::attach_prefix(int seq, const int32_t* tokens, int32_t n) {
     const uint64_t protect = ++tick_;  // the chain matched so far is not evicted to make room
     for (uint64_t hh : hashes) entries_.at(hh).last_used = protect;
     const size_t before = hashes.size();
-    load_from_store(tokens, n, hashes, protect);
+    load_from_store(tokens, n, hashes, protect, root);
     store_hit_tokens_ += static_cast<int64_t>(hashes.size() - before) * P;
   }
   int32_t k = static_cast<int32_t>(hashes.size());
@@ -254,13 +254,14 @@ bool PrefixCache::insert_record(const PageRecord& r, bool with_window, uint64_t 
   return true;
 }
 
-void PrefixCache::load_from_store(const int32_t* tokens, int32_t n, std::vector<uint64_t>& hashes, uint64_t protect) {
+void PrefixCache::load_from_store(const int32_t* tokens, int32_t n, std::vector<uint64_t>& hashes, uint64_t protect,
+                                  uint64_t root) {
   const int32_t P = kv_.page_size();
   const int32_t first = static_cast<int32_t>(hashes.size());
   // How far the files reach (no reads yet): window pages are loaded only where a query at the
   // end of that reach can see them.
   std::vector<uint64_t> chain;
-  uint64_t h = hashes.empty() ? 0 : hashes.back();
+  uint64_t h = hashes.empty() ? root : hashes.back();
   for (int32_t j = first; static_cast<int64_t>(j + 1) * P <= n; ++j) {
     const uint64_t next = chain_hash(h, tokens + static_cast<int64_t>(j) * P, P);
     if (entries_.count(next) || !store_->contains(next)) break;  // a colliding entry: stop here
@@ -268,7 +269,7 @@ void PrefixCache::load_from_store(const int32_t* tokens, int32_t n, std::vector<
     h = next;
   }
   const int64_t reach = static_cast<int64_t>(first + chain.size()) * P;
-  h = hashes.empty() ? 0 : hashes.back();
+  h = hashes.empty() ? root : hashes.back();
   for (size_t c = 0; c < chain.size(); ++c) {
     const int32_t j = first + static_cast<int32_t>(c);
     PageRecord r;

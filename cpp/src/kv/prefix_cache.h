@@ -39,8 +39,9 @@ class PrefixCache {
 
   // Attaches the longest usable cached prefix of tokens[0, n) (whole pages only) to the empty
   // sequence `seq` and returns its length in tokens (0 on a miss). Counts a query, and a hit
-  // when the result is > 0.
-  int32_t attach_prefix(int seq, const int32_t* tokens, int32_t n);
+  // when the result is > 0. `root`: the chain's root hash (a sequence's LoRA mix, model/lora.h:
+  // 0 for the base), so different adapters never share pages; registration starts its Cursor there.
+  int32_t attach_prefix(int seq, const int32_t* tokens, int32_t n, uint64_t root = 0);
 
   // Per-sequence registration state: pages of the sequence already registered and the hash of
   // the last one, so each step hashes only new pages.
@@ -95,7 +96,8 @@ class PrefixCache {
   // Makes `r` an entry (its pages allocated and written); false when no page could be had.
   bool insert_record(const PageRecord& r, bool with_window, uint64_t protect);
   // Extends the in-memory match `hashes` of tokens[0, n) with pages from the store.
-  void load_from_store(const int32_t* tokens, int32_t n, std::vector<uint64_t>& hashes, uint64_t protect);
+  void load_from_store(const int32_t* tokens, int32_t n, std::vector<uint64_t>& hashes, uint64_t protect,
+                       uint64_t root);
   PageRecord record_of(uint64_t hash, const Entry& e);
   // Drops an entry: its pages unreferenced, its parent's child count decremented.
   void erase_entry(std::unordered_map<uint64_t, Entry>::iterator it);

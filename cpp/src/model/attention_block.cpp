@@ -41,6 +41,9 @@ void ForwardPass::self_attention(const LayerWeights& w, int il) {
   prepare_qk_and_store_kv(w, il);
   attend(w, il);
   project(w.wo, (*s_.plans)[il].wo, sc_.attn.data(), c_.n_embd_attn(), out, w.bo);
+  const LoraTarget o = kLoraO;
+  const int64_t ld = c_.n_embd;
+  apply_lora(il, &o, 1, sc_.attn.data(), c_.n_embd_attn(), &out, &ld);
 }
 
 void ForwardPass::project_qkv(const LayerWeights& w, int il) {
@@ -56,6 +59,8 @@ void ForwardPass::project_qkv(const LayerWeights& w, int il) {
     ops[i].ldy = ld[i];
   }
   run_matmul(pool_, (*s_.plans)[il].qkv, ops, n_tokens_);
+  const LoraTarget targets[3] = {kLoraQ, kLoraK, kLoraV};
+  apply_lora(il, targets, 3, h, c_.n_embd, y, ld);
 }
 
 void ForwardPass::prepare_qk_and_store_kv(const LayerWeights& w, int il) {

@@ -8,6 +8,8 @@
 
 namespace edgellm {
 
+struct LoraMix;
+
 struct Batch {
   std::vector<int32_t> token;
   std::vector<int32_t> pos;
@@ -17,6 +19,9 @@ struct Batch {
   // 1: a speculative verification row, computed bit for bit as a decode step of its position
   // would (its attention block runs under kernels::PagedAttentionArgs::exact_rows).
   std::vector<uint8_t> exact_row;
+  // The adapters each token runs with (model/lora.h); null or an empty mix: the base alone. May be
+  // empty (no token of the batch uses an adapter). The mixes outlive the forward pass.
+  std::vector<const LoraMix*> lora;
   // Image rows (vision input; both empty when the batch has none): embd[t] non-null gives token
   // t's input embedding (n_embd floats, used as is: no embedding scale) instead of its token's row;
   // block_last[t] >= 0 makes t attend bidirectionally inside its image block, to every position
@@ -33,9 +38,17 @@ struct Batch {
     want_logits.clear();
     want_hidden.clear();
     exact_row.clear();
+    lora.clear();
     embd.clear();
     block_last.clear();
   }
+  // Tokens [from, size()) run with `mix` (the scheduler, after adding a sequence's tokens).
+  void set_lora(int32_t from, const LoraMix* mix) {
+    if (!mix && lora.empty()) return;
+    lora.resize(token.size(), nullptr);
+    for (size_t t = static_cast<size_t>(from); t < token.size(); ++t) lora[t] = mix;
+  }
+  const LoraMix* lora_of(int32_t t) const { return static_cast<size_t>(t) < lora.size() ? lora[t] : nullptr; }
   void add(int32_t tok, int32_t position, int32_t seq_slot, bool logits, bool hidden = false, bool exact = false) {
     token.push_back(tok);
     pos.push_back(position);

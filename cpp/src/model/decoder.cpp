@@ -8,6 +8,7 @@
 #include "common/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
+#include "model/lora.h"
 #include "model/weight_packing.h"
 #include "quant/quant.h"
 
@@ -148,6 +149,12 @@ void DecoderModel::validate(const Batch& b, KVCache& kv, const float* logits, co
       throw std::logic_error("KV cache page layout differs from what paged attention assumes");
   }
 
+  if (b.lora.size() > b.token.size()) throw InvalidRequestError("batch: lora longer than token");
+  for (const LoraMix* m : b.lora)
+    if (m)
+      for (const LoraUse& u : m->uses)
+        if (!u.adapter || u.adapter->base() != &layers_)
+          throw InvalidRequestError("batch: a LoRA adapter loaded for another model");
   for (int t = 0; t < T; ++t) {
     const int32_t tok = b.token[t], pos = b.pos[t], seq = b.seq[t];
     if (tok < 0 || tok >= c.n_vocab)
@@ -240,6 +247,16 @@ void DecoderModel::run_tasks(int64_t n_tasks, const std::function<void(int64_t, 
   threads_->run(n_tasks, fn);
 }
 
+std::shared_ptr<const LoraAdapter> DecoderModel::load_lora(const std::string& path) {
+  if (gpu_)
+    throw InvalidRequestError(path + ": LoRA adapters need every layer on the CPU (this model runs " +
+                              std::to_string(gpu_layers_) + " on the GPU)");
+  std::shared_ptr<LoraAdapter> a = LoraAdapter::load(path, arch_.name, config_, layers_);
+  std::lock_guard<std::mutex> lock(forward_mutex_);  // the scratch is the running forward pass's
+  scratch_.lora.ensure(config_, max_batch_tokens_, threads_->size(), a->max_rank());
+  return a;
+}
+
 void DecoderModel::forward(const Batch& batch, KVCache& kv, float* logits, float* hidden) {
   std::lock_guard<std::mutex> lock(forward_mutex_);
   validate(batch, kv, logits, hidden);
@@ -266,6 +283,7 @@ void DecoderModel::forward(const Batch& batch, KVCache& kv, float* logits, float
   embed(batch, f.x);
   f.prepare_rope();
   f.plan_query_blocks();
+  f.prepare_lora();
   const int n_cpu_layers = gpu_ ? gpu_->first_layer() : config_.n_layer;
   for (int il = 0; il < n_cpu_layers; ++il) run_layer(arch_.layer, f, layers_[il], il);
   if (gpu_) gpu_->run(batch, kv, f.x);  // the rest, with their KV pages in device memory

@@ -23,6 +23,7 @@ class DecoderModel final : public Model {
 
   void forward(const Batch& batch, KVCache& kv, float* logits, float* hidden = nullptr) override;
   void run_tasks(int64_t n_tasks, const std::function<void(int64_t, int)>& fn) override;
+  std::shared_ptr<const LoraAdapter> load_lora(const std::string& path) override;
 
  private:
   void validate(const Batch& batch, KVCache& kv, const float* logits, const float* hidden) const;

@@ -19,6 +19,7 @@
 #include "model/architecture.h"
 #include "model/batch.h"
 #include "model/expert_router.h"
+#include "model/lora.h"
 #include "model/model_config.h"
 #include "model/parallel_matmul.h"
 #include "model/rope.h"
@@ -80,6 +81,45 @@ struct MoeScratch {
   static size_t bytes(const ModelConfig& c, int max_tokens, const RowBytes& rows);
 };
 
+// What the LoRA additions (model/lora_block.cpp) work in. A forward pass groups the batch's
+// tokens by adapter once (prepare_lora): wave w holds each token's w-th adapter use (most
+// sequences have one: one wave), cut into groups of tokens sharing the adapter, so within a
+// wave a token is in one group and the groups' writes never overlap. Sized by DecoderModel for
+// the largest rank loaded (ensure).
+struct LoraScratch {
+  // Tokens per A-stage task, output rows per B-stage task.
+  static constexpr int kTokenChunk = 16, kRowChunk = 64;
+  // A wave of at most kOneStageTokens entries (decode steps) runs in one stage: each task
+  // computes A·x for its group itself and B for up to kOneStageRows rows at a time.
+  static constexpr int kOneStageTokens = 64, kOneStageRows = 1024;
+  struct Group {
+    const LoraAdapter* adapter;
+    int32_t first, n;  // its entries in tokens / scales (consecutive), n of them
+  };
+  struct Wave {
+    int32_t first_group, n_groups;
+    int32_t first_entry;  // the wave's first entry in tokens / scales
+  };
+  struct Task {
+    int32_t group, part, lo, hi;  // A: the group's tokens [lo, hi); B: output rows [lo, hi)
+  };
+  std::vector<Group> groups;
+  std::vector<Wave> waves;
+  std::vector<int32_t> tokens;  // batch index of each entry
+  std::vector<float> scales;    // the use's scale of each entry
+  std::vector<Task> tasks;
+  std::vector<std::pair<const LoraAdapter*, int32_t>> order;  // prepare_lora's sort
+  int max_tokens = 0, rank_cap = 0;
+  size_t thread_bytes = 0;
+  AlignedArray<uint8_t> low;     // [3][T][rank_cap] A outputs × scale, in the B matrices' input type
+  AlignedArray<uint8_t> thread;  // per thread: gathered inputs and A outputs, or B outputs
+
+  // Room for rank `rank` (no-op when there is); n_threads per-thread slices.
+  void ensure(const ModelConfig& c, int max_tokens, int n_threads, int64_t rank);
+  static size_t bytes(const ModelConfig& c, int max_tokens, int n_threads, int64_t rank);
+  size_t low_row_bytes() const { return static_cast<size_t>(rank_cap) * sizeof(float); }
+};
+
 // A run of batch tokens of one sequence at consecutive positions, attended in one kernel call.
 struct QueryBlock {
   int32_t first;     // batch index of the first token
@@ -102,6 +142,7 @@ struct ForwardScratch {
   size_t attn_thread_floats = 0;
   ActivationQuantizer act;
   MoeScratch moe;                      // MoE models only (DecoderModel allocates it after packing)
+  LoraScratch lora;                    // once an adapter is loaded (DecoderModel::load_lora)
   std::vector<int32_t> out_rows;       // tokens that want logits (capacity T)
   std::vector<QueryBlock> query_blocks;  // the batch cut into attention blocks (capacity T)
   std::vector<int64_t> attn_keys;        // a decode step's attention: keys read before each block (T + 1)
@@ -154,11 +195,18 @@ class ForwardPass {
   // once for all the batch's tokens routed to it (moe_block.cpp); + the shared expert's
   // SwiGLU FFN, × sigmoid(gate_inp_shexp · h) when the layer has that gate.
   void moe_ffn(const LayerWeights& w, int il);
+  // y_j += scale · B_j·(A_j·src) for each token with adapters, the part j of this op (targets
+  // targets[j] of layer il; output y[j], row stride ldy[j]) over src rows of `width`
+  // (model/lora_block.cpp). No-op for a batch without adapters.
+  void apply_lora(int il, const LoraTarget* targets, int n, const float* src, int64_t width, float* const* y,
+                  const int64_t* ldy);
 
   // Per-batch preparation, once per forward: the RoPE tables for the batch's positions and the
   // query blocks for attention.
   void prepare_rope();
   void plan_query_blocks();
+  // Groups the batch's tokens by adapter (LoraScratch); once per forward, before the layers.
+  void prepare_lora();
 
  private:
   void project_qkv(const LayerWeights& w, int il);

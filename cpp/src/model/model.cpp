@@ -51,4 +51,9 @@ KVCacheConfig kv_config_for(const ModelConfig& c) {
 
 KVCacheConfig Model::kv_config() const { return kv_config_for(config_); }
 
+std::shared_ptr<const LoraAdapter> Model::load_lora(const std::string& path) {
+  throw InvalidRequestError(path + ": this model (" + file_->find_string("general.architecture").value_or("?") +
+                            ") does not take LoRA adapters");
+}
+
 }  // namespace edgellm

@@ -17,6 +17,7 @@
 namespace edgellm {
 
 class ThreadPool;
+class LoraAdapter;
 
 struct LoadOptions {
   int n_threads = 0;        // 0 = physical cores
@@ -79,6 +80,11 @@ class Model {
   // step's sequences this way.
   virtual void run_tasks(int64_t n_tasks, const std::function<void(int64_t, int)>& fn) = 0;
 
+  // Opens the LoRA adapter at `path` for this model (model/lora.h): checked against its
+  // architecture and matrices, and the forward scratch made ready for its rank. Safe beside a
+  // running forward pass. Throws ModelFormatError (a bad or foreign adapter) and
+  // InvalidRequestError (a model that cannot run adapters: layers offloaded to a GPU).
+  virtual std::shared_ptr<const LoraAdapter> load_lora(const std::string& path);
   // Encoders (model/encoder.h) are not causal: a sequence runs whole in one forward pass, and
   // produces hidden states only.
   virtual bool causal() const { return true; }

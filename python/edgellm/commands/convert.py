@@ -1,5 +1,6 @@
 """`edgellm convert HF_DIR OUT.gguf [--type T]`: a Hugging Face safetensors checkpoint to GGUF
-with edgellm's own converter (edgellm/convert/)."""
+with edgellm's own converter (edgellm/convert/); a PEFT LoRA folder (adapter_config.json) to a
+GGUF LoRA adapter (`--base` the base model's Hugging Face folder: edgellm/convert/lora.py)."""
 import click
 
 from edgellm.convert.writer import OUT_TYPES
@@ -12,17 +13,34 @@ from edgellm.convert.writer import OUT_TYPES
               type=click.Choice(OUT_TYPES, case_sensitive=False), help="Tensor type of the matrices.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (tensors, shapes, types, bytes); write nothing.")
 @click.option("-t", "--threads", default=0, type=int, help="Quantizer threads (default: all CPUs).")
-def command(hf_dir, out, out_type, dry_run, threads):
-    """Write OUT: HF_DIR's config.json, tokenizer.json and safetensors weights as GGUF."""
+@click.option("--base", "base_dir", default=None, type=click.Path(file_okay=False),
+              help="LoRA: the base model's Hugging Face folder (default: adapter_config.json's "
+                   "base_model_name_or_path when it is a local folder).")
+def command(hf_dir, out, out_type, dry_run, threads, base_dir):
+    """Write OUT: HF_DIR's config.json, tokenizer.json and safetensors weights as GGUF; or, for a
+    PEFT LoRA folder (adapter_config.json + adapter_model.safetensors), a GGUF LoRA adapter
+    (F16 or F32) that `edgellm run/serve BASE --lora` take."""
     import os
     import time
 
     from edgellm import EdgeLLMError
     from edgellm.convert import convert, plan
+    from edgellm.convert import lora
     from edgellm.convert.writer import stderr_progress
 
     t0 = time.perf_counter()
     try:
+        if lora.is_adapter_dir(hf_dir):
+            base = lora.base_dir_of(hf_dir, base_dir)
+            if dry_run:
+                click.echo(lora.plan_lora(hf_dir, base).describe())
+                return
+            lp = lora.convert_lora(hf_dir, out, base, out_type)
+            click.echo(f"wrote {out} ({os.path.getsize(out) / 2**20:.2f} MiB, LoRA adapter for {lp.arch}, "
+                       f"{len(lp.pairs)} matrices, alpha {lp.alpha:g}) in {time.perf_counter() - t0:.1f} s")
+            return
+        if base_dir:
+            raise click.UsageError("--base is for LoRA adapter folders (with adapter_config.json)")
         if dry_run:
             click.echo(plan(hf_dir, out_type).describe())
             return

@@ -10,6 +10,7 @@ import click
 
 from edgellm.chat_template import builtin_names
 
+from ._lora_option import cli_loras, lora_option
 from ._quantize_option import converted_model, quantize_option
 from ._sampling import sampling_option, sampling_params
 from ._speculative import spec_kwargs, spec_options
@@ -51,6 +52,7 @@ def _stdin_text() -> str:
               help="The model's projector GGUF (llama.cpp's --mmproj file): the model then takes "
                    "images; default: the one mmproj*.gguf beside the model, if any.")
 @quantize_option()
+@lora_option()
 @spec_options()
 def command(model, prompt, system, temperature, ctx_size, threads, chat_template, verbose, seed,
             num_predict, n_gpu_layers, spec, draft, draft_max, context_shift=False, cache_dir=None,
@@ -76,11 +78,14 @@ def command(model, prompt, system, temperature, ctx_size, threads, chat_template
             raise click.UsageError("stdin was empty and no PROMPT was given")
 
     model = converted_model(model, quantize)
+    loras = cli_loras()
+    if loras:  # every --lora on, at its scale
+        base.lora = [(name, scale) for name, _, scale in loras]
 
     def load(n_ctx):
         return LLM(model, n_ctx=n_ctx, n_threads=threads, chat_template=chat_template, max_seqs=1,
                    n_gpu_layers=n_gpu_layers, context_shift=context_shift, cache_dir=cache_dir, mmproj=mmproj,
-                   **spec_args)
+                   lora={name: (path, scale) for name, path, scale in loras} or None, **spec_args)
 
     try:
         llm = load(ctx_size)

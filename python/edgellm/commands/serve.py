@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ._lora_option import cli_loras, lora_option
 from ._quantize_option import converted_model, quantize_option
 from ._sampling import sampling_option
 from ._speculative import spec_kwargs, spec_options
@@ -233,6 +234,7 @@ def _keep_alive(ctx, param, value):
 @click.option("--webui/--no-webui", "webui", default=True, show_default=True,
               help="Serve the web chat page at / (README 'Web chat'); --no-webui: API only.")
 @quantize_option()
+@lora_option()
 @spec_options()
 def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_size, kv_memory,
             threads, timeout, chat_template, aliases, max_batch_tokens, shutdown_grace,
@@ -310,6 +312,8 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
     config.allow_remote_media = allow_remote_media
     config.cache_dir = cache_dir
     config.cache_max_bytes = cache_max_bytes
+    config.lora = cli_loras()  # --lora NAME=PATH[:SCALE]: loaded with the first model
+    config.lora_base = config.model_path
     config.models = resolved
     config.models_dir = models_dir
     config.model_aliases = model_aliases

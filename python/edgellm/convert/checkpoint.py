@@ -271,6 +271,22 @@ class Checkpoint:
             for f in files:
                 self._add(_read_header(member(self.dir, f)))
 
+    @classmethod
+    def single_file(cls, directory: str, name: str, config: dict) -> "Checkpoint":
+        """The tensors of one safetensors file `name` of `directory` (a PEFT adapter's
+        adapter_model.safetensors), with `config` standing for config.json."""
+        self = cls.__new__(cls)
+        self.dir = os.path.abspath(directory)
+        if not os.path.isdir(self.dir):
+            raise ConvertError(f"{directory}: not a directory")
+        self.config = config
+        self.tensors = {}
+        path = member(self.dir, name)
+        if not os.path.lexists(path):
+            raise ConvertError(f"{path}: not found")
+        self._add(_read_header(path))
+        return self
+
     def _add(self, tensors: Dict[str, SourceTensor]) -> None:
         for name, t in tensors.items():
             if name in self.tensors:

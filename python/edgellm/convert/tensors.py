@@ -138,10 +138,9 @@ def _strip_prefix(name: str) -> str:
     return name
 
 
-def plan_tensors(ckpt: Checkpoint, spec: ArchSpec, hp: Hparams) -> List[TensorPlan]:
-    """Every tensor to write, in GGUF order; raises ConvertError naming the file and tensor for
-    an unknown, missing or misshapen one."""
-    shapes = _expected_shapes(hp, spec)
+def layer_names(spec: ArchSpec) -> dict:
+    """HF suffix inside a layer → GGUF suffix for a dense layer of `spec` (MoE names added by
+    plan_tensors); LoRA conversion (lora.py) maps adapted modules with it too."""
     layer_map = dict(_LAYER_NAMES)
     layer_map.update(_SANDWICH if spec.sandwich_norms else _PLAIN)
     if spec.fused_qkv:
@@ -149,6 +148,19 @@ def plan_tensors(ckpt: Checkpoint, spec: ArchSpec, hp: Hparams) -> List[TensorPl
                   "mlp.gate_proj.weight", "mlp.up_proj.weight"):
             del layer_map[k]
         layer_map.update(_FUSED)
+    return layer_map
+
+
+def expected_shapes(hp: Hparams, spec: ArchSpec) -> dict:
+    """GGUF suffix → row-major shape config.json implies."""
+    return _expected_shapes(hp, spec)
+
+
+def plan_tensors(ckpt: Checkpoint, spec: ArchSpec, hp: Hparams) -> List[TensorPlan]:
+    """Every tensor to write, in GGUF order; raises ConvertError naming the file and tensor for
+    an unknown, missing or misshapen one."""
+    shapes = _expected_shapes(hp, spec)
+    layer_map = layer_names(spec)
     if spec.moe:
         for k in ("mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"):
             del layer_map[k]

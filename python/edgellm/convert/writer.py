@@ -8,6 +8,7 @@ types llama-quantize would (edgellm/bench/quantize.py's plan_types) and edgellm'
 quantizers. 1-D tensors (norms, biases) are always F32."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -175,9 +176,7 @@ def convert(hf_dir: str, out_path: str, out_type: str = "F16", n_threads: int = 
 
     cp = plan(hf_dir, out_type)
     ckpt = cp.checkpoint
-    tmp = f"{out_path}.{os.getpid()}.part"
-    w = gguf.GGUFWriter(tmp, cp.arch)
-    try:
+    with gguf_file(out_path, cp.arch) as w:
         for key, value in cp.metadata:
             _add_kv(w, key, value)
         w.add_file_type(FTYPE_IDS[cp.file_type])
@@ -218,6 +217,19 @@ def convert(hf_dir: str, out_path: str, out_type: str = "F16", n_threads: int = 
                 done += t.nbytes
                 if progress is not None:
                     progress(done, total, t.plan.dst)
+    return cp
+
+
+@contextlib.contextmanager
+def gguf_file(out_path: str, arch: str):
+    """A gguf.GGUFWriter on a temporary file beside out_path, renamed to out_path when the block
+    ends without an error; else closed and removed (no partial file is left under either name)."""
+    import gguf
+
+    tmp = f"{out_path}.{os.getpid()}.part"
+    w = gguf.GGUFWriter(tmp, arch)
+    try:
+        yield w
         w.close()
         os.replace(tmp, out_path)
     except BaseException:
@@ -228,7 +240,6 @@ def convert(hf_dir: str, out_path: str, out_type: str = "F16", n_threads: int = 
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return cp
 
 
 _last_step = [-1]  # the last tenth reported to a non-terminal

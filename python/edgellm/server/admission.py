@@ -17,6 +17,7 @@ import time
 from collections import deque
 from typing import Any, AsyncIterator, Callable, List, Optional, Tuple
 
+from . import lora_api
 from .config import ServerConfig
 from .errors import invalid, not_ready, queue_full
 from .metrics import ServerMetrics
@@ -43,6 +44,7 @@ def default_loader(config: ServerConfig):
         context_shift=getattr(config, "context_shift", False),
         cache_dir=getattr(config, "cache_dir", None),
         cache_max_bytes=getattr(config, "cache_max_bytes", None),
+        lora=lora_api.loader_arg(config),
         mmproj=getattr(config, "mmproj", None),
         media_path=getattr(config, "media_path", None),
         allow_remote_media=getattr(config, "allow_remote_media", False),
@@ -174,6 +176,7 @@ class EngineHost:
         self.apply_server_defaults(kwargs)
         if kwargs.get("repeat_last_n") == -1 and self.n_ctx:
             kwargs["repeat_last_n"] = self.n_ctx  # llama-server: -1 = the whole context
+        lora_api.request_adapter(self.llm, kwargs)  # the adapter `model` named; names checked (404)
         try:
             return self.params_factory(**kwargs)
         except (ValueError, TypeError) as e:

@@ -103,6 +103,9 @@ class ServerConfig:
     # the persistent prefix cache (LLM(cache_dir=...)) and llama-server's --slot-save-path
     cache_dir: Optional[str] = None
     cache_max_bytes: Optional[int] = None
+    # LoRA adapters loaded with the model (--lora NAME=PATH[:SCALE]): (name, path, scale)
+    lora: List[Tuple[str, str, float]] = field(default_factory=list)
+    lora_base: Optional[str] = None    # the model path they are for (None: every model)
     slot_save_path: Optional[str] = None
     # thermal back-off (edgellm.thermal): fewer compute threads while the SoC throttles
     thermal_backoff: bool = False

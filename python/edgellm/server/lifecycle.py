@@ -26,6 +26,7 @@ from starlette.responses import Response
 
 import edgellm
 
+from . import lora_api
 from .admission import ChunkStream, EngineHost
 from .errors import APIError, from_exception, invalid, timed_out
 from .limits import check_unicode
@@ -102,6 +103,7 @@ async def read_json(request: Request) -> Any:
                       f"at most about {sys.getrecursionlimit()} levels", None,
                       "nesting_too_deep") from None
     check_unicode(raw, value)  # a lone UTF-16 surrogate: a 400 naming the field
+    lora_api.note_model(value)  # its `model` may name a LoRA adapter (server/lora_api.py)
     return value
 
 

@@ -135,7 +135,6 @@ NATIVE_FIELDS = {
     "id_slot": _int(-1),  # no slot pinning: sequences are scheduled by the engine
     "n_indent": _int(0), "t_max_predict_ms": _num(0.0),
     "samplers": Any,      # the chain's order is fixed (llama.cpp's default order)
-    "lora": Any,          # accepted when empty only
     "stream_options": Dict[str, Any],
     "backend_sampling": bool,  # sampling always runs on the CPU
     # llama-server's per-request draft settings: edgellm sizes each sequence's drafts from
@@ -521,8 +520,6 @@ class LlamaCppAPI:
     def _prepare(self, llm, body: Any, infill: bool):
         fields = parse(InfillBody if infill else NativeCompletionBody, body).model_dump(
             by_alias=True, exclude_unset=True)
-        if fields.get("lora"):
-            raise invalid("'lora' adapters are not supported", "lora", "unsupported")
         if infill:
             fim = fim_tokens(llm)
             missing = [k for k, name in (("pre", "prefix"), ("suf", "suffix"), ("mid", "middle"))

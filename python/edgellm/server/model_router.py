@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Match, Route, Router
 
+from . import lora_api
 from .config import parse_keep_alive
 from .errors import APIError, invalid
 from .lifecycle import CLIENT_CLOSED, read_json
@@ -100,7 +101,7 @@ class ModelRouter:
             del fields["keep_alive"]
             body = json.dumps(fields, ensure_ascii=False).encode("utf-8")
             scope.setdefault("state", {})["keep_alive"] = keep_alive  # Ollama's load/unload forms
-        entry = self.catalog.find(name) if name else self.default
+        entry = lora_api.route_model(self, name)  # a model, or an adapter's base (server/lora_api.py)
         slot = self.pool.slot(entry)
         loaded, t0 = slot.state == LOADED, time.monotonic()
         if not await self._acquire(slot, receive):
@@ -169,7 +170,7 @@ class ModelRouter:
 
     async def list_models(self, request: Request) -> Response:
         self.catalog._scan_quietly()
-        data = [self._card(self.pool.slot(e)) for e in self.catalog.entries]
+        data = [self._card(self.pool.slot(e)) for e in self.catalog.entries] + lora_api.adapter_cards(self)
         self.metrics.request_done("models", 200)
         return JSONResponse({"object": "list", "data": data})
 

@@ -10,7 +10,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 import edgellm
 
-from . import protocol
+from . import lora_api, protocol
 from .admission import EngineHost
 from .lifecycle import Generation, Lifecycle, check_token_ids, off_loop, read_json
 from .model_pool import public_text
@@ -90,7 +90,7 @@ class Routes:
                 # llama-server's --alias list and --tags
                 "aliases": self.config.aliases,
                 "tags": self.config.tag_list,
-                "meta": meta}]})
+                "meta": meta}] + lora_api.host_cards(self.host, self.config.model_id)})
         return await self.life.answer("models", work)
 
     async def health(self, request: Request) -> Response:

@@ -1,0 +1,114 @@
+"""LoRA decode speed beside the base (issue 42): a random rank-R adapter on every projection of
+every layer of a GGUF base (written here with gguf-py, F16 as convert_lora_to_gguf.py writes
+by default), then, alternating base / adapter runs,
+  - one stream: decode tokens/s of the base alone and with one adapter;
+  - 16 streams: aggregate decode tokens/s of 16 base requests and of 16 requests over 4 adapters
+    (4 each), all submitted at once.
+Optionally llama.cpp's llama-bench (`--llama-bench PATH`) on the same base with and without
+`--lora` (llama-bench has no per-request adapters: its single-stream figure only).
+
+    PYTHONPATH=python python bench/lora_speed.py MODEL.gguf [--rank 16] [--threads 2] [--rounds 3]
+"""
+import argparse
+import os
+import subprocess
+import tempfile
+import time
+
+import numpy as np
+
+
+def write_adapter(base_path: str, out: str, rank: int, seed: int) -> None:
+    import gguf
+
+    r = gguf.GGUFReader(base_path)
+    arch = r.fields["general.architecture"].contents()
+    w = gguf.GGUFWriter(out, arch)
+    w.add_string("general.type", "adapter")
+    w.add_string("adapter.type", "lora")
+    w.add_float32("adapter.lora.alpha", float(2 * rank))
+    rng = np.random.default_rng(seed)
+    targets = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+    for t in r.tensors:
+        parts = t.name.split(".")
+        if len(parts) == 4 and parts[0] == "blk" and parts[2] in targets and parts[3] == "weight":
+            n_in, n_out = int(t.shape[0]), int(t.shape[1])
+            a = (rng.standard_normal((rank, n_in)) * 0.02).astype(np.float16)
+            b = (rng.standard_normal((n_out, rank)) * 0.02).astype(np.float16)
+            w.add_tensor(t.name + ".lora_a", a)
+            w.add_tensor(t.name + ".lora_b", b)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def run_streams(llm, lora_names, n_tokens):
+    """Aggregate tokens/s of len(lora_names) requests submitted together, each from its own
+    thread (base and adapter runs alike), prefill included."""
+    import threading
+
+    from edgellm import SamplingParams
+
+    res = [None] * len(lora_names)
+
+    def one(i):
+        res[i] = llm.generate(f"Write a long story number {i} about a lighthouse keeper.",
+                              SamplingParams(temperature=0, max_tokens=n_tokens, ignore_eos=True, lora=lora_names[i]))
+
+    th = [threading.Thread(target=one, args=(i,)) for i in range(len(lora_names))]
+    t0 = time.perf_counter()
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    return sum(len(o.token_ids) for o in res) / (time.perf_counter() - t0)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--llama-bench", default=None)
+    args = ap.parse_args()
+    from edgellm import LLM, SamplingParams
+
+    d = tempfile.mkdtemp()
+    paths = [os.path.join(d, f"a{i}.gguf") for i in range(4)]
+    for i, p in enumerate(paths):
+        write_adapter(args.model, p, args.rank, i)
+    llm = LLM(args.model, n_threads=args.threads, n_ctx=1024, max_seqs=16,
+              lora={f"a{i}": p for i, p in enumerate(paths)}, speculative="off")
+    sp = lambda lora: SamplingParams(temperature=0, max_tokens=args.tokens, ignore_eos=True, lora=lora)  # noqa: E731
+    prompt = "Write a long story about a lighthouse keeper."
+    llm.generate(prompt, sp(None))  # warm-up
+    one = {"base": [], "lora": []}
+    many = {"base": [], "lora": []}
+    for _ in range(args.rounds):
+        for kind, lora in (("base", None), ("lora", "a0")):
+            c = llm.generate(prompt, sp(lora))
+            one[kind].append(c.timings["predicted_per_second"] if isinstance(c.timings, dict) else
+                             c.timings.predicted_per_second)
+        many["base"].append(run_streams(llm, [None] * 16, args.tokens))
+        many["lora"].append(run_streams(llm, [f"a{i % 4}" for i in range(16)], args.tokens))
+    med = lambda v: float(np.median(v))  # noqa: E731
+    print(f"model {os.path.basename(args.model)}, rank {args.rank} on all projections, {args.threads} threads, "
+          f"{args.rounds} alternating rounds (medians)")
+    print(f"1 stream decode: base {med(one['base']):.1f} tok/s, 1 adapter {med(one['lora']):.1f} tok/s "
+          f"({med(one['lora']) / med(one['base']):.2f}x)")
+    print(f"16 streams: base {med(many['base']):.1f} tok/s aggregate, 4 adapters x 4 {med(many['lora']):.1f} tok/s "
+          f"({med(many['lora']) / med(many['base']):.2f}x)")
+    llm.close()
+    if args.llama_bench:
+        for extra in ([], ["--lora", paths[0]]):
+            r = subprocess.run([args.llama_bench, "-m", args.model, "-t", str(args.threads), "-p", "0", "-n",
+                                str(args.tokens), "-r", str(args.rounds), "-o", "csv", *extra],
+                               capture_output=True, text=True)
+            print("llama-bench", " ".join(extra) or "(base)", r.stdout.strip().splitlines()[-1:] or r.stderr[-300:])
+
+
+if __name__ == "__main__":
+    main()
