@@ -24,9 +24,10 @@ import io
 import os
 import re
 import threading
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Tuple
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where images are read: a text-only model never loads it
+    import numpy as np
 
 from . import _core
 from ._core import InvalidRequestError, ModelFormatError
@@ -117,6 +118,7 @@ def to_rgb(im):
 
 def preprocess(im, size: int, mean, std, resample: str = "bilinear") -> np.ndarray:
     """float32 [3, size, size]: resized (stretched) with PIL's `resample`, / 255, (x - mean) / std."""
+    import numpy as np
     from PIL import Image
 
     filt = {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC,
