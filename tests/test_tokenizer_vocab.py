@@ -97,8 +97,8 @@ def test_missing_keys_name_the_key(tmp_path):
         core().Tokenizer.from_gguf(write_vocab_gguf(tmp_path / "b.gguf", tokens=["a"], skip=("tokens",)))
     with pytest.raises(ModelFormatError, match="tokenizer.ggml.merges"):
         core().Tokenizer.from_gguf(write_vocab_gguf(tmp_path / "c.gguf", model="gpt2", tokens=["a", "b"]))
-    with pytest.raises(ModelFormatError, match="'bert' is not supported"):
-        core().Tokenizer.from_gguf(write_vocab_gguf(tmp_path / "d.gguf", model="bert", tokens=["a"]))
+    with pytest.raises(ModelFormatError, match="'rwkv' is not supported"):  # bert is (WordPiece)
+        core().Tokenizer.from_gguf(write_vocab_gguf(tmp_path / "d.gguf", model="rwkv", tokens=["a"]))
     with pytest.raises(ModelFormatError, match="token_type"):
         core().Tokenizer.from_gguf(write_vocab_gguf(tmp_path / "e.gguf", tokens=["a", "b"], types=[1]))
     with pytest.raises(ModelFormatError, match=r"merges\[0\]"):
