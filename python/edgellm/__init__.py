@@ -26,6 +26,7 @@ from .lora import LoraNotFoundError  # noqa: E402
 from .request_handle import RequestHandle  # noqa: E402
 from .stream import AsyncStream, Stream  # noqa: E402
 from .async_llm import AsyncLLM  # noqa: E402
+from . import hub  # noqa: E402,F401 - registers its names (hf.co/..., pulled, copied) with models.resolve
 
 __version__ = "0.1.0"
 

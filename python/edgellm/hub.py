@@ -585,3 +585,6 @@ def remove(name: str) -> str:
             if f not in in_use and f not in known_files:
                 _delete_file(f)
         return entry.name
+
+
+models.NAME_RESOLVERS.append(lambda text, fetch: resolve(text, fetch=fetch))  # models.resolve's step

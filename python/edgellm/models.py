@@ -538,15 +538,20 @@ def fetch_all(quiet: bool = False, verify: bool = False) -> List[Path]:
 _fetch_model = fetch  # resolve() takes a `fetch` flag that shadows the function
 
 
+# Resolvers of the names beyond the registry's, each (text, fetch) -> Path or None: edgellm/hub.py
+# registers its own when imported (edgellm/__init__ imports it), so this file never imports it.
+# Run standalone (models/fetch.py) this file knows only the registry's names.
+NAME_RESOLVERS: List[Callable[[str, bool], Optional[Path]]] = []
+
+
 def _named_model(text: str, fetch: bool) -> Optional[Path]:
     """A name edgellm/hub.py knows (pulled, copied, or a Hugging Face repository, pulled now
-    when `fetch`); None when it is none of those. Run standalone (models/fetch.py) this file
-    knows only the registry's names."""
-    try:
-        from . import hub
-    except ImportError:
-        return None
-    return hub.resolve(text, fetch=fetch)
+    when `fetch`); None when it is none of those."""
+    for resolver in NAME_RESOLVERS:
+        found = resolver(text, fetch)
+        if found is not None:
+            return found
+    return None
 
 
 def resolve(name_or_path: Union[str, Path], fetch: bool = True) -> Path:

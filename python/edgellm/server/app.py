@@ -22,7 +22,7 @@ from starlette.routing import BaseRoute
 
 import edgellm
 
-from . import (anthropic_api, anthropic_models, llamacpp_api, lora_api, ollama_api, ollama_library,
+from . import (anthropic_api, anthropic_models, llamacpp_api, lora_routes, ollama_api, ollama_library,
                ollama_models, protocol, responses, responses_models)
 from .auth import BearerAuth
 from .browser_guard import BrowserGuard
@@ -121,7 +121,7 @@ def model_routes(host: EngineHost, store: Optional[ResponseStore] = None,
         # cross-encoders: Jina's / llama-server's rerank (server/rerank.py)
         *[route(path, rerank.rerank, body=RerankBody) for path in ("/v1/rerank", "/rerank", "/v1/reranking", "/reranking")],
         *[route(path, fn, method, body, "llama.cpp") for path, fn, method, body in native.endpoints()],
-        *lora_api.routes(host, route),  # LoRA adapters (server/lora_api.py)
+        *lora_routes.routes(host, route),  # LoRA adapters (server/lora_routes.py)
         # Ollama's generation and embedding routes (server/ollama_api.py)
         route("/api/generate", native_ollama.generate, body=ollama_models.OllamaGenerateBody,
               tag="Ollama", streams=ollama_models.NDJSON),
