@@ -30,3 +30,24 @@ def test_busy_port_is_said_before_loading():
         "--port"], r.stderr
     assert "serving" not in r.output and "web chat" not in r.output
     assert LOADS == []
+
+
+def test_busy_port_is_said_before_resolving_or_converting(monkeypatch, tmp_path):
+    """No model is resolved, fetched or converted (`--quantize` of a checkpoint folder) while
+    the port is taken: the bind comes first."""
+    import edgellm.commands.serve as serve_cmd
+
+    calls = []
+    monkeypatch.setattr(serve_cmd, "converted_model", lambda m, q: calls.append(("convert", m)))
+    monkeypatch.setattr(serve_cmd, "_resolve_model", lambda m, hint: calls.append(("resolve", m)))
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    try:
+        for extra in (["--quantize", "q4_k_m"], []):
+            r = CliRunner().invoke(main, ["serve", str(tmp_path), "--port", str(port), *extra])
+            assert r.exit_code == 1 and f"port {port} is in use" in r.stderr, r.output
+    finally:
+        taken.close()
+    assert calls == []

@@ -260,6 +260,7 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
     import uvicorn
 
     from edgellm.server import ServerConfig, create_app
+    from edgellm.server.config import host_list
 
     factories = _engine_factory(engine_factory) if engine_factory else {}
 
@@ -275,73 +276,78 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
     if not models and not models_dir:
         raise click.UsageError("give a MODEL (a .gguf path or a known name), several, or "
                                "--models-dir DIR")
-    model_aliases = {}
-    for a in named:
-        name, _, target = a.partition("=")
-        if not name.strip() or not target.strip():
-            raise click.BadParameter(f"{a!r}: give NAME=MODEL", param_hint="--alias")
-        model_aliases[name.strip()] = resolve(target.strip(), "--alias")
-    resolved = [(m, resolve(m)) for m in models]
-    model = models[0] if models else (models_dir or "")
-    if (len(models) > 1 or models_dir or model_aliases) and plain:
-        raise click.BadParameter("with several models give each name as NAME=MODEL",
-                                 param_hint="--alias")
-    config = ServerConfig(
-        model=model, model_path=resolved[0][1] if resolved else None,
-        alias=",".join(plain) or None,
-        host=host, port=port,
-        api_key=_read_key(api_key, api_key_file), webui=webui, parallel=parallel, max_queue=max_queue,
-        ctx_size=ctx_size, kv_memory=kv_memory, threads=threads, timeout=timeout or None,
-        chat_template=chat_template, max_batch_tokens=max_batch_tokens,
-        shutdown_grace=shutdown_grace, n_gpu_layers=n_gpu_layers,
-        max_body_size=max_body_size or None, read_timeout=read_timeout or None)
-    _llamacpp_options(config, cors_origins, cors_methods, cors_headers, cors_credentials,
-                      n_predict, seed, temperature, slots_endpoint, metrics_endpoint)
-    config.allowed_hosts = allowed_hosts.strip()
-    config.tags = tags
-    config.reasoning = reasoning
-    spec_args = spec_kwargs(spec, draft, draft_max)
-    config.speculative = spec_args["speculative"]
-    config.num_speculative_tokens = spec_args["num_speculative_tokens"]
-    if draft and spec_args["speculative"] in ("draft", "auto"):
-        config.draft_model = draft if factories else _resolve_model(draft, "--draft")
-    config.verbose = verbose
-    config.context_shift = context_shift
-    config.mmproj = mmproj
-    config.media_path = media_path
-    config.allow_remote_media = allow_remote_media
-    config.cache_dir = cache_dir
-    config.cache_max_bytes = cache_max_bytes
-    config.lora = cli_loras()  # --lora NAME=PATH[:SCALE]: loaded with the first model
-    config.lora_base = config.model_path
-    config.models = resolved
-    config.models_dir = models_dir
-    config.model_aliases = model_aliases
-    config.keep_alive = keep_alive
-    config.max_loaded_models = max_loaded_models
-    config.models_memory = models_memory
-    if slot_save_path:
-        import os
-        os.makedirs(slot_save_path, exist_ok=True)
-        config.slot_save_path = os.path.abspath(slot_save_path)
-    _embedding_options(config)  # --pooling, --embd-normalize, --embedding
-    _thermal_options(config, thermal_backoff, thermal_root)
-    from edgellm.server import request_log
-    request_log.configure(log_level, log_format)
-    log = logging.getLogger("edgellm.serve")
-
-    failure = []
-
-    def on_load_failure(e: BaseException):
-        failure.append(e)
-        server.should_exit = True
-
-    hosts = config.hosts
+    hosts = host_list(host)
     if not hosts:
         raise click.BadParameter("give at least one address", param_hint="--host")
-    # the port first: one that is taken is said as such, before anything is loaded
+    # the port first: one that is taken is said as such, before anything is loaded or converted
     sockets = _bind(hosts, port)
     port = sockets[0].getsockname()[1]
+    try:
+        model_aliases = {}
+        for a in named:
+            name, _, target = a.partition("=")
+            if not name.strip() or not target.strip():
+                raise click.BadParameter(f"{a!r}: give NAME=MODEL", param_hint="--alias")
+            model_aliases[name.strip()] = resolve(target.strip(), "--alias")
+        resolved = [(m, resolve(m)) for m in models]
+        model = models[0] if models else (models_dir or "")
+        if (len(models) > 1 or models_dir or model_aliases) and plain:
+            raise click.BadParameter("with several models give each name as NAME=MODEL",
+                                     param_hint="--alias")
+        config = ServerConfig(
+            model=model, model_path=resolved[0][1] if resolved else None,
+            alias=",".join(plain) or None,
+            host=host, port=port,
+            api_key=_read_key(api_key, api_key_file), webui=webui, parallel=parallel, max_queue=max_queue,
+            ctx_size=ctx_size, kv_memory=kv_memory, threads=threads, timeout=timeout or None,
+            chat_template=chat_template, max_batch_tokens=max_batch_tokens,
+            shutdown_grace=shutdown_grace, n_gpu_layers=n_gpu_layers,
+            max_body_size=max_body_size or None, read_timeout=read_timeout or None)
+        _llamacpp_options(config, cors_origins, cors_methods, cors_headers, cors_credentials,
+                          n_predict, seed, temperature, slots_endpoint, metrics_endpoint)
+        config.allowed_hosts = allowed_hosts.strip()
+        config.tags = tags
+        config.reasoning = reasoning
+        spec_args = spec_kwargs(spec, draft, draft_max)
+        config.speculative = spec_args["speculative"]
+        config.num_speculative_tokens = spec_args["num_speculative_tokens"]
+        if draft and spec_args["speculative"] in ("draft", "auto"):
+            config.draft_model = draft if factories else _resolve_model(draft, "--draft")
+        config.verbose = verbose
+        config.context_shift = context_shift
+        config.mmproj = mmproj
+        config.media_path = media_path
+        config.allow_remote_media = allow_remote_media
+        config.cache_dir = cache_dir
+        config.cache_max_bytes = cache_max_bytes
+        config.lora = cli_loras()  # --lora NAME=PATH[:SCALE]: loaded with the first model
+        config.lora_base = config.model_path
+        config.models = resolved
+        config.models_dir = models_dir
+        config.model_aliases = model_aliases
+        config.keep_alive = keep_alive
+        config.max_loaded_models = max_loaded_models
+        config.models_memory = models_memory
+        if slot_save_path:
+            import os
+            os.makedirs(slot_save_path, exist_ok=True)
+            config.slot_save_path = os.path.abspath(slot_save_path)
+        _embedding_options(config)  # --pooling, --embd-normalize, --embedding
+        _thermal_options(config, thermal_backoff, thermal_root)
+        from edgellm.server import request_log
+        request_log.configure(log_level, log_format)
+        log = logging.getLogger("edgellm.serve")
+
+        failure = []
+
+        def on_load_failure(e: BaseException):
+            failure.append(e)
+            server.should_exit = True
+
+    except BaseException:
+        for s_ in sockets:
+            s_.close()
+        raise
     try:
         app = create_app(config, on_load_failure=on_load_failure, **factories)
     except BaseException as e:

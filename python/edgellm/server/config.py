@@ -128,8 +128,7 @@ class ServerConfig:
 
     @property
     def hosts(self) -> list:
-        """--host may name several addresses, comma-separated (as llama-server's)."""
-        return [h.strip() for h in self.host.split(",") if h.strip()]
+        return host_list(self.host)
 
     @property
     def tag_list(self) -> list:
@@ -147,3 +146,8 @@ class ServerConfig:
         """--alias may list several names, comma-separated (as llama-server's)."""
         return sorted({a.strip() for a in (self.alias or "").split(",") if a.strip()}) \
             or ([self.alias] if self.alias else [])
+
+
+def host_list(text: str) -> list:
+    """--host may name several addresses, comma-separated (as llama-server's)."""
+    return [h.strip() for h in text.split(",") if h.strip()]
