@@ -28,7 +28,7 @@ from pydantic import Field
 from typing_extensions import Annotated
 
 from .errors import APIError, invalid
-from .lifecycle import ClientGone, check_token_ids, engine_error, off_loop, read_json
+from .lifecycle import check_token_ids, engine_error, off_loop, read_json
 from .llamacpp_api import split_prompts, tokenize_pieces
 from .protocol import checked
 from .routes import Routes
@@ -113,16 +113,10 @@ class EmbeddingRoutes:
         except Exception as e:  # noqa: BLE001 - APIError, tokenizer failures and the like
             return self.life.fail(endpoint, engine_error(e, "input"))
 
-        try:
-            result = await self.life.race(
-                llm.embeddings(prompts, normalize=normalize, pooling=pooling), request,
-                self.life.deadline(t0))
-        except ClientGone:
-            return self.life.gone(endpoint, "while its embeddings were computed")
-        except Exception as e:  # noqa: BLE001
-            return self.life.fail(endpoint, engine_error(e, param))
-        finally:
-            admission.release()
+        result, ended = await self.life.embed(endpoint, param, llm, prompts, admission, request, t0,
+                                              normalize=normalize, pooling=pooling)
+        if ended is not None:
+            return ended
 
         self.metrics.tokens(prompt=result.prompt_tokens)
         self.metrics.request_done(endpoint, 200)

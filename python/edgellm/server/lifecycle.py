@@ -228,6 +228,19 @@ class Lifecycle:
         watcher.cancel()
         raise timed_out(self.config.timeout)
 
+    async def embed(self, endpoint: str, param: Optional[str], llm, prompts, admission,
+                    request: Request, t0: float, **kw):
+        """`llm.embeddings(prompts, **kw)` under `admission` (released after), raced against the
+        deadline and the client: (result, None), or (None, the response that ends the request)."""
+        try:
+            return await self.race(llm.embeddings(prompts, **kw), request, self.deadline(t0)), None
+        except ClientGone:
+            return None, self.gone(endpoint, "while its embeddings were computed")
+        except Exception as e:  # noqa: BLE001
+            return None, self.fail(endpoint, engine_error(e, param))
+        finally:
+            admission.release()
+
     def gone(self, endpoint: str, when: str) -> Response:
         self.metrics.request_done(endpoint, CLIENT_CLOSED)
         log.info("client disconnected %s; request aborted", when)

@@ -33,7 +33,7 @@ from .anthropic_api import _tool_input as tool_input  # arguments JSON text -> a
 from .answer_items import ItemAssembler
 from .config import parse_keep_alive
 from .errors import APIError, invalid
-from .lifecycle import (ClientGone, Encoder, Generation, Lifecycle, engine_error, off_loop,
+from .lifecycle import (Encoder, Generation, Lifecycle, engine_error, off_loop,
                         read_json)
 from .ollama_library import Made, facts, render
 from .wire import chunk_delta, parse
@@ -486,15 +486,13 @@ class OllamaRoutes:
             admission = self.host.admit(max(1, len(prompts)))
         except Exception as e:  # noqa: BLE001
             return self.life.fail(endpoint, engine_error(e, param))
-        try:
-            result = await self.life.race(llm.embeddings(
-                prompts, normalize=-1 if legacy else 2, pooling=pooling), request,
-                self.life.deadline(t0)) if prompts else None
-        except ClientGone:
-            return self.life.gone(endpoint, "while its embeddings were computed")
-        except Exception as e:  # noqa: BLE001
-            return self.life.fail(endpoint, engine_error(e, param))
-        finally:
+        result = None
+        if prompts:
+            result, ended = await self.life.embed(endpoint, param, llm, prompts, admission, request,
+                                                  t0, normalize=-1 if legacy else 2, pooling=pooling)
+            if ended is not None:
+                return ended
+        else:
             admission.release()
         vectors = [] if result is None else [v.tolist() for v in result.data]
         n = 0 if result is None else result.prompt_tokens
