@@ -182,18 +182,7 @@ void EncoderModel::add_layernorm(float* x, const float* add, const Vector& w, co
 
 void EncoderModel::matmul(const Matrix& w, const Vector& bias, const MatmulPlan& plan, const float* x, int64_t rows,
                           float* y) {
-  act_.reset(x, rows, w.n_in, w.n_in);
-  MatmulOperand op;
-  op.w = &w;
-  op.x = act_.get(*threads_, matmul_input_type(w), &op.x_stride);
-  op.y = y;
-  op.ldy = w.n_out;
-  run_matmul(*threads_, plan, &op, rows);
-  if (bias)
-    threads_->parallel_for(0, rows, [&](int64_t r, int) {
-      float* o = y + r * w.n_out;
-      for (int64_t i = 0; i < w.n_out; ++i) o[i] += bias.data[i];
-    });
+  linear(*threads_, act_, w, plan, x, rows, y, bias);
 }
 
 void EncoderModel::forward(const Batch& batch, KVCache&, float* logits, float* hidden) {

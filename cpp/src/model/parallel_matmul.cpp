@@ -99,4 +99,17 @@ const void* ActivationQuantizer::get(ThreadPool& pool, DType type, size_t* strid
   return dst;
 }
 
+void linear(ThreadPool& pool, ActivationQuantizer& act, const Matrix& w, const MatmulPlan& plan,
+            const float* x, int64_t rows, float* y, const Vector& bias) {
+  act.reset(x, rows, w.n_in, w.n_in);
+  MatmulOperand op;
+  op.w = &w;
+  op.x = act.get(pool, matmul_input_type(w), &op.x_stride);
+  op.y = y;
+  op.ldy = w.n_out;
+  run_matmul(pool, plan, &op, rows);
+  if (!bias) return;
+  pool.parallel_for(0, rows, [&](int64_t r, int) { kernels::active().add_f32(bias.data, y + r * w.n_out, w.n_out); });
+}
+
 }  // namespace edgellm

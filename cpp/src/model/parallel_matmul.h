@@ -70,4 +70,10 @@ class ActivationQuantizer {
   int64_t rows_ = 0, width_ = 0, src_stride_ = 0;
 };
 
+// y[rows][w.n_out] = x[rows][w.n_in] . w^T (+ bias on every row when given): one matrix on the
+// packed / float kernels through `pool`, x quantized by `act` as w's kernel wants (the
+// encoders' and vision towers' linear layer).
+void linear(ThreadPool& pool, ActivationQuantizer& act, const Matrix& w, const MatmulPlan& plan,
+            const float* x, int64_t rows, float* y, const Vector& bias);
+
 }  // namespace edgellm

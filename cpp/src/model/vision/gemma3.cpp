@@ -222,14 +222,7 @@ class Gemma3Vision final : public VisionEncoder {
   }
 
   void linear(const Matrix& w, const MatmulPlan& plan, const float* x, int64_t rows, float* y, const Vector& b) {
-    act_.reset(x, rows, w.n_in, w.n_in);
-    MatmulOperand op;
-    op.w = &w;
-    op.x = act_.get(*pool_, matmul_input_type(w), &op.x_stride);
-    op.y = y;
-    op.ldy = w.n_out;
-    run_matmul(*pool_, plan, &op, rows);
-    add_bias(y, b, rows);
+    edgellm::linear(*pool_, act_, w, plan, x, rows, y, b);
   }
 
   void add_bias(float* y, const Vector& b, int64_t rows) {
