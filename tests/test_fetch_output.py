@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
 
 DRIVER = Path(__file__).with_name("fetch_driver.py")
 PIP_CHATTER = ("Looking in indexes", "Collecting", "Saved", "Successfully downloaded",
@@ -74,8 +73,7 @@ def index(tmp_path_factory, smollm2_path):
 def _edgellm(args, index_url, spec, models_dir):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env.update(PIP_INDEX_URL=index_url, PIP_CONFIG_FILE=os.devnull, PIP_NO_INPUT="1",
-               EDGELLM_MODELS=str(models_dir), EDGELLM_TEST_SPEC=json.dumps(spec),
-               PYTHONPATH=os.pathsep.join([str(REPO_ROOT / "python"), os.environ.get("PYTHONPATH", "")]))
+               EDGELLM_MODELS=str(models_dir), EDGELLM_TEST_SPEC=json.dumps(spec))
     return subprocess.run([sys.executable, str(DRIVER), *args], env=env, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=300)
 

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import REPO_ROOT
 from fake_hub import FakeHub
 from gguf_fixtures import write_valid_fixture
 
@@ -95,8 +94,7 @@ def _edgellm(args, env, stdin=subprocess.DEVNULL):
 
 def _env(tmp: Path, endpoint: str, **extra) -> dict:
     env = dict(os.environ, HF_ENDPOINT=endpoint, HF_HUB_CACHE=str(tmp / "hf"),
-               EDGELLM_MODELS=str(tmp / "models"), HF_HUB_DISABLE_TELEMETRY="1",
-               PYTHONPATH=os.pathsep.join([str(REPO_ROOT / "python"), os.environ.get("PYTHONPATH", "")]))
+               EDGELLM_MODELS=str(tmp / "models"), HF_HUB_DISABLE_TELEMETRY="1")
     env.pop("HF_TOKEN", None)
     env.pop("HF_HUB_OFFLINE", None)
     env.update(extra)
