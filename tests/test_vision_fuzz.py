@@ -6,8 +6,6 @@ holds) or cannot be read (a projector that does not fit its model) as typed erro
 import io
 import resource
 import shutil
-import struct
-import zlib
 
 import numpy as np
 import pytest
@@ -17,49 +15,7 @@ Image = pytest.importorskip("PIL.Image")
 from edgellm import vision  # noqa: E402
 from test_vision import MMPROJ, MODEL, QUESTIONS, data_uri, png  # noqa: E402
 
-import vision_images  # noqa: E402
-
-
-def _encoded(fmt: str, **kw) -> bytes:
-    buf = io.BytesIO()
-    im = Image.fromarray(vision_images.image_array(23, 31, 3, 3), "RGB")
-    if fmt == "GIF":  # two frames: the first is the image
-        im.save(buf, format="GIF", save_all=True, append_images=[im.rotate(90)], **kw)
-    else:
-        im.save(buf, format=fmt, **kw)
-    return buf.getvalue()
-
-
-def _png_of_size(w: int, h: int) -> bytes:
-    """A PNG whose header says w x h, with one row of data (a bomb if decoded)."""
-    def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-    ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
-
-
-def _gif_of_size(w: int, h: int) -> bytes:
-    g = bytearray(_encoded("GIF"))
-    g[6:10] = struct.pack("<HH", w, h)  # the logical screen
-    return bytes(g)
-
-
-def _with_size(data: bytes, w: int, h: int) -> bytes:
-    """`data` with its header's size fields rewritten (PNG IHDR, GIF screen, JPEG SOF0, WebP VP8X)."""
-    b = bytearray(data)
-    if b.startswith(b"\x89PNG"):
-        b[16:24] = struct.pack(">II", w, h)
-    elif b.startswith(b"GIF8"):
-        b[6:10] = struct.pack("<HH", w & 0xFFFF, h & 0xFFFF)
-    elif b.startswith(b"\xff\xd8"):
-        i = b.find(b"\xff\xc0")
-        if i > 0:
-            b[i + 5:i + 9] = struct.pack(">HH", h & 0xFFFF, w & 0xFFFF)
-    elif b[8:12] == b"WEBP":
-        i = b.find(b"VP8X")
-        if i > 0:
-            b[i + 12:i + 18] = ((w - 1) & 0xFFFFFF).to_bytes(3, "little") + ((h - 1) & 0xFFFFFF).to_bytes(3, "little")
-    return bytes(b)
+from bad_images import encoded, gif_of_size, png_of_size, with_size  # noqa: E402
 
 
 def _peak_rss() -> int:
@@ -67,9 +23,9 @@ def _peak_rss() -> int:
 
 
 def test_fuzzed_images_end_in_typed_errors_with_bounded_memory():
-    seeds = [_encoded("PNG"), _encoded("JPEG"), _encoded("WEBP", lossless=True), _encoded("GIF"),
-             _encoded("PNG", optimize=True), _encoded("WEBP", quality=50)]
-    others = [_encoded("BMP"), _encoded("TIFF"), _encoded("ICO"), _encoded("PPM"), b"", b"\x00" * 64,
+    seeds = [encoded("PNG"), encoded("JPEG"), encoded("WEBP", lossless=True), encoded("GIF"),
+             encoded("PNG", optimize=True), encoded("WEBP", quality=50)]
+    others = [encoded("BMP"), encoded("TIFF"), encoded("ICO"), encoded("PPM"), b"", b"\x00" * 64,
               b"RIFF\xff\xff\xff\xffWEBPVP8X", b"GIF89a", b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff"]
     rng = np.random.default_rng(40)
     cap = 1 << 20  # a smaller cap than the server's keeps the test quick; the rule is the same
@@ -86,7 +42,7 @@ def test_fuzzed_images_end_in_typed_errors_with_bounded_memory():
                 b[int(rng.integers(0, len(b)))] = int(rng.integers(0, 256))
         elif kind == 2:  # a header claiming a huge (or empty) image
             w, h = (int(x) for x in rng.choice([0, 1, 4097, 65535, 1 << 20, 1 << 31], 2))
-            b = bytearray(_with_size(bytes(b), w, h))
+            b = bytearray(with_size(bytes(b), w, h))
         elif kind == 3:
             b = bytearray(others[int(rng.integers(len(others)))])
         elif kind == 4:
@@ -107,11 +63,11 @@ def test_fuzzed_images_end_in_typed_errors_with_bounded_memory():
 
 
 @pytest.mark.parametrize("data, match", [
-    (_png_of_size(100_000, 100_000), "exceeds the limit"),
-    (_png_of_size(9000, 9000), "exceeds the limit of 67108864 pixels"),  # under Pillow's own limit
-    (_gif_of_size(65535, 65535), "exceeds the limit"),
-    (_encoded("BMP"), "not recognised"),
-    (_encoded("TIFF"), "not recognised"),
+    (png_of_size(100_000, 100_000), "exceeds the limit"),
+    (png_of_size(9000, 9000), "exceeds the limit of 67108864 pixels"),  # under Pillow's own limit
+    (gif_of_size(65535, 65535), "exceeds the limit"),
+    (encoded("BMP"), "not recognised"),
+    (encoded("TIFF"), "not recognised"),
     (b"not an image at all", "not recognised"),
 ])
 def test_bombs_and_unknown_formats_are_refused_before_decoding(data, match):
