@@ -16,7 +16,6 @@ FILEs (or folders) are replayed only (fuzz/regressions/images/). scripts/fuzz.sh
 target `images`."""
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import signal
@@ -27,7 +26,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
-from fuzz_convert import TIME_LIMIT_S, RssMeter, _alarm, report_finding  # noqa: E402
+from fuzz_convert import TIME_LIMIT_S, RssMeter, _alarm, arguments, replay, run_one  # noqa: E402
 
 MAX_PIXELS = 1 << 22           # 4 Mi pixels: the decoded image, its RGB copy and resize
 MEMORY_BOUND = 256 << 20
@@ -94,15 +93,9 @@ def loop(h: Harness, seeds: list, seconds: float, runs: int, seed: int, artifact
     signal.signal(signal.SIGALRM, _alarm)
     while not (runs and h.executions >= runs) and not (seconds and time.monotonic() - start >= seconds):
         data = seeds[h.executions] if h.executions < len(seeds) else mutate(rng, rng.choice(pool), pool)
-        signal.alarm(TIME_LIMIT_S)
-        try:
-            h.run(data)
-        except BaseException as e:  # noqa: BLE001 -- every escape is a finding
-            signal.alarm(0)
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            return report_finding(data, e, artifacts)
-        signal.alarm(0)
+        rc = run_one(h, data, artifacts)
+        if rc:
+            return rc
         if rng.random() < 0.01 and len(pool) < 4096:
             pool.append(data)
         if time.monotonic() - last >= 30:
@@ -112,28 +105,13 @@ def loop(h: Harness, seeds: list, seconds: float, runs: int, seed: int, artifact
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seconds", type=float, default=0)
-    ap.add_argument("--runs", type=int, default=0)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--engine", choices=("atheris", "mutate", "auto"), default="auto")
-    ap.add_argument("--work", default=None, help="atheris: the corpus folder it grows")
-    ap.add_argument("--artifacts", default=os.path.join("build", "fuzz", "artifacts", "images"))
-    ap.add_argument("files", nargs="*")
-    args = ap.parse_args()
+    args = arguments(__doc__, "images")
     from bad_images import seeds
 
     h = Harness()
-    if args.files:
-        from fuzz_convert import replay
+    if args.engine == "replay":
         return replay(h, args.files, args.artifacts)
     engine = args.engine
-    if engine == "auto":
-        try:
-            import atheris  # noqa: F401
-            engine = "atheris"
-        except ImportError:
-            engine = "mutate"
     t0 = time.monotonic()
     if engine == "atheris":
         import atheris
