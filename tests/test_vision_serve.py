@@ -107,3 +107,26 @@ def test_eight_concurrent_image_requests_are_batched_and_exact():
         check_against_reference(ref, i % 3, out.token_ids[:8], [(t.token_id, t.logprob) for t in
                                                                  out.logprobs[0].top_logprobs])
     assert steps < 8 * n_new // 2, steps  # one after another: >= 512 steps
+
+
+def test_a_projector_that_does_not_fit_its_model_is_named(tmp_path):
+    """--mmproj MODEL=PATH of a projector for another text model (SmolLM2's width and architecture
+    are not Gemma 3's): that model's load fails with a typed error naming the mismatch (500
+    model_load_failed: the operator's file, not the request), the other models still serve."""
+    from edgellm.models import resolve
+
+    smol = str(resolve("smollm2"))
+    shutil.copy(MODEL, tmp_path / "a.gguf")
+    a = str(tmp_path / "a.gguf")
+    proc, url = _serve(a, smol, "--mmproj", f"{smol}={MMPROJ}", "--mmproj", f"{a}={MMPROJ}",
+                       "-c", "256", "-t", "1", "-np", "1")
+    try:
+        _wait_up(proc, url)
+        r = httpx.post(url + "/v1/chat/completions", timeout=120, json={
+            "model": "smollm2", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
+        err = r.json()["error"]
+        assert r.status_code == 500 and err["code"] == "model_load_failed", r.text
+        assert "mmproj-gemma3-tiny.gguf" in err["message"] and "projector does not fit" in err["message"]
+        assert _chat(url, "a").status_code == 200
+    finally:
+        _stop(proc)
