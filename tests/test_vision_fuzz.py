@@ -97,15 +97,14 @@ def test_more_images_than_the_context_holds():
         assert m.stats()["requests_finished"] == 0
 
 
-def test_a_projector_that_does_not_fit_is_a_typed_error_and_a_400(tmp_path):
+def test_a_projector_that_does_not_fit_is_a_typed_error_and_a_400(tmp_path, smollm2_path):
     """An mmproj of another text model (here: a projector beside SmolLM2, whose width and architecture
     differ) is a ModelFormatError at load naming the mismatch; found beside a model it is skipped
     (text only), so an image to it is a 400."""
     import httpx
-    from edgellm.models import resolve
     from test_vision import _server
 
-    smol = resolve("smollm2")
+    smol = smollm2_path
     with pytest.raises(edgellm.ModelFormatError, match="projector"):
         edgellm.LLM(str(smol), mmproj=MMPROJ, n_ctx=128, n_threads=1)
     shutil.copy(smol, tmp_path / "smol.gguf")

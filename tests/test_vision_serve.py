@@ -109,13 +109,11 @@ def test_eight_concurrent_image_requests_are_batched_and_exact():
     assert steps < 8 * n_new // 2, steps  # one after another: >= 512 steps
 
 
-def test_a_projector_that_does_not_fit_its_model_is_named(tmp_path):
+def test_a_projector_that_does_not_fit_its_model_is_named(tmp_path, smollm2_path):
     """--mmproj MODEL=PATH of a projector for another text model (SmolLM2's width and architecture
     are not Gemma 3's): that model's load fails with a typed error naming the mismatch (500
     model_load_failed: the operator's file, not the request), the other models still serve."""
-    from edgellm.models import resolve
-
-    smol = str(resolve("smollm2"))
+    smol = str(smollm2_path)
     shutil.copy(MODEL, tmp_path / "a.gguf")
     a = str(tmp_path / "a.gguf")
     proc, url = _serve(a, smol, "--mmproj", f"{smol}={MMPROJ}", "--mmproj", f"{a}={MMPROJ}",
