@@ -411,15 +411,9 @@ def mutation_loop(h: Harness, seed_inputs: list, seconds: float, runs: int, seed
         else:
             pool = pools[rng.randrange(len(FILES))]  # each file as often
             data = mutate(rng, rng.choice(pool), pool)
-        signal.alarm(TIME_LIMIT_S)
-        try:
-            h.run(data)
-        except BaseException as e:  # noqa: BLE001 -- every escape is a finding
-            signal.alarm(0)
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            return report_finding(data, e, artifacts)
-        signal.alarm(0)
+        rc = run_one(h, data, artifacts)
+        if rc:
+            return rc
         pool = pools[data[0] % len(FILES)] if data else []
         if data and rng.random() < 0.002 and len(pool) < 4096:
             pool.append(data)  # keep a few mutants (coverage-agnostic: kept at random)
@@ -428,6 +422,46 @@ def mutation_loop(h: Harness, seed_inputs: list, seconds: float, runs: int, seed
             last = now
             print(f"#{h.executions} {h.executions / (now - start):.0f} exec/s", flush=True)
     return 0
+
+
+def run_one(h, data: bytes, artifacts: str) -> int:
+    """h.run(data) within TIME_LIMIT_S (SIGALRM set to _alarm); 1 and the input saved on any
+    escape (a finding), else 0."""
+    signal.alarm(TIME_LIMIT_S)
+    try:
+        h.run(data)
+    except BaseException as e:  # noqa: BLE001 -- every escape is a finding
+        signal.alarm(0)
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return report_finding(data, e, artifacts)
+    signal.alarm(0)
+    return 0
+
+
+def arguments(doc: str, target: str, extra=None) -> argparse.Namespace:
+    """The Python harnesses' command line (fuzz_convert, fuzz_images); args.engine resolved:
+    replay with FILEs, else atheris where it imports, else the mutation loop."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=0)
+    ap.add_argument("--runs", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--engine", choices=("atheris", "mutate", "auto"), default="auto")
+    ap.add_argument("--work", default=None, help="atheris: the corpus folder it grows")
+    ap.add_argument("--artifacts", default=f"build/fuzz/artifacts/{target}")
+    ap.add_argument("files", nargs="*")
+    if extra is not None:
+        extra(ap)
+    args = ap.parse_args()
+    if args.engine == "auto":
+        try:
+            import atheris  # noqa: F401
+            args.engine = "atheris"
+        except ImportError:
+            args.engine = "mutate"
+    if args.files:
+        args.engine = "replay"
+    return args
 
 
 def report_finding(data: bytes, e: BaseException, artifacts: str) -> int:
@@ -467,25 +501,9 @@ def replay(h: Harness, paths: list, artifacts: str) -> int:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seconds", type=float, default=0)
-    ap.add_argument("--runs", type=int, default=0)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--engine", choices=("atheris", "mutate", "auto"), default="auto")
-    ap.add_argument("--memory", choices=("rss", "tracemalloc"), default="rss")
-    ap.add_argument("--work", default=None, help="atheris: the corpus folder it grows")
-    ap.add_argument("--artifacts", default="build/fuzz/artifacts/convert")
-    ap.add_argument("files", nargs="*")
-    args = ap.parse_args()
+    args = arguments(__doc__, "convert", lambda ap: ap.add_argument(
+        "--memory", choices=("rss", "tracemalloc"), default="rss"))
     engine = args.engine
-    if engine == "auto":
-        try:
-            import atheris  # noqa: F401
-            engine = "atheris"
-        except ImportError:
-            engine = "mutate"
-    if args.files:
-        engine = "replay"
 
     tmp_root = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
     root = tempfile.mkdtemp(prefix="edgellm-fuzz-convert-", dir=tmp_root)

@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses (fuzz/, clang, -fsanitize=fuzzer,address,undefined) and runs
 # each for SECONDS (default 20), after replaying its regressions (fuzz/regressions/<target>/).
-# Target `convert` is Python (fuzz/fuzz_convert.py: `edgellm convert`'s readers under atheris,
-# installed with pip when missing, else the harness's own seeded mutation loop); it needs the
-# edgellm package importable (installed, or build/dev + python/ of this checkout).
+# Targets `convert` and `images` are Python (fuzz/fuzz_convert.py: `edgellm convert`'s readers;
+# fuzz/fuzz_images.py: vision's image decoding and preprocessing) under atheris, installed with
+# pip when missing, else the harness's own seeded mutation loop; they need the edgellm package
+# importable (installed, or build/dev + python/ of this checkout).
 # Exits non-zero on any crash, sanitizer report, leak, timeout or out-of-memory; the input
 # lands in BUILD/artifacts/<target>/. Prints executions and coverage per target.
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]      (targets: gguf tokenizer_bpe tokenizer_spm gbnf
 #                                               regex json_schema json_value grammar_automaton
-#                                               convert; default all)
+#                                               convert images; default all)
 # Env: EDGELLM_FUZZ_BUILD (default build/fuzz), EDGELLM_FUZZ_RUNS=N (stop each target after N
 # executions instead of SECONDS), EDGELLM_FUZZ_ARGS (extra libFuzzer flags), EDGELLM_MODELS
 # (the real models whose vocabularies the tokenizer targets use; without them those targets
 # are skipped, or fail under EDGELLM_REQUIRE_MODELS=1), EDGELLM_JOBS, EDGELLM_PYTHON (the
-# interpreter of target convert, default python3; without the package it is skipped, or fails
+# interpreter of targets convert and images, default python3; without the package it is skipped, or fails
 # under CI=true).
 # Needs clang with libFuzzer; installs clang with apt-get when missing and we are root or have
 # password-less sudo (CI). Work corpora are kept in BUILD/corpus/<target> between runs.
@@ -25,7 +26,8 @@ shift || true
 build=${EDGELLM_FUZZ_BUILD:-build/fuzz}
 jobs=${EDGELLM_JOBS:-2}
 cpp_targets=(gguf tokenizer_bpe tokenizer_spm gbnf regex json_schema json_value grammar_automaton)
-all_targets=("${cpp_targets[@]}" convert)
+py_targets=(convert images)
+all_targets=("${cpp_targets[@]}" "${py_targets[@]}")
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
 for t in "${targets[@]}"; do
@@ -34,7 +36,7 @@ done
 
 say() { echo "[fuzz] $*"; }
 need_cpp=0
-for t in "${targets[@]}"; do [[ $t == convert ]] || need_cpp=1; done
+for t in "${targets[@]}"; do [[ " ${py_targets[*]} " == *" $t "* ]] || need_cpp=1; done
 
 # ---- clang (C++ targets) ---------------------------------------------------------------------
 start=$(date +%s)
@@ -118,7 +120,7 @@ dict_for() {
   esac
 }
 
-# ---- the Python target: edgellm convert's readers ------------------------------------------------
+# ---- the Python targets: edgellm convert's readers, vision's image decoding ------------------------
 py=${EDGELLM_PYTHON:-python3}
 python_env_ok() {  # the edgellm package with its extension: installed, or this checkout's build/dev
   "$py" -c "import edgellm._core" >/dev/null 2>&1 && return 0
@@ -126,34 +128,35 @@ python_env_ok() {  # the edgellm package with its extension: installed, or this 
   export EDGELLM_BUILD_DIR=${EDGELLM_BUILD_DIR:-$PWD/build/dev} PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
   "$py" -c "import edgellm._core" >/dev/null 2>&1
 }
-run_convert() {  # the same verdicts as the C++ targets: regressions first, then SECONDS or RUNS
-  local art="$build/artifacts/convert" work="$build/corpus/convert" log="$build/fuzz-convert.log" t0 rc=0
+run_python() {  # TARGET (fuzz/fuzz_TARGET.py): the same verdicts as the C++ targets: regressions first, then SECONDS or RUNS
+  local t=$1 t0 rc=0
+  local art="$build/artifacts/$t" work="$build/corpus/$t" log="$build/fuzz-$t.log"
   mkdir -p "$art" "$work"
   t0=$(date +%s)
   if ! python_env_ok; then
     if [ "${CI:-}" = true ]; then
-      say "FAIL convert: the edgellm package is not importable"; failures=$((failures + 1))
-      summary+=("$(printf '%-18s %12s %8s %8s  %s' convert - - - "NO PACKAGE")")
+      say "FAIL $t: the edgellm package is not importable"; failures=$((failures + 1))
+      summary+=("$(printf '%-18s %12s %8s %8s  %s' "$t" - - - "NO PACKAGE")")
     else
-      say "SKIP convert: the edgellm package is not importable (pip install ., or build/dev)"
+      say "SKIP $t: the edgellm package is not importable (pip install ., or build/dev)"
     fi
     return
   fi
   "$py" -c "import atheris" >/dev/null 2>&1 || "$py" -m pip install -q atheris >/dev/null 2>&1 \
-    || say "convert: atheris not installable; the harness's seeded mutation loop runs instead"
-  if ! "$py" fuzz/fuzz_convert.py --artifacts "$art" fuzz/regressions/convert >"$log" 2>&1; then
-    say "FAIL convert: a regression input fails again:"; tail -30 "$log" | sed 's/^/    /'
+    || say "$t: atheris not installable; the harness's seeded mutation loop runs instead"
+  if [ -d "fuzz/regressions/$t" ] && ! "$py" "fuzz/fuzz_$t.py" --artifacts "$art" "fuzz/regressions/$t" >"$log" 2>&1; then
+    say "FAIL $t: a regression input fails again:"; tail -30 "$log" | sed 's/^/    /'
     failures=$((failures + 1))
-    summary+=("$(printf '%-18s %12s %8s %8s  %s' convert - - - "REGRESSION FAILS")")
+    summary+=("$(printf '%-18s %12s %8s %8s  %s' "$t" - - - "REGRESSION FAILS")")
     return
   fi
   local limit=(--seconds "$secs")
   [ -n "${EDGELLM_FUZZ_RUNS:-}" ] && limit=(--runs "$EDGELLM_FUZZ_RUNS")
   set +e
-  "$py" fuzz/fuzz_convert.py "${limit[@]}" --work "$work" --artifacts "$art" >"$log" 2>&1
+  "$py" "fuzz/fuzz_$t.py" "${limit[@]}" --work "$work" --artifacts "$art" >"$log" 2>&1
   rc=$?
   set -e
-  record convert "$rc" "$log" "$art" "$t0" 'FINDING|Error|Exceeded|Traceback|File "'
+  record "$t" "$rc" "$log" "$art" "$t0" 'FINDING|Error|Exceeded|Traceback|File "'
 }
 
 # record TARGET RC LOG ARTIFACTS T0 PATTERN: a run's summary line from libFuzzer's statistics
@@ -179,7 +182,7 @@ record() {
 failures=0
 summary=()
 for t in "${targets[@]}"; do
-  if [ "$t" = convert ]; then run_convert; continue; fi
+  if [[ " ${py_targets[*]} " == *" $t "* ]]; then run_python "$t"; continue; fi
   bin="$build/fuzz/fuzz_$t"
   work="$build/corpus/$t"
   art="$build/artifacts/$t"

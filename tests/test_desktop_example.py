@@ -116,11 +116,11 @@ class App:
         ImageGrab.grab(bbox=(x, y, x + w, y + h), xdisplay=self.display).save(path)
 
 
-def start_app(display, model_path, tmp_path, threads=2):
+def start_app(display, model_path, tmp_path, threads=2, max_tokens=MAX_TOKENS):
     state_file = tmp_path / "state.json"
     env = {**os.environ, "DISPLAY": display, "EDGELLM_DESKTOP_STATE": str(state_file)}
     proc = subprocess.Popen([sys.executable, str(APP), "--model", str(model_path), "--threads", str(threads),
-                             "--max-tokens", str(MAX_TOKENS), "--temperature", "0"], env=env,
+                             "--max-tokens", str(max_tokens), "--temperature", "0"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         a = App(display, str(state_file), proc)

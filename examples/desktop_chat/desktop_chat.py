@@ -119,6 +119,11 @@ class ChatWindow:
         self.input = ttk.Entry(bottom, textvariable=self.input_var)
         self.input.pack(side="left", fill="x", expand=True)
         self.input.bind("<Return>", lambda e: self.send())
+        # a model that takes images (loaded with its projector, LLM(..., mmproj=) or the
+        # mmproj*.gguf beside it): Image… attaches files to the next message
+        self.images = []            # image files for the next message
+        self.image_btn = ttk.Button(bottom, text="Image…", command=self.attach_image)
+        self.image_btn.pack(side="left", padx=(4, 0))
         self.send_btn = ttk.Button(bottom, text="Send", command=self.send)
         self.send_btn.pack(side="left", padx=4)
         self.stop_btn = ttk.Button(bottom, text="Stop", command=self.stop)
@@ -208,9 +213,17 @@ class ChatWindow:
         self.transcript.configure(state="disabled")
         self.transcript.see("end")
 
+    def attach_image(self) -> None:
+        path = filedialog.askopenfilename(title="Choose an image", filetypes=[
+            ("Images", "*.png *.jpg *.jpeg *.webp *.gif"), ("All files", "*")])
+        if path:
+            self.images.append(path)
+            self.status_var.set("Attached " + ", ".join(os.path.basename(p) for p in self.images))
+            self._write_state()
+
     def send(self) -> None:
         text = self.input_var.get().strip()
-        if not text:
+        if not text and not self.images:
             return
         if self.llm is None:
             self.status_var.set("Load a model first")
@@ -218,8 +231,18 @@ class ChatWindow:
         if self.handle is not None:
             self.status_var.set("Wait for the answer or press Stop")
             return
+        content = text
+        if self.images:  # the images, then the text, as OpenAI content parts
+            from edgellm.vision import file_part
+            try:
+                content = [file_part(p) for p in self.images] + [{"type": "text", "text": text}]
+            except OSError as e:
+                self.status_var.set(f"cannot read the image: {e}")
+                return
+            text = " ".join(f"[{os.path.basename(p)}]" for p in self.images) + " " + text
+            self.images = []
         self.input_var.set("")
-        self.messages.append({"role": "user", "content": text})
+        self.messages.append({"role": "user", "content": content})
         self._append(("\n" if self.messages[:-1] else "") + "You: " + text + "\n", "user")
         self._append("Assistant: ", "assistant")
         params = SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature)
@@ -280,6 +303,7 @@ class ChatWindow:
             self.handle.cancel()
             self.handle = None
         self.messages = []
+        self.images = []
         self.transcript.configure(state="normal")
         self.transcript.delete("1.0", "end")
         self.transcript.configure(state="disabled")
@@ -294,6 +318,8 @@ class ChatWindow:
         self.load_btn.configure(text="Cancel" if loading else "Load")
         self.browse_btn.state(["disabled"] if loading else ["!disabled"])
         self.send_btn.state(["!disabled"] if self.llm is not None and not busy and not loading else ["disabled"])
+        self.image_btn.state(["!disabled"] if getattr(self.llm, "takes_images", False) and not busy
+                             else ["disabled"])
         self.stop_btn.state(["!disabled"] if busy else ["disabled"])
 
     def _state_loop(self) -> None:
@@ -318,9 +344,11 @@ class ChatWindow:
             "loading": self.loader is not None,
             "generating": self.handle is not None,
             "messages": len(self.messages),
+            "images": list(self.images),
             "widgets": {name: {"box": box(w), "enabled": not w.instate(["disabled"])}
                         for name, w in (("load", self.load_btn), ("browse", self.browse_btn),
                                         ("send", self.send_btn), ("stop", self.stop_btn),
+                                        ("image", self.image_btn),
                                         ("new", self.new_btn), ("input", self.input),
                                         ("model", self.model_entry))},
             "stats": self.llm.stats() if self.llm is not None else None,

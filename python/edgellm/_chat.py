@@ -117,9 +117,12 @@ class ChatRenderer:
         return shield
 
     def prompt_ids(self, messages, tools=None, chat_template_kwargs=None) -> List[int]:
-        """LLM.chat_prompt_ids."""
+        """LLM.chat_prompt_ids (an image counts its block of tokens; nothing is encoded)."""
+        messages, images = self._images(messages)
         shield = self._shield(messages, tools, chat_template_kwargs)
         text = self.apply(messages, True, tools, chat_template_kwargs, shield)
+        if images:
+            text = self.vision.expand(text, len(images))
         return self.ids(*shield.restore(text))
 
     def shielded_prompt(self, messages, tools=None, tool_choice=None, chat_template_kwargs=None,

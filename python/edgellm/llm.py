@@ -211,6 +211,8 @@ class LLM:
         if found:
             print(f"edgellm: using the projector {mmproj} found beside the model (images in chat)", file=sys.stderr)
         self.mmproj = str(mmproj)
+        if self.memory_plan is not None:
+            self.memory_plan.add_projector(self.mmproj)  # its bytes in the plan's total
 
     @property
     def takes_images(self) -> bool:

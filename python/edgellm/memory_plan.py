@@ -208,6 +208,9 @@ class MemoryPlan:
     # their files, read by every step that uses them), included in total; how many
     lora_bytes: int = 0
     lora_adapters: int = 0
+    # the vision projector (mmproj GGUF) beside it: its tensors' bytes, included in total
+    projector: Optional[str] = None
+    projector_bytes: int = 0
     machine: MachineMemory = field(default_factory=lambda: MachineMemory(None, "unknown"))
     # when it does not fit: the changes that would (edgellm.memory_plan.advice words them)
     fixes: List[Fix] = field(default_factory=list)
@@ -227,6 +230,16 @@ class MemoryPlan:
     @property
     def fits(self) -> bool:
         return self.available is None or self.total <= self.available
+
+    def add_projector(self, path: Optional[str]) -> None:
+        """The projector file `path` (None: none) counted: its tensors' bytes in total."""
+        if path is None or self.projector is not None:
+            return
+        from .model_file import ModelFile
+        with ModelFile(str(path)) as mf:
+            self.projector_bytes = sum(t.nbytes for t in mf.tensors.values())
+        self.projector = str(path)
+        self.total += self.projector_bytes
 
     def count_lora(self, nbytes: int, sign: int = 1) -> None:
         """An adapter loaded (sign 1) or unloaded (-1): its bytes in lora_bytes and total."""
@@ -277,6 +290,8 @@ class MemoryPlan:
         if self.draft is not None:
             rows.append(("draft model", f"{_gb(self.draft.weights + self.draft.scratch + self.draft.runtime)}"
                                         f" + KV {_gb(self.draft_kv)} ({self.draft.path})"))
+        if self.projector is not None:
+            rows.append(("vision projector", f"{_gb(self.projector_bytes)} ({self.projector})"))
         if self.lora_adapters:
             rows.append(("LoRA adapters", f"{_gb(self.lora_bytes)} ({self.lora_adapters} loaded)"))
         rows += [
@@ -438,10 +453,12 @@ def _args(n_ctx=None, n_threads=None, kv_memory=None, kv_type="f16", max_seqs=16
 def plan(model, n_ctx: Optional[int] = None, n_threads: Optional[int] = None, *,
          kv_memory: Optional[int] = None, kv_type: str = "f16", max_seqs: int = 16,
          max_batch_tokens: int = 512, page_size: int = 32, draft_model=None,
-         speculative: str = "auto", **_ignored) -> MemoryPlan:
+         speculative: str = "auto", mmproj=None, **_ignored) -> MemoryPlan:
     """The memory plan of `model` (a path or known name) with LLM's arguments; nothing is
     loaded. n_ctx None: the engine's default, min(trained, 4096) (what LLM would use, before
-    it shrinks a context that does not fit). Raises ModelFormatError for a bad file."""
+    it shrinks a context that does not fit). mmproj: the vision projector's file (None: the
+    one mmproj*.gguf beside the model, as LLM finds it; False: none). Raises
+    ModelFormatError for a bad file."""
     from .models import resolve
     a = _args(n_ctx, n_threads, kv_memory, kv_type, max_seqs, max_batch_tokens, page_size)
     target = _Planner(str(resolve(model)))
@@ -449,6 +466,9 @@ def plan(model, n_ctx: Optional[int] = None, n_threads: Optional[int] = None, *,
     if draft_model is not None and str(speculative).strip().lower() in ("draft", "auto"):
         draft = _Planner(str(resolve(draft_model)))
     p = _build(target, draft, machine_memory(), a)
+    if mmproj is not False:
+        from .vision import find_mmproj
+        p.add_projector(mmproj or find_mmproj(target.path))
     if not p.fits:
         p.fixes = _suggestions(target, draft, p.machine, a, p)
     return p

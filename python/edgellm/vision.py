@@ -141,21 +141,54 @@ def pixel_hash(pixels: np.ndarray) -> int:
 _DATA_URI = re.compile(r"data:([\w/+.-]*)((?:;[\w=.+-]+)*?)(;base64)?,", re.ASCII)
 
 
-def image_url_of(part: Mapping, where: str) -> str:
-    """The URL of an image content part of any API's shape (OpenAI image_url, Responses
-    input_image, a bare {"type": "image", "url"/"image": ...})."""
+# llama.cpp's media marker (mtmd_default_marker()): where a /completion prompt places each of its
+# multimodal_data images, in order (/props answers it as media_marker)
+MEDIA_MARKER = "<__media__>"
+
+
+def image_part(part: Mapping, where: str) -> dict:
+    """Any API's image content part as the one internal shape, {"type": "image_url",
+    "image_url": {"url": URL}}: OpenAI's image_url, the Responses API's input_image
+    ({"image_url": URL}; file_id refused), Anthropic's image block (source base64 or url; its
+    URL under the same media rules as any), a bare {"type": "image", "url"/"image": URL}."""
     kind = part.get("type")
     url: Any = None
     if kind == IMAGE_URL:
         v = part.get("image_url")
         url = v.get("url") if isinstance(v, Mapping) else v
     elif kind == "input_image":
+        if part.get("file_id") is not None:
+            raise ImageError(f"'{where}.file_id': uploaded files are not supported; send "
+                             "'image_url' (a data: URI)")
         url = part.get("image_url")
+    elif kind == "image" and isinstance(part.get("source"), Mapping):
+        src = part["source"]
+        if src.get("type") == "base64":
+            mime = src.get("media_type")
+            return base64_part(src.get("data"), f"{where}.source.data",
+                               mime if isinstance(mime, str) else "application/octet-stream")
+        if src.get("type") != "url":
+            raise ImageError(f"'{where}.source.type' must be 'base64' or 'url', got {src.get('type')!r}")
+        url = src.get("url")
     elif kind == "image":
         url = part.get("url") or part.get("image")
     if not isinstance(url, str) or not url:
         raise ImageError(f"'{where}' has no image URL (a data: URI with the image)")
-    return url
+    return {"type": IMAGE_URL, "image_url": {"url": url}}
+
+
+def base64_part(data: Any, where: str, mime: str = "application/octet-stream") -> dict:
+    """Base64 image bytes (Ollama's `images`, llama.cpp's `multimodal_data`, Anthropic's base64
+    source; a data: URI is taken as it is) as an image_url part."""
+    if not isinstance(data, str) or not data:
+        raise ImageError(f"'{where}' must be a non-empty string of base64 image data")
+    url = data if data.startswith("data:") else f"data:{mime};base64,{data}"
+    return {"type": IMAGE_URL, "image_url": {"url": url}}
+
+
+def image_url_of(part: Mapping, where: str) -> str:
+    """The URL of an image content part of any API's shape (image_part)."""
+    return image_part(part, where)["image_url"]["url"]
 
 
 def read_url(url: str, media_path: Optional[str], allow_remote: bool, where: str) -> bytes:
@@ -231,6 +264,12 @@ def refuse_images(messages) -> None:
 
 
 # ---- the encoder ------------------------------------------------------------------------------
+
+def of(llm) -> Optional["VisionInput"]:
+    """The projector an LLM (or AsyncLLM) was loaded with, or None."""
+    inner = getattr(llm, "llm", llm)
+    return getattr(getattr(inner, "chat_renderer", None), "vision", None)
+
 
 def find_mmproj(model_path: str) -> Optional[str]:
     """The one mmproj*.gguf beside `model_path` (None when there is none or several)."""
@@ -335,6 +374,18 @@ class VisionInput:
                     _, old = self._cache.popitem(last=False)
                     self._cache_bytes -= old.nbytes
         return h, emb
+
+    def raw_prompt_ids(self, text: str, parts: List[Mapping], tokenize, where: str) -> PromptIds:
+        """A raw prompt (llama.cpp's /completion: `text` with MEDIA_MARKER where each image part
+        goes) as ids with its image blocks: each marker becomes the processor's markup, and
+        `tokenize` (special tokens parsed, BOS added) reads the result."""
+        found = text.count(MEDIA_MARKER)
+        if found != len(parts):
+            raise ImageError(f"'{where}.prompt_string' holds {found} media markers '{MEDIA_MARKER}' "
+                             f"for {len(parts)} multimodal_data images")
+        text = self.expand(text.replace(MEDIA_MARKER, self.family.marker), found)
+        return self.attach(tokenize(text), [(image_url_of(p, f"{where}.multimodal_data[{k}]"),
+                                             f"{where}.multimodal_data[{k}]") for k, p in enumerate(parts)])
 
     def attach(self, ids: List[int], urls: List[Tuple[str, str]]) -> PromptIds:
         """Prompt ids with each image's block found (runs of the image token, in order) and its

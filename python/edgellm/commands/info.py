@@ -111,6 +111,18 @@ def summarize(mf) -> Dict[str, Any]:
     }
 
 
+def projector_summary(mf) -> Dict[str, Any]:
+    """A vision projector file's facts (llama.cpp's mmproj GGUF), for `edgellm info`."""
+    md = mf.metadata
+    return {"path": mf.path, "projector_type": md.get("clip.projector_type"),
+            "image_size": md.get("clip.vision.image_size"),
+            "patch_size": md.get("clip.vision.patch_size"),
+            "n_layers": md.get("clip.vision.block_count"),
+            "n_embd": md.get("clip.vision.embedding_length"),
+            "n_params": sum(t.n_elements for t in mf.tensors.values()),
+            "bytes": sum(t.nbytes for t in mf.tensors.values()), "file_size": mf.file_size}
+
+
 def _text(s: Dict[str, Any]) -> str:
     def show(v: Optional[Any]) -> str:
         return "-" if v is None else str(v)
@@ -152,6 +164,11 @@ def _text(s: Dict[str, Any]) -> str:
     lines.append(("special tokens", ", ".join(specials) or "-"))
     lines.append(("add bos / eos", f"{tok['add_bos']} / {tok['add_eos']}"))
     lines.append(("chat template", "yes" if s["chat_template"] else "no"))
+    v = s.get("projector")
+    if v:
+        lines.append(("vision projector", f"{v['path']} ({v['projector_type']}, {show(v['image_size'])} px, "
+                                          f"{show(v['n_layers'])} layers, {_count(v['n_params'])} parameters, "
+                                          f"{_bytes(v['bytes'])})"))
     width = max(len(k) for k, _ in lines)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in lines)
 
@@ -159,7 +176,9 @@ def _text(s: Dict[str, Any]) -> str:
 @click.command("info")
 @click.argument("model", metavar="MODEL")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
-def command(model: str, as_json: bool) -> None:
+@click.option("--mmproj", "mmproj", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="The model's vision projector GGUF [default: the one mmproj*.gguf beside it].")
+def command(model: str, as_json: bool, mmproj: Optional[str] = None) -> None:
     """Show what a GGUF model file holds: architecture, sizes, tensor types, tokenizer.
 
     MODEL is a .gguf path or a known model name (fetched on first use)."""
@@ -174,6 +193,11 @@ def command(model: str, as_json: bool) -> None:
     try:
         with edgellm.ModelFile(str(path)) as mf:
             summary = summarize(mf)
+        from edgellm.vision import find_mmproj
+        mmproj = mmproj or find_mmproj(str(path))
+        if mmproj:
+            with edgellm.ModelFile(mmproj) as mf:
+                summary["projector"] = projector_summary(mf)
     except edgellm.ModelFormatError as e:
         click.echo(f"Error: {e}", err=True)
         sys.exit(1)

@@ -90,6 +90,29 @@ def _keep_alive(ctx, param, value):
         raise click.BadParameter(str(e)) from None
 
 
+def _projectors(given, models, aliases, many: bool):
+    """--mmproj values -> (the one model's projector, {MODEL or alias NAME: projector})."""
+    import os
+
+    named = {}
+    for v in given or ():
+        name, sep, path = ("", "", v) if os.path.isfile(v) and not many else v.rpartition("=")
+        if not sep and many:
+            raise click.BadParameter(f"{v!r}: with several models give MODEL=PATH", param_hint="--mmproj")
+        if sep and name not in models and name not in aliases:
+            raise click.BadParameter(f"{v!r}: {name!r} is no MODEL given (nor an --alias NAME)",
+                                     param_hint="--mmproj")
+        if not os.path.isfile(path):
+            raise click.BadParameter(f"{v!r}: {path} is not a file", param_hint="--mmproj")
+        named[name] = path
+    if many:
+        return None, named
+    if len(given) > 1:
+        raise click.BadParameter("one model: give one --mmproj PATH", param_hint="--mmproj")
+    return next(iter(named.values()), None), {}
+
+
+
 @click.command("serve")
 @click.argument("models", nargs=-1, metavar="[MODEL]...")
 @click.option("--models-dir", default=None, type=click.Path(file_okay=False),
@@ -206,10 +229,11 @@ def _keep_alive(ctx, param, value):
               help="llama-server's --context-shift: when a sequence fills the context while "
                    "generating, keep its first n_keep tokens (a request field; -1 = the prompt) and "
                    "the newer half of the rest, and go on instead of stopping.")
-@click.option("--mmproj", "mmproj", default=None, type=click.Path(dir_okay=False),
-              help="The model's projector GGUF (llama.cpp's convert_hf_to_gguf.py --mmproj): chat "
-                   "messages may then hold image_url parts. Default: the one mmproj*.gguf beside "
-                   "the model, if any.")
+@click.option("--mmproj", "mmproj", multiple=True, metavar="[MODEL=]PATH",
+              help="The model's projector GGUF (llama.cpp's convert_hf_to_gguf.py --mmproj): its "
+                   "requests may then hold images. With several models, MODEL=PATH for each (MODEL "
+                   "as given, or its --alias NAME). Default: the one mmproj*.gguf beside the model's "
+                   "file, if any.")
 @click.option("--media-path", "media_path", default=None, type=click.Path(file_okay=False),
               help="Allow file:// image URLs for files under this folder (refused otherwise).")
 @click.option("--allow-remote-media", "allow_remote_media", is_flag=True, default=False,
@@ -245,7 +269,7 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
             verbose=False, spec="auto", draft=None, draft_max=None, context_shift=False,
             cache_dir=None, cache_max_bytes=None, slot_save_path=None, thermal_backoff="auto",
             thermal_root="/", models_dir=None, keep_alive=300.0, max_loaded_models=None,
-            models_memory=None, quantize=None, webui=True, mmproj=None, media_path=None,
+            models_memory=None, quantize=None, webui=True, mmproj=(), media_path=None,
             allow_remote_media=False, log_format="text"):
     """Serve MODEL (a .gguf path, a known model name or a Hugging Face checkpoint directory)
     over an OpenAI-compatible HTTP API.
@@ -315,7 +339,6 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
             config.draft_model = draft if factories else _resolve_model(draft, "--draft")
         config.verbose = verbose
         config.context_shift = context_shift
-        config.mmproj = mmproj
         config.media_path = media_path
         config.allow_remote_media = allow_remote_media
         config.cache_dir = cache_dir
@@ -328,6 +351,8 @@ def command(models, host, port, api_key, api_key_file, parallel, max_queue, ctx_
         config.keep_alive = keep_alive
         config.max_loaded_models = max_loaded_models
         config.models_memory = models_memory
+        config.mmproj, config.model_mmproj = _projectors(mmproj, models, model_aliases,
+                                                         config.multi_model)
         if slot_save_path:
             import os
             os.makedirs(slot_save_path, exist_ok=True)

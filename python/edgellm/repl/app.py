@@ -14,7 +14,7 @@ from typing import Callable, Optional
 from .commands import execute, is_command
 from .conversation import ContextOverflow, Conversation
 from .finish import finish_notice, stream_answer
-from .input import LineReader, quiet_typing, read_message
+from .input import LineReader, image_paths, quiet_typing, read_message
 from .params import Parameters
 from .render import Renderer
 
@@ -125,7 +125,7 @@ class ReplApp:
             self.reader.close()
 
     def send(self, text: str) -> None:
-        self.conversation.add("user", text)
+        self.conversation.add("user", with_images(self.llm, text, self.render))
         self.generate()
 
     # ---- answering ----
@@ -202,13 +202,32 @@ class ReplApp:
         self.render.line()
 
 
+def with_images(llm, text: str, render: Renderer):
+    """A message's content: for a model that takes images, the image files the text names
+    (Ollama's rule, input.image_paths) attached as image parts before the rest of the text."""
+    if getattr(llm, "takes_images", False) is not True:
+        return text
+    from ..vision import ImageError, file_part
+
+    rest, paths = image_paths(text)
+    parts = []
+    for path in paths:
+        try:
+            parts.append(file_part(path))
+        except (OSError, ImageError) as e:
+            render.error(f"cannot attach {path}: {e}")
+            return text
+        render.line(f"Added image '{path}'", render.err)  # stdout carries the answer alone
+    return parts + [{"type": "text", "text": rest}] if parts else text
+
+
 def answer_once(llm, text: str, render: Renderer, *, base_params=None, system: Optional[str] = None,
                 verbose: bool = False) -> int:
     """`edgellm run MODEL "question"` / piped stdin: print only the answer; the exit status."""
     from .. import EdgeLLMError
 
     conversation = Conversation(system)
-    conversation.add("user", text)
+    conversation.add("user", with_images(llm, text, render))
     params = Parameters().sampling(base_params)
     t0 = time.perf_counter()
     final = None

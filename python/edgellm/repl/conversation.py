@@ -138,11 +138,12 @@ class Conversation:
             raise ConversationFileError(f"{where}: 'messages' must be a list")
         messages = []
         for i, m in enumerate(raw):
-            if not isinstance(m, Mapping) or not isinstance(m.get("content"), str) or \
-                    m.get("role") not in ("system", "user", "assistant"):
+            content = m.get("content") if isinstance(m, Mapping) else None
+            parts = isinstance(content, list) and all(isinstance(p, Mapping) for p in content)
+            if not (isinstance(content, str) or parts) or m.get("role") not in ("system", "user", "assistant"):
                 raise ConversationFileError(
                     f"{where}: messages[{i}] must be {{'role': 'user'|'assistant'|'system', "
-                    "'content': string}")
+                    "'content': string (or content parts: a message with images)}")
             if m["role"] == "system":
                 # A file written by another tool may carry the system prompt as a message.
                 if system is None:

@@ -10,14 +10,38 @@ EOFError for Ctrl+D on an empty line, which is all the REPL loop relies on.
 from __future__ import annotations
 
 import os
-from typing import List, Optional
+import re
+from typing import List, Optional, Tuple
 
 __all__ = ["PROMPT", "CONTINUATION", "BLOCK_QUOTE", "LineReader", "PromptToolkitReader",
-           "PlainReader", "read_message", "history_path"]
+           "PlainReader", "read_message", "history_path", "image_paths"]
 
 PROMPT = ">>> "
 CONTINUATION = "... "
 BLOCK_QUOTE = '"""'
+
+
+# An image file named in a message (Ollama's `ollama run`): a path starting with /, ./, ../ or ~/
+# (spaces escaped with a backslash), or any path in quotes, ending in an image extension.
+_IMAGE_PATH = re.compile(r"""(['"])((?:[^'"\n])+?\.(?:png|jpe?g|webp|gif))\1"""
+                         r"""|((?:\.\.?/|~/|/)(?:\\ |\S)+?\.(?:png|jpe?g|webp|gif))(?=[\s,;:!?)]|$)""",
+                         re.IGNORECASE)
+
+
+def image_paths(text: str) -> Tuple[str, List[str]]:
+    """(the text without the image files it names, their paths): each path that names an
+    existing file is taken out, as `ollama run` does for a model that takes images."""
+    found: List[str] = []
+
+    def take(m) -> str:
+        raw = m.group(2) or m.group(3)
+        path = os.path.expanduser(raw.replace("\\ ", " "))
+        if not os.path.isfile(path):
+            return m.group(0)
+        found.append(path)
+        return ""
+    rest = _IMAGE_PATH.sub(take, text)
+    return (re.sub(r" {2,}", " ", rest).strip() if found else text), found
 
 
 def history_path() -> str:

@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 
 from .. import sampling_fields
 from . import anthropic_models as W
+from . import media
 from .errors import APIError, invalid
 from .lifecycle import Encoder, Generation, Lifecycle, off_loop, read_json
 from .answer_items import ItemAssembler
@@ -94,6 +95,8 @@ def _user_turn(blocks: Blocks, tool_names: Dict[str, str]) -> List[JSON]:
     for where, b in blocks:
         if isinstance(b, W.TextBlock):
             texts.append(b.text)
+        elif isinstance(b, W.ImageBlock):
+            texts.append(media.part(b, where))
         elif isinstance(b, W.ToolResultBlock):
             if b.tool_use_id not in tool_names:
                 raise invalid(f"'{where}.tool_use_id' {b.tool_use_id!r} answers no tool_use block "
@@ -105,7 +108,7 @@ def _user_turn(blocks: Blocks, tool_names: Dict[str, str]) -> List[JSON]:
         else:
             raise _wrong_block(b.type, "user", where)
     if texts:
-        out.append({"role": "user", "content": "\n".join(texts)})
+        out.append({"role": "user", "content": media.content(texts)})
     return out
 
 
@@ -157,9 +160,10 @@ def convert_messages(body: W.CountTokensBody) -> List[JSON]:
     return out
 
 
-def parse_messages(raw: Any, model=W.MessagesBody) -> MessagesRequest:
-    """A `POST /v1/messages` body (`model` CountTokensBody: a count_tokens one), checked."""
-    body = parse(model, raw)
+def parse_messages(raw: Any, model=W.MessagesBody, images: bool = False) -> MessagesRequest:
+    """A `POST /v1/messages` body (`model` CountTokensBody: a count_tokens one), checked;
+    `images`: the model takes image blocks."""
+    body = parse(model, raw, {"images": images})
     req = MessagesRequest(messages=convert_messages(body))
     req.tools = [{"type": "function", "function": {
         "name": t.name, **({} if t.description is None else {"description": t.description}),
@@ -361,7 +365,7 @@ class AnthropicRoutes:
     async def count_tokens(self, request: Request) -> Response:
         async def work() -> Response:
             llm = self.host.require_ready()
-            req = parse_messages(await read_json(request), W.CountTokensBody)
+            req = parse_messages(await read_json(request), W.CountTokensBody, media.takes_images(llm))
             n = await off_loop(count_prompt_tokens, llm, req)  # render + tokenize in a thread
             return JSONResponse(W.TokenCount(input_tokens=n).model_dump(),
                                 headers={"request-id": new_id("req_", 24)})
@@ -369,7 +373,7 @@ class AnthropicRoutes:
 
     async def messages(self, request: Request) -> Response:
         async def plan(llm) -> Generation:
-            req = parse_messages(await read_json(request))
+            req = parse_messages(await read_json(request), images=media.takes_images(llm))
             # the prompt's size: for max_tokens against the context, and message_start's usage
             n_prompt = await off_loop(count_prompt_tokens, llm, req)
             params = self.host.sampling_params(fit_context(

@@ -8,6 +8,7 @@ from typing_extensions import Annotated
 
 from .. import validation as V
 from .errors import invalid
+from .media import TEXT_ONLY, image_part_model
 from .wire import Int, Refusal, Wire, bad_type, of_type, rule, shape, tagged, text_or
 
 JSON = Dict[str, Any]
@@ -34,11 +35,16 @@ ThinkingBlock = of_type("thinking", Wire, thinking=str, signature=(Optional[str]
 RedactedThinkingBlock = of_type("redacted_thinking", Wire, data=(Optional[str], None))
 
 UNSUPPORTED_BLOCKS = {
-    "image": "images (this server runs text-only models)",
+    "image": "images go in a user message's content",  # (not in system or tool_result blocks)
     "document": "documents (PDF, plain-text or content sources): send the text as a text block",
     "search_result": "search results", "container_upload": "container uploads",
     "server_tool_use": "server tools", "web_search_tool_result": "server tools",
 }
+
+
+# an image (server/media.py): source {"type": "base64", "media_type", "data"} or {"type": "url"}
+ImageBlock = image_part_model("image", f"'{{where}}': image blocks are not supported: {TEXT_ONLY}",
+                              source=Dict[str, Any], cache_control=Cache)
 
 
 def _unknown_block(kind: Any) -> Refusal:
@@ -64,10 +70,11 @@ TextBlocks = text_or(Annotated[TextBlock, tagged({"text": TextBlock}, _text_only
 ToolResultBlock = of_type("tool_result", Wire, tool_use_id=str, content=(TextBlocks, ""),
                           is_error=(bool, False), cache_control=Cache)
 Blocks = text_or(Annotated[Union[TextBlock, ToolUseBlock, ToolResultBlock, ThinkingBlock,
-                                 RedactedThinkingBlock],
+                                 RedactedThinkingBlock, ImageBlock],
                            tagged({"text": TextBlock, "tool_use": ToolUseBlock,
                                    "tool_result": ToolResultBlock, "thinking": ThinkingBlock,
-                                   "redacted_thinking": RedactedThinkingBlock}, _unknown_block)],
+                                   "redacted_thinking": RedactedThinkingBlock,
+                                   "image": ImageBlock}, _unknown_block)],
                  "content blocks")
 
 

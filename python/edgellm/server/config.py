@@ -98,6 +98,9 @@ class ServerConfig:
     # vision input (edgellm.vision): --mmproj (None: the one mmproj*.gguf beside the model),
     # file:// image URLs only under --media-path, http(s) fetched only with --allow-remote-media
     mmproj: Optional[str] = None
+    # several models: --mmproj MODEL=PATH, the projector of each model named (as given, or its
+    # --alias NAME); the others find theirs beside their file
+    model_mmproj: Dict[str, str] = field(default_factory=dict)
     media_path: Optional[str] = None
     allow_remote_media: bool = False
     # the persistent prefix cache (LLM(cache_dir=...)) and llama-server's --slot-save-path

@@ -30,6 +30,7 @@ from pydantic import Field, create_model
 
 from .. import sampling_fields
 from .. import validation as V
+from .. import vision
 from . import protocol
 from .errors import APIError, invalid
 from .metrics import family
@@ -170,7 +171,7 @@ _PIECES = {"anyOf": [{"type": "string"}, {"type": "array", "items": {
 SlotFileBody = shape("SlotFileBody", Wire, filename=str)  # POST /slots/{id}: save / restore
 InfillFile = shape("InfillFile", Wire, text=str, filename=(str, "tmp"))
 NativeCompletionBody = _body_model("NativeCompletionBody", "POST /completion", {
-    **NATIVE_FIELDS, "prompt": (checked(lambda v, _: split_prompts(v), _PIECES), ...)})
+    **NATIVE_FIELDS, "prompt": (checked(lambda v, _: split_prompts(v, media=True), _PIECES), ...)})
 InfillBody = _body_model("InfillBody", "POST /infill", {
     **NATIVE_FIELDS, "prompt": (str, ""), "input_prefix": checked(_pieces, _PIECES),
     "input_suffix": checked(_pieces, _PIECES), "input_extra": (List[InfillFile], [])})
@@ -181,14 +182,22 @@ InfillBody = _body_model("InfillBody", "POST /infill", {
 Piece = Union[str, int]
 
 
-def split_prompts(v: Any, param: str = "prompt",
-                  limit: Optional[int] = MAX_PROMPTS) -> List[List[Piece]]:
+class MediaPrompt(list):
+    """A {"prompt_string": "...", "multimodal_data": [base64, ...]} prompt: its text (one piece)
+    and its images (vision.base64_part), placed at its media markers (vision.MEDIA_MARKER)."""
+    images: List[JSON] = []
+    where: str = "prompt"
+
+
+def split_prompts(v: Any, param: str = "prompt", limit: Optional[int] = MAX_PROMPTS,
+                  media: bool = False) -> List[List[Piece]]:
     """llama-server's prompt shapes (its /completion's and its embeddings') -> prompts, each a
     list of text pieces and token ids:
 
     "text" | [id, ...] | [id or "text", ...] (one mixed prompt) | {"prompt_string": ...}
     | {"content": [{"type": "text", "text": ...}, ...]} | ["text", [ids], {...}, ...] (several
-    prompts, at most `limit`). A failure is a 400 naming `param`.
+    prompts, at most `limit`). `media`: multimodal_data is taken (a MediaPrompt). A failure is a
+    400 naming `param`.
     """
     def one(p, where) -> List[Piece]:
         if isinstance(p, str):
@@ -199,6 +208,8 @@ def split_prompts(v: Any, param: str = "prompt",
             extra = set(p) - {"prompt_string", "multimodal_data"}
             if extra:
                 raise invalid(f"unknown field '{where}.{sorted(extra)[0]}'", param, "unknown_field")
+            if p.get("multimodal_data") and media:
+                return media_prompt(p, where, param)
             if p.get("multimodal_data"):
                 raise invalid(f"'{where}.multimodal_data': this model takes no images or audio",
                               param, "unsupported")
@@ -224,6 +235,20 @@ def split_prompts(v: Any, param: str = "prompt",
                           param, "invalid_value")
         return [one(p, f"{param}[{i}]") for i, p in enumerate(v)]
     return [one(v, param)]
+
+
+def media_prompt(p: JSON, where: str, param: str) -> MediaPrompt:
+    text, data = p.get("prompt_string"), p["multimodal_data"]
+    if not isinstance(text, str):
+        raise invalid(f"'{where}.prompt_string' must be a string (with a media marker "
+                      f"'{vision.MEDIA_MARKER}' per multimodal_data entry)", param, "invalid_type")
+    if not isinstance(data, list):
+        raise invalid(f"'{where}.multimodal_data' must be an array of base64 strings, got "
+                      f"{V.type_name(data)}", param, "invalid_type")
+    out = MediaPrompt([text])
+    out.images = [vision.base64_part(d, f"{where}.multimodal_data[{k}]") for k, d in enumerate(data)]
+    out.where = where
+    return out
 
 
 def _text_parts(parts: Any, where: str, param: str = "prompt") -> str:
@@ -254,6 +279,15 @@ def tokenize_pieces(llm, pieces: List[Piece], add_bos: bool = True) -> List[int]
         else:
             ids.append(int(p))
     return ids
+
+
+def media_ids(llm, p: MediaPrompt) -> List[int]:
+    """A MediaPrompt's ids with its image blocks (vision.PromptIds), for a model that takes them."""
+    v = vision.of(llm)
+    if v is None:
+        raise invalid(f"'{p.where}.multimodal_data': this model takes no images or audio",
+                      "prompt", "unsupported")
+    return v.raw_prompt_ids(p[0], p.images, lambda text: tokenize_pieces(llm, [text]), p.where)
 
 
 # --- FIM tokens -------------------------------------------------------------------------------
@@ -518,8 +552,8 @@ class LlamaCppAPI:
         return await self._native(request, "infill", infill=True)
 
     def _prepare(self, llm, body: Any, infill: bool):
-        fields = parse(InfillBody if infill else NativeCompletionBody, body).model_dump(
-            by_alias=True, exclude_unset=True)
+        m = parse(InfillBody if infill else NativeCompletionBody, body)
+        fields = m.model_dump(by_alias=True, exclude_unset=True)
         if infill:
             fim = fim_tokens(llm)
             missing = [k for k, name in (("pre", "prefix"), ("suf", "suffix"), ("mid", "middle"))
@@ -539,7 +573,7 @@ class LlamaCppAPI:
             extra = fields.get("input_extra", [])
             prompts = [[fields.get("prompt", "")]]
         else:
-            prompts = fields["prompt"]
+            prompts = m.prompt  # as parsed: a MediaPrompt keeps its images
 
         kw = self._sampling(llm, fields)
         params = self.host.sampling_params(kw)
@@ -552,6 +586,8 @@ class LlamaCppAPI:
                 ids = infill_prompt(llm, fim, prefix, suffix, extra, p_ids,
                                     self.config.max_batch_tokens, _attr(params, "max_tokens"),
                                     n_ctx or 1 << 30)
+            elif isinstance(pieces, MediaPrompt):  # images at the prompt's media markers
+                ids = media_ids(llm, pieces)
             else:
                 ids = tokenize_pieces(llm, pieces)
             if not ids:
@@ -768,7 +804,7 @@ class LlamaCppAPI:
             "model_ftype": md.get("general.file_type") if isinstance(md, dict) else None,
             "n_ctx": self.host.n_ctx,
             "modalities": {"vision": getattr(inner, "takes_images", False) is True, "video": False, "audio": False},
-            "media_marker": "",
+            "media_marker": vision.MEDIA_MARKER if vision.of(llm) else "",
             "endpoint_slots": self.config.slots_endpoint,
             "endpoint_props": True,
             "endpoint_metrics": self.config.metrics_endpoint,

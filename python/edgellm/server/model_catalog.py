@@ -40,6 +40,12 @@ class ModelEntry:
     names: List[str] = field(default_factory=list)     # its id, then its other aliases
 
 
+def _model_file(p: Path) -> bool:
+    """A *.gguf file that is no vision projector (mmproj*.gguf, found beside its model)."""
+    name = p.name.lower()
+    return name.endswith(".gguf") and not name.startswith("mmproj") and p.is_file()
+
+
 def _key(name: str) -> str:
     key = name.strip().lower()
     return key[:-len(":latest")] if key.endswith(":latest") else key
@@ -105,17 +111,18 @@ class ModelCatalog:
         """Add the *.gguf files of --models-dir not yet known; the new entries."""
         if not self.models_dir:
             return []
-        try:
-            files = sorted(p for p in Path(self.models_dir).iterdir()
-                           if p.name.lower().endswith(".gguf") and p.is_file())
+        try:  # a model file, or llama-server's folder of one model and its mmproj*.gguf
+            files = [(p, []) for p in sorted(Path(self.models_dir).iterdir()) if _model_file(p)] + [
+                (ms[0], [d.name]) for d in sorted(Path(self.models_dir).iterdir()) if d.is_dir()
+                for ms in [[p for p in sorted(d.iterdir()) if _model_file(p)]] if len(ms) == 1]
         except OSError as e:
             raise CatalogError(f"cannot read --models-dir {self.models_dir}: {e.strerror}") from None
         added = []
-        for p in files:
+        for p, names in files:
             if os.path.realpath(p) in self._paths:
                 continue
             try:
-                added.append(self._add(str(p), str(p), []))
+                added.append(self._add(str(p), str(p), names))
             except CatalogError:
                 continue  # its id is taken: the model given first keeps it
         for entry in added:

@@ -29,6 +29,7 @@ reused as is), its planned bytes and its use counts. The rules, all applied on t
 """
 import asyncio
 import logging
+import os
 import re
 import time
 from dataclasses import replace
@@ -58,7 +59,7 @@ def default_planner(config: ServerConfig) -> int:
     return plan(config.model_path or config.model, n_ctx=config.ctx_size,
                 n_threads=config.threads, kv_memory=config.kv_memory, max_seqs=config.parallel,
                 max_batch_tokens=config.max_batch_tokens, draft_model=config.draft_model,
-                speculative=config.speculative).total
+                speculative=config.speculative, mmproj=config.mmproj).total
 
 
 def machine_budget() -> Optional[int]:
@@ -115,8 +116,17 @@ class ModelPool:
         for entry in entries:
             self.add(entry)
 
+    def projector_of(self, entry: ModelEntry) -> Optional[str]:
+        """The --mmproj MODEL=PATH naming `entry` (by the model as given, its path or a name of
+        it), else None: the one mmproj*.gguf beside its file, if any."""
+        for name, path in self.config.model_mmproj.items():
+            if name in (entry.source, *entry.names) or os.path.realpath(name) == os.path.realpath(entry.path):
+                return path
+        return None
+
     def add(self, entry: ModelEntry) -> ModelSlot:
-        cfg = replace(self.config, model=entry.source, model_path=entry.path, alias=entry.id)
+        cfg = replace(self.config, model=entry.source, model_path=entry.path, alias=entry.id,
+                      mmproj=self.projector_of(entry))
         host = EngineHost(cfg, self.loader, self.params_factory, metrics=self.metrics)
         host.state = UNLOADED
         slot = ModelSlot(entry, host)

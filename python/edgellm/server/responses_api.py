@@ -33,6 +33,7 @@ from starlette.responses import JSONResponse, Response
 
 from edgellm.chat_output import ChatDelta, new_call_id
 
+from . import media
 from . import responses_models as W
 from .errors import APIError, invalid
 from .lifecycle import Encoder, Generation, Lifecycle, read_json
@@ -67,9 +68,11 @@ class ResponsesRequest:
     timings_per_token: bool = False       # llama-server: stream events carry running "timings"
 
 
-def _text(content: Any) -> str:
-    return content if isinstance(content, str) else "\n".join(
-        p.refusal if isinstance(p, W.RefusalPart) else p.text for p in content)
+def _text(content: Any, where: str = "") -> Any:
+    """A message's content: its text, or text and image parts (server/media.py) in order."""
+    return content if isinstance(content, str) else media.content([
+        p.refusal if isinstance(p, W.RefusalPart) else media.part(p, f"{where}[{j}]")
+        if isinstance(p, W.ImagePart) else p.text for j, p in enumerate(content)])
 
 
 def input_messages(items: List[BaseModel]) -> List[JSON]:
@@ -77,10 +80,10 @@ def input_messages(items: List[BaseModel]) -> List[JSON]:
     out: List[JSON] = []
     tool_names: Dict[str, str] = {}
     reasoning: List[str] = []
-    for it in items:
+    for i, it in enumerate(items):
         if isinstance(it, W.MessageItem):
             msg = {"role": "system" if it.role == "developer" else it.role,
-                   "content": _text(it.content)}
+                   "content": _text(it.content, f"input[{i}].content")}
             if it.role == "assistant" and reasoning:
                 msg["reasoning_content"], reasoning = "\n".join(reasoning), []
             out.append(msg)
@@ -95,7 +98,7 @@ def input_messages(items: List[BaseModel]) -> List[JSON]:
                  "function": {"name": it.name, "arguments": it.arguments}})
             tool_names[it.call_id] = it.name
         elif isinstance(it, W.FunctionCallOutputItem):
-            msg = {"role": "tool", "tool_call_id": it.call_id, "content": _text(it.output)}
+            msg = {"role": "tool", "tool_call_id": it.call_id, "content": _text(it.output, f"input[{i}].output")}
             if it.call_id in tool_names:
                 msg["name"] = tool_names[it.call_id]
             out.append(msg)
@@ -132,9 +135,10 @@ def input_items(items: List[BaseModel]) -> List[JSON]:
     return out
 
 
-def parse_request(raw: Any) -> ResponsesRequest:
-    """Check a `POST /v1/responses` body (400 naming the field on anything wrong)."""
-    b = parse(W.ResponsesBody, raw)
+def parse_request(raw: Any, images: bool = False) -> ResponsesRequest:
+    """Check a `POST /v1/responses` body (400 naming the field on anything wrong); `images`: the
+    model takes input_image parts."""
+    b = parse(W.ResponsesBody, raw, {"images": images})
     sent = b.model_fields_set
     sampling: JSON = {"max_tokens": b.max_output_tokens,
                       **b.model_dump(include={"temperature", "top_p"}, exclude_none=True)}
@@ -524,7 +528,7 @@ class ResponsesAPI:
 
     async def create(self, request: Request) -> Response:
         async def plan(llm) -> Generation:
-            req = parse_request(await read_json(request))
+            req = parse_request(await read_json(request), media.takes_images(llm))
             history = self._history(req)
             messages = conversation(req, history)
             params = self.host.sampling_params(req.sampling)

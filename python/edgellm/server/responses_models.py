@@ -8,6 +8,7 @@ from typing_extensions import Annotated
 
 from .. import validation as V
 from .errors import invalid
+from .media import TEXT_ONLY, image_part_model
 from .wire import Int, Refusal, Wire, bad_type, of_type, shape, tagged, text_or
 
 JSON = Dict[str, Any]
@@ -31,7 +32,10 @@ Given = (str, Field(None, validate_default=True))  # required; absent or null is
 TextPart = shape("TextPart", Wire, type=Literal["input_text", "output_text", "text"], text=str,
                  annotations=Lists, logprobs=Lists)
 RefusalPart = of_type("refusal", Wire, refusal=str, annotations=Lists, logprobs=Lists)
-MEDIA_PARTS = ("input_image", "input_file", "input_audio", "image_url", "image", "file")
+MEDIA_PARTS = ("input_file", "input_audio", "image_url", "image", "file")
+# an image (server/media.py): for a model loaded with its projector
+ImagePart = image_part_model("input_image", f"'{{where}}' is an input_image part: {TEXT_ONLY}",
+                             image_url=Str, file_id=Str, detail=Str)
 
 
 def _unknown_part(kind: Any) -> Refusal:
@@ -42,8 +46,9 @@ def _unknown_part(kind: Any) -> Refusal:
                    f"{V.short(kind)}", param="{where}.type")
 
 
-Part = Annotated[Union[TextPart, RefusalPart], tagged(
-    {"input_text": TextPart, "output_text": TextPart, "text": TextPart, "refusal": RefusalPart},
+Part = Annotated[Union[TextPart, RefusalPart, ImagePart], tagged(
+    {"input_text": TextPart, "output_text": TextPart, "text": TextPart, "refusal": RefusalPart,
+     "input_image": ImagePart},
     _unknown_part)]
 Content = text_or(Part, "content parts")
 

@@ -10,7 +10,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 import edgellm
 
-from . import lora_api, protocol
+from . import lora_api, media, protocol
 from .admission import EngineHost
 from .lifecycle import Generation, Lifecycle, check_token_ids, off_loop, read_json
 from .model_pool import public_text
@@ -29,6 +29,7 @@ def engine_meta(llm) -> dict:
         meta["draft_model"] = getattr(inner, "draft_model_path", None)
     if getattr(inner, "takes_images", False) is True:  # vision input: the projector file
         meta["modalities"] = ["text", "image"]
+        meta["capabilities"] = ["completion", "multimodal"]  # llama-server's words
         meta["mmproj"] = getattr(inner, "mmproj", None)
     md = getattr(inner, "metadata", None) or {}
     if isinstance(md, dict):
@@ -52,7 +53,7 @@ class Routes:
     # --- generation ----------------------------------------------------------------------------
     async def chat_completions(self, request: Request) -> Response:
         async def plan(llm) -> Generation:
-            req = protocol.parse_chat(await read_json(request), images=bool(getattr(llm, "takes_images", False)))
+            req = protocol.parse_chat(await read_json(request), images=media.takes_images(llm))
             shaping = {k: req.extra[k] for k in ("add_generation_prompt", "continue_final_message")
                        if k in req.extra}
             prompt = None
@@ -84,7 +85,9 @@ class Routes:
     async def models(self, request: Request) -> Response:
         async def work():
             meta = engine_meta(self.host.require_ready())
-            return JSONResponse({"object": "list", "data": [{
+            return JSONResponse({"object": "list", "models": [{  # llama-server's list too
+                "name": self.config.model_id, "model": self.config.model_id,
+                "capabilities": meta.get("capabilities", ["completion"])}], "data": [{
                 "id": self.config.model_id, "object": "model",
                 "created": int(self.host.loaded_at or time.time()), "owned_by": "edgellm",
                 # llama-server's --alias list and --tags

@@ -14,7 +14,7 @@ import uuid
 from typing import Any, Callable, Dict, List, Literal, Optional, Type, TypeVar, Union
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, TypeAdapter, ValidationError,
-                      create_model, model_serializer, model_validator)
+                      ValidationInfo, create_model, model_serializer, model_validator)
 from typing_extensions import Annotated
 
 from .. import validation as V
@@ -92,7 +92,7 @@ def tagged(kinds: Dict[Any, type], unknown: Optional[Callable[[Any], Refusal]] =
     """An object whose model its `type` (or `tag(obj)`) names; any other tag is `unknown(tag)`
     (default: a 400 listing the known ones). Used instead of pydantic's unions, whose error
     paths name the union member."""
-    def pick(v: Any) -> Any:
+    def pick(v: Any, info: ValidationInfo) -> Any:
         if isinstance(v, BaseModel):
             return v
         if not isinstance(v, dict):
@@ -103,7 +103,7 @@ def tagged(kinds: Dict[Any, type], unknown: Optional[Callable[[Any], Refusal]] =
             names = ", ".join(repr(k) for k in kinds if k is not None)
             raise (unknown or (lambda k: Refusal(f"'{{where}}.type' must be one of {names}, got "
                                                  f"{V.short(k)}", param="{where}.type")))(kind)
-        return model.model_validate(v)
+        return model.model_validate(v, context=info.context)
     return BeforeValidator(pick)
 
 
@@ -111,22 +111,24 @@ def text_or(item: Any, want: str) -> Any:
     """A string, or an array of `item`s (content parts, blocks)."""
     items = TypeAdapter(List[item])
 
-    def check(v: Any) -> Any:
+    def check(v: Any, info: ValidationInfo) -> Any:
         if isinstance(v, str):
             return v
         if not isinstance(v, list):
             raise bad_type(v, f"a string or an array of {want}")
-        return items.validate_python(v)
+        return items.validate_python(v, context=info.context)
     return Annotated[Union[str, List[item]], BeforeValidator(check)]
 
 
-def parse(model: Type[M], body: Any) -> M:
-    """`body` as `model`, or the 400 naming what is wrong."""
+def parse(model: Type[M], body: Any, context: Optional[JSON] = None) -> M:
+    """`body` as `model`, or the 400 naming what is wrong. `context` reaches every nested
+    model's validators (ValidationInfo.context): {"images": True} where the model takes images
+    (server/media.py)."""
     if not isinstance(body, dict):
         raise invalid(f"the request body must be a JSON object, got {V.type_name(body)}", None,
                       "invalid_type")
     try:
-        return model.model_validate(body)
+        return model.model_validate(body, context=context)
     except ValidationError as e:
         raise api_error(e) from None
 

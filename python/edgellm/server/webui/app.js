@@ -14,6 +14,8 @@ const store = new ChatStore();
 const api = new Api(askKey);
 let settings = loadSettings();
 let models = [];        // ids from GET v1/models
+let seeing = new Set(); // the models that take images (meta.modalities has "image")
+let images = [];        // data: URLs of the images attached to the message being written
 let running = null;     // {controller, reply, chat} while an answer streams
 const nodes = new WeakMap();  // message -> its element
 
@@ -55,7 +57,9 @@ async function loadModels() {
       return;
     }
     if (!r.ok) throw new Error(await errorMessage(r));
-    models = ((await r.json()).data || []).map((m) => m.id).filter(Boolean);
+    const data = (await r.json()).data || [];
+    models = data.map((m) => m.id).filter(Boolean);
+    seeing = new Set(data.filter((m) => (m.meta?.modalities || []).includes("image")).map((m) => m.id));
   } catch (e) {
     setStatus(`could not list models: ${e.message}`);
     return;
@@ -67,6 +71,42 @@ async function loadModels() {
   $("model-picker").hidden = models.length < 2;
   $("model-name").textContent = models.length === 1 ? models[0] : "";
   setStatus("");
+  showAttach();
+}
+
+// --- images -----------------------------------------------------------------------------------
+
+// The image button shows for a model that takes images, or one not loaded yet (a many-model
+// server lists modalities once a model is loaded; the server answers 400 if it takes none).
+function showAttach() {
+  const m = settings.model || models[0];
+  $("attach").hidden = !m || (models.length === 1 && !seeing.has(m));
+}
+
+function attachFiles(files) {
+  for (const file of files) {
+    if (!file.type.startsWith("image/")) continue;
+    const reader = new FileReader();
+    reader.onload = () => { images.push(reader.result); renderAttachments(); };
+    reader.readAsDataURL(file);
+  }
+}
+
+function renderAttachments() {
+  const box = $("attachments");
+  box.hidden = images.length === 0;
+  box.replaceChildren(...images.map((url, i) => {
+    const item = el("span", "attachment");
+    const img = el("img", "thumb");
+    img.src = url;
+    img.alt = `image ${i + 1}`;
+    const drop = el("button", "remove", "×");
+    drop.type = "button";
+    drop.title = "Remove this image";
+    drop.onclick = () => { images.splice(i, 1); renderAttachments(); };
+    item.append(img, drop);
+    return item;
+  }));
 }
 
 function setStatus(text) {
@@ -180,6 +220,12 @@ function fill(m) {
   const body = node.querySelector(".body");
   if (m.role !== "assistant") {
     body.textContent = m.content;
+    for (const url of m.images || []) {
+      const img = el("img", "thumb");
+      img.src = url;
+      img.alt = "attached image";
+      body.prepend(img);
+    }
     return;
   }
   node.dataset.state = stateOf(m);
@@ -249,7 +295,9 @@ function requestMessages(chat, reply) {
   if (settings.system.trim()) out.push({ role: "system", content: settings.system });
   for (const m of chat.messages) {
     if (m === reply || m.error || (m.role === "assistant" && !m.content)) continue;
-    out.push({ role: m.role, content: m.content });
+    out.push({ role: m.role, content: m.images?.length ? [  // the images, then the text
+      ...m.images.map((url) => ({ type: "image_url", image_url: { url } })),
+      { type: "text", text: m.content }] : m.content });
   }
   return out;
 }
@@ -260,12 +308,13 @@ function setRunning(on) {
   document.body.classList.toggle("running", on);
 }
 
-async function send(text) {
+async function send(text, attached = []) {
   const chat = store.current || store.create();
   const reply = {
     role: "assistant", content: "", model: settings.model || models[0] || "", streaming: true,
   };
-  chat.messages.push({ role: "user", content: text }, reply);
+  chat.messages.push(attached.length ? { role: "user", content: text, images: attached } :
+    { role: "user", content: text }, reply);
   store.touch(chat);
   const controller = new AbortController();
   running = { controller, reply, chat };
@@ -313,7 +362,13 @@ function start() {
     panel.hidden = !panel.hidden;
     $("settings-toggle").setAttribute("aria-expanded", String(!panel.hidden));
   };
-  $("model").onchange = () => { settings.model = $("model").value; saveSettings(settings); };
+  $("model").onchange = () => { settings.model = $("model").value; saveSettings(settings); showAttach(); };
+  $("attach").onclick = () => $("image-file").click();
+  $("image-file").onchange = () => { attachFiles($("image-file").files); $("image-file").value = ""; };
+  $("input").onpaste = (e) => {  // a pasted image (a screenshot) is attached, text pastes as text
+    const files = [...(e.clipboardData?.files || [])].filter((f) => f.type.startsWith("image/"));
+    if (files.length) { e.preventDefault(); attachFiles(files); }
+  };
   $("new-chat").onclick = () => {
     if (running) return;
     const empty = store.current && store.current.messages.length === 0 ? store.current : null;
@@ -324,9 +379,12 @@ function start() {
   $("composer").onsubmit = (e) => {
     e.preventDefault();
     const text = $("input").value.trim();
-    if (!text || running) return;
+    if ((!text && !images.length) || running) return;
     $("input").value = "";
-    send(text);
+    const attached = images;
+    images = [];
+    renderAttachments();
+    send(text, attached);
   };
   $("input").onkeydown = (e) => {
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
