@@ -134,7 +134,7 @@ def test_images_become_data_uri_parts():
         {"role": "tool", "content": "a cat", "tool_name": "look"}]})
     msgs = ollama_api.chat_messages(body, "be brief")
     assert msgs[0] == {"role": "system", "content": "be brief"}
-    assert msgs[1]["content"][1]["type"] == "image_url"
+    assert [p["type"] for p in msgs[1]["content"]] == ["image_url", "text"]  # images first, as Ollama
     call = msgs[2]["tool_calls"][0]
     assert json.loads(call["function"]["arguments"]) == {"at": "it"}
     assert msgs[3] == {"role": "tool", "content": "a cat", "name": "look",

@@ -190,10 +190,10 @@ def test_completion_multimodal_data_to_a_text_only_model(text_only):
 
 def test_ollama_images(server, tok):
     """Ollama's `images` in /api/chat and /api/generate, by the ollama client: the answer is the
-    engine's for the same content parts (Ollama's message text, then its images)."""
+    engine's for the same content parts (Ollama's images, then its message text)."""
     ollama = pytest.importorskip("ollama")
     c = ollama.Client(host=server.url)
-    parts = [{"type": "text", "text": QUESTIONS[0]}, {"type": "image_url", "image_url": {"url": data_uri(png(0))}}]
+    parts = [{"type": "image_url", "image_url": {"url": data_uri(png(0))}}, {"type": "text", "text": QUESTIONS[0]}]
     want = tok.chat([{"role": "user", "content": parts}],
                                SamplingParams(temperature=0, max_tokens=6)).text
     r = c.chat(model="m", messages=[{"role": "user", "content": QUESTIONS[0], "images": [png(0)]}],

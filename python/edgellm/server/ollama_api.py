@@ -227,8 +227,9 @@ def image_part(data: str, where: str) -> JSON:
 def content(text: str, images: Optional[List[str]], where: str) -> Any:
     if not images:
         return text
-    return [{"type": "text", "text": text}] + [image_part(d, f"{where}[{i}]")
-                                               for i, d in enumerate(images)]
+    # Ollama puts a message's images before its text (server/prompt.go prefixes the image tags)
+    return [image_part(d, f"{where}[{i}]") for i, d in enumerate(images)] + \
+        [{"type": "text", "text": text}]
 
 
 def chat_messages(body: W.OllamaChatBody, system: Optional[str]) -> List[JSON]:
