@@ -2,7 +2,8 @@
 # Cross-builds the C++ core and the C++ tests for aarch64 on an x86-64 host and runs them under
 # qemu-user, once per emulated CPU:
 #   cortex-a72 (Raspberry Pi 4: armv8.0, no dot product) -> kernel table "neon"
-#   cortex-a76 (Raspberry Pi 5: armv8.2 + dotprod)       -> kernel table "neon-dotprod"
+#   cortex-a76 (Raspberry Pi 5: armv8.2 + dotprod, no i8mm) -> kernel table "neon-dotprod"
+#   max (qemu's newest: dotprod, HWCAP2_I8MM)             -> kernel table "neon-i8mm"
 # On each: test_kernels_isa (every table entry against the scalar reference, and the dispatch
 # asserting which path runs), test_golden_smollm2 (the SmolLM2 greedy golden continuation through
 # the C++ API), then the rest of the C++ unit tests under the default CPU model.
@@ -65,7 +66,7 @@ run() {  # run CPU NAME ENV... -- BINARY ARGS...: one test binary under qemu wit
   rc=$?
   set -e
   if [ "$rc" -eq 0 ]; then
-    say "PASS $name on $cpu ($(( $(date +%s) - start )) s): $(grep -E '^(active ISA|kernel table|greedy|SKIP|neon|[0-9]+ passed)' "$log" | tr '\n' '|' | sed 's/|$//; s/|/ | /g')"
+    say "PASS $name on $cpu ($(( $(date +%s) - start )) s): $(grep -E '^(active ISA|kernel table|greedy|SKIP|neon|packed matmul|[0-9]+ passed)' "$log" | tr '\n' '|' | sed 's/|$//; s/|/ | /g')"
   else
     say "FAIL $name on $cpu (exit $rc):"
     tail -40 "$log" | sed 's/^/    /'
@@ -76,8 +77,12 @@ run() {  # run CPU NAME ENV... -- BINARY ARGS...: one test binary under qemu wit
 
 # Pi 4 class: plain NEON, the dotprod table must be unavailable.
 run cortex-a72 test_kernels_isa EDGELLM_EXPECT_ISA=neon "EDGELLM_EXPECT_ISAS=scalar neon" -- "$build/test_kernels_isa"
-# Pi 5 class: the dotprod table is the default.
+# Pi 5 class: the dotprod table is the default; no HWCAP2_I8MM, so the i8mm table compiled into
+# the same binary must be unavailable (the fallback from neon-i8mm).
 run cortex-a76 test_kernels_isa EDGELLM_EXPECT_ISA=neon-dotprod "EDGELLM_EXPECT_ISAS=scalar neon neon-dotprod" \
+  -- "$build/test_kernels_isa"
+# Graviton 3 / Cortex-A710 class (HWCAP2_I8MM): the i8mm table is the default.
+run max test_kernels_isa EDGELLM_EXPECT_ISA=neon-i8mm "EDGELLM_EXPECT_ISAS=scalar neon neon-dotprod neon-i8mm" \
   -- "$build/test_kernels_isa"
 # EDGELLM_ISA forces a lower level on a CPU that could do more.
 run cortex-a76 "test_kernels_isa (EDGELLM_ISA=neon)" EDGELLM_ISA=neon EDGELLM_EXPECT_ISA=neon -- "$build/test_kernels_isa"
@@ -85,9 +90,11 @@ run cortex-a76 "test_kernels_isa (EDGELLM_ISA=neon)" EDGELLM_ISA=neon EDGELLM_EX
 # The golden greedy continuation through each path.
 run cortex-a72 test_golden_smollm2 EDGELLM_EXPECT_ISA=neon -- "$build/test_golden_smollm2"
 run cortex-a76 test_golden_smollm2 EDGELLM_EXPECT_ISA=neon-dotprod -- "$build/test_golden_smollm2"
+run max test_golden_smollm2 EDGELLM_EXPECT_ISA=neon-i8mm -- "$build/test_golden_smollm2"
 
-# Every other C++ unit test (GGUF, quant, attention over every table, tokenizer, grammar,
-# scheduler, ...) once, on the newest CPU model qemu offers.
+# Every other C++ unit test (GGUF, quant, packed matmuls and attention over every table the CPU
+# runs, tokenizer, grammar, scheduler, ...) once, on the newest CPU model qemu offers (max: all
+# four tables, neon-i8mm's packed matmuls against the reference in test_packed).
 for t in "$build"/test_*; do
   name=$(basename "$t")
   case "$name" in test_kernels_isa|test_golden_smollm2) continue ;; esac

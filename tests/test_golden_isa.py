@@ -21,7 +21,7 @@ Cost: about 180 CPU-seconds in the subprocesses (over half of it scalar Qwen), s
 2 minutes of wall time on 2 idle cores.
 
 Levels the CPU (or the build) lacks are skipped with the reason. Levels are those of the
-machine's architecture: scalar, avx2, avx512 on x86-64; scalar, neon, neon-dotprod on ARM.
+machine's architecture: scalar, avx2, avx512 on x86-64; scalar, neon, neon-dotprod, neon-i8mm on ARM.
 
 Run as a script, this file is the subprocess:
     EDGELLM_ISA=avx2 python tests/test_golden_isa.py '<json job list>'
@@ -56,7 +56,7 @@ MODELS = [
 
 def _levels():
     arm = platform.machine().lower() in ("aarch64", "arm64")
-    return ["scalar", "neon", "neon-dotprod"] if arm else ["scalar", "avx2", "avx512"]
+    return ["scalar", "neon", "neon-dotprod", "neon-i8mm"] if arm else ["scalar", "avx2", "avx512"]
 
 
 LEVELS = _levels()

@@ -65,7 +65,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("available_isas", [] {
     py::list out;
     using edgellm::kernels::Isa;
-    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDotprod})
+    for (Isa isa : edgellm::kernels::kAllIsas)
       if (edgellm::kernels::table_for(isa)) out.append(edgellm::kernels::isa_name(isa));
     return out;
   });

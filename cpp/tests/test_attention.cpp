@@ -1,8 +1,8 @@
 // Paged attention: the scalar reference against a dense float64 softmax attention over the same
 // (dequantized) keys and values, with scrambled page tables, blocks of query tokens, GQA groups,
 // sliding windows, score soft-capping, attention sinks and every KV element type; then every
-// kernel table this machine runs against the reference, so a SIMD override is covered as soon
-// as it lands.
+// kernel table this machine runs against the reference (each distinct paged_attention once), so
+// a SIMD override is covered as soon as it lands.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -238,6 +238,20 @@ int exact_rows_mismatches(const kernels::KernelTable& table, DType type, uint32_
 
 }  // namespace
 
+// The SIMD tables this CPU runs, one per distinct paged_attention (neon-dotprod and neon-i8mm
+// keep neon's: testing it once keeps this test's time under qemu flat as tables are added).
+std::vector<const kernels::KernelTable*> simd_attention_tables() {
+  std::vector<const kernels::KernelTable*> out;
+  for (kernels::Isa isa : kernels::kAllIsas) {
+    const kernels::KernelTable* t = kernels::table_for(isa);
+    if (!t || isa == kernels::Isa::Scalar) continue;
+    bool seen = false;
+    for (const kernels::KernelTable* o : out) seen = seen || o->paged_attention == t->paged_attention;
+    if (!seen) out.push_back(t);
+  }
+  return out;
+}
+
 int main() {
   const kernels::KernelTable& ref = kernels::generic_table();
   CHECK(ref.paged_attention != nullptr);
@@ -246,10 +260,9 @@ int main() {
     if (!(e < 2e-5f)) std::fprintf(stderr, "generic %s: max error %g vs dense float64\n", dtype_name(t), e);
     CHECK(e < 2e-5f);
   }
-  using kernels::Isa;
-  for (Isa isa : {Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDotprod}) {
-    const kernels::KernelTable* t = kernels::table_for(isa);
-    if (!t) continue;
+  const std::vector<const kernels::KernelTable*> simd = simd_attention_tables();
+  for (const kernels::KernelTable* t : simd) {
+    const kernels::Isa isa = t->isa;
     CHECK(t->paged_attention != nullptr);
     for (DType dt : {DType::F32, DType::F16, DType::Q8_0}) {
       const float e = max_error(*t, dt, 100 + static_cast<int>(dt), false, &ref);
@@ -272,9 +285,8 @@ int main() {
   }
   const Shape shapes[] = {{1, 64, 64, 16}, {3, 64, 64, 32}, {4, 256, 256, 32}, {7, 64, 64, 8},
                           {4, 128, 128, 64}, {2, 40, 20, 13}, {5, 24, 8, 7}};
-  for (Isa isa : {Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDotprod}) {
-    const kernels::KernelTable* t = kernels::table_for(isa);
-    if (!t) continue;
+  for (const kernels::KernelTable* t : simd) {
+    const kernels::Isa isa = t->isa;
     for (const Shape& sh : shapes)
       for (DType dt : {DType::F32, DType::F16, DType::Q8_0}) {
         if (dt == DType::Q8_0 && (sh.hd_k % 32 || sh.hd_v % 32)) continue;
@@ -293,8 +305,7 @@ int main() {
                                 {7, 64, 64, 8},  {8, 128, 128, 16}, {2, 40, 24, 13}, {6, 72, 40, 7},
                                 {5, 24, 8, 7},   {12, 64, 64, 16}};
   std::vector<const kernels::KernelTable*> tables = {&ref};
-  for (Isa isa : {Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDotprod})
-    if (const kernels::KernelTable* t = kernels::table_for(isa)) tables.push_back(t);
+  tables.insert(tables.end(), simd.begin(), simd.end());
   for (const kernels::KernelTable* t : tables)
     for (const Shape& sh : exact_shapes)
       for (DType dt : {DType::F32, DType::F16, DType::Q8_0}) {

@@ -1,5 +1,5 @@
-// Every kernel table this machine runs (avx2 / avx512 natively on x86, neon / neon-dotprod on
-// aarch64 or under qemu-aarch64), entry by entry, against the generic scalar table:
+// Every kernel table this machine runs (avx2 / avx512 natively on x86, neon / neon-dotprod /
+// neon-i8mm on aarch64 or under qemu-aarch64), entry by entry, against the generic scalar table:
 //
 // This file is the kernel-vs-reference contract (tests/test_kernels.py only checks what the Python
 // binding adds: argument errors, EDGELLM_ISA in a fresh process); row-interleaved weights are
@@ -19,7 +19,8 @@
 //   taken is the expected one. A runner that knows the CPU says so through the environment:
 //   EDGELLM_EXPECT_ISA (the name active() must report) and EDGELLM_EXPECT_ISAS (the exact
 //   space-separated set table_for() offers), e.g. under qemu -cpu cortex-a72: "neon" and
-//   "scalar neon"; under -cpu cortex-a76: "neon-dotprod" and "scalar neon neon-dotprod".
+//   "scalar neon"; under -cpu cortex-a76: "neon-dotprod" and "scalar neon neon-dotprod"; under
+//   -cpu max (HWCAP2_I8MM): "neon-i8mm" and "scalar neon neon-dotprod neon-i8mm".
 //
 // Sizes stay modest so the whole run takes seconds under emulation; EDGELLM_TEST_SEED varies the
 // random draw.
@@ -50,7 +51,7 @@ using kernels::KernelTable;
 
 namespace {
 
-constexpr Isa kAllIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDotprod};
+using kernels::kAllIsas;
 
 const DType kFloatWeights[] = {DType::F32, DType::F16, DType::BF16};
 const DType kLegacyWeights[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0};
@@ -401,6 +402,21 @@ void test_neon_overrides(const KernelTable& t) {
     for (DType wt : kKWeights) CHECK(t.matmul[idx(wt)] != neon->matmul[idx(wt)]);
     for (DType wt : kTableWeights) CHECK(t.matmul[idx(wt)] != neon->matmul[idx(wt)]);
     CHECK(t.quantize[idx(DType::Q8_0)] == neon->quantize[idx(DType::Q8_0)]);
+  }
+  if (t.isa == Isa::NeonI8mm) {
+    // smmla replaces sdot in every packed matmul (test_packed.cpp checks them against the
+    // reference); the GGUF-layout matmuls are neon-dotprod's.
+    const KernelTable* dp = kernels::table_for(Isa::NeonDotprod);
+    CHECK(dp != nullptr);  // HWCAP2_I8MM without dotprod is not a CPU we pick i8mm on
+    if (!dp) return;
+    int packed = 0;
+    for (int id = 0; id < kDTypeIdLimit; ++id) {
+      CHECK(t.matmul[id] == dp->matmul[id]);
+      if (!dp->packed_matmul[id]) continue;
+      CHECK(t.packed_matmul[id] != nullptr && t.packed_matmul[id] != dp->packed_matmul[id]);
+      ++packed;
+    }
+    CHECK(packed == 11);  // Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4
   }
 }
 

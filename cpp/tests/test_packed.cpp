@@ -228,12 +228,14 @@ void check_table(const KernelTable& k, DType t, int rows, int64_t K, int ncols, 
 
 void test_tables(std::mt19937& rng) {
   int tables = 0;
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDotprod}) {
+  std::string per_table;
+  for (Isa isa : kernels::kAllIsas) {
     const KernelTable* k = kernels::table_for(isa);
     if (!k) continue;
+    int types = 0;
     for (DType t : kTypes) {
       if (!k->packed_matmul[idx(t)]) continue;
-      ++tables;
+      ++tables, ++types;
       for (int ncols : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 70})
         check_table(*k, t, 48, units(t, 3), ncols, 0, 48, kRandom, rng);
       check_table(*k, t, 64, units(t, is_k(t) ? 2 : 18), 4, 16, 48, kRandom, rng);  // a row-group sub-range
@@ -258,12 +260,13 @@ void test_tables(std::mt19937& rng) {
       }
       CHECK(threw);
     }
+    if (types) per_table += std::string(per_table.empty() ? "" : ", ") + kernels::isa_name(isa) + " " + std::to_string(types);
   }
-  std::printf("packed matmul: %d (table, type) pairs checked\n", tables);
+  std::printf("packed matmul: %d (table, type) pairs checked (%s)\n", tables, per_table.c_str());
 }
 
 void test_quantizer(std::mt19937& rng) {
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDotprod}) {
+  for (Isa isa : kernels::kAllIsas) {
     const KernelTable* k = kernels::table_for(isa);
     if (!k) continue;
     CHECK(k->quantize[idx(DType::Q8_R)] != nullptr);

@@ -25,13 +25,13 @@ using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>
 
 const kernels::KernelTable& table_named(const std::string& name) {
   using kernels::Isa;
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDotprod}) {
+  for (Isa isa : kernels::kAllIsas) {
     if (name != kernels::isa_name(isa)) continue;
     const kernels::KernelTable* t = kernels::table_for(isa);
     if (!t) throw InvalidRequestError("isa '" + name + "': not compiled in or not supported by this CPU");
     return *t;
   }
-  throw InvalidRequestError("isa '" + name + "': unknown (scalar, avx2, avx512, neon, neon-dotprod)");
+  throw InvalidRequestError("isa '" + name + "': unknown (scalar, avx2, avx512, neon, neon-dotprod, neon-i8mm)");
 }
 
 DType dtype_named(const std::string& name, const char* param) {

@@ -23,6 +23,9 @@ void fill_neon_table(KernelTable& t);
 #ifdef EDGELLM_HAVE_NEON_DOTPROD
 void fill_neon_dotprod_table(KernelTable& t);
 #endif
+#ifdef EDGELLM_HAVE_NEON_I8MM
+void fill_neon_i8mm_table(KernelTable& t);
+#endif
 
 const char* isa_name(Isa isa) {
   switch (isa) {
@@ -31,6 +34,7 @@ const char* isa_name(Isa isa) {
     case Isa::Avx512: return "avx512";
     case Isa::Neon: return "neon";
     case Isa::NeonDotprod: return "neon-dotprod";
+    case Isa::NeonI8mm: return "neon-i8mm";
   }
   return "?";
 }
@@ -46,6 +50,7 @@ bool cpu_runs(Isa isa) {
                              f.avx512dq && f.avx512vnni;
     case Isa::Neon: return f.neon;
     case Isa::NeonDotprod: return f.neon && f.dotprod;
+    case Isa::NeonI8mm: return f.neon && f.dotprod && f.i8mm;  // HWCAP_ASIMDDP and HWCAP2_I8MM
   }
   return false;
 }
@@ -60,8 +65,8 @@ KernelTable without_packed(const KernelTable& t) {
 }
 
 struct Tables {
-  KernelTable generic, avx2, avx512, neon, neon_dotprod;
-  bool has_avx2 = false, has_avx512 = false, has_neon = false, has_neon_dotprod = false;
+  KernelTable generic, avx2, avx512, neon, neon_dotprod, neon_i8mm;
+  bool has_avx2 = false, has_avx512 = false, has_neon = false, has_neon_dotprod = false, has_neon_i8mm = false;
   Tables() {
     fill_generic_table(generic);
     generic.isa = Isa::Scalar;
@@ -89,6 +94,12 @@ struct Tables {
     neon_dotprod.isa = Isa::NeonDotprod;
     has_neon_dotprod = true;
 #endif
+#ifdef EDGELLM_HAVE_NEON_I8MM
+    neon_i8mm = has_neon_dotprod ? neon_dotprod : without_packed(generic);
+    fill_neon_i8mm_table(neon_i8mm);
+    neon_i8mm.isa = Isa::NeonI8mm;
+    has_neon_i8mm = true;
+#endif
   }
 };
 
@@ -105,18 +116,19 @@ const KernelTable* compiled(Isa isa) {
     case Isa::Avx512: return t.has_avx512 ? &t.avx512 : nullptr;
     case Isa::Neon: return t.has_neon ? &t.neon : nullptr;
     case Isa::NeonDotprod: return t.has_neon_dotprod ? &t.neon_dotprod : nullptr;
+    case Isa::NeonI8mm: return t.has_neon_i8mm ? &t.neon_i8mm : nullptr;
   }
   return nullptr;
 }
 
 const KernelTable* best() {
-  for (Isa isa : {Isa::Avx512, Isa::Avx2, Isa::NeonDotprod, Isa::Neon})
+  for (Isa isa : {Isa::Avx512, Isa::Avx2, Isa::NeonI8mm, Isa::NeonDotprod, Isa::Neon})
     if (const KernelTable* t = table_for(isa)) return t;
   return &tables().generic;
 }
 
 const KernelTable* by_name(const char* name) {
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDotprod}) {
+  for (Isa isa : kAllIsas) {
     if (std::strcmp(name, isa_name(isa)) == 0) {
       const KernelTable* t = table_for(isa);
       if (!t)
@@ -126,7 +138,7 @@ const KernelTable* by_name(const char* name) {
     }
   }
   throw std::invalid_argument(std::string("EDGELLM_ISA=") + name +
-                              ": unknown (use scalar, avx2, avx512, neon or neon-dotprod)");
+                              ": unknown (use scalar, avx2, avx512, neon, neon-dotprod or neon-i8mm)");
 }
 
 const KernelTable* default_choice() {

@@ -12,8 +12,10 @@
 
 namespace edgellm::kernels {
 
-enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512 = 2, Neon = 3, NeonDotprod = 4 };
-const char* isa_name(Isa isa);  // "scalar", "avx2", "avx512", "neon", "neon-dotprod"
+enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512 = 2, Neon = 3, NeonDotprod = 4, NeonI8mm = 5 };
+// Every level, lowest first (what EDGELLM_ISA names, the tests and the bindings iterate).
+inline constexpr Isa kAllIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDotprod, Isa::NeonI8mm};
+const char* isa_name(Isa isa);  // "scalar", "avx2", "avx512", "neon", "neon-dotprod", "neon-i8mm"
 
 // y[c * ldy + r] = dot(W row r, X row c)   for r in [r0, r1), c in [0, ncols)
 // W rows are K elements of the weight type, row stride row_bytes(wtype, K); X rows are already

@@ -68,7 +68,7 @@ struct block_q8_r {
 static_assert(sizeof(block_q8_r) == 40, "q8_r");
 
 // The layout above as compile-time constants of a packable type T: the one definition every
-// packed kernel (x86/avx512, x86/avx2, arm/neon_dotprod) and packed_layout.cpp build on.
+// packed kernel (x86/avx512, x86/avx2, arm/neon_dotprod, arm/neon_i8mm) and packed_layout.cpp build on.
 template <DType T>
 struct PackedFormat {
   // Non-linear 4-bit types: the nibbles are indices into a 16-entry table of signed levels (kLevels).

@@ -2,7 +2,7 @@
 // 32-element sub-block: the rows' constants, the unpacked slices, per column an exact int32 dot
 // with the offset removed as −offset·Σx, one convert and one FMA by d_w·d_x, one FMA for the
 // mins) and the driver (column blocks, 16-row groups, tiles). Everything that touches registers
-// is the ISA's, in I (x86/avx2, x86/avx512, arm/neon_dotprod matmul_packed_*.cpp):
+// is the ISA's, in I (x86/avx2, x86/avx512, arm/neon_dotprod, arm/neon_i8mm matmul_packed_*.cpp):
 //
 //   kPartRows                 rows one register holds (a "part" of the 16-row group: 8, 16, 4)
 //   kTileParts                parts a multi-column tile takes (a single column takes the whole group)
@@ -12,6 +12,9 @@
 //   Slices<T>, unpack<T>(sub, part, s)  the 8 slices of one part of one sub-block
 //   dot<T>(s, xq, init), dot_half<T, H>(s, xq, init)  init + the part's rows' int32 dots of all 32
 //                             elements / of elements 16H..16H+15 with the activation quants xq
+//   optionally kColumnPairs = true and dot_pair<T, H>(s, xq0, xq1, init0, init1, out0, out1): the
+//                             same for two columns at once (H = -1: all 32 elements), which the
+//                             tiles then use for each pair of their columns (neon-i8mm's smmla)
 //   F, I32 and zero, set1, set1_i32, mul, fmadd (acc + a·b), fnmadd (acc − a·b), cvt, store;
 //   half_rows / f32_rows / u8_rows / i8_rows(p): kPartRows fp16 / f32 / u8 / i8 per-row constants as f32
 //
@@ -20,6 +23,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/kernel_errors.h"
@@ -56,6 +60,12 @@ const PackedColAux* prepare_aux(const uint8_t* x, size_t x_stride, int64_t ncols
   }
   return out;
 }
+
+// Whether I dots two columns at once (I::kColumnPairs, see top).
+template <class I, class = void>
+struct ColumnPairs : std::false_type {};
+template <class I>
+struct ColumnPairs<I, std::void_t<decltype(I::kColumnPairs)>> : std::bool_constant<I::kColumnPairs> {};
 
 // Parts [p0, p0 + NP) of one group × C columns, all K. y points at (column 0, first row of part
 // p0); columns are ldy apart; aux: column 0's PackedColAux, columns nsub apart. With PF > 0 the
@@ -111,7 +121,33 @@ void packed_tile(const uint8_t* group, int p0, int64_t nu, const uint8_t* x, siz
         }
         typename I::template Slices<T> s;
         I::template unpack<T>(unit + Fmt::kHeader + sb * Fmt::kSubBytes, p, s);
-        for (int j = 0; j < C; ++j) {
+        // Pairs of columns first where I dots two at once (kPaired = 0: every column alone).
+        constexpr int kPaired = ColumnPairs<I>::value ? C - C % 2 : 0;
+        if constexpr (kPaired > 0) {
+          for (int j = 0; j < kPaired; j += 2) {
+            const block_q8_r* xb[2] = {&reinterpret_cast<const block_q8_r*>(x + j * x_stride)[xi],
+                                       &reinterpret_cast<const block_q8_r*>(x + (j + 1) * x_stride)[xi]};
+            const PackedColAux* ax[2] = {&aux[j * nsub + xi], &aux[(j + 1) * nsub + xi]};
+            decltype(I::set1_i32(0)) lo[2], hi[2];  // dots of elements 0..31 (Q6_K: 0..15), 16..31 (Q6_K)
+            if constexpr (Fmt::kSix) {
+              I::template dot_pair<T, 0>(s, xb[0]->qs, xb[1]->qs, I::set1_i32(ax[0]->off_h[0]), I::set1_i32(ax[1]->off_h[0]),
+                                         lo[0], lo[1]);
+              I::template dot_pair<T, 1>(s, xb[0]->qs, xb[1]->qs, I::set1_i32(ax[0]->off_h[1]), I::set1_i32(ax[1]->off_h[1]),
+                                         hi[0], hi[1]);
+            } else {
+              I::template dot_pair<T, -1>(s, xb[0]->qs, xb[1]->qs, I::set1_i32(kOffset ? ax[0]->off : 0),
+                                          I::set1_i32(kOffset ? ax[1]->off : 0), lo[0], lo[1]);
+            }
+            for (int i = 0; i < 2; ++i) {
+              const F dx = I::set1(xb[i]->d);
+              F& a = acc[pp][j + i];
+              a = I::fmadd(I::cvt(lo[i]), I::mul(da, dx), a);
+              if constexpr (Fmt::kSix) a = I::fmadd(I::cvt(hi[i]), I::mul(db, dx), a);
+              if constexpr (Fmt::kMin) a = Fmt::kK ? I::fnmadd(mn, I::set1(ax[i]->sx), a) : I::fmadd(mn, I::set1(ax[i]->sx), a);
+            }
+          }
+        }
+        for (int j = kPaired; j < C; ++j) {
           const block_q8_r& xb = reinterpret_cast<const block_q8_r*>(x + j * x_stride)[xi];
           const PackedColAux& ax = aux[j * nsub + xi];
           const F dx = I::set1(xb.d);
