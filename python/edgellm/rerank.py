@@ -6,7 +6,8 @@ with a classification head: GGUF cls.output.*, bert.pooling_type 4 "rank").
 
 Each document is paired with the query as transformers encodes a sentence pair —
 [CLS] query [SEP] document [SEP], token type 1 from the document on (the engine's encoder sets
-the types after the first [SEP]: model/encoder.h) — cut to the model's input limit by
+the types after the first [SEP]: model/encoder.h); XLM-R's <s> query </s></s> document </s>
+(one token type) — cut to the model's input limit by
 transformers' "longest_first" rule (a token off the end of the longer text at a time). All
 pairs are submitted at once (the engine batches them as embedding requests with pooling
 "rank"); each score is the classification head's raw first output (no sigmoid), as
@@ -55,13 +56,15 @@ def rerank_pairs(llm, query: str, documents: Sequence[str]) -> List[List[int]]:
     tok = llm.engine_client.tok
     limit = encoder_limit(llm)
     cls, sep = tok.bos_id, tok.eos_id
+    # XLM-R (a Unigram "t5" vocabulary) separates the pair with two: <s> q </s></s> d </s>
+    mid = [sep, sep] if tok.model == "t5" else [sep]
     q = list(tok.encode(query, False, True))  # special-token texts parsed, as transformers does
     out = []
     for d in docs:
         a, b = list(q), list(tok.encode(d, False, True))
-        while len(a) + len(b) + 3 > limit and (a or b):
+        while len(a) + len(b) + 2 + len(mid) > limit and (a or b):
             (a if len(a) > len(b) else b).pop()
-        out.append([cls] + a + [sep] + b + [sep])
+        out.append([cls] + a + mid + b + [sep])
     return out
 
 

@@ -95,6 +95,8 @@ EncoderModel::EncoderModel(std::shared_ptr<GgufFile> file, const EncoderArchitec
   WeightLoader ld(*file_);
   bind_encoder(*file_, ld, c, w_);
   owned_ = std::move(ld.owned());
+  // A classification head and no pooling key (llama.cpp's converted rerankers): it ranks.
+  if (config_.pooling_type < 0 && w_.n_cls_out > 0) config_.pooling_type = 4;
   opts.progress.report(kLoadBindEnd, "bind");
 
   const int nt = threads_->size();

@@ -6,7 +6,8 @@
 // The hidden states of the last layer are what embeddings pool (engine/embedding.h); a
 // reranker (cross-encoder) also has a classification head on the [CLS] state: an optional
 // pooler (dense + tanh, GGUF cls.weight/bias — transformers' BertPooler) then the classifier
-// (cls.output.weight/bias), EncoderModel::rank.
+// (cls.output.weight/bias), EncoderModel::rank; a file with that head and no <arch>.pooling_type
+// (llama.cpp's converter writes none) pools "rank".
 //
 // The engine runs an encoder like a decoder's embedding requests (Engine::submit_embedding),
 // with two differences it learns from Model::causal(): a sequence is computed in one forward

@@ -143,6 +143,8 @@ def _add_kv(w, key: str, value) -> None:
         w.add_float32(key, value)
     elif isinstance(value, str):
         w.add_string(key, value)
+    elif isinstance(value, bytes):  # tokenizer.ggml.precompiled_charsmap
+        w.add_key_value(key, value, T.ARRAY, sub_type=T.UINT8)
     elif isinstance(value, list) and value and isinstance(value[0], bool):
         w.add_array(key, value)
     elif isinstance(value, list) and value and isinstance(value[0], str):
