@@ -1,5 +1,8 @@
-"""Rerank: `LLM.rerank(query, documents)` and `AsyncLLM.rerank`, for cross-encoders (a BERT
-with a classification head: GGUF cls.output.*, bert.pooling_type 4 "rank").
+"""Rerank: `LLM.rerank(query, documents)` and `AsyncLLM.rerank`, for cross-encoders (a BERT or
+XLM-R with a classification head: GGUF cls.output.*, pooling_type 4 "rank") and for decoder
+rerankers that score a yes/no answer token (Qwen3-Reranker as llama.cpp converts it: cls.output
+holds the LM head's "yes" and "no" rows, tokenizer.chat_template.rerank the prompt with {query}
+and {document}; the score is P(yes), the softmax of the two logits at the last position).
 
     for r in llm.rerank("what is a panda", ["hi", "a panda is a bear"], top_n=1):
         print(r.index, r.relevance_score)
@@ -54,6 +57,10 @@ def rerank_pairs(llm, query: str, documents: Sequence[str]) -> List[List[int]]:
 
     docs = _check(llm, query, documents)
     tok = llm.engine_client.tok
+    template = llm.metadata.get("tokenizer.chat_template.rerank")
+    if isinstance(template, str):  # a decoder reranker: its template, filled as llama-server fills it
+        return [list(tok.encode(template.replace("{query}", query).replace("{document}", d), False, True))
+                for d in docs]
     limit = encoder_limit(llm)
     cls, sep = tok.bos_id, tok.eos_id
     # XLM-R (a Unigram "t5" vocabulary) separates the pair with two: <s> q </s></s> d </s>
