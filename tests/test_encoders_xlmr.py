@@ -121,3 +121,13 @@ def test_convert_refuses_other_unigram_pipelines(tmp_path):
     (src / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ConvertError, match="pad_token_id"):
         convert(str(src), str(tmp_path / "x.gguf"), "F32")
+
+
+def test_llama_server_suite_shim_stands_in_this_reranker():
+    from test_server_llamacpp import _shim
+
+    rc, cmd, err = _shim("--hf-repo", "ggml-org/models", "--hf-file", "jina-reranker-v1-tiny-en/ggml-model-f16.gguf",
+                         "--reranking")
+    assert rc == 0, err
+    assert Path(cmd[1]) == DATA / "tiny-xlmr-reranker.llamacpp.gguf" and Path(cmd[1]).is_file()
+    assert "ignoring --reranking" in err
