@@ -6,6 +6,7 @@
 
 #include "common/errors.h"
 #include "common/thread_pool.h"
+#include "kernels/kernels.h"
 #include "model/architecture.h"
 #include "quant/quant.h"
 
@@ -263,7 +264,10 @@ void EncoderModel::forward(const Batch& batch, KVCache&, float* logits, float* h
         for (int h = 0; h < n_head; ++h) rope_.apply(row, q_.data() + t * nq + h * hdk);
         for (int h = 0; h < c.n_head_kv; ++h) rope_.apply(row, k_.data() + t * nk + h * hdk);
       });
-    // Attention: every token of a sequence over all of its tokens; one task per (sequence, head).
+    // Attention: every token of a sequence over all of its tokens; one task per (sequence, head),
+    // its inner loops on the active ISA's float ops (y += a x, softmax; scalar references and
+    // randomized checks in kernels/generic and test_kernels_isa).
+    const kernels::KernelTable& kt_ops = kernels::active();
     threads_->run(n_tasks, [&](int64_t task, int thread) {
       const Segment& s = segs[task / n_head];
       const int h = static_cast<int>(task % n_head), hk = h / group;
@@ -278,22 +282,11 @@ void EncoderModel::forward(const Batch& batch, KVCache&, float* logits, float* h
       for (int32_t i = 0; i < s.n; ++i) {
         const float* qi = q_.data() + (s.begin + i) * nq + h * hdk;
         std::fill(sc, sc + s.n, 0.0f);
-        for (int e = 0; e < hdk; ++e) {
-          const float qe = qi[e] * scale;
-          const float* ke = kt + e * s.n;
-          for (int32_t j = 0; j < s.n; ++j) sc[j] += qe * ke[j];
-        }
-        float mx = -INFINITY;
-        for (int32_t j = 0; j < s.n; ++j) mx = std::max(mx, sc[j]);
-        float sum = 0;
-        for (int32_t j = 0; j < s.n; ++j) sum += (sc[j] = std::exp(sc[j] - mx));
+        for (int e = 0; e < hdk; ++e) kt_ops.axpy_f32(qi[e] * scale, kt + e * s.n, sc, s.n);
+        kt_ops.softmax(sc, s.n);
         float* o = a_.data() + (s.begin + i) * na + h * hdv;
         std::fill(o, o + hdv, 0.0f);
-        for (int32_t j = 0; j < s.n; ++j) {
-          const float pj = sc[j] / sum;
-          const float* vj = v_.data() + (s.begin + j) * nv + hk * hdv;
-          for (int e = 0; e < hdv; ++e) o[e] += pj * vj[e];
-        }
+        for (int32_t j = 0; j < s.n; ++j) kt_ops.axpy_f32(sc[j], v_.data() + (s.begin + j) * nv + hk * hdv, o, hdv);
       }
     });
     matmul(l.wo, l.bo, p.o, a_.data(), T, o_.data());
@@ -302,10 +295,9 @@ void EncoderModel::forward(const Batch& batch, KVCache&, float* logits, float* h
     matmul(l.up, l.b_up, p.up, x, T, f_.data());
     if (arch_.activation == EncoderActivation::SwiGlu) {
       matmul(l.gate, Vector{}, p.gate, x, T, g_.data());
+      const kernels::KernelTable& ops = kernels::active();
       threads_->parallel_for(0, T, [&](int64_t t, int) {
-        float* r = f_.data() + t * c.n_ff;
-        const float* g = g_.data() + t * c.n_ff;
-        for (int64_t i = 0; i < c.n_ff; ++i) r[i] *= g[i] / (1.0f + std::exp(-g[i]));
+        ops.silu_mul(g_.data() + t * c.n_ff, f_.data() + t * c.n_ff, f_.data() + t * c.n_ff, c.n_ff);
       });
     } else {
       threads_->parallel_for(0, T, [&](int64_t t, int) {
