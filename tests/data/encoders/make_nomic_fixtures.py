@@ -20,10 +20,12 @@ Recorded with torch 2.x CPU, transformers 5.25.0."""
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llama_cpp_convert import llama_cpp_convert  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TEXTS = ["what is a panda", "it is a bear", "the giant panda is a bear species endemic to china.",
@@ -100,15 +102,7 @@ def main():
         json.dump([{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
                    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}],
                   f, indent=1)
-    # llama.cpp names a BPE pre-tokenizer by hashing a tokenization of its test text and refuses a
-    # vocabulary it does not know (this tiny one); tokenizer.ggml.pre means nothing to WordPiece, so
-    # its check is replaced by "default" and the rest of the converter runs as it is.
-    conv = "/work/peers/llama.cpp"
-    subprocess.run([sys.executable, "-c", f"import sys, runpy; sys.path.insert(0, {conv!r}); "
-                    "import conversion.base as b; b.TextModel.get_vocab_base_pre = lambda self, tok: 'default'; "
-                    f"sys.argv = ['convert_hf_to_gguf.py', {out!r}, '--outtype', 'f32', '--outfile', "
-                    f"{out + '.llamacpp.gguf'!r}]; runpy.run_path({conv + '/convert_hf_to_gguf.py'!r}, "
-                    "run_name='__main__')"], check=True)
+    llama_cpp_convert(out, out + ".llamacpp.gguf", pre="default")
 
 
 if __name__ == "__main__":

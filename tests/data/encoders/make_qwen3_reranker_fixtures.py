@@ -19,10 +19,11 @@ Recorded with torch 2.x CPU, transformers 5.25.0, tokenizers 0.23.3."""
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from llama_cpp_convert import llama_cpp_convert  # noqa: E402
 OUT = os.path.join(HERE, "tiny-qwen3-reranker")
 # llama.cpp's rerank template for Qwen3 rerankers (conversion/qwen.py), {query} / {document} filled
 TEMPLATE = ("<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct "
@@ -85,12 +86,7 @@ def main():
     with open(os.path.join(HERE, "tiny_qwen3_reranker.json"), "w", encoding="utf-8") as f:
         json.dump({"query": QUERY, "documents": DOCS, "scores": scores, "input_ids": ids, "yes": yes, "no": no}, f,
                   ensure_ascii=False, indent=1)
-    conv = "/work/peers/llama.cpp"
-    subprocess.run([sys.executable, "-c", f"import sys, runpy; sys.path.insert(0, {conv!r}); "
-                    "import conversion.base as b; b.TextModel.get_vocab_base_pre = lambda self, tok: 'qwen2'; "
-                    f"sys.argv = ['convert_hf_to_gguf.py', {OUT!r}, '--outtype', 'f32', '--outfile', "
-                    f"{OUT + '.llamacpp.gguf'!r}]; runpy.run_path({conv + '/convert_hf_to_gguf.py'!r}, "
-                    "run_name='__main__')"], check=True)
+    llama_cpp_convert(OUT, OUT + ".llamacpp.gguf", pre="qwen2")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from llama_cpp_convert import llama_cpp_convert  # noqa: E402
 from make_encoder_fixtures import SAMPLES, TEXTS, WORDS, strings  # noqa: E402
 
 MULTI = [
@@ -172,14 +173,6 @@ def reranker(fast, n_vocab, out):
                   indent=1, ensure_ascii=False)
 
 
-def llama_cpp_convert(folder):
-    import subprocess
-    conv = "/work/peers/llama.cpp/convert_hf_to_gguf.py"
-    out = folder.rstrip("/") + ".llamacpp.gguf"
-    subprocess.run([sys.executable, conv, folder, "--outtype", "f32", "--outfile", out], check=True,
-                   capture_output=True)
-
-
 def tokens_fixture(folder):
     from tokenizers import Tokenizer
 
@@ -203,5 +196,5 @@ if __name__ == "__main__":
     tokens_fixture(emb_dir)
     embedder(fast, n_vocab, emb_dir)
     reranker(fast, n_vocab, rr_dir)
-    llama_cpp_convert(emb_dir)
-    llama_cpp_convert(rr_dir)
+    for d in (emb_dir, rr_dir):
+        llama_cpp_convert(d, d + ".llamacpp.gguf")
