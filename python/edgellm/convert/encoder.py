@@ -35,7 +35,7 @@ from .tensors import TensorPlan
 from .tokenizer import CONTROL, NORMAL, UNKNOWN, UNUSED
 
 ENCODER_CLASSES = ("BertModel", "BertForMaskedLM", "BertForSequenceClassification", "XLMRobertaModel",
-                   "XLMRobertaForSequenceClassification")
+                   "XLMRobertaForSequenceClassification", "NomicBertModel")
 CLASSIFIERS = ("BertForSequenceClassification", "XLMRobertaForSequenceClassification")
 POOLING = {"none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
 
@@ -244,10 +244,86 @@ def vocab_metadata(directory: str, n_vocab: int) -> List[Tuple[str, object]]:
     return kv
 
 
-def plan(ckpt: Checkpoint) -> Tuple[str, list, List[TensorPlan]]:
-    """(hf class, metadata, tensor plans) of a BERT checkpoint."""
+_NOMIC_LAYER = {"attn.Wqkv": "attn_qkv", "attn.out_proj": "attn_output", "mlp.fc11": "ffn_up", "mlp.fc12": "ffn_gate",
+                "mlp.fc2": "ffn_down", "norm1": "attn_output_norm", "norm2": "layer_output_norm"}
+_NOMIC_GLOBAL = {"embeddings.word_embeddings": "token_embd", "embeddings.token_type_embeddings": "token_types",
+                 "emb_ln": "token_embd_norm"}
+
+
+def plan_nomic(ckpt: Checkpoint) -> Tuple[str, list, List[TensorPlan]]:
+    """nomic-embed-text v1 / v1.5 (the hub's NomicBertModel: nomic's config keys and tensor names) in
+    llama.cpp's `nomic-bert` layout (conversion/bert.py NomicBertModel): fused Wqkv, fc11 up, fc12 gate,
+    rotary positions, no biases."""
+    c, path = ckpt.config, os.path.join(ckpt.dir, "config.json")
+    if "n_embd" not in c:
+        raise ConvertError(f"{path}: a NomicBertModel in transformers' own layout (hidden_size, q_proj, ...) is "
+                           "not supported; give the hub's nomic layout (n_embd, attn.Wqkv, mlp.fc11)")
+    want = {"activation_function": "swiglu", "qkv_proj_bias": False, "mlp_fc1_bias": False, "mlp_fc2_bias": False,
+            "prenorm": False, "rotary_emb_fraction": 1.0, "rotary_emb_interleaved": False, "causal": False}
+    for k, v in want.items():
+        if c.get(k, v) != v:
+            raise ConvertError(f"{path}: {k} = {c.get(k)!r} is not supported ({v!r}: nomic-embed-text v1 / v1.5)")
+    if c.get("rotary_emb_scale_base") is not None or c.get("moe_every_n_layers"):
+        raise ConvertError(f"{path}: scaled rotary embeddings and the MoE variant are not supported")
+    n_embd, n_layer = _int(c, "n_embd", path), _int(c, "n_layer", path)
+    n_head, n_ff, n_vocab = _int(c, "n_head", path), _int(c, "n_inner", path), _int(c, "vocab_size", path)
+    n_types = _int(c, "type_vocab_size", path, 2)
+    # trained for max_trained_positions tokens (llama.cpp's context_length: 2048 for v1 / v1.5)
+    n_ctx = min(_int(c, "n_positions", path), _int(c, "max_trained_positions", path, 2048))
+    eps = c.get("layer_norm_epsilon", 1e-12)
+    if n_embd % n_head:
+        raise ConvertError(f"{path}: n_embd {n_embd} is not a multiple of n_head {n_head}")
+    shapes = {"token_embd": (n_vocab, n_embd), "token_types": (n_types, n_embd), "token_embd_norm": (n_embd,),
+              "attn_qkv": (3 * n_embd, n_embd), "attn_output": (n_embd, n_embd), "ffn_up": (n_ff, n_embd),
+              "ffn_gate": (n_ff, n_embd), "ffn_down": (n_embd, n_ff), "attn_output_norm": (n_embd,),
+              "layer_output_norm": (n_embd,)}
+    plans: List[TensorPlan] = []
+    for name in ckpt.names():
+        stem, _, kind = name.rpartition(".")
+        m = re.match(r"^encoder\.layers\.(\d+)\.(.+)$", stem)
+        if m and m.group(2) in _NOMIC_LAYER and int(m.group(1)) < n_layer:
+            key = _NOMIC_LAYER[m.group(2)]
+            dst = f"blk.{m.group(1)}.{key}"
+        elif stem in _NOMIC_GLOBAL:
+            key = dst = _NOMIC_GLOBAL[stem]
+        else:
+            raise ConvertError(f"{ckpt.dir}: tensor {name} is not part of a NomicBertModel (nomic-embed-text v1 / v1.5)")
+        shape, want_shape = tuple(ckpt.info(name).shape), shapes[key] if kind == "weight" else (shapes[key][0],)
+        if kind not in ("weight", "bias") or shape != want_shape:
+            raise ConvertError(f"{ckpt.dir}: tensor {name} has shape {list(shape)}, expected {list(want_shape)}")
+        plans.append(TensorPlan(name, f"{dst}.{kind}", shape))
+    need = ["token_embd.weight", "token_embd_norm.weight", "token_embd_norm.bias"]
+    need += [f"blk.{i}.{k}.weight" for i in range(n_layer) for k in _NOMIC_LAYER.values()]
+    need += [f"blk.{i}.{k}.bias" for i in range(n_layer) for k in ("attn_output_norm", "layer_output_norm")]
+    missing = [n for n in need if n not in {p.dst for p in plans}]
+    if missing:
+        raise ConvertError(f"{ckpt.dir}: the checkpoint lacks {missing[0]}" +
+                           (f" and {len(missing) - 1} more tensors" if len(missing) > 1 else ""))
+    order = {d: i for i, d in enumerate(need)}
+    plans.sort(key=lambda p: (order.get(p.dst, len(order)), p.dst))
+    pooling, max_len, _ = pooling_of(ckpt.dir, False)
+    a = "nomic-bert"
+    kv: List[Tuple[str, object]] = [
+        ("general.name", os.path.basename(ckpt.dir.rstrip("/"))), (f"{a}.context_length", n_ctx),
+        (f"{a}.embedding_length", n_embd), (f"{a}.feed_forward_length", n_ff), (f"{a}.attention.head_count", n_head),
+        (f"{a}.block_count", n_layer), (f"{a}.attention.layer_norm_epsilon", float(eps)),
+        (f"{a}.attention.causal", False), (f"{a}.rope.freq_base", float(c.get("rotary_emb_base", 10000.0))),
+        ("tokenizer.ggml.token_type_count", n_types),
+    ]
+    if pooling is not None:
+        kv.append((f"{a}.pooling_type", pooling))
+    if max_len is not None:
+        kv.append((f"{a}.max_seq_length", min(max_len, n_ctx)))
+    kv += vocab_metadata(ckpt.dir, n_vocab)
+    return "NomicBertModel", kv, plans
+
+
+def plan(ckpt: Checkpoint) -> Tuple[str, str, list, List[TensorPlan]]:
+    """(GGUF arch, hf class, metadata, tensor plans) of an encoder checkpoint."""
     c, path = ckpt.config, os.path.join(ckpt.dir, "config.json")
     hf_arch = c["architectures"][0]
+    if hf_arch == "NomicBertModel":
+        return ("nomic-bert",) + plan_nomic(ckpt)
     if c.get("position_embedding_type", "absolute") != "absolute":
         raise ConvertError(f"{path}: position_embedding_type {c.get('position_embedding_type')!r} is not "
                            "supported (absolute)")
@@ -355,7 +431,7 @@ def plan(ckpt: Checkpoint) -> Tuple[str, list, List[TensorPlan]]:
                 n_labels == 2 and labels.get("0") == "LABEL_0"):
             kv.append(("bert.classifier.output_labels", [str(labels[k]) for k in sorted(labels, key=int)]))
     kv += unigram_vocab_metadata(ckpt.dir, n_vocab) if roberta else vocab_metadata(ckpt.dir, n_vocab)
-    return hf_arch, kv, plans
+    return "bert", hf_arch, kv, plans
 
 
 def tensor_type(dst: str, ne0: int, out_type: str) -> str:
