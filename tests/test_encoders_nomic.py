@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("edgellm._core", reason="edgellm._core is not built (scripts/dev-build.sh)")
 
 import edgellm  # noqa: E402
-from edgellm.convert import ConvertError, convert  # noqa: E402
+from edgellm.convert import convert  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "encoders"
 
@@ -64,12 +64,7 @@ def test_nomic_f16_q8_0(tmp_path, out_type, floor):
 
 
 def test_nomic_convert_refusals(tmp_path):
-    import json
-    import shutil
-    src = tmp_path / "bad"
-    shutil.copytree(DATA / "tiny-nomic", src)
-    cfg = json.loads((src / "config.json").read_text())
-    cfg["rotary_emb_interleaved"] = True
-    (src / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ConvertError, match="rotary_emb_interleaved"):
-        convert(str(src), str(tmp_path / "x.gguf"), "F32")
+    from test_encoders import refuses_config
+
+    refuses_config(tmp_path, "tiny-nomic", "rotary_emb_interleaved", rotary_emb_interleaved=True)
+    refuses_config(tmp_path, "tiny-nomic", "qkv_proj_bias", qkv_proj_bias=True)

@@ -116,11 +116,9 @@ def test_convert_refuses_other_unigram_pipelines(tmp_path):
     (src / "tokenizer.json").write_text(json.dumps(tj), encoding="utf-8")
     with pytest.raises(ConvertError, match="pre-tokenizer"):
         convert(str(src), str(tmp_path / "x.gguf"), "F32")
-    cfg = json.loads((DATA / "tiny-xlmr" / "config.json").read_text())
-    cfg["pad_token_id"] = 70
-    (src / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ConvertError, match="pad_token_id"):
-        convert(str(src), str(tmp_path / "x.gguf"), "F32")
+    from test_encoders import refuses_config
+
+    refuses_config(tmp_path, "tiny-xlmr", "pad_token_id", pad_token_id=70)
 
 
 def test_llama_server_suite_shim_stands_in_this_reranker():
