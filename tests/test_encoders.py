@@ -174,14 +174,20 @@ def test_llama_cpp_converted_file_loads(minilm_source, reference, tmp_path):
         llm.close()
 
 
-def test_convert_refuses_what_it_cannot_run(tmp_path):
-    src = tmp_path / "bad"
-    shutil.copytree(DATA / "tiny-reranker", src)
+def refuses_config(tmp_path, folder, match, **changes):
+    """`convert` refuses the fixture checkpoint `folder` with `changes` made to its config.json,
+    with a ConvertError naming `match`."""
+    src = tmp_path / f"bad{len(list(tmp_path.iterdir()))}"
+    shutil.copytree(DATA / folder, src)
     cfg = json.loads((src / "config.json").read_text())
-    cfg["position_embedding_type"] = "relative_key"
+    cfg.update(changes)
     (src / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(edgellm.convert.ConvertError, match="position_embedding_type"):
+    with pytest.raises(edgellm.convert.ConvertError, match=match):
         convert(str(src), str(tmp_path / "x.gguf"), "F32")
+
+
+def test_convert_refuses_what_it_cannot_run(tmp_path):
+    refuses_config(tmp_path, "tiny-reranker", "position_embedding_type", position_embedding_type="relative_key")
 
 
 # ---- rerank ---------------------------------------------------------------------------------

@@ -1,12 +1,16 @@
-"""Rerank: `LLM.rerank(query, documents)` and `AsyncLLM.rerank`, for cross-encoders (a BERT
-with a classification head: GGUF cls.output.*, bert.pooling_type 4 "rank").
+"""Rerank: `LLM.rerank(query, documents)` and `AsyncLLM.rerank`, for cross-encoders (a BERT or
+XLM-R with a classification head: GGUF cls.output.*, pooling_type 4 "rank") and for decoder
+rerankers that score a yes/no answer token (Qwen3-Reranker as llama.cpp converts it: cls.output
+holds the LM head's "yes" and "no" rows, tokenizer.chat_template.rerank the prompt with {query}
+and {document}; the score is P(yes), the softmax of the two logits at the last position).
 
     for r in llm.rerank("what is a panda", ["hi", "a panda is a bear"], top_n=1):
         print(r.index, r.relevance_score)
 
 Each document is paired with the query as transformers encodes a sentence pair —
 [CLS] query [SEP] document [SEP], token type 1 from the document on (the engine's encoder sets
-the types after the first [SEP]: model/encoder.h) — cut to the model's input limit by
+the types after the first [SEP]: model/encoder.h); XLM-R's <s> query </s></s> document </s>
+(one token type) — cut to the model's input limit by
 transformers' "longest_first" rule (a token off the end of the longer text at a time). All
 pairs are submitted at once (the engine batches them as embedding requests with pooling
 "rank"); each score is the classification head's raw first output (no sigmoid), as
@@ -53,15 +57,21 @@ def rerank_pairs(llm, query: str, documents: Sequence[str]) -> List[List[int]]:
 
     docs = _check(llm, query, documents)
     tok = llm.engine_client.tok
+    template = llm.metadata.get("tokenizer.chat_template.rerank")
+    if isinstance(template, str):  # a decoder reranker: its template, filled as llama-server fills it
+        return [list(tok.encode(template.replace("{query}", query).replace("{document}", d), False, True))
+                for d in docs]
     limit = encoder_limit(llm)
     cls, sep = tok.bos_id, tok.eos_id
+    # XLM-R (a Unigram "t5" vocabulary) separates the pair with two: <s> q </s></s> d </s>
+    mid = [sep, sep] if tok.model == "t5" else [sep]
     q = list(tok.encode(query, False, True))  # special-token texts parsed, as transformers does
     out = []
     for d in docs:
         a, b = list(q), list(tok.encode(d, False, True))
-        while len(a) + len(b) + 3 > limit and (a or b):
+        while len(a) + len(b) + 2 + len(mid) > limit and (a or b):
             (a if len(a) > len(b) else b).pop()
-        out.append([cls] + a + [sep] + b + [sep])
+        out.append([cls] + a + mid + b + [sep])
     return out
 
 

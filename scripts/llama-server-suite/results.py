@@ -36,6 +36,8 @@ REASONS = [
     ("test_tool_call", "test_calc_result", MODEL + "Qwen2.5-Coder-0.5B stands in for the 3B: given the tool result it calls the tool again instead of answering (the prompt renders the result correctly)"),
     ("test_embedding", "test_embedding_usage", MODEL + "token counts are the BERT tokenizer's"),
     ("test_embedding", "test_embedding_pooling_none", MODEL + "per-token vector count is the BERT tokenizer's"),
+    ("test_rerank", "test_rerank_usage", MODEL + "prompt_tokens are jina-reranker-v1-tiny-en's tokenization; the stand-in "
+     "(a bge-reranker-v2-m3-shaped XLM-R) counts <s> q </s></s> d </s> with its own Unigram vocabulary"),
     ("test_embedding", "test_embedding_mixed_input", "an empty-string input is refused with 400 (SmolLM2 adds no BOS: nothing to embed); stories260K embeds its BOS"),
     # --- features edgellm does not have ---
     ("test_security", "test_access_static_assets_without_api_key", "GET / (edgellm's web chat) is open; llama-server's UI files /sw.js, /manifest.webmanifest, /_app/version.json do not exist here (401 behind the key)"),

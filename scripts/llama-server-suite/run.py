@@ -36,7 +36,7 @@ CACHE = Path(os.environ.get("EDGELLM_SUITE_CACHE") or
              Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "edgellm" / "llama-server-suite")
 
 FILES = ["test_basic", "test_tokenize", "test_security", "test_chat_completion", "test_completion",
-         "test_tool_call", "test_embedding", "test_infill", "test_ctx_shift", "test_slot_save",
+         "test_tool_call", "test_embedding", "test_rerank", "test_infill", "test_ctx_shift", "test_slot_save",
          "test_speculative", "test_stream", "test_template", "test_metrics",
          "test_compat_anthropic", "test_compat_oai_responses"]
 

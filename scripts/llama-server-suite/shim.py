@@ -79,6 +79,8 @@ IGNORED_SWITCH = {
     "--no-mmproj": "edgellm loads no multimodal projector",
     "--no-cache-idle-slots": "edgellm keeps no per-slot state; the prefix cache is shared",
     "--backend_sampling": "sampling runs on the CPU",
+    "--reranking": "edgellm serves /rerank on a reranker with no flag",
+    "--rerank": "edgellm serves /rerank on a reranker with no flag",
 }
 IGNORED_VALUE = {
     "--ubatch-size": "edgellm has one batch size (--batch-size -> --max-batch-tokens)",
@@ -103,7 +105,6 @@ REFUSED = {
     "--models-dir": "router mode (several models)", "--models-max": "router mode (several models)",
     "--models-preset": "router mode (several models)",
     "--no-models-autoload": "router mode (several models)",
-    "--reranking": "reranking", "--rerank": "reranking",
     "--grp-attn-n": "group attention (self-extend)", "--grp-attn-w": "group attention (self-extend)",
     "--lora": "LoRA adapters",
     "--mmproj-url": "multimodal input", "--media-path": "multimodal input",
@@ -112,7 +113,7 @@ REFUSED = {
     "--tools": "built-in server tools", "--tools-runtime": "built-in server tools",
     "--mcp-servers-config": "MCP servers", "--mcp-servers-json": "MCP servers",
 }
-REFUSED_SWITCHES = {"--no-models-autoload", "--reranking", "--rerank", "--ui-mcp-proxy"}
+REFUSED_SWITCHES = {"--no-models-autoload", "--ui-mcp-proxy"}
 
 
 def note(msg: str) -> None:
@@ -153,6 +154,12 @@ def standin(name: str):
         return name, "stand-in for bert-bge-small (embeddings)"
     if "qwen2.5-coder" in key:
         return "qwen2.5-coder-0.5b", "stand-in for the Qwen2.5-Coder models"
+    if "reranker" in key:
+        # bge-reranker-v2-m3's shape (an XLM-R cross-encoder, llama.cpp's conversion), random weights:
+        # the route, its shapes and refusals are tested, not which document is relevant (issue 41)
+        path = os.environ.get("EDGELLM_SUITE_RERANK_MODEL") or str(
+            Path(__file__).resolve().parents[2] / "tests" / "data" / "encoders" / "tiny-xlmr-reranker.llamacpp.gguf")
+        return path, "stand-in for jina-reranker-v1-tiny-en (a random-weight bge-reranker-v2-m3-shaped cross-encoder)"
     return None
 
 

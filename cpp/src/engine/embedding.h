@@ -15,7 +15,8 @@ enum class Pooling : int32_t {
   Mean = 1,
   Cls = 2,           // the first token's
   Last = 3,          // the last token's
-  Rank = 4,          // reranker classification head on the first token's state (encoders with one)
+  Rank = 4,          // a reranker's classification head on the first token's state (cross-encoders)
+                     // or the last token's (decoder rerankers: Qwen3-Reranker's yes/no head)
 };
 
 const char* pooling_name(Pooling p);
@@ -43,8 +44,14 @@ inline bool pooling_uses_position(Pooling p, int32_t pos, int32_t n_prompt) {
 class EmbeddingPool {
  public:
   EmbeddingPool() = default;
-  EmbeddingPool(Pooling p, int32_t normalize, int32_t n_embd) : pooling_(p), normalize_(normalize), n_embd_(n_embd) {}
+  // rank_last: Pooling::Rank reads the last position (a causal model's), not the first.
+  EmbeddingPool(Pooling p, int32_t normalize, int32_t n_embd, bool rank_last = false)
+      : pooling_(p), normalize_(normalize), n_embd_(n_embd), rank_last_(rank_last) {}
   Pooling pooling() const { return pooling_; }
+  // Whether the hidden state of prompt position `pos` (of n_prompt) is pooled.
+  bool uses_position(int32_t pos, int32_t n_prompt) const {
+    return pooling_ == Pooling::Rank && rank_last_ ? pos == n_prompt - 1 : pooling_uses_position(pooling_, pos, n_prompt);
+  }
   void reset();
   // `rows` hidden states of consecutive used positions.
   void add(const float* rows, int32_t n_rows);
@@ -55,6 +62,7 @@ class EmbeddingPool {
   Pooling pooling_ = Pooling::Mean;
   int32_t normalize_ = 2;
   int32_t n_embd_ = 0;
+  bool rank_last_ = false;
   int32_t count_ = 0;
   std::vector<double> sum_;   // Mean
   std::vector<float> rows_;   // None (all rows), Cls / Last (the one row)

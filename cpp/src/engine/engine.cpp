@@ -277,7 +277,7 @@ int64_t Engine::submit_embedding(std::vector<int32_t> prompt, const EmbeddingPar
   s->sampler = std::make_unique<Sampler>(SamplingParams{}, eog_, 0);  // never drawn from
   s->use_prefix_cache = false;  // every used position's hidden state must be computed
   s->embedding = true;
-  s->embd = EmbeddingPool(pooling, pooling == Pooling::Rank ? -1 : params.normalize, n_embd_);
+  s->embd = EmbeddingPool(pooling, pooling == Pooling::Rank ? -1 : params.normalize, n_embd_, model_->causal());
   out->expect(1);
   Pending p;
   p.seqs.push_back(std::move(s));
@@ -774,7 +774,7 @@ void Engine::send_progress(Sequence* s, int32_t processed) {
 void Engine::finish_embedding(Sequence* s) {
   OutputEvent ev;
   ev.embedding = s->embd.finish(&ev.embedding_rows);
-  if (s->embd.pooling() == Pooling::Rank) {  // the classification head's scores of the [CLS] row
+  if (s->embd.pooling() == Pooling::Rank) {  // the classification head's scores of the [CLS] (decoder: last) row
     std::vector<float> scores(model_->rank_outputs());
     model_->rank(ev.embedding.data(), scores.data());
     ev.embedding = std::move(scores);

@@ -71,7 +71,7 @@ void Scheduler::add_chunk(Sequence* s, int32_t n, Batch& batch, std::vector<Sche
       ++row;
       ++c.n_rows;
     }
-    const bool hidden = s->embedding && pooling_uses_position(s->embd.pooling(), p, s->n_prompt);
+    const bool hidden = s->embedding && s->embd.uses_position(p, s->n_prompt);
     if (hidden) {
       if (c.first_hidden_row < 0) c.first_hidden_row = hidden_row;
       ++hidden_row;

@@ -1,5 +1,6 @@
 #include "model/decoder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -30,6 +31,8 @@ DecoderModel::DecoderModel(std::shared_ptr<GgufFile> file, const Architecture& a
   output_norm_ = ld.vector("output_norm.weight", c.n_embd);
   output_ = ld.matrix("output.weight", c.n_embd, c.n_vocab, /*optional=*/true);
   if (!output_) output_ = token_embd_;  // tied output head
+  if (const TensorInfo* t = file_->find_tensor("cls.output.weight"); t && t->n_dims == 2 && t->ne[1] > 0 && t->ne[1] <= 16)
+    cls_out_ = ld.matrix("cls.output.weight", c.n_embd, t->ne[1]);
   rope_factors_ = bind_rope_factors(ld, c);
   layers_.resize(c.n_layer);
   for (int il = 0; il < c.n_layer; ++il) bind_layer(ld, c, arch_.layer, il, layers_[il]);
@@ -240,6 +243,24 @@ void DecoderModel::output_head(const Batch& b, const float* x, float* logits) {
       for (int64_t j = 0; j < c.n_vocab; ++j) l[j] = cap * std::tanh(l[j] / cap);
     });
   }
+}
+
+void DecoderModel::rank(const float* last_hidden, float* scores) {
+  if (!cls_out_) throw InvalidRequestError("this model has no classification head: it does not rank");
+  const int64_t n = config_.n_embd, k = cls_out_.n_out;
+  std::vector<float> row(n);
+  double mx = -INFINITY;
+  std::vector<double> z(k);
+  for (int64_t j = 0; j < k; ++j) {
+    quant::dequantize_row(cls_out_.type, cls_out_.row(j), row.data(), n);
+    double d = 0;
+    for (int64_t i = 0; i < n; ++i) d += static_cast<double>(row[i]) * last_hidden[i];
+    z[j] = d;
+    mx = std::max(mx, d);
+  }
+  double sum = 0;
+  for (int64_t j = 0; j < k; ++j) sum += (z[j] = std::exp(z[j] - mx));
+  for (int64_t j = 0; j < k; ++j) scores[j] = static_cast<float>(z[j] / sum);
 }
 
 void DecoderModel::run_tasks(int64_t n_tasks, const std::function<void(int64_t, int)>& fn) {

@@ -24,6 +24,11 @@ class DecoderModel final : public Model {
   void forward(const Batch& batch, KVCache& kv, float* logits, float* hidden = nullptr) override;
   void run_tasks(int64_t n_tasks, const std::function<void(int64_t, int)>& fn) override;
   std::shared_ptr<const LoraAdapter> load_lora(const std::string& path) override;
+  // A decoder reranker (Qwen3-Reranker as llama.cpp converts it): cls.output.weight holds the LM
+  // head's rows of its answer tokens ("yes", "no"); the scores are their softmax over the last
+  // token's final-norm state, as llama.cpp's rank pooling gives them (score 0 = P(yes)).
+  int32_t rank_outputs() const override { return cls_out_ ? static_cast<int32_t>(cls_out_.n_out) : 0; }
+  void rank(const float* last_hidden, float* scores) override;
 
  private:
   void validate(const Batch& batch, KVCache& kv, const float* logits, const float* hidden) const;
@@ -32,7 +37,7 @@ class DecoderModel final : public Model {
   void output_head(const Batch& batch, const float* x, float* logits);
 
   const Architecture& arch_;
-  Matrix token_embd_, output_;
+  Matrix token_embd_, output_, cls_out_;
   Vector output_norm_;
   RopeFactors rope_factors_;
   std::vector<LayerWeights> layers_;

@@ -6,6 +6,7 @@
 
 #include "common/errors.h"
 #include "common/thread_pool.h"
+#include "kernels/kernels.h"
 #include "model/architecture.h"
 #include "quant/quant.h"
 
@@ -13,14 +14,21 @@ namespace edgellm {
 
 // One accessor per encoder architecture file (as architecture.cpp lists the decoders').
 const EncoderArchitecture& bert_architecture();
+const EncoderArchitecture& nomic_bert_architecture();
 
 namespace {
 const std::vector<const EncoderArchitecture*>& encoder_architectures() {
-  static const std::vector<const EncoderArchitecture*> list = {&bert_architecture()};
+  static const std::vector<const EncoderArchitecture*> list = {&bert_architecture(), &nomic_bert_architecture()};
   return list;
 }
 std::string layer_tensor(int il, const char* name) { return "blk." + std::to_string(il) + "." + name; }
 }  // namespace
+
+void encoder_hparams(const GgufFile& file, ModelConfig& c) {
+  if (auto causal = file.find_bool(arch_key(c, "attention.causal")); causal && *causal)
+    throw ModelFormatError(file.path() + ": key " + arch_key(c, "attention.causal") + " = true: a causal " + c.arch +
+                           " is not supported");
+}
 
 const EncoderArchitecture* find_encoder_architecture(const std::string& name) {
   return find_by_name(encoder_architectures(), name);
@@ -35,9 +43,11 @@ std::vector<Matrix*> EncoderWeights::matrices() {
   return v;
 }
 
-void bind_encoder(const GgufFile& f, WeightLoader& ld, const ModelConfig& c, EncoderWeights& w) {
+void bind_encoder(const GgufFile& f, WeightLoader& ld, const EncoderArchitecture& arch, const ModelConfig& c,
+                  EncoderWeights& w) {
+  const bool rot = arch.rotary;  // biases optional
   w.token_embd = ld.matrix("token_embd.weight", c.n_embd, c.n_vocab);
-  w.pos_embd = ld.matrix("position_embd.weight", c.n_embd, c.n_ctx_train);
+  if (!rot) w.pos_embd = ld.matrix("position_embd.weight", c.n_embd, c.n_ctx_train);
   // Row counts read from the tensors: the token types (tokenizer.ggml.token_type_count) and
   // the classifier's outputs.
   auto rows = [&](const char* name) -> int64_t {
@@ -51,20 +61,28 @@ void bind_encoder(const GgufFile& f, WeightLoader& ld, const ModelConfig& c, Enc
   for (int il = 0; il < c.n_layer; ++il) {
     auto t = [&](const char* n) { return layer_tensor(il, n); };
     EncoderLayerWeights& l = w.layers[il];
-    l.wq = ld.matrix(t("attn_q.weight"), c.n_embd, c.n_embd_q());
-    l.wk = ld.matrix(t("attn_k.weight"), c.n_embd, c.n_embd_k());
-    l.wv = ld.matrix(t("attn_v.weight"), c.n_embd, c.n_embd_v());
+    if (ld.has(t("attn_qkv.weight"))) {  // nomic-bert's Wqkv
+      const Matrix qkv = ld.matrix(t("attn_qkv.weight"), c.n_embd, c.n_embd_q() + c.n_embd_k() + c.n_embd_v());
+      l.wq = row_view(qkv, 0, c.n_embd_q());
+      l.wk = row_view(qkv, c.n_embd_q(), c.n_embd_k());
+      l.wv = row_view(qkv, c.n_embd_q() + c.n_embd_k(), c.n_embd_v());
+    } else {
+      l.wq = ld.matrix(t("attn_q.weight"), c.n_embd, c.n_embd_q());
+      l.wk = ld.matrix(t("attn_k.weight"), c.n_embd, c.n_embd_k());
+      l.wv = ld.matrix(t("attn_v.weight"), c.n_embd, c.n_embd_v());
+      l.bq = ld.vector(t("attn_q.bias"), c.n_embd_q(), rot);
+      l.bk = ld.vector(t("attn_k.bias"), c.n_embd_k(), rot);
+      l.bv = ld.vector(t("attn_v.bias"), c.n_embd_v(), rot);
+    }
     l.wo = ld.matrix(t("attn_output.weight"), c.n_embd_attn(), c.n_embd);
-    l.bq = ld.vector(t("attn_q.bias"), c.n_embd_q());
-    l.bk = ld.vector(t("attn_k.bias"), c.n_embd_k());
-    l.bv = ld.vector(t("attn_v.bias"), c.n_embd_v());
-    l.bo = ld.vector(t("attn_output.bias"), c.n_embd);
+    l.bo = ld.vector(t("attn_output.bias"), c.n_embd, rot);
     l.attn_norm_w = ld.vector(t("attn_output_norm.weight"), c.n_embd);
     l.attn_norm_b = ld.vector(t("attn_output_norm.bias"), c.n_embd);
     l.up = ld.matrix(t("ffn_up.weight"), c.n_embd, c.n_ff);
-    l.b_up = ld.vector(t("ffn_up.bias"), c.n_ff);
+    l.b_up = ld.vector(t("ffn_up.bias"), c.n_ff, rot);
+    if (arch.activation == EncoderActivation::SwiGlu) l.gate = ld.matrix(t("ffn_gate.weight"), c.n_embd, c.n_ff);
     l.down = ld.matrix(t("ffn_down.weight"), c.n_ff, c.n_embd);
-    l.b_down = ld.vector(t("ffn_down.bias"), c.n_embd);
+    l.b_down = ld.vector(t("ffn_down.bias"), c.n_embd, rot);
     l.out_norm_w = ld.vector(t("layer_output_norm.weight"), c.n_embd);
     l.out_norm_b = ld.vector(t("layer_output_norm.bias"), c.n_embd);
   }
@@ -93,8 +111,10 @@ EncoderModel::EncoderModel(std::shared_ptr<GgufFile> file, const EncoderArchitec
   sep_id_ = static_cast<int32_t>(file_->find_u32("tokenizer.ggml.seperator_token_id").value_or(102));
 
   WeightLoader ld(*file_);
-  bind_encoder(*file_, ld, c, w_);
+  bind_encoder(*file_, ld, arch_, c, w_);
   owned_ = std::move(ld.owned());
+  // A classification head and no pooling key (llama.cpp's converted rerankers): it ranks.
+  if (config_.pooling_type < 0 && w_.n_cls_out > 0) config_.pooling_type = 4;
   opts.progress.report(kLoadBindEnd, "bind");
 
   const int nt = threads_->size();
@@ -102,7 +122,8 @@ EncoderModel::EncoderModel(std::shared_ptr<GgufFile> file, const EncoderArchitec
   for (int il = 0; il < c.n_layer; ++il) {
     const EncoderLayerWeights& l = w_.layers[il];
     plans_[il] = {plan_matmul({&l.wq}, nt), plan_matmul({&l.wk}, nt), plan_matmul({&l.wv}, nt),
-                  plan_matmul({&l.wo}, nt), plan_matmul({&l.up}, nt), plan_matmul({&l.down}, nt)};
+                  plan_matmul({&l.wo}, nt), plan_matmul({&l.up}, nt),
+                  l.gate ? plan_matmul({&l.gate}, nt) : MatmulPlan{}, plan_matmul({&l.down}, nt)};
   }
   if (w_.pooler) pooler_plan_ = plan_matmul({&w_.pooler}, nt);
   if (w_.classifier) classifier_plan_ = plan_matmul({&w_.classifier}, nt);
@@ -123,6 +144,11 @@ EncoderModel::EncoderModel(std::shared_ptr<GgufFile> file, const EncoderArchitec
   a_.resize(T * c.n_embd_attn());
   o_.resize(T * c.n_embd);
   f_.resize(T * c.n_ff);
+  if (arch_.activation == EncoderActivation::SwiGlu) g_.resize(T * c.n_ff);
+  if (arch_.rotary) {
+    rope_ = Rope(RopeType::Neox, c.n_rot, c.rope_global, nullptr);
+    rope_table_.resize(T * rope_.table_stride());
+  }
   thread_floats_ = std::max<int64_t>((c.head_dim_k + 1) * T, c.n_embd);
   scores_.resize(static_cast<size_t>(nt) * thread_floats_);
 }
@@ -210,8 +236,11 @@ void EncoderModel::forward(const Batch& batch, KVCache&, float* logits, float* h
     float* row = x + t * n;
     float* tmp = scores_.data() + static_cast<size_t>(thread) * thread_floats_;
     quant::dequantize_row(w_.token_embd.type, w_.token_embd.row(batch.token[t]), row, n);
-    quant::dequantize_row(w_.pos_embd.type, w_.pos_embd.row(batch.pos[t]), tmp, n);
-    for (int64_t i = 0; i < n; ++i) row[i] += tmp[i];
+    if (w_.pos_embd) {
+      quant::dequantize_row(w_.pos_embd.type, w_.pos_embd.row(batch.pos[t]), tmp, n);
+      for (int64_t i = 0; i < n; ++i) row[i] += tmp[i];
+    }
+    if (arch_.rotary) rope_.fill(batch.pos[t], rope_table_.data() + t * rope_.table_stride());
     if (w_.type_embd) {
       quant::dequantize_row(w_.type_embd.type, w_.type_embd.row(type[t]), tmp, n);
       for (int64_t i = 0; i < n; ++i) row[i] += tmp[i];
@@ -229,7 +258,16 @@ void EncoderModel::forward(const Batch& batch, KVCache&, float* logits, float* h
     matmul(l.wq, l.bq, p.q, x, T, q_.data());
     matmul(l.wk, l.bk, p.k, x, T, k_.data());
     matmul(l.wv, l.bv, p.v, x, T, v_.data());
-    // Attention: every token of a sequence over all of its tokens; one task per (sequence, head).
+    if (arch_.rotary)
+      threads_->parallel_for(0, T, [&](int64_t t, int) {
+        const float* row = rope_table_.data() + t * rope_.table_stride();
+        for (int h = 0; h < n_head; ++h) rope_.apply(row, q_.data() + t * nq + h * hdk);
+        for (int h = 0; h < c.n_head_kv; ++h) rope_.apply(row, k_.data() + t * nk + h * hdk);
+      });
+    // Attention: every token of a sequence over all of its tokens; one task per (sequence, head),
+    // its inner loops on the active ISA's float ops (y += a x, softmax; scalar references and
+    // randomized checks in kernels/generic and test_kernels_isa).
+    const kernels::KernelTable& kt_ops = kernels::active();
     threads_->run(n_tasks, [&](int64_t task, int thread) {
       const Segment& s = segs[task / n_head];
       const int h = static_cast<int>(task % n_head), hk = h / group;
@@ -244,32 +282,29 @@ void EncoderModel::forward(const Batch& batch, KVCache&, float* logits, float* h
       for (int32_t i = 0; i < s.n; ++i) {
         const float* qi = q_.data() + (s.begin + i) * nq + h * hdk;
         std::fill(sc, sc + s.n, 0.0f);
-        for (int e = 0; e < hdk; ++e) {
-          const float qe = qi[e] * scale;
-          const float* ke = kt + e * s.n;
-          for (int32_t j = 0; j < s.n; ++j) sc[j] += qe * ke[j];
-        }
-        float mx = -INFINITY;
-        for (int32_t j = 0; j < s.n; ++j) mx = std::max(mx, sc[j]);
-        float sum = 0;
-        for (int32_t j = 0; j < s.n; ++j) sum += (sc[j] = std::exp(sc[j] - mx));
+        for (int e = 0; e < hdk; ++e) kt_ops.axpy_f32(qi[e] * scale, kt + e * s.n, sc, s.n);
+        kt_ops.softmax(sc, s.n);
         float* o = a_.data() + (s.begin + i) * na + h * hdv;
         std::fill(o, o + hdv, 0.0f);
-        for (int32_t j = 0; j < s.n; ++j) {
-          const float pj = sc[j] / sum;
-          const float* vj = v_.data() + (s.begin + j) * nv + hk * hdv;
-          for (int e = 0; e < hdv; ++e) o[e] += pj * vj[e];
-        }
+        for (int32_t j = 0; j < s.n; ++j) kt_ops.axpy_f32(sc[j], v_.data() + (s.begin + j) * nv + hk * hdv, o, hdv);
       }
     });
     matmul(l.wo, l.bo, p.o, a_.data(), T, o_.data());
     add_layernorm(x, o_.data(), l.attn_norm_w, l.attn_norm_b, T);
 
     matmul(l.up, l.b_up, p.up, x, T, f_.data());
-    threads_->parallel_for(0, T, [&](int64_t t, int) {
-      float* r = f_.data() + t * c.n_ff;
-      for (int64_t i = 0; i < c.n_ff; ++i) r[i] = 0.5f * r[i] * (1.0f + std::erf(r[i] * 0.70710678118654752f));
-    });
+    if (arch_.activation == EncoderActivation::SwiGlu) {
+      matmul(l.gate, Vector{}, p.gate, x, T, g_.data());
+      const kernels::KernelTable& ops = kernels::active();
+      threads_->parallel_for(0, T, [&](int64_t t, int) {
+        ops.silu_mul(g_.data() + t * c.n_ff, f_.data() + t * c.n_ff, f_.data() + t * c.n_ff, c.n_ff);
+      });
+    } else {
+      threads_->parallel_for(0, T, [&](int64_t t, int) {
+        float* r = f_.data() + t * c.n_ff;
+        for (int64_t i = 0; i < c.n_ff; ++i) r[i] = 0.5f * r[i] * (1.0f + std::erf(r[i] * 0.70710678118654752f));
+      });
+    }
     matmul(l.down, l.b_down, p.down, f_.data(), T, o_.data());
     add_layernorm(x, o_.data(), l.out_norm_w, l.out_norm_b, T);
   }

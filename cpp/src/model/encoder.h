@@ -6,13 +6,14 @@
 // The hidden states of the last layer are what embeddings pool (engine/embedding.h); a
 // reranker (cross-encoder) also has a classification head on the [CLS] state: an optional
 // pooler (dense + tanh, GGUF cls.weight/bias — transformers' BertPooler) then the classifier
-// (cls.output.weight/bias), EncoderModel::rank.
+// (cls.output.weight/bias), EncoderModel::rank; a file with that head and no <arch>.pooling_type
+// (llama.cpp's converter writes none) pools "rank".
 //
 // The engine runs an encoder like a decoder's embedding requests (Engine::submit_embedding),
 // with two differences it learns from Model::causal(): a sequence is computed in one forward
 // pass, whole (the scheduler never splits it), and nothing is generated. The KV cache is not
 // used (its pages are reserved by the engine and never written, so never committed).
-// Architectures are one file each under model/arch/ (bert.cpp), listed in encoder.cpp.
+// Architectures are one file each under model/arch/ (bert.cpp, nomic_bert.cpp), listed in encoder.cpp.
 #pragma once
 #include <array>
 #include <memory>
@@ -21,36 +22,45 @@
 
 #include "model/model.h"
 #include "model/parallel_matmul.h"
+#include "model/rope.h"
 #include "model/weight_packing.h"
 #include "model/weights.h"
 
 namespace edgellm {
 
-enum class EncoderActivation { GeluErf };
+// GeluErf: down(gelu(up x + b) ) + b; SwiGlu: down(silu(gate x) * up x) (nomic-bert, no biases)
+enum class EncoderActivation { GeluErf, SwiGlu };
 
 // What an encoder architecture is, as data.
 struct EncoderArchitecture {
   const char* name;
   EncoderActivation activation;
+  // Rotary positions (NEOX halves, <arch>.rope.freq_base) on Q and K instead of a position table;
+  // the Q/K/V/output biases are then optional (nomic-bert has none) and Q, K, V may be one fused
+  // attn_qkv matrix.
+  bool rotary;
   // Completes the config after read_common_config (pooling, eps); may throw ModelFormatError.
   void (*hparams)(const GgufFile& file, ModelConfig& config);
 };
 
+// The hparams every encoder architecture shares: <arch>.attention.causal must not be true.
+void encoder_hparams(const GgufFile& file, ModelConfig& config);
+
 // nullptr when `name` (general.architecture) is not an encoder architecture.
 const EncoderArchitecture* find_encoder_architecture(const std::string& name);
-// "bert"
+// "bert, nomic-bert"
 std::string supported_encoder_architectures();
 
 struct EncoderLayerWeights {
-  Matrix wq, wk, wv, wo, up, down;
-  Vector bq, bk, bv, bo, b_up, b_down;
+  Matrix wq, wk, wv, wo, up, gate, down;  // gate: SwiGlu only; wq/wk/wv may be row views of attn_qkv
+  Vector bq, bk, bv, bo, b_up, b_down;    // optional where the architecture is rotary
   Vector attn_norm_w, attn_norm_b;  // attn_output_norm (after the attention residual)
   Vector out_norm_w, out_norm_b;    // layer_output_norm (after the FFN residual)
-  std::array<Matrix*, 6> matrices() { return {&wq, &wk, &wv, &wo, &up, &down}; }
+  std::array<Matrix*, 7> matrices() { return {&wq, &wk, &wv, &wo, &up, &gate, &down}; }
 };
 
 struct EncoderWeights {
-  Matrix token_embd, pos_embd, type_embd;  // type_embd optional
+  Matrix token_embd, pos_embd, type_embd;  // type_embd optional; pos_embd absent when rotary
   Vector embd_norm_w, embd_norm_b;
   std::vector<EncoderLayerWeights> layers;
   Matrix pooler;                    // cls.weight: optional dense + tanh before the classifier
@@ -62,7 +72,8 @@ struct EncoderWeights {
 };
 
 // Binds an encoder's tensors (llama.cpp's names), shapes checked against `c`.
-void bind_encoder(const GgufFile& f, WeightLoader& ld, const ModelConfig& c, EncoderWeights& w);
+void bind_encoder(const GgufFile& f, WeightLoader& ld, const EncoderArchitecture& arch, const ModelConfig& c,
+                  EncoderWeights& w);
 
 class EncoderModel final : public Model {
  public:
@@ -90,14 +101,16 @@ class EncoderModel final : public Model {
   const EncoderArchitecture& arch_;
   EncoderWeights w_;
   struct Plans {
-    MatmulPlan q, k, v, o, up, down;
+    MatmulPlan q, k, v, o, up, gate, down;
   };
   std::vector<Plans> plans_;
   MatmulPlan pooler_plan_, classifier_plan_;
   std::vector<std::unique_ptr<float[]>> owned_;
   PackedWeights packed_;
   ActivationQuantizer act_;
-  std::vector<float> x_, q_, k_, v_, a_, o_, f_;
+  std::vector<float> x_, q_, k_, v_, a_, o_, f_, g_;
+  Rope rope_;  // rotary architectures
+  std::vector<float> rope_table_;  // per token: rope_.table_stride() floats
   std::vector<float> scores_;  // per thread: thread_floats_ (attention scores + K transposed; embedding rows)
   int64_t thread_floats_ = 0;
   int32_t sep_id_ = 102;  // [SEP]: tokens after the first one are token type 1

@@ -110,7 +110,7 @@ void MemoryPlanner::read(const std::string& path) {
   Matrix token_embd, output;
   std::vector<LayerWeights> layers;
   if (enc) {
-    bind_encoder(*file, ld, c, enc_weights);
+    bind_encoder(*file, ld, *enc, c, enc_weights);
     token_embd = enc_weights.token_embd;
   } else {
     token_embd = ld.matrix("token_embd.weight", c.n_embd, c.n_vocab);

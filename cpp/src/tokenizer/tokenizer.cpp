@@ -16,6 +16,7 @@ Tokenizer::Tokenizer(Vocab vocab) : vocab_(std::move(vocab)) { build_special_tri
 std::unique_ptr<Tokenizer> Tokenizer::create(Vocab vocab) {
   if (vocab.type == VocabType::Spm) return make_spm_tokenizer(std::move(vocab));
   if (vocab.type == VocabType::Wpm) return make_wordpiece_tokenizer(std::move(vocab));
+  if (vocab.type == VocabType::Ugm) return make_unigram_tokenizer(std::move(vocab));
   return make_bpe_tokenizer(std::move(vocab));
 }
 

@@ -1,5 +1,5 @@
 // Text <-> token ids for a GGUF vocabulary. `Tokenizer::create` picks the model's algorithm
-// (SPM score merging, byte-level BPE or WordPiece); both share llama.cpp's special-token partition, BOS/EOS
+// (SPM score merging, byte-level BPE, WordPiece or Unigram); both share llama.cpp's special-token partition, BOS/EOS
 // handling and detokenization rules, so ids match llama.cpp's exactly.
 // Tokenizers are immutable after construction: encode/decode are safe from many threads.
 #pragma once
@@ -81,6 +81,7 @@ class Tokenizer {
 std::unique_ptr<Tokenizer> make_spm_tokenizer(Vocab vocab);
 std::unique_ptr<Tokenizer> make_bpe_tokenizer(Vocab vocab);
 std::unique_ptr<Tokenizer> make_wordpiece_tokenizer(Vocab vocab);
+std::unique_ptr<Tokenizer> make_unigram_tokenizer(Vocab vocab);
 
 // Turns a stream of token ids into text that only ever contains whole UTF-8 characters:
 // bytes of a character split across tokens are held back until it completes.

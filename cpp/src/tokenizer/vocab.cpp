@@ -201,6 +201,11 @@ void finalize_vocab(Vocab& v) {
     }
   }
 
+  // XLM-R's <mask> swallows the whitespace before it (lstrip in its tokenizer.json; the GGUF does
+  // not carry the attribute, llama.cpp sets it by architecture for nomic-bert-moe / jina-bert-v3).
+  if (v.type == VocabType::Ugm)
+    if (int32_t id = v.find("<mask>"); id != kNoToken && (v.attrs[id] & kAttrControl)) v.attrs[id] |= kAttrLstrip;
+
   v.special_candidates.clear();
   for (size_t i = 0; i < n; ++i)
     if (v.attrs[i] & (kAttrControl | kAttrUserDefined | kAttrUnknown)) v.special_candidates.push_back(int32_t(i));
@@ -262,9 +267,14 @@ Vocab load_vocab(const GgufFile& f) {
     v.type = VocabType::Wpm;
     v.bos = 101; v.eos = 102; v.unk = 100;
     v.add_bos = true; v.add_eos = true; v.add_space_prefix = true;
+  } else if (v.model == "t5") {
+    // llama.cpp's UGM defaults (T5: no BOS, </s> 1, <unk> 2, <pad> 0); XLM-R files name theirs
+    v.type = VocabType::Ugm;
+    v.bos = kNoToken; v.eos = 1; v.unk = 2; v.pad = 0;
+    v.add_bos = false; v.add_eos = true; v.add_space_prefix = true;
   } else {
     throw ModelFormatError(f.path() + ": tokenizer.ggml.model '" + v.model +
-                           "' is not supported (supported: llama, gpt2, bert)");
+                           "' is not supported (supported: llama, gpt2, bert, t5)");
   }
   if (auto a = f.find_string("general.architecture")) v.arch = *a;
   if (auto nm = f.find_string("general.name")) v.name = *nm;
@@ -327,6 +337,19 @@ Vocab load_vocab(const GgufFile& f) {
     v.add_space_prefix = true;  // decode: the first word-initial piece's space is dropped
     if (auto b = f.find_bool("tokenizer.wordpiece.lowercase")) v.wpm_lowercase = *b;
     v.wpm_strip_accents = f.find_bool("tokenizer.wordpiece.strip_accents").value_or(v.wpm_lowercase);
+  }
+  if (v.type == VocabType::Ugm) {
+    // llama.cpp's converter leaves XLM-R's <mask> slot a "[PADn]" placeholder (its
+    // sentencepiece.bpe.model has no <mask>) while mask_token_id names it: give it its text back.
+    if (v.mask >= 0 && v.mask < v.n_tokens() && v.tokens[v.mask].rfind("[PAD", 0) == 0) {
+      v.tokens[v.mask] = "<mask>";
+      if (size_t(v.mask) < v.types.size()) v.types[v.mask] = int32_t(TokenType::Control);
+    }
+    if (const GgufValue* cm = f.find("tokenizer.ggml.precompiled_charsmap")) {
+      if (!cm->is_array() || (cm->elem_type != GgufType::UINT8 && cm->elem_type != GgufType::INT8))
+        throw ModelFormatError(f.path() + ": tokenizer.ggml.precompiled_charsmap must be an array of bytes");
+      v.precompiled_charsmap.assign(reinterpret_cast<const char*>(cm->array_data), cm->array_len);
+    }
   }
   v.chat_template = f.find_string("tokenizer.chat_template");
 

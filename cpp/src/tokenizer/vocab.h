@@ -30,7 +30,7 @@ enum TokenAttr : uint32_t {
   kAttrMarkup = 1u << 16,
 };
 
-enum class VocabType { Spm, Bpe, Wpm };  // Wpm: WordPiece (tokenizer.ggml.model "bert")
+enum class VocabType { Spm, Bpe, Wpm, Ugm };  // Wpm: WordPiece ("bert"); Ugm: Unigram ("t5", XLM-R)
 
 constexpr int32_t kNoToken = -1;
 
@@ -55,6 +55,8 @@ struct Vocab {
   // WordPiece (BertNormalizer): lowercase and strip accents (tokenizer.wordpiece.lowercase /
   // .strip_accents, edgellm's keys; llama.cpp's files have neither: uncased, as its WPM assumes)
   bool wpm_lowercase = true, wpm_strip_accents = true;
+  // Unigram: SentencePiece's precompiled normalization map (tokenizer.ggml.precompiled_charsmap)
+  std::string precompiled_charsmap;
 
   // ---- derived by finalize_vocab() ----
   std::vector<uint32_t> attrs;

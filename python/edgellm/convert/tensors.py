@@ -384,7 +384,7 @@ def load_transformed(ckpt: Checkpoint, p: TensorPlan, rows: Optional[Tuple[int, 
     """The tensor (or rows r0..r1 of it; not for permuted ones) as float32 in its GGUF row
     order (numpy shape = reversed ggml ne)."""
     if p.value is not None:
-        return p.value
+        return p.value if rows is None else p.value[rows[0]:rows[1]]
     if p.parts:
         e0, e1 = rows if rows is not None else (0, len(p.parts))
         out = np.empty((e1 - e0,) + tuple(p.shape[1:]), dtype=np.float32)

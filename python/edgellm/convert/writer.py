@@ -83,14 +83,14 @@ def plan(hf_dir: str, out_type: str = "F16") -> ConversionPlan:
         raise ConvertError(f"unsupported output type {out_type!r}; choose one of {', '.join(OUT_TYPES)}")
     ckpt = Checkpoint(hf_dir)
     if encoder.is_encoder(ckpt.config):  # BERT family, sentence-transformers folders (convert/encoder.py)
-        hf_arch, kv, tplans = encoder.plan(ckpt)
+        gguf_arch, hf_arch, kv, tplans = encoder.plan(ckpt)
         out = []
         for p in tplans:
             ne = tuple(reversed(p.shape))
             t = encoder.tensor_type(p.dst, ne[0], out_type)
             n_rows = int(np.prod(ne[1:])) if len(ne) > 1 else 1
             out.append(PlannedTensor(p, ne, t, n_rows * _row_bytes(t, ne[0])))
-        cp = ConversionPlan("bert", hf_arch, out_type, kv, out)
+        cp = ConversionPlan(gguf_arch, hf_arch, out_type, kv, out)
         cp.checkpoint = ckpt
         return cp
     hf_arch, spec = arch_of(ckpt.config, os.path.join(ckpt.dir, "config.json"))
@@ -143,6 +143,8 @@ def _add_kv(w, key: str, value) -> None:
         w.add_float32(key, value)
     elif isinstance(value, str):
         w.add_string(key, value)
+    elif isinstance(value, bytes):  # tokenizer.ggml.precompiled_charsmap
+        w.add_key_value(key, value, T.ARRAY, sub_type=T.UINT8)
     elif isinstance(value, list) and value and isinstance(value[0], bool):
         w.add_array(key, value)
     elif isinstance(value, list) and value and isinstance(value[0], str):
