@@ -278,13 +278,13 @@ def test_engine_refuses_bad_image_blocks(llm):
 
 # ---- the server ------------------------------------------------------------------------------
 
-def _server(model, **cfg):
+def _server(model, ctx_size=256, **cfg):
     from edgellm.server import ServerConfig, create_app
     from edgellm.server.admission import default_loader
     from server_helpers import AppServer, free_port
 
     port = free_port()
-    config = ServerConfig(model=model, model_path=model, port=port, ctx_size=256, threads=2, parallel=4,
+    config = ServerConfig(model=model, model_path=model, port=port, ctx_size=ctx_size, threads=2, parallel=4,
                           **cfg)
     s = AppServer()
 

@@ -37,6 +37,7 @@ void bind_vision(py::module_& m) {
       .def_property_readonly("projector", [](PyVisionEncoder& p) { return p.enc->config().projector; })
       .def_property_readonly("image_size", [](PyVisionEncoder& p) { return p.enc->config().image_size; })
       .def_property_readonly("patch_size", [](PyVisionEncoder& p) { return p.enc->config().patch_size; })
+      .def_property_readonly("preproc_image_size", [](PyVisionEncoder& p) { return p.enc->config().preproc_image_size; })
       .def_property_readonly("n_tokens", [](PyVisionEncoder& p) { return p.enc->config().n_tokens(); })
       .def_property_readonly("n_embd_text", [](PyVisionEncoder& p) { return p.enc->config().n_embd_text; })
       .def_property_readonly("image_mean", [](PyVisionEncoder& p) {

@@ -211,6 +211,7 @@ void Engine::check_images(const std::vector<int32_t>& prompt, const SamplingPara
       throw InvalidRequestError(name + "embeddings must be " + std::to_string(im.n_tokens) + " x " +
                                 std::to_string(n_embd_) + " floats (the text model's width)");
     im.token = prompt[static_cast<size_t>(im.pos)];
+    im.bidirectional = model_->image_blocks_bidirectional();
     next = im.pos + im.n_tokens;
   }
 }

@@ -5,9 +5,10 @@
 // values derived from a hash of the image's pixels (image_key_token), so the prefix cache, its
 // persistent store and the slots, which key pages by tokens, tell images apart and a second request
 // about the same image reuses its KV. The scheduler puts the placeholder id and the embedding row
-// into the batch (Batch::set_image_row), and keeps each image block inside one chunk: its tokens
-// attend to each other bidirectionally (Gemma 3), which needs every key of the block written by the
-// same forward pass.
+// into the batch (Batch::set_image_row), and keeps each image block inside one chunk: where the
+// model's image tokens attend to each other bidirectionally (Gemma 3:
+// ModelConfig::image_blocks_bidirectional) every key of the block must be written by the same
+// forward pass; elsewhere they attend causally, as text.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -20,6 +21,7 @@ struct PromptImage {
   int32_t n_tokens = 0;  // positions [pos, pos + n_tokens)
   uint64_t hash = 0;     // of the pixels the embeddings came from (the cache key)
   int32_t token = 0;     // the placeholder id the prompt has at those positions
+  bool bidirectional = false;  // the block attends both ways (set by the engine from the model)
   std::shared_ptr<const std::vector<float>> embd;  // n_tokens rows of the model's n_embd
   int32_t last() const { return pos + n_tokens - 1; }
 };

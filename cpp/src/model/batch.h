@@ -25,7 +25,8 @@ struct Batch {
   // Image rows (vision input; both empty when the batch has none): embd[t] non-null gives token
   // t's input embedding (n_embd floats, used as is: no embedding scale) instead of its token's row;
   // block_last[t] >= 0 makes t attend bidirectionally inside its image block, to every position
-  // of its sequence up to block_last[t] (the block's last position, in the same batch).
+  // of its sequence up to block_last[t] (the block's last position, in the same batch); -1: an
+  // image row that attends causally, as text.
   std::vector<const float*> embd;
   std::vector<int32_t> block_last;
 
