@@ -213,6 +213,40 @@ def idefics3_frames(im, tile: int, longest: int, mean, std) -> Tuple[List[np.nda
     return frames, (rows, cols)
 
 
+# Qwen2.5-VL's preprocessor_config.json: the pixel budget of one image, and CLIP's mean / std
+QWEN2VL_MIN_PIXELS, QWEN2VL_MAX_PIXELS = 56 * 56, 12845056
+CLIP_MEAN, CLIP_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
+
+
+def qwen2vl_frame(im, patch: int = 14, merge: int = 2, min_pixels: int = QWEN2VL_MIN_PIXELS,
+                  max_pixels: int = QWEN2VL_MAX_PIXELS, mean=CLIP_MEAN, std=CLIP_STD
+                  ) -> Tuple[np.ndarray, Tuple[int, int]]:
+    """Qwen2-VL's / Qwen2.5-VL's dynamic resolution (transformers' Qwen2VLImageProcessorPil):
+    both edges rounded to multiples of patch x merge (28 px), scaled (keeping the aspect ratio) into
+    [min_pixels, max_pixels], bicubic resize. Returns (float32 [3, H, W], (H / patch, W / patch));
+    an aspect ratio over 200 is an ImageError."""
+    import math
+
+    from PIL import Image
+
+    rgb = to_rgb(im)
+    width, height = rgb.size
+    if max(height, width) / min(height, width) > 200:
+        raise ImageError(f"image of {width}x{height} has an aspect ratio over 200 (Qwen2-VL takes up to 200)")
+    factor = patch * merge
+    h, w = round(height / factor) * factor, round(width / factor) * factor
+    if h * w > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h = max(factor, math.floor(height / beta / factor) * factor)
+        w = max(factor, math.floor(width / beta / factor) * factor)
+    elif h * w < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h = math.ceil(height * beta / factor) * factor
+        w = math.ceil(width * beta / factor) * factor
+    rgb = rgb.resize((w, h), resample=Image.Resampling.BICUBIC)
+    return _normalize(rgb, mean, std), (h // patch, w // patch)
+
+
 def pixel_hash(pixels: np.ndarray) -> int:
     """64-bit hash of a preprocessed image (the engine's prefix-cache key for its block)."""
     return int.from_bytes(hashlib.blake2b(pixels.tobytes(), digest_size=8).digest(), "little")
