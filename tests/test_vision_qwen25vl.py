@@ -1,7 +1,9 @@
-"""Vision input (Qwen2.5-VL), so far its preprocessing: dynamic resolution against transformers'
-Qwen2VLImageProcessorPil (tests/data/vision/qwen25vl.npz, recorded by
-tests/data/vision/make_qwen25vl_fixtures.py). The encoder (2-D rotary ViT with window attention,
-patch merger) and M-RoPE positions in the text model are not built yet."""
+"""Vision input (Qwen2.5-VL), so far its preprocessing and its encoder: dynamic resolution against
+transformers' Qwen2VLImageProcessorPil, and the vision tower (2-D rotary ViT with window attention,
+patch merger) of llama.cpp's --mmproj file against transformers' on a tiny random
+Qwen2_5_VLForConditionalGeneration (tests/data/vision/qwen25vl.npz and mmproj-qwen25vl-tiny.gguf,
+recorded by tests/data/vision/make_qwen25vl_fixtures.py). M-RoPE positions in the text model (the
+'qwen2vl' text architecture) are not built yet, so LLM does not take this projector."""
 import os
 
 import numpy as np
@@ -9,10 +11,12 @@ import pytest
 
 import vision_images
 
+edgellm = pytest.importorskip("edgellm")
 pytest.importorskip("PIL")
 from edgellm import vision  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "vision")
+MMPROJ = os.path.join(DATA, "mmproj-qwen25vl-tiny.gguf")
 BOUNDS = [(3136, 12845056), (3136, 28 * 28 * 48)]  # make_qwen25vl_fixtures.BOUNDS
 PATCH, MERGE, TEMPORAL = 14, 2, 2
 
@@ -55,3 +59,33 @@ def test_extreme_aspect_ratio_is_a_typed_error():
     from PIL import Image
     with pytest.raises(vision.ImageError, match="aspect ratio"):
         vision.qwen2vl_frame(Image.new("RGB", (402, 2)))
+
+
+# ---- the encoder -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def encoder():
+    return edgellm._core.VisionEncoder(MMPROJ, 2)
+
+
+def test_tower_matches_transformers(ref, encoder):
+    """Grids of 6x8 (one window and a cut one), 10x14 (windows cut at both edges) and 4x4 patches:
+    the merged embeddings within 1e-4 of transformers' (values up to ~8)."""
+    assert encoder.projector == "qwen2.5vl_merger" and encoder.n_embd_text == 64
+    for i in range(3):
+        grid = ref[f"tower_grid_{i}"].tolist()
+        got = encoder.encode(image_of_patches(ref[f"tower_pixels_{i}"], grid))
+        want = ref[f"tower_embd_{i}"]
+        assert got.shape == want.shape == (grid[1] * grid[2] // 4, 64)
+        assert np.abs(got - want).max() <= 1e-4, i
+
+
+@pytest.mark.parametrize("shape", [(3, 30, 28), (3, 28, 0), (2, 28, 28), (3, 28 * 300, 28 * 300)])
+def test_bad_pixel_shapes_are_typed_errors(encoder, shape):
+    with pytest.raises(edgellm.InvalidRequestError):
+        encoder.encode(np.zeros(shape, np.float32))
+
+
+def test_llm_does_not_take_the_projector_yet():
+    with pytest.raises(edgellm.ModelFormatError, match="not supported"):
+        edgellm.LLM(os.path.join(DATA, "smolvlm-tiny.gguf"), mmproj=MMPROJ, n_ctx=128, n_threads=1)

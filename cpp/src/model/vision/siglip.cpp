@@ -43,6 +43,17 @@ Matrix matrix_at(const TensorInfo* info, DType type, const void* data, int64_t n
   return m;
 }
 
+void VisionAttentionWeights::bind(WeightLoader& ld, const std::string& p, int64_t D) {
+  wq = ld.matrix(p + "attn_q.weight", D, D);
+  wk = ld.matrix(p + "attn_k.weight", D, D);
+  wv = ld.matrix(p + "attn_v.weight", D, D);
+  wo = ld.matrix(p + "attn_out.weight", D, D);
+  bq = ld.vector(p + "attn_q.bias", D);
+  bk = ld.vector(p + "attn_k.bias", D);
+  bv = ld.vector(p + "attn_v.bias", D);
+  bo = ld.vector(p + "attn_out.bias", D);
+}
+
 SiglipEncoder::SiglipEncoder(std::shared_ptr<GgufFile> file, VisionConfig config, int n_threads)
     : pool_(std::make_shared<ThreadPool>(n_threads)), loader_(*file) {
   file_ = std::move(file);
@@ -61,14 +72,7 @@ SiglipEncoder::SiglipEncoder(std::shared_ptr<GgufFile> file, VisionConfig config
     l.ln1_b = ld.vector(p + "ln1.bias", D);
     l.ln2_w = ld.vector(p + "ln2.weight", D);
     l.ln2_b = ld.vector(p + "ln2.bias", D);
-    l.wq = ld.matrix(p + "attn_q.weight", D, D);
-    l.wk = ld.matrix(p + "attn_k.weight", D, D);
-    l.wv = ld.matrix(p + "attn_v.weight", D, D);
-    l.wo = ld.matrix(p + "attn_out.weight", D, D);
-    l.bq = ld.vector(p + "attn_q.bias", D);
-    l.bk = ld.vector(p + "attn_k.bias", D);
-    l.bv = ld.vector(p + "attn_v.bias", D);
-    l.bo = ld.vector(p + "attn_out.bias", D);
+    l.bind(ld, p, D);
     l.up = ld.matrix(p + "ffn_up.weight", D, F);
     l.b_up = ld.vector(p + "ffn_up.bias", F);
     l.down = ld.matrix(p + "ffn_down.weight", F, D);
@@ -99,7 +103,8 @@ void SiglipEncoder::finish_loading(const std::vector<Matrix*>& projector) {
   act_.reserve(c.n_patches(), widest);
 }
 
-void SiglipEncoder::encode(const float* pixels, float* out) {
+void SiglipEncoder::encode(const float* pixels, int height, int width, float* out) {
+  n_tokens_for(height, width);  // the size checked
   const VisionConfig& c = config_;
   const int64_t T = c.n_patches(), D = c.n_embd, F = c.n_ff, P = c.patch_size, S = c.image_size;
   const int side = c.patches_side();
@@ -128,12 +133,12 @@ void SiglipEncoder::encode(const float* pixels, float* out) {
       ops[i].ldy = D;
     }
     run_matmul(*pool_, l.qkv, ops, T);
-    add_bias(q.data(), l.bq, T);
-    add_bias(k.data(), l.bk, T);
-    add_bias(v.data(), l.bv, T);
-    attention(q.data(), k.data(), v.data(), attn.data());
+    add_bias(*pool_, q.data(), l.bq, T);
+    add_bias(*pool_, k.data(), l.bk, T);
+    add_bias(*pool_, v.data(), l.bv, T);
+    vision_attention(*pool_, q.data(), k.data(), v.data(), attn.data(), T, D, c.n_head, nullptr, scratch_);
     linear(l.wo, l.out, attn.data(), T, h.data(), l.bo);
-    add_rows(h.data(), x.data(), T * D);
+    add_rows(*pool_, h.data(), x.data(), T * D);
     norm_rows(x.data(), l.ln2_w, l.ln2_b, h.data(), T);
     linear(l.up, l.fc1, h.data(), T, ff.data(), l.b_up);
     pool_->parallel_for(0, T, [&](int64_t t, int) {
@@ -141,7 +146,7 @@ void SiglipEncoder::encode(const float* pixels, float* out) {
       for (int64_t i = 0; i < F; ++i) r[i] = gelu_tanh(r[i]);
     });
     linear(l.down, l.fc2, ff.data(), T, h.data(), l.b_down);
-    add_rows(h.data(), x.data(), T * D);
+    add_rows(*pool_, h.data(), x.data(), T * D);
   }
   norm_rows(x.data(), post_w_, post_b_, h.data(), T);
   project(h.data(), out);
@@ -165,55 +170,58 @@ void SiglipEncoder::linear(const Matrix& w, const MatmulPlan& plan, const float*
   edgellm::linear(*pool_, act_, w, plan, x, rows, y, b);
 }
 
-void SiglipEncoder::add_bias(float* y, const Vector& b, int64_t rows) {
-  if (!b) return;
-  pool_->parallel_for(0, rows, [&](int64_t t, int) { kernels::active().add_f32(b.data, y + t * b.n, b.n); });
-}
-
-void SiglipEncoder::add_rows(const float* src, float* dst, int64_t n) {
-  constexpr int64_t kPart = 1 << 14;
-  pool_->parallel_for(0, (n + kPart - 1) / kPart, [&](int64_t i, int) {
-    const int64_t a = i * kPart, e = std::min(n, a + kPart);
-    kernels::active().add_f32(src + a, dst + a, e - a);
-  });
-}
-
 void SiglipEncoder::norm_rows(const float* x, const Vector& w, const Vector& b, float* y, int64_t rows) {
   const int64_t D = config_.n_embd;
   const float eps = config_.eps;
   pool_->parallel_for(0, rows, [&](int64_t t, int) { layer_norm(x + t * D, w, b, y + t * D, D, eps); });
 }
 
-// Every patch attends to every patch: per head, K laid out [patch][dim] and V [dim][patch] so
-// both products are float matmuls; tasks are (head, block of queries).
-void SiglipEncoder::attention(const float* q, const float* k, const float* v, float* out) {
-  const VisionConfig& c = config_;
-  const int64_t T = c.n_patches(), D = c.n_embd, H = c.n_head, hd = D / H;
-  kh_.resize(static_cast<size_t>(T * D));
-  vt_.resize(static_cast<size_t>(T * D));
-  pool_->parallel_for(0, H, [&](int64_t h, int) {
+void add_bias(ThreadPool& pool, float* y, const Vector& b, int64_t rows) {
+  if (!b) return;
+  pool.parallel_for(0, rows, [&](int64_t t, int) { kernels::active().add_f32(b.data, y + t * b.n, b.n); });
+}
+
+void add_rows(ThreadPool& pool, const float* src, float* dst, int64_t n) {
+  constexpr int64_t kPart = 1 << 14;
+  pool.parallel_for(0, (n + kPart - 1) / kPart, [&](int64_t i, int) {
+    const int64_t a = i * kPart, e = std::min(n, a + kPart);
+    kernels::active().add_f32(src + a, dst + a, e - a);
+  });
+}
+
+void vision_attention(ThreadPool& pool, const float* q, const float* k, const float* v, float* out, int64_t T,
+                      int64_t D, int64_t H, const int32_t* group, AttentionScratch& sc) {
+  const int64_t hd = D / H;
+  sc.kh.resize(static_cast<size_t>(T * D));
+  sc.vt.resize(static_cast<size_t>(T * D));
+  pool.parallel_for(0, H, [&](int64_t h, int) {
     for (int64_t t = 0; t < T; ++t) {
-      std::memcpy(kh_.data() + (h * T + t) * hd, k + t * D + h * hd, sizeof(float) * hd);
-      for (int64_t d = 0; d < hd; ++d) vt_[static_cast<size_t>((h * hd + d) * T + t)] = v[t * D + h * hd + d];
+      std::memcpy(sc.kh.data() + (h * T + t) * hd, k + t * D + h * hd, sizeof(float) * hd);
+      for (int64_t d = 0; d < hd; ++d) sc.vt[static_cast<size_t>((h * hd + d) * T + t)] = v[t * D + h * hd + d];
     }
   });
-  const int nt = pool_->size();
-  scores_.resize(static_cast<size_t>(nt) * kQueryBlock * T);
+  const int nt = pool.size();
+  sc.scores.resize(static_cast<size_t>(nt) * kQueryBlock * T);
   const int64_t n_blocks = (T + kQueryBlock - 1) / kQueryBlock;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const auto softmax = kernels::active().softmax;
-  pool_->run(H * n_blocks, [&](int64_t task, int thread) {
+  pool.run(H * n_blocks, [&](int64_t task, int thread) {
     const int64_t h = task / n_blocks, q0 = (task % n_blocks) * kQueryBlock;
     const int64_t nq = std::min<int64_t>(kQueryBlock, T - q0);
-    float* s = scores_.data() + static_cast<size_t>(thread) * kQueryBlock * T;
-    const Matrix km = matrix_at(nullptr, DType::F32, kh_.data() + h * T * hd, hd, T);
+    float* s = sc.scores.data() + static_cast<size_t>(thread) * kQueryBlock * T;
+    const Matrix km = matrix_at(nullptr, DType::F32, sc.kh.data() + h * T * hd, hd, T);
     matmul_rows(km, 0, T, q + q0 * D + h * hd, sizeof(float) * D, nq, s, T);
     for (int64_t i = 0; i < nq; ++i) {
       float* r = s + i * T;
       for (int64_t j = 0; j < T; ++j) r[j] *= scale;
+      if (group) {
+        const int32_t gq = group[q0 + i];
+        for (int64_t j = 0; j < T; ++j)
+          if (group[j] != gq) r[j] = -INFINITY;
+      }
       softmax(r, T);
     }
-    const Matrix vm = matrix_at(nullptr, DType::F32, vt_.data() + h * hd * T, T, hd);
+    const Matrix vm = matrix_at(nullptr, DType::F32, sc.vt.data() + h * hd * T, T, hd);
     matmul_rows(vm, 0, hd, s, sizeof(float) * T, nq, out + q0 * D + h * hd, D);
   });
 }

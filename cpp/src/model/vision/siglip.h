@@ -25,10 +25,30 @@ namespace edgellm {
 // `n_out` rows of `n_in` elements of `type` at `data` (row_bytes apart) as a matrix the kernels take.
 Matrix matrix_at(const TensorInfo* info, DType type, const void* data, int64_t n_in, int64_t n_out);
 
+// A tower block's attention projections (v.blk.N.attn_{q,k,v,out}, D x D, with biases).
+struct VisionAttentionWeights {
+  Matrix wq, wk, wv, wo;
+  Vector bq, bk, bv, bo;
+  void bind(WeightLoader& ld, const std::string& prefix, int64_t D);
+};
+
+// The vision towers' multi-head attention over T rows (q, k, v, out: T x D, H heads of D / H, no
+// rotation here): every query attends to every key, or, with `group`, only to the keys of its own
+// group (group[t]: Qwen2.5-VL's windows). Per head, K laid out [row][dim] and V [dim][row] so both
+// products are float matmuls; tasks are (head, block of queries). The scratch buffers are reused.
+struct AttentionScratch {
+  std::vector<float> kh, vt, scores;
+};
+void vision_attention(ThreadPool& pool, const float* q, const float* k, const float* v, float* out, int64_t T,
+                      int64_t D, int64_t H, const int32_t* group, AttentionScratch& scratch);
+// dst[i] += src[i] for n floats, in parallel parts; y's `rows` rows of b.n += b (nothing when b is empty).
+void add_rows(ThreadPool& pool, const float* src, float* dst, int64_t n);
+void add_bias(ThreadPool& pool, float* y, const Vector& b, int64_t rows);
+
 class SiglipEncoder : public VisionEncoder {
  public:
-  // pixels -> the tower's hidden states (n_patches x n_embd) -> project().
-  void encode(const float* pixels, float* out) final;
+  // pixels (an image_size square) -> the tower's hidden states (n_patches x n_embd) -> project().
+  void encode(const float* pixels, int height, int width, float* out) final;
 
  protected:
   // Binds the tower's tensors through loader_; the subclass binds its projector's, then calls
@@ -46,17 +66,14 @@ class SiglipEncoder : public VisionEncoder {
   WeightLoader loader_;
 
  private:
-  struct Layer {
+  struct Layer : VisionAttentionWeights {
     Vector ln1_w, ln1_b, ln2_w, ln2_b;
-    Matrix wq, wk, wv, wo, up, down;
-    Vector bq, bk, bv, bo, b_up, b_down;
+    Matrix up, down;
+    Vector b_up, b_down;
     MatmulPlan qkv, out, fc1, fc2;
   };
   Matrix patch_matrix(int64_t n_in, int64_t n_out);
-  void add_bias(float* y, const Vector& b, int64_t rows);
-  void add_rows(const float* src, float* dst, int64_t n);
   void norm_rows(const float* x, const Vector& w, const Vector& b, float* y, int64_t rows);
-  void attention(const float* q, const float* k, const float* v, float* out);
 
   Matrix patch_;
   Vector patch_b_, pos_, post_w_, post_b_;
@@ -65,7 +82,7 @@ class SiglipEncoder : public VisionEncoder {
   PackedWeights packed_;
   MatmulPlan patch_plan_;
   ActivationQuantizer act_;
-  std::vector<float> kh_, vt_, scores_;
+  AttentionScratch scratch_;
 };
 
 }  // namespace edgellm

@@ -26,6 +26,8 @@ struct VisionConfig {
   // patches shuffled into one token (default 2)
   int scale_factor = 4;
   int preproc_image_size = 0;    // Idefics3: the longest edge images are resized to before tiling
+  int n_wa_pattern = 0;          // Qwen2.5-VL: every n-th block attends fully, the others in windows
+  int window_size = 112;         // Qwen2.5-VL: the windows' side in pixels
   int patches_side() const { return image_size / patch_size; }
   int n_patches() const { return patches_side() * patches_side(); }
   int n_tokens() const;          // soft tokens one image becomes
@@ -34,7 +36,7 @@ struct VisionConfig {
 // The projector file's config, every key checked (ModelFormatError naming it): not a clip file,
 // no vision encoder, an unsupported projector type, sizes that do not divide.
 VisionConfig read_vision_config(const GgufFile& file);
-// "gemma3, idefics3"
+// "gemma3, idefics3, qwen2.5vl_merger"
 std::string supported_projectors();
 
 class VisionEncoder {
@@ -42,9 +44,12 @@ class VisionEncoder {
   virtual ~VisionEncoder() = default;
   const VisionConfig& config() const { return config_; }
   const GgufFile& file() const { return *file_; }
-  // pixels: [3][image_size][image_size], already normalised (mean / std); out: n_tokens rows of
-  // n_embd_text floats. One image at a time on the encoder's threads; not reentrant.
-  virtual void encode(const float* pixels, float* out) = 0;
+  // Tokens an image of height x width pixels becomes; InvalidRequestError for a size the encoder
+  // does not take (Gemma 3, Idefics3: image_size squares; Qwen2.5-VL: multiples of patch x merge).
+  virtual int64_t n_tokens_for(int height, int width) const;
+  // pixels: [3][height][width], already normalised (mean / std); out: n_tokens_for(height, width)
+  // rows of n_embd_text floats. One image at a time on the encoder's threads; not reentrant.
+  virtual void encode(const float* pixels, int height, int width, float* out) = 0;
 
  protected:
   std::shared_ptr<GgufFile> file_;
