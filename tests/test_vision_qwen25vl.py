@@ -1,9 +1,9 @@
-"""Vision input (Qwen2.5-VL), so far its preprocessing and its encoder: dynamic resolution against
-transformers' Qwen2VLImageProcessorPil, and the vision tower (2-D rotary ViT with window attention,
-patch merger) of llama.cpp's --mmproj file against transformers' on a tiny random
-Qwen2_5_VLForConditionalGeneration (tests/data/vision/qwen25vl.npz and mmproj-qwen25vl-tiny.gguf,
-recorded by tests/data/vision/make_qwen25vl_fixtures.py). M-RoPE positions in the text model (the
-'qwen2vl' text architecture) are not built yet, so LLM does not take this projector."""
+"""Vision input (Qwen2.5-VL): dynamic resolution against transformers' Qwen2VLImageProcessorPil,
+the vision tower (2-D rotary ViT with window attention, patch merger) of llama.cpp's --mmproj file
+against transformers', and the whole model (the 'qwen2vl' text architecture with M-RoPE positions
+for the image grid) through LLM.chat and the OpenAI API, on a tiny random
+Qwen2_5_VLForConditionalGeneration (tests/data/vision/qwen25vl.npz, qwen25vl-tiny.gguf and
+mmproj-qwen25vl-tiny.gguf, recorded by tests/data/vision/make_qwen25vl_fixtures.py)."""
 import os
 
 import numpy as np
@@ -17,6 +17,8 @@ from edgellm import vision  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "vision")
 MMPROJ = os.path.join(DATA, "mmproj-qwen25vl-tiny.gguf")
+MODEL = os.path.join(DATA, "qwen25vl-tiny.gguf")
+QUESTIONS = ["Describe this image.", "What is in the picture?", "Count the shapes."]
 BOUNDS = [(3136, 12845056), (3136, 28 * 28 * 48)]  # make_qwen25vl_fixtures.BOUNDS
 PATCH, MERGE, TEMPORAL = 14, 2, 2
 
@@ -86,6 +88,57 @@ def test_bad_pixel_shapes_are_typed_errors(encoder, shape):
         encoder.encode(np.zeros(shape, np.float32))
 
 
-def test_llm_does_not_take_the_projector_yet():
-    with pytest.raises(edgellm.ModelFormatError, match="not supported"):
+def test_mismatched_projector_is_a_typed_error():
+    with pytest.raises(edgellm.ModelFormatError, match="does not fit a 'llama' text model"):
         edgellm.LLM(os.path.join(DATA, "smolvlm-tiny.gguf"), mmproj=MMPROJ, n_ctx=128, n_threads=1)
+
+
+# ---- the model against transformers ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def llm():
+    m = edgellm.LLM(MODEL, mmproj=MMPROJ, n_ctx=256, n_threads=2, kv_type="f32", max_seqs=4)
+    yield m
+    m.close()
+
+
+def png(i):
+    with open(os.path.join(DATA, f"qwen25vl_image{i}.png"), "rb") as f:
+        return f.read()
+
+
+def messages(i):
+    from test_vision import data_uri
+    return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_uri(png(i))}},
+                                         {"type": "text", "text": QUESTIONS[i]}]}]
+
+
+def test_prompt_ids_and_grids(llm, ref):
+    for i in range(3):
+        ids = llm.chat_renderer.request(messages(i), None, None, None, None, None)[0]
+        assert list(ids) == ref[f"ids_{i}"].tolist()
+        _, gh, gw = ref[f"tower_grid_{i}"].tolist()
+        assert [(e.shape[0], g) for _, _, e, g in ids.images] == [(gh * gw // 4, (gh // 2, gw // 2))]
+
+
+def test_llm_chat_matches_transformers(llm, ref):
+    """M-RoPE: the image's rows and columns turn their sections, the text after it continues from
+    the image's largest position (a 3 x 4, 5 x 7 and 2 x 2 grid)."""
+    from test_vision import _first_top, check_against_reference, greedy
+    for i in range(3):
+        out = llm.chat(messages(i), greedy())
+        check_against_reference(ref, i, [t.token_id for t in out.logprobs], _first_top(out))
+    # a second question about the same image: its KV from the prefix cache, the same answer
+    before = llm.stats()
+    out = llm.chat(messages(1), greedy())
+    check_against_reference(ref, 1, [t.token_id for t in out.logprobs], _first_top(out))
+    assert llm.stats()["prefix_cache_hit_tokens"] > before["prefix_cache_hit_tokens"]
+
+
+def test_openai_image_url_matches_transformers(llm, ref):
+    from test_vision import _server, check_openai_chat
+    s = _server(MODEL, mmproj=MMPROJ)
+    try:
+        check_openai_chat(s.url, llm, ref, messages)
+    finally:
+        s.stop()

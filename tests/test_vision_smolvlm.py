@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import vision_images
-from test_vision import LOGPROB_TOL, _first_top, _server, check_against_reference, data_uri, greedy
+from test_vision import _first_top, _server, check_against_reference, check_openai_chat, data_uri, greedy
 
 edgellm = pytest.importorskip("edgellm")
 pytest.importorskip("PIL")
@@ -154,16 +154,6 @@ def test_openai_image_url_matches_transformers(llm, ref):
     s = _server(MODEL, mmproj=MMPROJ, ctx_size=512)
     try:
         assert "image" in httpx.get(s.url + "/v1/models").json()["data"][0]["meta"]["modalities"]
-        for i in range(3):
-            r = httpx.post(s.url + "/v1/chat/completions", timeout=120, json={
-                "messages": messages(i), "temperature": 0, "max_tokens": 8, "logprobs": True, "top_logprobs": 5})
-            assert r.status_code == 200, r.text
-            content = r.json()["choices"][0]["logprobs"]["content"]
-            assert [bytes(c["bytes"]) for c in content] == [llm.token_to_piece(t) for t in ref[f"greedy_{i}"]]
-            lp = ref[f"logprobs_{i}"]
-            first = content[0]["top_logprobs"]
-            assert len(first) == 5 and all("bytes" in t for t in first)
-            got = sorted(t["logprob"] for t in first)
-            assert np.allclose(got, sorted(float(lp[t]) for t in np.argsort(-lp)[:5]), atol=LOGPROB_TOL)
+        check_openai_chat(s.url, llm, ref, messages)
     finally:
         s.stop()

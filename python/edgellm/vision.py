@@ -70,6 +70,10 @@ class _Family:
     def markup(self, layout, n_tokens: int) -> str:
         raise NotImplementedError
 
+    def block(self, layout, n_tokens: int) -> Tuple[int, Optional[Tuple[int, int]]]:
+        """(tokens of each frame's block, its M-RoPE grid (rows, cols) or None)."""
+        return n_tokens, None
+
 
 class _Gemma3(_Family):
     """transformers' Gemma3Processor / Gemma3ImageProcessor (BILINEAR, no pan-and-scan): one
@@ -102,9 +106,28 @@ class _Idefics3(_Family):
         return tiles + ("\n" if rows else "") + f"{self.FAKE}{self.GLOBAL}{run}{self.FAKE}"
 
 
-FAMILIES = {f.name: f for f in (_Gemma3(), _Idefics3())}
+class _Qwen25VL(_Family):
+    """transformers' Qwen2_5_VLProcessor (Qwen2VLImageProcessor: qwen2vl_frame's dynamic resolution
+    within Qwen2.5-VL's published pixel bounds): one frame of rows x cols merged tokens, the
+    template's "<|image_pad|>" repeated rows x cols times; the block's grid gives the text model
+    its M-RoPE positions."""
+    name, marker, image_token = "qwen2.5vl_merger", "<|image_pad|>", "<|image_pad|>"
+    MERGE = 2
+
+    def frames(self, im, enc):
+        frame, (gh, gw) = qwen2vl_frame(im, enc.patch_size, self.MERGE, mean=enc.image_mean, std=enc.image_std)
+        return [frame], (gh // self.MERGE, gw // self.MERGE)
+
+    def markup(self, layout, n_tokens):
+        return self.image_token * (layout[0] * layout[1])
+
+    def block(self, layout, n_tokens):
+        return layout[0] * layout[1], tuple(layout)
+
+
+FAMILIES = {f.name: f for f in (_Gemma3(), _Idefics3(), _Qwen25VL())}
 # text architectures each projector type feeds
-TEXT_ARCHS = {"gemma3": ("gemma3",), "idefics3": ("llama",)}
+TEXT_ARCHS = {"gemma3": ("gemma3",), "idefics3": ("llama",), "qwen2.5vl_merger": ("qwen2vl",)}
 
 
 def open_image(data: bytes, max_pixels: int = MAX_PIXELS):
@@ -492,15 +515,16 @@ class VisionInput:
                 i = j
             else:
                 i += 1
-        frames = [f for ref in images for f in self.prepare(ref).frames]
-        if len(runs) != len(frames) or any(n != self.n_tokens for _, n in runs):
-            raise ImageError(f"the prompt holds image blocks {[n for _, n in runs]} for {len(images)} images "
-                             f"({len(frames)} blocks of {self.n_tokens} tokens; image-token text in the messages?)")
+        fam = self.family
+        frames = [(f, fam.block(ref.layout, self.n_tokens)) for ref in images for f in self.prepare(ref).frames]
+        if [n for _, n in runs] != [n for _, (n, _) in frames]:
+            raise ImageError(f"the prompt holds image blocks {[n for _, n in runs]} for {len(images)} images of "
+                             f"blocks {[n for _, (n, _) in frames]} (image-token text in the messages?)")
         out = PromptIds(ids)
         out.images = []
-        for (pos, _), pixels in zip(runs, frames):
+        for (pos, _), (pixels, (_, grid)) in zip(runs, frames):
             h, emb = self.embeddings(pixels)
-            out.images.append((pos, h, emb))
+            out.images.append((pos, h, emb) if grid is None else (pos, h, emb, grid))
         return out
 
     def stats(self) -> dict:

@@ -22,12 +22,20 @@ struct PromptImage {
   uint64_t hash = 0;     // of the pixels the embeddings came from (the cache key)
   int32_t token = 0;     // the placeholder id the prompt has at those positions
   bool bidirectional = false;  // the block attends both ways (set by the engine from the model)
+  // M-RoPE (Qwen2-VL): the block is rows x cols tokens (row-major); 0: positions as text.
+  int32_t rows = 0, cols = 0;
   std::shared_ptr<const std::vector<float>> embd;  // n_tokens rows of the model's n_embd
   int32_t last() const { return pos + n_tokens - 1; }
 };
 
 // The key token of position j of an image with pixel hash h: always negative, so never a real id.
 int32_t image_key_token(uint64_t hash, int32_t j);
+
+// M-RoPE positions (t, h, w) of prompt or generated position p (transformers' get_rope_index):
+// every grid image before p moves what follows back by its n_tokens - max(rows, cols); inside one,
+// (s, s + row, s + col) with s its first position so moved.
+void mrope_position(const std::vector<PromptImage>& images, int32_t p, int32_t* out);
+bool has_grid(const std::vector<PromptImage>& images);
 
 // The image holding position p, or null (images sorted by pos).
 const PromptImage* image_at(const std::vector<PromptImage>& images, int32_t p);

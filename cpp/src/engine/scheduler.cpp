@@ -85,6 +85,11 @@ void Scheduler::add_chunk(Sequence* s, int32_t n, Batch& batch, std::vector<Sche
     } else {
       batch.add(s->tokens[p], p, s->slot, logits, hidden);
     }
+    if (s->mrope) {
+      int32_t p3[3];
+      mrope_position(s->images, p, p3);
+      batch.set_rope_pos(p3);
+    }
   }
   if (c.samples && !s->embedding && !s->draft.empty()) {
     // Verification: the drafted tokens follow the last known one, each row sampled (in order)

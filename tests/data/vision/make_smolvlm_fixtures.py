@@ -81,19 +81,24 @@ def randomize(model, seed=0):
                 p[N_SPM:] = 0
 
 
-def write_tokenizer(d):
+def write_spm_tokenizer(d, added_tokens, template, eos):
+    """tests/data/hf/spm.model with `added_tokens` after its 400 pieces, for llama.cpp's converter."""
     shutil.copy(SPM_MODEL, os.path.join(d, "tokenizer.model"))
     with open(os.path.join(d, "added_tokens.json"), "w") as f:
-        json.dump({t: N_SPM + i for i, t in enumerate(ADDED)}, f)
+        json.dump({t: N_SPM + i for i, t in enumerate(added_tokens)}, f)
     added = {str(N_SPM + i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
-                              "single_word": False, "special": True} for i, t in enumerate(ADDED)}
-    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "<end_of_utterance>",
+                              "single_word": False, "special": True} for i, t in enumerate(added_tokens)}
+    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": eos,
            "pad_token": "<pad>", "unk_token": "<unk>", "add_bos_token": False, "add_eos_token": False,
-           "added_tokens_decoder": added, "chat_template": TEMPLATE, "model_max_length": 1024}
+           "added_tokens_decoder": added, "chat_template": template, "model_max_length": 1024}
     with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
     with open(os.path.join(d, "chat_template.jinja"), "w") as f:
-        f.write(TEMPLATE)
+        f.write(template)
+
+
+def write_tokenizer(d):
+    write_spm_tokenizer(d, ADDED, TEMPLATE, "<end_of_utterance>")
     pre = {"image_processor_type": "SmolVLMImageProcessor", "do_convert_rgb": True, "do_normalize": True,
            "do_rescale": True, "do_resize": True, "do_pad": True, "do_image_splitting": True,
            "image_mean": [0.5] * 3, "image_std": [0.5] * 3, "resample": 1, "rescale_factor": 1 / 255,
@@ -105,8 +110,8 @@ def write_tokenizer(d):
         json.dump({"image_seq_len": SEQ_LEN, "processor_class": "SmolVLMProcessor"}, f)
 
 
-def hf_tokenizer():
-    """A transformers tokenizer of tests/data/hf/spm.model's pieces plus ADDED that, like llama.cpp's
+def hf_tokenizer(added=ADDED, eos="<end_of_utterance>"):
+    """A transformers tokenizer of tests/data/hf/spm.model's pieces plus `added` that, like llama.cpp's
     'llama' SentencePiece tokenizer, puts a space before every text fragment (Metaspace 'always');
     checked against sentencepiece on the space-prefixed text."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
@@ -117,14 +122,23 @@ def hf_tokenizer():
     t = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True))
     t.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=False)
     t.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
-    t.add_special_tokens([AddedToken(a, special=True, normalized=False) for a in ADDED])
-    tok = PreTrainedTokenizerFast(tokenizer_object=t, bos_token="<s>", eos_token="<end_of_utterance>",
-                                  unk_token="<unk>", pad_token="<pad>")
+    t.add_special_tokens([AddedToken(a, special=True, normalized=False) for a in added])
+    tok = PreTrainedTokenizerFast(tokenizer_object=t, bos_token="<s>", eos_token=eos, unk_token="<unk>",
+                                  pad_token="<pad>")
     for s in QUESTIONS + ["Hello world, the quick brown fox 123 jumps.\n\nünïcödé  x", "User:", "\nAssistant:"]:
         if tok.encode(s, add_special_tokens=False) != sp.encode(" " + s):
             sys.exit(f"the HF tokenizer differs from sentencepiece on {s!r}")
-    assert tok.convert_tokens_to_ids(ADDED) == list(range(N_SPM, N_SPM + len(ADDED)))
+    assert tok.convert_tokens_to_ids(added) == list(range(N_SPM, N_SPM + len(added)))
     return tok
+
+
+def skip_video_check(cls):
+    """The processor's video class lookup fails without torchvision; images only here."""
+    check = cls.check_argument_for_proper_class
+
+    def check_but_video(self, name, arg):
+        return None if name == "video_processor" else check(self, name, arg)
+    cls.check_argument_for_proper_class = check_but_video
 
 
 def processor():
@@ -137,11 +151,7 @@ def processor():
                                   image_mean=[0.5] * 3, image_std=[0.5] * 3, do_image_splitting=True)
 
     from transformers.models.smolvlm.video_processing_smolvlm import SmolVLMVideoProcessor
-    check = SmolVLMProcessor.check_argument_for_proper_class  # the video class lookup fails without torchvision
-
-    def check_but_video(self, name, arg):
-        return None if name == "video_processor" else check(self, name, arg)
-    SmolVLMProcessor.check_argument_for_proper_class = check_but_video
+    skip_video_check(SmolVLMProcessor)
     proc = SmolVLMProcessor(image_processor=ip, tokenizer=hf_tokenizer(), video_processor=SmolVLMVideoProcessor(),
                             image_seq_len=SEQ_LEN, chat_template=TEMPLATE)
     return proc, ip
