@@ -142,3 +142,12 @@ def test_openai_image_url_matches_transformers(llm, ref):
         check_openai_chat(s.url, llm, ref, messages)
     finally:
         s.stop()
+
+
+def test_concurrent_image_requests_are_batched_and_exact(llm, ref):
+    """Three sequences with their own M-RoPE grids (and the text positions they move) in one batch."""
+    from test_vision import _first_top, check_against_reference, greedy
+    handles = [llm.submit_chat(messages(i), greedy()) for i in (0, 1, 2)]
+    for i, h in enumerate(handles):
+        out = h.result()
+        check_against_reference(ref, i, [t.token_id for t in out.logprobs], _first_top(out))
