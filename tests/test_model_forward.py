@@ -304,7 +304,7 @@ def test_unsupported_arch_and_missing_key_and_bad_shape(tmp_path):
         w.close()
         return str(p)
 
-    with pytest.raises(core.ModelFormatError, match=r"mamba.*not supported.*gemma2, gemma3, gpt-oss, llama, olmoe, phi3, qwen2, qwen2moe, qwen3, qwen3moe"):
+    with pytest.raises(core.ModelFormatError, match=r"mamba.*not supported.*gemma2, gemma3, gpt-oss, llama, olmoe, phi3, qwen2, qwen2vl, qwen2moe, qwen3, qwen3moe"):
         core.Model(write("mamba"))
     with pytest.raises(core.ModelFormatError, match=r"llama\.block_count"):
         core.Model(write("llama", drop_key="block_count"))

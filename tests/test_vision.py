@@ -278,13 +278,13 @@ def test_engine_refuses_bad_image_blocks(llm):
 
 # ---- the server ------------------------------------------------------------------------------
 
-def _server(model, **cfg):
+def _server(model, ctx_size=256, **cfg):
     from edgellm.server import ServerConfig, create_app
     from edgellm.server.admission import default_loader
     from server_helpers import AppServer, free_port
 
     port = free_port()
-    config = ServerConfig(model=model, model_path=model, port=port, ctx_size=256, threads=2, parallel=4,
+    config = ServerConfig(model=model, model_path=model, port=port, ctx_size=ctx_size, threads=2, parallel=4,
                           **cfg)
     s = AppServer()
 
@@ -293,6 +293,23 @@ def _server(model, **cfg):
         return llm
     s.start(create_app(config, loader=loader, params_factory=SamplingParams), port)
     return s.wait_ready()
+
+
+def check_openai_chat(url, llm, ref, messages_of, n=3):
+    """OpenAI chat completions with image_url parts: greedy tokens' bytes those of transformers' tokens,
+    the first step's top-5 log-probs (with bytes) within LOGPROB_TOL of transformers'."""
+    import httpx
+    for i in range(n):
+        r = httpx.post(url + "/v1/chat/completions", timeout=120, json={
+            "messages": messages_of(i), "temperature": 0, "max_tokens": 8, "logprobs": True, "top_logprobs": 5})
+        assert r.status_code == 200, r.text
+        content = r.json()["choices"][0]["logprobs"]["content"]
+        assert [bytes(c["bytes"]) for c in content] == [llm.token_to_piece(t) for t in ref[f"greedy_{i}"]]
+        lp = ref[f"logprobs_{i}"]
+        first = content[0]["top_logprobs"]
+        assert len(first) == 5 and all("bytes" in t for t in first)
+        got = sorted(t["logprob"] for t in first)
+        assert np.allclose(got, sorted(float(lp[t]) for t in np.argsort(-lp)[:5]), atol=LOGPROB_TOL)
 
 
 def test_openai_image_url_matches_transformers(llm, ref):

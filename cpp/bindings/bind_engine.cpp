@@ -436,9 +436,10 @@ void bind_engine(py::module_& m) {
             if (!stream) ch->collect_whole();  // the caller side joins a non-streaming request's events
             std::vector<PromptImage> ims;
             for (const py::handle& item : images) {
-              // (pos, pixel hash, float32 [n_tokens, n_embd] embeddings)
+              // (pos, pixel hash, float32 [n_tokens, n_embd] embeddings[, (rows, cols)])
               const py::tuple t = py::reinterpret_borrow<py::tuple>(item);
-              if (t.size() != 3) throw InvalidRequestError("images: each item is (pos, hash, embeddings)");
+              if (t.size() != 3 && t.size() != 4)
+                throw InvalidRequestError("images: each item is (pos, hash, embeddings[, (rows, cols)])");
               PromptImage im;
               im.pos = t[0].cast<int32_t>();
               im.hash = t[1].cast<uint64_t>();
@@ -446,6 +447,11 @@ void bind_engine(py::module_& m) {
               if (a.ndim() != 2) throw InvalidRequestError("images: embeddings must be a 2-D array");
               im.n_tokens = static_cast<int32_t>(a.shape(0));
               im.embd = std::make_shared<const std::vector<float>>(a.data(), a.data() + a.size());
+              if (t.size() == 4) {
+                const auto grid = t[3].cast<std::pair<int32_t, int32_t>>();
+                im.rows = grid.first;
+                im.cols = grid.second;
+              }
               ims.push_back(std::move(im));
             }
             Engine& e = self.get();
@@ -455,7 +461,8 @@ void bind_engine(py::module_& m) {
           },
           py::arg("prompt"), py::arg("params"), py::arg("channel"), py::arg("stream") = true,
           py::arg("images") = py::list(), py::arg("lora") = py::none(),
-          "images: [(pos, pixel hash, float32 [n_tokens, n_embd] embeddings)], image blocks of the prompt in order "
+          "images: [(pos, pixel hash, float32 [n_tokens, n_embd] embeddings[, (rows, cols): an M-RoPE grid])], image "
+          "blocks of the prompt in order "
           "(engine/prompt_image.h). lora: None (the base alone) or [(LoraAdapter, scale), ...]")
       .def(
           "load_lora",

@@ -37,6 +37,7 @@ void bind_vision(py::module_& m) {
       .def_property_readonly("projector", [](PyVisionEncoder& p) { return p.enc->config().projector; })
       .def_property_readonly("image_size", [](PyVisionEncoder& p) { return p.enc->config().image_size; })
       .def_property_readonly("patch_size", [](PyVisionEncoder& p) { return p.enc->config().patch_size; })
+      .def_property_readonly("preproc_image_size", [](PyVisionEncoder& p) { return p.enc->config().preproc_image_size; })
       .def_property_readonly("n_tokens", [](PyVisionEncoder& p) { return p.enc->config().n_tokens(); })
       .def_property_readonly("n_embd_text", [](PyVisionEncoder& p) { return p.enc->config().n_embd_text; })
       .def_property_readonly("image_mean", [](PyVisionEncoder& p) {
@@ -51,17 +52,17 @@ void bind_vision(py::module_& m) {
           "encode",
           [](PyVisionEncoder& p, py::array_t<float, py::array::c_style | py::array::forcecast> pixels) {
             const VisionConfig& c = p.enc->config();
-            if (pixels.ndim() != 3 || pixels.shape(0) != 3 || pixels.shape(1) != c.image_size ||
-                pixels.shape(2) != c.image_size)
-              throw InvalidRequestError("pixels must be a [3, " + std::to_string(c.image_size) + ", " +
-                                        std::to_string(c.image_size) + "] array");
-            py::array_t<float> out({static_cast<py::ssize_t>(c.n_tokens()), static_cast<py::ssize_t>(c.n_embd_text)});
+            if (pixels.ndim() != 3 || pixels.shape(0) != 3 || pixels.shape(1) > 65536 || pixels.shape(2) > 65536)
+              throw InvalidRequestError("pixels must be a [3, height, width] array");
+            const int h = static_cast<int>(pixels.shape(1)), w = static_cast<int>(pixels.shape(2));
+            const int64_t n = p.enc->n_tokens_for(h, w);
+            py::array_t<float> out({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(c.n_embd_text)});
             const float* src = pixels.data();
             float* dst = out.mutable_data();
             {
               py::gil_scoped_release nogil;
               std::lock_guard<std::mutex> lock(p.mu);
-              p.enc->encode(src, dst);
+              p.enc->encode(src, h, w, dst);
             }
             return out;
           },

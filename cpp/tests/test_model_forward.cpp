@@ -26,6 +26,12 @@ class GgufWriter {
  public:
   void u32(const std::string& k, uint32_t v) { key(k, 4); put(v); }
   void f32(const std::string& k, float v) { key(k, 6); put(v); }
+  void i32s(const std::string& k, const std::vector<int32_t>& v) {  // ARRAY of INT32
+    key(k, 9);
+    put<uint32_t>(5);
+    put<uint64_t>(v.size());
+    for (int32_t x : v) put(x);
+  }
   void str(const std::string& k, const std::string& v) { key(k, 8); string(v); }
   void tensor(const std::string& name, std::vector<int64_t> ne, const std::vector<float>& data) {
     tensors_.push_back({name, std::move(ne), data});
@@ -116,6 +122,8 @@ std::string write_tiny(const Architecture& architecture, const std::string& path
   // Read by architectures with sliding-window layers (gemma2, gemma3, phi3), ignored by the others.
   w.u32(a + "attention.sliding_window", 3);
   w.u32(a + "attention.sliding_window_pattern", 2);  // layer 0 local, layer 1 global
+  // Read by qwen2vl (M-RoPE sections of the 16 rotated pairs; text: all equal, plain NEOX RoPE).
+  w.i32s(a + "rope.dimension_sections", {4, 6, 6, 0});
   if (spec.moe) {
     w.u32(a + "expert_count", kExperts);
     w.u32(a + "expert_used_count", kExpertsUsed);

@@ -122,18 +122,20 @@ class ChatRenderer:
         shield = self._shield(messages, tools, chat_template_kwargs)
         text = self.apply(messages, True, tools, chat_template_kwargs, shield)
         if images:
-            text = self.vision.expand(text, len(images))
+            text = self.vision.expand(text, images)
         return self.ids(*shield.restore(text))
 
     def shielded_prompt(self, messages, tools=None, tool_choice=None, chat_template_kwargs=None,
-                        add_generation_prompt=None, continue_final_message=None, answer_hint=None):
-        """LLM.chat_prompt: (prompt text, plain ranges)."""
-        messages, images = self._images(messages)
+                        add_generation_prompt=None, continue_final_message=None, answer_hint=None,
+                        image_parts=None):
+        """LLM.chat_prompt: (prompt text, plain ranges). image_parts: what _images(messages) gave,
+        when the caller has it already (their frames are read once)."""
+        messages, images = image_parts if image_parts is not None else self._images(messages)
         shield = self._shield(messages, tools, chat_template_kwargs, answer_hint)
         text = self.prompt_text(messages, tools, tool_choice, chat_template_kwargs,
                                 add_generation_prompt, continue_final_message, shield, answer_hint)
         if images:
-            text = self.vision.expand(text, len(images))
+            text = self.vision.expand(text, images)
         return shield.restore(text)
 
     def _images(self, messages):
@@ -209,10 +211,11 @@ class ChatRenderer:
         schema, answer, calls = (self._answer_constraint(params, tool_choice) if use_tools
                                  else ("", None, False))
         hint = fmt.answer_prompt(schema) if schema else None
+        image_parts = self._images(messages)
         text, plain = self.shielded_prompt(messages, tools, tool_choice, chat_template_kwargs,
-                                           add_generation_prompt, continue_final_message, hint)
+                                           add_generation_prompt, continue_final_message, hint, image_parts)
         ids = self.ids(text, plain)
-        images = self._images(messages)[1]
+        images = image_parts[1]
         if images:
             ids = self.vision.attach(ids, images)  # edgellm.vision.PromptIds
         if calls:

@@ -6,13 +6,14 @@ The one internal representation of an image is an OpenAI content part,
 it). For one chat request `VisionInput.prepare` reads each part's bytes (data URI; a file:// URL
 only under `media_path`; http(s) only with `allow_remote`), decodes them with Pillow (JPEG, PNG,
 WebP, GIF's first frame) after checking the pixel count from the header, and preprocesses them as
-the model's Hugging Face processor does (Gemma 3: RGB with transparency composited on white,
-bilinear resize to the square, rescale 1/255, normalise by the projector's mean / std). The
-template renders {"type": "image"} parts as the model's marker (Gemma 3: "<start_of_image>"),
-which is expanded to the processor's markup ("\\n\\n<start_of_image>" + n x "<image_soft_token>"
-+ "<end_of_image>\\n\\n"). The encoder (_core.VisionEncoder) turns the pixels into the text
-model's input embeddings, kept in a small LRU keyed by a hash of the pixels (the engine's prefix
-cache is keyed by the same hash); the engine gets them with the prompt ids (PromptIds.images).
+the model's Hugging Face processor does into frames, the encoder's inputs (RGB with transparency
+composited on white, resized, rescale 1/255, normalised by the projector's mean / std; Gemma 3: one
+bilinear square; SmolVLM: Lanczos-resized tiles and the global image). The template renders
+{"type": "image"} parts as the model's marker (Gemma 3: "<start_of_image>", SmolVLM: "<image>"),
+which is expanded to the processor's markup for that image (_Family.markup: one run of image
+tokens per frame). The encoder (_core.VisionEncoder) turns each frame into the text model's input
+embeddings, kept in a small LRU keyed by a hash of the pixels (the engine's prefix cache is keyed
+by the same hash); the engine gets them with the prompt ids (PromptIds.images, one block a frame).
 """
 from __future__ import annotations
 
@@ -58,24 +59,75 @@ class PromptIds(list):
 # ---- the family's markup and preprocessing ---------------------------------------------------
 
 class _Family:
-    """What a projector type needs from the text side: its template marker, the markup one image
-    becomes, and the processor's resize."""
+    """What a projector type needs from the text side: its template marker, the frames (encoder
+    inputs) one image becomes with their layout, and the markup that layout becomes in the prompt
+    (one run of image tokens per frame, in the frames' order)."""
+    name = marker = image_token = ""
 
-    def __init__(self, name: str, marker: str, image_token: str, before: str, after: str, resample: str):
-        self.name, self.marker, self.image_token = name, marker, image_token
-        self.before, self.after, self.resample = before, after, resample
+    def frames(self, im, enc) -> Tuple[List[np.ndarray], Any]:
+        raise NotImplementedError
 
-    def markup(self, n_tokens: int) -> str:
-        return self.before + self.image_token * n_tokens + self.after
+    def markup(self, layout, n_tokens: int) -> str:
+        raise NotImplementedError
+
+    def block(self, layout, n_tokens: int) -> Tuple[int, Optional[Tuple[int, int]]]:
+        """(tokens of each frame's block, its M-RoPE grid (rows, cols) or None)."""
+        return n_tokens, None
 
 
-FAMILIES = {
-    # transformers' Gemma3Processor / Gemma3ImageProcessor (BILINEAR, no pan-and-scan)
-    "gemma3": _Family("gemma3", "<start_of_image>", "<image_soft_token>",
-                      "\n\n<start_of_image>", "<end_of_image>\n\n", "bilinear"),
-}
+class _Gemma3(_Family):
+    """transformers' Gemma3Processor / Gemma3ImageProcessor (BILINEAR, no pan-and-scan): one
+    frame, "\\n\\n<start_of_image>" + n x "<image_soft_token>" + "<end_of_image>\\n\\n"."""
+    name, marker, image_token = "gemma3", "<start_of_image>", "<image_soft_token>"
+
+    def frames(self, im, enc):
+        return [preprocess(im, enc.image_size, enc.image_mean, enc.image_std, "bilinear")], None
+
+    def markup(self, layout, n_tokens):
+        return "\n\n<start_of_image>" + self.image_token * n_tokens + "<end_of_image>\n\n"
+
+
+class _Idefics3(_Family):
+    """transformers' SmolVLMProcessor / SmolVLMImageProcessor (Idefics3's): tiles row by row, then
+    the global image (idefics3_frames); each tile "<fake_token_around_image><row_r_col_c>" + its
+    tokens, a newline after each row, then "\\n<fake_token_around_image><global-img>" + its tokens +
+    "<fake_token_around_image>" (an image that is one tile: the global part alone)."""
+    name, marker, image_token = "idefics3", "<image>", "<image>"
+    FAKE, GLOBAL = "<fake_token_around_image>", "<global-img>"
+
+    def frames(self, im, enc):
+        return idefics3_frames(im, enc.image_size, enc.preproc_image_size, enc.image_mean, enc.image_std)
+
+    def markup(self, layout, n_tokens):
+        rows, cols = layout
+        run = self.image_token * n_tokens
+        tiles = "".join("".join(f"{self.FAKE}<row_{r + 1}_col_{c + 1}>{run}" for c in range(cols)) + "\n"
+                        for r in range(rows))
+        return tiles + ("\n" if rows else "") + f"{self.FAKE}{self.GLOBAL}{run}{self.FAKE}"
+
+
+class _Qwen25VL(_Family):
+    """transformers' Qwen2_5_VLProcessor (Qwen2VLImageProcessor: qwen2vl_frame's dynamic resolution
+    within Qwen2.5-VL's published pixel bounds): one frame of rows x cols merged tokens, the
+    template's "<|image_pad|>" repeated rows x cols times; the block's grid gives the text model
+    its M-RoPE positions."""
+    name, marker, image_token = "qwen2.5vl_merger", "<|image_pad|>", "<|image_pad|>"
+    MERGE = 2
+
+    def frames(self, im, enc):
+        frame, (gh, gw) = qwen2vl_frame(im, enc.patch_size, self.MERGE, mean=enc.image_mean, std=enc.image_std)
+        return [frame], (gh // self.MERGE, gw // self.MERGE)
+
+    def markup(self, layout, n_tokens):
+        return self.image_token * (layout[0] * layout[1])
+
+    def block(self, layout, n_tokens):
+        return layout[0] * layout[1], tuple(layout)
+
+
+FAMILIES = {f.name: f for f in (_Gemma3(), _Idefics3(), _Qwen25VL())}
 # text architectures each projector type feeds
-TEXT_ARCHS = {"gemma3": ("gemma3",)}
+TEXT_ARCHS = {"gemma3": ("gemma3",), "idefics3": ("llama",), "qwen2.5vl_merger": ("qwen2vl",)}
 
 
 def open_image(data: bytes, max_pixels: int = MAX_PIXELS):
@@ -118,7 +170,6 @@ def to_rgb(im):
 
 def preprocess(im, size: int, mean, std, resample: str = "bilinear") -> np.ndarray:
     """float32 [3, size, size]: resized (stretched) with PIL's `resample`, / 255, (x - mean) / std."""
-    import numpy as np
     from PIL import Image
 
     filt = {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC,
@@ -126,9 +177,97 @@ def preprocess(im, size: int, mean, std, resample: str = "bilinear") -> np.ndarr
     rgb = to_rgb(im)
     if rgb.size != (size, size):
         rgb = rgb.resize((size, size), resample=filt)
+    return _normalize(rgb, mean, std)
+
+
+def _normalize(rgb, mean, std) -> np.ndarray:
+    """float32 [3, h, w] of an RGB PIL image: / 255, (x - mean) / std."""
+    import numpy as np
+
     x = np.asarray(rgb, dtype=np.uint8).astype(np.float64) * (1.0 / 255.0)
     x = (x - np.asarray(mean, np.float64)) / np.asarray(std, np.float64)
     return np.ascontiguousarray(x.transpose(2, 0, 1), dtype=np.float32)
+
+
+def idefics3_frames(im, tile: int, longest: int, mean, std) -> Tuple[List[np.ndarray], Tuple[int, int]]:
+    """SmolVLM's / Idefics3's image processor (transformers' SmolVLMImageProcessorPil, Lanczos at
+    every step): the longest edge resized to `longest` (the other by the aspect ratio, rounded up to
+    even, at most 4096), then both edges up to multiples of `tile`; past one tile it is cut into
+    rows x cols tiles (row-major) followed by the whole resized to tile x tile (the global image).
+    Returns (float32 [3, tile, tile] frames, (rows, cols)), (0, 0) for an image of one tile."""
+    import math
+
+    from PIL import Image
+
+    lanczos = Image.Resampling.LANCZOS
+    rgb = to_rgb(im)
+    w, h = rgb.size
+    aspect = w / h
+    if w >= h:
+        w = longest
+        h = int(w / aspect)
+        h += h % 2
+    else:
+        h = longest
+        w = int(h * aspect)
+        w += w % 2
+    h, w = max(h, 1), max(w, 1)
+    aspect = w / h
+    if w >= h and w > 4096:
+        w, h = 4096, int(4096 / aspect)
+    elif h > w and h > 4096:
+        h, w = 4096, int(4096 * aspect)
+    h, w = max(h, 1), max(w, 1)
+    rgb = rgb.resize((w, h), resample=lanczos)
+    aspect = w / h
+    if w >= h:
+        w = math.ceil(w / tile) * tile
+        h = math.ceil(int(w / aspect) / tile) * tile
+    else:
+        h = math.ceil(h / tile) * tile
+        w = math.ceil(int(h * aspect) / tile) * tile
+    rgb = rgb.resize((w, h), resample=lanczos)
+    if h <= tile and w <= tile:
+        return [_normalize(rgb, mean, std)], (0, 0)
+    rows, cols = (h - tile) // tile + 1, (w - tile) // tile + 1
+    frames = [_normalize(rgb.crop((c * tile, r * tile, (c + 1) * tile, (r + 1) * tile)), mean, std)
+              for r in range(rows) for c in range(cols)]
+    frames.append(_normalize(rgb.resize((tile, tile), resample=lanczos), mean, std))
+    return frames, (rows, cols)
+
+
+# Qwen2.5-VL's preprocessor_config.json: the pixel budget of one image, and CLIP's mean / std
+QWEN2VL_MIN_PIXELS, QWEN2VL_MAX_PIXELS = 56 * 56, 12845056
+CLIP_MEAN, CLIP_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
+
+
+def qwen2vl_frame(im, patch: int = 14, merge: int = 2, min_pixels: int = QWEN2VL_MIN_PIXELS,
+                  max_pixels: int = QWEN2VL_MAX_PIXELS, mean=CLIP_MEAN, std=CLIP_STD
+                  ) -> Tuple[np.ndarray, Tuple[int, int]]:
+    """Qwen2-VL's / Qwen2.5-VL's dynamic resolution (transformers' Qwen2VLImageProcessorPil):
+    both edges rounded to multiples of patch x merge (28 px), scaled (keeping the aspect ratio) into
+    [min_pixels, max_pixels], bicubic resize. Returns (float32 [3, H, W], (H / patch, W / patch));
+    an aspect ratio over 200 is an ImageError."""
+    import math
+
+    from PIL import Image
+
+    rgb = to_rgb(im)
+    width, height = rgb.size
+    if max(height, width) / min(height, width) > 200:
+        raise ImageError(f"image of {width}x{height} has an aspect ratio over 200 (Qwen2-VL takes up to 200)")
+    factor = patch * merge
+    h, w = round(height / factor) * factor, round(width / factor) * factor
+    if h * w > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h = max(factor, math.floor(height / beta / factor) * factor)
+        w = max(factor, math.floor(width / beta / factor) * factor)
+    elif h * w < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h = math.ceil(height * beta / factor) * factor
+        w = math.ceil(width * beta / factor) * factor
+    rgb = rgb.resize((w, h), resample=Image.Resampling.BICUBIC)
+    return _normalize(rgb, mean, std), (h // patch, w // patch)
 
 
 def pixel_hash(pixels: np.ndarray) -> int:
@@ -248,6 +387,17 @@ def file_part(path: str) -> dict:
                                              base64.b64encode(data).decode("ascii")}}
 
 
+class ImageRef:
+    """One image part of a request: its URL, where it is, and (once read) its frames and layout,
+    so that the prompt's markup and its blocks come from one decoding."""
+    __slots__ = ("url", "where", "frames", "layout")
+
+    def __init__(self, url: str, where: str):
+        self.url, self.where = url, where
+        self.frames: Optional[List[np.ndarray]] = None
+        self.layout: Any = None
+
+
 def has_images(messages) -> bool:
     for m in messages or ():
         content = m.get("content") if isinstance(m, Mapping) else None
@@ -322,9 +472,9 @@ class VisionInput:
                 "tokens_per_image": e.n_tokens}
 
     # ---- one request ----
-    def messages_for_template(self, messages) -> Tuple[list, List[Tuple[str, str]]]:
+    def messages_for_template(self, messages) -> Tuple[list, List[ImageRef]]:
         """Messages with each image part as {"type": "image"} (what HF templates render) and the
-        images' (URL, where) in order."""
+        images (ImageRef) in order."""
         out, urls = [], []
         for i, m in enumerate(messages):
             content = m.get("content") if isinstance(m, Mapping) else None
@@ -335,25 +485,40 @@ class VisionInput:
             for j, p in enumerate(content):
                 if isinstance(p, Mapping) and p.get("type") in IMAGE_PART_TYPES:
                     where = f"messages[{i}].content[{j}]"
-                    urls.append((image_url_of(p, where), where))
+                    urls.append(ImageRef(image_url_of(p, where), where))
                     parts.append({"type": "image"})
                 else:
                     parts.append(p)
             out.append({**m, "content": parts})
         return out, urls
 
-    def expand(self, text: str, n_images: int) -> str:
-        """The rendered prompt with each template marker replaced by the processor's markup."""
+    def expand(self, text: str, images: List[ImageRef]) -> str:
+        """The rendered prompt with each template marker replaced by the processor's markup for
+        that image (read and preprocessed here when its markup depends on its size)."""
         fam = self.family
-        found = text.count(fam.marker)
-        if found != n_images:
-            raise ImageError(f"the chat template placed {found} image markers for {n_images} images "
-                             f"(it must render {{'type': 'image'}} parts as '{fam.marker}')")
-        return text.replace(fam.marker, fam.markup(self.n_tokens))
+        pieces = text.split(fam.marker)
+        if len(pieces) - 1 != len(images):
+            raise ImageError(f"the chat template placed {len(pieces) - 1} image markers for {len(images)} "
+                             f"images (it must render {{'type': 'image'}} parts as '{fam.marker}')")
+        out = [pieces[0]]
+        for ref, rest in zip(images, pieces[1:]):
+            out += [fam.markup(self.prepare(ref).layout, self.n_tokens), rest]
+        return "".join(out)
+
+    def prepare(self, ref: ImageRef) -> ImageRef:
+        """`ref` with its frames and layout (read, decoded and preprocessed once)."""
+        if ref.frames is None:
+            data = read_url(ref.url, self.media_path, self.allow_remote, ref.where)
+            ref.frames, ref.layout = self.family.frames(open_image(data), self.encoder)
+        return ref
 
     def pixels(self, data: bytes) -> np.ndarray:
-        e = self.encoder
-        return preprocess(open_image(data), e.image_size, e.image_mean, e.image_std, self.family.resample)
+        """The image's frames (encoder inputs) stacked: float32 [n_frames, 3, size, size] (Gemma 3:
+        one frame)."""
+        import numpy as np
+
+        frames, _ = self.family.frames(open_image(data), self.encoder)
+        return np.stack(frames) if len(frames) > 1 else frames[0]
 
     def embeddings(self, pixels: np.ndarray) -> Tuple[int, np.ndarray]:
         """(pixel hash, float32 [n_tokens, n_embd]); encoded once per distinct image while cached."""
@@ -383,13 +548,14 @@ class VisionInput:
         if found != len(parts):
             raise ImageError(f"'{where}.prompt_string' holds {found} media markers '{MEDIA_MARKER}' "
                              f"for {len(parts)} multimodal_data images")
-        text = self.expand(text.replace(MEDIA_MARKER, self.family.marker), found)
-        return self.attach(tokenize(text), [(image_url_of(p, f"{where}.multimodal_data[{k}]"),
-                                             f"{where}.multimodal_data[{k}]") for k, p in enumerate(parts)])
+        refs = [ImageRef(image_url_of(p, f"{where}.multimodal_data[{k}]"), f"{where}.multimodal_data[{k}]")
+                for k, p in enumerate(parts)]
+        text = self.expand(text.replace(MEDIA_MARKER, self.family.marker), refs)
+        return self.attach(tokenize(text), refs)
 
-    def attach(self, ids: List[int], urls: List[Tuple[str, str]]) -> PromptIds:
-        """Prompt ids with each image's block found (runs of the image token, in order) and its
-        embeddings attached."""
+    def attach(self, ids: List[int], images: List[ImageRef]) -> PromptIds:
+        """Prompt ids with each image frame's block found (runs of the image token, in order) and
+        its embeddings attached."""
         runs, i = [], 0
         tid = self.image_token_id
         while i < len(ids):
@@ -401,14 +567,16 @@ class VisionInput:
                 i = j
             else:
                 i += 1
-        if len(runs) != len(urls) or any(n != self.n_tokens for _, n in runs):
-            raise ImageError(f"the prompt holds image blocks {[n for _, n in runs]} for {len(urls)} images of "
-                             f"{self.n_tokens} tokens (image-token text in the messages?)")
+        fam = self.family
+        frames = [(f, fam.block(ref.layout, self.n_tokens)) for ref in images for f in self.prepare(ref).frames]
+        if [n for _, n in runs] != [n for _, (n, _) in frames]:
+            raise ImageError(f"the prompt holds image blocks {[n for _, n in runs]} for {len(images)} images of "
+                             f"blocks {[n for _, (n, _) in frames]} (image-token text in the messages?)")
         out = PromptIds(ids)
         out.images = []
-        for (pos, _), (url, where) in zip(runs, urls):
-            h, emb = self.embeddings(self.pixels(read_url(url, self.media_path, self.allow_remote, where)))
-            out.images.append((pos, h, emb))
+        for (pos, _), (pixels, (_, grid)) in zip(runs, frames):
+            h, emb = self.embeddings(pixels)
+            out.images.append((pos, h, emb) if grid is None else (pos, h, emb, grid))
         return out
 
     def stats(self) -> dict:

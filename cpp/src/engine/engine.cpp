@@ -160,6 +160,7 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const SamplingParams& params
     s->out = out;
     s->tokens = prompt;
     s->images = images;
+    s->mrope = has_grid(images);
     for (const PromptImage& im : images)
       for (int32_t j = 0; j < im.n_tokens; ++j) s->tokens[static_cast<size_t>(im.pos + j)] = image_key_token(im.hash, j);
     s->n_prompt = static_cast<int32_t>(np);
@@ -210,7 +211,12 @@ void Engine::check_images(const std::vector<int32_t>& prompt, const SamplingPara
     if (!im.embd || n_embd_ <= 0 || im.embd->size() != static_cast<size_t>(im.n_tokens) * static_cast<size_t>(n_embd_))
       throw InvalidRequestError(name + "embeddings must be " + std::to_string(im.n_tokens) + " x " +
                                 std::to_string(n_embd_) + " floats (the text model's width)");
+    if ((im.rows != 0 || im.cols != 0) &&
+        (!model_->mrope() || im.rows <= 0 || im.cols <= 0 || static_cast<int64_t>(im.rows) * im.cols != im.n_tokens))
+      throw InvalidRequestError(name + "a grid of " + std::to_string(im.rows) + " x " + std::to_string(im.cols) +
+                                " needs an M-RoPE model and rows x cols = its " + std::to_string(im.n_tokens) + " tokens");
     im.token = prompt[static_cast<size_t>(im.pos)];
+    im.bidirectional = model_->image_blocks_bidirectional();
     next = im.pos + im.n_tokens;
   }
 }

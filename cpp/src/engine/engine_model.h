@@ -29,6 +29,10 @@ class EngineModel {
   virtual int32_t n_embd() const { return 0; }
   // The model's embedding pooling (llama.cpp's enum, GGUF <arch>.pooling_type); -1 unspecified.
   virtual int32_t pooling_type() const { return -1; }
+  // Whether an image block's tokens attend to each other both ways (ModelConfig::image_blocks_bidirectional).
+  virtual bool image_blocks_bidirectional() const { return false; }
+  // Whether positions are M-RoPE's (t, h, w) (ModelConfig::mrope: image blocks may carry a grid).
+  virtual bool mrope() const { return false; }
   // False for encoders (model/encoder.h): each prompt runs whole in one forward pass, no logits.
   virtual bool causal() const { return true; }
   // A reranker's scores per input (0: no classification head), from its pooled [CLS] row.

@@ -23,6 +23,8 @@ class ModelBackend : public EngineModel {
   }
   int32_t n_embd() const override { return model_->config().n_embd; }
   int32_t pooling_type() const override { return model_->config().pooling_type; }
+  bool image_blocks_bidirectional() const override { return model_->config().image_blocks_bidirectional; }
+  bool mrope() const override { return model_->config().mrope(); }
   bool causal() const override { return model_->causal(); }
   int32_t rank_outputs() const override { return model_->rank_outputs(); }
   void rank(const float* cls_hidden, float* scores) override { model_->rank(cls_hidden, scores); }

@@ -1,5 +1,7 @@
 #include "engine/prompt_image.h"
 
+#include <algorithm>
+
 namespace edgellm {
 
 int32_t image_key_token(uint64_t hash, int32_t j) {
@@ -26,6 +28,28 @@ int32_t fit_image_chunk(const std::vector<PromptImage>& images, int32_t start, i
     }
   }
   return k;
+}
+
+void mrope_position(const std::vector<PromptImage>& images, int32_t p, int32_t* out) {
+  int32_t shift = 0;
+  for (const PromptImage& im : images) {
+    if (im.rows <= 0 || im.pos > p) break;
+    if (p <= im.last()) {
+      const int32_t s = im.pos - shift, j = p - im.pos;
+      out[0] = s;
+      out[1] = s + j / im.cols;
+      out[2] = s + j % im.cols;
+      return;
+    }
+    shift += im.n_tokens - std::max(im.rows, im.cols);
+  }
+  out[0] = out[1] = out[2] = p - shift;
+}
+
+bool has_grid(const std::vector<PromptImage>& images) {
+  for (const PromptImage& im : images)
+    if (im.rows > 0) return true;
+  return false;
 }
 
 }  // namespace edgellm

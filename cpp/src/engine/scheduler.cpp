@@ -80,9 +80,15 @@ void Scheduler::add_chunk(Sequence* s, int32_t n, Batch& batch, std::vector<Sche
     if (const PromptImage* im = s->images.empty() ? nullptr : image_at(s->images, p)) {
       const size_t width = im->embd->size() / static_cast<size_t>(im->n_tokens);
       batch.add(im->token, p, s->slot, logits, hidden);
-      batch.set_image_row(im->embd->data() + static_cast<size_t>(p - im->pos) * width, im->last());
+      batch.set_image_row(im->embd->data() + static_cast<size_t>(p - im->pos) * width,
+                          im->bidirectional ? im->last() : -1);
     } else {
       batch.add(s->tokens[p], p, s->slot, logits, hidden);
+    }
+    if (s->mrope) {
+      int32_t p3[3];
+      mrope_position(s->images, p, p3);
+      batch.set_rope_pos(p3);
     }
   }
   if (c.samples && !s->embedding && !s->draft.empty()) {

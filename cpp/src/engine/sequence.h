@@ -69,6 +69,7 @@ struct Sequence {
   // Image blocks of the prompt (engine/prompt_image.h): their positions in `tokens` hold key
   // tokens; such a sequence never shifts its context and drafts nothing.
   std::vector<PromptImage> images;
+  bool mrope = false;  // an image has a grid: every position gets M-RoPE positions (prompt_image.h)
 
   int32_t max_tokens = -1;             // < 0: until EOG or n_ctx
   std::unique_ptr<Sampler> sampler;

@@ -15,6 +15,7 @@ const Architecture& gemma2_architecture();
 const Architecture& gemma3_architecture();
 const Architecture& phi3_architecture();
 const Architecture& qwen2_architecture();
+const Architecture& qwen2vl_architecture();
 const Architecture& qwen3_architecture();
 const Architecture& qwen3moe_architecture();
 const Architecture& qwen2moe_architecture();
@@ -35,6 +36,7 @@ const std::vector<const Architecture*>& architectures() {
       &olmoe_architecture(),
       &phi3_architecture(),
       &qwen2_architecture(),
+      &qwen2vl_architecture(),
       &qwen2moe_architecture(),
       &qwen3_architecture(),
       &qwen3moe_architecture(),

@@ -25,9 +25,12 @@ struct Batch {
   // Image rows (vision input; both empty when the batch has none): embd[t] non-null gives token
   // t's input embedding (n_embd floats, used as is: no embedding scale) instead of its token's row;
   // block_last[t] >= 0 makes t attend bidirectionally inside its image block, to every position
-  // of its sequence up to block_last[t] (the block's last position, in the same batch).
+  // of its sequence up to block_last[t] (the block's last position, in the same batch); -1: an
+  // image row that attends causally, as text.
   std::vector<const float*> embd;
   std::vector<int32_t> block_last;
+  // M-RoPE positions (t, h, w) per token (3 a token), or empty: every token's are (pos, pos, pos).
+  std::vector<int32_t> rope_pos;
 
   int32_t size() const { return static_cast<int32_t>(token.size()); }
   bool empty() const { return token.empty(); }
@@ -41,6 +44,7 @@ struct Batch {
     lora.clear();
     embd.clear();
     block_last.clear();
+    rope_pos.clear();
   }
   // Tokens [from, size()) run with `mix` (the scheduler, after adding a sequence's tokens).
   void set_lora(int32_t from, const LoraMix* mix) {
@@ -60,6 +64,13 @@ struct Batch {
       embd.push_back(nullptr);
       block_last.push_back(-1);
     }
+    if (!rope_pos.empty()) rope_pos.insert(rope_pos.end(), {position, position, position});
+  }
+  // Gives the last token added its M-RoPE positions (see rope_pos).
+  void set_rope_pos(const int32_t* p3) {
+    if (rope_pos.empty())
+      for (size_t t = 0; t < pos.size(); ++t) rope_pos.insert(rope_pos.end(), {pos[t], pos[t], pos[t]});
+    std::copy(p3, p3 + 3, rope_pos.end() - 3);
   }
   // Makes the last token added an image row (see embd / block_last).
   void set_image_row(const float* row, int32_t last) {

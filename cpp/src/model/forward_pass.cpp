@@ -108,7 +108,12 @@ void ForwardPass::prepare_rope() {
     const Rope& rope = *s_.rope[v];
     float* table = sc_.rope_table[v].data();
     const int stride = rope.table_stride();
-    pool_.parallel_for(0, n_tokens_, [&](int64_t t, int) { rope.fill(batch_.pos[t], table + t * stride); });
+    if (c_.mrope() && !batch_.rope_pos.empty())
+      pool_.parallel_for(0, n_tokens_, [&](int64_t t, int) {
+        rope.fill_sections(batch_.rope_pos.data() + 3 * t, c_.rope_sections, table + t * stride);
+      });
+    else
+      pool_.parallel_for(0, n_tokens_, [&](int64_t t, int) { rope.fill(batch_.pos[t], table + t * stride); });
   }
 }
 

@@ -75,6 +75,13 @@ struct ModelConfig {
   float embed_scale = 1.0f;   // multiplies token embeddings (gemma3: sqrt(n_embd))
   float logit_softcap = 0.0f; // logits = c * tanh(logits / c) when > 0
   float attn_softcap = 0.0f;  // attention scores = c * tanh(scores / c) before softmax when > 0 (gemma2)
+  // M-RoPE (qwen2vl: <arch>.rope.dimension_sections): rotated pair i turns by the token's
+  // section-k position, k the section holding i (t, h, w, unused); all-zero: plain RoPE.
+  int rope_sections[4] = {0, 0, 0, 0};
+  bool mrope() const { return rope_sections[0] + rope_sections[1] + rope_sections[2] + rope_sections[3] > 0; }
+  // Vision input: an image block's tokens attend to each other both ways (gemma3, as transformers'
+  // token_type_ids mask does); otherwise causally, as text (SmolVLM's Llama, Qwen2-VL).
+  bool image_blocks_bidirectional = false;
   int pooling_type = -1;      // <arch>.pooling_type (0 none, 1 mean, 2 cls, 3 last, 4 rank); -1 absent
 
   // Mixture of experts (docs/formats.md §4.8); n_expert = 0: a dense model.

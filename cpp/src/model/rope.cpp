@@ -52,6 +52,16 @@ void Rope::fill(int32_t pos, float* row) const {
   }
 }
 
+void Rope::fill_sections(const int32_t* pos, const int* sections, float* row) const {
+  int k = 0, end = sections[0];
+  for (int i = 0; i < n_rot_ / 2; ++i) {
+    while (i >= end && k < 3) end += sections[++k];
+    const double theta = pos[i < end ? k : 0] * inv_freq_[i];
+    row[2 * i] = static_cast<float>(std::cos(theta) * attn_factor_);
+    row[2 * i + 1] = static_cast<float>(std::sin(theta) * attn_factor_);
+  }
+}
+
 void Rope::apply(const float* row, float* x) const {
   const int half = n_rot_ / 2;
   if (type_ == RopeType::Norm) {

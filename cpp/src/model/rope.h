@@ -33,6 +33,8 @@ class Rope {
   int table_stride() const { return n_rot_; }
   // Writes the (cos, sin) pairs of position `pos` to row[0 .. table_stride()).
   void fill(int32_t pos, float* row) const;
+  // M-RoPE: pair i at position pos[k], k the section (sections[0..3] pairs each) holding i.
+  void fill_sections(const int32_t* pos, const int* sections, float* row) const;
   // Rotates one head vector in place with a row from fill().
   void apply(const float* row, float* x) const;
 

@@ -164,12 +164,10 @@ def write_tokenizer(d):
         json.dump({"image_seq_length": MM_TOKENS, "processor_class": "Gemma3Processor"}, f)
 
 
-def hf_tokenizer():
-    """transformers' GemmaTokenizer of tests/data/hf/spm.model plus ADDED (built from the pieces: the
-    venv has no protobuf for transformers' own SentencePiece extraction); checked against
-    sentencepiece itself."""
+def spm_pieces():
+    """(sentencepiece processor, vocab, merges) of tests/data/hf/spm.model: its BPE rebuilt from the
+    pieces (the venv has no protobuf for transformers' own SentencePiece extraction)."""
     import sentencepiece as spm
-    from transformers import GemmaTokenizer
 
     sp = spm.SentencePieceProcessor(model_file=SPM_MODEL)
     n = sp.get_piece_size()
@@ -182,6 +180,50 @@ def hf_tokenizer():
         splits = sorted((vocab[p[:k]], vocab[p[k:]], p[:k], p[k:]) for k in range(1, len(p))
                         if p[:k] in vocab and p[k:] in vocab)
         merges += [(a, b) for _, _, a, b in splits]
+    return sp, vocab, merges
+
+
+def load_back(cls, d):
+    """The checkpoint in `d` as transformers reads it (F32, eager attention); every tensor used."""
+    model, info = cls.from_pretrained(d, dtype=torch.float32, output_loading_info=True, attn_implementation="eager")
+    if any(info.values()):
+        sys.exit(f"transformers did not load the checkpoint as written: {info}")
+    return model.eval()
+
+
+def convert(llama_cpp, d, name, out, outtype="f32", mmproj=False):
+    """llama.cpp's convert_hf_to_gguf.py on `d` (--model-name: else the temporary folder's name
+    makes the files differ per run)."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(llama_cpp, "gguf-py"))
+    subprocess.run([sys.executable, os.path.join(llama_cpp, "convert_hf_to_gguf.py"), d, "--model-name", name,
+                    "--outtype", outtype, *(["--mmproj"] if mmproj else []), "--outfile", os.path.join(HERE, out)],
+                   check=True, env=env)
+
+
+def greedy_reference(model, ids, n, step):
+    """(first step's log-softmax as float32, n greedy tokens): step(ids) gives the forward's other
+    inputs for the ids so far."""
+    greedy, first = [], None
+    with torch.no_grad():
+        for _ in range(n):
+            logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), **step(ids)).logits[0, -1].double()
+            lp = torch.log_softmax(logits, -1)
+            if first is None:
+                first = lp.numpy().astype(np.float32)
+            t = int(torch.argmax(lp))
+            greedy.append(t)
+            ids = torch.cat([ids, torch.tensor([[t]])], 1)
+    return first, np.array(greedy, dtype=np.int32)
+
+
+def hf_tokenizer():
+    """transformers' GemmaTokenizer of tests/data/hf/spm.model plus ADDED (built from the pieces: the
+    venv has no protobuf for transformers' own SentencePiece extraction); checked against
+    sentencepiece itself."""
+    from transformers import GemmaTokenizer
+
+    sp, vocab, merges = spm_pieces()
+    n = len(vocab)
     for i, t in enumerate(ADDED):
         vocab[t] = n + i
     tok = GemmaTokenizer(vocab=vocab, merges=merges, bos_token="<s>", eos_token="<end_of_turn>",
@@ -221,47 +263,29 @@ def main():
         model.eval()
         save_checkpoint(model, cfg, d)
         write_tokenizer(d)
-        model, info = Gemma3ForConditionalGeneration.from_pretrained(d, dtype=torch.float32, output_loading_info=True,
-                                                                     attn_implementation="eager")
-        if any(info.values()):
-            sys.exit(f"transformers did not load the checkpoint as written: {info}")
-        model.eval()
+        model = load_back(Gemma3ForConditionalGeneration, d)
         proc, ip = processor()
 
-        env = dict(os.environ, PYTHONPATH=os.path.join(llama_cpp, "gguf-py"))
-        conv = os.path.join(llama_cpp, "convert_hf_to_gguf.py")
-        name = ["--model-name", "gemma3-tiny"]  # else the temporary folder's name: files differ per run
-        subprocess.run([sys.executable, conv, d, *name, "--outtype", "f32", "--outfile",
-                        os.path.join(HERE, "gemma3-tiny.gguf")], check=True, env=env)
-        subprocess.run([sys.executable, conv, d, *name, "--outtype", "f32", "--mmproj", "--outfile",
-                        os.path.join(HERE, "mmproj-gemma3-tiny.gguf")], check=True, env=env)
-        subprocess.run([sys.executable, conv, d, *name, "--outtype", "f16", "--mmproj", "--outfile",
-                        os.path.join(HERE, "mmproj-gemma3-tiny-f16.gguf")], check=True, env=env)
+        convert(llama_cpp, d, "gemma3-tiny", "gemma3-tiny.gguf")
+        convert(llama_cpp, d, "gemma3-tiny", "mmproj-gemma3-tiny.gguf", mmproj=True)
+        convert(llama_cpp, d, "gemma3-tiny", "mmproj-gemma3-tiny-f16.gguf", "f16", mmproj=True)
 
         for i, q in enumerate(QUESTIONS):
             img = Image.open(os.path.join(HERE, f"image{i}.png"))
             messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": q}]}]
             text = proc.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
             inputs = proc(text=text, images=[img], return_tensors="pt")
-            ids = inputs["input_ids"]
             tt = inputs["token_type_ids"]
-            greedy, first = [], None
-            with torch.no_grad():
-                for _ in range(N_GREEDY):
-                    logits = model(input_ids=ids, pixel_values=inputs["pixel_values"], token_type_ids=tt,
-                                   attention_mask=torch.ones_like(ids)).logits[0, -1].double()
-                    lp = torch.log_softmax(logits, -1)
-                    if first is None:
-                        first = lp.numpy().astype(np.float32)
-                    t = int(torch.argmax(lp))
-                    greedy.append(t)
-                    ids = torch.cat([ids, torch.tensor([[t]])], 1)
-                    tt = torch.cat([tt, torch.zeros((1, 1), dtype=tt.dtype)], 1)
+
+            def step(ids):  # generated tokens are text (type 0)
+                pad = torch.zeros((1, ids.shape[1] - tt.shape[1]), dtype=tt.dtype)
+                return {"pixel_values": inputs["pixel_values"], "token_type_ids": torch.cat([tt, pad], 1)}
+            first, greedy = greedy_reference(model, inputs["input_ids"], N_GREEDY, step)
             out[f"prompt_{i}"] = np.array(text)
             out[f"ids_{i}"] = inputs["input_ids"][0].numpy().astype(np.int32)
             out[f"pixels_{i}"] = inputs["pixel_values"][0].numpy().astype(np.float32)
             out[f"logprobs_{i}"] = first
-            out[f"greedy_{i}"] = np.array(greedy, dtype=np.int32)
+            out[f"greedy_{i}"] = greedy
             print(i, repr(text[:80]), "greedy", greedy)
         for j, arr in enumerate(vision_images.preprocessing_images()):
             pv = ip(images=[vision_images.to_pil(arr)], return_tensors="np")["pixel_values"][0]

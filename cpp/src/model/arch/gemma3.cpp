@@ -36,6 +36,7 @@ void gemma3_hparams(const GgufFile& file, ModelConfig& c) {
                                  : 1.0f / std::sqrt(static_cast<float>(c.head_dim_k));
   c.embed_scale = std::sqrt(static_cast<float>(c.n_embd));
   c.logit_softcap = file.find_f32(arch_key(c, "final_logit_softcapping")).value_or(0.0f);
+  c.image_blocks_bidirectional = true;
 }
 
 }  // namespace

@@ -7,6 +7,10 @@
 namespace edgellm {
 
 std::unique_ptr<VisionEncoder> make_gemma3_vision(std::shared_ptr<GgufFile> file, VisionConfig config, int n_threads);
+std::unique_ptr<VisionEncoder> make_idefics3_vision(std::shared_ptr<GgufFile> file, VisionConfig config,
+                                                    int n_threads);
+std::unique_ptr<VisionEncoder> make_qwen25vl_vision(std::shared_ptr<GgufFile> file, VisionConfig config,
+                                                    int n_threads);
 
 namespace {
 
@@ -37,7 +41,15 @@ int VisionConfig::n_tokens() const {
   return side * side;
 }
 
-std::string supported_projectors() { return "gemma3"; }
+std::string supported_projectors() { return "gemma3, idefics3, qwen2.5vl_merger"; }
+
+int64_t VisionEncoder::n_tokens_for(int height, int width) const {
+  const int s = config_.image_size;
+  if (height != s || width != s)
+    throw InvalidRequestError("pixels must be a [3, " + std::to_string(s) + ", " + std::to_string(s) + "] array, not [3, " +
+                              std::to_string(height) + ", " + std::to_string(width) + "]");
+  return config_.n_tokens();
+}
 
 VisionConfig read_vision_config(const GgufFile& f) {
   const std::optional<std::string> arch = f.find_string("general.architecture");
@@ -48,7 +60,7 @@ VisionConfig read_vision_config(const GgufFile& f) {
     throw ModelFormatError(f.path() + ": projector file has no vision encoder (clip.has_vision_encoder)");
   VisionConfig c;
   c.projector = f.find_string("clip.projector_type").value_or("");
-  if (c.projector != "gemma3")
+  if (c.projector != "gemma3" && c.projector != "idefics3" && c.projector != "qwen2.5vl_merger")
     throw ModelFormatError(f.path() + ": projector type '" + c.projector + "' is not supported (supported: " +
                            supported_projectors() + ")");
   c.image_size = read_size(f, "clip.vision.image_size", 1, 8192);
@@ -72,8 +84,21 @@ VisionConfig read_vision_config(const GgufFile& f) {
     throw ModelFormatError(f.path() + ": vision width " + std::to_string(c.n_embd) + " is not a multiple of its " +
                            std::to_string(c.n_head) + " heads");
   if (c.n_patches() > 65536) throw ModelFormatError(f.path() + ": more than 65536 patches per image");
-  if (f.find("clip.vision.projector.scale_factor"))  // written only when not 4 (llama.cpp's converter)
+  // Gemma 3: written only when not 4 (llama.cpp's converter); Idefics3: always written (default 2)
+  c.scale_factor = c.projector == "gemma3" ? 4 : 2;
+  if (f.find("clip.vision.projector.scale_factor"))
     c.scale_factor = read_size(f, "clip.vision.projector.scale_factor", 1, 1024);
+  if (c.projector == "qwen2.5vl_merger") {  // the merge (2 x 2 patches a token) and the window pattern
+    if (f.find("clip.vision.spatial_merge_size")) c.scale_factor = read_size(f, "clip.vision.spatial_merge_size", 1, 16);
+    c.n_wa_pattern = read_size(f, "clip.vision.n_wa_pattern", 0, 1024);
+    if (f.find("clip.vision.window_size")) c.window_size = read_size(f, "clip.vision.window_size", 1, 4096);
+    if ((c.n_embd / c.n_head) % 4 != 0)
+      throw ModelFormatError(f.path() + ": vision head size " + std::to_string(c.n_embd / c.n_head) +
+                             " is not a multiple of 4 (2-D rotary halves)");
+  }
+  c.preproc_image_size = 4 * c.image_size;  // transformers' SmolVLM default: 4 tiles a side
+  if (f.find("clip.vision.preproc_image_size"))
+    c.preproc_image_size = read_size(f, "clip.vision.preproc_image_size", 1, 16384);
   if (c.patches_side() % c.scale_factor != 0)
     throw ModelFormatError(f.path() + ": " + std::to_string(c.patches_side()) + " patches a side do not pool by " +
                            std::to_string(c.scale_factor));
@@ -83,6 +108,8 @@ VisionConfig read_vision_config(const GgufFile& f) {
 std::unique_ptr<VisionEncoder> load_vision_encoder(const std::string& path, int n_threads) {
   std::shared_ptr<GgufFile> file = GgufFile::open(path);
   VisionConfig c = read_vision_config(*file);
+  if (c.projector == "idefics3") return make_idefics3_vision(std::move(file), std::move(c), n_threads);
+  if (c.projector == "qwen2.5vl_merger") return make_qwen25vl_vision(std::move(file), std::move(c), n_threads);
   return make_gemma3_vision(std::move(file), std::move(c), n_threads);
 }
 
