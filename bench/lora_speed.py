@@ -72,6 +72,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--no-streams", action="store_true", help="the single-stream pair only")
     ap.add_argument("--llama-bench", default=None)
     args = ap.parse_args()
     from edgellm import LLM, SamplingParams
@@ -87,18 +88,28 @@ def main():
     llm.generate(prompt, sp(None))  # warm-up
     one = {"base": [], "lora": []}
     many = {"base": [], "lora": []}
+    cpu = {"base": [], "lora": []}  # process CPU seconds per generated token: what time slicing does not move
     for _ in range(args.rounds):
         for kind, lora in (("base", None), ("lora", "a0")):
+            t0 = time.process_time()
             c = llm.generate(prompt, sp(lora))
+            cpu[kind].append((time.process_time() - t0) / len(c.token_ids))
             one[kind].append(c.timings["predicted_per_second"] if isinstance(c.timings, dict) else
                              c.timings.predicted_per_second)
-        many["base"].append(run_streams(llm, [None] * 16, args.tokens))
-        many["lora"].append(run_streams(llm, [f"a{i % 4}" for i in range(16)], args.tokens))
-    med = lambda v: float(np.median(v))  # noqa: E731
+        if not args.no_streams:
+            many["base"].append(run_streams(llm, [None] * 16, args.tokens))
+            many["lora"].append(run_streams(llm, [f"a{i % 4}" for i in range(16)], args.tokens))
+    med = lambda v: float(np.median(v)) if v else float("nan")  # noqa: E731
     print(f"model {os.path.basename(args.model)}, rank {args.rank} on all projections, {args.threads} threads, "
-          f"{args.rounds} alternating rounds (medians)")
+          f"{args.rounds} alternating rounds (medians), load average {os.getloadavg()[0]:.1f}")
+    print("  per-round ratios, 1 stream:", " ".join(f"{a / b:.2f}" for a, b in zip(one["lora"], one["base"])),
+          "| 16 streams:", " ".join(f"{a / b:.2f}" for a, b in zip(many["lora"], many["base"])))
     print(f"1 stream decode: base {med(one['base']):.1f} tok/s, 1 adapter {med(one['lora']):.1f} tok/s "
           f"({med(one['lora']) / med(one['base']):.2f}x)")
+    print(f"1 stream CPU time: base {med(cpu['base']) * 1e3:.2f} ms/token, 1 adapter {med(cpu['lora']) * 1e3:.2f} "
+          f"ms/token (base/adapter {med(cpu['base']) / med(cpu['lora']):.2f}x; with --threads 1 the load-independent "
+          f"figure), best wall: base {max(one['base']):.1f}, adapter {max(one['lora']):.1f} tok/s "
+          f"({max(one['lora']) / max(one['base']):.2f}x)")
     print(f"16 streams: base {med(many['base']):.1f} tok/s aggregate, 4 adapters x 4 {med(many['lora']):.1f} tok/s "
           f"({med(many['lora']) / med(many['base']):.2f}x)")
     llm.close()

@@ -38,7 +38,7 @@ void bind_lora(py::module_& m) {
       .def_property_readonly("max_rank", &LoraAdapter::max_rank)
       .def_property_readonly("n_pairs", &LoraAdapter::n_pairs, "adapted matrices (a fused tensor's parts counted each)")
       .def_property_readonly("targets", &LoraAdapter::targets, "the base tensors it adapts")
-      .def_property_readonly("nbytes", &LoraAdapter::bytes, "bytes of its tensors")
+      .def_property_readonly("nbytes", &LoraAdapter::bytes, "bytes of its packed tensors (the memory it adds)")
       .def_property_readonly("content_key", &LoraAdapter::content_key)
       .def("__repr__", [](const LoraAdapter& a) {
         return "<LoraAdapter " + std::string(py::str(text(a.path()))) + " rank " + std::to_string(a.max_rank()) +

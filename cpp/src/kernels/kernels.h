@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "common/dtype.h"
+#include "kernels/lora_kernels.h"
 
 namespace edgellm::kernels {
 
@@ -65,6 +66,11 @@ struct KernelTable {
   // Attention of the query heads sharing one KV head over that head's paged cache
   // (kernels/attention.h; reference in generic/attention_ref.cpp).
   void (*paged_attention)(const PagedAttentionArgs& a) = nullptr;
+
+  // LoRA's low-rank products on packed adapters (kernels/lora_kernels.h; reference in
+  // generic/lora_ref.cpp).
+  LoraDownFn lora_down = nullptr;
+  LoraUpFn lora_up = nullptr;
 };
 
 // The generic (scalar) table: always present, the reference for all others.

@@ -40,10 +40,10 @@ void ForwardPass::self_attention(const LayerWeights& w, int il) {
   project_qkv(w, il);
   prepare_qk_and_store_kv(w, il);
   attend(w, il);
-  project(w.wo, (*s_.plans)[il].wo, sc_.attn.data(), c_.n_embd_attn(), out, w.bo);
   const LoraTarget o = kLoraO;
   const int64_t ld = c_.n_embd;
-  apply_lora(il, &o, 1, sc_.attn.data(), c_.n_embd_attn(), &out, &ld);
+  project(w.wo, (*s_.plans)[il].wo, sc_.attn.data(), c_.n_embd_attn(), out, w.bo,
+          lora(il, &o, 1, sc_.attn.data(), c_.n_embd_attn(), &out, &ld));
 }
 
 void ForwardPass::project_qkv(const LayerWeights& w, int il) {
@@ -58,9 +58,8 @@ void ForwardPass::project_qkv(const LayerWeights& w, int il) {
     ops[i].y = y[i];
     ops[i].ldy = ld[i];
   }
-  run_matmul(pool_, (*s_.plans)[il].qkv, ops, n_tokens_);
   const LoraTarget targets[3] = {kLoraQ, kLoraK, kLoraV};
-  apply_lora(il, targets, 3, h, c_.n_embd, y, ld);
+  run_matmul(pool_, (*s_.plans)[il].qkv, ops, n_tokens_, lora(il, targets, 3, h, c_.n_embd, y, ld));
 }
 
 void ForwardPass::prepare_qk_and_store_kv(const LayerWeights& w, int il) {
@@ -197,14 +196,14 @@ void ForwardPass::attend(const LayerWeights& w, int il) {
 }
 
 void ForwardPass::project(const Matrix& wmat, const MatmulPlan& plan, const float* src, int64_t src_width, float* dst,
-                          const Vector& bias) {
+                          const Vector& bias, MatmulEpilogue* epilogue) {
   sc_.act.reset(src, n_tokens_, src_width, src_width);
   MatmulOperand op;
   op.w = &wmat;
   op.x = sc_.act.get(pool_, matmul_input_type(wmat), &op.x_stride);
   op.y = dst;
   op.ldy = wmat.n_out;
-  run_matmul(pool_, plan, &op, n_tokens_);
+  run_matmul(pool_, plan, &op, n_tokens_, epilogue);
   if (bias) {
     const auto add = kernels::active().add_f32;
     pool_.parallel_for(0, n_tokens_, [&](int64_t t, int) { add(bias.data, dst + t * wmat.n_out, bias.n); });

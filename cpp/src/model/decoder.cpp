@@ -274,7 +274,7 @@ std::shared_ptr<const LoraAdapter> DecoderModel::load_lora(const std::string& pa
                               std::to_string(gpu_layers_) + " on the GPU)");
   std::shared_ptr<LoraAdapter> a = LoraAdapter::load(path, arch_.name, config_, layers_);
   std::lock_guard<std::mutex> lock(forward_mutex_);  // the scratch is the running forward pass's
-  scratch_.lora.ensure(config_, max_batch_tokens_, threads_->size(), a->max_rank());
+  scratch_.lora.ensure(max_batch_tokens_, a->max_rank());
   return a;
 }
 

@@ -20,10 +20,9 @@ void ForwardPass::gated_ffn(const LayerWeights& w, int il, FfnActivation act) {
     ops[i].y = y[i];
     ops[i].ldy = c_.n_ff;
   }
-  run_matmul(pool_, plans.gate_up, ops, n_tokens_);
   const LoraTarget gate_up[2] = {kLoraGate, kLoraUp};
   const int64_t ld[2] = {c_.n_ff, c_.n_ff};
-  apply_lora(il, gate_up, 2, h, c_.n_embd, y, ld);
+  run_matmul(pool_, plans.gate_up, ops, n_tokens_, lora(il, gate_up, 2, h, c_.n_embd, y, ld));
 
   const kernels::KernelTable& k = kernels::active();
   const auto gating = act == FfnActivation::SiLU ? k.silu_mul : k.gelu_mul;
@@ -35,10 +34,10 @@ void ForwardPass::gated_ffn(const LayerWeights& w, int il, FfnActivation act) {
     if (w.b_up) k.add_f32(w.b_up.data, u, n_ff);
     gating(g, u, g, n_ff);
   });
-  project(w.down, plans.down, sc_.gate.data(), n_ff, out, w.b_down);
   const LoraTarget down = kLoraDown;
   const int64_t ld_out = c_.n_embd;
-  apply_lora(il, &down, 1, sc_.gate.data(), n_ff, &out, &ld_out);
+  project(w.down, plans.down, sc_.gate.data(), n_ff, out, w.b_down,
+          lora(il, &down, 1, sc_.gate.data(), n_ff, &out, &ld_out));
 }
 
 }  // namespace edgellm

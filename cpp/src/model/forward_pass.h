@@ -82,42 +82,51 @@ struct MoeScratch {
 };
 
 // What the LoRA additions (model/lora_block.cpp) work in. A forward pass groups the batch's
-// tokens by adapter once (prepare_lora): wave w holds each token's w-th adapter use (most
-// sequences have one: one wave), cut into groups of tokens sharing the adapter, so within a
-// wave a token is in one group and the groups' writes never overlap. Sized by DecoderModel for
-// the largest rank loaded (ensure).
-struct LoraScratch {
-  // Tokens per A-stage task, output rows per B-stage task.
-  static constexpr int kTokenChunk = 16, kRowChunk = 64;
-  // A wave of at most kOneStageTokens entries (decode steps) runs in one stage: each task
-  // computes A·x for its group itself and B for up to kOneStageRows rows at a time.
-  static constexpr int kOneStageTokens = 64, kOneStageRows = 1024;
+// entries — (token, adapter use) pairs: a token has one per adapter in its mix — by adapter
+// once (prepare_lora). A group holds the entries of one adapter at one position of the mixes
+// (most sequences use one adapter), so a token appears in a group at most once and each group
+// reads its adapter's A and Bᵀ once per op for all its tokens (Punica / S-LoRA).
+//
+// Each op runs as its base matmul's epilogue (MatmulEpilogue, one pool region): pre tasks
+// (group, part, up to kTokenChunk entries) compute low = scale · A·x; after each base chunk
+// (part, output rows), the thread that computed it adds Bᵀ's rows for every group to them.
+struct LoraScratch : MatmulEpilogue {
+  static constexpr int kTokenChunk = 16;
   struct Group {
     const LoraAdapter* adapter;
     int32_t first, n;  // its entries in tokens / scales (consecutive), n of them
   };
-  struct Wave {
-    int32_t first_group, n_groups;
-    int32_t first_entry;  // the wave's first entry in tokens / scales
-  };
   struct Task {
-    int32_t group, part, lo, hi;  // A: the group's tokens [lo, hi); B: output rows [lo, hi)
+    int32_t group, part, lo, hi;  // the group's entries [lo, hi)
+  };
+  struct Entry {
+    const LoraAdapter* adapter;
+    int32_t use, token;
   };
   std::vector<Group> groups;
-  std::vector<Wave> waves;
   std::vector<int32_t> tokens;  // batch index of each entry
   std::vector<float> scales;    // the use's scale of each entry
-  std::vector<Task> tasks;
-  std::vector<std::pair<const LoraAdapter*, int32_t>> order;  // prepare_lora's sort
+  std::vector<Task> tasks;      // the current op's pre tasks
+  std::vector<Entry> order;     // prepare_lora's sort
+  std::vector<float> low;       // [part][entry][rank_cap]: scale · A·x
   int max_tokens = 0, rank_cap = 0;
-  size_t thread_bytes = 0;
-  AlignedArray<uint8_t> low;     // [3][T][rank_cap] A outputs × scale, in the B matrices' input type
-  AlignedArray<uint8_t> thread;  // per thread: gathered inputs and A outputs, or B outputs
 
-  // Room for rank `rank` (no-op when there is); n_threads per-thread slices.
-  void ensure(const ModelConfig& c, int max_tokens, int n_threads, int64_t rank);
-  static size_t bytes(const ModelConfig& c, int max_tokens, int n_threads, int64_t rank);
-  size_t low_row_bytes() const { return static_cast<size_t>(rank_cap) * sizeof(float); }
+  // The current op (ForwardPass::lora).
+  int layer = 0, n_parts = 0;
+  const LoraTarget* targets = nullptr;
+  const float* src = nullptr;
+  int64_t width = 0;
+  float* const* y = nullptr;
+  const int64_t* ldy = nullptr;
+
+  // Room for rank `rank` and max_tokens tokens of one adapter each (no-op when there is).
+  void ensure(int max_tokens, int64_t rank);
+  float* low_of(int part, int32_t entry) {
+    return low.data() + (static_cast<size_t>(part) * tokens.size() + static_cast<size_t>(entry)) * rank_cap;
+  }
+  int64_t n_pre() const override { return static_cast<int64_t>(tasks.size()); }
+  void pre(int64_t task, int thread) override;
+  void post(const MatmulChunk& chunk, int thread) override;
 };
 
 // A run of batch tokens of one sequence at consecutive positions, attended in one kernel call.
@@ -195,11 +204,12 @@ class ForwardPass {
   // once for all the batch's tokens routed to it (moe_block.cpp); + the shared expert's
   // SwiGLU FFN, × sigmoid(gate_inp_shexp · h) when the layer has that gate.
   void moe_ffn(const LayerWeights& w, int il);
-  // y_j += scale · B_j·(A_j·src) for each token with adapters, the part j of this op (targets
-  // targets[j] of layer il; output y[j], row stride ldy[j]) over src rows of `width`
-  // (model/lora_block.cpp). No-op for a batch without adapters.
-  void apply_lora(int il, const LoraTarget* targets, int n, const float* src, int64_t width, float* const* y,
-                  const int64_t* ldy);
+  // The LoRA additions y_j += scale · B_j·(A_j·src) for each token with adapters, part j of
+  // this op (target targets[j] of layer il; output y[j], row stride ldy[j]) over src rows of
+  // `width`, as the epilogue of the op's base matmul (LoraScratch; model/lora_block.cpp).
+  // nullptr when no token of the batch has an adapter for them.
+  MatmulEpilogue* lora(int il, const LoraTarget* targets, int n, const float* src, int64_t width, float* const* y,
+                       const int64_t* ldy);
 
   // Per-batch preparation, once per forward: the RoPE tables for the batch's positions and the
   // query blocks for attention.
@@ -214,7 +224,7 @@ class ForwardPass {
   void prepare_qk_and_store_kv(const LayerWeights& w, int il);
   void attend(const LayerWeights& w, int il);
   void project(const Matrix& wmat, const MatmulPlan& plan, const float* src, int64_t src_width, float* dst,
-               const Vector& bias);
+               const Vector& bias, MatmulEpilogue* epilogue = nullptr);
 
   const DecoderState& s_;
   const ModelConfig& c_;

@@ -2,10 +2,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "common/errors.h"
 #include "model/architecture.h"
+#include "kernels/lora_kernels.h"
+#include "quant/quant.h"
 
 namespace edgellm {
 namespace {
@@ -68,6 +71,22 @@ std::shared_ptr<LoraAdapter> LoraAdapter::load(const std::string& path, const st
   WeightLoader ld(f);
   ad->base_ = &layers;
   ad->layers_.resize(layers.size());
+  // Each adapted tensor is packed once (a fused tensor's parts share it): its A and B as the file
+  // has them, where its packed copy goes, and which pairs point into it.
+  struct Source {
+    Matrix a, b;
+    DType type;
+    size_t offset = 0;
+  };
+  std::vector<Source> sources;
+  std::map<const TensorInfo*, size_t> source_of;     // by the A tensor
+  struct User {
+    LoraPair* pair;
+    size_t source;
+    int64_t first;  // its first column of Bᵀ (a fused tensor's part)
+  };
+  std::vector<User> users;
+  size_t total = 0;
   for (size_t il = 0; il < layers.size(); ++il) {
     const auto mats = layers[il].matrices();
     for (int k = 0; k < kLoraTargets; ++k) {
@@ -89,26 +108,79 @@ std::shared_ptr<LoraAdapter> LoraAdapter::load(const std::string& path, const st
       if (rank <= 0 || rank > m.n_in)
         throw ModelFormatError(path + ": " + na + " has rank " + std::to_string(rank) + ", outside [1, " +
                                std::to_string(m.n_in) + "]");
-      LoraPair p;
-      p.a = ld.matrix(na, m.n_in, rank);    // shape and type checked, naming the tensor
-      const Matrix b = ld.matrix(nb, rank, full_out);
-      const int64_t first = static_cast<int64_t>((m.data - m.info->data) / static_cast<ptrdiff_t>(m.row_bytes));
-      p.b = first == 0 && m.n_out == full_out ? b : row_view(b, first, m.n_out);
+      if (unused.erase(na)) {  // the tensor's first part: pack it
+        unused.erase(nb);
+        Source src;
+        src.a = ld.matrix(na, m.n_in, rank);  // shape and type checked, naming the tensor
+        src.b = ld.matrix(nb, rank, full_out);
+        src.type = src.a.type == DType::F16 && src.b.type == DType::F16 ? DType::F16 : DType::F32;
+        source_of[ta] = sources.size();
+        sources.push_back(src);
+        ad->targets_.push_back(base);
+      }
+      LoraPair& p = ad->layers_[il][k];
+      p.n_rank = rank;
+      p.n_in = m.n_in;
+      p.n_out = m.n_out;
       p.scale = ad->alpha_ > 0 ? ad->alpha_ / static_cast<float>(rank) : 1.0f;
-      ad->layers_[il][k] = p;
+      const int64_t first = static_cast<int64_t>((m.data - m.info->data) / static_cast<ptrdiff_t>(m.row_bytes));
+      users.push_back({&p, source_of.at(ta), first});
       ad->max_rank_ = std::max(ad->max_rank_, rank);
       ++ad->n_pairs_;
-      if (unused.erase(na)) {
-        unused.erase(nb);
-        ad->targets_.push_back(base);
-        ad->bytes_ += ta->nbytes + tb->nbytes;
-      }
     }
   }
   if (!unused.empty())
     throw ModelFormatError(path + ": tensor " + *unused.begin() +
                            " adapts no matrix of the base model (supported: attention Q/K/V/output and FFN "
                            "gate/up/down of each layer, fused ones included)");
+
+  // Layout: each tensor's A, then its parts' blocked Bᵀ, in the order a forward pass reads them.
+  const auto round64 = [](size_t n) { return (n + 63) / 64 * 64; };
+  std::vector<size_t> bt_offset(users.size());
+  for (size_t s = 0; s < sources.size(); ++s) {
+    const Source& src = sources[s];
+    sources[s].offset = total;
+    total += round64(row_bytes(src.type, src.a.n_out * src.a.n_in));
+    for (size_t u = 0; u < users.size(); ++u)
+      if (users[u].source == s) {
+        bt_offset[u] = total;
+        const int64_t blocks = (users[u].pair->n_out + kernels::kLoraBlock - 1) / kernels::kLoraBlock;
+        total += round64(row_bytes(src.type, src.a.n_out * blocks * kernels::kLoraBlock));
+      }
+  }
+  ad->packed_.assign(total, 0);  // zero: the last block's padding
+  std::vector<float> row;
+  for (const Source& src : sources) {
+    const int64_t rank = src.a.n_out, n_in = src.a.n_in;
+    uint8_t* a = ad->packed_.data() + src.offset;
+    if (src.type == DType::F16) std::memcpy(a, src.a.data, row_bytes(DType::F16, rank * n_in));
+    else
+      for (int64_t r = 0; r < rank; ++r)
+        quant::dequantize_row(src.a.type, src.a.row(r), reinterpret_cast<float*>(a) + r * n_in, n_in);
+  }
+  for (size_t u = 0; u < users.size(); ++u) {
+    const Source& src = sources[users[u].source];
+    LoraPair& p = *users[u].pair;
+    const int64_t rank = p.n_rank;
+    uint8_t* bt = ad->packed_.data() + bt_offset[u];
+    row.resize(static_cast<size_t>(rank));
+    for (int64_t o = 0; o < p.n_out; ++o) {
+      const uint8_t* b = src.b.row(users[u].first + o);
+      // element (r, o) of Bᵀ: block o / 16, row r, lane o % 16
+      const size_t at = static_cast<size_t>((o / kernels::kLoraBlock * rank) * kernels::kLoraBlock + o % kernels::kLoraBlock);
+      if (src.type == DType::F16) {
+        for (int64_t r = 0; r < rank; ++r)
+          std::memcpy(bt + 2 * (at + static_cast<size_t>(r * kernels::kLoraBlock)), b + 2 * r, 2);
+      } else {
+        quant::dequantize_row(src.b.type, b, row.data(), rank);
+        for (int64_t r = 0; r < rank; ++r)
+          reinterpret_cast<float*>(bt)[at + static_cast<size_t>(r * kernels::kLoraBlock)] = row[static_cast<size_t>(r)];
+      }
+    }
+    p.type = src.type;
+    p.a = ad->packed_.data() + src.offset;
+    p.bt = bt;
+  }
 
   uint64_t h = mix(0x10a7ull, static_cast<uint64_t>(f.tensors().size()));
   for (const TensorInfo& t : f.tensors()) {

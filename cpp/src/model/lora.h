@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "gguf/gguf_file.h"
+#include "common/dtype.h"
 #include "model/weights.h"
 
 namespace edgellm {
@@ -29,12 +30,18 @@ struct ModelConfig;
 // The projections an adapter may touch, in LayerWeights::matrices() order.
 enum LoraTarget : int { kLoraQ, kLoraK, kLoraV, kLoraO, kLoraGate, kLoraUp, kLoraDown, kLoraTargets };
 
-// One adapted matrix: A (rank rows of n_in), B (n_out rows of rank), alpha / rank.
+// One adapted matrix, in the layout the LoRA kernels read (kernels/lora_kernels.h), packed once
+// at load: A as rank rows of n_in elements (a fused tensor's parts share it), B transposed in
+// blocks of 16 output rows (this matrix's rows only). F16 when the file's A and B are F16
+// (convert_lora_to_gguf.py's default), else F32 (F32 exactly, BF16 and quantized types widened).
 struct LoraPair {
-  Matrix a, b;
-  float scale = 1.0f;
-  explicit operator bool() const { return static_cast<bool>(a); }
-  int64_t rank() const { return a.n_out; }
+  DType type = DType::F32;
+  const void* a = nullptr;
+  const void* bt = nullptr;
+  int64_t n_rank = 0, n_in = 0, n_out = 0;
+  float scale = 1.0f;  // alpha / rank (1 without alpha)
+  explicit operator bool() const { return a != nullptr; }
+  int64_t rank() const { return n_rank; }
 };
 
 class LoraAdapter {
@@ -54,8 +61,8 @@ class LoraAdapter {
   int n_pairs() const { return n_pairs_; }
   // The base tensors adapted (their names, in file order).
   const std::vector<std::string>& targets() const { return targets_; }
-  // Bytes of its tensors (the memory it adds: they stay mapped, never converted).
-  size_t bytes() const { return bytes_; }
+  // Bytes of its packed pairs (the memory it adds; the file's own pages are only read once).
+  size_t bytes() const { return packed_.size(); }
   // A hash of the file's tensor bytes and metadata: prefix-cache pages of sequences with this
   // adapter are keyed by it (also across processes, by the persistent cache).
   uint64_t content_key() const { return key_; }
@@ -71,7 +78,7 @@ class LoraAdapter {
   float alpha_ = 0.0f;
   int64_t max_rank_ = 0;
   int n_pairs_ = 0;
-  size_t bytes_ = 0;
+  std::vector<uint8_t> packed_;  // every adapted tensor's A and Bᵀ (LoraPair points into it)
   uint64_t key_ = 0;
   const void* base_ = nullptr;
 };

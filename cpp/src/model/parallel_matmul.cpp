@@ -1,6 +1,8 @@
 #include "model/parallel_matmul.h"
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <cstring>
 #include <stdexcept>
 
@@ -53,11 +55,28 @@ void matmul_rows(const Matrix& w, int64_t r0, int64_t r1, const void* x, size_t 
   (packed ? k.packed_matmul : k.matmul)[static_cast<int>(w.type)](a);
 }
 
-void run_matmul(ThreadPool& pool, const MatmulPlan& plan, const MatmulOperand* parts, int64_t ncols) {
-  pool.run(static_cast<int64_t>(plan.chunks.size()), [&](int64_t i, int) {
-    const MatmulChunk& c = plan.chunks[i];
+void run_matmul(ThreadPool& pool, const MatmulPlan& plan, const MatmulOperand* parts, int64_t ncols,
+                MatmulEpilogue* epilogue) {
+  const auto chunk = [&](const MatmulChunk& c) {
     const MatmulOperand& op = parts[c.part];
     matmul_rows(*op.w, c.r0, c.r1, op.x, op.x_stride, ncols, op.y, op.ldy);
+  };
+  if (!epilogue) {
+    pool.run(static_cast<int64_t>(plan.chunks.size()), [&](int64_t i, int) { chunk(plan.chunks[i]); });
+    return;
+  }
+  const int64_t n_pre = epilogue->n_pre();
+  std::atomic<int64_t> pre_done{0};
+  pool.run(n_pre + static_cast<int64_t>(plan.chunks.size()), [&](int64_t i, int thread) {
+    if (i < n_pre) {
+      epilogue->pre(i, thread);
+      pre_done.fetch_add(1, std::memory_order_release);
+      return;
+    }
+    const MatmulChunk& c = plan.chunks[static_cast<size_t>(i - n_pre)];
+    chunk(c);
+    while (pre_done.load(std::memory_order_acquire) < n_pre) std::this_thread::yield();
+    epilogue->post(c, thread);
   });
 }
 

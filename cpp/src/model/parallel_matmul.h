@@ -37,7 +37,23 @@ struct MatmulOperand {
   int64_t ldy = 0;
 };
 
-void run_matmul(ThreadPool& pool, const MatmulPlan& plan, const MatmulOperand* parts, int64_t ncols);
+// Work an op adds to its matmul in the same pool region (the LoRA additions, model/lora_block.cpp):
+// pre tasks, handed out before any chunk, and post(chunk) after each chunk on the thread that
+// computed it (the chunk's output rows stay that thread's until the region ends). post runs once
+// every pre task is done (it waits for the last ones: they were handed out first, so they are
+// running). pre tasks must not throw.
+class MatmulEpilogue {
+ public:
+  virtual int64_t n_pre() const = 0;
+  virtual void pre(int64_t task, int thread) = 0;
+  virtual void post(const MatmulChunk& chunk, int thread) = 0;
+
+ protected:
+  ~MatmulEpilogue() = default;
+};
+
+void run_matmul(ThreadPool& pool, const MatmulPlan& plan, const MatmulOperand* parts, int64_t ncols,
+                MatmulEpilogue* epilogue = nullptr);
 
 // Output rows [r0, r1) of one matrix on the calling thread (packed copy when there is one):
 // y[c * ldy + r] = W[r] · x_c for ncols inputs x_c, stride x_stride, in matmul_input_type(w).

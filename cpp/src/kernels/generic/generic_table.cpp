@@ -136,6 +136,8 @@ void fill_generic_table(KernelTable& t) {
   t.gelu_mul = gelu_mul_ref;
   t.add_f32 = add_f32_ref;
   fill_generic_attention(t);
+  t.lora_down = lora_down_ref;
+  t.lora_up = lora_up_ref;
 }
 
 }  // namespace edgellm::kernels

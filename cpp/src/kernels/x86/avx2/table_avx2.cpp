@@ -14,6 +14,7 @@ void fill_avx2_matmul_float(KernelTable& t);
 void fill_avx2_matmul_packed(KernelTable& t);
 void fill_avx2_float_ops(KernelTable& t);
 void fill_avx2_attention(KernelTable& t);
+void fill_avx2_lora(KernelTable& t);
 
 void fill_avx2_table(KernelTable& t) {
   fill_avx2_quantize(t);
@@ -24,6 +25,7 @@ void fill_avx2_table(KernelTable& t) {
   fill_avx2_matmul_packed(t);  // row-interleaved weights: the loader packs what this fills
   fill_avx2_float_ops(t);
   fill_avx2_attention(t);
+  fill_avx2_lora(t);
 }
 
 }  // namespace edgellm::kernels

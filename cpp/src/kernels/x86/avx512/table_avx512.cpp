@@ -13,6 +13,7 @@ void fill_avx512_matmul_float(KernelTable& t);
 void fill_avx512_matmul_packed(KernelTable& t);
 void fill_avx512_float_ops(KernelTable& t);
 void fill_avx512_attention(KernelTable& t);
+void fill_avx512_lora(KernelTable& t);
 
 void fill_avx512_table(KernelTable& t) {
   fill_avx512_quantize(t);
@@ -23,6 +24,7 @@ void fill_avx512_table(KernelTable& t) {
   fill_avx512_matmul_packed(t);
   fill_avx512_float_ops(t);
   fill_avx512_attention(t);
+  fill_avx512_lora(t);
 }
 
 }  // namespace edgellm::kernels
