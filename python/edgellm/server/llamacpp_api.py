@@ -64,17 +64,13 @@ def not_supported(message: str) -> APIError:
 def _logit_bias(v, name):
     """llama-server's shapes: [[token id or text, bias or false], ...] or {"id": bias}.
     false bans the token (bias -100, which no logit survives)."""
-    pairs = []
-    if isinstance(v, dict):
-        pairs = list(v.items())
-    elif isinstance(v, list):
-        for i, p in enumerate(v):
-            if not (isinstance(p, list) and len(p) == 2):
-                raise V.fail(f"'{name}[{i}]' must be a [token, bias] pair", name)
-            pairs.append((p[0], p[1]))
-    else:
+    if not isinstance(v, (dict, list)):
         raise V.fail(f"'{name}' must be an array of [token, bias] pairs or an object", name,
                      "invalid_type")
+    for i, p in enumerate(v if isinstance(v, list) else ()):
+        if not (isinstance(p, list) and len(p) == 2):
+            raise V.fail(f"'{name}[{i}]' must be a [token, bias] pair", name)
+    pairs = v.items() if isinstance(v, dict) else [tuple(p) for p in v]
     out = []
     for key, bias in pairs:
         if bias is False:
@@ -474,15 +470,14 @@ class LlamaCppAPI:
     def endpoints(self) -> list:
         """(path, endpoint, method, request model) of each native route."""
         chat = protocol.ChatBody
-        return [("/completion", self.completion, "POST", NativeCompletionBody),
-                ("/completions", self.completion, "POST", NativeCompletionBody),  # native too
-                ("/infill", self.infill, "POST", InfillBody),
-                ("/apply-template", self.apply_template, "POST", chat),
-                ("/props", self.props, "GET", None),
-                ("/slots", self.slots, "GET", None),
-                ("/slots/{id_slot}", self.slot_action, "POST", SlotFileBody),
-                ("/chat/completions/input_tokens", self.chat_input_tokens, "POST", chat),
-                ("/v1/chat/completions/input_tokens", self.chat_input_tokens, "POST", chat)]
+        return [(path, fn, method, body) for paths, fn, method, body in (
+            ("/completion /completions", self.completion, "POST", NativeCompletionBody),  # native too
+            ("/infill", self.infill, "POST", InfillBody),
+            ("/apply-template", self.apply_template, "POST", chat),
+            ("/props", self.props, "GET", None), ("/slots", self.slots, "GET", None),
+            ("/slots/{id_slot}", self.slot_action, "POST", SlotFileBody),
+            ("/chat/completions/input_tokens /v1/chat/completions/input_tokens",
+             self.chat_input_tokens, "POST", chat)) for path in paths.split()]
 
     # --- /completion and /infill ---------------------------------------------------------------
     async def completion(self, request: Request) -> Response:
