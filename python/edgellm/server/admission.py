@@ -25,30 +25,25 @@ from .metrics import ServerMetrics
 log = logging.getLogger("edgellm.server")
 
 
+# AsyncLLM's arguments from ServerConfig's fields: argument -> field (the same name when None)
+ENGINE_ARGS = {"n_ctx": "ctx_size", "n_threads": "threads", "kv_memory": None, "max_seqs": "parallel",
+               "max_batch_tokens": None, "chat_template": None, "n_gpu_layers": None,
+               "speculative": None, "draft_model": None, "num_speculative_tokens": None,
+               "context_shift": None, "cache_dir": None, "cache_max_bytes": None, "mmproj": None,
+               "media_path": None, "allow_remote_media": None}
+
+
+def engine_args(config: ServerConfig, *names: str) -> dict:
+    """AsyncLLM's arguments `names` (default: all of ENGINE_ARGS) as `config` sets them."""
+    return {a: getattr(config, ENGINE_ARGS[a] or a) for a in names or ENGINE_ARGS}
+
+
 def default_loader(config: ServerConfig):
     """Build the engine the way `edgellm serve` asks for it."""
     from edgellm.async_llm import AsyncLLM  # heavy; imported only when a model is really served
 
-    llm = AsyncLLM(
-        config.model_path or config.model,
-        n_ctx=config.ctx_size,
-        n_threads=config.threads,
-        kv_memory=config.kv_memory,
-        max_seqs=config.parallel,
-        max_batch_tokens=config.max_batch_tokens,
-        chat_template=config.chat_template,
-        n_gpu_layers=config.n_gpu_layers,
-        speculative=getattr(config, "speculative", "auto"),
-        draft_model=getattr(config, "draft_model", None),
-        num_speculative_tokens=getattr(config, "num_speculative_tokens", None),
-        context_shift=getattr(config, "context_shift", False),
-        cache_dir=getattr(config, "cache_dir", None),
-        cache_max_bytes=getattr(config, "cache_max_bytes", None),
-        lora=lora_api.loader_arg(config),
-        mmproj=getattr(config, "mmproj", None),
-        media_path=getattr(config, "media_path", None),
-        allow_remote_media=getattr(config, "allow_remote_media", False),
-    )
+    llm = AsyncLLM(config.model_path or config.model, lora=lora_api.loader_arg(config),
+                   **engine_args(config))
     if getattr(config, "reasoning", "auto") == "off":  # llama-server's --reasoning off
         llm.llm.chat_template_defaults["enable_thinking"] = False
     if getattr(config, "thermal_backoff", False):  # ends by itself when the engine closes

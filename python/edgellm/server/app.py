@@ -88,13 +88,14 @@ def model_routes(host: EngineHost, store: Optional[ResponseStore] = None,
     chat = dict(body=protocol.ChatBody, answer=responses.ChatCompletion,
                 events=responses.ChatChunk)
     reply = dict(body=responses_models.ResponsesBody, answer=responses_models.ResponseObject)
+
+    def at(paths: str, endpoint: Callable, *args, **kw) -> List[APIRoute]:  # one per alias
+        return [route(path, endpoint, *args, **kw) for path in paths.split()]
     return [
-        route("/v1/chat/completions", routes.chat_completions, **chat),
-        route("/chat/completions", routes.chat_completions, **chat),
+        *at("/v1/chat/completions /chat/completions", routes.chat_completions, **chat),
         route("/v1/completions", routes.completions, body=protocol.CompletionBody,
               answer=responses.TextCompletion, events=responses.TextCompletion),
-        route("/v1/responses", replies.create, **reply),
-        route("/responses", replies.create, **reply),
+        *at("/v1/responses /responses", replies.create, **reply),
         route("/v1/responses/{response_id}", replies.retrieve, "GET",
               answer=responses_models.ResponseObject),
         route("/v1/responses/{response_id}", replies.delete, "DELETE",
@@ -106,30 +107,27 @@ def model_routes(host: EngineHost, store: Optional[ResponseStore] = None,
         route("/v1/messages/count_tokens", anthropic.count_tokens,
               body=anthropic_models.CountTokensBody, tag="Anthropic",
               answer=anthropic_models.TokenCount),
-        route("/v1/models", routes.models, "GET"),
-        route("/models", routes.models, "GET"),
-        route("/health", routes.health, "GET", tag="server"),
-        route("/v1/health", routes.health, "GET", tag="server"),
+        *at("/v1/models /models", routes.models, "GET"),
+        *at("/health /v1/health", routes.health, "GET", tag="server"),
         route("/metrics", native.metrics_endpoint, "GET", tag="server",  # + llamacpp:* names
               response_class=PlainTextResponse),
         route("/tokenize", routes.tokenize, body=protocol.TokenizeBody, tag="llama.cpp"),
         route("/detokenize", routes.detokenize, body=protocol.DetokenizeBody, tag="llama.cpp"),
         # OpenAI's embeddings, and llama-server's native ones (server/embeddings.py)
         route("/v1/embeddings", embeddings.v1_embeddings, body=EmbeddingsBody),
-        route("/embeddings", embeddings.native, body=EmbeddingsBody, tag="llama.cpp"),
-        route("/embedding", embeddings.native, body=EmbeddingsBody, tag="llama.cpp"),
+        *at("/embeddings /embedding", embeddings.native, body=EmbeddingsBody, tag="llama.cpp"),
         # cross-encoders: Jina's / llama-server's rerank (server/rerank.py)
-        *[route(path, rerank.rerank, body=RerankBody) for path in ("/v1/rerank", "/rerank", "/v1/reranking", "/reranking")],
+        *at("/v1/rerank /rerank /v1/reranking /reranking", rerank.rerank, body=RerankBody),
         *[route(path, fn, method, body, "llama.cpp") for path, fn, method, body in native.endpoints()],
         *lora_routes.routes(host, route),  # LoRA adapters (server/lora_routes.py)
         # Ollama's generation and embedding routes (server/ollama_api.py)
-        route("/api/generate", native_ollama.generate, body=ollama_models.OllamaGenerateBody,
-              tag="Ollama", streams=ollama_models.NDJSON),
-        route("/api/chat", native_ollama.chat, body=ollama_models.OllamaChatBody, tag="Ollama",
-              streams=ollama_models.NDJSON),
-        route("/api/embed", native_ollama.embed, body=ollama_models.OllamaEmbedBody, tag="Ollama"),
-        route("/api/embeddings", native_ollama.embeddings, body=ollama_models.OllamaEmbeddingsBody,
-              tag="Ollama"),
+        *[route(f"/api/{name}", fn, body=body, tag="Ollama", **kw) for name, fn, body, kw in (
+            ("generate", native_ollama.generate, ollama_models.OllamaGenerateBody,
+             {"streams": ollama_models.NDJSON}),
+            ("chat", native_ollama.chat, ollama_models.OllamaChatBody,
+             {"streams": ollama_models.NDJSON}),
+            ("embed", native_ollama.embed, ollama_models.OllamaEmbedBody, {}),
+            ("embeddings", native_ollama.embeddings, ollama_models.OllamaEmbeddingsBody, {}))],
     ]
 
 

@@ -18,7 +18,7 @@ with whatever else is running; a disconnect or the --timeout aborts them all.
 import base64
 import logging
 import time
-from typing import Any, Literal, Optional
+from typing import Literal, Optional
 
 import numpy as np
 from starlette.requests import Request
@@ -65,10 +65,7 @@ class EmbeddingRoutes:
         return await self._handle(request, oai=False)
 
     def _pooling(self, inner) -> str:
-        configured = getattr(self.config, "pooling", None)
-        if configured:
-            return configured
-        return getattr(inner, "default_pooling", "mean")
+        return getattr(self.config, "pooling", None) or getattr(inner, "default_pooling", "mean")
 
     async def _handle(self, request: Request, oai: bool) -> Response:
         endpoint = "embeddings"
@@ -97,11 +94,9 @@ class EmbeddingRoutes:
                 raise invalid(f"'dimensions' {body.dimensions} is not supported: this model's "
                               f"embeddings have {width} dimensions and are not shortened",
                               "dimensions", "unsupported")
-            normalize = getattr(self.config, "embd_normalize", 2)
-            if body.embd_normalize is not None:
-                normalize = body.embd_normalize
-            if pooling == "none":
-                normalize = -1  # llama-server: per-token vectors come unnormalised
+            # llama-server: per-token vectors (pooling none) come unnormalised
+            normalize = -1 if pooling == "none" else getattr(self.config, "embd_normalize", 2) \
+                if body.embd_normalize is None else body.embd_normalize
             # tokenized in a thread: a big input must not stall the event loop
             prompts = await off_loop(lambda: [tokenize_pieces(llm, p) for p in raw])
             for i, ids in enumerate(prompts):
@@ -123,13 +118,9 @@ class EmbeddingRoutes:
         if not oai:
             return JSONResponse([{"index": i, "embedding": np.atleast_2d(v).tolist()}
                                  for i, v in enumerate(result.data)])
-        data = []
-        for i, v in enumerate(result.data):
-            if fmt == "base64":
-                vec: Any = base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode("ascii")
-            else:
-                vec = v.tolist()
-            data.append({"object": "embedding", "index": i, "embedding": vec})
+        data = [{"object": "embedding", "index": i, "embedding": base64.b64encode(
+            np.asarray(v, dtype="<f4").tobytes()).decode("ascii") if fmt == "base64" else v.tolist()}
+            for i, v in enumerate(result.data)]
         n = result.prompt_tokens
         return JSONResponse({"object": "list", "data": data, "model": self.config.model_id,
                              "usage": {"prompt_tokens": n, "total_tokens": n}})

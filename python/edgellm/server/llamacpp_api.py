@@ -65,17 +65,13 @@ def not_supported(message: str) -> APIError:
 def _logit_bias(v, name):
     """llama-server's shapes: [[token id or text, bias or false], ...] or {"id": bias}.
     false bans the token (bias -100, which no logit survives)."""
-    pairs = []
-    if isinstance(v, dict):
-        pairs = list(v.items())
-    elif isinstance(v, list):
-        for i, p in enumerate(v):
-            if not (isinstance(p, list) and len(p) == 2):
-                raise V.fail(f"'{name}[{i}]' must be a [token, bias] pair", name)
-            pairs.append((p[0], p[1]))
-    else:
+    if not isinstance(v, (dict, list)):
         raise V.fail(f"'{name}' must be an array of [token, bias] pairs or an object", name,
                      "invalid_type")
+    for i, p in enumerate(v if isinstance(v, list) else ()):
+        if not (isinstance(p, list) and len(p) == 2):
+            raise V.fail(f"'{name}[{i}]' must be a [token, bias] pair", name)
+    pairs = v.items() if isinstance(v, dict) else [tuple(p) for p in v]
     out = []
     for key, bias in pairs:
         if bias is False:
@@ -396,35 +392,25 @@ def _attr(params, name, default=None):
 
 def generation_settings(params, fields: JSON, stream: bool = False) -> JSON:
     """llama-server's generation_settings (task params) for the effective SamplingParams."""
-    max_tokens = _attr(params, "max_tokens")
-    n_predict = -1 if max_tokens is None else int(max_tokens)
-    seed = _attr(params, "seed")
-    stop = _attr(params, "stop") or []
-    if isinstance(stop, str):
-        stop = [stop]
-    bias = _attr(params, "logit_bias") or {}
+    n_predict = -1 if _attr(params, "max_tokens") is None else int(params.max_tokens)
+    seed, stop = _attr(params, "seed"), _attr(params, "stop") or []
     return {
         **sampling_fields.llamacpp_settings(params),
         "seed": 0xFFFFFFFF if seed is None else seed,
-        "stop": list(stop),
+        "stop": [stop] if isinstance(stop, str) else list(stop),
         "max_tokens": n_predict, "n_predict": n_predict,
-        "ignore_eos": bool(_attr(params, "ignore_eos", False)),
-        "stream": stream,
+        "ignore_eos": bool(_attr(params, "ignore_eos", False)), "stream": stream,
         # a ban (-inf) as llama-server reports it: false
         "logit_bias": [{"bias": b if math.isfinite(b) else False, "token": t}
-                       for t, b in sorted(bias.items())],
-        "n_probs": _attr(params, "logprobs") or 0,
-        "min_keep": fields.get("min_keep", 0),
+                       for t, b in sorted((_attr(params, "logit_bias") or {}).items())],
+        "n_probs": _attr(params, "logprobs") or 0, "min_keep": fields.get("min_keep", 0),
         "grammar": _attr(params, "grammar") or "",
         "grammar_lazy": False, "grammar_triggers": [], "preserved_tokens": [],
         "chat_format": "Content-only", "reasoning_format": "none",
         "reasoning_in_content": False, "generation_prompt": "",
-        "samplers": list(SAMPLERS),
-        "speculative.types": "none",
-        "timings_per_token": bool(fields.get("timings_per_token", False)),
-        "post_sampling_probs": bool(fields.get("post_sampling_probs", False)),
-        "backend_sampling": False,
-        "lora": [],
+        "samplers": list(SAMPLERS), "speculative.types": "none",
+        **{k: bool(fields.get(k, False)) for k in ("timings_per_token", "post_sampling_probs")},
+        "backend_sampling": False, "lora": [],
     }
 
 
@@ -433,32 +419,21 @@ def probs_json(items, post_sampling: bool) -> List[JSON]:
     (prob/top_probs with post_sampling_probs: the same distribution, exponentiated)."""
     def one(t):
         lp = t.logprob if t.logprob is not None and math.isfinite(t.logprob) else -3.4e38
-        if post_sampling:
-            return {"id": t.token_id, "token": t.token, "bytes": list(t.bytes),
-                    "prob": math.exp(lp) if lp > -1e30 else 0.0}
-        return {"id": t.token_id, "token": t.token, "bytes": list(t.bytes), "logprob": lp}
+        return {"id": t.token_id, "token": t.token, "bytes": list(t.bytes), **(
+            {"prob": math.exp(lp) if lp > -1e30 else 0.0} if post_sampling else {"logprob": lp})}
 
-    out = []
-    for t in items:
-        d = one(t)
-        d["top_probs" if post_sampling else "top_logprobs"] = [one(x) for x in (t.top_logprobs or [])]
-        out.append(d)
-    return out
+    top = "top_probs" if post_sampling else "top_logprobs"
+    return [{**one(t), top: [one(x) for x in (t.top_logprobs or [])]} for t in items]
 
 
 def pick_fields(obj: JSON, paths: List[str]) -> JSON:
     """response_fields: "a/b" -> obj["a"]["b"] under the key "a/b"; missing paths left out."""
-    out = {}
+    out, missing = {}, object()
     for path in paths:
         cur: Any = obj
-        ok = True
         for part in path.split("/"):
-            if isinstance(cur, dict) and part in cur:
-                cur = cur[part]
-            else:
-                ok = False
-                break
-        if ok:
+            cur = cur.get(part, missing) if isinstance(cur, dict) else missing
+        if cur is not missing:
             out[path] = cur
     return out
 
@@ -487,11 +462,9 @@ class NativeEncoder(Encoder):
         return JSONResponse(finals[0] if len(finals) == 1 else finals)
 
     def events(self, index: int, chunk) -> List[JSON]:
-        r, out = self.results[index], []
-        if chunk.token_ids or chunk.text:
-            out.append(self._partial(r, chunk))
-        elif progress_of(chunk) is not None:
-            out.append(self._progress(r, progress_of(chunk)))
+        r, out, p = self.results[index], [], progress_of(chunk)
+        if chunk.token_ids or chunk.text or p is not None:
+            out.append(self._partial(r, chunk, None if chunk.token_ids or chunk.text else p))
         if chunk.finish_reason is not None:
             out.append(self._final(r))
         return out
@@ -499,24 +472,21 @@ class NativeEncoder(Encoder):
     def finish(self) -> List[JSON]:  # nothing was generated (n_predict 0): every final now
         return [self._final(self.results[i]) for i in sorted(self.results) if i not in self.sent]
 
-    def _partial(self, r: Answer, chunk) -> JSON:
-        out = {"index": r.index, "content": chunk.text or "",
-               "tokens": [int(t) for t in chunk.token_ids], "stop": False, "id_slot": 0,
-               "tokens_predicted": len(r.tokens), "tokens_evaluated": len(r.prompt_ids)}
+    def _partial(self, r: Answer, chunk, p=None) -> JSON:
+        """A step's partial; with `p` (return_progress) one with no content and llama-server's
+        prompt_progress."""
+        out = {"index": r.index, "content": "" if p else chunk.text or "",
+               "tokens": [] if p else [int(t) for t in chunk.token_ids], "stop": False,
+               "id_slot": 0, "tokens_predicted": 0 if p else len(r.tokens),
+               "tokens_evaluated": len(r.prompt_ids)}
         if self.per_token:
-            out["timings"] = running_timings(self.t0, r.t_first, len(r.tokens), len(r.prompt_ids))
-        if self.fields.get("n_probs") and chunk.logprobs:
+            out["timings"] = progress_timings(p) if p else \
+                running_timings(self.t0, r.t_first, len(r.tokens), len(r.prompt_ids))
+        if p:
+            out["prompt_progress"] = prompt_progress(p)
+        elif self.fields.get("n_probs") and chunk.logprobs:
             out["completion_probabilities"] = probs_json(
                 chunk.logprobs, bool(self.fields.get("post_sampling_probs")))
-        return out
-
-    def _progress(self, r: Answer, p) -> JSON:
-        # return_progress: llama-server's partial with no content and its prompt_progress
-        out = {"index": r.index, "content": "", "tokens": [], "stop": False, "id_slot": 0,
-               "tokens_predicted": 0, "tokens_evaluated": len(r.prompt_ids)}
-        if self.per_token:
-            out["timings"] = progress_timings(p)
-        out["prompt_progress"] = prompt_progress(p)
         return out
 
 
@@ -534,15 +504,14 @@ class LlamaCppAPI:
     def endpoints(self) -> list:
         """(path, endpoint, method, request model) of each native route."""
         chat = protocol.ChatBody
-        return [("/completion", self.completion, "POST", NativeCompletionBody),
-                ("/completions", self.completion, "POST", NativeCompletionBody),  # native too
-                ("/infill", self.infill, "POST", InfillBody),
-                ("/apply-template", self.apply_template, "POST", chat),
-                ("/props", self.props, "GET", None),
-                ("/slots", self.slots, "GET", None),
-                ("/slots/{id_slot}", self.slot_action, "POST", SlotFileBody),
-                ("/chat/completions/input_tokens", self.chat_input_tokens, "POST", chat),
-                ("/v1/chat/completions/input_tokens", self.chat_input_tokens, "POST", chat)]
+        return [(path, fn, method, body) for paths, fn, method, body in (
+            ("/completion /completions", self.completion, "POST", NativeCompletionBody),  # native too
+            ("/infill", self.infill, "POST", InfillBody),
+            ("/apply-template", self.apply_template, "POST", chat),
+            ("/props", self.props, "GET", None), ("/slots", self.slots, "GET", None),
+            ("/slots/{id_slot}", self.slot_action, "POST", SlotFileBody),
+            ("/chat/completions/input_tokens /v1/chat/completions/input_tokens",
+             self.chat_input_tokens, "POST", chat)) for path in paths.split()]
 
     # --- /completion and /infill ---------------------------------------------------------------
     async def completion(self, request: Request) -> Response:
@@ -623,14 +592,13 @@ class LlamaCppAPI:
     def _bias(llm, pairs) -> Dict[int, float]:
         out: Dict[int, float] = {}
         for key, bias in pairs:
-            ids = [key] if isinstance(key, int) else llm.tokenize(key, add_special=False,
-                                                                   parse_special=False)
-            for t in ids:
+            for t in [key] if isinstance(key, int) else llm.tokenize(key, add_special=False,
+                                                                     parse_special=False):
                 if int(t) < 0:
                     raise invalid(f"'logit_bias' has negative token id {t}", "logit_bias",
                                   "invalid_value")
                 check_token_ids([[int(t)]], getattr(getattr(llm, "llm", llm), "n_vocab", None),
-                                 "logit_bias")
+                                "logit_bias")
                 out[int(t)] = bias
         return out
 
@@ -670,15 +638,8 @@ class LlamaCppAPI:
 
     def final(self, r: Answer, fields: JSON, settings: JSON, stream: bool, n_ctx: int) -> JSON:
         llm = self.host.llm
-        stop_type = "none"
-        word = ""
-        if r.finish_reason == "stop":
-            if isinstance(r.stop_reason, str):
-                stop_type, word = "word", r.stop_reason
-            else:
-                stop_type = "eos"
-        elif r.finish_reason == "length":
-            stop_type = "limit"
+        word = r.stop_reason if r.finish_reason == "stop" and isinstance(r.stop_reason, str) else ""
+        stop_type = "word" if word else {"stop": "eos", "length": "limit"}.get(r.finish_reason, "none")
         n_gen = len(r.tokens)
         # llama-server: the context filled up -- generation stopped there, or (--context-shift)
         # the context was shifted to go on
@@ -689,25 +650,16 @@ class LlamaCppAPI:
             prompt_text = llm.detokenize(r.prompt_ids) if llm is not None else ""
         except Exception:  # noqa: BLE001
             prompt_text = ""
-        content = r.text
-        out = {
-            "index": r.index,
-            "content": "" if stream else content,
-            "tokens": [] if stream or not fields.get("return_tokens") else list(r.tokens),
-            "id_slot": 0,
-            "stop": True,
-            "model": self.config.model_id,
-            "tokens_predicted": n_gen,
-            "tokens_evaluated": len(r.prompt_ids),
-            "generation_settings": settings,
-            "prompt": prompt_text if isinstance(prompt_text, str) else "",
-            "has_new_line": "\n" in content,
-            "truncated": truncated,
-            "stop_type": stop_type,
-            "stopping_word": word,
-            "tokens_cached": len(r.prompt_ids) + n_gen,
-            "timings": native_timings(r.timings, cached),
-        }
+        content, n_prompt = r.text, len(r.prompt_ids)
+        out = {"index": r.index, "content": "" if stream else content,
+               "tokens": [] if stream or not fields.get("return_tokens") else list(r.tokens),
+               "id_slot": 0, "stop": True, "model": self.config.model_id,
+               "tokens_predicted": n_gen, "tokens_evaluated": n_prompt,
+               "generation_settings": settings,
+               "prompt": prompt_text if isinstance(prompt_text, str) else "",
+               "has_new_line": "\n" in content, "truncated": truncated, "stop_type": stop_type,
+               "stopping_word": word, "tokens_cached": n_prompt + n_gen,
+               "timings": native_timings(r.timings, cached)}
         if not stream and fields.get("n_probs"):
             out["completion_probabilities"] = probs_json(r.logprobs,
                                                          fields.get("post_sampling_probs", False))

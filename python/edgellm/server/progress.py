@@ -76,10 +76,5 @@ def progress_timings(p: JSON) -> JSON:
     """`timings` of a progress chunk under timings_per_token: the prompt computed so far (cache
     hits excluded), nothing predicted yet -- all zeros on the first, never going back."""
     cache = int(p["cache"])
-    n = max(0, int(p["processed"]) - cache)
-    ms = max(0.0, float(p["time_ms"]))
-    return {"cache_n": cache, "prompt_n": n, "prompt_ms": ms,
-            "prompt_per_token_ms": ms / n if n else 0.0,
-            "prompt_per_second": 1e3 * n / ms if n and ms > 0 else 0.0,
-            "predicted_n": 0, "predicted_ms": 0.0,
-            "predicted_per_token_ms": 0.0, "predicted_per_second": 0.0}
+    return native_timings({"prompt_n": max(0, int(p["processed"]) - cache),
+                           "prompt_ms": max(0.0, float(p["time_ms"]))}, cache)

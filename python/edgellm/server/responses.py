@@ -1,5 +1,6 @@
 """OpenAI's answers -- chat and legacy completions, whole or as stream chunks -- as typed models
 (the response schemas of /openapi.json), built from the engine's CompletionChunks."""
+import itertools
 import time
 from typing import Any, Dict, List, Literal, Optional
 
@@ -62,14 +63,10 @@ def chat_logprobs(items) -> JSON:
 
 def legacy_logprobs(items, offset: int) -> JSON:
     """The completions API's parallel arrays; `offset` is where the first token's text starts."""
-    out: JSON = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
-    for t in items:
-        out["tokens"].append(t.token)
-        out["token_logprobs"].append(t.logprob)
-        out["top_logprobs"].append({x.token: x.logprob for x in (t.top_logprobs or [])})
-        out["text_offset"].append(offset)
-        offset += len(t.token)
-    return out
+    return {"tokens": [t.token for t in items], "token_logprobs": [t.logprob for t in items],
+            "top_logprobs": [{x.token: x.logprob for x in (t.top_logprobs or [])} for t in items],
+            "text_offset": list(itertools.accumulate((len(t.token) for t in items),
+                                                     initial=offset))[:-1]}
 
 
 def chat_message(c: Answer) -> JSON:
@@ -97,17 +94,14 @@ def usage(choices: List[Answer], prompts: int = 1) -> Optional[JSON]:
     done = [c for c in choices if c.usage is not None]
     if not done:
         return None
-    per_prompt: Dict[int, int] = {}
-    cached: Dict[int, int] = {}
     n = max(1, len(choices) // max(1, prompts))
-    for c in done:
-        per_prompt[c.index // n] = c.usage.prompt_tokens
-        cached[c.index // n] = getattr(c.usage, "cached_tokens", 0) or 0
-    prompt = sum(per_prompt.values())
+    per_prompt = {c.index // n: (c.usage.prompt_tokens, getattr(c.usage, "cached_tokens", 0) or 0)
+                  for c in done}
+    prompt = sum(p for p, _ in per_prompt.values())
     completion = sum(c.usage.completion_tokens for c in done)
     return {"prompt_tokens": prompt, "completion_tokens": completion,
             "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": sum(cached.values())}}
+            "prompt_tokens_details": {"cached_tokens": sum(k for _, k in per_prompt.values())}}
 
 
 class OpenAIEncoder(Encoder):
