@@ -76,7 +76,9 @@ long count_instructions(Fn&& fn) {
 struct Case {
   const kernels::KernelTable* table;
   DType wt;
-  bool packed;
+  bool packed;  // the table's packed_matmul over row-interleaved weights (what the loader uses), else its GGUF matmul
+  Case(const kernels::KernelTable* t, DType w)
+      : table(t), wt(w), packed(kernels::packable(w) && t->packed_matmul[static_cast<int>(w)] != nullptr) {}
 };
 
 long count_matmul(const Case& c, int64_t K, int64_t rows) {
@@ -134,7 +136,7 @@ int main(int argc, char** argv) {
     const DType wt = types[0];
     g_trace = std::fopen(trace, "w");
     if (!g_trace) return 2;
-    const long n = count_matmul({t, wt, kernels::packable(wt) && t->packed_matmul[static_cast<int>(wt)] != nullptr}, 4096, 16);
+    const long n = count_matmul(Case(t, wt), 4096, 16);
     std::fclose(g_trace);
     std::printf("%ld instructions traced into %s\n", n, trace);
     return 0;
@@ -147,7 +149,7 @@ int main(int argc, char** argv) {
       continue;
     }
     for (DType wt : types) {
-      const Case c{t, wt, kernels::packable(wt) && t->packed_matmul[static_cast<int>(wt)] != nullptr};
+      const Case c(t, wt);
       const int64_t K1 = 512, K2 = 1536;
       const long n11 = count_matmul(c, K1, 16), n21 = count_matmul(c, K2, 16);
       const long n12 = count_matmul(c, K1, 32), n22 = count_matmul(c, K2, 32);
@@ -155,21 +157,7 @@ int main(int argc, char** argv) {
       const DType at = c.packed ? DType::Q8_R : quant::vec_dot_type(wt);
       const double q = static_cast<double>(count_quantize(*t, at, K2) - count_quantize(*t, at, K1)) / ((K2 - K1) / 32.0);
       const double bytes = static_cast<double>(row_bytes(wt, 256)) / 8.0;
-      if (trace) {
-    if (isas.size() != 1 || types.size() != 1 || !kernels::table_for(isas[0])) {
-      std::fprintf(stderr, "trace= takes one table this CPU runs and one type\n");
-      return 2;
-    }
-    const kernels::KernelTable* t = kernels::table_for(isas[0]);
-    const DType wt = types[0];
-    g_trace = std::fopen(trace, "w");
-    if (!g_trace) return 2;
-    const long n = count_matmul({t, wt, kernels::packable(wt) && t->packed_matmul[static_cast<int>(wt)] != nullptr}, 4096, 16);
-    std::fclose(g_trace);
-    std::printf("%ld instructions traced into %s\n", n, trace);
-    return 0;
-  }
-  std::printf("%-7s %-6s %-7s %10.2f %10.2f %14.2f\n", kernels::isa_name(isa), dtype_name(wt), c.packed ? "packed" : "gguf",
+      std::printf("%-7s %-6s %-7s %10.2f %10.2f %14.2f\n", kernels::isa_name(isa), dtype_name(wt), c.packed ? "packed" : "gguf",
                   bytes, per32, q);
       std::fflush(stdout);
     }
