@@ -33,21 +33,6 @@
 namespace edgellm::kernels {
 namespace {
 
-// A single column's int32 dots of one sub-block: I::dot_decode<T> where I has it (two chains
-// of four instead of one of eight: with no other column to interleave, the chain's latency is
-// what a decode sub-block waits on), else I::dot<T>.
-template <class I, DType T, class = void>
-struct HasDotDecode : std::false_type {};
-template <class I, DType T>
-struct HasDotDecode<I, T, std::void_t<decltype(I::template dot_decode<T>)>> : std::true_type {};
-template <class I, DType T, int C, class S, class V>
-inline V dot_column(const S& s, const int8_t* xq, V init) {
-  if constexpr (C == 1 && HasDotDecode<I, T>::value)
-    return I::template dot_decode<T>(s, xq, init);
-  else
-    return I::template dot<T>(s, xq, init);
-}
-
 // What the tile needs of one activation block besides its quants, in the form it is used: the
 // min term's d_x·Σx as f32 and the offset correction −offset·Σx as int32 (whole block, halves).
 // Made once per column block by prepare_aux, so a tile reads each with one broadcast load
@@ -100,12 +85,7 @@ void packed_tile(const uint8_t* group, int p0, int64_t nu, const uint8_t* x, siz
     const uint8_t* unit = group + b * Fmt::kUnitBytes;
     if constexpr (PF > 0) {
       // May reach past this call's rows: a prefetch never faults, and those lines are usually
-      // the next chunk's. Unrolled (the trip count is the layout's): as a loop each prefetch
-      // came with an add, a compare and a branch, which took ALU slots from the unpacking —
-      // a quarter of a K-quant unit's instructions (bench/decode_instructions.cpp, AVX-512,
-      // instructions per 32 weights: Q4_K 3.59 -> 2.70, Q6_K 5.40 -> 4.15; GCC already unrolled
-      // the 5 lines of a 32-element unit).
-#pragma GCC unroll 64
+      // the next chunk's.
       for (size_t o = 0; o < Fmt::kUnitBytes; o += 64) __builtin_prefetch(unit + PF + o, 0, 3);
     }
     if (next) {
@@ -179,7 +159,7 @@ void packed_tile(const uint8_t* group, int p0, int64_t nu, const uint8_t* x, siz
             a = I::fmadd(I::cvt(sa), I::mul(da, dx), a);
             a = I::fmadd(I::cvt(sbv), I::mul(db, dx), a);
           } else {
-            const auto sum = dot_column<I, T, C>(s, xb.qs, kOffset ? I::set1_i32(ax.off) : I::set1_i32(0));
+            const auto sum = I::template dot<T>(s, xb.qs, kOffset ? I::set1_i32(ax.off) : I::set1_i32(0));
             a = I::fmadd(I::cvt(sum), I::mul(da, dx), a);
           }
           if constexpr (Fmt::kMin) {

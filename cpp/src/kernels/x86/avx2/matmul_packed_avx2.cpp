@@ -46,26 +46,12 @@ namespace {
 // single thread, 1536×1536, 64 columns (GFLOP/s, C = 4 / 5 / 6 / 8): Q4_0 243/267/223/220,
 // Q4_K 220/249/201/202, Q8_0 177/180/163/157, Q5_0 192/212/226/237, Q5_K 170/186/198/209,
 // Q6_K 185/193/204/208.
-//
-// MXFP4 is a table type without the sign trick: its doubled e2m1 levels lie in [−12, 12], so
-// u = level + 12 ≤ 24 is dotted unsigned (pair sums ≤ 2·24·128 = 6144: 4 fit) with the offset
-// removed as −12·Σx, like the integer types: no vpabsb per slice, no vpsignb per slice and
-// column, a quarter of the madds (AVX2 decode, bench/decode_instructions.cpp: 11.70 -> 7.31
-// instructions per 32 weights; llvm-mca skylake 2.76 -> 1.93 cycles).
-constexpr bool mxfp4_levels_within_12() {
-  for (int8_t v : kMxfp4Values)
-    if (v < -12 || v > 12) return false;
-  return true;
-}
-static_assert(mxfp4_levels_within_12(), "MXFP4's unsigned AVX2 path needs levels in [-12, 12]");
-
 template <DType T>
 struct P : PackedFormat<T> {
   using F = PackedFormat<T>;
-  static constexpr bool kSmallLut = T == DType::MXFP4;  // table type dotted unsigned, offset 12
-  static constexpr bool kSigned = T == DType::Q8_0 || (F::kLut && !kSmallLut);  // sign trick
-  static constexpr int kOffset = kSigned ? 0 : kSmallLut ? 12 : F::kOffset;     // signed q: no offset (see top)
-  static constexpr int kGroup = kSigned ? 1 : F::kSix ? 2 : F::kHigh || kSmallLut ? 4 : 8;
+  static constexpr bool kSigned = T == DType::Q8_0 || F::kLut;  // dotted as signed q with the sign trick
+  static constexpr int kOffset = kSigned ? 0 : F::kOffset;       // signed q: no offset (see top)
+  static constexpr int kGroup = kSigned ? 1 : F::kSix ? 2 : F::kHigh ? 4 : 8;
   static constexpr int kCols = F::kHigh || F::kSix ? 8 : 5;
 };
 
@@ -89,14 +75,6 @@ inline void unpack_half(const uint8_t* q, int h, __m256i u[8], __m256i sg[8]) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * p + 32 * h));
       u[p] = _mm256_and_si256(v, low4);
       u[p + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-    }
-    if constexpr (P<T>::kSmallLut) {
-      // MXFP4: index → level + 12, unsigned (see P).
-      static constexpr LevelBytes kLut = level_bytes<T, 12>();
-      const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kLut.b)));
-      for (int s = 0; s < 8; ++s) u[s] = _mm256_shuffle_epi8(table, u[s]);
-      (void)sg;
-      return;
     }
     if constexpr (P<T>::kLut) {
       // Table types: index → signed level (vpshufb looks up within each 128-bit lane).

@@ -125,15 +125,6 @@ struct PackedAvx512 {
     return dot_half<T, 1>(s, xq, dot_half<T, 0>(s, xq, init));
   }
 
-  // Decode (one column): the two halves as two chains of four, added. A decode sub-block has
-  // no other column's chain to interleave with, and eight dependent vpdpbusd (latency 5 on the
-  // Xeons) outlast its ~30 other vector µops (llvm-mca, icelake-server: AVX-512 Q4_K 1.31 ->
-  // 1.21 cycles per 32 weights, Q5_K 2.04 -> 1.80, Q4_0 0.94 -> 0.85).
-  template <DType T>
-  static __m512i dot_decode(const Slices<T>& s, const int8_t* xq, __m512i init) {
-    return _mm512_add_epi32(dot_half<T, 0>(s, xq, init), dot_half<T, 1>(s, xq, _mm512_setzero_si512()));
-  }
-
   using F = __m512;
   static F zero() { return _mm512_setzero_ps(); }
   static F set1(float v) { return _mm512_set1_ps(v); }
