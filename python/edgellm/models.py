@@ -471,7 +471,7 @@ def fetch(name: str, quiet: bool = False, verify: bool = False,
     spec = _spec(name)
     dest = cache_dir() / spec.filename
     if spec.convert:
-        return _fetch_converted(spec, dest, quiet, verify)
+        return _fetch_converted(spec, dest, quiet, verify, progress)
     if dest.is_file() and dest.stat().st_size == spec.size:
         if not verify:
             return dest
@@ -482,6 +482,13 @@ def fetch(name: str, quiet: bool = False, verify: bool = False,
         _say(quiet, f"[{spec.name}] {dest}: SHA-256 {digest} != {spec.sha256}; fetching again")
     elif dest.exists():
         _say(quiet, f"[{spec.name}] {dest}: size {dest.stat().st_size} != {spec.size}; fetching again")
+    _download(spec, dest, quiet, progress)
+    return dest
+
+
+def _download(spec: ModelSpec, dest: Path, quiet: bool, progress: Optional[Callable]) -> None:
+    """_assemble with one byte bar on stderr (none when `quiet`) unless a progress callback
+    is given."""
     bar = None
     if progress is None:
         progress = _no_progress if quiet else _progress_module().ByteBar(f"pulling {spec.name}")
@@ -491,10 +498,10 @@ def fetch(name: str, quiet: bool = False, verify: bool = False,
     finally:
         if bar is not None:
             bar.close()
-    return dest
 
 
-def _fetch_converted(spec: ModelSpec, dest: Path, quiet: bool, verify: bool) -> Path:
+def _fetch_converted(spec: ModelSpec, dest: Path, quiet: bool, verify: bool,
+                     progress: Optional[Callable] = None) -> Path:
     """A checkpoint zip: assembled (hash-checked) to a temporary file, unpacked to
     source_dir, converted to `dest`; `verify` re-fetches and re-converts."""
     src = cache_dir() / spec.source_dir
@@ -502,7 +509,7 @@ def _fetch_converted(spec: ModelSpec, dest: Path, quiet: bool, verify: bool) -> 
         return dest
     _say(quiet, f"[{spec.name}] fetching {spec.description} ({spec.size / 1e6:.0f} MB) into {src}")
     zpath = dest.parent / (spec.source_dir + ".zip")
-    _assemble(dataclasses.replace(spec, filename=zpath.name), zpath, quiet)
+    _download(dataclasses.replace(spec, filename=zpath.name), zpath, quiet, progress)
     work = Path(tempfile.mkdtemp(prefix=f".unpack-{spec.name}-", dir=dest.parent))
     try:
         with zipfile.ZipFile(zpath) as zf:
