@@ -1,13 +1,9 @@
-"""The one AsyncLLM every request shares, and the server's side of its life.
-
-- Loading happens in a worker thread after the server starts listening, so GET /health can say
-  503 "loading" instead of the port being closed.
-- Admission: the engine runs up to `parallel` sequences and queues the rest; the server lets at
-  most `parallel + max_queue` sequences in at once and answers 429 with Retry-After beyond
-  that, so a burst never grows an unbounded queue.
-- ChunkStream merges the engine streams of one HTTP request (one per prompt of a batched
-  /v1/completions call), numbers their choices, and records latency metrics as chunks pass.
-  Closing it closes every engine stream, which aborts those sequences and frees their pages.
+"""The one AsyncLLM every request shares, and the server's side of its life: it loads in a
+thread once the server listens (so /health can say 503 "loading" instead of a closed port);
+admission lets at most `parallel + max_queue` sequences in at once and answers 429 with
+Retry-After beyond that, so a burst never grows an unbounded queue; ChunkStream merges one
+request's engine streams (one per prompt of a batched /v1/completions), numbers their choices
+and records latency metrics, and closing it aborts those sequences and frees their pages.
 """
 import asyncio
 import logging
@@ -117,14 +113,12 @@ class EngineHost:
             raise not_ready(self.state)
         return self.llm
 
-    @property
-    def n_ctx(self) -> Optional[int]:
-        return getattr(self.llm, "n_ctx", None) or getattr(getattr(self.llm, "llm", None), "n_ctx", None)
+    n_ctx = property(lambda self: self.engine_attr("n_ctx"))
+    n_vocab = property(lambda self: self.engine_attr("n_vocab"))
 
-    @property
-    def n_vocab(self) -> Optional[int]:
-        return getattr(self.llm, "n_vocab", None) or getattr(getattr(self.llm, "llm", None),
-                                                             "n_vocab", None)
+    def engine_attr(self, name: str):
+        """The engine's `name` (AsyncLLM's own, else its LLM's)."""
+        return getattr(self.llm, name, None) or getattr(getattr(self.llm, "llm", None), name, None)
 
     def stats(self) -> Optional[dict]:
         if self.state != "ready":

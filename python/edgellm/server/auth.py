@@ -7,8 +7,7 @@ from typing import Iterable, Optional
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .errors import APIError
-from .limits import Guard
+from .errors import APIError, Guard
 
 
 class BearerAuth(Guard):
@@ -21,12 +20,8 @@ class BearerAuth(Guard):
         if self.key is None or scope["type"] != "http" or scope["path"] in self.open_paths:
             await self.app(scope, receive, send)
             return
-        header = x_api_key = b""
-        for name, value in scope.get("headers", ()):
-            if name == b"authorization":
-                header = value
-            elif name == b"x-api-key":
-                x_api_key = value
+        headers = dict(scope.get("headers", ()))  # the last of a repeated header counts
+        header, x_api_key = headers.get(b"authorization", b""), headers.get(b"x-api-key", b"")
         scheme, _, token = header.partition(b" ")
         if not header and not x_api_key:
             err = APIError(401, "missing API key: send the header 'Authorization: Bearer <key>' "

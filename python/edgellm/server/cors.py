@@ -17,11 +17,10 @@ _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
 def origin_is_localhost(origin: str) -> bool:
     try:
         u = urlsplit(origin)
-        host = u.hostname
-        _ = u.port  # a malformed port raises
+        u.port  # a malformed port raises
     except ValueError:
         return False
-    return u.scheme in ("http", "https") and host in _LOCAL_HOSTS and not u.path.strip("/")
+    return u.scheme in ("http", "https") and u.hostname in _LOCAL_HOSTS and not u.path.strip("/")
 
 
 def origin_allowed(origins: str, origin: str) -> bool:
@@ -40,11 +39,8 @@ def origin_allowed(origins: str, origin: str) -> bool:
 class CORS:
     def __init__(self, app: ASGIApp, origins: str = "", methods: str = "GET, POST, DELETE, OPTIONS",
                  headers: str = "*", credentials: bool = True):
-        self.app = app
-        self.origins = (origins or "").strip()
-        self.methods = methods
-        self.headers = headers
-        self.credentials = credentials
+        self.app, self.origins = app, (origins or "").strip()
+        self.methods, self.headers, self.credentials = methods, headers, credentials
 
     def allow_origin(self, origin: Optional[str]) -> Optional[str]:
         """The Access-Control-Allow-Origin value for a request from `origin`, None for none."""
@@ -58,11 +54,8 @@ class CORS:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        origin = None
-        for name, value in scope.get("headers", ()):
-            if name == b"origin":
-                origin = value.decode("latin-1")
-                break
+        origin = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"origin"),
+                      None)
         allow = self.allow_origin(origin)
         extra = []
         if allow is not None:
@@ -75,18 +68,15 @@ class CORS:
                 (b"Access-Control-Allow-Credentials", b"true" if self.credentials else b"false"),
                 (b"Access-Control-Allow-Methods", self.methods.encode("latin-1")),
                 (b"Access-Control-Allow-Headers", self.headers.encode("latin-1")),
-            ] if allow is not None else []) + [
-                (b"content-type", b"text/html"),
-                (b"content-length", b"0"),
-            ]
+            ] if allow is not None else []) + [(b"content-type", b"text/html"),
+                                               (b"content-length", b"0")]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             await send({"type": "http.response.body", "body": b""})
             return
 
         async def send_with_cors(message: Message) -> None:
             if message["type"] == "http.response.start" and extra:
-                message = dict(message)
-                message["headers"] = list(message.get("headers", ())) + extra
+                message = {**message, "headers": list(message.get("headers", ())) + extra}
             await send(message)
 
         await self.app(scope, receive, send_with_cors)

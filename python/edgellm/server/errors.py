@@ -84,15 +84,26 @@ def from_exception(e: BaseException, param: Optional[str] = None) -> APIError:
                     "internal_error")
 
 
-class ErrorGuard:
-    """Pure ASGI middleware: an exception escaping a route before its answer started becomes
-    the envelope (`from_exception`) instead of Starlette's plain-text 500. After the answer
-    started (a stream) there is nothing to send: the exception goes on to close the connection."""
+class Guard:
+    """A pure ASGI middleware that may refuse a request before the routes, in the envelope of
+    the path's API (`render_error(scope, err)`; OpenAI's by default), counted in metrics."""
 
     def __init__(self, app, render_error=None, metrics=None):
         self.app = app
         self.render_error = render_error  # (scope, APIError) -> response for this path
         self.metrics = metrics
+
+    async def refuse(self, scope, receive, send, err: APIError, endpoint: str = "http") -> None:
+        if self.metrics is not None:
+            self.metrics.request_done(endpoint, err.status)
+        response = self.render_error(scope, err) if self.render_error else err.response()
+        await response(scope, receive, send)
+
+
+class ErrorGuard(Guard):
+    """An exception escaping a route before its answer started becomes the envelope
+    (`from_exception`) instead of Starlette's plain-text 500. After the answer started (a
+    stream) there is nothing to send: the exception goes on to close the connection."""
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -102,8 +113,7 @@ class ErrorGuard:
 
         async def tracking_send(message) -> None:
             nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
+            started = started or message["type"] == "http.response.start"
             await send(message)
 
         try:
@@ -114,10 +124,7 @@ class ErrorGuard:
             err = from_exception(e)
             if err.status >= 500:
                 _log.error("%s %s failed", scope.get("method"), scope.get("path"), exc_info=e)
-            if self.metrics is not None:
-                self.metrics.request_done("http", err.status)
-            response = self.render_error(scope, err) if self.render_error else err.response()
-            await response(scope, receive, send)
+            await self.refuse(scope, receive, send, err)
 
 
 # --- a request model's validation error (server/wire.py) -> the 400 naming the field -------------
@@ -134,6 +141,9 @@ class Refusal(ValueError):
 _TYPES = {"string_type": "a string", "int_type": "an integer", "float_type": "a number",
           "bool_type": "a boolean", "dict_type": "an object", "model_type": "an object",
           "model_attributes_type": "an object", "list_type": "an array"}
+_TEXTS = {"literal_error": "must be {expected}, got {got}", "too_short": "must not be empty",
+          "string_pattern_mismatch": "must match {pattern}, got {got}",
+          "too_long": "has {actual_length} entries or characters, at most {max_length}"}
 _BOUNDS = {"greater_than_equal": (">=", "ge"), "less_than_equal": ("<=", "le"),
            "greater_than": (">", "gt"), "less_than": ("<", "lt")}
 
@@ -171,14 +181,8 @@ def api_error(e: ValidationError) -> APIError:
     if kind in _BOUNDS:
         op, key = _BOUNDS[kind]
         text = f"must be {op} {_num(ctx[key])}, got {_num(v)}"
-    elif kind == "literal_error":
-        text = f"must be {ctx['expected']}, got {V.short(v)}"
-    elif kind == "string_pattern_mismatch":
-        text = f"must match {ctx['pattern']}, got {V.short(v)}"
-    elif kind == "too_short":
-        text = "must not be empty"
-    elif kind == "too_long":
-        text = f"has {ctx['actual_length']} entries or characters, at most {ctx['max_length']}"
+    elif kind in _TEXTS:
+        text = _TEXTS[kind].format(**ctx, got=V.short(v))
     else:  # finite_number, ...
         text = err["msg"][0].lower() + err["msg"][1:]
     return invalid(f"'{where}' {text}", where, "invalid_value")

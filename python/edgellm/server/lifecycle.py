@@ -1,9 +1,8 @@
-"""One generation's life, for every API (OpenAI, llama.cpp, Anthropic, Responses):
-
-    plan (parse + check the body, build the engine call) -> admit (429) -> open the engine
-    streams -> race the first chunk against the client and the deadline -> stream the encoder's
-    events (an error after the headers goes in-band), or collect every chunk (still racing) and
-    answer the encoder's body -> close the streams, release the admission, record the metrics.
+"""One generation's life, for every API: plan (parse the body, build the engine call) -> admit
+(429) -> open the engine streams -> race the first chunk against the client and the deadline ->
+stream the encoder's events (an error after the headers goes in-band), or collect every chunk
+(still racing) and answer the encoder's body -> close the streams, release the admission,
+record the metrics.
 
 An API supplies only `plan`, which returns a `Generation`: how to open the engine streams and
 an `Encoder` (how its answer looks). Waiting for the first chunk before answering means a
@@ -30,7 +29,7 @@ from . import lora_api
 from .admission import ChunkStream, EngineHost
 from .errors import APIError, from_exception, invalid, timed_out
 from .limits import check_unicode
-from .sse import EventStreamResponse, cancel_and_wait, sse, wait_disconnect
+from .sse import ClientGone, EventStreamResponse, race, sse
 
 log = logging.getLogger("edgellm.server")
 
@@ -40,8 +39,8 @@ INT32_MAX = (1 << 31) - 1
 JSON = Dict[str, Any]
 
 
-class ClientGone(Exception):
-    """The client disconnected before the answer was ready."""
+def _left(deadline: Optional[float]) -> Optional[float]:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 # --- failures -------------------------------------------------------------------------------
@@ -65,12 +64,10 @@ def engine_error(e: BaseException, param: Optional[str] = None) -> APIError:
                         f"server storage {'full' if full else 'error'}: {os.strerror(e.errno)}",
                         "server_error", None, "storage_full" if full else "storage_error")
     if isinstance(e, edgellm.ContextLengthError):
-        text, extra = str(e), {}
-        for key, pattern in (("n_prompt_tokens", r"(?:prompt|input) has (\d+) tokens"),
-                             ("n_ctx", r"n_ctx (\d+)")):
-            m = re.search(pattern, text)
-            if m:
-                extra[key] = int(m.group(1))
+        text = str(e)
+        extra = {key: int(m.group(1)) for key, pattern in (
+            ("n_prompt_tokens", r"(?:prompt|input) has (\d+) tokens"), ("n_ctx", r"n_ctx (\d+)"))
+            for m in [re.search(pattern, text)] if m}
         return context_error(f"the request does not fit the context: {text}", param, extra)
     if isinstance(e, (edgellm.InvalidRequestError, ValueError)):
         return invalid(str(e), param)
@@ -208,25 +205,9 @@ class Lifecycle:
         return t0 + self.config.timeout if self.config.timeout else None
 
     async def race(self, awaitable, request: Request, deadline: Optional[float]):
-        """Await `awaitable`, but give up (cancelling it) when the client disconnects
-        (ClientGone) or the deadline passes (a 504 APIError)."""
-        task = asyncio.ensure_future(awaitable)
-        watcher = asyncio.ensure_future(wait_disconnect(request.receive))
-        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-        try:
-            done, _ = await asyncio.wait({task, watcher}, timeout=timeout,
-                                         return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            await asyncio.shield(cancel_and_wait(task, watcher))
-            raise
-        if task in done:
-            watcher.cancel()
-            return task.result()
-        await cancel_and_wait(task)
-        if watcher in done:
-            raise ClientGone()
-        watcher.cancel()
-        raise timed_out(self.config.timeout)
+        """sse.race against the client and the deadline (a 504 APIError)."""
+        return await race(awaitable, request.receive, _left(deadline),
+                          timed_out(self.config.timeout))
 
     async def embed(self, endpoint: str, param: Optional[str], llm, prompts, admission,
                     request: Request, t0: float, **kw):
@@ -253,14 +234,11 @@ class Lifecycle:
         are mapped with engine_error(e, param))."""
         t0 = time.monotonic()
         try:
-            llm = self.host.require_ready()
-            gen = await plan(llm)
+            gen = await plan(self.host.require_ready())
             admission = self.host.admit(gen.sequences)
         except Exception as e:  # noqa: BLE001 - APIError, and what bad input makes Python raise
             return self.fail(endpoint, engine_error(e, param))
-        deadline = self.deadline(t0)
-        enc = gen.encoder
-        stream: Optional[ChunkStream] = None
+        deadline, enc, stream, when = self.deadline(t0), gen.encoder, None, "before the first token"
 
         async def close() -> None:
             try:
@@ -269,44 +247,31 @@ class Lifecycle:
             finally:
                 admission.release()
 
-        try:  # open the streams, wait for the first chunk
-            stream = ChunkStream(gen.open(), gen.n, self.metrics, t0)
-            first = await self.race(stream.next(), request, deadline)
-        except ClientGone:
-            await close()
-            return self.gone(endpoint, "before the first token")
-        except BaseException as e:  # noqa: BLE001 - every failure becomes an answer
-            await asyncio.shield(close())
-            if isinstance(e, asyncio.CancelledError):
-                raise
-            return self.fail(endpoint, gen.error(e, gen.param))
-
-        if gen.stream:
-            return self._stream(endpoint, gen, stream, first, deadline, close)
-
-        async def collect():
-            item = first
+        async def collect(item):
             while item is not None:
                 enc.add(*item)
                 item = await stream.next()
             return enc.response()
 
-        try:
-            response = await self.race(collect(), request, deadline)
-        except ClientGone:
-            return self.gone(endpoint, "while waiting")
-        except BaseException as e:  # noqa: BLE001
+        try:  # open the streams, wait for the first chunk (and, unless streaming, the rest)
+            stream = ChunkStream(gen.open(), gen.n, self.metrics, t0)
+            first = await self.race(stream.next(), request, deadline)
+            if gen.stream:
+                return self._stream(endpoint, gen, stream, first, deadline, close)
+            when = "while waiting"
+            response = await self.race(collect(first), request, deadline)
+        except BaseException as e:  # noqa: BLE001 - every failure becomes an answer
+            await asyncio.shield(close())
             if isinstance(e, asyncio.CancelledError):
                 raise
-            return self.fail(endpoint, gen.error(e, gen.param))
-        finally:
-            await asyncio.shield(close())
+            return self.gone(endpoint, when) if isinstance(e, ClientGone) else \
+                self.fail(endpoint, gen.error(e, gen.param))
+        await asyncio.shield(close())
         return self.done(endpoint, response)
 
     def _stream(self, endpoint: str, gen: Generation, stream: ChunkStream, first, deadline,
                 close: Callable[[], Awaitable[None]]) -> Response:
-        enc = gen.encoder
-        status = {"code": 200}
+        enc, status = gen.encoder, {"code": 200}
 
         def framed(events: Iterable[Event]):
             return [ev if isinstance(ev, bytes) else enc.frame(ev) for ev in events]
@@ -320,17 +285,16 @@ class Lifecycle:
                     enc.add(*item)
                     for b in framed(enc.events(*item)):
                         yield b
-                    timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
                     try:
-                        item = await asyncio.wait_for(stream.next(), timeout)
+                        item = await asyncio.wait_for(stream.next(), _left(deadline))
                     except asyncio.TimeoutError:
                         raise timed_out(self.config.timeout) from None
-                events_out = framed(enc.finish())
+                end = framed(enc.finish())
             except Exception as e:  # noqa: BLE001 - the headers are sent: report in-band
                 err = gen.error(e, None)
                 status["code"] = err.status
-                events_out = framed(enc.error(err))
-            for b in events_out:
+                end = framed(enc.error(err))
+            for b in end:
                 yield b
 
         async def on_close(disconnected: bool):

@@ -1,30 +1,27 @@
-"""Limits on what one client can make the server hold: the size of a request body, and the time
-it may take to send its headers and its body (docs/SERVER.md "Limits").
+"""Limits on what one client can make the server hold (docs/SERVER.md "Limits").
 
-- `BodyLimit` (pure ASGI middleware) reads the request body before the routes see it: a
-  Content-Length over `--max-body-size` is answered 413 at once, a chunked body is counted as it
-  arrives and cut at the limit, so an oversized body is never held in memory. The whole body
-  must arrive within `--read-timeout` seconds of its headers, else 408. The routes then read the
-  body from memory, and every later `receive()` (disconnect watching) goes to the connection.
-- `http_protocol(read_timeout)` is uvicorn's HTTP protocol (h11, or httptools when installed)
-  with a header timer: a connection must deliver a request's complete headers within
-  `read_timeout` seconds of connecting (or of the first byte of its next request on a kept-alive
-  connection), else it is closed. uvicorn itself never times out a header read, so a client
-  sending one byte every few seconds would hold its socket forever.
+- `BodyLimit` reads the body before the routes: a Content-Length over `--max-body-size` is a
+  413 at once, a chunked body is counted as it arrives and cut at the limit (never held whole);
+  the body must arrive within `--read-timeout` of its headers, else 408. The routes then read it
+  from memory; later `receive()` calls (disconnect watching) go to the connection. Before a 413
+  the rest of a declared body is read and dropped (up to DRAIN_MAX bytes and the deadline), so
+  a client that writes its whole body before reading gets the 413, not a reset connection.
+- `http_protocol(read_timeout)`: uvicorn's protocol with a header timer, since uvicorn never
+  times out a header read (one byte every few seconds would hold a socket for ever): a
+  connection's request headers must be complete within `read_timeout` of connecting (or of the
+  first byte of its next request), else it is closed.
 
-413 and 408 answers carry `Connection: close`. Before answering 413 the rest of a declared body is
-read and dropped (up to `DRAIN_MAX` bytes and the read deadline), so a client that writes the
-whole body before reading the answer gets the 413 instead of a reset connection.
+413 and 408 answers carry `Connection: close`.
 """
 import asyncio
 import logging
 import re
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .errors import APIError
+from .errors import APIError, Guard
 
 log = logging.getLogger("edgellm.server")
 
@@ -88,24 +85,6 @@ def _check_text(text: str, path: str, key: bool = False) -> None:
                        "invalid_unicode") from None
 
 
-class Guard:
-    """A pure ASGI middleware that may refuse a request before the routes, in the envelope of
-    the path's API (`render_error(scope, err)`; OpenAI's by default), counted in metrics."""
-
-    def __init__(self, app: ASGIApp, render_error: Optional[Callable[[Scope, APIError], ASGIApp]]
-                 = None, metrics=None):
-        self.app = app
-        self.render_error = render_error
-        self.metrics = metrics
-
-    async def refuse(self, scope: Scope, receive: Receive, send: Send, err: APIError,
-                     endpoint: str = "http") -> None:
-        if self.metrics is not None:
-            self.metrics.request_done(endpoint, err.status)
-        response = self.render_error(scope, err) if self.render_error else err.response()
-        await response(scope, receive, send)
-
-
 class BodyLimit(Guard):
     def __init__(self, app: ASGIApp, max_body_size: Optional[int], read_timeout: Optional[float],
                  **kw):
@@ -118,26 +97,19 @@ class BodyLimit(Guard):
             await self.app(scope, receive, send)
             return
         deadline = time.monotonic() + self.timeout if self.timeout else None
-        declared = None
-        expect_continue = False
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    pass  # the HTTP parser has refused it already
-            elif name == b"expect" and value.lower() == b"100-continue":
-                expect_continue = True
+        headers = dict(scope.get("headers", ()))
+        try:
+            declared = int(headers[b"content-length"])
+        except (KeyError, ValueError):  # none, or one the HTTP parser has refused already
+            declared = None
 
         async def next_message() -> Optional[Message]:
             """The next message from the client; None when the deadline has passed."""
-            if deadline is None:
-                return await receive()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
                 return None
             try:
-                return await asyncio.wait_for(receive(), remaining)
+                return await asyncio.wait_for(receive(), left)
             except asyncio.TimeoutError:
                 return None
 
@@ -151,14 +123,12 @@ class BodyLimit(Guard):
                 more = message.get("more_body", False)
 
         if self.limit and declared is not None and declared > self.limit:
-            if not expect_continue:  # else the client waits for "100 Continue" and sends nothing
+            # with "Expect: 100-continue" the client sends nothing until told to
+            if headers.get(b"expect", b"").lower() != b"100-continue":
                 await drain(True, 0)
             await self.refuse(scope, receive, send, too_large(self.limit, declared))
             return
-
-        chunks = []
-        size = 0
-        more = True
+        chunks, size, more = [], 0, True
         while more:
             message = await next_message()
             if message is None:
@@ -167,8 +137,7 @@ class BodyLimit(Guard):
                 return
             if message["type"] == "http.disconnect":
                 return  # the client left before sending its body: nobody to answer
-            body = message.get("body", b"")
-            more = message.get("more_body", False)
+            body, more = message.get("body", b""), message.get("more_body", False)
             size += len(body)
             if self.limit and size > self.limit:
                 chunks.clear()
@@ -177,7 +146,6 @@ class BodyLimit(Guard):
                 return
             if body:
                 chunks.append(body)
-
         whole = b"".join(chunks)
         chunks.clear()
         await self.app(scope, replay(whole, receive), send)

@@ -7,6 +7,7 @@ the client experiences it (time to first token, time between tokens) and request
 and status — is recorded here as requests pass.
 """
 import bisect
+import itertools
 import threading
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
@@ -17,11 +18,7 @@ ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1
 
 
 def _fmt(v: float) -> str:
-    if v == float("inf"):
-        return "+Inf"
-    if float(v).is_integer():
-        return str(int(v))
-    return repr(float(v))
+    return "+Inf" if v == float("inf") else str(int(v)) if float(v).is_integer() else repr(float(v))
 
 
 def _labels(pairs: Iterable[Tuple[str, str]]) -> str:
@@ -46,13 +43,9 @@ class Histogram:
         self.count += times
 
     def lines(self, name: str) -> List[str]:
-        out, cumulative = [], 0
-        for bound, c in zip(self.bounds + (float("inf"),), self.counts):
-            cumulative += c
-            out.append(f'{name}_bucket{{le="{_fmt(bound)}"}} {cumulative}')
-        out.append(f"{name}_sum {_fmt(self.sum)}")
-        out.append(f"{name}_count {self.count}")
-        return out
+        return [f'{name}_bucket{{le="{_fmt(bound)}"}} {n}' for bound, n in zip(
+            self.bounds + (float("inf"),), itertools.accumulate(self.counts))] + [
+            f"{name}_sum {_fmt(self.sum)}", f"{name}_count {self.count}"]
 
 
 class ServerMetrics:

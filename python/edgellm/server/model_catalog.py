@@ -4,16 +4,12 @@
                                  models_dir="/m", aliases={"chat": "/m/gemma-3-270m-q4_k_m.gguf"})
     catalog.find("gemma-3-270m:q4_k_m")   # -> the entry "chat" (or a 404 listing the ids)
 
-An entry's id (what /v1/models lists and answers carry) is its first --alias, else the known
-model's name when the file is one of edgellm's known models (`smollm2`), else the file's stem.
-It is also picked, case-insensitively, by: its path as given; its file name and stem;
-`NAME:latest` for any of its names (Ollama's default tag); `BASE:QUANT` when the stem ends in a
-quantization type (`SmolLM2-135M-Instruct.Q4_1` -> `smollm2-135m-instruct:q4_1`, also
-`smollm2:q4_1`); and the known model's other spellings (`edgellm.models.other_names`: `qwen`,
-`gemma3-270m`, ...). A derived name two entries share picks neither (a 400 says so); two
-entries with the same id are refused when the catalog is built. `--models-dir` is scanned again
-when a name is not found and when the models are listed, so a file copied there later is
-served without a restart.
+An entry's id is its first --alias, else the known model's name (`smollm2`), else the file's
+stem. Case-insensitively it is also picked by its path as given, its file name and stem,
+`NAME:latest` (Ollama's default tag), `BASE:QUANT` for a stem ending in a quantization type
+(`smollm2-135m-instruct:q4_1`, `smollm2:q4_1`) and the known model's other spellings. A derived
+name two entries share picks neither (400); two entries with one id are refused at build.
+`--models-dir` is scanned again when a name is not found and when models are listed.
 """
 import os
 import re
@@ -119,16 +115,18 @@ class ModelCatalog:
             raise CatalogError(f"cannot read --models-dir {self.models_dir}: {e.strerror}") from None
         added = []
         for p, names in files:
-            if os.path.realpath(p) in self._paths:
-                continue
-            try:
-                added.append(self._add(str(p), str(p), names))
-            except CatalogError:
-                continue  # its id is taken: the model given first keeps it
+            if os.path.realpath(p) not in self._paths:
+                try:
+                    added.append(self._add(str(p), str(p), names))
+                except CatalogError:
+                    pass  # its id is taken: the model given first keeps it
         for entry in added:
-            for fn in self._on_added:
-                fn(entry)
+            self._added(entry)
         return added
+
+    def _added(self, entry: ModelEntry) -> None:
+        for fn in self._on_added:
+            fn(entry)
 
     def _add(self, source: str, path: str, aliases: List[str]) -> ModelEntry:
         real = os.path.realpath(path)
@@ -144,16 +142,15 @@ class ModelCatalog:
             if holder is not None:
                 raise CatalogError(f"two models are named {name!r}: {holder.path} and {path}; "
                                    "give one of them another name with --alias NAME=MODEL")
-        entry = ModelEntry(id=ident, path=path, source=source, aliases=list(aliases))
+        entry = ModelEntry(id=ident, path=path, source=source, aliases=list(aliases),
+                           names=[ident] + [a for a in aliases if a != ident])
         self.entries.append(entry)
         self._paths[real] = entry
-        for name in [ident] + aliases:
-            self._explicit[_key(name)] = entry
+        self._explicit.update((_key(name), entry) for name in [ident] + aliases)
         for name in [source, path] + derived:  # what the command line said, the path
             holders = self._derived.setdefault(_key(name), [])
             if entry not in holders:
                 holders.append(entry)
-        entry.names = [ident] + [a for a in aliases if a != ident]
         return entry
 
     # --- Ollama's /api/pull, /api/copy, /api/create, /api/delete (server/ollama_api.py) ---
@@ -163,8 +160,7 @@ class ModelCatalog:
         entry = self._paths.get(os.path.realpath(path))
         if entry is None:
             entry = self._add(source, path, [name] if name else [])
-            for fn in self._on_added:
-                fn(entry)
+            self._added(entry)
         return entry
 
     def add_name(self, name: str, entry: ModelEntry) -> None:
@@ -213,11 +209,8 @@ class ModelCatalog:
         """The entry `name` picks; a 404 `model_not_found` listing the ids when none, a 400
         when it is ambiguous."""
         key = _key(name)
-        for attempt in (0, 1):
-            entry = self._explicit.get(key)
-            if entry is not None:
-                return entry
-            holders = self._derived.get(key, [])
+        for attempt in (0, 1):  # not found: scan --models-dir, then look again
+            holders = [self._explicit[key]] if key in self._explicit else self._derived.get(key, [])
             if len(holders) == 1:
                 return holders[0]
             if len(holders) > 1:
@@ -231,6 +224,7 @@ class ModelCatalog:
                        "model_not_found")
 
     def _scan_quietly(self) -> bool:
+        """scan(), True when it added a model; an unreadable --models-dir adds none."""
         try:
             return bool(self.scan())
         except CatalogError:

@@ -1,31 +1,27 @@
-"""Which of a many-model server's models are in memory: loading on first use, keep-alive,
-making room least recently used first, and never unloading a model under its requests.
+"""Which of a many-model server's models are in memory: loaded on first use, kept for their
+keep-alive, unloaded least recently used first to make room, never under their requests.
 
-Each catalog entry has one `ModelSlot`: its EngineHost (the single-model server's engine holder,
-reused as is), its planned bytes and its use counts. The rules, all applied on the event loop
-(so a check and the state change it leads to never interleave with another request's):
+Each catalog entry has one `ModelSlot`: its EngineHost (the single-model server's, reused as
+is), its planned bytes and its use counts. Every rule runs on the event loop, so a check and
+the state change it leads to never interleave with another request's:
 
-- `acquire(slot)` waits for the model to be loaded and claims it for one request (`busy`);
-  the first request starts the load, those arriving meanwhile wait on the same load.
-- A slot is loaded only when the memory budget has room for its plan (`planner(config)`: the
-  bytes edgellm.memory_plan says LLM(...) at that configuration takes) beside the models loaded
-  or loading, and, with `max_loaded`, fewer than that many are. Otherwise the least recently
-  used idle loaded model is unloaded, and again, until there is room; when every other model is
-  busy the request waits for one to become idle (up to `wait_timeout`, then a 503). A model
-  whose plan is larger than the whole budget is a 503 naming both numbers, at once.
-- Idle = no request holds it and none waits for it. After its last request a model stays for
-  its keep-alive (the last request's `keep_alive`, else the server's --keep-alive, as
-  Ollama's): None keeps it loaded, 0 unloads it at once.
-- A failed load answers every waiting request (503 when the engine's own memory check refused,
+- `acquire(slot)` waits for the model to be loaded and claims it (`busy`); the first request
+  starts the load, later ones wait on the same load.
+- A model loads only when the budget has room for its plan (`planner(config)`, from
+  edgellm.memory_plan) beside the models loaded or loading, and fewer than `max_loaded` are;
+  else idle models are unloaded, least recently used first; when every other one is busy the
+  request waits (up to `wait_timeout`, then 503). A plan larger than the whole budget is a 503
+  at once, naming both numbers.
+- Idle = no request holds it or waits for it. An idle model stays for its keep-alive (the last
+  request's `keep_alive`, else --keep-alive, as Ollama's): None for ever, 0 not at all.
+- A failed load answers every waiting request (503 when the engine's memory check refused,
   else 500) and leaves the slot unloaded; the next request tries again.
-- A loaded model whose file changed on disk (LLM.model_file_state) is loaded again before the
-  next request runs on it: at once when idle; when the file was rewritten in place ("changed":
-  its running requests fail with ModelFileChangedError, 503) after those requests end; when it
-  was renamed over ("replaced": the loaded one is intact) once no request uses it.
-- One transition at a time per slot: unloaded -> loading -> loaded -> unloading -> unloaded.
-  A request for a model that is unloading waits for the unload to end before its load starts
-  (the closing engine still holds its memory, and counts against the limits until then); only
-  the transition that set a state may move it on.
+- A model whose file changed on disk (LLM.model_file_state) is loaded again before its next
+  request: rewritten in place ("changed": its running requests fail with 503) once those end,
+  renamed over ("replaced": the loaded one is intact) once no request uses it.
+- One transition at a time: unloaded -> loading -> loaded -> unloading -> unloaded. A load waits
+  for an unload under way (the closing engine holds its memory until then); only the transition
+  that set a state moves it on.
 """
 import asyncio
 import logging
@@ -35,7 +31,7 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional
 
-from .admission import EngineHost, close_engine
+from .admission import EngineHost, close_engine, engine_args
 from .config import ServerConfig
 from .errors import APIError
 from .metrics import ServerMetrics
@@ -47,19 +43,20 @@ UNLOADED, LOADING, LOADED, UNLOADING = "unloaded", "loading", "loaded", "unloadi
 SERVER_KEEP_ALIVE = object()  # a request that gave no keep_alive: the server's --keep-alive
 
 
+def _shutting_down() -> APIError:
+    return APIError(503, "the server is shutting down", "unavailable_error", None, "shutting_down")
+
+
 def _mib(n: Optional[int]) -> str:
     return "unknown" if n is None else f"{n / (1 << 20):.1f} MiB"
 
 
 def default_planner(config: ServerConfig) -> int:
-    """The bytes LLM(config's model, config's sizes) takes, from its memory plan (nothing is
-    loaded: the GGUF header and tensor table are read)."""
+    """The bytes LLM(config's model and engine arguments) takes, from its memory plan (nothing
+    is loaded: the GGUF header and tensor table are read)."""
     from edgellm.memory_plan import plan
 
-    return plan(config.model_path or config.model, n_ctx=config.ctx_size,
-                n_threads=config.threads, kv_memory=config.kv_memory, max_seqs=config.parallel,
-                max_batch_tokens=config.max_batch_tokens, draft_model=config.draft_model,
-                speculative=config.speculative, mmproj=config.mmproj).total
+    return plan(config.model_path or config.model, **engine_args(config)).total
 
 
 def machine_budget() -> Optional[int]:
@@ -116,17 +113,14 @@ class ModelPool:
         for entry in entries:
             self.add(entry)
 
-    def projector_of(self, entry: ModelEntry) -> Optional[str]:
-        """The --mmproj MODEL=PATH naming `entry` (by the model as given, its path or a name of
-        it), else None: the one mmproj*.gguf beside its file, if any."""
-        for name, path in self.config.model_mmproj.items():
-            if name in (entry.source, *entry.names) or os.path.realpath(name) == os.path.realpath(entry.path):
-                return path
-        return None
-
     def add(self, entry: ModelEntry) -> ModelSlot:
+        # its projector: the --mmproj MODEL=PATH naming it (as given, by a name or its path),
+        # else None (the one mmproj*.gguf beside its file, if any)
+        mmproj = next((path for name, path in self.config.model_mmproj.items()
+                       if name in (entry.source, *entry.names)
+                       or os.path.realpath(name) == os.path.realpath(entry.path)), None)
         cfg = replace(self.config, model=entry.source, model_path=entry.path, alias=entry.id,
-                      mmproj=self.projector_of(entry))
+                      mmproj=mmproj)
         host = EngineHost(cfg, self.loader, self.params_factory, metrics=self.metrics)
         host.state = UNLOADED
         slot = ModelSlot(entry, host)
@@ -145,8 +139,7 @@ class ModelPool:
             await self._reload_if_stale(slot)
             while slot.state != LOADED:
                 if self.closed:
-                    raise APIError(503, "the server is shutting down", "unavailable_error",
-                                   None, "shutting_down")
+                    raise _shutting_down()
                 if slot._unloading is not None:  # its engine is still closing: then a load
                     await asyncio.shield(slot._unloading)
                     continue
@@ -172,9 +165,7 @@ class ModelPool:
                             "rewritten in place" if state == "changed" else "replaced")
                 await self._unload(slot, "file_changed")
                 return
-            if self._changed is None:
-                self._changed = asyncio.Event()
-            await self._changed.wait()
+            await self._change().wait()
 
     def release(self, slot: ModelSlot, keep_alive: Any = SERVER_KEEP_ALIVE) -> None:
         """The end of a request; `keep_alive` (seconds, None = for ever) is how long the model
@@ -218,8 +209,7 @@ class ModelPool:
             slot.host.close()
             slot.host.state = UNLOADED
             if self.closed:
-                raise APIError(503, "the server is shutting down", "unavailable_error", None,
-                               "shutting_down")
+                raise _shutting_down()
             slot.error = public_text(str(error))
             raise _load_error(slot, error)
         except APIError:
@@ -259,9 +249,7 @@ class ModelPool:
                          time.monotonic() - idle[0].last_used, slot.entry.id)
                 await self._unload(idle[0], "evicted")
                 continue
-            if self._changed is None:
-                self._changed = asyncio.Event()
-            changed = self._changed
+            changed = self._change()
             timeout = None if deadline is None else deadline - time.monotonic()
             if timeout is not None and timeout <= 0:
                 busy = ", ".join(f"{s.entry.id} ({_mib(s.bytes)}, {s.busy} running)"
@@ -324,21 +312,24 @@ class ModelPool:
     def _cancel_timer(self, slot: ModelSlot) -> None:
         if slot._timer is not None:
             slot._timer.cancel()
-            slot._timer = None
-        slot.expires_at = None
+        slot._timer = slot.expires_at = None
 
     def _expire(self, slot: ModelSlot) -> None:
-        slot._timer = None
-        slot.expires_at = None
-        if slot.idle and not self.closed:
-            asyncio.ensure_future(self._unload_idle(slot, "keep_alive"))
+        slot._timer = slot.expires_at = None
 
-    async def _unload_idle(self, slot: ModelSlot, reason: str) -> None:
-        if slot.idle and not self.closed:  # a request may have claimed it since
-            await self._unload(slot, reason)
+        async def unload() -> None:
+            if slot.idle and not self.closed:  # a request may have claimed it since
+                await self._unload(slot, "keep_alive")
+        if slot.idle and not self.closed:
+            asyncio.ensure_future(unload())
 
     def _idle_others(self, slot: ModelSlot) -> List[ModelSlot]:
         return [s for s in self.slots.values() if s is not slot and s.idle]
+
+    def _change(self) -> asyncio.Event:
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        return self._changed
 
     def _notify(self) -> None:
         if self._changed is not None:

@@ -1,19 +1,13 @@
 """The HTTP side of a many-model server: which model a request is for, and the routes that
-speak of every model at once.
+speak of every model at once (/v1/models, /health, /metrics, llama-server's /models/load and
+/models/unload).
 
-`dispatch` (the app's fallback for every path it has no route of its own for) reads the body,
-takes its `model` field (or `?model=` for a GET; the first model when neither is given), finds
-the entry (server/model_catalog.py), waits until it is loaded (server/model_pool.py) and hands
-the request to that model's own routes -- the single-model server's, built over its EngineHost
-(app.model_routes) -- holding the model for as long as the answer lasts, a stream included.
-`keep_alive` (Ollama's field) is taken out of the body here: it sets how long the model stays
-after this request. A client that leaves while its model loads (or waits for room) is dropped;
-the load goes on. Paths that are no model's route are a 404 without anything loaded.
-
-Routes of their own: GET /v1/models and /models (every model with its state), /health,
-/metrics (the engines' figures summed, plus per-model gauges), POST /models/load and
-/models/unload (llama-server's router-mode names).
-"""
+`dispatch` (the app's fallback route) takes the body's `model` (or `?model=`; else the first
+model), waits until that model is loaded (model_pool.py) and hands the request to its own routes
+(app.model_routes over its EngineHost), holding the model until the answer ends, a stream
+included. Ollama's `keep_alive` is taken out of the body here. A client that leaves while its
+model loads is dropped; the load goes on. A path that is no model's route is a 404 with nothing
+loaded."""
 import asyncio
 import json
 import logging
@@ -34,8 +28,8 @@ from .limits import replay
 from .metrics import ServerMetrics, _labels
 from .model_catalog import ModelCatalog, ModelEntry
 from .model_pool import LOADED, SERVER_KEEP_ALIVE, ModelPool, ModelSlot
-from .routes import engine_meta
-from .sse import cancel_and_wait, wait_disconnect
+from .routes import engine_meta, model_card
+from .sse import ClientGone, race
 from .wire import Wire, parse
 
 log = logging.getLogger("edgellm.server")
@@ -117,28 +111,17 @@ class ModelRouter:
     async def _acquire(self, slot: ModelSlot, receive) -> bool:
         """pool.acquire(slot), given up (False) when the client disconnects first; a load it
         started goes on for the others."""
-        if slot.state == LOADED:
-            await self.pool.acquire(slot)
-            return True
         acquiring = asyncio.ensure_future(self.pool.acquire(slot))
-        watcher = asyncio.ensure_future(wait_disconnect(receive))
         try:
-            await asyncio.wait({acquiring, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            await asyncio.shield(self._abandon(acquiring, slot, watcher))
-            raise
-        if acquiring.done():
-            watcher.cancel()
-            acquiring.result()  # its APIError, if any
+            await (acquiring if slot.state == LOADED else race(acquiring, receive))
             return True
-        log.info("client disconnected while %s was loading; request dropped", slot.entry.id)
-        await self._abandon(acquiring, slot, watcher)
-        return False
-
-    async def _abandon(self, acquiring: asyncio.Future, slot: ModelSlot, watcher) -> None:
-        await cancel_and_wait(acquiring, watcher)
-        if not acquiring.cancelled() and acquiring.exception() is None:
-            self.pool.release(slot)  # it was claimed just as the client left
+        except (ClientGone, asyncio.CancelledError) as e:
+            if not acquiring.cancelled() and acquiring.exception() is None:
+                self.pool.release(slot)  # it was claimed just as the client left
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            log.info("client disconnected while %s was loading; request dropped", slot.entry.id)
+            return False
 
     # --- the routes about every model ------------------------------------------------------------
     def routes(self, route: Callable[..., Route]) -> List[Route]:
@@ -153,20 +136,17 @@ class ModelRouter:
                   response_class=PlainTextResponse)]
 
     def _card(self, slot: ModelSlot) -> dict:
-        e = slot.entry
         meta = engine_meta(slot.host.llm) if slot.state == LOADED and slot.host.llm else {}
-        meta["path"] = meta.get("path") or e.path
+        meta["path"] = meta.get("path") or slot.entry.path
         meta["memory_bytes"] = slot.bytes  # its memory plan's total (null until first planned)
         status: dict = {"value": slot.state}
         if slot.expires_at is not None:
             status["expires_at"] = int(slot.expires_at)
         if slot.error and slot.state != LOADED:
             status["failed"] = slot.error
-        return {"id": e.id, "object": "model",
-                "created": int(slot.host.loaded_at or self.started), "owned_by": "edgellm",
-                "aliases": self.catalog.names_of(e), "status": status,
-                "tags": self.pool.config.tag_list,
-                "meta": meta}
+        return model_card(slot.entry.id, slot.host.loaded_at or self.started,
+                          self.catalog.names_of(slot.entry), self.pool.config.tag_list, meta,
+                          status=status)
 
     async def list_models(self, request: Request) -> Response:
         self.catalog._scan_quietly()
@@ -183,24 +163,22 @@ class ModelRouter:
             e.id: self.pool.slot(e).state for e in self.catalog.entries}})
 
     async def load(self, request: Request) -> Response:
-        slot = await self._named_slot(request)
-        await self.pool.acquire(slot)
-        self.pool.release(slot)
-        self.metrics.request_done("models_load", 200)
-        return JSONResponse({"success": True, "model": slot.entry.id, "status": slot.state})
+        return await self._load_or_unload(request, "models_load")
 
     async def unload(self, request: Request) -> Response:
-        slot = await self._named_slot(request)
-        if not await self.pool.unload(slot):
+        return await self._load_or_unload(request, "models_unload")
+
+    async def _load_or_unload(self, request: Request, endpoint: str) -> Response:
+        slot = self.pool.slot(self.catalog.find(parse(ModelName, await read_json(request)).model))
+        if endpoint == "models_load":
+            await self.pool.acquire(slot)
+            self.pool.release(slot)
+        elif not await self.pool.unload(slot):
             raise APIError(409, f"the model {slot.entry.id} is {slot.state} with {slot.busy} "
                                 "request(s) running; it unloads when idle",
                            "invalid_request_error", "model", "model_busy")
-        self.metrics.request_done("models_unload", 200)
+        self.metrics.request_done(endpoint, 200)
         return JSONResponse({"success": True, "model": slot.entry.id, "status": slot.state})
-
-    async def _named_slot(self, request: Request) -> ModelSlot:
-        fields = await read_json(request)
-        return self.pool.slot(self.catalog.find(parse(ModelName, fields).model))
 
     async def metrics_text(self, request: Request) -> Response:
         from .llamacpp_api import llamacpp_metrics, not_supported
@@ -231,15 +209,15 @@ def _summed(stats: List[Optional[dict]]) -> Optional[dict]:
 def _pool_metrics(slots: List[ModelSlot]) -> str:
     from .metrics import family
 
-    def each(value) -> list:
-        return [(_labels([("model", s.entry.id)]), value(s)) for s in slots]
+    def each(value, only=lambda s: True) -> list:
+        return [(_labels([("model", s.entry.id)]), value(s)) for s in slots if only(s)]
 
     out: List[str] = []
     family(out, "edgellm_model_loaded", "gauge", "1 while the model is in memory",
            each(lambda s: 1 if s.state == LOADED else 0))
     family(out, "edgellm_model_memory_bytes", "gauge", "The model's memory plan (counted against "
            "--models-memory while it is loaded)",
-           [(_labels([("model", s.entry.id)]), s.bytes) for s in slots if s.bytes is not None])
+           each(lambda s: s.bytes, lambda s: s.bytes is not None))
     family(out, "edgellm_model_requests_running", "gauge", "Requests holding the model now",
            each(lambda s: s.busy))
     family(out, "edgellm_model_loads_total", "counter", "Times the model was loaded",

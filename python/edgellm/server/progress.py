@@ -31,20 +31,15 @@ def native_timings(t: Optional[dict], cached: int) -> JSON:
     """llama-server's timings: prompt_n excludes cached tokens (cache_n); the generation rate is
     over predicted_n - 1 decode steps, since the first token comes with the prompt."""
     t = t or {}
-    prompt_n = int(t.get("prompt_n", 0))
-    prompt_ms = float(t.get("prompt_ms", 0.0))
-    pred_n = int(t.get("predicted_n", 0))
-    pred_ms = float(t.get("predicted_ms", 0.0))
+    prompt_n, prompt_ms = int(t.get("prompt_n", 0)), float(t.get("prompt_ms", 0.0))
+    pred_n, pred_ms = int(t.get("predicted_n", 0)), float(t.get("predicted_ms", 0.0))
     steps = max(0, pred_n - 1)
-    out = {
-        "cache_n": int(cached),
-        "prompt_n": prompt_n, "prompt_ms": prompt_ms,
-        "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
-        "prompt_per_second": 1e3 * prompt_n / prompt_ms if prompt_ms > 0 else 0.0,
-        "predicted_n": pred_n, "predicted_ms": pred_ms,
-        "predicted_per_token_ms": pred_ms / steps if steps and pred_ms > 0 else 0.0,
-        "predicted_per_second": 1e3 * steps / pred_ms if steps and pred_ms > 0 else 0.0,
-    }
+    out = {"cache_n": int(cached), "prompt_n": prompt_n, "prompt_ms": prompt_ms,
+           "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
+           "prompt_per_second": 1e3 * prompt_n / prompt_ms if prompt_ms > 0 else 0.0,
+           "predicted_n": pred_n, "predicted_ms": pred_ms,
+           "predicted_per_token_ms": pred_ms / steps if steps and pred_ms > 0 else 0.0,
+           "predicted_per_second": 1e3 * steps / pred_ms if steps and pred_ms > 0 else 0.0}
     if int(t.get("draft_n", 0) or 0) > 0:  # speculative decoding drafted for this completion
         out["draft_n"] = int(t["draft_n"])
         out["draft_n_accepted"] = int(t.get("draft_n_accepted", 0) or 0)
@@ -55,13 +50,13 @@ def running_timings(t0: float, t_first: Optional[float], n: int, prompt_n: int =
     """timings_per_token: the figures so far of a completion that started at `t0` (monotonic)
     and has `n` tokens, the first at `t_first` (prompt_ms = the time to it)."""
     now = time.monotonic()
-    first = t_first or now
+    first = t_first or now  # no token yet
     return native_timings({"prompt_n": prompt_n, "prompt_ms": 1e3 * (first - t0),
                            "predicted_n": n, "predicted_ms": 1e3 * (now - first)}, 0)
 
 
 def progress_of(chunk) -> Optional[JSON]:
-    """The chunk's engine progress, or None for every other chunk (and for engines without)."""
+    """The chunk's engine progress, or None (every other chunk; engines without)."""
     return getattr(chunk, "progress", None)
 
 

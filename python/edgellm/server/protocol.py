@@ -1,16 +1,12 @@
-"""OpenAI's request bodies (chat, legacy completions) and llama-server's tokenize / detokenize, as
+"""OpenAI's request bodies (chat, legacy completions) and llama-server's tokenize / detokenize as
 pydantic models (wire.py: strict, an unknown field a 400 naming it, null = absent), and their
 mapping to SamplingParams.
 
-Parameters follow llama-server: a field the client leaves out is not sent to SamplingParams, so
-its defaults (llama.cpp's: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, ...) apply, not
-OpenAI's (temperature 1.0). One exception: an absent `max_tokens` means "until end of generation
-or the context is full", as in both llama-server and OpenAI, not SamplingParams' 128. A misspelt
-`temprature` is a 400, never a silent default. Every field of OpenAI's chat schema is accepted:
-honoured (`reasoning_effort` as the template's, legacy `functions` / `function_call` as tools,
-`modalities` text only) or, with no meaning here, ignored (`user`, `safety_identifier`,
-`prompt_cache_key` -- the prefix cache is automatic --, `store`, `metadata`, `verbosity`,
-`prediction`, `web_search_options`, `stream_options.include_obfuscation`: docs/SERVER.md).
+As llama-server: a field left out is not sent to SamplingParams, so llama.cpp's defaults apply
+(temperature 0.8, ...), not OpenAI's (1.0); an absent `max_tokens` means "until the end or the
+context is full", not SamplingParams' 128. A misspelt `temprature` is a 400, never a silent
+default. Every field of OpenAI's chat schema is accepted: honoured, or with no meaning here
+ignored (marked below; docs/SERVER.md).
 """
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Literal, Optional, Union
@@ -402,11 +398,3 @@ class DetokenizeBody(Wire):
     """POST /detokenize."""
     tokens: checked(_ids, _IDS) = Field(default_factory=list)
     model: Optional[str] = None
-
-
-def parse_tokenize(body: Any) -> TokenizeBody:
-    return parse(TokenizeBody, body)
-
-
-def parse_detokenize(body: Any) -> List[int]:
-    return parse(DetokenizeBody, body).tokens

@@ -116,33 +116,28 @@ class OpenAIEncoder(Encoder):
                      "created": int(time.time()), "model": model,
                      "system_fingerprint": fingerprint}
         self.Chunk = ChatChunk if self.chat else TextCompletion
-        self.req = req
-        self.prompts = prompts
-        self.verbose_prompt = verbose_prompt
+        self.req, self.prompts, self.verbose_prompt = req, prompts, verbose_prompt
         echo = req.prompts if req.echo else None
-        self.choices = {i: Answer(i, prefix=echo[i // req.n] if echo else "")
-                        for i in range(prompts * req.n)}
+        self.choices = [Answer(i, prefix=echo[i // req.n] if echo else "")
+                        for i in range(prompts * req.n)]  # in choice order
         self.want_logprobs = req.logprobs if self.chat else "logprobs" in req.sampling
         # timings_per_token (llama-server): each chunk carries the figures so far; the
         # prompt's are known once the first token is out (prompt_ms = time to it)
         self.per_token = bool(req.extra.get("timings_per_token"))
         self.t0 = time.monotonic()
 
-    def _ordered(self) -> List[Answer]:
-        return [self.choices[i] for i in sorted(self.choices)]
-
     def _totals(self) -> JSON:
-        ordered = self._ordered()
-        first = next((c.timings for c in ordered if c.timings), None)
+        first = next((c.timings for c in self.choices if c.timings), None)
         # llama-server sends the timings with the usage
-        return {"usage": usage(ordered, self.prompts), **({"timings": timings(first)} if first else {})}
+        return {"usage": usage(self.choices, self.prompts),
+                **({"timings": timings(first)} if first else {})}
 
     # --- the whole answer ------------------------------------------------------------------------
     def add(self, index: int, chunk) -> None:
         self.choices[index].add(chunk)
 
     def response(self) -> JSONResponse:
-        ordered, lp = self._ordered(), self.want_logprobs
+        ordered, lp = self.choices, self.want_logprobs
         if self.chat:
             body = ChatCompletion(**self.head, choices=[{
                 "index": c.index, "message": self._legacy(chat_message(c)),

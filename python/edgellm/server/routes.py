@@ -15,6 +15,7 @@ from .admission import EngineHost
 from .lifecycle import Generation, Lifecycle, check_token_ids, off_loop, read_json
 from .model_pool import public_text
 from .responses import OpenAIEncoder
+from .wire import parse
 
 
 def engine_meta(llm) -> dict:
@@ -38,6 +39,13 @@ def engine_meta(llm) -> dict:
     return meta
 
 
+def model_card(model_id: str, created: float, aliases: List[str], tags: List[str], meta: dict,
+               **extra) -> dict:
+    """One model of /v1/models (llama-server's --alias list and --tags, and engine_meta)."""
+    return {"id": model_id, "object": "model", "created": int(created), "owned_by": "edgellm",
+            "aliases": aliases, **extra, "tags": tags, "meta": meta}
+
+
 class Routes:
     def __init__(self, host: EngineHost):
         self.host = host
@@ -46,9 +54,7 @@ class Routes:
         self.life = Lifecycle(host)
 
     def _fingerprint(self) -> str:
-        isa = getattr(self.host.llm, "isa", None) or getattr(
-            getattr(self.host.llm, "llm", None), "isa", "cpu")
-        return f"edgellm-{edgellm.__version__}-{isa}"
+        return f"edgellm-{edgellm.__version__}-{self.host.engine_attr('isa') or 'cpu'}"
 
     # --- generation ----------------------------------------------------------------------------
     async def chat_completions(self, request: Request) -> Response:
@@ -87,13 +93,9 @@ class Routes:
             meta = engine_meta(self.host.require_ready())
             return JSONResponse({"object": "list", "models": [{  # llama-server's list too
                 "name": self.config.model_id, "model": self.config.model_id,
-                "capabilities": meta.get("capabilities", ["completion"])}], "data": [{
-                "id": self.config.model_id, "object": "model",
-                "created": int(self.host.loaded_at or time.time()), "owned_by": "edgellm",
-                # llama-server's --alias list and --tags
-                "aliases": self.config.aliases,
-                "tags": self.config.tag_list,
-                "meta": meta}] + lora_api.host_cards(self.host, self.config.model_id)})
+                "capabilities": meta.get("capabilities", ["completion"])}], "data": [model_card(
+                self.config.model_id, self.host.loaded_at or time.time(), self.config.aliases,
+                self.config.tag_list, meta)] + lora_api.host_cards(self.host, self.config.model_id)})
         return await self.life.answer("models", work)
 
     async def health(self, request: Request) -> Response:
@@ -113,7 +115,7 @@ class Routes:
     async def tokenize(self, request: Request) -> Response:
         async def work():
             llm = self.host.require_ready()
-            f = protocol.parse_tokenize(await read_json(request))
+            f = parse(protocol.TokenizeBody, await read_json(request))
             to_piece = getattr(llm, "token_to_piece", None) or llm.llm.token_to_piece
 
             def run() -> List[Any]:
@@ -135,7 +137,7 @@ class Routes:
     async def detokenize(self, request: Request) -> Response:
         async def work():
             llm = self.host.require_ready()
-            ids = protocol.parse_detokenize(await read_json(request))
+            ids = parse(protocol.DetokenizeBody, await read_json(request)).tokens
             check_token_ids([ids], self.host.n_vocab, "tokens")
             text = await off_loop(llm.detokenize, ids)
             return JSONResponse({"content": await text if inspect.isawaitable(text) else text})

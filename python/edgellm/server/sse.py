@@ -17,12 +17,14 @@ from starlette.types import Receive, Scope, Send
 log = logging.getLogger("edgellm.server")
 
 
+class ClientGone(Exception):
+    """The client disconnected before the answer was ready."""
+
+
 async def wait_disconnect(receive: Receive) -> None:
     """Return when the client goes away. Call only after the request body has been read."""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 async def cancel_and_wait(*tasks: asyncio.Future) -> None:
@@ -31,6 +33,26 @@ async def cancel_and_wait(*tasks: asyncio.Future) -> None:
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def race(awaitable, receive: Receive, timeout: Optional[float] = None,
+               late: Optional[BaseException] = None):
+    """Await `awaitable` (a coroutine or a task) against the client's disconnect: when the client
+    leaves first it is cancelled, waited for, and ClientGone raised; when `timeout` seconds pass
+    first, the same with `late` raised. Cancelled itself (shutdown), it cancels both first."""
+    task = asyncio.ensure_future(awaitable)
+    watcher = asyncio.ensure_future(wait_disconnect(receive))
+    try:
+        done, _ = await asyncio.wait({task, watcher}, timeout=timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        await asyncio.shield(cancel_and_wait(task, watcher))
+        raise
+    watcher.cancel()
+    if task in done:
+        return task.result()
+    await cancel_and_wait(task)
+    raise ClientGone() if watcher in done else late
 
 
 def sse(obj) -> bytes:
@@ -62,24 +84,10 @@ class EventStreamResponse(Response):
                        (b"x-accel-buffering", b"no")]  # proxies must not hold events back
             headers += [(k.encode(), v.encode()) for k, v in extra.items()]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
-            producer = asyncio.ensure_future(self._pump(send))
-            watcher = asyncio.ensure_future(wait_disconnect(receive))
             try:
-                done, _ = await asyncio.wait({producer, watcher},
-                                             return_when=asyncio.FIRST_COMPLETED)
-            except asyncio.CancelledError:  # server shutting down
-                await asyncio.shield(cancel_and_wait(producer, watcher))
-                raise
-            if producer in done:
-                watcher.cancel()
-                exc = producer.exception()
-                if isinstance(exc, OSError):  # the write failed: the client is gone
-                    disconnected = True
-                elif exc is not None:
-                    raise exc
-            else:
+                await race(self._pump(send), receive)
+            except (ClientGone, OSError):  # OSError: a write failed, the client is gone too
                 disconnected = True
-                await cancel_and_wait(producer)
         finally:
             # Shielded: on cancellation (shutdown) the engine request must still be aborted.
             await asyncio.shield(self.on_close(disconnected))

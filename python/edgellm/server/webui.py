@@ -7,7 +7,7 @@ ask for the key; every API route still needs it. The names are fixed when the ap
 so a request can only ever name one of the files listed here.
 """
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
@@ -41,27 +41,18 @@ def asset_files() -> Dict[str, Path]:
 
 class WebUI:
     def __init__(self):
-        self.index = WEBUI_DIR / "index.html"
-        self.assets = asset_files()
-
-    @property
-    def open_paths(self) -> List[str]:
-        return ["/"] + [ASSET_PREFIX + name for name in self.assets]
+        self.index, self.assets = WEBUI_DIR / "index.html", asset_files()
+        self.open_paths: List[str] = ["/"] + [ASSET_PREFIX + name for name in self.assets]
 
     def routes(self) -> List[Route]:
         return [Route("/", self.page, methods=["GET", "HEAD"]),
                 Route(ASSET_PREFIX + "{name}", self.asset, methods=["GET", "HEAD"])]
 
     async def page(self, request: Request) -> Response:
-        return self._file(self.index)
+        return await self.asset(request, self.index)
 
-    async def asset(self, request: Request) -> Response:
-        path = self.assets.get(request.path_params["name"])
+    async def asset(self, request: Request, path: Optional[Path] = None) -> Response:
+        path = path or self.assets.get(request.path_params["name"])
         if path is None:
-            return APIError(404, f"no web chat file {request.url.path}", "not_found_error",
-                            None, None).response()
-        return self._file(path)
-
-    @staticmethod
-    def _file(path: Path) -> Response:
+            return APIError(404, f"no web chat file {request.url.path}", "not_found_error").response()
         return FileResponse(path, media_type=CONTENT_TYPES[path.suffix], headers=dict(HEADERS))
