@@ -136,3 +136,23 @@ def test_a_split_made_by_llama_gguf_split_loads(smollm2_path, tmp_path, referenc
     with ModelFile(first[0]) as f:
         assert len(f.shard_paths) >= 3
     assert greedy_tokens(first[0]) == reference
+
+
+def test_serve_a_split_model(shards, reference):
+    """`edgellm serve` on the first shard: the same greedy tokens over HTTP, and Ollama's
+    /api/tags counting every shard's bytes."""
+    import httpx
+    from test_server import ServerProcess
+
+    s = ServerProcess(shards[0]).wait_ready()
+    try:
+        r = httpx.post(s.url + "/v1/completions", headers=s.headers, timeout=120,
+                       json={"prompt": PROMPTS[0], "max_tokens": 12, "temperature": 0})
+        assert r.status_code == 200, r.text
+        with LLM(str(shards[0]), n_threads=1) as llm:
+            assert r.json()["choices"][0]["text"] == llm.detokenize(reference[0])
+        tags = httpx.get(s.url + "/api/tags", headers=s.headers, timeout=30).json()
+        assert [m["size"] for m in tags["models"]] == [sum(p.stat().st_size for p in shards)]
+    finally:
+        s.proc.terminate()
+        s.proc.wait(timeout=30)
