@@ -149,7 +149,8 @@ EncoderModel::EncoderModel(std::shared_ptr<GgufFile> file, const EncoderArchitec
     rope_ = Rope(RopeType::Neox, c.n_rot, c.rope_global, nullptr);
     rope_table_.resize(T * rope_.table_stride());
   }
-  thread_floats_ = std::max<int64_t>((c.head_dim_k + 1) * T, c.n_embd);
+  // scores of one query, K of a head transposed, V of a head transposed (long sequences)
+  thread_floats_ = std::max<int64_t>((c.head_dim_k + c.head_dim_v + 1) * T, c.n_embd);
   scores_.resize(static_cast<size_t>(nt) * thread_floats_);
 }
 
@@ -280,14 +281,27 @@ void EncoderModel::forward(const Batch& batch, KVCache&, float* logits, float* h
         const float* kj = k_.data() + (s.begin + j) * nk + hk * hdk;
         for (int e = 0; e < hdk; ++e) kt[e * s.n + j] = kj[e];
       }
+      // P·V: a sequence longer than the head takes V transposed too (vt[e][j]), so that each
+      // output is one dot over the sequence: hdv calls a query instead of s.n short axpys
+      const bool v_rows = s.n < hdv;
+      float* vt = kt + static_cast<size_t>(hdk) * s.n;
+      if (!v_rows)
+        for (int32_t j = 0; j < s.n; ++j) {
+          const float* vj = v_.data() + (s.begin + j) * nv + hk * hdv;
+          for (int e = 0; e < hdv; ++e) vt[e * s.n + j] = vj[e];
+        }
       for (int32_t i = 0; i < s.n; ++i) {
         const float* qi = q_.data() + (s.begin + i) * nq + h * hdk;
         std::fill(sc, sc + s.n, 0.0f);
         for (int e = 0; e < hdk; ++e) kt_ops.axpy_f32(qi[e] * scale, kt + e * s.n, sc, s.n);
         kt_ops.softmax(sc, s.n);
         float* o = a_.data() + (s.begin + i) * na + h * hdv;
-        std::fill(o, o + hdv, 0.0f);
-        for (int32_t j = 0; j < s.n; ++j) kt_ops.axpy_f32(sc[j], v_.data() + (s.begin + j) * nv + hk * hdv, o, hdv);
+        if (v_rows) {
+          std::fill(o, o + hdv, 0.0f);
+          for (int32_t j = 0; j < s.n; ++j) kt_ops.axpy_f32(sc[j], v_.data() + (s.begin + j) * nv + hk * hdv, o, hdv);
+        } else {
+          for (int e = 0; e < hdv; ++e) o[e] = kt_ops.dot_f32(sc, vt + e * s.n, s.n);
+        }
       }
     });
     matmul(l.wo, l.bo, p.o, a_.data(), T, o_.data());
