@@ -112,6 +112,21 @@ def test_a_truncated_shard_is_named(shards, tmp_path):
     assert e.value.shard == str(copies[2])
 
 
+def test_a_tensor_count_that_disagrees_is_refused(shards, tmp_path):
+    import struct
+
+    copies = _copy(shards, tmp_path / "c")
+    data = bytearray(copies[0].read_bytes())
+    key = b"split.tensors.count"
+    at = data.find(key) + len(key)
+    assert struct.unpack_from("<I", data, at)[0] == 5  # INT32
+    assert struct.unpack_from("<i", data, at + 4)[0] == 272
+    struct.pack_into("<i", data, at + 4, 271)
+    copies[0].write_bytes(bytes(data))
+    with pytest.raises(ModelShardError, match=r"split.tensors.count = 271 but its 3 shards hold 272 tensors"):
+        ModelFile(copies[0]).tensors
+
+
 def test_a_later_shard_names_the_first(shards):
     with pytest.raises(ModelShardError, match=r"is shard 2 of 3 of a split model; load the first shard "
                                               r"\(.*smol-00001-of-00003\.gguf\)"):

@@ -214,7 +214,8 @@ void GgufFile::open_shards() {
     throw ModelShardError(path_, path_ + ": key split.no = " + std::to_string(no) + " is not below split.count = " +
                                      std::to_string(count));
   const std::string suffix = split_suffix(no + 1, count);
-  const bool named = path_.size() > suffix.size() && path_.compare(path_.size() - suffix.size(), suffix.size(), suffix) == 0;
+  const bool named =
+      path_.size() > suffix.size() && path_.compare(path_.size() - suffix.size(), suffix.size(), suffix) == 0;
   const std::string prefix = named ? path_.substr(0, path_.size() - suffix.size()) : std::string();
   if (no != 0)
     throw ModelShardError(path_, path_ + ": is shard " + std::to_string(no + 1) + " of " + std::to_string(count) +
@@ -261,8 +262,9 @@ void GgufFile::open_shards() {
                              ? tc->i64
                              : static_cast<int64_t>(tc->u64);
     if (want != static_cast<int64_t>(total))
-      throw ModelShardError(path_, path_ + ": split model: split.tensors.count = " + std::to_string(want) + " but its " +
-                                       std::to_string(count) + " shards hold " + std::to_string(total) + " tensors");
+      throw ModelShardError(path_, path_ + ": split model: split.tensors.count = " + std::to_string(want) +
+                                       " but its " + std::to_string(count) + " shards hold " + std::to_string(total) +
+                                       " tensors");
   }
 }
 
