@@ -276,11 +276,15 @@ void EncoderModel::forward(const Batch& batch, KVCache&, float* logits, float* h
       // per thread: the scores of one query, then K of the head transposed (kt[e][j]), so
       // that both inner loops run over contiguous floats without a reduction
       float* sc = scores_.data() + static_cast<size_t>(thread) * thread_floats_;
+      // (a sequence shorter than the head reads K's rows instead: one dot a key, s.n calls a
+      // query rather than hdk axpys of s.n floats)
       float* kt = sc + max_batch_tokens_;
-      for (int32_t j = 0; j < s.n; ++j) {
-        const float* kj = k_.data() + (s.begin + j) * nk + hk * hdk;
-        for (int e = 0; e < hdk; ++e) kt[e * s.n + j] = kj[e];
-      }
+      const bool k_rows = s.n < hdk;
+      if (!k_rows)
+        for (int32_t j = 0; j < s.n; ++j) {
+          const float* kj = k_.data() + (s.begin + j) * nk + hk * hdk;
+          for (int e = 0; e < hdk; ++e) kt[e * s.n + j] = kj[e];
+        }
       // P·V: a sequence longer than the head takes V transposed too (vt[e][j]), so that each
       // output is one dot over the sequence: hdv calls a query instead of s.n short axpys
       const bool v_rows = s.n < hdv;
@@ -292,8 +296,13 @@ void EncoderModel::forward(const Batch& batch, KVCache&, float* logits, float* h
         }
       for (int32_t i = 0; i < s.n; ++i) {
         const float* qi = q_.data() + (s.begin + i) * nq + h * hdk;
-        std::fill(sc, sc + s.n, 0.0f);
-        for (int e = 0; e < hdk; ++e) kt_ops.axpy_f32(qi[e] * scale, kt + e * s.n, sc, s.n);
+        if (k_rows) {
+          for (int32_t j = 0; j < s.n; ++j)
+            sc[j] = scale * kt_ops.dot_f32(qi, k_.data() + (s.begin + j) * nk + hk * hdk, hdk);
+        } else {
+          std::fill(sc, sc + s.n, 0.0f);
+          for (int e = 0; e < hdk; ++e) kt_ops.axpy_f32(qi[e] * scale, kt + e * s.n, sc, s.n);
+        }
         kt_ops.softmax(sc, s.n);
         float* o = a_.data() + (s.begin + i) * na + h * hdv;
         if (v_rows) {
