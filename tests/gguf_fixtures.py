@@ -168,3 +168,31 @@ def minimal_valid() -> bytes:
     """The smallest file the malformed cases mutate: two pairs and one F32 tensor."""
     info, data = f32_tensor()
     return build([kv("general.architecture", VT.STRING, "llama"), kv("x.count", VT.UINT32, 3)], [info], data)
+
+
+# ---- split models (llama.cpp's gguf-split layout) through gguf.GGUFWriter --------------------
+
+def write_split(src: Path, dst: Path, *, max_tensors: int = 0, max_bytes: int = 0) -> List[Path]:
+    """`src` rewritten as a split model, as convert_hf_to_gguf.py --split-max-tensors /
+    --split-max-size writes one (GGUFWriter's own splitting): shards named
+    DST-0000i-of-0000N.gguf beside `dst` (`dst` itself is not written). Metadata and tensors
+    are copied byte for byte. Returns the shard paths in order."""
+    reader = gguf.GGUFReader(str(src))
+    arch = reader.fields["general.architecture"].contents()
+    writer = gguf.GGUFWriter(str(dst), arch, split_max_tensors=max_tensors, split_max_size=max_bytes)
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF.") or field.name == "general.architecture":
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == VT.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), vtype, sub_type=sub)
+    for t in reader.tensors:
+        writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for t in reader.tensors:
+        writer.write_tensor_data(t.data)
+    writer.close()
+    n = len(writer.tensors)
+    return [dst.with_name(f"{dst.stem}-{i:05d}-of-{n:05d}.gguf") for i in range(1, n + 1)]

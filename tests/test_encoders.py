@@ -174,6 +174,24 @@ def test_llama_cpp_converted_file_loads(minilm_source, reference, tmp_path):
         llm.close()
 
 
+@REAL
+@pytest.mark.slow
+@pytest.mark.skipif(not (LLAMA_CPP.is_file() and VENV_REF.is_file()),
+                    reason="llama.cpp's converter and a torch venv are not on this machine")
+def test_llama_cpp_split_file_loads_from_its_first_shard(minilm_source, reference, tmp_path):
+    """convert_hf_to_gguf.py --split-max-tensors: three shards, loaded from the first."""
+    out = tmp_path / "minilm.gguf"
+    subprocess.run([str(VENV_REF), str(LLAMA_CPP), str(minilm_source), "--outtype", "f32", "--split-max-tensors", "40",
+                    "--outfile", str(out)], check=True, capture_output=True, cwd=tmp_path)
+    first = tmp_path / "minilm-00001-of-00003.gguf"
+    llm = edgellm.LLM(str(first), n_threads=2)
+    try:
+        texts, ref = reference[0][:-1], reference[1][:-1]  # its files say no max_seq_length (512)
+        assert min(cosines(llm.embed(texts), ref)) >= 0.9999
+    finally:
+        llm.close()
+
+
 def refuses_config(tmp_path, folder, match, **changes):
     """`convert` refuses the fixture checkpoint `folder` with `changes` made to its config.json,
     with a ConvertError naming `match`."""

@@ -57,3 +57,47 @@ def test_server_rerank_with_no_flag(ref):
     finally:
         s.proc.terminate()
         s.proc.wait(timeout=30)
+
+
+def test_convert_writes_llama_cpps_reranker_layout(tmp_path, ref):
+    """`edgellm convert` of the Qwen3-Reranker checkpoint (a Qwen3ForCausalLM told apart by its
+    name, as llama.cpp's converter tells it): the same keys and tensors as llama.cpp's file, and
+    the same scores."""
+    from edgellm import ModelFile
+    from edgellm.convert.writer import convert
+
+    out = tmp_path / "qr.gguf"
+    convert(str(DATA / "tiny-qwen3-reranker"), str(out), "F32")
+    with ModelFile(out) as ours, ModelFile(GGUF) as theirs:
+        assert "output.weight" not in ours.tensors and set(ours.tensors) == set(theirs.tensors)
+        assert (ours.dequantize("cls.output.weight") == theirs.dequantize("cls.output.weight")).all()
+        for key in ("qwen3.pooling_type", "qwen3.classifier.output_labels", "tokenizer.chat_template.rerank",
+                    "tokenizer.chat_templates"):
+            assert ours.metadata[key] == theirs.metadata[key], key
+    with edgellm.LLM(str(out), n_threads=2) as llm:
+        assert llm.default_pooling == "rank"
+        res = llm.rerank(ref["query"], ref["documents"])
+    want = sorted(range(len(ref["scores"])), key=lambda i: -ref["scores"][i])
+    assert [r.index for r in res] == want
+    assert max(abs(r.relevance_score - ref["scores"][r.index]) for r in res) < 1e-3
+
+
+def test_a_plain_qwen3_checkpoint_still_converts_as_a_language_model(tmp_path):
+    import shutil
+
+    from edgellm import ModelFile
+    from edgellm.convert.writer import convert, is_qwen3_reranker
+
+    plain = tmp_path / "tiny-qwen3"
+    shutil.copytree(DATA / "tiny-qwen3-reranker", plain)
+    cfg = json.loads((plain / "config.json").read_text())
+    assert not is_qwen3_reranker(str(plain), cfg)
+    assert is_qwen3_reranker(str(DATA / "tiny-qwen3-reranker"), cfg)
+    (plain / "README.md").write_text("# Qwen3-Reranker-0.6B\n")
+    assert is_qwen3_reranker(str(plain), cfg)
+    (plain / "README.md").unlink()
+    out = tmp_path / "plain.gguf"
+    convert(str(plain), str(out), "F32")
+    with ModelFile(out) as f:
+        assert "output.weight" in f.tensors and "cls.output.weight" not in f.tensors
+        assert "qwen3.pooling_type" not in f.metadata

@@ -256,20 +256,33 @@ def test_ps_says_when_no_server_runs():
 
 
 def test_a_split_model_is_fetched_whole(tmp_path):
-    parts = {f"big/M-Q4_K_M-0000{i}-of-00002.gguf": bytes([i]) * (1000 + i) for i in (1, 2)}
+    # a real (tiny) model in parts, as gguf-split / convert --split-max-tensors write them
+    from gguf_fixtures import write_split
+    from tiny_vocab_model import write_tiny_vocab_arch_model
+
+    whole = write_tiny_vocab_arch_model(tmp_path / "tiny.gguf", "phi3", n_rot=24)
+    written = write_split(Path(whole), tmp_path / "M-Q4_K_M.gguf", max_tensors=8)
+    n = len(written)
+    assert n >= 3
+    parts = {f"big/{p.name}": p.read_bytes() for p in written}
+    size = sum(len(d) for d in parts.values())
     with FakeHub({"me/split-GGUF": {**parts, "big/M-Q8_0.gguf": b"other"}}) as server:
         env = _env(tmp_path, server.url)
         proc = _edgellm(["pull", "hf.co/me/split-GGUF"], env)  # Q4_K_M by default
         assert proc.returncode == 0, proc.stderr
         first = Path(proc.stdout.strip())
+        assert first.name == f"M-Q4_K_M-00001-of-{n:05d}.gguf"
         for name, data in parts.items():
             assert (first.parent / Path(name).name).read_bytes() == data
         assert not (first.parent / "M-Q8_0.gguf").exists()
         bar = [ln for ln in proc.stderr.splitlines() if ln.startswith("pulling hf.co/me/split-GGUF: ")]
-        assert all(ln.split("% of ")[1].startswith("2.0 KB") for ln in bar)  # one bar, both parts
-        refused = _edgellm(["info", "hf.co/me/split-GGUF"], env)
-        assert refused.returncode == 1 and "split in 2 files" in refused.stderr
-        assert "llama-gguf-split --merge" in refused.stderr
+        totals = {ln.split("% of ")[1].split(" ")[0] for ln in bar if "% of " in ln}
+        assert len(totals) == 1  # one bar for every part
+        # the pulled name loads from its first part, the other parts found beside it
+        info = _edgellm(["info", "hf.co/me/split-GGUF", "--json"], env)
+        assert info.returncode == 0, info.stderr
+        facts = json.loads(info.stdout)
+        assert facts["shards"] == n and facts["file_size"] == size
 
 
 def _answering(routes):

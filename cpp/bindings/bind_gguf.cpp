@@ -134,6 +134,9 @@ void bind_gguf(py::module_& m) {
       .def_property_readonly("alignment", &GgufFile::alignment)
       .def_property_readonly("file_size", &GgufFile::file_size)
       .def_property_readonly("data_offset", &GgufFile::data_offset)
+      .def_property_readonly("shard_count", &GgufFile::shard_count)
+      .def_property_readonly("shard_paths", &GgufFile::shard_paths)
+      .def_property_readonly("total_size", &GgufFile::total_size)
       .def("metadata", [](const GgufFile& f) {
         py::dict d;
         for (const GgufKV& kv : f.metadata()) d[to_str(kv.key.data(), kv.key.size())] = value_to_py(kv.value);

@@ -10,6 +10,7 @@
 
 #include "common/dtype.h"
 #include "common/errors.h"
+#include "gguf/gguf_file.h"  // ModelShardError
 
 namespace edgellm {
 struct LoraMix;
@@ -41,6 +42,7 @@ inline pybind11::str text(std::string_view s) {
 struct ErrorClasses {
   pybind11::object base, model_format, invalid_request, context_length, cancelled, load_cancelled;
   pybind11::object model_file_changed, storage;
+  pybind11::object model_shard;  // ModelShardError (gguf/gguf_file.h), a ModelFormatError
 };
 // Raises the exception in flight as its Python class (for a pybind11 exception translator).
 // Messages may quote bytes from a file that are not UTF-8: PyErr_SetString would replace the
@@ -51,6 +53,11 @@ inline void raise_as_python(std::exception_ptr p, const ErrorClasses& c) {
   };
   try {
     if (p) std::rethrow_exception(p);
+  } catch (const ModelShardError& e) {
+    // .shard names the shard at fault
+    pybind11::object err = c.model_shard(text(e.what()));
+    err.attr("shard") = pybind11::str(e.shard);
+    PyErr_SetObject(c.model_shard.ptr(), err.ptr());
   } catch (const ModelFormatError& e) {
     raise(c.model_format, e);
   } catch (const ContextLengthError& e) {

@@ -17,7 +17,7 @@ PYBIND11_MODULE(_core, m) {
 
   // Exception hierarchy (Python side re-exports these from edgellm):
   //   EdgeLLMError(Exception)
-  //   ModelFormatError(EdgeLLMError, ValueError)
+  //   ModelFormatError(EdgeLLMError, ValueError) > ModelShardError
   //   InvalidRequestError(EdgeLLMError, ValueError) > ContextLengthError
   //   RequestCancelled(EdgeLLMError) > LoadCancelled
   //   ModelFileChangedError(EdgeLLMError)
@@ -29,6 +29,8 @@ PYBIND11_MODULE(_core, m) {
   static py::object invalid_request = py::reinterpret_steal<py::object>(
       PyErr_NewException("edgellm._core.InvalidRequestError", bases_value.ptr(), nullptr));
   bases_value.dec_ref();
+  static py::object model_shard = py::reinterpret_steal<py::object>(
+      PyErr_NewException("edgellm._core.ModelShardError", model_format.ptr(), nullptr));
   static py::object context_length = py::reinterpret_steal<py::object>(
       PyErr_NewException("edgellm._core.ContextLengthError", invalid_request.ptr(), nullptr));
   static py::object cancelled = py::reinterpret_steal<py::object>(
@@ -48,11 +50,13 @@ PYBIND11_MODULE(_core, m) {
   m.attr("LoadCancelled") = load_cancelled;
   m.attr("ModelFileChangedError") = model_file_changed;
   m.attr("StorageError") = storage;
+  m.attr("ModelShardError") = model_shard;
   // What every ModelFileChangedError message contains: a request's error event says it so.
   m.attr("MODEL_FILE_CHANGED") = edgellm::kModelFileChanged;
 
   static const ErrorClasses classes{base,      model_format,      invalid_request, context_length,
-                                    cancelled, load_cancelled, model_file_changed, storage};
+                                    cancelled, load_cancelled, model_file_changed, storage,
+                                    model_shard};
   py::register_exception_translator([](std::exception_ptr p) { edgellm::bindings::raise_as_python(p, classes); });
 
   // ---- machine facts ----

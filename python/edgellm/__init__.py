@@ -14,6 +14,7 @@ from ._core import (  # noqa: E402
     LoadCancelled,
     ModelFileChangedError,
     ModelFormatError,
+    ModelShardError,
     RequestCancelled,
     StorageError,
 )
@@ -33,6 +34,7 @@ __version__ = "0.1.0"
 __all__ = [
     "EdgeLLMError",
     "ModelFormatError",
+    "ModelShardError",
     "InvalidRequestError",
     "ContextLengthError",
     "RequestCancelled",

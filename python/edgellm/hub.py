@@ -504,11 +504,8 @@ def resolve(name: str, fetch: bool = True) -> Optional[Path]:
         pull(name)
         local = find(name)
         assert local is not None, name
-    parts = [f for f in local.files if f != local.mmproj]
-    if len(parts) > 1:
-        raise models.UnknownModelError(
-            f"{local.name} is split in {len(parts)} files ({local.path.name}, ...); edgellm loads "
-            "a model from one file: merge them with llama.cpp's `llama-gguf-split --merge`")
+    # a split model's first part: the loader finds the other parts beside it by their names
+    # (gguf/gguf_file.h), as huggingface_hub lays them out in its snapshot folder
     return local.path
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import _core
 
@@ -76,6 +76,16 @@ class ModelFile:
     @property
     def file_size(self) -> int:
         return self._open_file().file_size
+
+    @property
+    def shard_paths(self) -> List[str]:
+        """A split model's shard files, the first included; [path] for a plain file."""
+        return list(self._open_file().shard_paths)
+
+    @property
+    def total_size(self) -> int:
+        """Bytes of every shard together (file_size for a plain file)."""
+        return self._open_file().total_size
 
     @property
     def data_offset(self) -> int:

@@ -163,6 +163,12 @@ double GgufValue::array_number(uint64_t i) const {
 // ---- opening and mapping ------------------------------------------------------------------
 
 std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
+  std::shared_ptr<GgufFile> f = open_one(path);
+  f->open_shards();
+  return f;
+}
+
+std::shared_ptr<GgufFile> GgufFile::open_one(const std::string& path) {
   std::shared_ptr<GgufFile> f(new GgufFile());
   f->path_ = path;
   f->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO cannot block the open
@@ -184,6 +190,100 @@ std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
   f->parse();
   f->check_unchanged();  // changed while parsed: what was read is not the file
   return f;
+}
+
+// ---- split models -------------------------------------------------------------------------
+
+namespace {
+
+// llama.cpp's split naming (llama_split_path / llama_split_prefix): PREFIX-%05d-of-%05d.gguf.
+std::string split_suffix(uint32_t no1, uint32_t count) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "-%05u-of-%05u.gguf", no1, count);
+  return buf;
+}
+
+}  // namespace
+
+void GgufFile::open_shards() {
+  if (!find("split.count")) return;
+  const uint32_t count = get_u32("split.count");
+  const uint32_t no = find("split.no") ? get_u32("split.no") : 0;
+  if (count == 0) throw ModelShardError(path_, path_ + ": key split.count = 0 is invalid");
+  if (no >= count)
+    throw ModelShardError(path_, path_ + ": key split.no = " + std::to_string(no) + " is not below split.count = " +
+                                     std::to_string(count));
+  const std::string suffix = split_suffix(no + 1, count);
+  const bool named =
+      path_.size() > suffix.size() && path_.compare(path_.size() - suffix.size(), suffix.size(), suffix) == 0;
+  const std::string prefix = named ? path_.substr(0, path_.size() - suffix.size()) : std::string();
+  if (no != 0)
+    throw ModelShardError(path_, path_ + ": is shard " + std::to_string(no + 1) + " of " + std::to_string(count) +
+                                     " of a split model; load the first shard" +
+                                     (named ? " (" + prefix + split_suffix(1, count) + ")" : std::string()));
+  if (count == 1) return;
+  if (!named)
+    throw ModelShardError(path_, path_ + ": is the first of " + std::to_string(count) +
+                                     " shards of a split model but is not named PREFIX" + suffix +
+                                     " (llama.cpp's naming), so its other shards cannot be found");
+  uint64_t total = tensors_.size();
+  for (uint32_t i = 1; i < count; ++i) {
+    const std::string sp = prefix + split_suffix(i + 1, count);
+    const std::string which = "shard " + std::to_string(i + 1) + " of " + std::to_string(count) + " (" + sp + ")";
+    struct stat st;
+    if (::stat(sp.c_str(), &st) != 0)
+      throw ModelShardError(sp, path_ + ": split model " + which + " is missing: " + std::strerror(errno));
+    std::shared_ptr<GgufFile> sh;
+    try {
+      sh = open_one(sp);
+    } catch (const ModelFormatError& e) {
+      throw ModelShardError(sp, path_ + ": split model " + which + " is not a valid GGUF file: " + e.what());
+    }
+    const std::optional<uint32_t> sno = sh->find("split.no") ? sh->find_u32("split.no") : std::nullopt;
+    const std::optional<uint32_t> scount = sh->find("split.count") ? sh->find_u32("split.count") : std::nullopt;
+    if (!sno || !scount || *sno != i || *scount != count)
+      throw ModelShardError(sp, path_ + ": split model " + which + " does not belong: its split.no / split.count are " +
+                                    (sno ? std::to_string(*sno) : std::string("absent")) + " / " +
+                                    (scount ? std::to_string(*scount) : std::string("absent")) + ", expected " +
+                                    std::to_string(i) + " / " + std::to_string(count));
+    for (TensorInfo t : sh->tensors_) {
+      if (tensor_index_.count(t.name))
+        throw ModelShardError(sp, path_ + ": split model " + which + ": tensor " + quoted(t.name) +
+                                      " is also in an earlier shard");
+      t.shard = i;
+      tensor_index_.emplace(t.name, tensors_.size());
+      tensors_.push_back(std::move(t));
+    }
+    total += sh->tensors_.size();
+    shards_.push_back(std::move(sh));
+  }
+  if (const GgufValue* tc = find("split.tensors.count")) {
+    const int64_t want = tc->type == GgufType::INT32 || tc->type == GgufType::INT64 || tc->type == GgufType::INT16
+                             ? tc->i64
+                             : static_cast<int64_t>(tc->u64);
+    if (want != static_cast<int64_t>(total))
+      throw ModelShardError(path_, path_ + ": split model: split.tensors.count = " + std::to_string(want) +
+                                       " but its " + std::to_string(count) + " shards hold " + std::to_string(total) +
+                                       " tensors");
+  }
+}
+
+std::vector<std::string> GgufFile::shard_paths() const {
+  std::vector<std::string> out{path_};
+  for (const auto& s : shards_) out.push_back(s->path_);
+  return out;
+}
+
+uint64_t GgufFile::total_size() const {
+  uint64_t n = size_;
+  for (const auto& s : shards_) n += s->size_;
+  return n;
+}
+
+uint64_t GgufFile::total_header_bytes() const {
+  uint64_t n = data_offset_;
+  for (const auto& s : shards_) n += s->data_offset_;
+  return n;
 }
 
 GgufFile::~GgufFile() {
@@ -210,7 +310,14 @@ bool GgufFile::changed() const {
 }
 
 FileState GgufFile::state() const {
+  FileState worst = FileState::Intact;
+  for (const auto& s : shards_) {
+    const FileState st = s->state();
+    if (st == FileState::Changed) return st;
+    if (st == FileState::Replaced) worst = st;
+  }
   if (changed()) return FileState::Changed;
+  if (worst != FileState::Intact) return worst;
   struct stat st;
   if (::stat(path_.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_dev) != dev_ ||
       static_cast<uint64_t>(st.st_ino) != ino_)
@@ -219,6 +326,7 @@ FileState GgufFile::state() const {
 }
 
 void GgufFile::check_unchanged() const {
+  for (const auto& s : shards_) s->check_unchanged();
   if (!changed()) return;
   throw ModelFileChangedError(path_ + ": " + kModelFileChanged +
                               " (truncated or rewritten in place); replace a served model by writing a new file "

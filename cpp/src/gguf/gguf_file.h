@@ -3,6 +3,13 @@
 // changing under it (gguf/file_guard.h, state()). Every count, length, offset and size is
 // checked against the file size; nothing is ever read outside the mapping. Malformed input
 // throws ModelFormatError naming the key or tensor at fault.
+//
+// Split models (llama.cpp's gguf-split and convert_hf_to_gguf.py --split-max-*: files
+// NAME-00001-of-0000N.gguf with keys split.no / split.count / split.tensors.count) open from
+// their first shard, as llama.cpp takes them: open() finds the other shards by the same naming,
+// maps each, and presents one file whose tensor table is the union of theirs (each tensor's
+// `data` in its own shard's mapping). Metadata is the first shard's. A missing, unreadable or
+// mismatched shard throws ModelShardError naming it.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -42,6 +49,14 @@ struct GgufValue {
   double array_number(uint64_t i) const;
 };
 
+// A split model's shard that is missing or does not belong (wrong split.no / split.count,
+// a tensor twice, a tensor count that disagrees with split.tensors.count), or a shard other
+// than the first given to open(). Python: edgellm.ModelShardError (a ModelFormatError).
+struct ModelShardError : ModelFormatError {
+  ModelShardError(const std::string& shard_path, const std::string& what) : ModelFormatError(what), shard(shard_path) {}
+  std::string shard;  // the shard at fault
+};
+
 struct GgufKV {
   std::string key;
   GgufValue value;
@@ -55,6 +70,7 @@ struct TensorInfo {
   uint64_t offset = 0;           // relative to the data section
   uint64_t nbytes = 0;
   const uint8_t* data = nullptr;  // inside the mapping, alignment-checked
+  uint32_t shard = 0;             // which shard of a split model holds it (0: the first / only file)
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
 };
 
@@ -68,8 +84,9 @@ const char* file_state_name(FileState s);
 
 class GgufFile {
  public:
-  // Maps and validates `path`. Throws ModelFormatError (or std::system_error-free: I/O
-  // failures are ModelFormatError too, naming the path).
+  // Maps and validates `path`, and the other shards when it is the first of a split model.
+  // Throws ModelFormatError (or std::system_error-free: I/O failures are ModelFormatError too,
+  // naming the path); ModelShardError for a shard missing or mismatched.
   static std::shared_ptr<GgufFile> open(const std::string& path);
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
@@ -80,6 +97,11 @@ class GgufFile {
   uint64_t alignment() const { return alignment_; }
   uint64_t file_size() const { return size_; }
   uint64_t data_offset() const { return data_offset_; }
+  // A split model's shards, the first included (1 for a plain file), and their bytes together.
+  uint32_t shard_count() const { return 1 + static_cast<uint32_t>(shards_.size()); }
+  std::vector<std::string> shard_paths() const;
+  uint64_t total_size() const;          // every shard's file size
+  uint64_t total_header_bytes() const;  // every shard's header (bytes before its data section)
 
   const std::vector<GgufKV>& metadata() const { return kv_; }
   const GgufValue* find(std::string_view key) const;
@@ -96,7 +118,8 @@ class GgufFile {
   std::string get_string(std::string_view key) const;
   const std::vector<std::string>* find_string_array(std::string_view key) const;
 
-  // The mapped file's state now (one fstat and one stat; safe from any thread).
+  // The mapped file's state now (one fstat and one stat a shard; safe from any thread): the
+  // worst of the shards'.
   FileState state() const;
   // Throws ModelFileChangedError (naming the path) when state() is Changed (one fstat).
   void check_unchanged() const;
@@ -106,6 +129,8 @@ class GgufFile {
 
  private:
   GgufFile() = default;
+  static std::shared_ptr<GgufFile> open_one(const std::string& path);
+  void open_shards();
   void parse();
   bool changed() const;
 
@@ -123,6 +148,7 @@ class GgufFile {
   std::vector<TensorInfo> tensors_;
   std::unordered_map<std::string, size_t> kv_index_;      // key -> index in kv_
   std::unordered_map<std::string, size_t> tensor_index_;  // name -> index in tensors_
+  std::vector<std::shared_ptr<GgufFile>> shards_;         // a split model's shards 2..N
 };
 
 }  // namespace edgellm

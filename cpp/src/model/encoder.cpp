@@ -149,7 +149,8 @@ EncoderModel::EncoderModel(std::shared_ptr<GgufFile> file, const EncoderArchitec
     rope_ = Rope(RopeType::Neox, c.n_rot, c.rope_global, nullptr);
     rope_table_.resize(T * rope_.table_stride());
   }
-  thread_floats_ = std::max<int64_t>((c.head_dim_k + 1) * T, c.n_embd);
+  // scores of one query, K of a head transposed, V of a head transposed (long sequences)
+  thread_floats_ = std::max<int64_t>((c.head_dim_k + c.head_dim_v + 1) * T, c.n_embd);
   scores_.resize(static_cast<size_t>(nt) * thread_floats_);
 }
 
@@ -252,6 +253,8 @@ void EncoderModel::forward(const Batch& batch, KVCache&, float* logits, float* h
   const int64_t nq = c.n_embd_q(), nk = c.n_embd_k(), nv = c.n_embd_v(), na = c.n_embd_attn();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hdk));
   const int64_t n_tasks = static_cast<int64_t>(segs.size()) * n_head;
+  const kernels::KernelTable& kt_ops = kernels::active();
+  const std::vector<float> ones(arch_.activation == EncoderActivation::SwiGlu ? 0 : c.n_ff, 1.0f);  // GELU's "up"
   for (int il = 0; il < c.n_layer; ++il) {
     const EncoderLayerWeights& l = w_.layers[il];
     const Plans& p = plans_[il];
@@ -267,26 +270,47 @@ void EncoderModel::forward(const Batch& batch, KVCache&, float* logits, float* h
     // Attention: every token of a sequence over all of its tokens; one task per (sequence, head),
     // its inner loops on the active ISA's float ops (y += a x, softmax; scalar references and
     // randomized checks in kernels/generic and test_kernels_isa).
-    const kernels::KernelTable& kt_ops = kernels::active();
     threads_->run(n_tasks, [&](int64_t task, int thread) {
       const Segment& s = segs[task / n_head];
       const int h = static_cast<int>(task % n_head), hk = h / group;
       // per thread: the scores of one query, then K of the head transposed (kt[e][j]), so
       // that both inner loops run over contiguous floats without a reduction
       float* sc = scores_.data() + static_cast<size_t>(thread) * thread_floats_;
+      // (a sequence shorter than the head reads K's rows instead: one dot a key, s.n calls a
+      // query rather than hdk axpys of s.n floats)
       float* kt = sc + max_batch_tokens_;
-      for (int32_t j = 0; j < s.n; ++j) {
-        const float* kj = k_.data() + (s.begin + j) * nk + hk * hdk;
-        for (int e = 0; e < hdk; ++e) kt[e * s.n + j] = kj[e];
-      }
+      const bool k_rows = s.n < hdk;
+      if (!k_rows)
+        for (int32_t j = 0; j < s.n; ++j) {
+          const float* kj = k_.data() + (s.begin + j) * nk + hk * hdk;
+          for (int e = 0; e < hdk; ++e) kt[e * s.n + j] = kj[e];
+        }
+      // P·V: a sequence longer than the head takes V transposed too (vt[e][j]), so that each
+      // output is one dot over the sequence: hdv calls a query instead of s.n short axpys
+      const bool v_rows = s.n < hdv;
+      float* vt = kt + static_cast<size_t>(hdk) * s.n;
+      if (!v_rows)
+        for (int32_t j = 0; j < s.n; ++j) {
+          const float* vj = v_.data() + (s.begin + j) * nv + hk * hdv;
+          for (int e = 0; e < hdv; ++e) vt[e * s.n + j] = vj[e];
+        }
       for (int32_t i = 0; i < s.n; ++i) {
         const float* qi = q_.data() + (s.begin + i) * nq + h * hdk;
-        std::fill(sc, sc + s.n, 0.0f);
-        for (int e = 0; e < hdk; ++e) kt_ops.axpy_f32(qi[e] * scale, kt + e * s.n, sc, s.n);
+        if (k_rows) {
+          for (int32_t j = 0; j < s.n; ++j)
+            sc[j] = scale * kt_ops.dot_f32(qi, k_.data() + (s.begin + j) * nk + hk * hdk, hdk);
+        } else {
+          std::fill(sc, sc + s.n, 0.0f);
+          for (int e = 0; e < hdk; ++e) kt_ops.axpy_f32(qi[e] * scale, kt + e * s.n, sc, s.n);
+        }
         kt_ops.softmax(sc, s.n);
         float* o = a_.data() + (s.begin + i) * na + h * hdv;
-        std::fill(o, o + hdv, 0.0f);
-        for (int32_t j = 0; j < s.n; ++j) kt_ops.axpy_f32(sc[j], v_.data() + (s.begin + j) * nv + hk * hdv, o, hdv);
+        if (v_rows) {
+          std::fill(o, o + hdv, 0.0f);
+          for (int32_t j = 0; j < s.n; ++j) kt_ops.axpy_f32(sc[j], v_.data() + (s.begin + j) * nv + hk * hdv, o, hdv);
+        } else {
+          for (int e = 0; e < hdv; ++e) o[e] = kt_ops.dot_f32(sc, vt + e * s.n, s.n);
+        }
       }
     });
     matmul(l.wo, l.bo, p.o, a_.data(), T, o_.data());
@@ -300,9 +324,12 @@ void EncoderModel::forward(const Batch& batch, KVCache&, float* logits, float* h
         ops.silu_mul(g_.data() + t * c.n_ff, f_.data() + t * c.n_ff, f_.data() + t * c.n_ff, c.n_ff);
       });
     } else {
+      // GELU in its tanh form on the kernel table's vector op (gelu_tanh(x) * 1), as llama.cpp
+      // evaluates BERT's: 1.06x on a batch of long texts over a scalar std::erf loop (it was ~7%
+      // of a profile), cosine to the erf form >= 0.999998 on all-MiniLM (bench/README.md)
       threads_->parallel_for(0, T, [&](int64_t t, int) {
         float* r = f_.data() + t * c.n_ff;
-        for (int64_t i = 0; i < c.n_ff; ++i) r[i] = 0.5f * r[i] * (1.0f + std::erf(r[i] * 0.70710678118654752f));
+        kt_ops.gelu_mul(r, ones.data(), r, c.n_ff);
       });
     }
     matmul(l.down, l.b_down, p.down, f_.data(), T, o_.data());

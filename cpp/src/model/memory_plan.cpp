@@ -90,8 +90,8 @@ MemoryPlanner::MemoryPlanner(const std::string& path) : path_(path) {
 void MemoryPlanner::read(const std::string& path) {
   std::shared_ptr<GgufFile> file = GgufFile::open(path);
   metadata_heap_ = metadata_heap_bytes(*file);
-  file_bytes_ = static_cast<int64_t>(file->file_size());
-  header_bytes_ = static_cast<int64_t>(file->data_offset());
+  file_bytes_ = static_cast<int64_t>(file->total_size());  // every shard of a split model
+  header_bytes_ = static_cast<int64_t>(file->total_header_bytes());
 
   // The loader's own steps, binding only: config, architecture, every tensor checked by name,
   // shape and type (a corrupt or unsupported file fails here as it would in Model::load).

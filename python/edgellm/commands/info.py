@@ -104,7 +104,8 @@ def summarize(mf) -> Dict[str, Any]:
         "sliding_window": a("attention.sliding_window"),
         "attention_sinks": any(n.endswith(".attn_sinks.weight") for n in mf.tensors),
         "file_type": md.get("general.file_type"),
-        "file_size": mf.file_size,
+        "file_size": mf.total_size,  # every shard of a split model
+        "shards": len(mf.shard_paths),
         "tensor_types": dict(sorted(types.items(), key=lambda kv: -kv[1]["bytes"])),
         "tokenizer": tokenizer,
         "chat_template": isinstance(md.get("tokenizer.chat_template"), str),
@@ -129,7 +130,8 @@ def _text(s: Dict[str, Any]) -> str:
 
     tok = s["tokenizer"]
     lines = [
-        ("file", f"{s['path']} ({_bytes(s['file_size'])}, GGUF v{s['gguf_version']})"),
+        ("file", f"{s['path']} ({_bytes(s['file_size'])}, GGUF v{s['gguf_version']}"
+                 + (f", {s['shards']} shards" if s.get("shards", 1) > 1 else "") + ")"),
         ("architecture", show(s["architecture"])),
         ("name", show(s["name"])),
         ("parameters", f"{_count(s['n_params'])} ({s['n_params']:,} in {s['n_tensors']} tensors)"),

@@ -103,6 +103,8 @@ def plan(hf_dir: str, out_type: str = "F16") -> ConversionPlan:
     # vocabulary is padded to it
     tplans = plan_tensors(ckpt, spec, hp)
     kv += vocab_metadata(ckpt.dir, hp.n_vocab, ckpt.config)
+    if spec.gguf_arch == "qwen3" and is_qwen3_reranker(ckpt.dir, ckpt.config):
+        kv, tplans = _qwen3_reranker(ckpt, hp, kv, tplans)
     factors = llama3_rope_factors(ckpt.config, hp) if spec.gguf_arch == "llama" else None
     if factors is not None:
         tplans.insert(0, TensorPlan("(config.json rope_scaling llama3)", "rope_freqs.weight", factors.shape,
@@ -129,6 +131,59 @@ def plan(hf_dir: str, out_type: str = "F16") -> ConversionPlan:
     cp = ConversionPlan(spec.gguf_arch, hf_arch, out_type, kv, out)
     cp.checkpoint = ckpt
     return cp
+
+
+# ---- decoder rerankers (Qwen3-Reranker), as llama.cpp's convert_hf_to_gguf.py writes them ------
+
+QWEN3_RERANK_TEMPLATE = (
+    "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct "
+    "provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n"
+    "<|im_start|>user\n<Instruct>: Given a web search query, retrieve relevant passages that answer the query\n"
+    "<Query>: {query}\n<Document>: {document}<|im_end|>\n"
+    "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+_RANK_POOLING = 4  # llama.cpp's LLAMA_POOLING_TYPE_RANK
+
+
+def is_qwen3_reranker(directory: str, config: dict) -> bool:
+    """llama.cpp's test (conversion/qwen.py _is_qwen3_reranker): the folder's name, config.json's
+    _name_or_path / model_type / architectures naming qwen3-reranker, a README headed
+    "# Qwen3-Reranker", or a *ForSequenceClassification architecture."""
+    readme = os.path.join(directory, "README.md")
+    text = ""
+    if os.path.isfile(readme):
+        with open(readme, encoding="utf-8", errors="replace") as f:
+            text = f.read().lower()
+    if "# qwen3-reranker" in text:
+        return True
+    arch = str((config.get("architectures") or [""])[0] or "")
+    hints = [os.path.basename(os.path.normpath(directory)), str(config.get("_name_or_path", "")),
+             str(config.get("model_type", "")), arch]
+    if any("qwen3-reranker" in h.lower() for h in hints if h):
+        return True
+    return "sequenceclassification" in arch.lower()
+
+
+def _qwen3_reranker(ckpt: Checkpoint, hp, kv: list, tplans: list):
+    """The reranker's layout: pooling rank, the "yes" / "no" rows of the LM head as
+    cls.output.weight (in that order) in place of output.weight, the "rerank" chat template."""
+    tokens = dict(kv).get("tokenizer.ggml.tokens") or []
+    ids = {}
+    for word in ("yes", "no"):
+        if word not in tokens:
+            raise ConvertError(f"{ckpt.dir}: a Qwen3 reranker's vocabulary has no token {word!r} to score")
+        ids[word] = tokens.index(word)
+    head = next((n for n in ckpt.names() if _strip_prefix(n) == ("model.embed_tokens.weight" if hp.tied
+                                                                   else "lm_head.weight")), None)
+    if head is None:
+        raise ConvertError(f"{ckpt.dir}: a Qwen3 reranker needs its LM head (lm_head.weight) to take the "
+                           "yes / no rows from")
+    rows = np.stack([ckpt.load_f32(head, (ids[w], ids[w] + 1))[0] for w in ("yes", "no")]).astype(np.float32)
+    plans = [TensorPlan(f"{head} rows {ids['yes']} (yes), {ids['no']} (no)", "cls.output.weight", rows.shape,
+                        value=rows)]
+    plans += [p for p in tplans if p.dst != "output.weight"]
+    kv = kv + [("qwen3.pooling_type", _RANK_POOLING), ("qwen3.classifier.output_labels", ["yes", "no"]),
+           ("tokenizer.chat_template.rerank", QWEN3_RERANK_TEMPLATE), ("tokenizer.chat_templates", ["rerank"])]
+    return kv, plans
 
 
 def _add_kv(w, key: str, value) -> None:

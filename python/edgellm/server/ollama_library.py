@@ -110,6 +110,7 @@ def facts(path: str) -> Facts:
         with ModelFile(path) as mf:
             md = dict(mf.metadata)
             n_params = sum(t.n_elements for t in mf.tensors.values())
+            size = mf.total_size  # every shard of a split model
     except Exception as e:  # noqa: BLE001 - a file that is no GGUF
         raise APIError(500, f"cannot read the model file {os.path.basename(path)}: {e}",
                        "server_error") from None
@@ -123,7 +124,7 @@ def facts(path: str) -> Facts:
                         parameter_size=str(md.get("general.size_label") or _param_count(n_params)),
                         quantization_level=_FILE_TYPES.get(ftype, "") if isinstance(ftype, int)
                         else "")
-    out = Facts(md, details, capabilities(md, template, fim), template, st.st_size, st.st_mtime,
+    out = Facts(md, details, capabilities(md, template, fim), template, size, st.st_mtime,
                 _digest(path, st), fim)
     with _facts_lock:
         _facts[key] = out
