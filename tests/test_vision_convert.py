@@ -126,7 +126,7 @@ def test_our_files_match_transformers_through_chat_and_openai(ours, fam):
 
 
 @pytest.mark.parametrize("fam", ["smolvlm", "qwen25vl"])
-def test_f16_projectors_match_transformers_within_the_looser_bound(ours, fam):
+def test_f16_projectors_match_transformers(ours, fam):
     """Ours and llama.cpp's F16 projectors (equal bytes: the layout test) against the F32 references."""
     text, _, mm16 = ours[fam]
     _, _, _, npz, n_ctx, messages_of = FAMILIES[fam]
@@ -171,3 +171,35 @@ def test_broken_vision_checkpoints_are_typed_errors(tmp_path):
         plan_mmproj(Checkpoint(str(d)))
     with pytest.raises(ConvertError, match="projector type 'Q8_0'"):
         plan_mmproj(Checkpoint(os.path.join(DATA, "hf-gemma3")), "Q8_0")
+
+
+@pytest.mark.parametrize("fam,rename", [
+    ("gemma3", (("language_model.model.", "model.language_model."), ("vision_tower.vision_model.",
+                "model.vision_tower.vision_model."), ("multi_modal_projector.", "model.multi_modal_projector."))),
+    ("qwen25vl", (("visual.", "model.visual."), ("model.", "model.language_model."))),
+])
+def test_transformers5_tensor_names_write_the_same_files(tmp_path, fam, rename):
+    """The layout transformers 5 saves (everything under model.*): the same two files."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    from edgellm.convert import convert
+    from edgellm.convert.vlm import convert_mmproj
+
+    src = os.path.join(DATA, f"hf-{fam}")
+    d = tmp_path / f"hf-{fam}"
+    shutil.copytree(src, d)
+    renamed = {}
+    for k, v in load_file(os.path.join(src, "model.safetensors")).items():
+        for a, b in rename:
+            if k.startswith(a):
+                k = b + k[len(a):]
+                break
+        renamed[k] = v
+    save_file(renamed, str(d / "model.safetensors"))
+    for hf_dir, tag in ((src, "a"), (str(d), "b")):
+        convert(hf_dir, str(tmp_path / f"{tag}.gguf"), "F32")
+        convert_mmproj(hf_dir, str(tmp_path / f"mm-{tag}.gguf"), "F16")
+    _same_layout(str(tmp_path / "a.gguf"), str(tmp_path / "b.gguf"), projector=False)
+    _same_layout(str(tmp_path / "mm-a.gguf"), str(tmp_path / "mm-b.gguf"), projector=True)
