@@ -169,6 +169,15 @@ def test_broken_vision_checkpoints_are_typed_errors(tmp_path):
     json.dump(cfg, open(d / "config.json", "w"))
     with pytest.raises(ConvertError, match="past the vision tower's 2 layers"):
         plan_mmproj(Checkpoint(str(d)))
+    cfg["vision_config"]["depth"] = 4
+    cfg["rms_norm_eps"] = "small"
+    json.dump(cfg, open(d / "config.json", "w"))
+    with pytest.raises(ConvertError, match="rms_norm_eps = 'small' must be a number"):
+        plan_mmproj(Checkpoint(str(d)))
+    del cfg["vision_config"]
+    json.dump(cfg, open(d / "config.json", "w"))
+    with pytest.raises(ConvertError, match="no vision_config"):
+        plan_mmproj(Checkpoint(str(d)))
     with pytest.raises(ConvertError, match="projector type 'Q8_0'"):
         plan_mmproj(Checkpoint(os.path.join(DATA, "hf-gemma3")), "Q8_0")
 

@@ -39,8 +39,8 @@ MMPROJ_TYPES = ("F32", "F16")
 def vlm_arch(config: dict) -> Optional[str]:
     names = config.get("architectures")
     if isinstance(names, list):
-        for n in names:
-            if n in VLM_ARCHS:
+        for n in names:  # (before config.json is checked: any JSON value may be here)
+            if isinstance(n, str) and n in VLM_ARCHS:
                 return n
     return None
 
@@ -237,6 +237,12 @@ def _int(v, what: str, path: str, lo: int = 1) -> int:
     return v
 
 
+def _eps(v, what: str, path: str) -> float:
+    if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and 0 < v < 1):
+        raise ConvertError(f"{path}: config.json {what} = {show(v)} must be a number between 0 and 1")
+    return float(v)
+
+
 def _floats(v, what: str, path: str) -> List[float]:
     if not (isinstance(v, list) and len(v) == 3 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
                                                         and math.isfinite(x) for x in v)):
@@ -295,14 +301,14 @@ def plan_mmproj(ckpt: Checkpoint, file_type: str = "F16") -> MmprojPlan:
         ("clip.projector_type", projector),
     ]
     if projector == "gemma3":
-        kv.append(("clip.vision.attention.layer_norm_epsilon", float(v.get("layer_norm_eps", 1e-6))))
+        kv.append(("clip.vision.attention.layer_norm_epsilon", _eps(v.get("layer_norm_eps", 1e-6), "vision_config.layer_norm_eps", path)))
         kv.append(("clip.use_gelu", True))
         seq = _int(pre.get("image_seq_length", 256), "image_seq_length", ckpt.dir)
         scale = (image_size // patch) // int(seq ** 0.5)
         if scale > 0 and scale != 4:
             kv.append(("clip.vision.projector.scale_factor", scale))
     elif projector == "idefics3":
-        kv.append(("clip.vision.attention.layer_norm_epsilon", float(v.get("layer_norm_eps", 1e-5))))
+        kv.append(("clip.vision.attention.layer_norm_epsilon", _eps(v.get("layer_norm_eps", 1e-5), "vision_config.layer_norm_eps", path)))
         kv.append(("clip.vision.projector.scale_factor", _int(g.get("scale_factor", 2), "scale_factor", path)))
         kv.append(("clip.use_gelu", True))
         size = pre.get("size") if isinstance(pre.get("size"), dict) else {}
@@ -320,7 +326,7 @@ def plan_mmproj(ckpt: Checkpoint, file_type: str = "F16") -> MmprojPlan:
         if any(b - a != pattern for a, b in zip(full, full[1:])):
             raise ConvertError(f"{path}: vision_config.fullatt_block_indexes {show(full)} is not a regular pattern")
         kv.append(("clip.vision.n_wa_pattern", pattern))
-        kv.append(("clip.vision.attention.layer_norm_epsilon", float(g.get("rms_norm_eps", 1e-6))))
+        kv.append(("clip.vision.attention.layer_norm_epsilon", _eps(g.get("rms_norm_eps", 1e-6), "rms_norm_eps", path)))
     kv.append(("general.quantization_version", 2))
 
     tensors: List[VisionTensor] = []
