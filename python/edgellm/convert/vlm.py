@@ -378,10 +378,13 @@ def plan_mmproj(ckpt: Checkpoint, file_type: str = "F16") -> MmprojPlan:
 
 def load_vision(ckpt: Checkpoint, t: VisionTensor) -> np.ndarray:
     x = ckpt.load_f32(t.src)
-    if t.split is not None:
+    if t.split is not None:  # Qwen2.5-VL: a third of the fused QKV (axis 0), a Conv3D time slice (axis 2)
         axis, i, parts = t.split
-        n = x.shape[axis] // parts
-        x = np.take(x, range(i * n, (i + 1) * n), axis=axis) if parts != 2 or axis != 2 else x[:, :, i]
+        if axis == 0:
+            n = x.shape[0] // parts
+            x = x[i * n:(i + 1) * n]
+        else:
+            x = x[:, :, i]
     if t.plus_one:
         x = x + np.float32(1.0)
     x = np.ascontiguousarray(x, dtype=np.float32)
