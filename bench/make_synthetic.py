@@ -98,6 +98,10 @@ PRESETS = {
                         vocab=32064, ctx=131072, tied=False, rope_base=10000.0, eps=1e-5, name="phi3.5-mini-shape"),
     "gemma2-2b": dict(arch="gemma2", dim=2304, layers=26, ffn=9216, heads=8, kv_heads=4, head_dim=256,
                       vocab=256000, ctx=8192, tied=True, rope_base=10000.0, eps=1e-6, name="gemma2-2b-shape"),
+    # Gemma 3 4B's text model (the width its vision projector embeds into; bench/vision_speed.py gives
+    # it Gemma 3's real vocabulary: the cached 270M's 262144 tokens + <image_soft_token> and 63 more)
+    "gemma3-4b": dict(arch="gemma3", dim=2560, layers=34, ffn=10240, heads=8, kv_heads=4, head_dim=256,
+                      vocab=262208, ctx=131072, tied=True, rope_base=1000000.0, eps=1e-6, name="gemma3-4b-shape"),
     # Qwen3-30B-A3B's shape with fewer layers
     "qwen3-30b-a3b": dict(arch="qwen3moe", dim=2048, layers=6, ffn=6144, heads=32, kv_heads=4, head_dim=128,
                           experts=128, experts_used=8, expert_ffn=768, vocab=151936, ctx=40960, tied=False,
@@ -129,9 +133,9 @@ def shapes(a):
             out += [(b + "attn_q.bias", (a.heads * hd,)), (b + "attn_k.bias", (a.kv_heads * hd,)),
                     (b + "attn_v.bias", (a.kv_heads * hd,)), (b + "attn_output.bias", (a.dim,)),
                     (b + "attn_sinks.weight", (a.heads,)), (b + "post_attention_norm.weight", (a.dim,))]
-        if a.arch == "qwen3moe":
+        if a.arch in ("qwen3moe", "gemma3"):
             out += [(b + "attn_q_norm.weight", (hd,)), (b + "attn_k_norm.weight", (hd,))]
-        if a.arch == "gemma2":
+        if a.arch in ("gemma2", "gemma3"):
             out.append((b + "post_attention_norm.weight", (a.dim,)))
         if a.arch != "gpt-oss":
             out.append((b + "ffn_norm.weight", (a.dim,)))
@@ -149,7 +153,7 @@ def shapes(a):
         else:
             out += [(b + "ffn_gate.weight", (a.dim, a.ffn)), (b + "ffn_up.weight", (a.dim, a.ffn)),
                     (b + "ffn_down.weight", (a.ffn, a.dim))]
-        if a.arch == "gemma2":
+        if a.arch in ("gemma2", "gemma3"):
             out.append((b + "post_ffw_norm.weight", (a.dim,)))
     out.append(("output_norm.weight", (a.dim,)))
     if not a.tied:
@@ -219,6 +223,9 @@ def write_model(a, ftype, out_path, tokenizer_fields):
         w.add_rope_scaling_orig_ctx_len(4096)
         w.add_rope_scaling_yarn_beta_fast(32.0)
         w.add_rope_scaling_yarn_beta_slow(1.0)
+    if a.arch == "gemma3":  # Gemma 3 4B's: 1024-token windows on 5 of 6 layers, their own RoPE base
+        w.add_sliding_window(1024)
+        w.add_float32("gemma3.rope.freq_base_swa", 10000.0)
     if a.arch == "gemma2":  # Gemma 2 2B's
         w.add_sliding_window(4096)
         w.add_attn_logit_softcapping(50.0)
@@ -280,7 +287,7 @@ def main():
     p.add_argument("--out-dir", default=os.path.expanduser("~/.cache/edgellm/synthetic"))
     p.add_argument("--preset", choices=sorted(PRESETS), default=None,
                    help="a real model's shape and architecture (the options below given explicitly override it)")
-    p.add_argument("--arch", choices=["llama", "phi3", "gemma2", "qwen3moe", "gpt-oss"], default="llama")
+    p.add_argument("--arch", choices=["llama", "phi3", "gemma2", "gemma3", "qwen3moe", "gpt-oss"], default="llama")
     p.add_argument("--dim", type=int, default=2048)
     p.add_argument("--layers", type=int, default=24)
     p.add_argument("--ffn", type=int, default=8192)
@@ -306,7 +313,7 @@ def main():
     tokenizer_model = PRESETS[a.preset].get("tokenizer", "smollm2") if a.preset else "smollm2"
     if a.experts and not (0 < a.experts_used <= a.experts and a.expert_ffn > 0):
         raise SystemExit("--experts needs --experts-used (1..experts) and --expert-ffn")
-    if a.tokenizer_from is None and a.arch in ("phi3", "gemma2", "gpt-oss"):
+    if a.tokenizer_from is None and a.arch in ("phi3", "gemma2", "gemma3", "gpt-oss"):
         fields = placeholder_spm_vocab(a.vocab)
     else:
         if a.tokenizer_from is None:

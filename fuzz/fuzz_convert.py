@@ -112,7 +112,9 @@ def write_base(directory: str, sharded: bool) -> None:
     cfg = base_config()
     files = {"config.json": json.dumps(cfg).encode(),
              "tokenizer.json": json.dumps(base_tokenizer()).encode(),
-             "tokenizer_config.json": json.dumps(base_tokenizer_config()).encode()}
+             "tokenizer_config.json": json.dumps(base_tokenizer_config()).encode(),
+             # read by a vision-language config's projector plan (convert/vlm.py)
+             "preprocessor_config.json": json.dumps({"image_mean": [0.5] * 3, "image_std": [0.5] * 3}).encode()}
     t = base_tensors(cfg)
     if sharded:
         names = sorted(t)
@@ -145,6 +147,20 @@ def seeds() -> list:
         keep = {k: c[k] for k in c if k not in base_config() or k in ("architectures", "rope_scaling", "rope_theta")}
         out.append(bytes([1]) + json.dumps({**cfg, **keep}).encode())
     out.append(bytes([1]) + json.dumps({**cfg, "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}).encode())
+    # vision-language wrappers of the base text model (convert/vlm.py: the text view, the projector's plan)
+    siglip = {"hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+              "image_size": 28, "patch_size": 14, "layer_norm_eps": 1e-6}
+    for arch, extra in (("SmolVLMForConditionalGeneration", {"scale_factor": 2}),
+                        ("Gemma3ForConditionalGeneration", {"mm_tokens_per_image": 4}),
+                        ("Qwen2_5_VLForConditionalGeneration", {"model_type": "qwen2_5_vl"})):
+        text = dict(cfg)
+        vision = dict(siglip)
+        if arch.startswith("Qwen"):
+            text["rope_scaling"] = {"type": "mrope", "mrope_section": [1, 1]}
+            vision = {"depth": 2, "num_heads": 2, "hidden_size": 8, "intermediate_size": 8, "patch_size": 14,
+                      "fullatt_block_indexes": [1]}
+        out.append(bytes([1]) + json.dumps({"architectures": [arch], "text_config": text, "vision_config": vision,
+                                            **extra}).encode())
     for pre in ("gpt2", "qwen2"):
         out.append(bytes([2]) + json.dumps(base_tokenizer(pre)).encode())
     tj = base_tokenizer()
@@ -209,7 +225,11 @@ class Harness:
         from edgellm.convert import ConvertError, plan  # noqa: F401  (imported after atheris instruments)
         from edgellm.convert.tensors import load_transformed
 
+        from edgellm.convert.checkpoint import Checkpoint
+        from edgellm.convert.vlm import load_vision, plan_mmproj, vlm_arch
+
         self.ConvertError, self.plan, self.load = ConvertError, plan, load_transformed
+        self.Checkpoint, self.plan_mmproj, self.load_vision, self.vlm_arch = Checkpoint, plan_mmproj, load_vision, vlm_arch
         self.dirs = []
         for i, name in enumerate(FILES):
             d = os.path.join(root, f"t{i}")
@@ -236,6 +256,11 @@ class Harness:
             for t in cp.tensors:
                 self.load(cp.checkpoint, t.plan)
             del cp
+            ck = self.Checkpoint(self.dirs[target])
+            if self.vlm_arch(ck.config) is not None:  # the projector too (convert/vlm.py)
+                mp = self.plan_mmproj(ck, "F16")
+                for t in mp.tensors:
+                    self.load_vision(ck, t)
         except self.ConvertError as e:
             outcome = type(e).__name__
         peak = self.meter.stop()

@@ -33,6 +33,8 @@ ARCHS: Dict[str, ArchSpec] = {
     "LlamaForCausalLM": ArchSpec("llama", permute_qk=True),
     "MistralForCausalLM": ArchSpec("llama", permute_qk=True),
     "Qwen2ForCausalLM": ArchSpec("qwen2", qkv_bias=True),
+    # the language model of Qwen2_5_VLForConditionalGeneration (convert/vlm.py): M-RoPE
+    "Qwen2_5_VLForCausalLM": ArchSpec("qwen2vl", qkv_bias=True),
     "Qwen3ForCausalLM": ArchSpec("qwen3", qk_norm=True),
     "Phi3ForCausalLM": ArchSpec("phi3", fused_qkv=True),
     "Gemma2ForCausalLM": ArchSpec("gemma2", norm_plus_one=True, sandwich_norms=True),
@@ -282,6 +284,14 @@ def _rope_params(config: dict) -> dict:
 
 def _rope_scaling(config: dict, path: str, arch: str, put: Callable) -> None:
     rs = _rope_params(config)
+    if arch == "qwen2vl":  # M-RoPE: rotary pairs per position axis (t, h, w), padded to 4 as llama.cpp
+        sections = rs.get("mrope_section")
+        if not (isinstance(sections, list) and 1 <= len(sections) <= 4
+                and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in sections)):
+            raise ConvertError(f"{path}: config.json rope_scaling.mrope_section = {show(sections)} must be a list "
+                               f"of up to 4 non-negative integers")
+        put(f"{arch}.rope.dimension_sections", list(sections) + [0] * (4 - len(sections)))
+        return
     if not rs:
         return
     kind = rs.get("rope_type", rs.get("type"))

@@ -23,6 +23,7 @@ from .config import arch_of, hparams, llama3_rope_factors, longrope_factors, met
 from .errors import ConvertError
 from .tensors import TensorPlan, _strip_prefix, load_transformed, plan_tensors
 from .tokenizer import vocab_metadata
+from .vlm import llamacpp_text_keys, text_view, vlm_arch
 
 _CHUNK_ELEMS = 1 << 24  # rows read, converted and written at a time: 64 MiB of float32
 OUT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_M", "Q4_K_S", "Q5_K_M", "Q6_K")
@@ -93,6 +94,9 @@ def plan(hf_dir: str, out_type: str = "F16") -> ConversionPlan:
         cp = ConversionPlan(gguf_arch, hf_arch, out_type, kv, out)
         cp.checkpoint = ckpt
         return cp
+    vlm = vlm_arch(ckpt.config)
+    if vlm is not None:  # the language model of a vision-language checkpoint (its projector: vlm.py)
+        ckpt = text_view(ckpt)
     hf_arch, spec = arch_of(ckpt.config, os.path.join(ckpt.dir, "config.json"))
     hp = hparams(ckpt.config, os.path.join(ckpt.dir, "config.json"), spec)
     if ckpt.config.get("tie_word_embeddings") is None:  # unstated: tied exactly when there is no lm_head
@@ -105,6 +109,9 @@ def plan(hf_dir: str, out_type: str = "F16") -> ConversionPlan:
     kv += vocab_metadata(ckpt.dir, hp.n_vocab, ckpt.config)
     if spec.gguf_arch == "qwen3" and is_qwen3_reranker(ckpt.dir, ckpt.config):
         kv, tplans = _qwen3_reranker(ckpt, hp, kv, tplans)
+    if vlm is not None:
+        kv = llamacpp_text_keys(kv, ckpt.config, spec.gguf_arch)
+        kv.append(("general.type", "model"))
     factors = llama3_rope_factors(ckpt.config, hp) if spec.gguf_arch == "llama" else None
     if factors is not None:
         tplans.insert(0, TensorPlan("(config.json rope_scaling llama3)", "rope_freqs.weight", factors.shape,
@@ -128,7 +135,7 @@ def plan(hf_dir: str, out_type: str = "F16") -> ConversionPlan:
             t = "F32"  # biases (gpt-oss's are 2-D per expert), as llama.cpp keeps them
         n_rows = int(np.prod(ne[1:])) if len(ne) > 1 else 1
         out.append(PlannedTensor(p, ne, t, n_rows * _row_bytes(t, ne[0])))
-    cp = ConversionPlan(spec.gguf_arch, hf_arch, out_type, kv, out)
+    cp = ConversionPlan(spec.gguf_arch, vlm or hf_arch, out_type, kv, out)
     cp.checkpoint = ckpt
     return cp
 
@@ -237,8 +244,8 @@ def convert(hf_dir: str, out_path: str, out_type: str = "F16", n_threads: int = 
         for key, value in cp.metadata:
             _add_kv(w, key, value)
         w.add_file_type(FTYPE_IDS[cp.file_type])
-        if cp.file_type not in ("F32", "F16", "BF16"):
-            w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+        if cp.file_type not in ("F32", "F16", "BF16") or dict(cp.metadata).get("general.type") == "model":
+            w.add_quantization_version(gguf.GGML_QUANT_VERSION)  # (VLM text files: always, as llama.cpp)
         for t in cp.tensors:
             shape = tuple(reversed(t.ne))
             if t.type == "F32":

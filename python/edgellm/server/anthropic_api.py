@@ -88,6 +88,18 @@ def _texts(content: Any) -> str:
     return content if isinstance(content, str) else "\n".join(b.text for b in content)
 
 
+def _tool_result_content(b: BaseModel, where: str) -> Any:
+    """A tool_result's content: its text, or (with image blocks) the text and image parts in
+    order, each image through the one converter every API's images take (vision.image_part)."""
+    prefix = "Error: " if b.is_error else ""
+    if isinstance(b.content, str) or not any(isinstance(x, W.ImageBlock) for x in b.content):
+        return prefix + _texts(b.content)
+    pieces: List[Any] = [prefix] if prefix else []
+    for j, x in enumerate(b.content):
+        pieces.append(media.part(x, f"{where}[{j}]") if isinstance(x, W.ImageBlock) else x.text)
+    return media.content(pieces)
+
+
 def _user_turn(blocks: Blocks, tool_names: Dict[str, str]) -> List[JSON]:
     """Tool results -> `role: tool` messages (first, as they answer the previous turn's calls),
     the text -> one user message."""
@@ -104,7 +116,7 @@ def _user_turn(blocks: Blocks, tool_names: Dict[str, str]) -> List[JSON]:
                               "invalid_value")
             out.append({"role": "tool", "tool_call_id": b.tool_use_id,
                         "name": tool_names[b.tool_use_id],
-                        "content": ("Error: " if b.is_error else "") + _texts(b.content)})
+                        "content": _tool_result_content(b, f"{where}.content")})
         else:
             raise _wrong_block(b.type, "user", where)
     if texts:

@@ -35,7 +35,7 @@ ThinkingBlock = of_type("thinking", Wire, thinking=str, signature=(Optional[str]
 RedactedThinkingBlock = of_type("redacted_thinking", Wire, data=(Optional[str], None))
 
 UNSUPPORTED_BLOCKS = {
-    "image": "images go in a user message's content",  # (not in system or tool_result blocks)
+    "image": "images go in a user message's content or a tool_result's",  # (not in system blocks)
     "document": "documents (PDF, plain-text or content sources): send the text as a text block",
     "search_result": "search results", "container_upload": "container uploads",
     "server_tool_use": "server tools", "web_search_tool_result": "server tools",
@@ -67,7 +67,20 @@ def _text_only(kind: Any) -> Refusal:
 
 TextBlocks = text_or(Annotated[TextBlock, tagged({"text": TextBlock}, _text_only)],
                      "text blocks")
-ToolResultBlock = of_type("tool_result", Wire, tool_use_id=str, content=(TextBlocks, ""),
+
+
+def _text_or_image(kind: Any) -> Refusal:
+    if isinstance(kind, str) and kind not in UNSUPPORTED_BLOCKS:
+        return Refusal("'{where}': only text and image blocks are allowed in a tool_result",
+                       param="{where}.type")
+    return _unknown_block(kind)
+
+
+# a tool's answer: text, and images (a screenshot tool's) where the model takes images
+ToolResultContent = text_or(Annotated[Union[TextBlock, ImageBlock],
+                                      tagged({"text": TextBlock, "image": ImageBlock}, _text_or_image)],
+                            "text and image blocks")
+ToolResultBlock = of_type("tool_result", Wire, tool_use_id=str, content=(ToolResultContent, ""),
                           is_error=(bool, False), cache_control=Cache)
 Blocks = text_or(Annotated[Union[TextBlock, ToolUseBlock, ToolResultBlock, ThinkingBlock,
                                  RedactedThinkingBlock, ImageBlock],

@@ -7,11 +7,14 @@ smart_resize to multiples of 28 px within [min_pixels, max_pixels], bicubic, CLI
 patches of 2 x 14 x 14 in 2 x 2 merge order) on the 20 images of tests/vision_images.py, twice:
 with Qwen2.5-VL's published pixel bounds and with a max_pixels small enough to shrink most of them; and the vision tower of a tiny random
 Qwen2_5_VLForConditionalGeneration (4 blocks, full attention in blocks 1 and 3, 112 px windows
-elsewhere; converted by llama.cpp's --mmproj to mmproj-qwen25vl-tiny.gguf) on 3 images.
+elsewhere; converted by llama.cpp's --mmproj to mmproj-qwen25vl-tiny.gguf and, F16,
+mmproj-qwen25vl-tiny-f16.gguf; the checkpoint kept as hf-qwen25vl/ for tests/test_vision_convert.py) on 3 images.
   qwen25vl.npz  pre_pixels_{k}_{j} (the processor's flattened patches) and pre_grid_{k}_{j}
                 (grid_t, grid_h, grid_w) for bounds k (BOUNDS) and image j;
                 tower_pixels_i, tower_grid_i, tower_embd_i (the merged embeddings, pooler_output)
-Recorded with torch 2.14.1 (CPU), transformers 5.25.0, Pillow 13.0.0."""
+Recorded with torch 2.14.1 (CPU), transformers 5.25.0, Pillow 13.0.0 (re-run with torch 2.14.1+cu130 on CPU:
+the same bytes). Where the venv's torchvision does not load, run with PYTHONPATH pointing at a
+sitecustomize.py holding `import sys; sys.modules['torchvision'] = None`."""
 import json
 import os
 import sys
@@ -72,7 +75,7 @@ def record_tower(out, llama_cpp):
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
     from make_smolvlm_fixtures import write_spm_tokenizer
-    from make_vision_fixtures import convert, load_back
+    from make_vision_fixtures import convert, keep_checkpoint, load_back
 
     cfg = Qwen2_5_VLConfig(text_config=TEXT, vision_config=VISION, image_token_id=404, video_token_id=405,
                            vision_start_token_id=402, vision_end_token_id=403, tie_word_embeddings=False)
@@ -96,6 +99,8 @@ def record_tower(out, llama_cpp):
         model = load_back(Qwen2_5_VLForConditionalGeneration, d)
         convert(llama_cpp, d, "qwen25vl-tiny", "qwen25vl-tiny.gguf")
         convert(llama_cpp, d, "qwen25vl-tiny", "mmproj-qwen25vl-tiny.gguf", mmproj=True)
+        convert(llama_cpp, d, "qwen25vl-tiny", "mmproj-qwen25vl-tiny-f16.gguf", "f16", mmproj=True)
+        keep_checkpoint(d, "qwen25vl")
     ip = Qwen2VLImageProcessorPil()
     for i, (h, w) in enumerate(TOWER_SHAPES):
         img = vision_images.to_pil((vision_images.image_array(h, w, 3, 300 + i), "RGB"))

@@ -7,7 +7,8 @@ patches -> 64 patches, pixel-shuffled 2x2 to 16 tokens a tile; the processor res
 edge to 192 px, so an image is up to 3 x 3 tiles plus the global image; text: a 4-layer Llama on
 tests/data/hf/spm.model plus SmolVLM's added tokens), saves it in the published layout
 (model.text_model.*, model.vision_model.*, model.connector.*), converts it with llama.cpp's
-converter (smolvlm-tiny.gguf, F32, and mmproj-smolvlm-tiny.gguf, `--mmproj`) and records with
+converter (smolvlm-tiny.gguf, F32, and mmproj-smolvlm-tiny.gguf, `--mmproj`; mmproj-smolvlm-tiny-f16.gguf,
+F16), keeps the checkpoint as hf-smolvlm/ (for tests/test_vision_convert.py) and records with
 transformers' own SmolVLMProcessor (PIL image backend) and model:
   smolvlm.npz  per reference image i: prompt_i (rendered chat text), ids_i (input_ids),
                pixels_i (pixel_values: tiles then the global image), logprobs_i (first-step
@@ -184,6 +185,9 @@ def main():
         proc, ip = processor()
         convert(llama_cpp, d, "smolvlm-tiny", "smolvlm-tiny.gguf")
         convert(llama_cpp, d, "smolvlm-tiny", "mmproj-smolvlm-tiny.gguf", mmproj=True)
+        convert(llama_cpp, d, "smolvlm-tiny", "mmproj-smolvlm-tiny-f16.gguf", "f16", mmproj=True)
+        from make_vision_fixtures import keep_checkpoint
+        keep_checkpoint(d, "smolvlm")
 
         for i, q in enumerate(QUESTIONS):
             img = reference_image(i)

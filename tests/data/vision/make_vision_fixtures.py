@@ -8,7 +8,9 @@ widths, 6 layers in Gemma 3's 5 local : 1 global pattern (the one llama.cpp's co
 it writes no pattern key) with an 8-token window, so image blocks straddle the window, on
 tests/data/hf/spm.model plus Gemma 3's five added tokens), saves it as a checkpoint,
 converts it with llama.cpp's converter (gemma3-tiny.gguf, F32, and mmproj-gemma3-tiny.gguf,
-`--mmproj`; mmproj-gemma3-tiny-f16.gguf, F16 as published projectors are), and records with transformers' own Gemma3Processor (PIL image backend) and model:
+`--mmproj`; mmproj-gemma3-tiny-f16.gguf, F16 as published projectors are), keeps the checkpoint
+as hf-gemma3/ (tests/test_vision_convert.py converts it with `edgellm convert` and compares with
+these files), and records with transformers' own Gemma3Processor (PIL image backend) and model:
   gemma3.npz  per reference image i: prompt_i (rendered chat text), ids_i (input_ids),
               pixels_i (pixel_values), logprobs_i (first-step log-softmax), greedy_i (8 tokens);
               pre_pixels_j for the 20 preprocessing images of tests/vision_images.py
@@ -200,6 +202,14 @@ def convert(llama_cpp, d, name, out, outtype="f32", mmproj=False):
                    check=True, env=env)
 
 
+def keep_checkpoint(d, name):
+    """Copies the checkpoint folder `d` to hf-<name>/ beside this script: tests convert it with
+    `edgellm convert` (no torch) and compare with the llama.cpp files converted from it here."""
+    dst = os.path.join(HERE, f"hf-{name}")
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(d, dst)
+
+
 def greedy_reference(model, ids, n, step):
     """(first step's log-softmax as float32, n greedy tokens): step(ids) gives the forward's other
     inputs for the ids so far."""
@@ -269,6 +279,7 @@ def main():
         convert(llama_cpp, d, "gemma3-tiny", "gemma3-tiny.gguf")
         convert(llama_cpp, d, "gemma3-tiny", "mmproj-gemma3-tiny.gguf", mmproj=True)
         convert(llama_cpp, d, "gemma3-tiny", "mmproj-gemma3-tiny-f16.gguf", "f16", mmproj=True)
+        keep_checkpoint(d, "gemma3")
 
         for i, q in enumerate(QUESTIONS):
             img = Image.open(os.path.join(HERE, f"image{i}.png"))
