@@ -95,9 +95,8 @@ class ResponseStore:
     bytes (each measured as its JSON: input items the template never renders count too)."""
 
     def __init__(self, capacity: int = STORE_MAX, max_bytes: Optional[int] = None):
-        self.capacity = capacity
+        self.capacity, self.bytes = capacity, 0
         self.max_bytes = STORE_MAX_BYTES if max_bytes is None else max_bytes
-        self.bytes = 0
         self._items: "OrderedDict[str, StoredResponse]" = OrderedDict()
 
     def put(self, rid: str, stored: StoredResponse) -> bool:
@@ -106,22 +105,19 @@ class ResponseStore:
         stored.size = stored.measure()
         if stored.size > self.max_bytes:
             return False
-        self._items[rid] = stored
-        self.bytes += stored.size
+        self._items[rid], self.bytes = stored, self.bytes + stored.size
         while len(self._items) > self.capacity or self.bytes > self.max_bytes:
             self.bytes -= self._items.popitem(last=False)[1].size
         return True
 
     def get(self, rid: str) -> Optional[StoredResponse]:
-        stored = self._items.get(rid)
-        if stored is not None:
+        if rid in self._items:
             self._items.move_to_end(rid)
-        return stored
+        return self._items.get(rid)
 
     def delete(self, rid: str) -> bool:
         stored = self._items.pop(rid, None)
-        if stored is not None:
-            self.bytes -= stored.size
+        self.bytes -= 0 if stored is None else stored.size
         return stored is not None
 
     def __len__(self) -> int:
@@ -326,8 +322,7 @@ class ResponseEncoder(Encoder):
 class ResponsesAPI:
     def __init__(self, routes, store: Optional[ResponseStore] = None):
         self.host = getattr(routes, "host", routes)  # the OpenAI Routes, or the EngineHost
-        self.config = self.host.config
-        self.life = Lifecycle(self.host)
+        self.config, self.life = self.host.config, Lifecycle(self.host)
         self.store = store if store is not None else ResponseStore()  # an empty one is falsy
 
     def _stored(self, rid: str) -> StoredResponse:
@@ -373,8 +368,7 @@ class ResponsesAPI:
     async def delete(self, request: Request) -> Response:
         async def work() -> Response:
             rid = request.path_params["response_id"]
-            self._stored(rid)
-            self.store.delete(rid)
+            self._stored(rid) and self.store.delete(rid)
             return JSONResponse(W.Deleted(id=rid).model_dump())
         return await self.life.answer(ENDPOINT, work)
 
@@ -398,8 +392,7 @@ class ResponsesAPI:
         async def plan(llm) -> Generation:
             req = parse_request(await read_json(request), media.takes_images(llm))
             history = self._history(req)
-            messages = conversation(req, history)
-            params = self.host.sampling_params(req.sampling)
+            messages, params = conversation(req, history), self.host.sampling_params(req.sampling)
             return Generation(lambda: [open_chat(llm, messages, params, req)],
                               ResponseEncoder(self, req, params, history), stream=req.stream,
                               param="input")
