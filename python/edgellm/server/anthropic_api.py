@@ -1,13 +1,10 @@
 """Anthropic's Messages API: `POST /v1/messages` and `POST /v1/messages/count_tokens`.
 
-A request is parsed by its wire model (anthropic_models.py: an unknown field is a 400, as on
-the OpenAI routes), turned into OpenAI-style chat messages and tools, and run through the shared
-chat API (`llm.chat_stream_chunks`), whose chunks carry parsed `ChatDelta`s: content, reasoning
-and tool-call fragments. `MessageBuilder` turns those deltas into Anthropic content blocks
-(`text`, `thinking`, `tool_use`) and, when streaming, into Anthropic's named SSE events. The
-request's life -- admission, the first chunk raced against disconnect and deadline, in-band
-errors, metrics -- is lifecycle.py's; only the shapes are this module's. Errors use Anthropic's
-envelope `{"type": "error", "error": {"type", "message"}}`.
+A request, parsed by its wire model (anthropic_models.py), becomes OpenAI-style chat messages
+and tools for the shared chat API (`llm.chat_stream_chunks`); `MessageBuilder` turns its
+ChatDeltas into Anthropic content blocks (`text`, `thinking`, `tool_use`) and named SSE events.
+The request's life is lifecycle.py's. Errors use Anthropic's envelope
+`{"type": "error", "error": {"type", "message"}}`.
 """
 import json
 import logging
@@ -21,9 +18,9 @@ from starlette.responses import JSONResponse, Response
 from .. import sampling_fields
 from . import anthropic_models as W
 from . import media
+from .answer_items import ItemAssembler
 from .errors import APIError, invalid
 from .lifecycle import Encoder, Generation, Lifecycle, off_loop, read_json
-from .answer_items import ItemAssembler
 from .wire import chunk_delta, named_event, new_id, parse
 
 log = logging.getLogger("edgellm.server")
@@ -105,10 +102,8 @@ def _user_turn(blocks: Blocks, tool_names: Dict[str, str]) -> List[JSON]:
     the text -> one user message."""
     out, texts = [], []
     for where, b in blocks:
-        if isinstance(b, W.TextBlock):
-            texts.append(b.text)
-        elif isinstance(b, W.ImageBlock):
-            texts.append(media.part(b, where))
+        if isinstance(b, (W.TextBlock, W.ImageBlock)):
+            texts.append(b.text if isinstance(b, W.TextBlock) else media.part(b, where))
         elif isinstance(b, W.ToolResultBlock):
             if b.tool_use_id not in tool_names:
                 raise invalid(f"'{where}.tool_use_id' {b.tool_use_id!r} answers no tool_use block "
@@ -138,12 +133,9 @@ def _assistant_turn(blocks: Blocks, tool_names: Dict[str, str]) -> JSON:
             thoughts.append(b.thinking)
         else:
             raise _wrong_block(b.type, "assistant", where)
-    msg: JSON = {"role": "assistant", "content": "\n".join(texts)}
-    if calls:
-        msg["tool_calls"] = calls
-    if thoughts:
-        msg["reasoning_content"] = "\n".join(thoughts)
-    return msg
+    return {"role": "assistant", "content": "\n".join(texts), **({"tool_calls": calls} if calls
+                                                                  else {}),
+            **({"reasoning_content": "\n".join(thoughts)} if thoughts else {})}
 
 
 def convert_messages(body: W.CountTokensBody) -> List[JSON]:
@@ -165,10 +157,8 @@ def convert_messages(body: W.CountTokensBody) -> List[JSON]:
                       f"messages[{len(body.messages) - 1}]", "unsupported")
     tool_names: Dict[str, str] = {}  # tool_use id -> tool name, for the tool results
     for role, blocks in turns:
-        if role == "user":
-            out.extend(_user_turn(blocks, tool_names))
-        else:
-            out.append(_assistant_turn(blocks, tool_names))
+        out += _user_turn(blocks, tool_names) if role == "user" else \
+            [_assistant_turn(blocks, tool_names)]
     return out
 
 
@@ -194,27 +184,21 @@ def parse_messages(raw: Any, model=W.MessagesBody, images: bool = False) -> Mess
         req.max_tokens, req.stop_sequences, req.stream = body.max_tokens, body.stop_sequences, \
             body.stream
         # the sampling fields by edgellm.sampling_fields' Anthropic names (stop_sequences -> stop)
-        req.sampling = {f: getattr(body, w) for w, f in ANTHROPIC_SAMPLING.items()
+        req.sampling = {f: getattr(body, w) for w, f in
+                        sampling_fields.wire_names("anthropic").items()
                         if getattr(body, w) not in (None, [])}
         if body.output_config is not None and body.output_config.format is not None:
             req.sampling["json_schema"] = body.output_config.format.schema_
     return req
 
 
-ANTHROPIC_SAMPLING = sampling_fields.wire_names("anthropic")
-
-
 # --- calling the engine ----------------------------------------------------------------------------
 
 def count_prompt_tokens(llm, req: MessagesRequest) -> int:
     """The rendered prompt's size, as the chat API renders it (tool_choice none: no tools)."""
-    inner = getattr(llm, "llm", llm)  # AsyncLLM wraps the synchronous LLM
-    kw: JSON = {}
-    if req.tools and req.tool_choice != "none":
-        kw["tools"] = req.tools
-    if req.chat_template_kwargs:
-        kw["chat_template_kwargs"] = req.chat_template_kwargs
-    return len(inner.chat_prompt_ids(req.messages, **kw))
+    kw = {k: v for k, v in req.chat_kwargs().items() if k == "chat_template_kwargs" or
+          k == "tools" and req.tool_choice != "none"}
+    return len(getattr(llm, "llm", llm).chat_prompt_ids(req.messages, **kw))  # AsyncLLM: .llm
 
 
 def fit_context(req: MessagesRequest, n_prompt: int, n_ctx: Optional[int],
@@ -232,10 +216,8 @@ def fit_context(req: MessagesRequest, n_prompt: int, n_ctx: Optional[int],
 # --- the answer ------------------------------------------------------------------------------------
 
 def tool_use_id(call_id: Optional[str]) -> str:
-    if not call_id:
-        return new_id("toolu_", 24)
-    return call_id if call_id.startswith("toolu_") else \
-        "toolu_" + (call_id[5:] if call_id.startswith("call_") else call_id)
+    return new_id("toolu_", 24) if not call_id else call_id if call_id.startswith("toolu_") \
+        else "toolu_" + (call_id[5:] if call_id.startswith("call_") else call_id)
 
 
 def _tool_input(args: str) -> JSON:
@@ -257,17 +239,13 @@ class MessageBuilder(ItemAssembler):
         self.msg = W.MessageOut(id=new_id("msg_", 24), model=model,
                                 usage=W.Usage(input_tokens=input_tokens))
         super().__init__(self.msg.content)
-        self.blocks = self.items
-        self.req = req
+        self.blocks, self.req = self.items, req
         self._args: Dict[int, str] = {}      # tool_use block index -> argument JSON text
         self._late: set = set()              # tool_use blocks continued after they closed
 
     stop_reason = property(lambda self: self.msg.stop_reason)
     stop_sequence = property(lambda self: self.msg.stop_sequence)
     add = ItemAssembler.feed
-
-    def start(self) -> JSON:
-        return W.MessageStart(message=self.msg).model_dump()
 
     def begin(self, kind: str, tc) -> List[JSON]:
         block = W.OutText() if kind == "text" else W.OutThinking() if kind == "reasoning" else \
@@ -337,9 +315,7 @@ class MessageEncoder(Encoder):
     """The lifecycle's view of a MessageBuilder: Anthropic's named events, its envelope."""
 
     def __init__(self, builder: MessageBuilder):
-        self.builder = builder
-        self.headers = {"request-id": new_id("req_", 24)}
-        self._events: List[JSON] = []
+        self.builder, self.headers, self._events = builder, {"request-id": new_id("req_", 24)}, []
 
     def add(self, index: int, chunk) -> None:
         self._events = self.builder.add(chunk_delta(chunk))
@@ -347,7 +323,7 @@ class MessageEncoder(Encoder):
             self._events += self.builder.finish(chunk)
 
     def start(self) -> List[JSON]:
-        return [self.builder.start(), W.Ping().model_dump()]
+        return [W.MessageStart(message=self.builder.msg).model_dump(), W.Ping().model_dump()]
 
     def events(self, index: int, chunk) -> List[JSON]:
         return self._events

@@ -3,13 +3,13 @@ an unknown field a 400 naming it) and the message, content blocks and stream eve
 with. What they mean for the engine is anthropic_api.py's."""
 from typing import Any, Dict, List, Literal, Optional, Union
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import Field, model_validator
 from typing_extensions import Annotated
 
 from .. import validation as V
 from .errors import invalid
 from .media import TEXT_ONLY, image_part_model
-from .wire import Int, Refusal, Wire, bad_type, of_type, rule, shape, tagged, text_or
+from .wire import Int, Refusal, Wire, bad_type, of_type, one_of, refuse, rule, shape, text_or
 
 JSON = Dict[str, Any]
 Display = (Literal["summarized", "omitted"], "summarized")
@@ -22,14 +22,8 @@ CacheControl = shape("CacheControl", Wire, type=Literal["ephemeral"],
 Cache = (Optional[CacheControl], None)
 
 
-def _no_citations(v: Any) -> Any:
-    if v:
-        raise Refusal("'{where}': citations are not supported", "unsupported")
-    return v
-
-
-TextBlock = of_type("text", Wire, text=str, cache_control=Cache,
-                    citations=(Annotated[Optional[List[Any]], AfterValidator(_no_citations)], None))
+TextBlock = of_type("text", Wire, text=str, cache_control=Cache, citations=(Annotated[
+    Optional[List[Any]], refuse(bool, "'{where}': citations are not supported")], None))
 ToolUseBlock = of_type("tool_use", Wire, id=str, name=str, input=Dict[str, Any], cache_control=Cache)
 ThinkingBlock = of_type("thinking", Wire, thinking=str, signature=(Optional[str], None))
 RedactedThinkingBlock = of_type("redacted_thinking", Wire, data=(Optional[str], None))
@@ -65,8 +59,7 @@ def _text_only(kind: Any) -> Refusal:
     return _unknown_block(kind)
 
 
-TextBlocks = text_or(Annotated[TextBlock, tagged({"text": TextBlock}, _text_only)],
-                     "text blocks")
+TextBlocks = text_or(one_of({"text": TextBlock}, _text_only), "text blocks")
 
 
 def _text_or_image(kind: Any) -> Refusal:
@@ -77,46 +70,25 @@ def _text_or_image(kind: Any) -> Refusal:
 
 
 # a tool's answer: text, and images (a screenshot tool's) where the model takes images
-ToolResultContent = text_or(Annotated[Union[TextBlock, ImageBlock],
-                                      tagged({"text": TextBlock, "image": ImageBlock}, _text_or_image)],
+ToolResultContent = text_or(one_of({"text": TextBlock, "image": ImageBlock}, _text_or_image),
                             "text and image blocks")
 ToolResultBlock = of_type("tool_result", Wire, tool_use_id=str, content=(ToolResultContent, ""),
                           is_error=(bool, False), cache_control=Cache)
-Blocks = text_or(Annotated[Union[TextBlock, ToolUseBlock, ToolResultBlock, ThinkingBlock,
-                                 RedactedThinkingBlock, ImageBlock],
-                           tagged({"text": TextBlock, "tool_use": ToolUseBlock,
-                                   "tool_result": ToolResultBlock, "thinking": ThinkingBlock,
-                                   "redacted_thinking": RedactedThinkingBlock,
-                                   "image": ImageBlock}, _unknown_block)],
-                 "content blocks")
+Blocks = text_or(one_of({"text": TextBlock, "tool_use": ToolUseBlock, "tool_result": ToolResultBlock,
+                         "thinking": ThinkingBlock, "redacted_thinking": RedactedThinkingBlock,
+                         "image": ImageBlock}, _unknown_block), "content blocks")
 
 
-class Message(Wire):
-    role: str
-    content: Annotated[Blocks, Field(min_length=1)]
-
-    @field_validator("role")
-    @classmethod
-    def _user_or_assistant(cls, v):
-        if v not in ("user", "assistant"):
-            raise Refusal(f"'{{where}}' must be 'user' or 'assistant', got {V.short(v)} (put "
-                          "system prompts in the top-level 'system' field)")
-        return v
-
-
-class Tool(Wire):
-    type: Literal["custom"] = "custom"
-    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,128}$")]
-    description: Optional[str] = None
-    input_schema: Dict[str, Any]
-    cache_control: Optional[CacheControl] = None
-
-    @field_validator("input_schema")
-    @classmethod
-    def _an_object(cls, v):
-        if v.get("type") != "object":
-            raise Refusal("'{where}.type' must be 'object'", param="{where}.type")
-        return v
+Message = shape("Message", Wire, role=Annotated[str, refuse(
+    lambda v: v not in ("user", "assistant"), "'{where}' must be 'user' or 'assistant', got {v} "
+    "(put system prompts in the top-level 'system' field)", "invalid_value")],
+    content=Annotated[Blocks, Field(min_length=1)])
+Tool = shape("Tool", Wire, type=(Literal["custom"], "custom"),
+             name=Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,128}$")],
+             description=(Optional[str], None), input_schema=Annotated[Dict[str, Any], refuse(
+                 lambda v: v.get("type") != "object", "'{where}.type' must be 'object'",
+                 "invalid_value", "{where}.type")],
+             cache_control=(Optional[CacheControl], None))
 
 
 def _server_tool(kind: Any) -> Refusal:
@@ -151,12 +123,11 @@ class CountTokensBody(Wire):
     model: str
     messages: Annotated[List[Message], Field(min_length=1)]
     system: Optional[TextBlocks] = None
-    tools: Optional[List[Annotated[Tool, tagged({"custom": Tool, None: Tool}, _server_tool)]]] = None
-    tool_choice: Optional[Annotated[Union[ChoiceAuto, ChoiceTool, ChoiceNone], tagged(
-        {"auto": ChoiceAuto, "any": ChoiceAuto, "tool": ChoiceTool, "none": ChoiceNone})]] = None
-    thinking: Optional[Annotated[Union[ThinkingEnabled, ThinkingAdaptive, ThinkingDisabled],
-                                 tagged({"enabled": ThinkingEnabled, "adaptive": ThinkingAdaptive,
-                                         "disabled": ThinkingDisabled})]] = None
+    tools: Optional[List[one_of({"custom": Tool, None: Tool}, _server_tool)]] = None
+    tool_choice: Optional[one_of({"auto": ChoiceAuto, "any": ChoiceAuto, "tool": ChoiceTool,
+                                  "none": ChoiceNone})] = None
+    thinking: Optional[one_of({"enabled": ThinkingEnabled, "adaptive": ThinkingAdaptive,
+                               "disabled": ThinkingDisabled})] = None
     cache_control: Optional[CacheControl] = None
 
     @model_validator(mode="after")

@@ -1,30 +1,23 @@
-"""Embedding endpoints (docs/SERVER.md "Embeddings"):
+"""Embedding endpoints (docs/SERVER.md "Embeddings"): OpenAI's `POST /v1/embeddings` (`input`,
+`encoding_format` "float" | "base64": little-endian float32, as OpenAI's SDKs decode;
+`dimensions` only the model's width; pooling "none" refused: it is not OpenAI-shaped) and
+llama-server's `POST /embedding` and `/embeddings` (`content` or `input`, `embd_normalize`;
+[{"index", "embedding": [[...], ...]}]: one row when pooled, one per token, unnormalised, with
+`--pooling none`).
 
-- `POST /v1/embeddings` — OpenAI's: `input` (a string, strings, token ids, token-id lists),
-  `encoding_format` "float" | "base64" (little-endian float32, as OpenAI's SDKs decode),
-  `model` / `user` accepted, `dimensions` only if it equals the model's width. Answers
-  {"object": "list", "data": [{"object": "embedding", "index", "embedding"}], "model",
-  "usage": {"prompt_tokens", "total_tokens"}}. Pooling "none" is refused (not OpenAI-shaped).
-- `POST /embedding` and `POST /embeddings` — llama-server's native ones: `content` or `input`,
-  `embd_normalize`; answers [{"index", "embedding": [[...], ...]}] — one row when pooled, one
-  per token (unnormalised) with `--pooling none`.
-
-Inputs take llama-server's shapes: besides OpenAI's, a prompt may mix strings and token ids
-([12, "text", 34]), or be {"prompt_string": ...} or {"content": [{"type": "text", "text"}]}.
-Text is tokenized with special tokens added and parsed, as llama-server does. Every input of a
-request is submitted at once (AsyncLLM.embeddings), so the engine batches them together and
-with whatever else is running; a disconnect or the --timeout aborts them all.
+Inputs take llama-server's prompt shapes (llamacpp_api.split_prompts), text tokenized with
+special tokens added and parsed, as llama-server does. Every input of a request is submitted at
+once (AsyncLLM.embeddings), so the engine batches them together and with whatever else is
+running; a disconnect or the --timeout aborts them all.
 """
 import base64
-import logging
 import time
 from typing import Literal, Optional
 
 import numpy as np
+from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-
-from pydantic import Field
 from typing_extensions import Annotated
 
 from .errors import APIError, invalid
@@ -33,8 +26,6 @@ from .llamacpp_api import split_prompts, tokenize_pieces
 from .protocol import checked
 from .routes import Routes
 from .wire import Wire, parse
-
-log = logging.getLogger("edgellm.server")
 
 _INPUT = {"anyOf": [{"type": "string"}, {"type": "array"}, {"type": "object"}]}
 
@@ -53,10 +44,8 @@ class EmbeddingsBody(Wire):
 
 class EmbeddingRoutes:
     def __init__(self, routes: Routes):
-        self.life = routes.life
-        self.host = routes.host
-        self.config = routes.config
-        self.metrics = routes.metrics
+        self.life, self.host, self.config, self.metrics = \
+            routes.life, routes.host, routes.config, routes.metrics
 
     async def v1_embeddings(self, request: Request) -> Response:
         return await self._handle(request, oai=True)
@@ -64,12 +53,8 @@ class EmbeddingRoutes:
     async def native(self, request: Request) -> Response:
         return await self._handle(request, oai=False)
 
-    def _pooling(self, inner) -> str:
-        return getattr(self.config, "pooling", None) or getattr(inner, "default_pooling", "mean")
-
     async def _handle(self, request: Request, oai: bool) -> Response:
-        endpoint = "embeddings"
-        t0 = time.monotonic()
+        endpoint, t0 = "embeddings", time.monotonic()
         try:
             llm = self.host.require_ready()
             inner = getattr(llm, "llm", llm)
@@ -83,12 +68,12 @@ class EmbeddingRoutes:
                 param, raw, oai = "content", body.content, False  # llama-server: content = native
             else:
                 raise invalid("'input' or 'content' must be provided", "input", "missing_field")
-            pooling = self._pooling(inner)
+            pooling = getattr(self.config, "pooling", None) or getattr(inner, "default_pooling",
+                                                                       "mean")
             if oai and pooling == "none":
                 raise invalid("pooling 'none' gives one vector per token, which is not "
                               "OpenAI-shaped: use POST /embeddings, or serve with another "
                               "--pooling", "input", "unsupported")
-            fmt = body.encoding_format
             width = getattr(inner, "n_embd", None)
             if body.dimensions is not None and body.dimensions != width:
                 raise invalid(f"'dimensions' {body.dimensions} is not supported: this model's "
@@ -112,16 +97,14 @@ class EmbeddingRoutes:
                                               normalize=normalize, pooling=pooling)
         if ended is not None:
             return ended
-
         self.metrics.tokens(prompt=result.prompt_tokens)
         self.metrics.request_done(endpoint, 200)
         if not oai:
             return JSONResponse([{"index": i, "embedding": np.atleast_2d(v).tolist()}
                                  for i, v in enumerate(result.data)])
         data = [{"object": "embedding", "index": i, "embedding": base64.b64encode(
-            np.asarray(v, dtype="<f4").tobytes()).decode("ascii") if fmt == "base64" else v.tolist()}
-            for i, v in enumerate(result.data)]
+            np.asarray(v, dtype="<f4").tobytes()).decode("ascii")
+            if body.encoding_format == "base64" else v.tolist()} for i, v in enumerate(result.data)]
         n = result.prompt_tokens
         return JSONResponse({"object": "list", "data": data, "model": self.config.model_id,
                              "usage": {"prompt_tokens": n, "total_tokens": n}})
-

@@ -13,41 +13,35 @@ server: an unknown field is a 400 naming it; fields llama.cpp clients send routi
 nothing here (id_slot, samplers, ...) are accepted and listed in docs/SERVER.md.
 """
 import copy
-import os
 import inspect
 import json
-import logging
 import math
+import os
 import time
 from typing import Any, Dict, List, Optional, Union
 
+from pydantic import Field, create_model
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 import edgellm
 
-from pydantic import Field, create_model
-
 from .. import sampling_fields
 from .. import validation as V
 from .. import vision
 from . import protocol
+from .answer_items import Answer
 from .errors import APIError, invalid
-from .metrics import family
 from .lifecycle import (Encoder, Generation, check_token_ids, context_error, engine_error,
                         off_loop, read_json)
-from .answer_items import Answer
+from .metrics import family
 from .progress import (native_timings, progress_of, progress_timings, prompt_progress,
                        running_timings)
 from .protocol import _INT, _NUM, checked
 from .wire import Wire, parse, shape
 
-log = logging.getLogger("edgellm.server")
-
 JSON = Dict[str, Any]
 MAX_PROMPTS = 64
-
-# --- errors in llama-server's types -----------------------------------------------------------
 
 
 def exceed_context(n_prompt: int, n_ctx: int) -> APIError:
@@ -71,9 +65,8 @@ def _logit_bias(v, name):
     for i, p in enumerate(v if isinstance(v, list) else ()):
         if not (isinstance(p, list) and len(p) == 2):
             raise V.fail(f"'{name}[{i}]' must be a [token, bias] pair", name)
-    pairs = v.items() if isinstance(v, dict) else [tuple(p) for p in v]
     out = []
-    for key, bias in pairs:
+    for key, bias in v.items() if isinstance(v, dict) else map(tuple, v):
         if bias is False:
             bias = -100.0
         elif isinstance(bias, bool) or not isinstance(bias, (int, float)):
@@ -156,7 +149,7 @@ def _body_model(name: str, doc: str, fields: JSON):
 def _pieces(v, where):
     if isinstance(v, str):
         return [v]
-    if isinstance(v, list) and all(_is_id(x) or isinstance(x, str) for x in v):
+    if isinstance(v, list) and all(type(x) is int and x >= 0 or isinstance(x, str) for x in v):
         return list(v)
     raise V.fail(f"'{where}' must be a string or an array of token ids and strings", where,
                  "invalid_type")
@@ -195,73 +188,64 @@ def split_prompts(v: Any, param: str = "prompt", limit: Optional[int] = MAX_PROM
     prompts, at most `limit`). `media`: multimodal_data is taken (a MediaPrompt). A failure is a
     400 naming `param`.
     """
+    def fail(message, code="invalid_type"):
+        return invalid(message, param, code)
+
     def one(p, where) -> List[Piece]:
         if isinstance(p, str):
             return [p]
-        if isinstance(p, dict):
-            if "content" in p:
-                return [_text_parts(p["content"], where, param)]
-            extra = set(p) - {"prompt_string", "multimodal_data"}
-            if extra:
-                raise invalid(f"unknown field '{where}.{sorted(extra)[0]}'", param, "unknown_field")
-            if p.get("multimodal_data") and media:
-                return media_prompt(p, where, param)
-            if p.get("multimodal_data"):
-                raise invalid(f"'{where}.multimodal_data': this model takes no images or audio",
-                              param, "unsupported")
-            if isinstance(p.get("prompt_string"), (str, list)):
-                return one(p["prompt_string"], where + ".prompt_string")
-            raise invalid(f"'{where}' must have 'content' or a 'prompt_string' string or array",
-                          param, "invalid_type")
         if isinstance(p, list) and p:
             for k, x in enumerate(p):
                 if type(x) is int and x < 0:
-                    raise invalid(f"'{where}[{k}]': token id {x} is negative", param,
-                                  "invalid_value")
+                    raise fail(f"'{where}[{k}]': token id {x} is negative", "invalid_value")
                 if type(x) is not int and not isinstance(x, str):
-                    raise invalid(f"'{where}[{k}]' must be a string or a token id, got "
-                                  f"{V.type_name(x)}", param, "invalid_type")
+                    raise fail(f"'{where}[{k}]' must be a string or a token id, got "
+                               f"{V.type_name(x)}")
             return list(p)
-        raise invalid(f"'{where}' must be a string, an array of token ids (and strings) or an "
-                      f"object, got {V.type_name(p)}", param, "invalid_type")
+        if not isinstance(p, dict):
+            raise fail(f"'{where}' must be a string, an array of token ids (and strings) or an "
+                       f"object, got {V.type_name(p)}")
+        if "content" in p:
+            parts = p["content"]
+            if not isinstance(parts, list):
+                raise fail(f"'{where}.content' must be an array of {{\"type\": \"text\"}} parts, "
+                           f"got {V.type_name(parts)}")
+            for k, part in enumerate(parts):
+                if not isinstance(part, dict) or part.get("type") != "text" \
+                        or not isinstance(part.get("text"), str):
+                    raise fail(f"'{where}.content[{k}]' must be a {{\"type\": \"text\", \"text\": "
+                               "...}} part: only text parts are supported (this model takes no "
+                               "images, audio or video)", "invalid_value")
+            return ["".join(part["text"] for part in parts)]
+        extra = set(p) - {"prompt_string", "multimodal_data"}
+        if extra:
+            raise fail(f"unknown field '{where}.{sorted(extra)[0]}'", "unknown_field")
+        text, data = p.get("prompt_string"), p.get("multimodal_data")
+        if data and not media:
+            raise fail(f"'{where}.multimodal_data': this model takes no images or audio",
+                       "unsupported")
+        if data:
+            if not isinstance(text, str):
+                raise fail(f"'{where}.prompt_string' must be a string (with a media marker "
+                           f"'{vision.MEDIA_MARKER}' per multimodal_data entry)")
+            if not isinstance(data, list):
+                raise fail(f"'{where}.multimodal_data' must be an array of base64 strings, got "
+                           f"{V.type_name(data)}")
+            out = MediaPrompt([text])
+            out.images = [vision.base64_part(d, f"{where}.multimodal_data[{k}]")
+                          for k, d in enumerate(data)]
+            out.where = where
+            return out
+        if isinstance(text, (str, list)):
+            return one(text, where + ".prompt_string")
+        raise fail(f"'{where}' must have 'content' or a 'prompt_string' string or array")
 
     if isinstance(v, list) and v and not any(type(x) is int for x in v):
         if limit is not None and len(v) > limit:
-            raise invalid(f"'{param}' has {len(v)} prompts, at most {limit} are allowed",
-                          param, "invalid_value")
+            raise fail(f"'{param}' has {len(v)} prompts, at most {limit} are allowed",
+                       "invalid_value")
         return [one(p, f"{param}[{i}]") for i, p in enumerate(v)]
     return [one(v, param)]
-
-
-def media_prompt(p: JSON, where: str, param: str) -> MediaPrompt:
-    text, data = p.get("prompt_string"), p["multimodal_data"]
-    if not isinstance(text, str):
-        raise invalid(f"'{where}.prompt_string' must be a string (with a media marker "
-                      f"'{vision.MEDIA_MARKER}' per multimodal_data entry)", param, "invalid_type")
-    if not isinstance(data, list):
-        raise invalid(f"'{where}.multimodal_data' must be an array of base64 strings, got "
-                      f"{V.type_name(data)}", param, "invalid_type")
-    out = MediaPrompt([text])
-    out.images = [vision.base64_part(d, f"{where}.multimodal_data[{k}]") for k, d in enumerate(data)]
-    out.where = where
-    return out
-
-
-def _text_parts(parts: Any, where: str, param: str = "prompt") -> str:
-    if not isinstance(parts, list):
-        raise invalid(f"'{where}.content' must be an array of {{\"type\": \"text\"}} parts, "
-                      f"got {V.type_name(parts)}", param, "invalid_type")
-    for k, part in enumerate(parts):
-        if not isinstance(part, dict) or part.get("type") != "text" \
-                or not isinstance(part.get("text"), str):
-            raise invalid(f"'{where}.content[{k}]' must be a {{\"type\": \"text\", \"text\": "
-                          "...}} part: only text parts are supported (this model takes no "
-                          "images, audio or video)", param, "invalid_value")
-    return "".join(part["text"] for part in parts)
-
-
-def _is_id(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
 def tokenize_pieces(llm, pieces: List[Piece], add_bos: bool = True) -> List[int]:
@@ -269,11 +253,8 @@ def tokenize_pieces(llm, pieces: List[Piece], add_bos: bool = True) -> List[int]
     leading text piece gets the model's BOS."""
     ids: List[int] = []
     for i, p in enumerate(pieces):
-        if isinstance(p, str):
-            ids += [int(t) for t in llm.tokenize(p, add_special=add_bos and i == 0,
-                                                 parse_special=True)]
-        else:
-            ids.append(int(p))
+        ids += [int(t) for t in llm.tokenize(p, add_special=add_bos and i == 0,
+                                             parse_special=True)] if isinstance(p, str) else [int(p)]
     return ids
 
 
@@ -288,26 +269,22 @@ def media_ids(llm, p: MediaPrompt) -> List[int]:
 
 # --- FIM tokens -------------------------------------------------------------------------------
 
-FIM_KINDS = {
-    # kind: (GGUF metadata key, vocabulary texts tried when the key is absent)
-    "pre": ("tokenizer.ggml.fim_pre_token_id", ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
-                                                "<|fim▁begin|>", "<PRE>", "▁<PRE>")),
-    "suf": ("tokenizer.ggml.fim_suf_token_id", ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
-                                                "<|fim▁hole|>", "<SUF>", "▁<SUF>")),
-    "mid": ("tokenizer.ggml.fim_mid_token_id", ("<|fim_middle|>", "<fim-middle>", "<fim_middle>",
-                                                "<|fim▁end|>", "<MID>", "▁<MID>")),
-    "rep": ("tokenizer.ggml.fim_rep_token_id", ("<|repo_name|>", "<repo_name>", "<reponame>")),
-    "sep": ("tokenizer.ggml.fim_sep_token_id", ("<|file_sep|>", "<file_sep>")),
+FIM_TEXTS = {  # kind: vocabulary texts tried when GGUF has no tokenizer.ggml.fim_KIND_token_id
+    "pre": ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<|fim▁begin|>", "<PRE>", "▁<PRE>"),
+    "suf": ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<|fim▁hole|>", "<SUF>", "▁<SUF>"),
+    "mid": ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<|fim▁end|>", "<MID>", "▁<MID>"),
+    "rep": ("<|repo_name|>", "<repo_name>", "<reponame>"),
+    "sep": ("<|file_sep|>", "<file_sep>"),
 }
+FIM_NEEDED = {"pre": "prefix", "suf": "suffix", "mid": "middle"}
 
 
 def fim_tokens(llm) -> Dict[str, Optional[int]]:
     inner = getattr(llm, "llm", llm)
-    md = getattr(inner, "metadata", None) or {}
-    tok = getattr(inner, "tokenizer", None)
+    md, tok = getattr(inner, "metadata", None) or {}, getattr(inner, "tokenizer", None)
     out: Dict[str, Optional[int]] = {}
-    for kind, (key, texts) in FIM_KINDS.items():
-        tid = md.get(key) if isinstance(md, dict) else None
+    for kind, texts in FIM_TEXTS.items():
+        tid = md.get(f"tokenizer.ggml.fim_{kind}_token_id") if isinstance(md, dict) else None
         if tid is None or (isinstance(tid, int) and tid < 0):
             tid = None
             for text in texts:
@@ -332,13 +309,11 @@ def _token_text(tok, tid) -> Optional[str]:
 def _bos_to_add(llm) -> Optional[int]:
     """The token the model puts before a prompt (its BOS when it adds one), else None."""
     try:
-        ids = list(llm.tokenize("a", add_special=True, parse_special=False))
-        plain = list(llm.tokenize("a", add_special=False, parse_special=False))
+        ids, plain = (list(llm.tokenize("a", add_special=s, parse_special=False))
+                      for s in (True, False))
     except Exception:  # noqa: BLE001
         return None
-    if len(ids) == len(plain) + 1 and ids[1:] == plain:
-        return int(ids[0])
-    return None
+    return int(ids[0]) if len(ids) == len(plain) + 1 and ids[1:] == plain else None
 
 
 def infill_prompt(llm, fim: Dict[str, Optional[int]], prefix: List[Piece], suffix: List[Piece],
@@ -350,29 +325,21 @@ def infill_prompt(llm, fim: Dict[str, Optional[int]], prefix: List[Piece], suffi
     extra files fill what the context has left beyond a batch and twice n_predict (keeping the
     most recent), as llama-server does.
     """
-    def tok(text):
-        return [int(t) for t in llm.tokenize(text, add_special=False, parse_special=False)]
+    def tok(pieces):
+        return [int(x) for p in pieces for x in (
+            llm.tokenize(p, add_special=False, parse_special=False) if isinstance(p, str) else [p])]
 
-    def mixed(pieces):
-        return [x for p in pieces for x in (tok(p) if isinstance(p, str) else [int(p)])]
-
-    extra_ids: List[int] = []
-    if fim.get("rep") is not None:
-        extra_ids += [fim["rep"]] + tok("myproject\n")
+    rep, sep = fim.get("rep"), fim.get("sep")
+    extra_ids = [rep] + tok(["myproject\n"]) if rep is not None else []
     for chunk in extra:
-        if fim.get("sep") is not None:
-            extra_ids += [fim["sep"]] + tok(chunk.get("filename", "tmp") + "\n")
-        else:
-            extra_ids += tok("\n\n--- snippet ---\n\n")
-        extra_ids += tok(chunk["text"])
-    if fim.get("sep") is not None:
-        extra_ids += [fim["sep"]] + tok("filename\n")
-
-    pre, suf = mixed(prefix), mixed(suffix)
-    n_pre = min(len(pre), 3 * (n_batch // 4))
-    n_suf = min(len(suf), max(0, n_batch // 4 - (2 + len(prompt_ids))))
-    pre = pre[len(pre) - n_pre:]
-    suf = suf[:n_suf]
+        extra_ids += [sep] + tok([chunk.get("filename", "tmp") + "\n"]) if sep is not None \
+            else tok(["\n\n--- snippet ---\n\n"])
+        extra_ids += tok([chunk["text"]])
+    if sep is not None:
+        extra_ids += [sep] + tok(["filename\n"])
+    pre, suf = tok(prefix), tok(suffix)
+    pre = pre[len(pre) - min(len(pre), 3 * (n_batch // 4)):]
+    suf = suf[:min(len(suf), max(0, n_batch // 4 - (2 + len(prompt_ids))))]
     n_extra = min(max(0, n_ctx - n_batch - 2 * (n_predict or 0)), len(extra_ids))
     out = extra_ids[len(extra_ids) - n_extra:] if n_extra else []
     bos = _bos_to_add(llm)
@@ -384,33 +351,30 @@ def infill_prompt(llm, fim: Dict[str, Optional[int]], prefix: List[Piece], suffi
 # --- the response objects ---------------------------------------------------------------------
 
 SAMPLERS = list(sampling_fields.LLAMACPP_CHAIN)
-
-
-def _attr(params, name, default=None):
-    return getattr(params, name, default) if params is not None else default
+_FIXED_SETTINGS = {  # what llama-server reports for features edgellm has no switch for
+    "grammar_lazy": False, "grammar_triggers": [], "preserved_tokens": [],
+    "chat_format": "Content-only", "reasoning_format": "none", "reasoning_in_content": False,
+    "generation_prompt": "", "speculative.types": "none", "backend_sampling": False, "lora": []}
 
 
 def generation_settings(params, fields: JSON, stream: bool = False) -> JSON:
     """llama-server's generation_settings (task params) for the effective SamplingParams."""
-    n_predict = -1 if _attr(params, "max_tokens") is None else int(params.max_tokens)
-    seed, stop = _attr(params, "seed"), _attr(params, "stop") or []
+    p = {k: getattr(params, k, None) for k in ("max_tokens", "seed", "stop", "ignore_eos",
+                                                "logit_bias", "logprobs", "grammar")}
+    n_predict = -1 if p["max_tokens"] is None else int(p["max_tokens"])
+    stop = p["stop"] or []
     return {
-        **sampling_fields.llamacpp_settings(params),
-        "seed": 0xFFFFFFFF if seed is None else seed,
+        **sampling_fields.llamacpp_settings(params), **copy.deepcopy(_FIXED_SETTINGS),
+        "seed": 0xFFFFFFFF if p["seed"] is None else p["seed"],
         "stop": [stop] if isinstance(stop, str) else list(stop),
         "max_tokens": n_predict, "n_predict": n_predict,
-        "ignore_eos": bool(_attr(params, "ignore_eos", False)), "stream": stream,
+        "ignore_eos": bool(p["ignore_eos"]), "stream": stream,
         # a ban (-inf) as llama-server reports it: false
         "logit_bias": [{"bias": b if math.isfinite(b) else False, "token": t}
-                       for t, b in sorted((_attr(params, "logit_bias") or {}).items())],
-        "n_probs": _attr(params, "logprobs") or 0, "min_keep": fields.get("min_keep", 0),
-        "grammar": _attr(params, "grammar") or "",
-        "grammar_lazy": False, "grammar_triggers": [], "preserved_tokens": [],
-        "chat_format": "Content-only", "reasoning_format": "none",
-        "reasoning_in_content": False, "generation_prompt": "",
-        "samplers": list(SAMPLERS), "speculative.types": "none",
+                       for t, b in sorted((p["logit_bias"] or {}).items())],
+        "n_probs": p["logprobs"] or 0, "min_keep": fields.get("min_keep", 0),
+        "grammar": p["grammar"] or "", "samplers": list(SAMPLERS),
         **{k: bool(fields.get(k, False)) for k in ("timings_per_token", "post_sampling_probs")},
-        "backend_sampling": False, "lora": [],
     }
 
 
@@ -453,10 +417,6 @@ class NativeEncoder(Encoder):
     def add(self, index: int, chunk) -> None:
         self.results[index].add(chunk)
 
-    def _final(self, r: Answer) -> JSON:
-        self.sent.add(r.index)
-        return self.api.final(r, self.fields, self.settings, self.stream, self.n_ctx)
-
     def response(self) -> Response:
         finals = [self._final(self.results[i]) for i in sorted(self.results)]
         return JSONResponse(finals[0] if len(finals) == 1 else finals)
@@ -489,16 +449,43 @@ class NativeEncoder(Encoder):
                 chunk.logprobs, bool(self.fields.get("post_sampling_probs")))
         return out
 
+    def _final(self, r: Answer) -> JSON:
+        self.sent.add(r.index)
+        fields, llm, n_prompt, n_gen = self.fields, self.api.host.llm, len(r.prompt_ids), len(r.tokens)
+        word = r.stop_reason if r.finish_reason == "stop" and isinstance(r.stop_reason, str) else ""
+        # llama-server: the context filled up -- generation stopped there, or (--context-shift)
+        # the context was shifted to go on
+        truncated = (bool(self.n_ctx) and r.finish_reason == "length" and
+                     n_prompt + n_gen >= self.n_ctx) or bool((r.timings or {}).get("context_shifts"))
+        try:
+            prompt_text = llm.detokenize(r.prompt_ids) if llm is not None else ""
+        except Exception:  # noqa: BLE001
+            prompt_text = ""
+        out = {"index": r.index, "content": "" if self.stream else r.text,
+               "tokens": [] if self.stream or not fields.get("return_tokens") else list(r.tokens),
+               "id_slot": 0, "stop": True, "model": self.api.config.model_id,
+               "tokens_predicted": n_gen, "tokens_evaluated": n_prompt,
+               "generation_settings": self.settings,
+               "prompt": prompt_text if isinstance(prompt_text, str) else "",
+               "has_new_line": "\n" in r.text, "truncated": truncated,
+               "stop_type": "word" if word else {"stop": "eos", "length": "limit"}.get(
+                   r.finish_reason, "none"),
+               "stopping_word": word, "tokens_cached": n_prompt + n_gen,
+               "timings": native_timings(r.timings, getattr(r.usage, "cached_tokens", 0) or 0)}
+        if not self.stream and fields.get("n_probs"):
+            out["completion_probabilities"] = probs_json(r.logprobs,
+                                                         fields.get("post_sampling_probs", False))
+        return pick_fields(out, fields["response_fields"]) if fields.get("response_fields") \
+            else out
+
 
 # --- the endpoints --------------------------------------------------------------------------------
 
 class LlamaCppAPI:
     def __init__(self, routes):
         self.routes = routes          # the OpenAI routes (metrics_text)
-        self.life = routes.life
-        self.host = routes.host
-        self.config = routes.config
-        self.metrics = routes.metrics
+        self.life, self.host, self.config, self.metrics = \
+            routes.life, routes.host, routes.config, routes.metrics
         self.started_at = time.time()
 
     def endpoints(self) -> list:
@@ -525,82 +512,64 @@ class LlamaCppAPI:
         fields = m.model_dump(by_alias=True, exclude_unset=True)
         if infill:
             fim = fim_tokens(llm)
-            missing = [k for k, name in (("pre", "prefix"), ("suf", "suffix"), ("mid", "middle"))
-                       if fim.get(k) is None]
+            missing = [k for k in FIM_NEEDED if fim.get(k) is None]
             if missing:
-                names = {"pre": "prefix", "suf": "suffix", "mid": "middle"}
                 raise APIError(400, "infill is not supported by this model: it has no FIM "
-                               + ", ".join(names[k] for k in missing) + " token (GGUF "
-                               + ", ".join(FIM_KINDS[k][0] for k in missing)
+                               + ", ".join(FIM_NEEDED[k] for k in missing) + " token (GGUF "
+                               + ", ".join(f"tokenizer.ggml.fim_{k}_token_id" for k in missing)
                                + " or a vocabulary token such as "
-                               + ", ".join(FIM_KINDS[k][1][0] for k in missing) + ")",
+                               + ", ".join(FIM_TEXTS[k][0] for k in missing) + ")",
                                "not_supported_error", None, "infill_unsupported")
             for key in ("input_prefix", "input_suffix"):  # after the FIM check, as llama-server
                 if key not in fields:
                     raise invalid(f"'{key}' is required", key, "missing_field")
-            prefix, suffix = fields["input_prefix"], fields["input_suffix"]
-            extra = fields.get("input_extra", [])
-            prompts = [[fields.get("prompt", "")]]
-        else:
-            prompts = m.prompt  # as parsed: a MediaPrompt keeps its images
-
-        kw = self._sampling(llm, fields)
-        params = self.host.sampling_params(kw)
+        params = self.host.sampling_params(self._sampling(llm, fields))
         n_ctx = self.host.n_ctx or 0
-
-        ids_list = []
-        for pieces in prompts:
-            if infill:
-                p_ids = tokenize_pieces(llm, [p for p in pieces if p != ""], add_bos=False)
-                ids = infill_prompt(llm, fim, prefix, suffix, extra, p_ids,
-                                    self.config.max_batch_tokens, _attr(params, "max_tokens"),
-                                    n_ctx or 1 << 30)
-            elif isinstance(pieces, MediaPrompt):  # images at the prompt's media markers
-                ids = media_ids(llm, pieces)
-            else:
-                ids = tokenize_pieces(llm, pieces)
+        if infill:
+            prompt = [fields["prompt"]] if fields.get("prompt") else []
+            ids_list = [infill_prompt(llm, fim, fields["input_prefix"], fields["input_suffix"],
+                                      fields.get("input_extra", []),
+                                      tokenize_pieces(llm, prompt, add_bos=False),
+                                      self.config.max_batch_tokens,
+                                      getattr(params, "max_tokens", None), n_ctx or 1 << 30)]
+        else:  # as parsed: a MediaPrompt keeps its images, placed at its media markers
+            ids_list = [media_ids(llm, p) if isinstance(p, MediaPrompt) else tokenize_pieces(llm, p)
+                        for p in m.prompt]
+        for ids in ids_list:
             if not ids:
                 raise invalid("the prompt is empty (no tokens)", "prompt", "invalid_value")
             check_token_ids([ids], self.host.n_vocab, "prompt")
             if n_ctx and len(ids) >= n_ctx:
                 raise exceed_context(len(ids), n_ctx)
-            ids_list.append(ids)
         return fields, params, ids_list
 
     def _sampling(self, llm, fields: JSON) -> JSON:
-        kw: JSON = {}
         n = fields.get("n_predict", fields.get("max_tokens"))
-        if "n_predict" in fields and "max_tokens" in fields \
-                and fields["n_predict"] != fields["max_tokens"]:
+        if fields.get("n_predict", n) != fields.get("max_tokens", n):
             raise invalid("'n_predict' and 'max_tokens' disagree; send one", "max_tokens",
                           "invalid_value")
-        kw["max_tokens"] = None if n is None or n < 0 else n
-        kw.update({f: fields[w] for w, f in _PLAIN.items() if w in fields})
+        kw: JSON = {"max_tokens": None if n is None or n < 0 else n,
+                    **{f: fields[w] for w, f in _PLAIN.items() if w in fields}}
         if "temperature" in fields:  # llama-server: negative temperature = greedy
             kw["temperature"] = max(0.0, float(fields["temperature"]))
-        if "seed" in fields and fields["seed"] >= 0:
+        if fields.get("seed", -1) >= 0:
             kw["seed"] = fields["seed"]
         if fields.get("n_probs"):
             kw["logprobs"] = fields["n_probs"]
         if fields.get("logit_bias"):
-            kw["logit_bias"] = self._bias(llm, fields["logit_bias"])
+            kw["logit_bias"] = {}
+            for key, bias in fields["logit_bias"]:
+                for t in [key] if isinstance(key, int) else llm.tokenize(
+                        key, add_special=False, parse_special=False):
+                    if int(t) < 0:
+                        raise invalid(f"'logit_bias' has negative token id {t}", "logit_bias",
+                                      "invalid_value")
+                    check_token_ids([[int(t)]], getattr(getattr(llm, "llm", llm), "n_vocab",
+                                                        None), "logit_bias")
+                    kw["logit_bias"][int(t)] = bias
         if fields.get("return_progress") and fields.get("stream"):
             kw["return_progress"] = True  # llama-server: in stream mode only
         return kw
-
-    @staticmethod
-    def _bias(llm, pairs) -> Dict[int, float]:
-        out: Dict[int, float] = {}
-        for key, bias in pairs:
-            for t in [key] if isinstance(key, int) else llm.tokenize(key, add_special=False,
-                                                                     parse_special=False):
-                if int(t) < 0:
-                    raise invalid(f"'logit_bias' has negative token id {t}", "logit_bias",
-                                  "invalid_value")
-                check_token_ids([[int(t)]], getattr(getattr(llm, "llm", llm), "n_vocab", None),
-                                "logit_bias")
-                out[int(t)] = bias
-        return out
 
     async def _native(self, request: Request, endpoint: str, infill: bool) -> Response:
         t0 = time.monotonic()
@@ -612,8 +581,7 @@ class LlamaCppAPI:
             except json.JSONDecodeError as e:
                 raise invalid(f"the request body is not valid JSON: {e}", None,
                               "invalid_json") from None
-            n_ctx = self.host.n_ctx or 0
-            asked = _attr(params, "max_tokens")
+            n_ctx, asked = self.host.n_ctx or 0, getattr(params, "max_tokens", None)
             shifts = bool(getattr(self.config, "context_shift", False))
             per_prompt = []
             for ids in ids_list:
@@ -632,42 +600,17 @@ class LlamaCppAPI:
                         r.finish_reason = "length"
                     return []
                 return [llm.stream_chunks(ids, p) for ids, p in zip(ids_list, per_prompt)]
-            return Generation(open_streams, enc, stream, 1, len(ids_list), "prompt",
-                              lambda e, _: _engine_error(e, ids_list, n_ctx))
+
+            def error(e: BaseException, _) -> APIError:
+                if isinstance(e, edgellm.ContextLengthError) and ids_list:
+                    return exceed_context(max(len(i) for i in ids_list), n_ctx)
+                if isinstance(e, json.JSONDecodeError):
+                    return invalid(f"the request body is not valid JSON: {e}", None, "invalid_json")
+                return engine_error(e, "prompt")
+            return Generation(open_streams, enc, stream, 1, len(ids_list), "prompt", error)
         return await self.life.run(request, endpoint, plan, "prompt")
 
-    def final(self, r: Answer, fields: JSON, settings: JSON, stream: bool, n_ctx: int) -> JSON:
-        llm = self.host.llm
-        word = r.stop_reason if r.finish_reason == "stop" and isinstance(r.stop_reason, str) else ""
-        stop_type = "word" if word else {"stop": "eos", "length": "limit"}.get(r.finish_reason, "none")
-        n_gen = len(r.tokens)
-        # llama-server: the context filled up -- generation stopped there, or (--context-shift)
-        # the context was shifted to go on
-        truncated = (bool(n_ctx) and r.finish_reason == "length" and len(r.prompt_ids) + n_gen >= n_ctx) \
-            or bool((r.timings or {}).get("context_shifts"))
-        cached = getattr(r.usage, "cached_tokens", 0) or 0 if r.usage is not None else 0
-        try:
-            prompt_text = llm.detokenize(r.prompt_ids) if llm is not None else ""
-        except Exception:  # noqa: BLE001
-            prompt_text = ""
-        content, n_prompt = r.text, len(r.prompt_ids)
-        out = {"index": r.index, "content": "" if stream else content,
-               "tokens": [] if stream or not fields.get("return_tokens") else list(r.tokens),
-               "id_slot": 0, "stop": True, "model": self.config.model_id,
-               "tokens_predicted": n_gen, "tokens_evaluated": n_prompt,
-               "generation_settings": settings,
-               "prompt": prompt_text if isinstance(prompt_text, str) else "",
-               "has_new_line": "\n" in content, "truncated": truncated, "stop_type": stop_type,
-               "stopping_word": word, "tokens_cached": n_prompt + n_gen,
-               "timings": native_timings(r.timings, cached)}
-        if not stream and fields.get("n_probs"):
-            out["completion_probabilities"] = probs_json(r.logprobs,
-                                                         fields.get("post_sampling_probs", False))
-        if fields.get("response_fields"):
-            return pick_fields(out, fields["response_fields"])
-        return out
-
-    # --- /apply-template ---------------------------------------------------------------------------
+    # --- /apply-template and input_tokens ------------------------------------------------------
     async def apply_template(self, request: Request) -> Response:
         """A chat request body -> {"prompt": the rendered template}."""
         async def work():
@@ -696,58 +639,48 @@ class LlamaCppAPI:
             req = protocol.parse_chat(await read_json(request))
             prompt_ids = getattr(llm, "chat_prompt_ids", None)
 
-            def count():
+            def count():  # rendering and tokenizing: off the event loop
                 if prompt_ids is not None:
                     return prompt_ids(req.messages, tools=req.tools)
                 # a stand-in engine: render, then tokenize with special tokens parsed
                 return llm.tokenize(llm.apply_chat_template(req.messages, tools=req.tools),
                                     add_special=True, parse_special=True)
-            # rendering and tokenizing: off the event loop
             return JSONResponse({"input_tokens": len(await off_loop(count))})
         return await self.life.answer("input_tokens", work, "prompt")
 
     # --- /props and /slots -------------------------------------------------------------------------
-    def _template_source(self, llm) -> str:
-        """The Jinja source of the template chat requests render with (llama-server's /props)."""
-        from edgellm.chat_template import template_source
-        inner = getattr(llm, "llm", llm)
-        return template_source(inner.chat_template)
-
     def _slot(self, i: int, busy: bool, params=None) -> JSON:
-        out = {"id": i, "n_ctx": self.host.n_ctx or 0, "speculative": self._speculative(),
+        out = {"id": i, "n_ctx": self.host.n_ctx or 0, "speculative": self._speculative() != "off",
                "is_processing": busy}
         if params is not None:
-            out["id_task"] = -1
-            out["params"] = generation_settings(params, {})
+            out.update(id_task=-1, params=generation_settings(params, {}))
         return out
 
-    def _speculative(self) -> bool:
-        """Whether the engine drafts (llama-server: a slot can speculate)."""
-        inner = getattr(self.host.llm, "llm", self.host.llm)
-        mode = getattr(inner, "speculative", "off")
-        return isinstance(mode, str) and mode != "off"
+    def _speculative(self) -> str:
+        """The engine's drafting mode ("off": it does not draft; llama-server: a slot can
+        speculate)."""
+        mode = getattr(getattr(self.host.llm, "llm", self.host.llm), "speculative", "off")
+        return mode if isinstance(mode, str) else "off"
 
     async def props(self, request: Request) -> Response:
         return await self.life.answer("props", self._props)
 
     async def _props(self) -> Response:
+        from edgellm.chat_template import template_source
         llm = self.host.require_ready()
         inner = getattr(llm, "llm", llm)
         try:
             defaults = self.host.sampling_params({"max_tokens": None})
         except APIError:
             defaults = None
-        tok = getattr(inner, "tokenizer", None)
+        tok, md = getattr(inner, "tokenizer", None), getattr(inner, "metadata", None) or {}
 
         def tok_text(attr):
             tid = getattr(tok, attr, None) if tok is not None else None
             return (_token_text(tok, tid) or "") if tid is not None else ""
 
-        md = getattr(inner, "metadata", None) or {}
-        dgs = self._slot(0, False, defaults)
-        dgs["prompt"] = ""
-        dgs["next_token"] = [{"has_next_token": True, "has_new_line": False, "n_remain": -1,
-                              "n_decoded": 0}]
+        dgs = {**self._slot(0, False, defaults), "prompt": "", "next_token": [
+            {"has_next_token": True, "has_new_line": False, "n_remain": -1, "n_decoded": 0}]}
         return JSONResponse({
             "default_generation_settings": dgs,
             "total_slots": self.config.parallel,
@@ -755,13 +688,15 @@ class LlamaCppAPI:
             "model_path": getattr(inner, "model_path", None) or self.config.model_path or "",
             "model_ftype": md.get("general.file_type") if isinstance(md, dict) else None,
             "n_ctx": self.host.n_ctx,
-            "modalities": {"vision": getattr(inner, "takes_images", False) is True, "video": False, "audio": False},
+            "modalities": {"vision": getattr(inner, "takes_images", False) is True,
+                           "video": False, "audio": False},
             "media_marker": vision.MEDIA_MARKER if vision.of(llm) else "",
             "endpoint_slots": self.config.slots_endpoint,
             "endpoint_props": True,
             "endpoint_metrics": self.config.metrics_endpoint,
             "ui": False,
-            "chat_template": self._template_source(llm),
+            # the Jinja source of the template chat requests render with
+            "chat_template": template_source(inner.chat_template),
             "chat_template_caps": {},
             "bos_token": tok_text("bos_id"),
             "eos_token": tok_text("eos_id"),
@@ -769,7 +704,7 @@ class LlamaCppAPI:
             "is_sleeping": False,
             "cors_proxy_enabled": False,
             # speculative decoding: the mode and the draft model (llama-server's --model-draft)
-            "speculative": getattr(inner, "speculative", "off") if self._speculative() else "off",
+            "speculative": self._speculative(),
             "model_draft_path": getattr(inner, "draft_model_path", None) or "",
         })
 
@@ -798,20 +733,21 @@ class LlamaCppAPI:
             raw = request.path_params.get("id_slot", "")
             if not raw.isdigit() or int(raw) >= self.config.parallel:
                 raise invalid(f"Invalid slot id {raw!r}: 0..{self.config.parallel - 1}", "id_slot")
-            slot = int(raw)
-            llm = self.host.require_ready()
+            slot, llm = int(raw), self.host.require_ready()
             inner = getattr(llm, "llm", llm)
             if action == "erase":
                 n = (await off_loop(inner.slot_erase, slot))["n_erased"]
                 return JSONResponse({"id_slot": slot, "n_erased": n})
             filename = parse(SlotFileBody, await read_json(request)).filename
             if not _valid_filename(filename):
-                raise invalid("Invalid filename: a plain file name (no folders, no '..')", "filename")
+                raise invalid("Invalid filename: a plain file name (no folders, no '..')",
+                              "filename")
             t0 = time.perf_counter()
             r = await off_loop(getattr(inner, f"slot_{action}"), slot,
                                os.path.join(folder, filename))
             n = ("n_saved", "n_written") if action == "save" else ("n_restored", "n_read")
-            return JSONResponse({"id_slot": slot, "filename": filename, n[0]: r[n[0]], n[1]: r[n[1]],
+            return JSONResponse({"id_slot": slot, "filename": filename, n[0]: r[n[0]],
+                                 n[1]: r[n[1]],
                                  "timings": {f"{action}_ms": (time.perf_counter() - t0) * 1e3}})
         return await self.life.answer("slots", work, "prompt")
 
@@ -831,11 +767,9 @@ class LlamaCppAPI:
 def _valid_filename(name: str) -> bool:
     """A slot file name: 1..255 bytes of UTF-8, no path separator, NUL or control character, not
     '.' or '..', no leading or trailing space or dot-only name (llama.cpp's fs_validate_filename)."""
-    if not name or len(name.encode("utf-8", "surrogatepass")) > 255 or name in (".", ".."):
-        return False
-    if name.strip() != name or name.strip(".") == "":
-        return False
-    return not any(c in '/\\:' or ord(c) < 32 or ord(c) == 127 for c in name)
+    return bool(name) and len(name.encode("utf-8", "surrogatepass")) <= 255 and \
+        name.strip() == name and name.strip(".") != "" and \
+        not any(c in '/\\:' or ord(c) < 32 or ord(c) == 127 for c in name)
 
 
 def llamacpp_metrics(stats: Optional[dict], m) -> str:
@@ -846,11 +780,13 @@ def llamacpp_metrics(stats: Optional[dict], m) -> str:
     prompt_tokens = e.get("prompt_tokens_total", 0)
     predicted = e.get("generated_tokens_total", 0)
     steps = e.get("steps", 0)
-    rows = [
-        ("prompt_tokens_total", "counter", "Number of prompt tokens processed (cache hits excluded).",
-         prompt_tokens),
-        ("prompt_tokens_cached_total", "counter", "Number of prompt tokens taken from the prefix cache.",
-         e.get("prefix_cache_hit_tokens", 0)),
+    spec = "Speculative decoding: "
+    out: List[str] = []
+    for name, kind, help_, value in [
+        ("prompt_tokens_total", "counter", "Number of prompt tokens processed (cache hits "
+         "excluded).", prompt_tokens),
+        ("prompt_tokens_cached_total", "counter", "Number of prompt tokens taken from the prefix "
+         "cache.", e.get("prefix_cache_hit_tokens", 0)),
         ("prompt_seconds_total", "counter", "Prompt process time", prompt_s),
         ("tokens_predicted_total", "counter", "Number of generation tokens processed.", predicted),
         ("tokens_predicted_seconds_total", "counter", "Predict process time", pred_s),
@@ -858,12 +794,11 @@ def llamacpp_metrics(stats: Optional[dict], m) -> str:
         ("n_tokens_max", "counter", "Largest observed n_tokens (prompt + generated) of a request.",
          getattr(m, "n_tokens_max", 0)),
         ("spec_decode_num_draft_tokens_total", "counter",
-         "Speculative decoding: tokens drafted (n-gram or draft model) and verified.",
-         e.get("spec_drafted", 0)),
+         spec + "tokens drafted (n-gram or draft model) and verified.", e.get("spec_drafted", 0)),
         ("spec_decode_num_accepted_tokens_total", "counter",
-         "Speculative decoding: drafted tokens the model accepted.", e.get("spec_accepted", 0)),
+         spec + "drafted tokens the model accepted.", e.get("spec_accepted", 0)),
         ("spec_decode_num_drafts_total", "counter",
-         "Speculative decoding: drafts verified (sequence-steps with a draft).", e.get("spec_steps", 0)),
+         spec + "drafts verified (sequence-steps with a draft).", e.get("spec_steps", 0)),
         ("prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.",
          prompt_tokens / prompt_s if prompt_s > 0 else 0.0),
         ("predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.",
@@ -872,18 +807,6 @@ def llamacpp_metrics(stats: Optional[dict], m) -> str:
         ("requests_deferred", "gauge", "Number of requests deferred.", e.get("waiting", 0)),
         ("n_busy_slots_per_decode", "gauge", "Average number of busy slots per engine step.",
          predicted / steps if steps else 0.0),
-    ]
-    out: List[str] = []
-    for name, kind, help_, value in rows:
+    ]:
         family(out, f"llamacpp:{name}", kind, help_, [("", value)])
     return "\n".join(out) + "\n"
-
-
-# --- helpers --------------------------------------------------------------------------------------
-
-def _engine_error(e: BaseException, ids_list=None, n_ctx: int = 0) -> APIError:
-    if isinstance(e, edgellm.ContextLengthError) and ids_list:
-        return exceed_context(max(len(i) for i in ids_list), n_ctx)
-    if isinstance(e, json.JSONDecodeError):
-        return invalid(f"the request body is not valid JSON: {e}", None, "invalid_json")
-    return engine_error(e, "prompt")

@@ -1,23 +1,13 @@
 """OpenAI's Responses API: `POST /v1/responses`, `GET /v1/responses/{id}` (and its
 `/input_items`), `DELETE /v1/responses/{id}`.
 
-A request, parsed by its wire model (responses_models.py), is translated into an OpenAI chat
-conversation and run through the shared chat API (`llm.chat_stream_chunks`), whose chunks carry
-`ChatDelta`s (content, reasoning, tool-call pieces) parsed by edgellm.chat_output; this module
-only re-shapes them:
-
-    instructions                -> a leading system message (not carried to later turns)
-    input messages              -> user / assistant / system messages (developer -> system)
-    function_call items         -> the assistant message's `tool_calls`
-    function_call_output items  -> `role: tool` messages with `tool_call_id` (and the name)
-    previous_response_id        -> the stored conversation of that response, prepended
-    reasoning deltas            -> a `reasoning` output item
-    content deltas              -> a `message` output item with one `output_text` part
-    tool-call deltas            -> `function_call` output items
-
-Responses are kept in memory (`ResponseStore`: an LRU bounded in count and in bytes) unless
-`store: false`. The request's life (admission, first chunk raced against disconnect and
-deadline, in-band errors, metrics) is lifecycle.py's.
+A request's wire model (responses_models.ResponsesBody) says what it asks of the shared chat API
+(`llm.chat_stream_chunks`): instructions -> a leading system message (not carried to later
+turns), input items -> chat messages, previous_response_id -> the stored conversation of that
+response, prepended. The chat API's ChatDeltas become output items: reasoning -> a `reasoning`
+item, content -> a `message` item with one `output_text` part, tool calls -> `function_call`
+items. Responses are kept in memory (`ResponseStore`: an LRU bounded in count and in bytes)
+unless `store: false`. The request's life is lifecycle.py's.
 """
 import inspect
 import itertools
@@ -27,7 +17,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -50,137 +39,15 @@ STORE_MAX_BYTES = 256 << 20  # and at most this many bytes of them (their JSON),
 
 # --- the request as a chat conversation ------------------------------------------------------------
 
-@dataclass
-class ResponsesRequest:
-    """A checked `POST /v1/responses` body."""
-    input_messages: List[JSON]            # this request's input, as chat messages
-    sampling: JSON                        # SamplingParams keyword arguments
-    instructions: Optional[str] = None
-    chat_tools: Optional[List[JSON]] = None      # chat-completions style
-    chat_tool_choice: Any = None                 # chat-completions style, None = not sent
-    parallel_tool_calls: bool = True
-    template_kwargs: Optional[JSON] = None
-    stream: bool = False
-    store: bool = True
-    previous_response_id: Optional[str] = None
-    echo: JSON = field(default_factory=dict)     # request fields the response object repeats
-    items: List[JSON] = field(default_factory=list)  # the input as items with ids
-    timings_per_token: bool = False       # llama-server: stream events carry running "timings"
+def parse_request(raw: Any, images: bool = False) -> W.ResponsesBody:
+    """A checked `POST /v1/responses` body (a 400 naming the field on anything wrong); `images`:
+    the model takes input_image parts. Its chat messages and items are made now: their 400s too."""
+    req = parse(W.ResponsesBody, raw, {"images": images})
+    req.input_messages, req.items  # noqa: B018
+    return req
 
 
-def _text(content: Any, where: str = "") -> Any:
-    """A message's content: its text, or text and image parts (server/media.py) in order."""
-    return content if isinstance(content, str) else media.content([
-        p.refusal if isinstance(p, W.RefusalPart) else media.part(p, f"{where}[{j}]")
-        if isinstance(p, W.ImagePart) else p.text for j, p in enumerate(content)])
-
-
-def input_messages(items: List[BaseModel]) -> List[JSON]:
-    """The input items -> OpenAI chat messages."""
-    out: List[JSON] = []
-    tool_names: Dict[str, str] = {}
-    reasoning: List[str] = []
-    for i, it in enumerate(items):
-        if isinstance(it, W.MessageItem):
-            msg = {"role": "system" if it.role == "developer" else it.role,
-                   "content": _text(it.content, f"input[{i}].content")}
-            if it.role == "assistant" and reasoning:
-                msg["reasoning_content"], reasoning = "\n".join(reasoning), []
-            out.append(msg)
-        elif isinstance(it, W.FunctionCallItem):  # joins the last message if it is the assistant's
-            if not out or out[-1]["role"] != "assistant":
-                out.append({"role": "assistant", "content": ""})
-            msg = out[-1]
-            if reasoning and "reasoning_content" not in msg:
-                msg["reasoning_content"], reasoning = "\n".join(reasoning), []
-            msg.setdefault("tool_calls", []).append(
-                {"id": it.call_id, "type": "function",
-                 "function": {"name": it.name, "arguments": it.arguments}})
-            tool_names[it.call_id] = it.name
-        elif isinstance(it, W.FunctionCallOutputItem):
-            msg = {"role": "tool", "tool_call_id": it.call_id, "content": _text(it.output, f"input[{i}].output")}
-            if it.call_id in tool_names:
-                msg["name"] = tool_names[it.call_id]
-            out.append(msg)
-        else:  # reasoning: the full text when there is one, else the summary
-            text = "\n".join(p.text for p in it.content or ()) or \
-                "\n".join(p.text for p in it.summary)
-            if text:
-                reasoning.append(text)
-    if not out:
-        raise invalid("'input' has no messages", "input", "invalid_value")
-    return out
-
-
-_ITEM_IDS = {"message": "msg", "function_call": "fc", "function_call_output": "fco",
-             "reasoning": "rs"}
-_ITEM_FIELDS = {"message": {"role", "content"}, "function_call": {"call_id", "name", "arguments"},
-                "function_call_output": {"call_id", "output"}, "reasoning": {"summary", "content"}}
-
-
-def input_items(items: List[BaseModel]) -> List[JSON]:
-    """The input as stored items with ids, for GET /v1/responses/{id}/input_items."""
-    out = []
-    for it in items:
-        d = {"type": it.type, "id": it.id or new_id(_ITEM_IDS[it.type] + "_"),
-             **it.model_dump(include=_ITEM_FIELDS[it.type], exclude_none=True)}
-        if it.type == "message":
-            part = "output_text" if it.role == "assistant" else "input_text"
-            if isinstance(it.content, str):
-                d["content"] = [{"type": part, "text": it.content}]
-            for p in d["content"]:
-                if p["type"] == "output_text":
-                    p.setdefault("annotations", [])
-        out.append({**d, "status": "completed"})
-    return out
-
-
-def parse_request(raw: Any, images: bool = False) -> ResponsesRequest:
-    """Check a `POST /v1/responses` body (400 naming the field on anything wrong); `images`: the
-    model takes input_image parts."""
-    b = parse(W.ResponsesBody, raw, {"images": images})
-    sent = b.model_fields_set
-    sampling: JSON = {"max_tokens": b.max_output_tokens,
-                      **b.model_dump(include={"temperature", "top_p"}, exclude_none=True)}
-    if b.stream and b.return_progress:
-        sampling["return_progress"] = True
-    fmt = b.text.format
-    if fmt.type == "json_object":
-        sampling["response_format"] = {"type": "json_object"}
-    elif fmt.type == "json_schema":
-        sampling["response_format"] = {"type": "json_schema", "json_schema": {
-            "name": fmt.name, "schema": fmt.schema_,
-            **({} if fmt.strict is None else {"strict": fmt.strict})}}
-    chat_tools = []
-    for t in b.tools:
-        fn = {"name": t.name, **({} if t.description is None else {"description": t.description}),
-              "parameters": t.parameters or {"type": "object", "properties": {}}}
-        if "strict" in t.model_fields_set:  # only when the client sent it
-            fn["strict"] = t.strict
-        chat_tools.append({"type": "function", "function": fn})
-    choice = b.tool_choice
-    effort = b.reasoning.effort
-    echo = {**b.model_dump(include={
-        "instructions", "max_output_tokens", "metadata", "parallel_tool_calls",
-        "previous_response_id", "service_tier", "store", "tools", "truncation", "user",
-        "safety_identifier", "prompt_cache_key", "temperature", "top_p"}),
-        "reasoning": {"effort": effort,
-                      "summary": b.reasoning.summary or b.reasoning.generate_summary},
-        "text": b.text.model_dump(by_alias=True, exclude_none=True),
-        "tool_choice": choice if isinstance(choice, str) else choice.model_dump()}
-    return ResponsesRequest(
-        input_messages=input_messages(b.input), sampling=sampling, instructions=b.instructions,
-        chat_tools=chat_tools or None,
-        chat_tool_choice=None if "tool_choice" not in sent else choice if isinstance(choice, str)
-        else {"type": "function", "function": {"name": choice.name}},
-        parallel_tool_calls=b.parallel_tool_calls,
-        template_kwargs=None if effort is None else {"enable_thinking": effort != "none",
-                                                     "reasoning_effort": effort},
-        stream=b.stream, store=b.store, previous_response_id=b.previous_response_id, echo=echo,
-        items=input_items(b.input), timings_per_token=b.stream and b.timings_per_token)
-
-
-def conversation(req: ResponsesRequest, history: List[JSON]) -> List[JSON]:
+def conversation(req: W.ResponsesBody, history: List[JSON]) -> List[JSON]:
     """The chat messages to run: instructions, the earlier turns, this request's input (tool
     results named after the calls they answer, found in the history)."""
     names = {c["id"]: c["function"]["name"] for m in history for c in m.get("tool_calls", ())}
@@ -191,7 +58,7 @@ def conversation(req: ResponsesRequest, history: List[JSON]) -> List[JSON]:
     return head + [dict(m) for m in history] + req.input_messages
 
 
-def open_chat(llm, messages: List[JSON], params, req: ResponsesRequest):
+def open_chat(llm, messages: List[JSON], params, req: W.ResponsesBody):
     """llm.chat_stream_chunks with the tool and template arguments it takes."""
     fn = llm.chat_stream_chunks
     try:
@@ -228,9 +95,8 @@ class ResponseStore:
     bytes (each measured as its JSON: input items the template never renders count too)."""
 
     def __init__(self, capacity: int = STORE_MAX, max_bytes: Optional[int] = None):
-        self.capacity = capacity
+        self.capacity, self.bytes = capacity, 0
         self.max_bytes = STORE_MAX_BYTES if max_bytes is None else max_bytes
-        self.bytes = 0
         self._items: "OrderedDict[str, StoredResponse]" = OrderedDict()
 
     def put(self, rid: str, stored: StoredResponse) -> bool:
@@ -239,22 +105,19 @@ class ResponseStore:
         stored.size = stored.measure()
         if stored.size > self.max_bytes:
             return False
-        self._items[rid] = stored
-        self.bytes += stored.size
+        self._items[rid], self.bytes = stored, self.bytes + stored.size
         while len(self._items) > self.capacity or self.bytes > self.max_bytes:
             self.bytes -= self._items.popitem(last=False)[1].size
         return True
 
     def get(self, rid: str) -> Optional[StoredResponse]:
-        stored = self._items.get(rid)
-        if stored is not None:
+        if rid in self._items:
             self._items.move_to_end(rid)
-        return stored
+        return self._items.get(rid)
 
     def delete(self, rid: str) -> bool:
         stored = self._items.pop(rid, None)
-        if stored is not None:
-            self.bytes -= stored.size
+        self.bytes -= 0 if stored is None else stored.size
         return stored is not None
 
     def __len__(self) -> int:
@@ -363,7 +226,7 @@ class ResponseEncoder(Encoder):
     """The response object and its stream events (numbered as they are sent); kept in the store
     when it ends completed or incomplete."""
 
-    def __init__(self, api: "ResponsesAPI", req: ResponsesRequest, params, history: List[JSON]):
+    def __init__(self, api: "ResponsesAPI", req: W.ResponsesBody, params, history: List[JSON]):
         self.api, self.req, self.params, self.history = api, req, params, history
         self.rid, self.created = new_id("resp_"), time.time()
         self.builder = OutputBuilder()
@@ -371,7 +234,8 @@ class ResponseEncoder(Encoder):
         self.usage = self.timings = None
         # timings_per_token: llama-server's figures so far, the prompt's from the progress
         # events when there were any, else known at the first token
-        self.per_token, self.t0, self.first = req.timings_per_token, time.monotonic(), None
+        self.per_token = req.stream and req.timings_per_token
+        self.t0, self.first = time.monotonic(), None
         self.prompt_n = self.n = 0
         self._events: List[JSON] = []
         self._seq = itertools.count()
@@ -458,8 +322,7 @@ class ResponseEncoder(Encoder):
 class ResponsesAPI:
     def __init__(self, routes, store: Optional[ResponseStore] = None):
         self.host = getattr(routes, "host", routes)  # the OpenAI Routes, or the EngineHost
-        self.config = self.host.config
-        self.life = Lifecycle(self.host)
+        self.config, self.life = self.host.config, Lifecycle(self.host)
         self.store = store if store is not None else ResponseStore()  # an empty one is falsy
 
     def _stored(self, rid: str) -> StoredResponse:
@@ -505,12 +368,11 @@ class ResponsesAPI:
     async def delete(self, request: Request) -> Response:
         async def work() -> Response:
             rid = request.path_params["response_id"]
-            self._stored(rid)
-            self.store.delete(rid)
+            self._stored(rid) and self.store.delete(rid)
             return JSONResponse(W.Deleted(id=rid).model_dump())
         return await self.life.answer(ENDPOINT, work)
 
-    def _history(self, req: ResponsesRequest) -> List[JSON]:
+    def _history(self, req: W.ResponsesBody) -> List[JSON]:
         if req.previous_response_id is None:
             return []
         stored = self.store.get(req.previous_response_id)
@@ -530,8 +392,7 @@ class ResponsesAPI:
         async def plan(llm) -> Generation:
             req = parse_request(await read_json(request), media.takes_images(llm))
             history = self._history(req)
-            messages = conversation(req, history)
-            params = self.host.sampling_params(req.sampling)
+            messages, params = conversation(req, history), self.host.sampling_params(req.sampling)
             return Generation(lambda: [open_chat(llm, messages, params, req)],
                               ResponseEncoder(self, req, params, history), stream=req.stream,
                               param="input")

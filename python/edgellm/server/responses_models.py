@@ -1,27 +1,21 @@
 """OpenAI's Responses API on the wire: the `POST /v1/responses` body (`ResponsesBody`, every field
-used or refused, an unknown one a 400 naming it), its input items, and the output items and
-stream events it answers with. What they mean for the engine is responses_api.py's."""
+used or refused, an unknown one a 400 naming it) and what it asks of the chat API (its input as
+chat messages, its tools, sampling and template arguments), and the output items and stream
+events it answers with."""
+from functools import cached_property
 from typing import Any, Dict, List, Literal, Optional, Union
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from typing_extensions import Annotated
 
 from .. import validation as V
+from . import media
 from .errors import invalid
 from .media import TEXT_ONLY, image_part_model
-from .wire import Int, Refusal, Wire, bad_type, of_type, shape, tagged, text_or
+from .wire import (Int, Refusal, Wire, bad_type, new_id, of_type, one_of, refuse as _refuse,
+                   shape, text_or)
 
 JSON = Dict[str, Any]
-
-
-def _refuse(test, message: str, code: str = "unsupported", param: str = "{where}",
-            when=AfterValidator):
-    """A field validator refusing the values `test` picks."""
-    def check(v):
-        if test(v):
-            raise Refusal(message.replace("{v}", V.short(v)), code, param)
-        return v
-    return when(check)
 
 
 # --- input items -----------------------------------------------------------------------------------
@@ -46,11 +40,9 @@ def _unknown_part(kind: Any) -> Refusal:
                    f"{V.short(kind)}", param="{where}.type")
 
 
-Part = Annotated[Union[TextPart, RefusalPart, ImagePart], tagged(
-    {"input_text": TextPart, "output_text": TextPart, "text": TextPart, "refusal": RefusalPart,
-     "input_image": ImagePart},
-    _unknown_part)]
-Content = text_or(Part, "content parts")
+Content = text_or(one_of({"input_text": TextPart, "output_text": TextPart, "text": TextPart,
+                          "refusal": RefusalPart, "input_image": ImagePart}, _unknown_part),
+                  "content parts")
 
 
 MessageItem = of_type("message", Wire, role=Literal["user", "assistant", "system", "developer"],
@@ -77,11 +69,9 @@ def _unknown_item(kind: Any) -> Refusal:
                    "{where}.type")
 
 
-Item = Annotated[Union[MessageItem, FunctionCallItem, FunctionCallOutputItem, ReasoningItem],
-                 tagged({"message": MessageItem, "function_call": FunctionCallItem,
-                         "function_call_output": FunctionCallOutputItem,
-                         "reasoning": ReasoningItem}, _unknown_item,
-                        lambda d: d.get("type", "message" if "role" in d else None))]
+Item = one_of({"message": MessageItem, "function_call": FunctionCallItem,
+               "function_call_output": FunctionCallOutputItem, "reasoning": ReasoningItem},
+              _unknown_item, lambda d: d.get("type", "message" if "role" in d else None))
 
 
 def _as_items(v: Any) -> Any:
@@ -96,14 +86,10 @@ BUILTIN_TOOLS = ("web_search", "web_search_preview", "web_search_preview_2025_03
                  "shell", "apply_patch", "custom", "tool_search", "namespace")
 
 
-def _nonempty(v: Any) -> Any:
-    if not isinstance(v, str) or not v:
-        raise Refusal("'{where}' must be a non-empty string")
-    return v
-
-
 # `strict` true when the client leaves it out: OpenAI shows it so
-FunctionTool = of_type("function", Wire, name=(Annotated[str, BeforeValidator(_nonempty)], Given[1]),
+FunctionTool = of_type("function", Wire, name=(Annotated[str, _refuse(
+                           lambda v: not isinstance(v, str) or not v, "'{where}' must be a "
+                           "non-empty string", "invalid_value", when=BeforeValidator)], Given[1]),
                        description=Str, parameters=(Optional[Dict[str, Any]], None),
                        strict=(bool, True))
 
@@ -152,8 +138,8 @@ class SchemaFormat(Wire):
 
 
 class TextConfig(Wire):
-    format: Annotated[Union[PlainFormat, SchemaFormat], tagged(
-        {"text": PlainFormat, "json_object": PlainFormat, "json_schema": SchemaFormat})] = \
+    format: one_of({"text": PlainFormat, "json_object": PlainFormat,
+                    "json_schema": SchemaFormat}) = \
         Field(default_factory=lambda: PlainFormat(type="text"))
     verbosity: Annotated[Optional[str], _refuse(
         lambda v: v != "medium", "'{where}' {v} is not supported: the model writes as it does "
@@ -194,7 +180,7 @@ class ResponsesBody(Wire):
     max_output_tokens: Annotated[Optional[Int], Field(ge=1)] = None
     temperature: Annotated[Optional[float], Field(ge=0.0, le=2.0)] = None
     top_p: Annotated[Optional[float], Field(gt=0.0, le=1.0)] = None
-    tools: List[Annotated[FunctionTool, tagged({"function": FunctionTool}, _builtin_tool)]] = []
+    tools: List[one_of({"function": FunctionTool}, _builtin_tool)] = []
     tool_choice: Annotated[Union[Literal["none", "auto", "required"], FunctionChoice],
                            BeforeValidator(_tool_choice)] = "auto"
     parallel_tool_calls: bool = True  # OpenAI's default, not llama-server's one call per turn
@@ -250,6 +236,122 @@ class ResponsesBody(Wire):
             raise invalid(f"'tool_choice.name' is '{self.tool_choice.name}', which is not a "
                           "function in 'tools'", "tool_choice.name", "invalid_value")
         return self
+
+    # --- what the request asks of the chat API ---
+
+    @cached_property
+    def input_messages(self) -> List[JSON]:
+        """The input items -> chat messages (function calls join the assistant message before
+        them; tool results become `role: tool` messages; reasoning goes with the next assistant
+        message)."""
+        out: List[JSON] = []
+        tool_names: Dict[str, str] = {}
+        reasoning: List[str] = []
+        for i, it in enumerate(self.input):
+            if isinstance(it, FunctionCallItem) and (not out or out[-1]["role"] != "assistant"):
+                out.append({"role": "assistant", "content": ""})
+            if isinstance(it, MessageItem):
+                out.append({"role": "system" if it.role == "developer" else it.role,
+                            "content": _text(it.content, f"input[{i}].content")})
+            if isinstance(it, (MessageItem, FunctionCallItem)) and reasoning and \
+                    out[-1]["role"] == "assistant" and "reasoning_content" not in out[-1]:
+                out[-1]["reasoning_content"], reasoning = "\n".join(reasoning), []
+            if isinstance(it, FunctionCallItem):
+                out[-1].setdefault("tool_calls", []).append(
+                    {"id": it.call_id, "type": "function",
+                     "function": {"name": it.name, "arguments": it.arguments}})
+                tool_names[it.call_id] = it.name
+            elif isinstance(it, FunctionCallOutputItem):
+                out.append({"role": "tool", "tool_call_id": it.call_id,
+                            "content": _text(it.output, f"input[{i}].output"),
+                            **({"name": tool_names[it.call_id]} if it.call_id in tool_names
+                               else {})})
+            elif isinstance(it, ReasoningItem):  # the full text when there is one, else the summary
+                text = "\n".join(p.text for p in it.content or ()) or \
+                    "\n".join(p.text for p in it.summary)
+                reasoning += [text] if text else []
+        if not out:
+            raise invalid("'input' has no messages", "input", "invalid_value")
+        return out
+
+    @cached_property
+    def items(self) -> List[JSON]:
+        """The input as stored items with ids, for GET /v1/responses/{id}/input_items."""
+        out = []
+        for it in self.input:
+            d = {"type": it.type, "id": it.id or new_id(_ITEM_IDS[it.type] + "_"),
+                 **it.model_dump(include=_ITEM_FIELDS[it.type], exclude_none=True)}
+            if it.type == "message":
+                part = "output_text" if it.role == "assistant" else "input_text"
+                if isinstance(it.content, str):
+                    d["content"] = [{"type": part, "text": it.content}]
+                for p in d["content"]:
+                    if p["type"] == "output_text":
+                        p.setdefault("annotations", [])
+            out.append({**d, "status": "completed"})
+        return out
+
+    @property
+    def sampling(self) -> JSON:
+        """SamplingParams keyword arguments."""
+        out: JSON = {"max_tokens": self.max_output_tokens,
+                     **self.model_dump(include={"temperature", "top_p"}, exclude_none=True)}
+        if self.stream and self.return_progress:
+            out["return_progress"] = True
+        fmt = self.text.format
+        if fmt.type != "text":
+            out["response_format"] = {"type": fmt.type} if fmt.type == "json_object" else {
+                "type": "json_schema", "json_schema": {
+                    "name": fmt.name, "schema": fmt.schema_,
+                    **({} if fmt.strict is None else {"strict": fmt.strict})}}
+        return out
+
+    @property
+    def chat_tools(self) -> Optional[List[JSON]]:
+        """The tools, chat-completions style (`strict` only where the client sent it)."""
+        return [{"type": "function", "function": {
+            "name": t.name, **({} if t.description is None else {"description": t.description}),
+            "parameters": t.parameters or {"type": "object", "properties": {}},
+            **({"strict": t.strict} if "strict" in t.model_fields_set else {})}}
+            for t in self.tools] or None
+
+    @property
+    def chat_tool_choice(self) -> Any:
+        """tool_choice, chat-completions style; None: not sent."""
+        c = self.tool_choice
+        return None if "tool_choice" not in self.model_fields_set else c if isinstance(c, str) \
+            else {"type": "function", "function": {"name": c.name}}
+
+    @property
+    def template_kwargs(self) -> Optional[JSON]:
+        effort = self.reasoning.effort
+        return None if effort is None else {"enable_thinking": effort != "none",
+                                            "reasoning_effort": effort}
+
+    @cached_property
+    def echo(self) -> JSON:
+        """The request fields the response object repeats."""
+        c, r = self.tool_choice, self.reasoning
+        return {**self.model_dump(include={
+            "instructions", "max_output_tokens", "metadata", "parallel_tool_calls",
+            "previous_response_id", "service_tier", "store", "tools", "truncation", "user",
+            "safety_identifier", "prompt_cache_key", "temperature", "top_p"}),
+            "reasoning": {"effort": r.effort, "summary": r.summary or r.generate_summary},
+            "text": self.text.model_dump(by_alias=True, exclude_none=True),
+            "tool_choice": c if isinstance(c, str) else c.model_dump()}
+
+
+def _text(content: Any, where: str = "") -> Any:
+    """A message's content: its text, or text and image parts (server/media.py) in order."""
+    return content if isinstance(content, str) else media.content([
+        p.refusal if isinstance(p, RefusalPart) else media.part(p, f"{where}[{j}]")
+        if isinstance(p, ImagePart) else p.text for j, p in enumerate(content)])
+
+
+_ITEM_IDS = {"message": "msg", "function_call": "fc", "function_call_output": "fco",
+             "reasoning": "rs"}
+_ITEM_FIELDS = {"message": {"role", "content"}, "function_call": {"call_id", "name", "arguments"},
+                "function_call_output": {"call_id", "output"}, "reasoning": {"summary", "content"}}
 
 
 class ItemsQuery(BaseModel):

@@ -13,7 +13,7 @@ import re
 import uuid
 from typing import Any, Callable, Dict, List, Literal, Optional, Type, TypeVar, Union
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, TypeAdapter, ValidationError,
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, TypeAdapter, ValidationError,
                       ValidationInfo, create_model, model_serializer, model_validator)
 from typing_extensions import Annotated
 
@@ -72,6 +72,16 @@ def of_type(kind: str, base: type = BaseModel, /, **fields: Any) -> type:
     return shape(name, base, type=(Literal[kind], kind), **fields)
 
 
+def refuse(test: Callable[[Any], Any], message: str, code: str = "unsupported",
+           param: str = "{where}", when: type = AfterValidator) -> Any:
+    """A field validator refusing the values `test` picks (`{v}` in `message`: the value)."""
+    def check(v: Any) -> Any:
+        if test(v):
+            raise Refusal(message.replace("{v}", V.short(v)), code, param)
+        return v
+    return when(check)
+
+
 def rule(check: Callable[[Any, str], Any]) -> BeforeValidator:
     """One of edgellm.validation's checks as a field validator (the same rule, the same words)."""
     def run(v: Any) -> Any:
@@ -105,6 +115,12 @@ def tagged(kinds: Dict[Any, type], unknown: Optional[Callable[[Any], Refusal]] =
                                                  f"{V.short(k)}", param="{where}.type")))(kind)
         return model.model_validate(v, context=info.context)
     return BeforeValidator(pick)
+
+
+def one_of(kinds: Dict[Any, type], unknown: Optional[Callable[[Any], Refusal]] = None,
+           tag: Callable[[JSON], Any] = lambda d: d.get("type")) -> Any:
+    """The union of `kinds`' models, picked by `tagged`."""
+    return Annotated[Union[tuple(dict.fromkeys(kinds.values()))], tagged(kinds, unknown, tag)]
 
 
 def text_or(item: Any, want: str) -> Any:
