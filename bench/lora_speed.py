@@ -4,18 +4,28 @@ by default), then, alternating base / adapter runs,
   - one stream: decode tokens/s of the base alone and with one adapter;
   - 16 streams: aggregate decode tokens/s of 16 base requests and of 16 requests over 4 adapters
     (4 each), all submitted at once.
-Optionally llama.cpp's llama-bench (`--llama-bench PATH`) on the same base with and without
-`--lora` (llama-bench has no per-request adapters: its single-stream figure only).
+llama.cpp beside it: `--llama-server PATH` (llama-bench has no `--lora`) starts llama-server on the
+same base alone and with `--lora` on the first adapter, one server at a time, alternating rounds
+(its threads spin: two at once would fight over the cores), and reads the single-stream decode
+tok/s of a `/completion` of the same length from its `timings`; default
+/work/peers/llama.cpp/build/bin/llama-server when /work/peers/READY exists.
+EDGELLM_LORA_AHEAD=0 in the environment turns off the next-op adapter prefetch
+(model/lora_block.cpp) for an A/B between processes.
 
     PYTHONPATH=python python bench/lora_speed.py MODEL.gguf [--rank 16] [--threads 2] [--rounds 3]
 """
 import argparse
+import json
 import os
+import socket
 import subprocess
 import tempfile
 import time
+import urllib.request
 
 import numpy as np
+
+PEER_SERVER = "/work/peers/llama.cpp/build/bin/llama-server"
 
 
 def write_adapter(base_path: str, out: str, rank: int, seed: int) -> None:
@@ -65,6 +75,40 @@ def run_streams(llm, lora_names, n_tokens):
     return sum(len(o.token_ids) for o in res) / (time.perf_counter() - t0)
 
 
+def llama_server_round(server, model, lora, threads, n_tokens, prompt):
+    """Decode tok/s of one /completion (after a warm-up one) from a fresh llama-server on `model`,
+    with `--lora lora` when given."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [server, "-m", model, "-t", str(threads), "-c", "1024", "-np", "1", "--port", str(port), "--no-webui"]
+    if lora:
+        cmd += ["--lora", lora]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(600):
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            raise RuntimeError("llama-server did not come up")
+        body = json.dumps({"prompt": prompt, "n_predict": n_tokens, "temperature": 0, "ignore_eos": True,
+                           "cache_prompt": False}).encode()
+        tps = []
+        for _ in range(2):  # the first is a warm-up
+            req = urllib.request.Request(url + "/completion", data=body, headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=600) as r:
+                tps.append(json.load(r)["timings"]["predicted_per_second"])
+        return tps[-1]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
@@ -74,6 +118,8 @@ def main():
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--no-streams", action="store_true", help="the single-stream pair only")
     ap.add_argument("--llama-bench", default=None)
+    ap.add_argument("--llama-server", default=PEER_SERVER if os.path.exists("/work/peers/READY") else None,
+                    help="llama-server binary: the peer's single-stream figure, base alone and with --lora")
     args = ap.parse_args()
     from edgellm import LLM, SamplingParams
 
@@ -113,6 +159,15 @@ def main():
     print(f"16 streams: base {med(many['base']):.1f} tok/s aggregate, 4 adapters x 4 {med(many['lora']):.1f} tok/s "
           f"({med(many['lora']) / med(many['base']):.2f}x)")
     llm.close()
+    if args.llama_server:
+        peer = {"base": [], "lora": []}
+        for _ in range(args.rounds):
+            for kind, lora in (("base", None), ("lora", paths[0])):
+                peer[kind].append(llama_server_round(args.llama_server, args.model, lora, args.threads, args.tokens,
+                                                     prompt))
+        print(f"llama-server, 1 stream decode: base {med(peer['base']):.1f} tok/s, --lora {med(peer['lora']):.1f} tok/s "
+              f"({med(peer['lora']) / med(peer['base']):.2f}x; per round "
+              + " ".join(f"{a / b:.2f}" for a, b in zip(peer["lora"], peer["base"])) + ")")
     if args.llama_bench:
         for extra in ([], ["--lora", paths[0]]):
             r = subprocess.run([args.llama_bench, "-m", args.model, "-t", str(args.threads), "-p", "0", "-n",

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "kv/kv_cache.h"
@@ -109,6 +110,9 @@ struct LoraScratch : MatmulEpilogue {
   std::vector<Task> tasks;      // the current op's pre tasks
   std::vector<Entry> order;     // prepare_lora's sort
   std::vector<float> low;       // [part][entry][rank_cap]: scale · A·x
+  // The next op's adapter bytes, one run per group: prefetched while this op's base chunks
+  // stream (ahead()), so its A and Bᵀ come from cache instead of as short cold streams.
+  std::vector<std::pair<const uint8_t*, const uint8_t*>> next;
   int max_tokens = 0, rank_cap = 0;
 
   // The current op (ForwardPass::lora).
@@ -127,6 +131,7 @@ struct LoraScratch : MatmulEpilogue {
   int64_t n_pre() const override { return static_cast<int64_t>(tasks.size()); }
   void pre(int64_t task, int thread) override;
   void post(const MatmulChunk& chunk, int thread) override;
+  void ahead(int64_t k, int64_t n) override;
 };
 
 // A run of batch tokens of one sequence at consecutive positions, attended in one kernel call.

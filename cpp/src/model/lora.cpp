@@ -136,16 +136,22 @@ std::shared_ptr<LoraAdapter> LoraAdapter::load(const std::string& path, const st
 
   // Layout: each tensor's A, then its parts' blocked Bᵀ, in the order a forward pass reads them.
   const auto round64 = [](size_t n) { return (n + 63) / 64 * 64; };
-  std::vector<size_t> bt_offset(users.size());
+  // Sources are in layer order, targets in LayerWeights::matrices() order within a layer: one op's
+  // pairs, and the next op's, are adjacent, so what the forward pass prefetches ahead is one run.
+  std::vector<size_t> bt_offset(users.size()), span_begin(users.size()), bt_end(users.size());
   for (size_t s = 0; s < sources.size(); ++s) {
     const Source& src = sources[s];
     sources[s].offset = total;
     total += round64(row_bytes(src.type, src.a.n_out * src.a.n_in));
+    bool first = true;
     for (size_t u = 0; u < users.size(); ++u)
       if (users[u].source == s) {
+        span_begin[u] = first ? sources[s].offset : total;
+        first = false;
         bt_offset[u] = total;
         const int64_t blocks = (users[u].pair->n_out + kernels::kLoraBlock - 1) / kernels::kLoraBlock;
         total += round64(row_bytes(src.type, src.a.n_out * blocks * kernels::kLoraBlock));
+        bt_end[u] = total;
       }
   }
   ad->packed_.assign(total, 0);  // zero: the last block's padding
@@ -180,6 +186,8 @@ std::shared_ptr<LoraAdapter> LoraAdapter::load(const std::string& path, const st
     p.type = src.type;
     p.a = ad->packed_.data() + src.offset;
     p.bt = bt;
+    p.span_begin = ad->packed_.data() + span_begin[u];
+    p.span_end = ad->packed_.data() + bt_end[u];
   }
 
   uint64_t h = mix(0x10a7ull, static_cast<uint64_t>(f.tensors().size()));

@@ -40,6 +40,10 @@ struct LoraPair {
   const void* bt = nullptr;
   int64_t n_rank = 0, n_in = 0, n_out = 0;
   float scale = 1.0f;  // alpha / rank (1 without alpha)
+  // Its packed bytes (A, when it is the tensor's first part, then Bᵀ): what a forward pass
+  // prefetches while the op before it streams the base weights (model/lora_block.cpp).
+  const uint8_t* span_begin = nullptr;
+  const uint8_t* span_end = nullptr;
   explicit operator bool() const { return a != nullptr; }
   int64_t rank() const { return n_rank; }
 };

@@ -8,6 +8,7 @@
 // weights are, in the pass that already holds the output rows; a batch may mix the base and
 // any number of adapters (Punica / S-LoRA's grouping).
 #include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "common/thread_pool.h"
@@ -17,6 +18,40 @@
 namespace edgellm {
 namespace {
 constexpr int kMaxParts = 3;  // Q, K, V: the most matrices one op multiplies
+
+// The op after the one adapting `first` (the forward pass's order: Q/K/V, O, gate/up, down, then
+// the next layer's Q/K/V): its layer and targets; n = 0 at the end of the model.
+int next_op(int il, LoraTarget first, int n_layers, int* layer, LoraTarget* targets) {
+  *layer = il;
+  switch (first) {
+    case kLoraQ: case kLoraK: case kLoraV:
+      targets[0] = kLoraO;
+      return 1;
+    case kLoraO:
+      targets[0] = kLoraGate;
+      targets[1] = kLoraUp;
+      return 2;
+    case kLoraGate: case kLoraUp:
+      targets[0] = kLoraDown;
+      return 1;
+    default:
+      if (il + 1 >= n_layers) return 0;
+      *layer = il + 1;
+      targets[0] = kLoraQ;
+      targets[1] = kLoraK;
+      targets[2] = kLoraV;
+      return 3;
+  }
+}
+
+// EDGELLM_LORA_AHEAD=0 turns the prefetch off (bench/lora_speed.py's A/B within one build).
+bool ahead_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("EDGELLM_LORA_AHEAD");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
 }  // namespace
 
 void LoraScratch::ensure(int T, int64_t rank) {
@@ -71,6 +106,21 @@ MatmulEpilogue* ForwardPass::lora(int il, const LoraTarget* targets, int n, cons
         L.tasks.push_back({g, j, c, std::min(L.groups[g].n, c + LoraScratch::kTokenChunk)});
     }
   if (L.tasks.empty()) return nullptr;
+  L.next.clear();
+  int nl = 0;
+  LoraTarget nt[kMaxParts];
+  const int nn = ahead_enabled() ? next_op(il, targets[0], c_.n_layer, &nl, nt) : 0;
+  for (const LoraScratch::Group& g : L.groups) {
+    const uint8_t* lo = nullptr;
+    const uint8_t* hi = nullptr;
+    if (nl >= g.adapter->n_layers()) continue;
+    for (int j = 0; j < nn; ++j)
+      if (const LoraPair& p = g.adapter->pair(nl, nt[j])) {
+        lo = lo ? std::min(lo, p.span_begin) : p.span_begin;
+        hi = std::max(hi, p.span_end);
+      }
+    if (lo) L.next.push_back({lo, hi});
+  }
   L.layer = il;
   L.n_parts = n;
   L.targets = targets;
@@ -118,6 +168,15 @@ void LoraScratch::post(const MatmulChunk& chunk, int) {
     a.rows = tokens.data() + g.first;
     a.ldy = ldy[chunk.part];
     up(a);
+  }
+}
+
+void LoraScratch::ahead(int64_t k, int64_t n) {
+  for (const auto& [lo, hi] : next) {
+    const size_t len = static_cast<size_t>(hi - lo);
+    const size_t b = len * static_cast<size_t>(k) / static_cast<size_t>(n) / 64 * 64;
+    const size_t e = k + 1 == n ? len : len * static_cast<size_t>(k + 1) / static_cast<size_t>(n) / 64 * 64;
+    for (size_t o = b; o < e; o += 64) __builtin_prefetch(lo + o, 0, 2);
   }
 }
 

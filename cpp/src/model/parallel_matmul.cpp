@@ -74,6 +74,7 @@ void run_matmul(ThreadPool& pool, const MatmulPlan& plan, const MatmulOperand* p
       return;
     }
     const MatmulChunk& c = plan.chunks[static_cast<size_t>(i - n_pre)];
+    epilogue->ahead(i - n_pre, static_cast<int64_t>(plan.chunks.size()));
     chunk(c);
     while (pre_done.load(std::memory_order_acquire) < n_pre) std::this_thread::yield();
     epilogue->post(c, thread);

@@ -47,6 +47,9 @@ class MatmulEpilogue {
   virtual int64_t n_pre() const = 0;
   virtual void pre(int64_t task, int thread) = 0;
   virtual void post(const MatmulChunk& chunk, int thread) = 0;
+  // Before base chunk `k` of `n` (on the thread about to compute it): work to overlap with its
+  // weight stream (the LoRA epilogue prefetches the next op's adapter bytes, a 1/n share each).
+  virtual void ahead(int64_t k, int64_t n) {}
 
  protected:
   ~MatmulEpilogue() = default;

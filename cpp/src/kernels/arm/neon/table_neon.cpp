@@ -11,6 +11,7 @@ void fill_neon_matmul_float(KernelTable& t);
 void fill_neon_matmul_legacy(KernelTable& t);
 void fill_neon_matmul_kquant(KernelTable& t);
 void fill_neon_matmul_nonlinear(KernelTable& t);
+void fill_neon_lora(KernelTable& t);
 
 void fill_neon_table(KernelTable& t) {
   fill_neon_quantize(t);
@@ -19,6 +20,7 @@ void fill_neon_table(KernelTable& t) {
   fill_neon_matmul_legacy(t);
   fill_neon_matmul_kquant(t);
   fill_neon_matmul_nonlinear(t);
+  fill_neon_lora(t);
 }
 
 }  // namespace edgellm::kernels
