@@ -2,7 +2,12 @@
 //
 //   decode (ncols = 1): GB/s of weight bytes streamed. The weights cycle through a pool larger
 //                       than the last-level cache, so every call reads them from DRAM, as decode
-//                       does (each weight is read once per token).
+//                       does (each weight is read once per token). Beside it, bytes per cycle per
+//                       core: of that DRAM stream (B/c 1T, 2T: GB/s ÷ threads ÷ the core clock), and
+//                       "hot": one thread, the first rows of the matrix that fit in 512 KiB every
+//                       call (from L2, no DRAM), best call — the most the kernel consumes per cycle, its compute bound. A kernel
+//                       keeps up with memory when hot B/c is above the DRAM B/c its core gets.
+//                       The clock is measured at start (a chain of dependent adds, best of 20).
 //   prefill (ncols = 64, or cols=N): GFLOP/s-equivalent (2·K·rows·ncols per call), weights from cache
 //                       (with "dram": cycling through the DRAM-sized pool, as a batched decode
 //                       step of a model larger than the caches does).
@@ -16,7 +21,7 @@
 //     row-interleaved weights (kernels/packed.h, Q8_R activations), what the loader uses for the
 //     packable types; its GB/s count the GGUF bytes the packed matrix holds (default: all this
 //     CPU runs; scalar is measured for decode only).
-//     types: Q4_0 .. F16 (default: all). cols=N: prefill columns (default 64). shape=KxROWS: only
+//     types: Q4_0 .. MXFP4, F16 (default: all). cols=N: prefill columns (default 64). shape=KxROWS: only
 //     these matrix shapes (default: the six below).
 #include <algorithm>
 #include <array>
@@ -55,7 +60,10 @@ std::vector<uint8_t> random_weights(DType t, int64_t rows, int64_t K, std::mt199
   for (auto& b : w) b = static_cast<uint8_t>(rng());
   std::vector<int> half_offsets;
   switch (t) {
-    case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: half_offsets = {0}; break;
+    case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: case DType::IQ4_XS: half_offsets = {0}; break;
+    case DType::MXFP4:  // e8m0 scale byte first: 2^0, no subnormal scales
+      for (size_t b = 0; b < w.size() / info.block_bytes; ++b) w[b * info.block_bytes] = 127;
+      return w;
     case DType::Q4_1: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K: half_offsets = {0, 2}; break;
     case DType::Q2_K: half_offsets = {80, 82}; break;
     case DType::Q3_K: half_offsets = {108}; break;
@@ -97,6 +105,21 @@ struct SpinBarrier {
     }
   }
 };
+
+// The core clock in GHz: a chain of dependent adds (one per cycle on every x86 core since the
+// P6), timed for 2^22 adds, best of 20 (a shared machine's time slices only make it slower).
+double core_ghz() {
+  double best = 1e9;
+  for (int rep = 0; rep < 20; ++rep) {
+    uint64_t v = 0;
+    const auto t0 = Clock::now();
+    for (int i = 0; i < (1 << 19); ++i)
+      asm volatile("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+                   "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0" : "+r"(v));
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return (1 << 22) / best / 1e9;
+}
 
 struct Timing {
   double median, best;  // seconds per call
@@ -159,7 +182,8 @@ int main(int argc, char** argv) {
       all.push_back({kernels::isa_name(isa), t, false});
       if (isa != kernels::Isa::Scalar) all.push_back({std::string(kernels::isa_name(isa)) + "-packed", t, true});
     }
-  const DType all_types[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F16};
+  const DType all_types[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K,
+                             DType::Q5_K, DType::Q6_K, DType::IQ4_XS, DType::MXFP4, DType::F16};
   std::vector<Variant> variants;
   std::vector<DType> types;
   for (const Variant& v : all)
@@ -189,10 +213,12 @@ int main(int argc, char** argv) {
   const size_t kPoolBytes = 256u << 20;  // well above the L3 the weights would otherwise sit in
   std::mt19937 rng(1);
 
-  std::printf("decode: GB/s of weights from DRAM, median (best) per call; prefill: GFLOP/s, %lld columns, median (best)\n",
-              static_cast<long long>(pcols));
-  std::printf("%-13s %-5s %5s %5s | %-15s %-15s | %-15s %-15s\n", "isa", "type", "K", "rows", "decode 1T", "decode 2T",
-              "prefill 1T", "prefill 2T");
+  const double ghz = core_ghz();
+  std::printf("decode: GB/s of weights from DRAM, median (best) per call, and bytes per cycle per core (median) at "
+              "%.2f GHz; hot: 1 thread, weights from cache, best call; prefill: GFLOP/s, %lld columns, median (best)\n",
+              ghz, static_cast<long long>(pcols));
+  std::printf("%-13s %-6s %5s %5s | %-15s %-15s %5s %5s %5s | %-15s %-15s\n", "isa", "type", "K", "rows", "decode 1T",
+              "decode 2T", "B/c1T", "B/c2T", "hot", "prefill 1T", "prefill 2T");
   for (DType wt : types)
     for (const auto& s : shapes) {
       const int64_t K = s[0], rows = s[1];
@@ -213,17 +239,25 @@ int main(int argc, char** argv) {
         const bool scalar = v.table->isa == kernels::Isa::Scalar;
         const int calls = scalar ? 8 : static_cast<int>(std::max<size_t>(200, (1024u << 20) / mbytes));
         char cells[4][32] = {"-", "-", "-", "-"};
+        double bpc[3] = {0, 0, 0};  // bytes per cycle per core: DRAM 1T, 2T; hot
         for (int nt = 1; nt <= 2; ++nt) {
           const Timing d = time_matmul(v, wt, K, rows, 1, pool, nt, calls);
           std::snprintf(cells[nt - 1], 32, "%6.1f (%5.1f)", mbytes / d.median / 1e9, mbytes / d.best / 1e9);
+          bpc[nt - 1] = mbytes / d.median / nt / (ghz * 1e9);
           if (!scalar) {
             const Timing p = time_matmul(v, wt, K, rows, pcols, dram ? pool : one, nt, dram ? static_cast<int>(pool.size()) * 2 : 12);
             const double flop = 2.0 * K * rows * pcols;
             std::snprintf(cells[nt + 1], 32, "%6.1f (%5.1f)", flop / p.median / 1e9, flop / p.best / 1e9);
           }
         }
-        std::printf("%-13s %-5s %5lld %5lld | %-15s %-15s | %-15s %-15s\n", v.name.c_str(), dtype_name(wt),
-                    static_cast<long long>(K), static_cast<long long>(rows), cells[0], cells[1], cells[2], cells[3]);
+        {
+          // Hot: the first rows of the matrix that fit in 512 KiB (L2), whole 16-row groups.
+          const int64_t hr = std::max<int64_t>(16, std::min<int64_t>(rows, (512 << 10) / static_cast<int64_t>(row_bytes(wt, K))) / 16 * 16);
+          bpc[2] = row_bytes(wt, K) * hr / time_matmul(v, wt, K, hr, 1, one, 1, scalar ? 8 : 400).best / (ghz * 1e9);
+        }
+        std::printf("%-13s %-6s %5lld %5lld | %-15s %-15s %5.2f %5.2f %5.2f | %-15s %-15s\n", v.name.c_str(),
+                    dtype_name(wt), static_cast<long long>(K), static_cast<long long>(rows), cells[0], cells[1], bpc[0],
+                    bpc[1], bpc[2], cells[2], cells[3]);
         std::fflush(stdout);
       }
     }

@@ -83,9 +83,9 @@ void packed_tile(const uint8_t* group, int p0, int64_t nu, const uint8_t* x, siz
     for (int j = 0; j < C; ++j) acc[pp][j] = I::zero();
   for (int64_t b = 0; b < nu; ++b) {
     const uint8_t* unit = group + b * Fmt::kUnitBytes;
-    if constexpr (PF > 0) {
+    if constexpr (PF > 0 && Fmt::kSubs == 1) {
       // May reach past this call's rows: a prefetch never faults, and those lines are usually
-      // the next chunk's.
+      // the next chunk's. (256-element units spread theirs over the sub-blocks, below.)
       for (size_t o = 0; o < Fmt::kUnitBytes; o += 64) __builtin_prefetch(unit + PF + o, 0, 3);
     }
     if (next) {
@@ -100,6 +100,21 @@ void packed_tile(const uint8_t* group, int p0, int64_t nu, const uint8_t* x, siz
     }
     for (int sb = 0; sb < Fmt::kSubs; ++sb) {
       const int64_t xi = b * Fmt::kSubs + sb;
+      if constexpr (PF > 0 && Fmt::kSubs > 1) {
+        // A 256-element unit's lines (37-53) prefetched at once as the unit begins left its
+        // stream at two thirds of Q4_0's rate, at the same compute per byte (kernels_bench,
+        // Zen 4, 1 thread: Q4_K / Q6_K 13 GB/s against Q4_0's 24, hot B/cycle 12.7 / 10.8 / 12.9):
+        // a burst that exceeds the core's outstanding-miss capacity stalls the loads behind it.
+        // Each sub-block requests its eighth of the unit's bytes PF ahead instead, as a 32-element
+        // unit does: a fixed count of lines 64 bytes apart from the eighth's start (the gap to the
+        // next eighth is under a line, so every line is requested; Q4_K 5, Q6_K 7 a sub-block),
+        // unrolled (the unit-wide loop cost an add, a compare and a branch per line besides).
+        constexpr size_t kChunk = Fmt::kUnitBytes / Fmt::kSubs;
+        static_assert(Fmt::kUnitBytes % Fmt::kSubs == 0, "unit bytes split into sub-block eighths");
+        const uint8_t* pf = unit + PF + sb * kChunk;
+#pragma GCC unroll 8
+        for (size_t o = 0; o < kChunk; o += 64) __builtin_prefetch(pf + o, 0, 3);
+      }
       for (int pp = 0; pp < NP; ++pp) {
         const int p = p0 + pp;
         // Per-row constants of this sub-block and part (packed.h): da, db (Q6_K only differs), mn.
