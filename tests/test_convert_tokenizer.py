@@ -16,7 +16,7 @@ tokenizers = pytest.importorskip("tokenizers")
 core = pytest.importorskip("edgellm._core")
 
 from edgellm.convert.tokenizer import identify_pre, vocab_metadata  # noqa: E402
-from edgellm.convert.writer import _add_kv  # noqa: E402
+from edgellm.convert.gguf_out import add_kv  # noqa: E402
 
 CASES = {"smollm2": ("smollm2-135m-q4_1", "smollm"), "qwen2.5-coder-0.5b": ("qwen2.5-coder-0.5b-q4_k_m", "qwen2")}
 QWEN2_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -59,7 +59,7 @@ def pair(model, tmp_path_factory):
         assert dict(kv)["tokenizer.ggml.pre"] == pre
         w = gguf.GGUFWriter(str(d / "vocab.gguf"), "llama")
         for k, v in kv:
-            _add_kv(w, k, v)
+            add_kv(w, k, v)
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_ti_data_to_file()

@@ -20,7 +20,7 @@ from .checkpoint import Checkpoint, member, read_json, show
 from .config import arch_of, hparams
 from .errors import ConvertError
 from .tensors import expected_shapes, layer_names, permute_rows
-from .writer import gguf_file
+from .gguf_out import gguf_file
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"

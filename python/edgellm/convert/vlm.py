@@ -25,6 +25,7 @@ import numpy as np
 
 from .checkpoint import Checkpoint, member, read_json, show
 from .errors import ConvertError, UnsupportedArchitectureError
+from .gguf_out import add_kv, gguf_file
 
 # HF class → (text class the text converter knows, projector type, config model_type)
 VLM_ARCHS = {
@@ -396,13 +397,11 @@ def load_vision(ckpt: Checkpoint, t: VisionTensor) -> np.ndarray:
 def convert_mmproj(hf_dir: str, out_path: str, file_type: str = "F16") -> MmprojPlan:
     """Writes the projector GGUF of a vision-language checkpoint (via a temporary file beside
     out_path, renamed when complete)."""
-    from .writer import _add_kv, gguf_file
-
     ckpt = Checkpoint(hf_dir)
     mp = plan_mmproj(ckpt, file_type)
     with gguf_file(out_path, "clip") as w:
         for key, value in mp.metadata:
-            _add_kv(w, key, value)
+            add_kv(w, key, value)
         for t in mp.tensors:
             x = load_vision(ckpt, t)
             w.add_tensor(t.dst, x.astype(np.float16) if t.type == "F16" else x)

@@ -8,7 +8,6 @@ types llama-quantize would (edgellm/bench/quantize.py's plan_types) and edgellm'
 quantizers. 1-D tensors (norms, biases) are always F32."""
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +22,7 @@ from .config import arch_of, hparams, llama3_rope_factors, longrope_factors, met
 from .errors import ConvertError
 from .tensors import TensorPlan, _strip_prefix, load_transformed, plan_tensors
 from .tokenizer import vocab_metadata
+from .gguf_out import add_kv, gguf_file
 from .vlm import llamacpp_text_keys, text_view, vlm_arch
 
 _CHUNK_ELEMS = 1 << 24  # rows read, converted and written at a time: 64 MiB of float32
@@ -193,32 +193,6 @@ def _qwen3_reranker(ckpt: Checkpoint, hp, kv: list, tplans: list):
     return kv, plans
 
 
-def _add_kv(w, key: str, value) -> None:
-    import gguf
-
-    T = gguf.GGUFValueType
-    if isinstance(value, bool):
-        w.add_bool(key, value)
-    elif isinstance(value, int):
-        w.add_uint32(key, value)
-    elif isinstance(value, float):
-        w.add_float32(key, value)
-    elif isinstance(value, str):
-        w.add_string(key, value)
-    elif isinstance(value, bytes):  # tokenizer.ggml.precompiled_charsmap
-        w.add_key_value(key, value, T.ARRAY, sub_type=T.UINT8)
-    elif isinstance(value, list) and value and isinstance(value[0], bool):
-        w.add_array(key, value)
-    elif isinstance(value, list) and value and isinstance(value[0], str):
-        w.add_array(key, value)
-    elif isinstance(value, list) and value and isinstance(value[0], float):
-        w.add_key_value(key, value, T.ARRAY, sub_type=T.FLOAT32)
-    elif isinstance(value, list):
-        w.add_key_value(key, value, T.ARRAY, sub_type=T.INT32)
-    else:
-        raise ConvertError(f"metadata key {key}: cannot write {type(value).__name__}")
-
-
 def _encode(x: np.ndarray, t: str, pool) -> np.ndarray:
     from ..bench.quantize import _convert
 
@@ -242,7 +216,7 @@ def convert(hf_dir: str, out_path: str, out_type: str = "F16", n_threads: int = 
     ckpt = cp.checkpoint
     with gguf_file(out_path, cp.arch) as w:
         for key, value in cp.metadata:
-            _add_kv(w, key, value)
+            add_kv(w, key, value)
         w.add_file_type(FTYPE_IDS[cp.file_type])
         if cp.file_type not in ("F32", "F16", "BF16") or dict(cp.metadata).get("general.type") == "model":
             w.add_quantization_version(gguf.GGML_QUANT_VERSION)  # (VLM text files: always, as llama.cpp)
@@ -282,28 +256,6 @@ def convert(hf_dir: str, out_path: str, out_type: str = "F16", n_threads: int = 
                 if progress is not None:
                     progress(done, total, t.plan.dst)
     return cp
-
-
-@contextlib.contextmanager
-def gguf_file(out_path: str, arch: str):
-    """A gguf.GGUFWriter on a temporary file beside out_path, renamed to out_path when the block
-    ends without an error; else closed and removed (no partial file is left under either name)."""
-    import gguf
-
-    tmp = f"{out_path}.{os.getpid()}.part"
-    w = gguf.GGUFWriter(tmp, arch)
-    try:
-        yield w
-        w.close()
-        os.replace(tmp, out_path)
-    except BaseException:
-        try:
-            w.close()
-        except Exception:
-            pass
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 _last_step = [-1]  # the last tenth reported to a non-terminal
