@@ -156,40 +156,41 @@ def test_minilm_f16_and_q8_0(minilm_source, reference, tmp_path, out_type):
 
 LLAMA_CPP = Path("/work/peers/llama.cpp/convert_hf_to_gguf.py")
 VENV_REF = Path("/work/venv-ref/bin/python")
+WITH_LLAMA_CPP = pytest.mark.skipif(not (LLAMA_CPP.is_file() and VENV_REF.is_file()),
+                                    reason="llama.cpp's converter and a torch venv are not on this machine")
+
+
+def llama_cpp_convert(src, out, *args):
+    """llama.cpp's convert_hf_to_gguf.py, F32, in the torch venv."""
+    subprocess.run([str(VENV_REF), str(LLAMA_CPP), str(src), "--outtype", "f32", *args, "--outfile", str(out)],
+                   check=True, capture_output=True, cwd=out.parent)
+
+
+def assert_llama_cpp_file_embeds(path, reference):
+    """A file of llama.cpp's converter embeds the reference texts as sentence-transformers does (its
+    files state no max_seq_length, so the one text past 512 tokens is left out)."""
+    with edgellm.LLM(path, n_threads=2) as llm:
+        assert min(cosines(llm.embed(reference[0][:-1]), reference[1][:-1])) >= 0.9999
 
 
 @REAL
 @pytest.mark.slow
-@pytest.mark.skipif(not (LLAMA_CPP.is_file() and VENV_REF.is_file()),
-                    reason="llama.cpp's converter and a torch venv are not on this machine")
+@WITH_LLAMA_CPP
 def test_llama_cpp_converted_file_loads(minilm_source, reference, tmp_path):
     out = tmp_path / "minilm-llamacpp.gguf"
-    subprocess.run([str(VENV_REF), str(LLAMA_CPP), str(minilm_source), "--outtype", "f32", "--outfile", str(out)],
-                   check=True, capture_output=True, cwd=tmp_path)
-    llm = edgellm.LLM(str(out), n_threads=2)
-    try:
-        texts, ref = reference[0][:-1], reference[1][:-1]  # its files say no max_seq_length (512)
-        assert min(cosines(llm.embed(texts), ref)) >= 0.9999
-    finally:
-        llm.close()
+    llama_cpp_convert(minilm_source, out)
+    assert_llama_cpp_file_embeds(str(out), reference)
 
 
 @REAL
 @pytest.mark.slow
-@pytest.mark.skipif(not (LLAMA_CPP.is_file() and VENV_REF.is_file()),
-                    reason="llama.cpp's converter and a torch venv are not on this machine")
+@WITH_LLAMA_CPP
 def test_llama_cpp_split_file_loads_from_its_first_shard(minilm_source, reference, tmp_path):
     """convert_hf_to_gguf.py --split-max-tensors: three shards, loaded from the first."""
     out = tmp_path / "minilm.gguf"
-    subprocess.run([str(VENV_REF), str(LLAMA_CPP), str(minilm_source), "--outtype", "f32", "--split-max-tensors", "40",
-                    "--outfile", str(out)], check=True, capture_output=True, cwd=tmp_path)
+    llama_cpp_convert(minilm_source, out, "--split-max-tensors", "40")
     first = tmp_path / "minilm-00001-of-00003.gguf"
-    llm = edgellm.LLM(str(first), n_threads=2)
-    try:
-        texts, ref = reference[0][:-1], reference[1][:-1]  # its files say no max_seq_length (512)
-        assert min(cosines(llm.embed(texts), ref)) >= 0.9999
-    finally:
-        llm.close()
+    assert_llama_cpp_file_embeds(str(first), reference)
 
 
 def refuses_config(tmp_path, folder, match, **changes):

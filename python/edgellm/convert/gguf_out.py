@@ -1,6 +1,6 @@
 """The GGUF output of every converter (writer.py's models, lora.py's adapters, vlm.py's
 projectors): one metadata value written by its Python type, and the file written beside its
-final name and renamed only when complete."""
+final name and renamed only when complete; the --dry-run listing of a plan."""
 from __future__ import annotations
 
 import contextlib
@@ -55,3 +55,13 @@ def gguf_file(out_path: str, arch: str):
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def describe(head: str, rows, total: int) -> str:
+    """A plan as --dry-run prints it: `head`, one line per tensor (dst, type, ne, bytes, src),
+    the total."""
+    lines = [head]
+    for dst, typ, ne, nbytes, src in rows:
+        lines.append(f"{dst:32s} {typ:6s} {str(list(ne)):20s} {nbytes:>12d}  <- {src}")
+    lines.append(f"total {total} bytes of tensor data ({total / 2**20:.1f} MiB)")
+    return "\n".join(lines)

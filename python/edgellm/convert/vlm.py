@@ -25,7 +25,7 @@ import numpy as np
 
 from .checkpoint import Checkpoint, member, read_json, show
 from .errors import ConvertError, UnsupportedArchitectureError
-from .gguf_out import add_kv, gguf_file
+from .gguf_out import add_kv, describe, gguf_file
 
 # HF class → (text class the text converter knows, projector type, config model_type)
 VLM_ARCHS = {
@@ -114,12 +114,9 @@ class MmprojPlan:
         return sum(t.nbytes for t in self.tensors)
 
     def describe(self) -> str:
-        lines = [f"projector {self.projector}, file type {self.file_type}, {len(self.metadata)} metadata keys, "
-                 f"{len(self.tensors)} tensors"]
-        for t in self.tensors:
-            lines.append(f"{t.dst:32s} {t.type:6s} {str(list(t.ne)):20s} {t.nbytes:>12d}  <- {t.src}")
-        lines.append(f"total {self.total_bytes()} bytes of tensor data ({self.total_bytes() / 2**20:.1f} MiB)")
-        return "\n".join(lines)
+        return describe(f"projector {self.projector}, file type {self.file_type}, {len(self.metadata)} metadata keys, "
+                        f"{len(self.tensors)} tensors",
+                        ((t.dst, t.type, t.ne, t.nbytes, t.src) for t in self.tensors), self.total_bytes())
 
 
 # SigLIP (Gemma 3, Idefics3 / SmolVLM): the tower's names after its prefix

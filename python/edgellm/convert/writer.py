@@ -22,7 +22,7 @@ from .config import arch_of, hparams, llama3_rope_factors, longrope_factors, met
 from .errors import ConvertError
 from .tensors import TensorPlan, _strip_prefix, load_transformed, plan_tensors
 from .tokenizer import vocab_metadata
-from .gguf_out import add_kv, gguf_file
+from .gguf_out import add_kv, describe, gguf_file
 from .vlm import llamacpp_text_keys, text_view, vlm_arch
 
 _CHUNK_ELEMS = 1 << 24  # rows read, converted and written at a time: 64 MiB of float32
@@ -49,12 +49,10 @@ class ConversionPlan:
         return sum(t.nbytes for t in self.tensors)
 
     def describe(self) -> str:
-        lines = [f"architecture {self.hf_arch} -> {self.arch}, file type {self.file_type}, "
-                 f"{len(self.metadata)} metadata keys, {len(self.tensors)} tensors"]
-        for t in self.tensors:
-            lines.append(f"{t.plan.dst:32s} {t.type:6s} {str(list(t.ne)):20s} {t.nbytes:>12d}  <- {t.plan.src}")
-        lines.append(f"total {self.total_bytes()} bytes of tensor data ({self.total_bytes() / 2**20:.1f} MiB)")
-        return "\n".join(lines)
+        return describe(f"architecture {self.hf_arch} -> {self.arch}, file type {self.file_type}, "
+                        f"{len(self.metadata)} metadata keys, {len(self.tensors)} tensors",
+                        ((t.plan.dst, t.type, t.ne, t.nbytes, t.plan.src) for t in self.tensors),
+                        self.total_bytes())
 
 
 class _Shim:
