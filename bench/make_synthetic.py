@@ -188,7 +188,11 @@ def write_model(a, ftype, out_path, tokenizer_fields):
 
     rng = np.random.default_rng(a.seed)
     tensors = [SimpleNamespace(name=n, shape=ne, tensor_type=gguf.GGMLQuantizationType.F32) for n, ne in shapes(a)]
-    plans = plan_types(tensors, ftype, a.layers)
+    plans = plan_types(tensors, "Q8_0" if ftype == "MXFP4" else ftype, a.layers)
+    if ftype == "MXFP4":  # a dense model in MXFP4: the layer matrices; the embedding / head stay Q8_0
+        from edgellm.bench.quantize import Plan
+        plans = [Plan(p.name, p.src_type, "MXFP4" if p.dst_type and p.name.startswith("blk.") else p.dst_type, p.ne)
+                 for p in plans]
     if a.arch == "gpt-oss":  # the released file's layout: MXFP4 experts, F32 biases and sinks
         from edgellm.bench.quantize import Plan
         plans = [Plan(p.name, p.src_type, "MXFP4" if p.name.endswith("_exps.weight") else
@@ -231,7 +235,7 @@ def write_model(a, ftype, out_path, tokenizer_fields):
         w.add_attn_logit_softcapping(50.0)
         w.add_final_logit_softcapping(30.0)
     w.add_vocab_size(a.vocab)
-    w.add_file_type(FTYPE_IDS[ftype])
+    w.add_file_type(FTYPE_IDS["MXFP4_MOE" if ftype == "MXFP4" else ftype])
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     for f in tokenizer_fields:
         if isinstance(f, gguf.ReaderField):  # (a NamedTuple: tested first)
@@ -242,8 +246,9 @@ def write_model(a, ftype, out_path, tokenizer_fields):
         ne = p.ne
         np_shape = tuple(reversed(ne))
         t = p.dst_type or "F32"
-        if t == "F32":
-            w.add_tensor_info(p.name, np_shape, np.dtype(np.float32), int(np.prod(ne)) * 4)
+        if t in ("F32", "F16"):
+            dt = np.dtype(np.float32 if t == "F32" else np.float16)
+            w.add_tensor_info(p.name, np_shape, dt, int(np.prod(ne)) * dt.itemsize)
         else:
             be, bb = BLOCK[t]
             rb = ne[0] // be * bb
@@ -258,6 +263,8 @@ def write_model(a, ftype, out_path, tokenizer_fields):
         t = p.dst_type or "F32"
         if t == "F32":
             data = (1.0 + 0.1 * rng.standard_normal(int(np.prod(ne)))).astype(np.float32)
+        elif t == "F16":  # std 0.02, as the quantized types
+            data = (0.02 * rng.standard_normal(int(np.prod(ne)), dtype=np.float32)).astype(np.float16)
         else:
             data = random_blocks(rng, t, int(np.prod(ne[1:])), ne[0])
         w.write_tensor_data(data)
@@ -282,8 +289,10 @@ def tokenizer_fields_from(path, vocab):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--type", dest="types", action="append", choices=["Q4_0", "Q4_K_M", "Q8_0", "Q4_1", "Q5_0",
-                                                                      "Q5_1", "Q4_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS"],
-                   help="repeatable; default Q4_0, Q4_K_M and Q8_0")
+                                                                      "Q5_1", "Q4_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS",
+                                                                      "MXFP4", "F16"],
+                   help="repeatable; default Q4_0, Q4_K_M and Q8_0 (MXFP4: every layer matrix MXFP4, the "
+                        "embedding Q8_0, file type MXFP4_MOE as llama.cpp names it)")
     p.add_argument("--out-dir", default=os.path.expanduser("~/.cache/edgellm/synthetic"))
     p.add_argument("--preset", choices=sorted(PRESETS), default=None,
                    help="a real model's shape and architecture (the options below given explicitly override it)")
