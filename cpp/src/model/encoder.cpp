@@ -22,6 +22,8 @@ const std::vector<const EncoderArchitecture*>& encoder_architectures() {
   return list;
 }
 std::string layer_tensor(int il, const char* name) { return "blk." + std::to_string(il) + "." + name; }
+// Queries whose scores the attention holds at once (a block's scores: kQueryBlock × the sequence).
+constexpr int32_t kQueryBlock = 64;
 }  // namespace
 
 void encoder_hparams(const GgufFile& file, ModelConfig& c) {
@@ -149,8 +151,8 @@ EncoderModel::EncoderModel(std::shared_ptr<GgufFile> file, const EncoderArchitec
     rope_ = Rope(RopeType::Neox, c.n_rot, c.rope_global, nullptr);
     rope_table_.resize(T * rope_.table_stride());
   }
-  // scores of one query, K of a head transposed, V of a head transposed (long sequences)
-  thread_floats_ = std::max<int64_t>((c.head_dim_k + c.head_dim_v + 1) * T, c.n_embd);
+  // per thread: K of a head as rows, V of a head transposed, the scores of a block of queries
+  thread_floats_ = std::max<int64_t>((c.head_dim_k + c.head_dim_v + kQueryBlock) * T, c.n_embd);
   scores_.resize(static_cast<size_t>(nt) * thread_floats_);
 }
 
@@ -268,49 +270,36 @@ void EncoderModel::forward(const Batch& batch, KVCache&, float* logits, float* h
         for (int h = 0; h < c.n_head_kv; ++h) rope_.apply(row, k_.data() + t * nk + h * hdk);
       });
     // Attention: every token of a sequence over all of its tokens; one task per (sequence, head),
-    // its inner loops on the active ISA's float ops (y += a x, softmax; scalar references and
-    // randomized checks in kernels/generic and test_kernels_isa).
+    // as two float matmuls of the active kernel table per block of kQueryBlock queries (the
+    // outer-product GEMM from 24 columns, kernels/matmul_float.inc.h): scores = K_h · q for each
+    // query (K_h copied to contiguous rows), softmax, then out = V_hᵀ · p (V_h transposed), written
+    // in place into the attention output.
+    const kernels::MatmulFn mm = kt_ops.matmul[static_cast<int>(DType::F32)];
     threads_->run(n_tasks, [&](int64_t task, int thread) {
       const Segment& s = segs[task / n_head];
       const int h = static_cast<int>(task % n_head), hk = h / group;
-      // per thread: the scores of one query, then K of the head transposed (kt[e][j]), so
-      // that both inner loops run over contiguous floats without a reduction
-      float* sc = scores_.data() + static_cast<size_t>(thread) * thread_floats_;
-      // (a sequence shorter than the head reads K's rows instead: one dot a key, s.n calls a
-      // query rather than hdk axpys of s.n floats)
-      float* kt = sc + max_batch_tokens_;
-      const bool k_rows = s.n < hdk;
-      if (!k_rows)
-        for (int32_t j = 0; j < s.n; ++j) {
-          const float* kj = k_.data() + (s.begin + j) * nk + hk * hdk;
-          for (int e = 0; e < hdk; ++e) kt[e * s.n + j] = kj[e];
+      float* kc = scores_.data() + static_cast<size_t>(thread) * thread_floats_;  // [s.n][hdk]
+      float* vt = kc + static_cast<size_t>(hdk) * s.n;                             // [hdv][s.n]
+      float* sc = vt + static_cast<size_t>(hdv) * s.n;                             // [block][s.n]
+      for (int32_t j = 0; j < s.n; ++j) {
+        const float* kj = k_.data() + (s.begin + j) * nk + hk * hdk;
+        std::copy(kj, kj + hdk, kc + static_cast<size_t>(j) * hdk);
+        const float* vj = v_.data() + (s.begin + j) * nv + hk * hdv;
+        for (int e = 0; e < hdv; ++e) vt[static_cast<size_t>(e) * s.n + j] = vj[e];
+      }
+      for (int32_t i0 = 0; i0 < s.n; i0 += kQueryBlock) {
+        const int32_t nb = std::min<int32_t>(kQueryBlock, s.n - i0);
+        kernels::MatmulArgs qk{kc, hdk, 0, s.n, q_.data() + (s.begin + i0) * nq + h * hdk, nq * sizeof(float), nb, sc,
+                               s.n};
+        mm(qk);
+        for (int32_t i = 0; i < nb; ++i) {
+          float* row = sc + static_cast<size_t>(i) * s.n;
+          for (int32_t j = 0; j < s.n; ++j) row[j] *= scale;
+          kt_ops.softmax(row, s.n);
         }
-      // P·V: a sequence longer than the head takes V transposed too (vt[e][j]), so that each
-      // output is one dot over the sequence: hdv calls a query instead of s.n short axpys
-      const bool v_rows = s.n < hdv;
-      float* vt = kt + static_cast<size_t>(hdk) * s.n;
-      if (!v_rows)
-        for (int32_t j = 0; j < s.n; ++j) {
-          const float* vj = v_.data() + (s.begin + j) * nv + hk * hdv;
-          for (int e = 0; e < hdv; ++e) vt[e * s.n + j] = vj[e];
-        }
-      for (int32_t i = 0; i < s.n; ++i) {
-        const float* qi = q_.data() + (s.begin + i) * nq + h * hdk;
-        if (k_rows) {
-          for (int32_t j = 0; j < s.n; ++j)
-            sc[j] = scale * kt_ops.dot_f32(qi, k_.data() + (s.begin + j) * nk + hk * hdk, hdk);
-        } else {
-          std::fill(sc, sc + s.n, 0.0f);
-          for (int e = 0; e < hdk; ++e) kt_ops.axpy_f32(qi[e] * scale, kt + e * s.n, sc, s.n);
-        }
-        kt_ops.softmax(sc, s.n);
-        float* o = a_.data() + (s.begin + i) * na + h * hdv;
-        if (v_rows) {
-          std::fill(o, o + hdv, 0.0f);
-          for (int32_t j = 0; j < s.n; ++j) kt_ops.axpy_f32(sc[j], v_.data() + (s.begin + j) * nv + hk * hdv, o, hdv);
-        } else {
-          for (int e = 0; e < hdv; ++e) o[e] = kt_ops.dot_f32(sc, vt + e * s.n, s.n);
-        }
+        kernels::MatmulArgs pv{vt, s.n, 0, hdv, sc, s.n * sizeof(float), nb, a_.data() + (s.begin + i0) * na + h * hdv,
+                               na};
+        mm(pv);
       }
     });
     matmul(l.wo, l.bo, p.o, a_.data(), T, o_.data());
