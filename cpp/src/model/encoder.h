@@ -109,6 +109,7 @@ class EncoderModel final : public Model {
   PackedWeights packed_;
   ActivationQuantizer act_;
   std::vector<float> x_, q_, k_, v_, a_, o_, f_, g_;
+  std::vector<float> ones_;  // n_embd ones: the layer norm's mean as a dot
   Rope rope_;  // rotary architectures
   std::vector<float> rope_table_;  // per token: rope_.table_stride() floats
   std::vector<float> scores_;  // per thread: thread_floats_ (attention scores + K transposed; embedding rows)
