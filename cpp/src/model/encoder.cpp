@@ -123,8 +123,7 @@ EncoderModel::EncoderModel(std::shared_ptr<GgufFile> file, const EncoderArchitec
   plans_.resize(c.n_layer);
   for (int il = 0; il < c.n_layer; ++il) {
     const EncoderLayerWeights& l = w_.layers[il];
-    plans_[il] = {plan_matmul({&l.wq}, nt), plan_matmul({&l.wk}, nt), plan_matmul({&l.wv}, nt),
-                  plan_matmul({&l.wo}, nt), plan_matmul({&l.up}, nt),
+    plans_[il] = {plan_matmul({&l.wq, &l.wk, &l.wv}, nt), plan_matmul({&l.wo}, nt), plan_matmul({&l.up}, nt),
                   l.gate ? plan_matmul({&l.gate}, nt) : MatmulPlan{}, plan_matmul({&l.down}, nt)};
   }
   if (w_.pooler) pooler_plan_ = plan_matmul({&w_.pooler}, nt);
@@ -215,6 +214,28 @@ void EncoderModel::matmul(const Matrix& w, const Vector& bias, const MatmulPlan&
   linear(*threads_, act_, w, plan, x, rows, y, bias);
 }
 
+void EncoderModel::qkv(const EncoderLayerWeights& l, const MatmulPlan& plan, const float* x, int64_t rows) {
+  const ModelConfig& c = config_;
+  act_.reset(x, rows, c.n_embd, c.n_embd);
+  const Matrix* w[3] = {&l.wq, &l.wk, &l.wv};
+  const Vector* b[3] = {&l.bq, &l.bk, &l.bv};
+  float* y[3] = {q_.data(), k_.data(), v_.data()};
+  MatmulOperand ops[3];
+  for (int i = 0; i < 3; ++i) {
+    ops[i].w = w[i];
+    ops[i].x = act_.get(*threads_, matmul_input_type(*w[i]), &ops[i].x_stride);
+    ops[i].y = y[i];
+    ops[i].ldy = w[i]->n_out;
+  }
+  run_matmul(*threads_, plan, ops, rows);
+  if (!l.bq && !l.bk && !l.bv) return;
+  const kernels::KernelTable& kt = kernels::active();
+  threads_->parallel_for(0, rows, [&](int64_t r, int) {
+    for (int i = 0; i < 3; ++i)
+      if (*b[i]) kt.add_f32(b[i]->data, y[i] + r * w[i]->n_out, w[i]->n_out);
+  });
+}
+
 void EncoderModel::forward(const Batch& batch, KVCache&, float* logits, float* hidden) {
   (void)logits;
   std::lock_guard<std::mutex> lock(forward_mutex_);
@@ -261,9 +282,7 @@ void EncoderModel::forward(const Batch& batch, KVCache&, float* logits, float* h
   for (int il = 0; il < c.n_layer; ++il) {
     const EncoderLayerWeights& l = w_.layers[il];
     const Plans& p = plans_[il];
-    matmul(l.wq, l.bq, p.q, x, T, q_.data());
-    matmul(l.wk, l.bk, p.k, x, T, k_.data());
-    matmul(l.wv, l.bv, p.v, x, T, v_.data());
+    qkv(l, p.qkv, x, T);
     if (arch_.rotary)
       threads_->parallel_for(0, T, [&](int64_t t, int) {
         const float* row = rope_table_.data() + t * rope_.table_stride();
