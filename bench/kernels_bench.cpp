@@ -16,12 +16,13 @@
 //
 // Build (after scripts/dev-build.sh build/<dir>):
 //   g++ -O2 -std=c++17 -Icpp/src bench/kernels_bench.cpp build/<dir>/libedgellm_core.a -lpthread -o /tmp/kb
-//   /tmp/kb [table ...] [type ...] [cols=N] [dram] [shape=KxROWS ...]
+//   /tmp/kb [table ...] [type ...] [cols=N] [dram] [prefill] [shape=KxROWS ...]
 //     tables: avx512, avx2, scalar, and avx512-packed, avx2-packed: that table's matmul over
 //     row-interleaved weights (kernels/packed.h, Q8_R activations), what the loader uses for the
 //     packable types; its GB/s count the GGUF bytes the packed matrix holds (default: all this
 //     CPU runs; scalar is measured for decode only).
-//     types: Q4_0 .. MXFP4, F16 (default: all). cols=N: prefill columns (default 64). shape=KxROWS: only
+//     types: Q4_0 .. MXFP4, F16, F32, BF16 (default: all). cols=N: prefill columns (default 64);
+//     prefill: those columns only (no decode). shape=KxROWS: only
 //     these matrix shapes (default: the six below).
 #include <algorithm>
 #include <array>
@@ -183,7 +184,8 @@ int main(int argc, char** argv) {
       if (isa != kernels::Isa::Scalar) all.push_back({std::string(kernels::isa_name(isa)) + "-packed", t, true});
     }
   const DType all_types[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K,
-                             DType::Q5_K, DType::Q6_K, DType::IQ4_XS, DType::MXFP4, DType::F16};
+                             DType::Q5_K, DType::Q6_K, DType::IQ4_XS, DType::MXFP4, DType::F16, DType::F32,
+                             DType::BF16};
   std::vector<Variant> variants;
   std::vector<DType> types;
   for (const Variant& v : all)
@@ -196,7 +198,9 @@ int main(int argc, char** argv) {
   if (types.empty()) types.assign(std::begin(all_types), std::end(all_types));
   int64_t pcols = 64;  // prefill columns; "cols=N" overrides (model prefill runs 128..512)
   bool dram = false;   // "dram": the multi-column calls cycle the DRAM-sized pool too
+  bool prefill_only = false;  // "prefill": the multi-column columns only (no decode, no hot)
   for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "prefill") == 0) prefill_only = true;
     if (std::strncmp(argv[i], "cols=", 5) == 0) pcols = std::max(2, std::atoi(argv[i] + 5));
     if (std::strcmp(argv[i], "dram") == 0) dram = true;
   }
@@ -241,16 +245,18 @@ int main(int argc, char** argv) {
         char cells[4][32] = {"-", "-", "-", "-"};
         double bpc[3] = {0, 0, 0};  // bytes per cycle per core: DRAM 1T, 2T; hot
         for (int nt = 1; nt <= 2; ++nt) {
-          const Timing d = time_matmul(v, wt, K, rows, 1, pool, nt, calls);
-          std::snprintf(cells[nt - 1], 32, "%6.1f (%5.1f)", mbytes / d.median / 1e9, mbytes / d.best / 1e9);
-          bpc[nt - 1] = mbytes / d.median / nt / (ghz * 1e9);
+          if (!prefill_only) {
+            const Timing d = time_matmul(v, wt, K, rows, 1, pool, nt, calls);
+            std::snprintf(cells[nt - 1], 32, "%6.1f (%5.1f)", mbytes / d.median / 1e9, mbytes / d.best / 1e9);
+            bpc[nt - 1] = mbytes / d.median / nt / (ghz * 1e9);
+          }
           if (!scalar) {
             const Timing p = time_matmul(v, wt, K, rows, pcols, dram ? pool : one, nt, dram ? static_cast<int>(pool.size()) * 2 : 12);
             const double flop = 2.0 * K * rows * pcols;
             std::snprintf(cells[nt + 1], 32, "%6.1f (%5.1f)", flop / p.median / 1e9, flop / p.best / 1e9);
           }
         }
-        {
+        if (!prefill_only) {
           // Hot: the first rows of the matrix that fit in 512 KiB (L2), whole 16-row groups.
           const int64_t hr = std::max<int64_t>(16, std::min<int64_t>(rows, (512 << 10) / static_cast<int64_t>(row_bytes(wt, K))) / 16 * 16);
           bpc[2] = row_bytes(wt, K) * hr / time_matmul(v, wt, K, hr, 1, one, 1, scalar ? 8 : 400).best / (ghz * 1e9);

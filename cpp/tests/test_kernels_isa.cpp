@@ -182,6 +182,17 @@ void test_matmul(const KernelTable& t, std::mt19937& rng) {
   // Float weights have no block size: K that is not a multiple of the vector width.
   for (DType wt : kFloatWeights)
     for (int64_t K : {1, 7, 13, 37}) check_matmul(t, wt, K, 9, 5, 1, 8, rng);
+  // Float weights with many columns take the outer-product GEMM (kernels/matmul_float.inc.h,
+  // from 24 columns): row ranges that leave a narrower last panel (1..15 rows past a 32/16-row
+  // panel), column counts that leave a short micro-tile, K off the vector width, and column
+  // counts past one L2 block (K = 3000: 32 columns a block at 384 KiB).
+  for (DType wt : kFloatWeights) {
+    check_matmul(t, wt, 37, 50, 24, 3, 50, rng);
+    check_matmul(t, wt, 64, 70, 29, 0, 70, rng);
+    check_matmul(t, wt, 200, 33, 61, 16, 33, rng);
+    check_matmul(t, wt, 9, 5, 100, 1, 4, rng);
+    check_matmul(t, wt, 3000, 19, 77, 2, 19, rng);
+  }
   // K-quants: the AVX-512 table has its own tile runner with column groups wider than 4 (up to
   // 8) and per-super-block state, so sweep every column count 1..9 (full groups plus each
   // remainder width), several super-block counts, and row ranges that leave row remainders.

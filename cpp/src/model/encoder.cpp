@@ -22,6 +22,8 @@ const std::vector<const EncoderArchitecture*>& encoder_architectures() {
   return list;
 }
 std::string layer_tensor(int il, const char* name) { return "blk." + std::to_string(il) + "." + name; }
+// Queries whose scores the attention holds at once (a block's scores: kQueryBlock × the sequence).
+constexpr int32_t kQueryBlock = 64;
 }  // namespace
 
 void encoder_hparams(const GgufFile& file, ModelConfig& c) {
@@ -121,8 +123,7 @@ EncoderModel::EncoderModel(std::shared_ptr<GgufFile> file, const EncoderArchitec
   plans_.resize(c.n_layer);
   for (int il = 0; il < c.n_layer; ++il) {
     const EncoderLayerWeights& l = w_.layers[il];
-    plans_[il] = {plan_matmul({&l.wq}, nt), plan_matmul({&l.wk}, nt), plan_matmul({&l.wv}, nt),
-                  plan_matmul({&l.wo}, nt), plan_matmul({&l.up}, nt),
+    plans_[il] = {plan_matmul({&l.wq, &l.wk, &l.wv}, nt), plan_matmul({&l.wo}, nt), plan_matmul({&l.up}, nt),
                   l.gate ? plan_matmul({&l.gate}, nt) : MatmulPlan{}, plan_matmul({&l.down}, nt)};
   }
   if (w_.pooler) pooler_plan_ = plan_matmul({&w_.pooler}, nt);
@@ -138,6 +139,7 @@ EncoderModel::EncoderModel(std::shared_ptr<GgufFile> file, const EncoderArchitec
   const int64_t wide = std::max<int64_t>({c.n_embd, c.n_ff, c.n_embd_q(), c.n_embd_attn()});
   act_.reserve(T, wide);
   x_.resize(T * c.n_embd);
+  ones_.assign(c.n_embd, 1.0f);
   q_.resize(T * c.n_embd_q());
   k_.resize(T * c.n_embd_k());
   v_.resize(T * c.n_embd_v());
@@ -149,8 +151,8 @@ EncoderModel::EncoderModel(std::shared_ptr<GgufFile> file, const EncoderArchitec
     rope_ = Rope(RopeType::Neox, c.n_rot, c.rope_global, nullptr);
     rope_table_.resize(T * rope_.table_stride());
   }
-  // scores of one query, K of a head transposed, V of a head transposed (long sequences)
-  thread_floats_ = std::max<int64_t>((c.head_dim_k + c.head_dim_v + 1) * T, c.n_embd);
+  // per thread: K of a head as rows, V of a head transposed, the scores of a block of queries
+  thread_floats_ = std::max<int64_t>((c.head_dim_k + c.head_dim_v + kQueryBlock) * T, c.n_embd);
   scores_.resize(static_cast<size_t>(nt) * thread_floats_);
 }
 
@@ -193,23 +195,45 @@ std::vector<EncoderModel::Segment> EncoderModel::segments(const Batch& b) const 
 void EncoderModel::add_layernorm(float* x, const float* add, const Vector& w, const Vector& b, int64_t rows) {
   const int64_t n = config_.n_embd;
   const float eps = config_.rms_eps;
+  const kernels::KernelTable& kt = kernels::active();
+  // Per row on the kernel table's vector ops (residual add, Σx and Σ(x − mean)² as dots): the
+  // sums were a scalar double loop, ~4 % of a batch of short texts.
   threads_->parallel_for(0, rows, [&](int64_t r, int) {
     float* v = x + r * n;
-    if (add)
-      for (int64_t i = 0; i < n; ++i) v[i] += add[r * n + i];
-    double mean = 0, var = 0;
-    for (int64_t i = 0; i < n; ++i) mean += v[i];
-    mean /= n;
-    for (int64_t i = 0; i < n; ++i) var += (v[i] - mean) * (v[i] - mean);
-    const float inv = static_cast<float>(1.0 / std::sqrt(var / n + eps));
-    const float m = static_cast<float>(mean);
-    for (int64_t i = 0; i < n; ++i) v[i] = (v[i] - m) * inv * w.data[i] + b.data[i];
+    if (add) kt.add_f32(add + r * n, v, n);
+    const float mean = kt.dot_f32(v, ones_.data(), n) / static_cast<float>(n);
+    for (int64_t i = 0; i < n; ++i) v[i] -= mean;
+    const float var = kt.dot_f32(v, v, n) / static_cast<float>(n);
+    const float inv = 1.0f / std::sqrt(var + eps);
+    for (int64_t i = 0; i < n; ++i) v[i] = v[i] * inv * w.data[i] + b.data[i];
   });
 }
 
 void EncoderModel::matmul(const Matrix& w, const Vector& bias, const MatmulPlan& plan, const float* x, int64_t rows,
                           float* y) {
   linear(*threads_, act_, w, plan, x, rows, y, bias);
+}
+
+void EncoderModel::qkv(const EncoderLayerWeights& l, const MatmulPlan& plan, const float* x, int64_t rows) {
+  const ModelConfig& c = config_;
+  act_.reset(x, rows, c.n_embd, c.n_embd);
+  const Matrix* w[3] = {&l.wq, &l.wk, &l.wv};
+  const Vector* b[3] = {&l.bq, &l.bk, &l.bv};
+  float* y[3] = {q_.data(), k_.data(), v_.data()};
+  MatmulOperand ops[3];
+  for (int i = 0; i < 3; ++i) {
+    ops[i].w = w[i];
+    ops[i].x = act_.get(*threads_, matmul_input_type(*w[i]), &ops[i].x_stride);
+    ops[i].y = y[i];
+    ops[i].ldy = w[i]->n_out;
+  }
+  run_matmul(*threads_, plan, ops, rows);
+  if (!l.bq && !l.bk && !l.bv) return;
+  const kernels::KernelTable& kt = kernels::active();
+  threads_->parallel_for(0, rows, [&](int64_t r, int) {
+    for (int i = 0; i < 3; ++i)
+      if (*b[i]) kt.add_f32(b[i]->data, y[i] + r * w[i]->n_out, w[i]->n_out);
+  });
 }
 
 void EncoderModel::forward(const Batch& batch, KVCache&, float* logits, float* hidden) {
@@ -258,9 +282,7 @@ void EncoderModel::forward(const Batch& batch, KVCache&, float* logits, float* h
   for (int il = 0; il < c.n_layer; ++il) {
     const EncoderLayerWeights& l = w_.layers[il];
     const Plans& p = plans_[il];
-    matmul(l.wq, l.bq, p.q, x, T, q_.data());
-    matmul(l.wk, l.bk, p.k, x, T, k_.data());
-    matmul(l.wv, l.bv, p.v, x, T, v_.data());
+    qkv(l, p.qkv, x, T);
     if (arch_.rotary)
       threads_->parallel_for(0, T, [&](int64_t t, int) {
         const float* row = rope_table_.data() + t * rope_.table_stride();
@@ -268,49 +290,36 @@ void EncoderModel::forward(const Batch& batch, KVCache&, float* logits, float* h
         for (int h = 0; h < c.n_head_kv; ++h) rope_.apply(row, k_.data() + t * nk + h * hdk);
       });
     // Attention: every token of a sequence over all of its tokens; one task per (sequence, head),
-    // its inner loops on the active ISA's float ops (y += a x, softmax; scalar references and
-    // randomized checks in kernels/generic and test_kernels_isa).
+    // as two float matmuls of the active kernel table per block of kQueryBlock queries (the
+    // outer-product GEMM from 24 columns, kernels/matmul_float.inc.h): scores = K_h · q for each
+    // query (K_h copied to contiguous rows), softmax, then out = V_hᵀ · p (V_h transposed), written
+    // in place into the attention output.
+    const kernels::MatmulFn mm = kt_ops.matmul[static_cast<int>(DType::F32)];
     threads_->run(n_tasks, [&](int64_t task, int thread) {
       const Segment& s = segs[task / n_head];
       const int h = static_cast<int>(task % n_head), hk = h / group;
-      // per thread: the scores of one query, then K of the head transposed (kt[e][j]), so
-      // that both inner loops run over contiguous floats without a reduction
-      float* sc = scores_.data() + static_cast<size_t>(thread) * thread_floats_;
-      // (a sequence shorter than the head reads K's rows instead: one dot a key, s.n calls a
-      // query rather than hdk axpys of s.n floats)
-      float* kt = sc + max_batch_tokens_;
-      const bool k_rows = s.n < hdk;
-      if (!k_rows)
-        for (int32_t j = 0; j < s.n; ++j) {
-          const float* kj = k_.data() + (s.begin + j) * nk + hk * hdk;
-          for (int e = 0; e < hdk; ++e) kt[e * s.n + j] = kj[e];
+      float* kc = scores_.data() + static_cast<size_t>(thread) * thread_floats_;  // [s.n][hdk]
+      float* vt = kc + static_cast<size_t>(hdk) * s.n;                             // [hdv][s.n]
+      float* sc = vt + static_cast<size_t>(hdv) * s.n;                             // [block][s.n]
+      for (int32_t j = 0; j < s.n; ++j) {
+        const float* kj = k_.data() + (s.begin + j) * nk + hk * hdk;
+        std::copy(kj, kj + hdk, kc + static_cast<size_t>(j) * hdk);
+        const float* vj = v_.data() + (s.begin + j) * nv + hk * hdv;
+        for (int e = 0; e < hdv; ++e) vt[static_cast<size_t>(e) * s.n + j] = vj[e];
+      }
+      for (int32_t i0 = 0; i0 < s.n; i0 += kQueryBlock) {
+        const int32_t nb = std::min<int32_t>(kQueryBlock, s.n - i0);
+        kernels::MatmulArgs qk{kc, hdk, 0, s.n, q_.data() + (s.begin + i0) * nq + h * hdk, nq * sizeof(float), nb, sc,
+                               s.n};
+        mm(qk);
+        for (int32_t i = 0; i < nb; ++i) {
+          float* row = sc + static_cast<size_t>(i) * s.n;
+          for (int32_t j = 0; j < s.n; ++j) row[j] *= scale;
+          kt_ops.softmax(row, s.n);
         }
-      // P·V: a sequence longer than the head takes V transposed too (vt[e][j]), so that each
-      // output is one dot over the sequence: hdv calls a query instead of s.n short axpys
-      const bool v_rows = s.n < hdv;
-      float* vt = kt + static_cast<size_t>(hdk) * s.n;
-      if (!v_rows)
-        for (int32_t j = 0; j < s.n; ++j) {
-          const float* vj = v_.data() + (s.begin + j) * nv + hk * hdv;
-          for (int e = 0; e < hdv; ++e) vt[e * s.n + j] = vj[e];
-        }
-      for (int32_t i = 0; i < s.n; ++i) {
-        const float* qi = q_.data() + (s.begin + i) * nq + h * hdk;
-        if (k_rows) {
-          for (int32_t j = 0; j < s.n; ++j)
-            sc[j] = scale * kt_ops.dot_f32(qi, k_.data() + (s.begin + j) * nk + hk * hdk, hdk);
-        } else {
-          std::fill(sc, sc + s.n, 0.0f);
-          for (int e = 0; e < hdk; ++e) kt_ops.axpy_f32(qi[e] * scale, kt + e * s.n, sc, s.n);
-        }
-        kt_ops.softmax(sc, s.n);
-        float* o = a_.data() + (s.begin + i) * na + h * hdv;
-        if (v_rows) {
-          std::fill(o, o + hdv, 0.0f);
-          for (int32_t j = 0; j < s.n; ++j) kt_ops.axpy_f32(sc[j], v_.data() + (s.begin + j) * nv + hk * hdv, o, hdv);
-        } else {
-          for (int e = 0; e < hdv; ++e) o[e] = kt_ops.dot_f32(sc, vt + e * s.n, s.n);
-        }
+        kernels::MatmulArgs pv{vt, s.n, 0, hdv, sc, s.n * sizeof(float), nb, a_.data() + (s.begin + i0) * na + h * hdv,
+                               na};
+        mm(pv);
       }
     });
     matmul(l.wo, l.bo, p.o, a_.data(), T, o_.data());

@@ -97,11 +97,13 @@ class EncoderModel final : public Model {
   // x = LayerNorm(x + add) * w + b per row (add may be null): the post-norm residual.
   void add_layernorm(float* x, const float* add, const Vector& w, const Vector& b, int64_t rows);
   void matmul(const Matrix& w, const Vector& bias, const MatmulPlan& plan, const float* x, int64_t rows, float* y);
+  // q_, k_, v_ = x · Wq/Wk/Wv (+ biases) as one parallel region over the three matrices.
+  void qkv(const EncoderLayerWeights& l, const MatmulPlan& plan, const float* x, int64_t rows);
 
   const EncoderArchitecture& arch_;
   EncoderWeights w_;
   struct Plans {
-    MatmulPlan q, k, v, o, up, gate, down;
+    MatmulPlan qkv, o, up, gate, down;  // qkv: Q, K and V in one pool region
   };
   std::vector<Plans> plans_;
   MatmulPlan pooler_plan_, classifier_plan_;
@@ -109,6 +111,7 @@ class EncoderModel final : public Model {
   PackedWeights packed_;
   ActivationQuantizer act_;
   std::vector<float> x_, q_, k_, v_, a_, o_, f_, g_;
+  std::vector<float> ones_;  // n_embd ones: the layer norm's mean as a dot
   Rope rope_;  // rotary architectures
   std::vector<float> rope_table_;  // per token: rope_.table_stride() floats
   std::vector<float> scores_;  // per thread: thread_floats_ (attention scores + K transposed; embedding rows)

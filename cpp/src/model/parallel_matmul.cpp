@@ -20,6 +20,12 @@ constexpr int kChunksPerThread = 4;
 // Chunk boundaries fall on multiples of this many rows (kernels block rows by 4, 8 or — packed
 // weights — 16).
 constexpr int64_t kRowGranule = kernels::kPackRows;
+// Float weights: the outer-product GEMM's widest panel (AVX-512: 32 rows, kernels/matmul_float.inc.h);
+// a chunk of 48 rows would leave a 16-row panel that runs at half the FMAs per load.
+constexpr int64_t kFloatRowGranule = 32;
+int64_t row_granule(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 ? kFloatRowGranule : kRowGranule;
+}
 }  // namespace
 
 MatmulPlan plan_matmul(const std::vector<const Matrix*>& parts, int n_threads) {
@@ -30,7 +36,8 @@ MatmulPlan plan_matmul(const std::vector<const Matrix*>& parts, int n_threads) {
   for (size_t p = 0; p < parts.size(); ++p) {
     const Matrix& m = *parts[p];
     int64_t rows = target > 0 ? static_cast<int64_t>(target / m.row_bytes) : m.n_out;
-    rows = std::max<int64_t>(kRowGranule, (rows + kRowGranule - 1) / kRowGranule * kRowGranule);
+    const int64_t g = row_granule(m.type);
+    rows = std::max<int64_t>(g, (rows + g - 1) / g * g);
     for (int64_t r0 = 0; r0 < m.n_out; r0 += rows)
       plan.chunks.push_back({static_cast<int32_t>(p), static_cast<int32_t>(r0),
                              static_cast<int32_t>(std::min(m.n_out, r0 + rows))});

@@ -2,5 +2,5 @@
 #include "kernels/x86/matmul_float_x86.inc.h"
 
 namespace edgellm::kernels {
-void fill_avx2_matmul_float(KernelTable& t) { fill_matmul_float_x86<4, 2>(t); }
+void fill_avx2_matmul_float(KernelTable& t) { fill_matmul_float_x86<GemmVecAvx2, 4, 2>(t); }
 }  // namespace edgellm::kernels

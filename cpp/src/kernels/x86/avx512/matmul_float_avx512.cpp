@@ -2,5 +2,5 @@
 #include "kernels/x86/matmul_float_x86.inc.h"
 
 namespace edgellm::kernels {
-void fill_avx512_matmul_float(KernelTable& t) { fill_matmul_float_x86<4, 4>(t); }
+void fill_avx512_matmul_float(KernelTable& t) { fill_matmul_float_x86<GemmVecAvx512, 4, 4>(t); }
 }  // namespace edgellm::kernels
