@@ -204,8 +204,8 @@ def main():
           f"base {max(one['base']):.1f}, adapter {max(one['lora']):.1f} tok/s ({max(one['lora']) / max(one['base']):.2f}x)")
     if many["base"]:
         print(f"16 streams: base {med(many['base']):.1f} tok/s aggregate, 4 adapters x 4 {med(many['lora']):.1f} "
-              f"tok/s ({med(many['lora']) / med(many['base']):.2f}x; byte bound {bound16:.3f}x, lower than the "
-              f"bound where the base's 16-column step is compute-bound)")
+              f"tok/s ({med(many['lora']) / med(many['base']):.2f}x; byte bound {bound16:.3f}x, which the ratio may "
+              f"exceed as far as the base's 16-column step is compute-bound)")
     llm.close()
     if args.llama_server:
         peer = {"base": [], "lora": []}

@@ -122,7 +122,6 @@ MatmulEpilogue* ForwardPass::lora(int il, const LoraTarget* targets, int n, cons
       for (int32_t c = 0; c < L.groups[g].n; c += LoraScratch::kTokenChunk)
         L.tasks.push_back({g, j, c, std::min(L.groups[g].n, c + LoraScratch::kTokenChunk)});
     }
-  if (L.tasks.empty()) return nullptr;
   L.next.clear();
   int nl = 0;
   LoraTarget nt[kMaxParts];
@@ -138,6 +137,10 @@ MatmulEpilogue* ForwardPass::lora(int il, const LoraTarget* targets, int n, cons
       }
     if (lo) L.next.push_back({lo, hi});
   }
+  // An op no adapter of the batch touches still carries the prefetch of the next one's pairs
+  // (an adapter on Q and V alone, PEFT's default: the down projection before each layer's QKV
+  // fetches them, which otherwise arrive as cold short streams).
+  if (L.tasks.empty() && L.next.empty()) return nullptr;
   L.layer = il;
   L.n_parts = n;
   L.targets = targets;
