@@ -1,6 +1,6 @@
-"""LoRA decode speed beside the base (issue 42): a random rank-R adapter on every projection of
-every layer of a GGUF base (written here with gguf-py, F16 as convert_lora_to_gguf.py writes
-by default), then, alternating base / adapter runs,
+"""LoRA decode speed beside the base (issue 42): four random adapters for a GGUF base, written
+here with gguf-py in the layout convert_lora_to_gguf.py writes, then, alternating base / adapter
+runs,
   - one stream: decode tokens/s of the base alone and with one adapter;
   - 16 streams: aggregate decode tokens/s of 16 base requests and of 16 requests over 4 adapters
     (4 each), all submitted at once.
@@ -9,14 +9,26 @@ same base alone and with `--lora` on the first adapter, one server at a time, al
 (its threads spin: two at once would fight over the cores), and reads the single-stream decode
 tok/s of a `/completion` of the same length from its `timings`; default
 /work/peers/llama.cpp/build/bin/llama-server when /work/peers/READY exists.
-EDGELLM_LORA_AHEAD=0 in the environment turns off the next-op adapter prefetch
-(model/lora_block.cpp) for an A/B between processes.
+EDGELLM_LORA_AHEAD in the environment sets the next-op adapter prefetch (model/lora_block.cpp)
+for an A/B between processes: 0 off, `burst` one share per base chunk, ROWS one share per that
+many base rows of a decode step (unset: 64).
 
-    PYTHONPATH=python python bench/lora_speed.py MODEL.gguf [--rank 16] [--threads 2] [--rounds 3]
+Adapter cases (`--case`): `all` — rank 16 on all seven projections (q/k/v/o/gate/up/down), the
+worst case; `peft` — PEFT's LoraConfig defaults for Llama/Qwen2 (r = 8, lora_alpha = 8 on q_proj and
+v_proj). `--adapter-type`: f32 is convert_lora_to_gguf.py's default --outtype, f16 its smaller
+choice. Printed beside each ratio: its byte bound, base bytes / (base + adapter bytes) read per
+decode step (the base's matrices and output head; 1 stream reads one adapter, 16 streams over 4
+adapters read all four once per step), what the ratio would be if the step were bandwidth-bound
+and the adapter's bytes streamed as fast as the base's.
+
+    PYTHONPATH=python python bench/lora_speed.py MODEL.gguf [--case all|peft] [--adapter-type f16|f32]
+        [--rank R] [--threads 2] [--rounds 3]
 """
 import argparse
+import atexit
 import json
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -28,7 +40,16 @@ import numpy as np
 PEER_SERVER = "/work/peers/llama.cpp/build/bin/llama-server"
 
 
-def write_adapter(base_path: str, out: str, rank: int, seed: int) -> None:
+ALL_TARGETS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+CASES = {  # name: (targets, default rank, alpha as a function of rank)
+    "all": (ALL_TARGETS, 16, lambda r: 2.0 * r),
+    "peft": (("attn_q", "attn_v"), 8, lambda r: 8.0),  # peft.LoraConfig(): r=8, lora_alpha=8, q_proj/v_proj
+}
+
+
+def write_adapter(base_path: str, out: str, rank: int, seed: int, targets=ALL_TARGETS, alpha=None,
+                  dtype=np.float16) -> int:
+    """Writes a random adapter for `base_path`; returns its tensor bytes."""
     import gguf
 
     r = gguf.GGUFReader(base_path)
@@ -36,21 +57,34 @@ def write_adapter(base_path: str, out: str, rank: int, seed: int) -> None:
     w = gguf.GGUFWriter(out, arch)
     w.add_string("general.type", "adapter")
     w.add_string("adapter.type", "lora")
-    w.add_float32("adapter.lora.alpha", float(2 * rank))
+    w.add_float32("adapter.lora.alpha", float(2 * rank) if alpha is None else float(alpha))
     rng = np.random.default_rng(seed)
-    targets = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+    nbytes = 0
     for t in r.tensors:
         parts = t.name.split(".")
         if len(parts) == 4 and parts[0] == "blk" and parts[2] in targets and parts[3] == "weight":
             n_in, n_out = int(t.shape[0]), int(t.shape[1])
-            a = (rng.standard_normal((rank, n_in)) * 0.02).astype(np.float16)
-            b = (rng.standard_normal((n_out, rank)) * 0.02).astype(np.float16)
+            a = (rng.standard_normal((rank, n_in)) * 0.02).astype(dtype)
+            b = (rng.standard_normal((n_out, rank)) * 0.02).astype(dtype)
             w.add_tensor(t.name + ".lora_a", a)
             w.add_tensor(t.name + ".lora_b", b)
+            nbytes += a.nbytes + b.nbytes
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    return nbytes
+
+
+def base_step_bytes(base_path: str) -> int:
+    """Bytes of the base one decode step reads: every layer tensor and the output head (the
+    token embeddings themselves when tied; otherwise only one row of them, not counted)."""
+    import gguf
+
+    r = gguf.GGUFReader(base_path)
+    names = {t.name: int(t.n_bytes) for t in r.tensors}
+    head = names.get("output.weight", names.get("token_embd.weight", 0))
+    return sum(v for k, v in names.items() if k.startswith("blk.")) + head
 
 
 def run_streams(llm, lora_names, n_tokens):
@@ -112,7 +146,11 @@ def llama_server_round(server, model, lora, threads, n_tokens, prompt):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
-    ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--case", choices=sorted(CASES), default="all",
+                    help="all: rank 16 on all seven projections; peft: PEFT's default r=8 on q_proj, v_proj")
+    ap.add_argument("--adapter-type", choices=("f16", "f32"), default="f16",
+                    help="the adapter tensors' type (convert_lora_to_gguf.py --outtype; its default is f32)")
+    ap.add_argument("--rank", type=int, default=None, help="default: the case's rank")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=64)
@@ -123,10 +161,17 @@ def main():
     args = ap.parse_args()
     from edgellm import LLM, SamplingParams
 
-    d = tempfile.mkdtemp()
+    d = tempfile.mkdtemp()  # removed at exit (four F32 adapters of a 1.5B base are ~300 MB)
+    atexit.register(shutil.rmtree, d, True)
     paths = [os.path.join(d, f"a{i}.gguf") for i in range(4)]
+    targets, rank0, alpha_of = CASES[args.case]
+    rank = args.rank or rank0
+    dtype = np.float16 if args.adapter_type == "f16" else np.float32
     for i, p in enumerate(paths):
-        write_adapter(args.model, p, args.rank, i)
+        ad_bytes = write_adapter(args.model, p, rank, i, targets, alpha_of(rank), dtype)
+    base_bytes = base_step_bytes(args.model)
+    bound1 = base_bytes / (base_bytes + ad_bytes)
+    bound16 = base_bytes / (base_bytes + 4 * ad_bytes)
     llm = LLM(args.model, n_threads=args.threads, n_ctx=1024, max_seqs=16,
               lora={f"a{i}": p for i, p in enumerate(paths)}, speculative="off")
     sp = lambda lora: SamplingParams(temperature=0, max_tokens=args.tokens, ignore_eos=True, lora=lora)  # noqa: E731
@@ -146,18 +191,26 @@ def main():
             many["base"].append(run_streams(llm, [None] * 16, args.tokens))
             many["lora"].append(run_streams(llm, [f"a{i % 4}" for i in range(16)], args.tokens))
     med = lambda v: float(np.median(v)) if v else float("nan")  # noqa: E731
-    print(f"model {os.path.basename(args.model)}, rank {args.rank} on all projections, {args.threads} threads, "
-          f"{args.rounds} alternating rounds (medians), load average {os.getloadavg()[0]:.1f}")
+    load = os.getloadavg()
+    print(f"model {os.path.basename(args.model)} ({base_bytes / 1e6:.0f} MB read per step), case {args.case}: "
+          f"rank {rank} on {'/'.join(targets)}, {args.adapter_type.upper()} ({ad_bytes / 1e6:.1f} MB an adapter); "
+          f"{args.threads} threads, {args.rounds} alternating rounds (medians), "
+          f"EDGELLM_LORA_AHEAD={os.environ.get('EDGELLM_LORA_AHEAD') or '(unset: 64)'}, "
+          f"load average {load[0]:.1f} / {load[1]:.1f}")
     print("  per-round ratios, 1 stream:", " ".join(f"{a / b:.2f}" for a, b in zip(one["lora"], one["base"])),
           "| 16 streams:", " ".join(f"{a / b:.2f}" for a, b in zip(many["lora"], many["base"])))
     print(f"1 stream decode: base {med(one['base']):.1f} tok/s, 1 adapter {med(one['lora']):.1f} tok/s "
-          f"({med(one['lora']) / med(one['base']):.2f}x)")
-    print(f"1 stream CPU time: base {med(cpu['base']) * 1e3:.2f} ms/token, 1 adapter {med(cpu['lora']) * 1e3:.2f} "
-          f"ms/token (base/adapter {med(cpu['base']) / med(cpu['lora']):.2f}x; with --threads 1 the load-independent "
-          f"figure), best wall: base {max(one['base']):.1f}, adapter {max(one['lora']):.1f} tok/s "
-          f"({max(one['lora']) / max(one['base']):.2f}x)")
-    print(f"16 streams: base {med(many['base']):.1f} tok/s aggregate, 4 adapters x 4 {med(many['lora']):.1f} tok/s "
-          f"({med(many['lora']) / med(many['base']):.2f}x)")
+          f"({med(one['lora']) / med(one['base']):.2f}x, median of the per-round ratios "
+          f"{med([a / b for a, b in zip(one['lora'], one['base'])]):.2f}x; byte bound {bound1:.3f}x)")
+    print(f"1 stream CPU time (process, prefill included): base {min(cpu['base']) * 1e3:.2f} ms/token, 1 adapter "
+          f"{min(cpu['lora']) * 1e3:.2f} ms/token, min of {args.rounds} (base/adapter "
+          f"{min(cpu['base']) / min(cpu['lora']):.2f}x; with --threads 1 the load-independent figure), best wall: "
+          f"base {max(one['base']):.1f}, adapter {max(one['lora']):.1f} tok/s ({max(one['lora']) / max(one['base']):.2f}x)")
+    if many["base"]:
+        print(f"16 streams: base {med(many['base']):.1f} tok/s aggregate, 4 adapters x 4 {med(many['lora']):.1f} "
+              f"tok/s ({med(many['lora']) / med(many['base']):.2f}x, median of the per-round ratios "
+              f"{med([a / b for a, b in zip(many['lora'], many['base'])]):.2f}x; byte bound {bound16:.3f}x, which the ratio may "
+              f"exceed as far as the base's 16-column step is compute-bound)")
     llm.close()
     if args.llama_server:
         peer = {"base": [], "lora": []}

@@ -131,7 +131,8 @@ struct LoraScratch : MatmulEpilogue {
   int64_t n_pre() const override { return static_cast<int64_t>(tasks.size()); }
   void pre(int64_t task, int thread) override;
   void post(const MatmulChunk& chunk, int thread) override;
-  void ahead(int64_t k, int64_t n) override;
+  int64_t ahead_rows(int64_t ncols) const override;
+  void ahead(int64_t k0, int64_t k1, int64_t n) override;
 };
 
 // A run of batch tokens of one sequence at consecutive positions, attended in one kernel call.

@@ -9,6 +9,7 @@
 // any number of adapters (Punica / S-LoRA's grouping).
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 #include "common/thread_pool.h"
@@ -17,7 +18,7 @@
 
 namespace edgellm {
 namespace {
-constexpr int kMaxParts = 3;  // Q, K, V: the most matrices one op multiplies
+constexpr int kMaxParts = kMaxMatmulParts;  // Q, K, V: the most matrices one op multiplies
 
 // The op after the one adapting `first` (the forward pass's order: Q/K/V, O, gate/up, down, then
 // the next layer's Q/K/V): its layer and targets; n = 0 at the end of the model.
@@ -44,13 +45,29 @@ int next_op(int il, LoraTarget first, int n_layers, int* layer, LoraTarget* targ
   }
 }
 
-// EDGELLM_LORA_AHEAD=0 turns the prefetch off (bench/lora_speed.py's A/B within one build).
-bool ahead_enabled() {
-  static const bool on = [] {
+// Base rows per share of the next op's adapter prefetch in a decode step (one column): four
+// 16-row blocks of base weights between each share and the next, so the adapter's lines are
+// requested in step with the base stream instead of in one burst per chunk, whose prefetches
+// stalled on the core's outstanding misses (perf, SmolLM2 1 thread: 11 % of the samples on the
+// burst's prefetch instructions, 5.6-6.4 % spread by 64 rows). Not finer: each run is a call of
+// the base kernel, which prepares its column's block sums again (16 rows: 2-3 % of the samples
+// there). Several columns keep one share per chunk: the packed tiles prefetch their next row
+// group only within a call, so runs would leave the first group of each cold.
+constexpr int64_t kAheadRows = 64;
+constexpr int64_t kAheadBurst = int64_t{1} << 30;
+
+// EDGELLM_LORA_AHEAD: 0 turns the prefetch off; a number of rows (a multiple of 16) sets a
+// decode step's share; "burst" issues a chunk's share at once as the chunk begins (the previous
+// form, still the one for several columns): bench/lora_speed.py's A/B within one build.
+int64_t ahead_rows_setting() {
+  static const int64_t rows = [] {
     const char* e = std::getenv("EDGELLM_LORA_AHEAD");
-    return !(e && e[0] == '0');
+    if (!e || !*e) return kAheadRows;
+    if (std::strcmp(e, "burst") == 0) return kAheadBurst;
+    const long v = std::strtol(e, nullptr, 10);
+    return v <= 0 ? int64_t{0} : std::max<int64_t>(16, v / 16 * 16);
   }();
-  return on;
+  return rows;
 }
 }  // namespace
 
@@ -105,11 +122,10 @@ MatmulEpilogue* ForwardPass::lora(int il, const LoraTarget* targets, int n, cons
       for (int32_t c = 0; c < L.groups[g].n; c += LoraScratch::kTokenChunk)
         L.tasks.push_back({g, j, c, std::min(L.groups[g].n, c + LoraScratch::kTokenChunk)});
     }
-  if (L.tasks.empty()) return nullptr;
   L.next.clear();
   int nl = 0;
   LoraTarget nt[kMaxParts];
-  const int nn = ahead_enabled() ? next_op(il, targets[0], c_.n_layer, &nl, nt) : 0;
+  const int nn = ahead_rows_setting() > 0 ? next_op(il, targets[0], c_.n_layer, &nl, nt) : 0;
   for (const LoraScratch::Group& g : L.groups) {
     const uint8_t* lo = nullptr;
     const uint8_t* hi = nullptr;
@@ -121,6 +137,10 @@ MatmulEpilogue* ForwardPass::lora(int il, const LoraTarget* targets, int n, cons
       }
     if (lo) L.next.push_back({lo, hi});
   }
+  // An op no adapter of the batch touches still carries the prefetch of the next one's pairs
+  // (an adapter on Q and V alone, PEFT's default: the down projection before each layer's QKV
+  // fetches them, which otherwise arrive as cold short streams).
+  if (L.tasks.empty() && L.next.empty()) return nullptr;
   L.layer = il;
   L.n_parts = n;
   L.targets = targets;
@@ -171,11 +191,16 @@ void LoraScratch::post(const MatmulChunk& chunk, int) {
   }
 }
 
-void LoraScratch::ahead(int64_t k, int64_t n) {
+int64_t LoraScratch::ahead_rows(int64_t ncols) const {
+  if (next.empty() || ahead_rows_setting() == 0) return 0;
+  return ncols == 1 ? ahead_rows_setting() : kAheadBurst;
+}
+
+void LoraScratch::ahead(int64_t k0, int64_t k1, int64_t n) {
   for (const auto& [lo, hi] : next) {
     const size_t len = static_cast<size_t>(hi - lo);
-    const size_t b = len * static_cast<size_t>(k) / static_cast<size_t>(n) / 64 * 64;
-    const size_t e = k + 1 == n ? len : len * static_cast<size_t>(k + 1) / static_cast<size_t>(n) / 64 * 64;
+    const size_t b = len * static_cast<size_t>(k0) / static_cast<size_t>(n) / 64 * 64;
+    const size_t e = k1 >= n ? len : len * static_cast<size_t>(k1) / static_cast<size_t>(n) / 64 * 64;
     for (size_t o = b; o < e; o += 64) __builtin_prefetch(lo + o, 0, 2);
   }
 }

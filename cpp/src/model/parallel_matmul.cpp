@@ -26,6 +26,7 @@ constexpr int64_t kFloatRowGranule = 32;
 int64_t row_granule(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16 ? kFloatRowGranule : kRowGranule;
 }
+static_assert(kRowGranule == 16, "MatmulEpilogue::ahead counts 16-row blocks");
 }  // namespace
 
 MatmulPlan plan_matmul(const std::vector<const Matrix*>& parts, int n_threads) {
@@ -73,6 +74,15 @@ void run_matmul(ThreadPool& pool, const MatmulPlan& plan, const MatmulOperand* p
     return;
   }
   const int64_t n_pre = epilogue->n_pre();
+  // The ahead work's 16-row blocks: each part's first, and the op's total.
+  const int64_t step = epilogue->ahead_rows(ncols);
+  int64_t first_block[kMaxMatmulParts + 1] = {0};
+  int n_parts = 0;
+  for (const MatmulChunk& c : plan.chunks) n_parts = std::max(n_parts, c.part + 1);
+  if (step > 0 && n_parts > kMaxMatmulParts) throw std::logic_error("run_matmul: more parts than kMaxMatmulParts");
+  if (step > 0)
+    for (int p = 0; p < n_parts; ++p)
+      first_block[p + 1] = first_block[p] + (parts[p].w->n_out + kRowGranule - 1) / kRowGranule;
   std::atomic<int64_t> pre_done{0};
   pool.run(n_pre + static_cast<int64_t>(plan.chunks.size()), [&](int64_t i, int thread) {
     if (i < n_pre) {
@@ -81,8 +91,17 @@ void run_matmul(ThreadPool& pool, const MatmulPlan& plan, const MatmulOperand* p
       return;
     }
     const MatmulChunk& c = plan.chunks[static_cast<size_t>(i - n_pre)];
-    epilogue->ahead(i - n_pre, static_cast<int64_t>(plan.chunks.size()));
-    chunk(c);
+    if (step > 0) {
+      const MatmulOperand& op = parts[c.part];
+      const int64_t base = first_block[c.part];
+      for (int64_t r = c.r0; r < c.r1; r += step) {
+        const int64_t e = std::min<int64_t>(c.r1, r + step);
+        epilogue->ahead(base + r / kRowGranule, base + (e + kRowGranule - 1) / kRowGranule, first_block[n_parts]);
+        matmul_rows(*op.w, r, e, op.x, op.x_stride, ncols, op.y, op.ldy);
+      }
+    } else {
+      chunk(c);
+    }
     while (pre_done.load(std::memory_order_acquire) < n_pre) std::this_thread::yield();
     epilogue->post(c, thread);
   });

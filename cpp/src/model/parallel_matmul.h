@@ -16,6 +16,9 @@ namespace edgellm {
 
 class ThreadPool;
 
+// The most matrices one epilogue'd op multiplies (Q, K and V).
+constexpr int kMaxMatmulParts = 3;
+
 struct MatmulChunk {
   int32_t part;    // which matrix of the fused op
   int32_t r0, r1;  // its output rows [r0, r1)
@@ -47,9 +50,15 @@ class MatmulEpilogue {
   virtual int64_t n_pre() const = 0;
   virtual void pre(int64_t task, int thread) = 0;
   virtual void post(const MatmulChunk& chunk, int thread) = 0;
-  // Before base chunk `k` of `n` (on the thread about to compute it): work to overlap with its
-  // weight stream (the LoRA epilogue prefetches the next op's adapter bytes, a 1/n share each).
-  virtual void ahead(int64_t k, int64_t n) {}
+  // Rows of base output per ahead() call for an op of `ncols` columns (a multiple of 16; 0: no
+  // ahead work this op). run_matmul computes each chunk in runs of this many rows and calls
+  // ahead() before each run, so the work is spread through the chunk's weight stream instead of
+  // issued in one burst as it begins (a value ≥ the chunk's rows: one call per chunk).
+  virtual int64_t ahead_rows(int64_t ncols) const { return 0; }
+  // Before the base rows of 16-row blocks [k0, k1) of the op's n (its parts' blocks in order; on
+  // the thread about to compute them): work to overlap with their weight stream (the LoRA
+  // epilogue prefetches that share, (k1 - k0) / n, of the next op's adapter bytes).
+  virtual void ahead(int64_t k0, int64_t k1, int64_t n) {}
 
  protected:
   ~MatmulEpilogue() = default;
