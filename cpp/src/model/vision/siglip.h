@@ -43,6 +43,13 @@ struct AttentionScratch {
 };
 void vision_attention(ThreadPool& pool, const float* q, const float* k, const float* v, float* out, int64_t T,
                       int64_t D, int64_t H, const int32_t* group, AttentionScratch& scratch);
+// run_matmul over `rows` input rows in blocks of tokens whose inputs fit in L2 (the kernels walk
+// every input row for each group of weight rows, so a tower's 4096 patch rows at once would
+// stream from L3 / DRAM once per weight-row group); each block is one parallel region.
+void run_matmul_blocked(ThreadPool& pool, const MatmulPlan& plan, const MatmulOperand* ops, int n_ops, int64_t rows);
+// linear() (parallel_matmul.h) through run_matmul_blocked: y = x · wᵀ (+ b on every row).
+void linear_blocked(ThreadPool& pool, ActivationQuantizer& act, const Matrix& w, const MatmulPlan& plan,
+                    const float* x, int64_t rows, float* y, const Vector& b);
 // dst[i] += src[i] for n floats, in parallel parts; y's `rows` rows of b.n += b (nothing when b is empty).
 void add_rows(ThreadPool& pool, const float* src, float* dst, int64_t n);
 void add_bias(ThreadPool& pool, float* y, const Vector& b, int64_t rows);
