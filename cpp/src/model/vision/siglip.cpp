@@ -173,16 +173,15 @@ void run_matmul_blocked(ThreadPool& pool, const MatmulPlan& plan, const MatmulOp
   size_t row_bytes_max = 1;
   for (int i = 0; i < n_ops; ++i) row_bytes_max = std::max(row_bytes_max, ops[i].x_stride);
   const int64_t block = std::max<int64_t>(16, static_cast<int64_t>(budget / static_cast<int64_t>(row_bytes_max)) / 16 * 16);
-  MatmulOperand part[4];
-  for (int64_t r0 = 0; r0 < rows; r0 += block) {
-    const int64_t n = std::min(block, rows - r0);
-    for (int i = 0; i < n_ops; ++i) {
-      part[i] = ops[i];
-      part[i].x = static_cast<const uint8_t*>(ops[i].x) + static_cast<size_t>(r0) * ops[i].x_stride;
-      part[i].y = ops[i].y + r0 * ops[i].ldy;
-    }
-    run_matmul(pool, plan, part, n);
-  }
+  const int64_t n_blocks = (rows + block - 1) / block, n_chunks = static_cast<int64_t>(plan.chunks.size());
+  // one pool region: tasks (block, chunk), block-major, so the threads share a block's inputs
+  pool.run(n_blocks * n_chunks, [&](int64_t task, int) {
+    const int64_t r0 = (task / n_chunks) * block, n = std::min(block, rows - r0);
+    const MatmulChunk& c = plan.chunks[static_cast<size_t>(task % n_chunks)];
+    const MatmulOperand& op = ops[c.part];
+    matmul_rows(*op.w, c.r0, c.r1, static_cast<const uint8_t*>(op.x) + static_cast<size_t>(r0) * op.x_stride,
+                op.x_stride, n, op.y + r0 * op.ldy, op.ldy);
+  });
 }
 
 void linear_blocked(ThreadPool& pool, ActivationQuantizer& act, const Matrix& w, const MatmulPlan& plan,
