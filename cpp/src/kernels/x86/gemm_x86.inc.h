@@ -1,8 +1,8 @@
 // KernelTable::gemm_f32 (kernels/gemm_kernels.h) for the x86 tables: register tiles of MR rows of
 // C × NV vectors of columns; per k step NV vectors of B's row are loaded and each of the MR A
 // elements is broadcast against them (MR·NV FMAs, no horizontal sums). The last column vector of
-// a row is masked where n is not a multiple of the lanes. K is cut into kKc-step slices so the B
-// panel a tile row walks (kKc × NV vectors) stays in L1 across the M tiles; C is written on the
+// a row is masked where n is not a multiple of the lanes. K is cut into kGemmKc-step slices so the B
+// panel a tile row walks (kGemmKc × NV vectors) stays in L1 across the M tiles; C is written on the
 // first slice and accumulated on the others. V is the vector type below: 8 lanes (AVX2, 16
 // registers: 4 × 2 tiles) or 16 lanes (AVX-512, 32 registers: 4 × 4 tiles, 4 × 5 where n is 65..80).
 #pragma once
