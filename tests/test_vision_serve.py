@@ -109,6 +109,55 @@ def test_eight_concurrent_image_requests_are_batched_and_exact():
     assert steps < 8 * n_new // 2, steps  # one after another: >= 512 steps
 
 
+def test_concurrent_requests_for_one_image_encode_it_once():
+    """8 requests about the same image arriving together: one encodes it, the other 7 wait for that
+    encode (image_encode_joins) and take its result from the cache — not 8 encodes. A stand-in
+    encoder holds the first encode until the other 7 have joined it, or until 8 encodes are running
+    (what happens without the join), so the outcome does not depend on timing."""
+    import threading
+
+    with edgellm.LLM(MODEL, mmproj=MMPROJ, n_ctx=256, n_threads=1, max_seqs=8, kv_type="f32",
+                     prefix_cache=False) as m:
+        v = m.chat_renderer.vision
+        real, cond = v.encoder, threading.Condition()
+        inside = [0]
+
+        class Gate:
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+            def encode(self, pixels):
+                with cond:
+                    inside[0] += 1
+                    for _ in range(60000):  # a bound so a broken join cannot hang the suite
+                        if getattr(v, "encode_joins", 0) + inside[0] >= 8:
+                            break
+                        cond.wait(0.005)
+                return real.encode(pixels)
+
+        v.encoder = Gate()
+        barrier = threading.Barrier(8)
+        prompts, errors = [None] * 8, []
+
+        def one(i):
+            try:
+                barrier.wait()
+                prompts[i] = m.chat_renderer.request(messages(0), None, None, None, None, None)[0]
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        st = m.stats()
+        assert (st["images_encoded"], st.get("image_encode_joins"), st["image_cache_hits"]) == (1, 7, 7), st
+        # the 8 prompts carry the same embeddings
+        assert all(p.images[0][1] == prompts[0].images[0][1] for p in prompts)
+
+
 def test_a_projector_that_does_not_fit_its_model_is_named(tmp_path, smollm2_path):
     """--mmproj MODEL=PATH of a projector for another text model (SmolLM2's width and architecture
     are not Gemma 3's): that model's load fails with a typed error naming the mismatch (500

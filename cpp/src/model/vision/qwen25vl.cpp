@@ -187,7 +187,7 @@ class Qwen25VLVision final : public VisionEncoder {
   }
 
   void linear(const Matrix& w, const MatmulPlan& plan, const float* x, int64_t rows, float* y, const Vector& b) {
-    edgellm::linear(*pool_, act_, w, plan, x, rows, y, b);
+    linear_blocked(*pool_, act_, w, plan, x, rows, y, b);
   }
 
   // Several matrices over one input (quantized once), in one planned run.
@@ -204,7 +204,7 @@ class Qwen25VLVision final : public VisionEncoder {
       ops[i].ldy = ldy;
       ++i;
     }
-    run_matmul(*pool_, plan, ops, rows);
+    run_matmul_blocked(*pool_, plan, ops, static_cast<int>(i), rows);
   }
 
   void rms_rows(const float* x, const Vector& w, float* y, int64_t rows) {

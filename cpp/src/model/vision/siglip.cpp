@@ -25,11 +25,6 @@ void layer_norm(const float* x, const Vector& w, const Vector& b, float* y, int6
   for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - m) * inv * w.data[i] + b.data[i];
 }
 
-float gelu_tanh(float x) {
-  const float k = 0.7978845608028654f;  // sqrt(2 / pi)
-  return 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x)));
-}
-
 }  // namespace
 
 Matrix matrix_at(const TensorInfo* info, DType type, const void* data, int64_t n_in, int64_t n_out) {
@@ -101,6 +96,7 @@ void SiglipEncoder::finish_loading(const std::vector<Matrix*>& projector) {
   int64_t widest = std::max<int64_t>({c.n_embd, c.n_ff, 3LL * c.patch_size * c.patch_size});
   for (const Matrix* m : projector) widest = std::max(widest, m->n_in);
   act_.reserve(c.n_patches(), widest);
+  ones_.assign(static_cast<size_t>(c.n_ff), 1.0f);
 }
 
 void SiglipEncoder::encode(const float* pixels, int height, int width, float* out) {
@@ -132,7 +128,7 @@ void SiglipEncoder::encode(const float* pixels, int height, int width, float* ou
       ops[i].y = y[i];
       ops[i].ldy = D;
     }
-    run_matmul(*pool_, l.qkv, ops, T);
+    run_matmul_blocked(*pool_, l.qkv, ops, 3, T);
     add_bias(*pool_, q.data(), l.bq, T);
     add_bias(*pool_, k.data(), l.bk, T);
     add_bias(*pool_, v.data(), l.bv, T);
@@ -143,7 +139,7 @@ void SiglipEncoder::encode(const float* pixels, int height, int width, float* ou
     linear(l.up, l.fc1, h.data(), T, ff.data(), l.b_up);
     pool_->parallel_for(0, T, [&](int64_t t, int) {
       float* r = ff.data() + t * F;
-      for (int64_t i = 0; i < F; ++i) r[i] = gelu_tanh(r[i]);
+      kernels::active().gelu_mul(r, ones_.data(), r, F);  // GELU (tanh) × 1
     });
     linear(l.down, l.fc2, ff.data(), T, h.data(), l.b_down);
     add_rows(*pool_, h.data(), x.data(), T * D);
@@ -167,7 +163,37 @@ Matrix SiglipEncoder::patch_matrix(int64_t n_in, int64_t n_out) {
 
 void SiglipEncoder::linear(const Matrix& w, const MatmulPlan& plan, const float* x, int64_t rows, float* y,
                            const Vector& b) {
-  edgellm::linear(*pool_, act_, w, plan, x, rows, y, b);
+  linear_blocked(*pool_, act_, w, plan, x, rows, y, b);
+}
+
+void run_matmul_blocked(ThreadPool& pool, const MatmulPlan& plan, const MatmulOperand* ops, int n_ops, int64_t rows) {
+  // 512 KiB of inputs a block (half a Zen 4 L2): the 2-layer 896 px tower at 1 thread took 5.4-6.4
+  // CPU s with 64 KiB .. 1 MiB blocks alike, 10.7 s unblocked (load 6-7, bench/README.md)
+  constexpr int64_t budget = 512 * 1024;
+  size_t row_bytes_max = 1;
+  for (int i = 0; i < n_ops; ++i) row_bytes_max = std::max(row_bytes_max, ops[i].x_stride);
+  const int64_t block = std::max<int64_t>(16, static_cast<int64_t>(budget / static_cast<int64_t>(row_bytes_max)) / 16 * 16);
+  const int64_t n_blocks = (rows + block - 1) / block, n_chunks = static_cast<int64_t>(plan.chunks.size());
+  // one pool region: tasks (block, chunk), block-major, so the threads share a block's inputs
+  pool.run(n_blocks * n_chunks, [&](int64_t task, int) {
+    const int64_t r0 = (task / n_chunks) * block, n = std::min(block, rows - r0);
+    const MatmulChunk& c = plan.chunks[static_cast<size_t>(task % n_chunks)];
+    const MatmulOperand& op = ops[c.part];
+    matmul_rows(*op.w, c.r0, c.r1, static_cast<const uint8_t*>(op.x) + static_cast<size_t>(r0) * op.x_stride,
+                op.x_stride, n, op.y + r0 * op.ldy, op.ldy);
+  });
+}
+
+void linear_blocked(ThreadPool& pool, ActivationQuantizer& act, const Matrix& w, const MatmulPlan& plan,
+                    const float* x, int64_t rows, float* y, const Vector& b) {
+  act.reset(x, rows, w.n_in, w.n_in);
+  MatmulOperand op;
+  op.w = &w;
+  op.x = act.get(pool, matmul_input_type(w), &op.x_stride);
+  op.y = y;
+  op.ldy = w.n_out;
+  run_matmul_blocked(pool, plan, &op, 1, rows);
+  add_bias(pool, y, b, rows);
 }
 
 void SiglipEncoder::norm_rows(const float* x, const Vector& w, const Vector& b, float* y, int64_t rows) {
@@ -192,37 +218,62 @@ void add_rows(ThreadPool& pool, const float* src, float* dst, int64_t n) {
 void vision_attention(ThreadPool& pool, const float* q, const float* k, const float* v, float* out, int64_t T,
                       int64_t D, int64_t H, const int32_t* group, AttentionScratch& sc) {
   const int64_t hd = D / H;
-  sc.kh.resize(static_cast<size_t>(T * D));
-  sc.vt.resize(static_cast<size_t>(T * D));
-  pool.parallel_for(0, H, [&](int64_t h, int) {
-    for (int64_t t = 0; t < T; ++t) {
-      std::memcpy(sc.kh.data() + (h * T + t) * hd, k + t * D + h * hd, sizeof(float) * hd);
-      for (int64_t d = 0; d < hd; ++d) sc.vt[static_cast<size_t>((h * hd + d) * T + t)] = v[t * D + h * hd + d];
-    }
+  // Kᵀ per head, [head][dim][row], in blocks of kTransposeRows rows (their K lines stay in L1).
+  // Rows of Kᵀ and of the scores are ld floats apart: T rounded up to 16 and 16 more, so the
+  // GEMM's column of B lines (one per dim) does not fall into one L1 set when T is a power of 2
+  // (4096 patches: 1.6x the scores' speed on AVX2, +7% on AVX-512, bench/gemm_bench.cpp).
+  constexpr int64_t kTransposeRows = 64;
+  const int64_t ld = (T + 15) / 16 * 16 + 16;
+  sc.kt.resize(static_cast<size_t>(ld * D));
+  const int64_t n_tblocks = (T + kTransposeRows - 1) / kTransposeRows;
+  pool.parallel_for(0, H * n_tblocks, [&](int64_t task, int) {
+    const int64_t h = task / n_tblocks, t0 = (task % n_tblocks) * kTransposeRows;
+    const int64_t t1 = std::min(T, t0 + kTransposeRows);
+    float* dst = sc.kt.data() + h * hd * ld;
+    for (int64_t d = 0; d < hd; ++d)
+      for (int64_t t = t0; t < t1; ++t) dst[d * ld + t] = k[t * D + h * hd + d];
   });
   const int nt = pool.size();
-  sc.scores.resize(static_cast<size_t>(nt) * kQueryBlock * T);
+  sc.scores.resize(static_cast<size_t>(nt) * kQueryBlock * ld);
   const int64_t n_blocks = (T + kQueryBlock - 1) / kQueryBlock;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const auto softmax = kernels::active().softmax;
+  const kernels::KernelTable& kt = kernels::active();
   pool.run(H * n_blocks, [&](int64_t task, int thread) {
     const int64_t h = task / n_blocks, q0 = (task % n_blocks) * kQueryBlock;
     const int64_t nq = std::min<int64_t>(kQueryBlock, T - q0);
-    float* s = sc.scores.data() + static_cast<size_t>(thread) * kQueryBlock * T;
-    const Matrix km = matrix_at(nullptr, DType::F32, sc.kh.data() + h * T * hd, hd, T);
-    matmul_rows(km, 0, T, q + q0 * D + h * hd, sizeof(float) * D, nq, s, T);
+    float* s = sc.scores.data() + static_cast<size_t>(thread) * kQueryBlock * ld;
+    kernels::GemmArgs g;  // scores = scale · Q_h Kᵀ_h
+    g.m = nq;
+    g.n = T;
+    g.k = hd;
+    g.a = q + q0 * D + h * hd;
+    g.lda = D;
+    g.b = sc.kt.data() + h * hd * ld;
+    g.ldb = ld;
+    g.c = s;
+    g.ldc = ld;
+    g.alpha = scale;
+    kt.gemm_f32(g);
     for (int64_t i = 0; i < nq; ++i) {
-      float* r = s + i * T;
-      for (int64_t j = 0; j < T; ++j) r[j] *= scale;
+      float* r = s + i * ld;
       if (group) {
         const int32_t gq = group[q0 + i];
         for (int64_t j = 0; j < T; ++j)
           if (group[j] != gq) r[j] = -INFINITY;
       }
-      softmax(r, T);
+      kt.softmax(r, T);
     }
-    const Matrix vm = matrix_at(nullptr, DType::F32, sc.vt.data() + h * hd * T, T, hd);
-    matmul_rows(vm, 0, hd, s, sizeof(float) * T, nq, out + q0 * D + h * hd, D);
+    g.m = nq;  // out_h = P V_h (V as stored: rows of D, this head's hd columns)
+    g.n = hd;
+    g.k = T;
+    g.a = s;
+    g.lda = ld;
+    g.b = v + h * hd;
+    g.ldb = D;
+    g.c = out + q0 * D + h * hd;
+    g.ldc = D;
+    g.alpha = 1.0f;
+    kt.gemm_f32(g);
   });
 }
 

@@ -9,7 +9,7 @@
 // - post LayerNorm (v.post_ln).
 // The tower's matrices (and the projector's, handed to finish_loading) run on the packed kernels
 // where their type has one (repacked at load like the text model's), on the encoder's thread pool;
-// attention is two matmuls per (head, block of queries) through the float kernels.
+// attention is two f32 GEMMs per (head, block of queries) (vision_attention below).
 #pragma once
 #include <memory>
 #include <vector>
@@ -34,13 +34,22 @@ struct VisionAttentionWeights {
 
 // The vision towers' multi-head attention over T rows (q, k, v, out: T x D, H heads of D / H, no
 // rotation here): every query attends to every key, or, with `group`, only to the keys of its own
-// group (group[t]: Qwen2.5-VL's windows). Per head, K laid out [row][dim] and V [dim][row] so both
-// products are float matmuls; tasks are (head, block of queries). The scratch buffers are reused.
+// group (group[t]: Qwen2.5-VL's windows). Tasks are (head, block of kQueryBlock queries); both
+// products are KernelTable::gemm_f32 outer-product GEMMs (kernels/gemm_kernels.h): the block's
+// scores = scale · Q_h·Kᵀ_h with K transposed once per call to [head][dim][row], the softmax per
+// row over all T keys, then out_h = P·V_h reading V as it is. The scratch buffers are reused.
 struct AttentionScratch {
-  std::vector<float> kh, vt, scores;
+  std::vector<float> kt, scores;
 };
 void vision_attention(ThreadPool& pool, const float* q, const float* k, const float* v, float* out, int64_t T,
                       int64_t D, int64_t H, const int32_t* group, AttentionScratch& scratch);
+// run_matmul over `rows` input rows in blocks of tokens whose inputs fit in L2 (the kernels walk
+// every input row for each group of weight rows, so a tower's 4096 patch rows at once would
+// stream from L3 / DRAM once per weight-row group); each block is one parallel region.
+void run_matmul_blocked(ThreadPool& pool, const MatmulPlan& plan, const MatmulOperand* ops, int n_ops, int64_t rows);
+// linear() (parallel_matmul.h) through run_matmul_blocked: y = x · wᵀ (+ b on every row).
+void linear_blocked(ThreadPool& pool, ActivationQuantizer& act, const Matrix& w, const MatmulPlan& plan,
+                    const float* x, int64_t rows, float* y, const Vector& b);
 // dst[i] += src[i] for n floats, in parallel parts; y's `rows` rows of b.n += b (nothing when b is empty).
 void add_rows(ThreadPool& pool, const float* src, float* dst, int64_t n);
 void add_bias(ThreadPool& pool, float* y, const Vector& b, int64_t rows);
@@ -83,6 +92,7 @@ class SiglipEncoder : public VisionEncoder {
   MatmulPlan patch_plan_;
   ActivationQuantizer act_;
   AttentionScratch scratch_;
+  std::vector<float> ones_;  // n_ff ones: GELU through the kernels' gelu_mul
 };
 
 }  // namespace edgellm

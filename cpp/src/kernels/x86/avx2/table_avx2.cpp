@@ -15,6 +15,7 @@ void fill_avx2_matmul_packed(KernelTable& t);
 void fill_avx2_float_ops(KernelTable& t);
 void fill_avx2_attention(KernelTable& t);
 void fill_avx2_lora(KernelTable& t);
+void fill_avx2_gemm(KernelTable& t);
 
 void fill_avx2_table(KernelTable& t) {
   fill_avx2_quantize(t);
@@ -26,6 +27,7 @@ void fill_avx2_table(KernelTable& t) {
   fill_avx2_float_ops(t);
   fill_avx2_attention(t);
   fill_avx2_lora(t);
+  fill_avx2_gemm(t);
 }
 
 }  // namespace edgellm::kernels
