@@ -9,7 +9,6 @@
 #include <cstdint>
 
 #include "common/dtype.h"
-#include "kernels/gemm_kernels.h"
 #include "kernels/lora_kernels.h"
 
 namespace edgellm::kernels {
@@ -72,10 +71,6 @@ struct KernelTable {
   // generic/lora_ref.cpp).
   LoraDownFn lora_down = nullptr;
   LoraUpFn lora_up = nullptr;
-
-  // f32 C = alpha·A·B on row-major operands (kernels/gemm_kernels.h; reference in
-  // generic/gemm_ref.cpp): the vision towers' attention products.
-  GemmFn gemm_f32 = nullptr;
 };
 
 // The generic (scalar) table: always present, the reference for all others.

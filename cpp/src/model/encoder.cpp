@@ -22,8 +22,6 @@ const std::vector<const EncoderArchitecture*>& encoder_architectures() {
   return list;
 }
 std::string layer_tensor(int il, const char* name) { return "blk." + std::to_string(il) + "." + name; }
-// Queries whose scores the attention holds at once (a block's scores: kQueryBlock × the sequence).
-constexpr int32_t kQueryBlock = 64;
 }  // namespace
 
 void encoder_hparams(const GgufFile& file, ModelConfig& c) {
@@ -151,9 +149,13 @@ EncoderModel::EncoderModel(std::shared_ptr<GgufFile> file, const EncoderArchitec
     rope_ = Rope(RopeType::Neox, c.n_rot, c.rope_global, nullptr);
     rope_table_.resize(T * rope_.table_stride());
   }
-  // per thread: K of a head as rows, V of a head transposed, the scores of a block of queries
-  thread_floats_ = std::max<int64_t>((c.head_dim_k + c.head_dim_v + kQueryBlock) * T, c.n_embd);
+  // per thread: an embedding row; the attention's buffers for a sequence of T tokens
+  thread_floats_ = c.n_embd;
   scores_.resize(static_cast<size_t>(nt) * thread_floats_);
+  attn_scratch_.reserve(nt, attention_scratch_floats(
+                                NoncausalAttention{nullptr, 0, nullptr, 0, nullptr, 0, nullptr, 0, c.n_head,
+                                                   c.n_head_kv, c.head_dim_k, c.head_dim_v, 1.0f},
+                                T));
 }
 
 EncoderModel::~EncoderModel() = default;
@@ -273,10 +275,12 @@ void EncoderModel::forward(const Batch& batch, KVCache&, float* logits, float* h
   });
   add_layernorm(x, nullptr, w_.embd_norm_w, w_.embd_norm_b, T);
 
-  const int n_head = c.n_head, group = c.n_head / c.n_head_kv, hdk = c.head_dim_k, hdv = c.head_dim_v;
+  const int n_head = c.n_head, hdk = c.head_dim_k, hdv = c.head_dim_v;
   const int64_t nq = c.n_embd_q(), nk = c.n_embd_k(), nv = c.n_embd_v(), na = c.n_embd_attn();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hdk));
-  const int64_t n_tasks = static_cast<int64_t>(segs.size()) * n_head;
+  std::vector<AttentionSpan> spans;
+  for (const Segment& s : segs) spans.push_back({s.begin, s.n});
+  const NoncausalAttention attn{q_.data(), nq, k_.data(), nk, v_.data(), nv, a_.data(), na, n_head, c.n_head_kv,
+                                hdk, hdv, 1.0f / std::sqrt(static_cast<float>(hdk))};
   const kernels::KernelTable& kt_ops = kernels::active();
   const std::vector<float> ones(arch_.activation == EncoderActivation::SwiGlu ? 0 : c.n_ff, 1.0f);  // GELU's "up"
   for (int il = 0; il < c.n_layer; ++il) {
@@ -289,39 +293,8 @@ void EncoderModel::forward(const Batch& batch, KVCache&, float* logits, float* h
         for (int h = 0; h < n_head; ++h) rope_.apply(row, q_.data() + t * nq + h * hdk);
         for (int h = 0; h < c.n_head_kv; ++h) rope_.apply(row, k_.data() + t * nk + h * hdk);
       });
-    // Attention: every token of a sequence over all of its tokens; one task per (sequence, head),
-    // as two float matmuls of the active kernel table per block of kQueryBlock queries (the
-    // outer-product GEMM from 24 columns, kernels/matmul_float.inc.h): scores = K_h · q for each
-    // query (K_h copied to contiguous rows), softmax, then out = V_hᵀ · p (V_h transposed), written
-    // in place into the attention output.
-    const kernels::MatmulFn mm = kt_ops.matmul[static_cast<int>(DType::F32)];
-    threads_->run(n_tasks, [&](int64_t task, int thread) {
-      const Segment& s = segs[task / n_head];
-      const int h = static_cast<int>(task % n_head), hk = h / group;
-      float* kc = scores_.data() + static_cast<size_t>(thread) * thread_floats_;  // [s.n][hdk]
-      float* vt = kc + static_cast<size_t>(hdk) * s.n;                             // [hdv][s.n]
-      float* sc = vt + static_cast<size_t>(hdv) * s.n;                             // [block][s.n]
-      for (int32_t j = 0; j < s.n; ++j) {
-        const float* kj = k_.data() + (s.begin + j) * nk + hk * hdk;
-        std::copy(kj, kj + hdk, kc + static_cast<size_t>(j) * hdk);
-        const float* vj = v_.data() + (s.begin + j) * nv + hk * hdv;
-        for (int e = 0; e < hdv; ++e) vt[static_cast<size_t>(e) * s.n + j] = vj[e];
-      }
-      for (int32_t i0 = 0; i0 < s.n; i0 += kQueryBlock) {
-        const int32_t nb = std::min<int32_t>(kQueryBlock, s.n - i0);
-        kernels::MatmulArgs qk{kc, hdk, 0, s.n, q_.data() + (s.begin + i0) * nq + h * hdk, nq * sizeof(float), nb, sc,
-                               s.n};
-        mm(qk);
-        for (int32_t i = 0; i < nb; ++i) {
-          float* row = sc + static_cast<size_t>(i) * s.n;
-          for (int32_t j = 0; j < s.n; ++j) row[j] *= scale;
-          kt_ops.softmax(row, s.n);
-        }
-        kernels::MatmulArgs pv{vt, s.n, 0, hdv, sc, s.n * sizeof(float), nb, a_.data() + (s.begin + i0) * na + h * hdv,
-                               na};
-        mm(pv);
-      }
-    });
+    // Attention: every token of a sequence over all of its tokens (model/noncausal_attention.h).
+    noncausal_attention(*threads_, attn, spans, attn_scratch_);
     matmul(l.wo, l.bo, p.o, a_.data(), T, o_.data());
     add_layernorm(x, o_.data(), l.attn_norm_w, l.attn_norm_b, T);
 

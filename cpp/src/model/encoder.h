@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "model/noncausal_attention.h"
 #include "model/parallel_matmul.h"
 #include "model/rope.h"
 #include "model/weight_packing.h"
@@ -114,7 +115,8 @@ class EncoderModel final : public Model {
   std::vector<float> ones_;  // n_embd ones: the layer norm's mean as a dot
   Rope rope_;  // rotary architectures
   std::vector<float> rope_table_;  // per token: rope_.table_stride() floats
-  std::vector<float> scores_;  // per thread: thread_floats_ (attention scores + K transposed; embedding rows)
+  std::vector<float> scores_;  // per thread: thread_floats_ (an embedding row)
+  AttentionScratch attn_scratch_;
   int64_t thread_floats_ = 0;
   int32_t sep_id_ = 102;  // [SEP]: tokens after the first one are token type 1
   std::mutex forward_mutex_;

@@ -138,7 +138,6 @@ void fill_generic_table(KernelTable& t) {
   fill_generic_attention(t);
   t.lora_down = lora_down_ref;
   t.lora_up = lora_up_ref;
-  t.gemm_f32 = gemm_f32_ref;
 }
 
 }  // namespace edgellm::kernels

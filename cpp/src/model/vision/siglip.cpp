@@ -11,7 +11,6 @@
 namespace edgellm {
 namespace {
 
-constexpr int kQueryBlock = 32;
 
 void layer_norm(const float* x, const Vector& w, const Vector& b, float* y, int64_t n, float eps) {
   double mean = 0.0;
@@ -217,64 +216,10 @@ void add_rows(ThreadPool& pool, const float* src, float* dst, int64_t n) {
 
 void vision_attention(ThreadPool& pool, const float* q, const float* k, const float* v, float* out, int64_t T,
                       int64_t D, int64_t H, const int32_t* group, AttentionScratch& sc) {
-  const int64_t hd = D / H;
-  // Kᵀ per head, [head][dim][row], in blocks of kTransposeRows rows (their K lines stay in L1).
-  // Rows of Kᵀ and of the scores are ld floats apart: T rounded up to 16 and 16 more, so the
-  // GEMM's column of B lines (one per dim) does not fall into one L1 set when T is a power of 2
-  // (4096 patches: 1.6x the scores' speed on AVX2, +7% on AVX-512, bench/gemm_bench.cpp).
-  constexpr int64_t kTransposeRows = 64;
-  const int64_t ld = (T + 15) / 16 * 16 + 16;
-  sc.kt.resize(static_cast<size_t>(ld * D));
-  const int64_t n_tblocks = (T + kTransposeRows - 1) / kTransposeRows;
-  pool.parallel_for(0, H * n_tblocks, [&](int64_t task, int) {
-    const int64_t h = task / n_tblocks, t0 = (task % n_tblocks) * kTransposeRows;
-    const int64_t t1 = std::min(T, t0 + kTransposeRows);
-    float* dst = sc.kt.data() + h * hd * ld;
-    for (int64_t d = 0; d < hd; ++d)
-      for (int64_t t = t0; t < t1; ++t) dst[d * ld + t] = k[t * D + h * hd + d];
-  });
-  const int nt = pool.size();
-  sc.scores.resize(static_cast<size_t>(nt) * kQueryBlock * ld);
-  const int64_t n_blocks = (T + kQueryBlock - 1) / kQueryBlock;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const kernels::KernelTable& kt = kernels::active();
-  pool.run(H * n_blocks, [&](int64_t task, int thread) {
-    const int64_t h = task / n_blocks, q0 = (task % n_blocks) * kQueryBlock;
-    const int64_t nq = std::min<int64_t>(kQueryBlock, T - q0);
-    float* s = sc.scores.data() + static_cast<size_t>(thread) * kQueryBlock * ld;
-    kernels::GemmArgs g;  // scores = scale · Q_h Kᵀ_h
-    g.m = nq;
-    g.n = T;
-    g.k = hd;
-    g.a = q + q0 * D + h * hd;
-    g.lda = D;
-    g.b = sc.kt.data() + h * hd * ld;
-    g.ldb = ld;
-    g.c = s;
-    g.ldc = ld;
-    g.alpha = scale;
-    kt.gemm_f32(g);
-    for (int64_t i = 0; i < nq; ++i) {
-      float* r = s + i * ld;
-      if (group) {
-        const int32_t gq = group[q0 + i];
-        for (int64_t j = 0; j < T; ++j)
-          if (group[j] != gq) r[j] = -INFINITY;
-      }
-      kt.softmax(r, T);
-    }
-    g.m = nq;  // out_h = P V_h (V as stored: rows of D, this head's hd columns)
-    g.n = hd;
-    g.k = T;
-    g.a = s;
-    g.lda = ld;
-    g.b = v + h * hd;
-    g.ldb = D;
-    g.c = out + q0 * D + h * hd;
-    g.ldc = D;
-    g.alpha = 1.0f;
-    kt.gemm_f32(g);
-  });
+  const int hd = static_cast<int>(D / H);
+  NoncausalAttention a{q, D, k, D, v, D, out, D, static_cast<int>(H), static_cast<int>(H), hd, hd,
+                       1.0f / std::sqrt(static_cast<float>(hd)), group};
+  noncausal_attention(pool, a, {AttentionSpan{0, T}}, sc);
 }
 
 }  // namespace edgellm

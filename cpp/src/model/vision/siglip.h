@@ -9,12 +9,13 @@
 // - post LayerNorm (v.post_ln).
 // The tower's matrices (and the projector's, handed to finish_loading) run on the packed kernels
 // where their type has one (repacked at load like the text model's), on the encoder's thread pool;
-// attention is two f32 GEMMs per (head, block of queries) (vision_attention below).
+// attention is model/noncausal_attention.h's (vision_attention below).
 #pragma once
 #include <memory>
 #include <vector>
 
 #include "common/thread_pool.h"
+#include "model/noncausal_attention.h"
 #include "model/parallel_matmul.h"
 #include "model/vision/vision_encoder.h"
 #include "model/weight_packing.h"
@@ -34,13 +35,7 @@ struct VisionAttentionWeights {
 
 // The vision towers' multi-head attention over T rows (q, k, v, out: T x D, H heads of D / H, no
 // rotation here): every query attends to every key, or, with `group`, only to the keys of its own
-// group (group[t]: Qwen2.5-VL's windows). Tasks are (head, block of kQueryBlock queries); both
-// products are KernelTable::gemm_f32 outer-product GEMMs (kernels/gemm_kernels.h): the block's
-// scores = scale · Q_h·Kᵀ_h with K transposed once per call to [head][dim][row], the softmax per
-// row over all T keys, then out_h = P·V_h reading V as it is. The scratch buffers are reused.
-struct AttentionScratch {
-  std::vector<float> kt, scores;
-};
+// group (group[t]: Qwen2.5-VL's windows); model/noncausal_attention.h with the image one span.
 void vision_attention(ThreadPool& pool, const float* q, const float* k, const float* v, float* out, int64_t T,
                       int64_t D, int64_t H, const int32_t* group, AttentionScratch& scratch);
 // run_matmul over `rows` input rows in blocks of tokens whose inputs fit in L2 (the kernels walk

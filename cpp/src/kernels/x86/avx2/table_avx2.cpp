@@ -15,7 +15,6 @@ void fill_avx2_matmul_packed(KernelTable& t);
 void fill_avx2_float_ops(KernelTable& t);
 void fill_avx2_attention(KernelTable& t);
 void fill_avx2_lora(KernelTable& t);
-void fill_avx2_gemm(KernelTable& t);
 
 void fill_avx2_table(KernelTable& t) {
   fill_avx2_quantize(t);
@@ -27,7 +26,6 @@ void fill_avx2_table(KernelTable& t) {
   fill_avx2_float_ops(t);
   fill_avx2_attention(t);
   fill_avx2_lora(t);
-  fill_avx2_gemm(t);
 }
 
 }  // namespace edgellm::kernels

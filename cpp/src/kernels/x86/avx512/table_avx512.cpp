@@ -14,7 +14,6 @@ void fill_avx512_matmul_packed(KernelTable& t);
 void fill_avx512_float_ops(KernelTable& t);
 void fill_avx512_attention(KernelTable& t);
 void fill_avx512_lora(KernelTable& t);
-void fill_avx512_gemm(KernelTable& t);
 
 void fill_avx512_table(KernelTable& t) {
   fill_avx512_quantize(t);
@@ -26,7 +25,6 @@ void fill_avx512_table(KernelTable& t) {
   fill_avx512_float_ops(t);
   fill_avx512_attention(t);
   fill_avx512_lora(t);
-  fill_avx512_gemm(t);
 }
 
 }  // namespace edgellm::kernels
