@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
   std::vector<float> y(rows * cols);
   for (int i = 0; i < calls; ++i) {
     kernels::MatmulArgs a{w.data(), K, 0, rows, xq.data(), xs, cols, y.data(), rows};
-    t->matmul[(int)wt](a);
+    t->matmul_wide[(int)wt](a);
   }
   double s = 0; for (float v : y) s += v;
   printf("flop %.4g checksum %g\n", 2.0 * K * rows * cols * calls, s);

@@ -133,7 +133,8 @@ Timing time_matmul(const Variant& v, DType wt, int64_t K, int64_t rows, int64_t 
                    const std::vector<std::vector<uint8_t>>& mats, int nthreads, int calls) {
   const kernels::KernelTable& t = *v.table;
   const DType at = v.packed ? DType::Q8_R : quant::vec_dot_type(wt);
-  const kernels::MatmulFn fn = v.packed ? t.packed_matmul[static_cast<int>(wt)] : t.matmul[static_cast<int>(wt)];
+  const int wi = static_cast<int>(wt);  // float weights: matmul_wide, the encoders' many-column GEMM
+  const kernels::MatmulFn fn = v.packed ? t.packed_matmul[wi] : (t.matmul_wide[wi] ? t.matmul_wide[wi] : t.matmul[wi]);
   const int64_t align = v.packed ? kernels::kPackRows : 1;  // packed rows split on 16-row groups
   const size_t xs = row_bytes(at, K);
   std::vector<float> xf(K * ncols);

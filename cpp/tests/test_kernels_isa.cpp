@@ -112,7 +112,7 @@ void report_fail(const std::string& what) { std::fprintf(stderr, "  FAIL: %s\n",
 // One matmul comparison. The activations are quantized by `quantizer`'s table (the generic
 // one by default, so only the matmul differs between the two sides).
 void check_matmul(const KernelTable& simd, DType wt, int64_t K, int rows, int ncols, int r0, int r1, std::mt19937& rng,
-                  const KernelTable* quantizer = nullptr) {
+                  const KernelTable* quantizer = nullptr, bool wide = false) {
   const KernelTable& ref = kernels::generic_table();
   const DType act = quant::vec_dot_type(wt);
   const std::vector<uint8_t> w = random_weights(wt, rows, K, rng);
@@ -127,7 +127,7 @@ void check_matmul(const KernelTable& simd, DType wt, int64_t K, int rows, int nc
   const float kSentinel = 12345.5f;
   std::vector<float> y(ldy * ncols, kSentinel), y_ref(ldy * ncols, kSentinel);
   kernels::MatmulArgs a{w.data(), K, r0, r1, xq.data(), xs, ncols, y.data(), ldy};
-  simd.matmul[idx(wt)](a);
+  (wide && simd.matmul_wide[idx(wt)] ? simd.matmul_wide : simd.matmul)[idx(wt)](a);
   kernels::MatmulArgs ar{w.data(), K, r0, r1, xq_ref.data(), xs, ncols, y_ref.data(), ldy};
   ref.matmul[idx(wt)](ar);
 
@@ -187,11 +187,32 @@ void test_matmul(const KernelTable& t, std::mt19937& rng) {
   // panel), column counts that leave a short micro-tile, K off the vector width, and column
   // counts past one L2 block (K = 3000: 32 columns a block at 384 KiB).
   for (DType wt : kFloatWeights) {
-    check_matmul(t, wt, 37, 50, 24, 3, 50, rng);
-    check_matmul(t, wt, 64, 70, 29, 0, 70, rng);
-    check_matmul(t, wt, 200, 33, 61, 16, 33, rng);
-    check_matmul(t, wt, 9, 5, 100, 1, 4, rng);
-    check_matmul(t, wt, 3000, 19, 77, 2, 19, rng);
+    check_matmul(t, wt, 37, 50, 24, 3, 50, rng, nullptr, true);
+    check_matmul(t, wt, 64, 70, 29, 0, 70, rng, nullptr, true);
+    check_matmul(t, wt, 200, 33, 61, 16, 33, rng, nullptr, true);
+    check_matmul(t, wt, 9, 5, 100, 1, 4, rng, nullptr, true);
+    check_matmul(t, wt, 3000, 19, 77, 2, 19, rng, nullptr, true);
+  }
+  // ... while `matmul` keeps each column's result independent of the call's column count (a
+  // decoder's request gives the same logits alone and in any batch): one column alone, bitwise
+  // equal to the same column inside calls of 30 and 40 columns.
+  for (DType wt : kFloatWeights) {
+    const int64_t K = 77;
+    const int rows = 40;
+    const std::vector<uint8_t> w = random_weights(wt, rows, K, rng);
+    const std::vector<float> xf = kernel_test::random_activations(40, K, rng);
+    const size_t xs = row_bytes(wt, K);
+    std::vector<uint8_t> xq(xs * 40);
+    for (int c = 0; c < 40; ++c) kernels::generic_table().quantize[idx(wt)](&xf[c * K], &xq[c * xs], K);
+    std::vector<float> alone(rows);
+    kernels::MatmulArgs a1{w.data(), K, 0, rows, xq.data() + 7 * xs, xs, 1, alone.data(), rows};
+    t.matmul[idx(wt)](a1);
+    for (int n : {30, 40}) {
+      std::vector<float> many(static_cast<size_t>(rows) * n);
+      kernels::MatmulArgs an{w.data(), K, 0, rows, xq.data(), xs, n, many.data(), rows};
+      t.matmul[idx(wt)](an);
+      CHECK(std::memcmp(alone.data(), many.data() + 7 * rows, rows * sizeof(float)) == 0);
+    }
   }
   // K-quants: the AVX-512 table has its own tile runner with column groups wider than 4 (up to
   // 8) and per-super-block state, so sweep every column count 1..9 (full groups plus each

@@ -42,6 +42,12 @@ struct KernelTable {
   Isa isa = Isa::Scalar;
 
   MatmulFn matmul[kDTypeIdLimit] = {};      // by weight type id; nullptr = not supported
+  // Float weights (F32 / F16 / BF16) for whole-input models (encoders, vision towers): from
+  // kGemmMinCols columns an outer-product GEMM (kernels/matmul_float.inc.h) whose sums run in
+  // another order than the tile's, so a column's result depends on the call's column count.
+  // `matmul` keeps every column's result independent of the others (a decoder's request gives
+  // the same logits alone and in any batch). nullptr = use matmul.
+  MatmulFn matmul_wide[kDTypeIdLimit] = {};
   QuantizeFn quantize[kDTypeIdLimit] = {};  // by activation type id (Q8_0, Q8_1, Q8_K, Q8_R, F16, BF16, F32)
   // Row-interleaved weights (kernels/packed.h), by the original weight type: MatmulArgs with
   // w = the packed matrix, x in Q8_R, r0/r1 multiples of kPackRows. nullptr = this level keeps

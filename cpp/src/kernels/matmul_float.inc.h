@@ -205,12 +205,17 @@ void matmul_float(const MatmulArgs& a) {
     run_tiles<FloatTile<V, T>::template Fn, kDecodeRows, kTileRows>(a);
 }
 
-// t.matmul for F32, F16 and BF16 weights: V the tile's vector, G the GEMM's.
+// t.matmul (the tile: every column's sums in the same order whatever the column count) and
+// t.matmul_wide (the GEMM from kGemmMinCols columns) for F32, F16 and BF16 weights: V the tile's
+// vector, G the GEMM's.
 template <class V, class G, int kDecodeRows, int kTileRows>
 void fill_matmul_float_gemm(KernelTable& t) {
-  t.matmul[static_cast<int>(DType::F32)] = matmul_float<V, G, DType::F32, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::F16)] = matmul_float<V, G, DType::F16, kDecodeRows, kTileRows>;
-  t.matmul[static_cast<int>(DType::BF16)] = matmul_float<V, G, DType::BF16, kDecodeRows, kTileRows>;
+  t.matmul[static_cast<int>(DType::F32)] = run_tiles<FloatTile<V, DType::F32>::template Fn, kDecodeRows, kTileRows>;
+  t.matmul[static_cast<int>(DType::F16)] = run_tiles<FloatTile<V, DType::F16>::template Fn, kDecodeRows, kTileRows>;
+  t.matmul[static_cast<int>(DType::BF16)] = run_tiles<FloatTile<V, DType::BF16>::template Fn, kDecodeRows, kTileRows>;
+  t.matmul_wide[static_cast<int>(DType::F32)] = matmul_float<V, G, DType::F32, kDecodeRows, kTileRows>;
+  t.matmul_wide[static_cast<int>(DType::F16)] = matmul_float<V, G, DType::F16, kDecodeRows, kTileRows>;
+  t.matmul_wide[static_cast<int>(DType::BF16)] = matmul_float<V, G, DType::BF16, kDecodeRows, kTileRows>;
 }
 
 }  // namespace

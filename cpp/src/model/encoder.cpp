@@ -121,11 +121,13 @@ EncoderModel::EncoderModel(std::shared_ptr<GgufFile> file, const EncoderArchitec
   plans_.resize(c.n_layer);
   for (int il = 0; il < c.n_layer; ++il) {
     const EncoderLayerWeights& l = w_.layers[il];
-    plans_[il] = {plan_matmul({&l.wq, &l.wk, &l.wv}, nt), plan_matmul({&l.wo}, nt), plan_matmul({&l.up}, nt),
-                  l.gate ? plan_matmul({&l.gate}, nt) : MatmulPlan{}, plan_matmul({&l.down}, nt)};
+    // (an encoder reads whole inputs: the many-column float GEMM, ColumnOrder::Any)
+    const auto plan = [&](std::vector<const Matrix*> m) { return plan_matmul(m, nt, ColumnOrder::Any); };
+    plans_[il] = {plan({&l.wq, &l.wk, &l.wv}), plan({&l.wo}), plan({&l.up}), l.gate ? plan({&l.gate}) : MatmulPlan{},
+                  plan({&l.down})};
   }
-  if (w_.pooler) pooler_plan_ = plan_matmul({&w_.pooler}, nt);
-  if (w_.classifier) classifier_plan_ = plan_matmul({&w_.classifier}, nt);
+  if (w_.pooler) pooler_plan_ = plan_matmul({&w_.pooler}, nt, ColumnOrder::Any);
+  if (w_.classifier) classifier_plan_ = plan_matmul({&w_.classifier}, nt, ColumnOrder::Any);
 
   std::vector<Matrix*> mats;
   for (Matrix* m : w_.matrices())

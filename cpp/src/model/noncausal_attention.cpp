@@ -29,7 +29,8 @@ void noncausal_attention(ThreadPool& pool, const NoncausalAttention& a, const st
   scratch.reserve(pool.size(), attention_scratch_floats(a, longest));
   const int group = a.n_head / a.n_head_kv, hdk = a.head_dim_k, hdv = a.head_dim_v;
   const kernels::KernelTable& kt = kernels::active();
-  const kernels::MatmulFn mm = kt.matmul[static_cast<int>(DType::F32)];
+  const int f32 = static_cast<int>(DType::F32);
+  const kernels::MatmulFn mm = kt.matmul_wide[f32] ? kt.matmul_wide[f32] : kt.matmul[f32];
   const int64_t n_tasks = static_cast<int64_t>(spans.size()) * a.n_head;
   pool.run(n_tasks, [&](int64_t task, int thread) {
     const AttentionSpan& s = spans[static_cast<size_t>(task / a.n_head)];

@@ -29,8 +29,9 @@ int64_t row_granule(DType t) {
 static_assert(kRowGranule == 16, "MatmulEpilogue::ahead counts 16-row blocks");
 }  // namespace
 
-MatmulPlan plan_matmul(const std::vector<const Matrix*>& parts, int n_threads) {
+MatmulPlan plan_matmul(const std::vector<const Matrix*>& parts, int n_threads, ColumnOrder order) {
   MatmulPlan plan;
+  plan.order = order;
   double total = 0;
   for (const Matrix* m : parts) total += static_cast<double>(m->row_bytes) * m->n_out;
   const double target = total / std::max(1, n_threads * kChunksPerThread);
@@ -47,7 +48,7 @@ MatmulPlan plan_matmul(const std::vector<const Matrix*>& parts, int n_threads) {
 }
 
 void matmul_rows(const Matrix& w, int64_t r0, int64_t r1, const void* x, size_t x_stride, int64_t ncols, float* y,
-                 int64_t ldy) {
+                 int64_t ldy, ColumnOrder order) {
   const kernels::KernelTable& k = kernels::active();
   const bool packed = use_packed(w);
   kernels::MatmulArgs a;
@@ -60,14 +61,20 @@ void matmul_rows(const Matrix& w, int64_t r0, int64_t r1, const void* x, size_t 
   a.ncols = ncols;
   a.y = y;
   a.ldy = ldy;
-  (packed ? k.packed_matmul : k.matmul)[static_cast<int>(w.type)](a);
+  const int t = static_cast<int>(w.type);
+  if (packed)
+    k.packed_matmul[t](a);
+  else if (order == ColumnOrder::Any && k.matmul_wide[t])
+    k.matmul_wide[t](a);
+  else
+    k.matmul[t](a);
 }
 
 void run_matmul(ThreadPool& pool, const MatmulPlan& plan, const MatmulOperand* parts, int64_t ncols,
                 MatmulEpilogue* epilogue) {
   const auto chunk = [&](const MatmulChunk& c) {
     const MatmulOperand& op = parts[c.part];
-    matmul_rows(*op.w, c.r0, c.r1, op.x, op.x_stride, ncols, op.y, op.ldy);
+    matmul_rows(*op.w, c.r0, c.r1, op.x, op.x_stride, ncols, op.y, op.ldy, plan.order);
   };
   if (!epilogue) {
     pool.run(static_cast<int64_t>(plan.chunks.size()), [&](int64_t i, int) { chunk(plan.chunks[i]); });
@@ -97,7 +104,7 @@ void run_matmul(ThreadPool& pool, const MatmulPlan& plan, const MatmulOperand* p
       for (int64_t r = c.r0; r < c.r1; r += step) {
         const int64_t e = std::min<int64_t>(c.r1, r + step);
         epilogue->ahead(base + r / kRowGranule, base + (e + kRowGranule - 1) / kRowGranule, first_block[n_parts]);
-        matmul_rows(*op.w, r, e, op.x, op.x_stride, ncols, op.y, op.ldy);
+        matmul_rows(*op.w, r, e, op.x, op.x_stride, ncols, op.y, op.ldy, plan.order);
       }
     } else {
       chunk(c);

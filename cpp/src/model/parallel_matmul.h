@@ -24,12 +24,19 @@ struct MatmulChunk {
   int32_t r0, r1;  // its output rows [r0, r1)
 };
 
+// Whether a column's result may depend on the other columns of its call. Decoders need each
+// column exact whatever the batch (Independent: KernelTable::matmul); whole-input models
+// (encoders, vision towers) take the many-column float GEMM (Any: KernelTable::matmul_wide).
+enum class ColumnOrder { Independent, Any };
+
 struct MatmulPlan {
   std::vector<MatmulChunk> chunks;
+  ColumnOrder order = ColumnOrder::Independent;
 };
 
 // Chunks for the matrices `parts` (all read by one parallel region) on n_threads threads.
-MatmulPlan plan_matmul(const std::vector<const Matrix*>& parts, int n_threads);
+MatmulPlan plan_matmul(const std::vector<const Matrix*>& parts, int n_threads,
+                       ColumnOrder order = ColumnOrder::Independent);
 
 // One matrix of a fused op at run time: its input (already in vec_dot_type(w.type)) and output.
 struct MatmulOperand {
@@ -70,7 +77,7 @@ void run_matmul(ThreadPool& pool, const MatmulPlan& plan, const MatmulOperand* p
 // Output rows [r0, r1) of one matrix on the calling thread (packed copy when there is one):
 // y[c * ldy + r] = W[r] · x_c for ncols inputs x_c, stride x_stride, in matmul_input_type(w).
 void matmul_rows(const Matrix& w, int64_t r0, int64_t r1, const void* x, size_t x_stride, int64_t ncols, float* y,
-                 int64_t ldy);
+                 int64_t ldy, ColumnOrder order = ColumnOrder::Independent);
 
 // Activations quantized for matmuls: the same input is quantized once per distinct
 // vec_dot_type, however many matrices read it (Q/K/V share one; gate/up share one).

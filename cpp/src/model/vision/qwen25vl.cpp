@@ -64,14 +64,14 @@ class Qwen25VLVision final : public VisionEncoder {
     packed_ = pack_weights(mats, *pool_);
     const int nt = pool_->size();
     for (Layer& l : layers_) {
-      l.qkv = plan_matmul({&l.wq, &l.wk, &l.wv}, nt);
-      l.out = plan_matmul({&l.wo}, nt);
-      l.gate_up = plan_matmul({&l.gate, &l.up}, nt);
-      l.fc2 = plan_matmul({&l.down}, nt);
+      l.qkv = plan_matmul({&l.wq, &l.wk, &l.wv}, nt, ColumnOrder::Any);
+      l.out = plan_matmul({&l.wo}, nt, ColumnOrder::Any);
+      l.gate_up = plan_matmul({&l.gate, &l.up}, nt, ColumnOrder::Any);
+      l.fc2 = plan_matmul({&l.down}, nt, ColumnOrder::Any);
     }
-    patch_plan_ = plan_matmul({&patch_}, nt);
-    mm0_plan_ = plan_matmul({&mm0_}, nt);
-    mm2_plan_ = plan_matmul({&mm2_}, nt);
+    patch_plan_ = plan_matmul({&patch_}, nt, ColumnOrder::Any);
+    mm0_plan_ = plan_matmul({&mm0_}, nt, ColumnOrder::Any);
+    mm2_plan_ = plan_matmul({&mm2_}, nt, ColumnOrder::Any);
     const int64_t hd = D / c.n_head;
     for (int64_t j = 0; j < hd / 4; ++j)
       inv_freq_.push_back(static_cast<float>(std::pow(10000.0, -4.0 * static_cast<double>(j) / static_cast<double>(hd))));

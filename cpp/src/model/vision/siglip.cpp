@@ -86,12 +86,12 @@ void SiglipEncoder::finish_loading(const std::vector<Matrix*>& projector) {
   packed_ = pack_weights(mats, *pool_);
   const int nt = pool_->size();
   for (Layer& l : layers_) {
-    l.qkv = plan_matmul({&l.wq, &l.wk, &l.wv}, nt);
-    l.out = plan_matmul({&l.wo}, nt);
-    l.fc1 = plan_matmul({&l.up}, nt);
-    l.fc2 = plan_matmul({&l.down}, nt);
+    l.qkv = plan_matmul({&l.wq, &l.wk, &l.wv}, nt, ColumnOrder::Any);
+    l.out = plan_matmul({&l.wo}, nt, ColumnOrder::Any);
+    l.fc1 = plan_matmul({&l.up}, nt, ColumnOrder::Any);
+    l.fc2 = plan_matmul({&l.down}, nt, ColumnOrder::Any);
   }
-  patch_plan_ = plan_matmul({&patch_}, nt);
+  patch_plan_ = plan_matmul({&patch_}, nt, ColumnOrder::Any);
   int64_t widest = std::max<int64_t>({c.n_embd, c.n_ff, 3LL * c.patch_size * c.patch_size});
   for (const Matrix* m : projector) widest = std::max(widest, m->n_in);
   act_.reserve(c.n_patches(), widest);
@@ -179,7 +179,7 @@ void run_matmul_blocked(ThreadPool& pool, const MatmulPlan& plan, const MatmulOp
     const MatmulChunk& c = plan.chunks[static_cast<size_t>(task % n_chunks)];
     const MatmulOperand& op = ops[c.part];
     matmul_rows(*op.w, c.r0, c.r1, static_cast<const uint8_t*>(op.x) + static_cast<size_t>(r0) * op.x_stride,
-                op.x_stride, n, op.y + r0 * op.ldy, op.ldy);
+                op.x_stride, n, op.y + r0 * op.ldy, op.ldy, plan.order);
   });
 }
 

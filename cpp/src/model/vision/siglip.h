@@ -64,7 +64,7 @@ class SiglipEncoder : public VisionEncoder {
   virtual void project(float* hidden, float* out) = 0;
 
   void linear(const Matrix& w, const MatmulPlan& plan, const float* x, int64_t rows, float* y, const Vector& b);
-  MatmulPlan plan(const Matrix& w) const { return plan_matmul({&w}, pool_->size()); }
+  MatmulPlan plan(const Matrix& w) const { return plan_matmul({&w}, pool_->size(), ColumnOrder::Any); }
 
   std::shared_ptr<ThreadPool> pool_;
   WeightLoader loader_;
