@@ -755,6 +755,12 @@ def test_completion_disconnect_and_timeout_abort():
         assert r.status_code == 504 and r.json()["error"]["type"] == "timeout_error"
         r = post(s, "/completion", {"prompt": "x", "n_predict": 200, "stream": True})
         assert native_events(r.text)[-1]["error"]["code"] == "timeout"
+        # the stream is released after its last event is sent: the client may read that event
+        # before the abort is recorded, so wait for it as for the disconnect above
+        deadline = time.monotonic() + 5
+        while engine.active:
+            assert time.monotonic() < deadline, engine.active
+            time.sleep(0.01)
         assert engine.active == {} and engine.aborted == 3
     finally:
         s.stop()
